@@ -1,0 +1,315 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// JobStatus is the status column of t_cube_template_image_job.
+type JobStatus string
+
+// Job statuses. PENDING and RUNNING are active (invariant I1 applies); BUILT
+// means the data plane finished the artifact and the control plane's resume
+// pipeline has not yet finished; READY and FAILED are terminal and absorbing.
+const (
+	JobPending JobStatus = "PENDING"
+	JobRunning JobStatus = "RUNNING"
+	JobBuilt   JobStatus = "BUILT"
+	JobReady   JobStatus = "READY"
+	JobFailed  JobStatus = "FAILED"
+)
+
+var jobStatuses = []JobStatus{JobPending, JobRunning, JobBuilt, JobReady, JobFailed}
+
+// ParseJobStatus validates a stored or reported status.
+func ParseJobStatus(s string) (JobStatus, error) {
+	st := JobStatus(s)
+	if !slices.Contains(jobStatuses, st) {
+		return "", fieldErr("status", "unknown job status %q", s)
+	}
+	return st, nil
+}
+
+// Active reports whether the job counts against invariant I1.
+func (s JobStatus) Active() bool { return s == JobPending || s == JobRunning }
+
+// Terminal reports whether no further transition is possible.
+func (s JobStatus) Terminal() bool { return s == JobReady || s == JobFailed }
+
+// rank orders statuses along the only direction a job may travel.
+func (s JobStatus) rank() int {
+	switch s {
+	case JobPending:
+		return 0
+	case JobRunning:
+		return 1
+	case JobBuilt:
+		return 2
+	default:
+		return 3
+	}
+}
+
+// Phase is the pipeline step a job is in.
+type Phase string
+
+// Phases, in pipeline order. The build phases belong to the data plane; the
+// phases from DISTRIBUTING on belong to the control plane's resume pipeline.
+const (
+	PhasePulling          Phase = "PULLING"
+	PhaseUnpacking        Phase = "UNPACKING"
+	PhaseBuildingExt4     Phase = "BUILDING_EXT4"
+	PhaseGeneratingJSON   Phase = "GENERATING_JSON"
+	PhaseUploading        Phase = "UPLOADING"
+	PhaseMigrating        Phase = "MIGRATING"
+	PhaseDistributing     Phase = "DISTRIBUTING"
+	PhaseCreatingTemplate Phase = "CREATING_TEMPLATE"
+	PhaseSnapshotting     Phase = "SNAPSHOTTING"
+	PhaseRegistering      Phase = "REGISTERING"
+	PhaseReady            Phase = "READY"
+)
+
+var phaseOrder = []Phase{
+	PhasePulling, PhaseUnpacking, PhaseBuildingExt4, PhaseGeneratingJSON, PhaseUploading,
+	PhaseMigrating, PhaseDistributing, PhaseCreatingTemplate, PhaseSnapshotting, PhaseRegistering, PhaseReady,
+}
+
+// ParsePhase validates a stored or reported phase. The empty phase is valid
+// (legacy rows).
+func ParsePhase(s string) (Phase, error) {
+	p := Phase(s)
+	if p != "" && !slices.Contains(phaseOrder, p) {
+		return "", fieldErr("phase", "unknown phase %q", s)
+	}
+	return p, nil
+}
+
+func (p Phase) rank() int { return slices.Index(phaseOrder, p) }
+
+// PostBuild reports whether the phase belongs to the control plane's resume
+// pipeline (after the artifact exists).
+func (p Phase) PostBuild() bool { return p.rank() >= PhaseDistributing.rank() }
+
+// Operation says what created a job.
+type Operation string
+
+// Operations.
+const (
+	OpCreate  Operation = "CREATE"
+	OpRedo    Operation = "REDO"
+	OpMigrate Operation = "MIGRATE"
+)
+
+// ParseOperation validates an operation; the empty operation is kept for
+// legacy rows.
+func ParseOperation(s string) (Operation, error) {
+	switch o := Operation(s); o {
+	case "", OpCreate, OpRedo, OpMigrate:
+		return o, nil
+	}
+	return "", fieldErr("operation", "unknown operation %q", s)
+}
+
+// RedoMode selects the target nodes of a redo.
+type RedoMode string
+
+// Redo modes.
+const (
+	RedoAll        RedoMode = "ALL"
+	RedoNodes      RedoMode = "NODES"
+	RedoFailedOnly RedoMode = "FAILED_ONLY"
+)
+
+// PullProgress is the live pull counters, flushed to the job row at the end.
+type PullProgress struct {
+	TotalBytes      int64 `json:"pull_total_bytes,omitempty"`
+	DownloadedBytes int64 `json:"pull_downloaded_bytes,omitempty"`
+	TotalLayers     int   `json:"pull_total_layers,omitempty"`
+	CompletedLayers int   `json:"pull_completed_layers,omitempty"`
+	SpeedBPS        int64 `json:"pull_speed_bps,omitempty"`
+}
+
+// Job is one attempt at producing (or migrating) a template.
+type Job struct {
+	JobID        string
+	TemplateID   string
+	AttemptNo    int
+	RetryOfJobID string
+	Operation    Operation
+	RedoMode     RedoMode
+	RedoScope    []string
+	ResumePhase  Phase
+
+	ArtifactID        string
+	Fingerprint       string
+	SourceImageRef    string
+	SourceImageDigest string
+	WritableLayerSize string
+	InstanceType      string
+	NetworkType       string
+
+	Status       JobStatus
+	Phase        Phase
+	Progress     int
+	ErrorMessage string
+
+	ExpectedNodeCount int
+	ReadyNodeCount    int
+	FailedNodeCount   int
+	TemplateStatus    string
+	ArtifactStatus    string
+
+	// RequestJSON is the canonical request (no password, no requestID): the
+	// idempotency key and the input of redo.
+	RequestJSON string
+	ResultJSON  string
+
+	// ActiveKey is non-empty exactly while the job is active. The store keeps
+	// it in a nullable unique column, which is what enforces invariant I1.
+	ActiveKey string
+
+	Pull PullProgress
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Clone returns a deep copy.
+func (j *Job) Clone() *Job {
+	c := *j
+	c.RedoScope = slices.Clone(j.RedoScope)
+	return &c
+}
+
+// ActiveKeyFromImage is the I1 key of from-image (CREATE and REDO) jobs.
+func ActiveKeyFromImage(templateID string) string { return "image/" + templateID }
+
+// ActiveKeyMigrate is the key of migrate jobs: one active per template.
+func ActiveKeyMigrate(templateID string) string { return "migrate/" + templateID }
+
+// JobUpdate is a report or decision about a job. Zero fields are left alone.
+type JobUpdate struct {
+	Status            JobStatus
+	Phase             Phase
+	Progress          *int
+	ErrorMessage      *string
+	ArtifactID        string
+	Fingerprint       string
+	SourceImageDigest string
+	ArtifactStatus    string
+	TemplateStatus    string
+	ResultJSON        string
+	ExpectedNodeCount *int
+	ReadyNodeCount    *int
+	FailedNodeCount   *int
+	Pull              *PullProgress
+}
+
+// Apply moves the job according to u, enforcing the state machine:
+//
+//	PENDING -> RUNNING | BUILT | FAILED
+//	RUNNING -> RUNNING | BUILT | READY | FAILED
+//	BUILT   -> RUNNING (post-build phases only) | READY | FAILED
+//	READY, FAILED: absorbing
+//
+// A report that would move the job backwards (an earlier status, an earlier
+// phase, a build-phase report after BUILT, anything after a terminal state)
+// returns an error wrapping ErrStaleUpdate and leaves the job unchanged; a
+// transition that skips the build (PENDING -> READY) returns a
+// *TransitionError. Progress never decreases within a status.
+func (j *Job) Apply(u JobUpdate) error {
+	to := u.Status
+	if to == "" {
+		to = j.Status
+	}
+	if _, err := ParseJobStatus(string(to)); err != nil {
+		return err
+	}
+	if _, err := ParsePhase(string(u.Phase)); err != nil {
+		return err
+	}
+	if j.Status.Terminal() {
+		return fmt.Errorf("job %s is %s: %w", j.JobID, j.Status, ErrStaleUpdate)
+	}
+	if err := j.checkEdge(to, u.Phase); err != nil {
+		return err
+	}
+
+	if to == j.Status && u.Phase != "" && j.Phase != "" && u.Phase.rank() < j.Phase.rank() {
+		return fmt.Errorf("job %s: phase %s after %s: %w", j.JobID, u.Phase, j.Phase, ErrStaleUpdate)
+	}
+
+	prevStatus := j.Status
+	j.Status = to
+	if u.Phase != "" {
+		j.Phase = u.Phase
+	}
+	if u.Progress != nil {
+		p := min(max(*u.Progress, 0), 100)
+		if to != prevStatus || p >= j.Progress {
+			j.Progress = p
+		}
+	}
+	if u.ErrorMessage != nil {
+		j.ErrorMessage = *u.ErrorMessage
+	}
+	setIf(&j.ArtifactID, u.ArtifactID)
+	setIf(&j.Fingerprint, u.Fingerprint)
+	setIf(&j.SourceImageDigest, u.SourceImageDigest)
+	setIf(&j.ArtifactStatus, u.ArtifactStatus)
+	setIf(&j.TemplateStatus, u.TemplateStatus)
+	setIf(&j.ResultJSON, u.ResultJSON)
+	if u.ExpectedNodeCount != nil {
+		j.ExpectedNodeCount = *u.ExpectedNodeCount
+	}
+	if u.ReadyNodeCount != nil {
+		j.ReadyNodeCount = *u.ReadyNodeCount
+	}
+	if u.FailedNodeCount != nil {
+		j.FailedNodeCount = *u.FailedNodeCount
+	}
+	if u.Pull != nil {
+		j.Pull = *u.Pull
+	}
+	if to.Terminal() {
+		j.ActiveKey = ""
+		if to == JobReady {
+			j.Progress = 100
+		}
+	}
+	return nil
+}
+
+func (j *Job) checkEdge(to JobStatus, phase Phase) error {
+	from := j.Status
+	switch {
+	case from == JobBuilt && to == JobRunning:
+		if phase == "" || !phase.PostBuild() {
+			return fmt.Errorf("job %s: build report %s/%s after BUILT: %w", j.JobID, to, phase, ErrStaleUpdate)
+		}
+		return nil
+	case to.rank() < from.rank():
+		return fmt.Errorf("job %s: %s after %s: %w", j.JobID, to, from, ErrStaleUpdate)
+	case from == JobPending && to == JobReady:
+		return &TransitionError{JobID: j.JobID, From: from, To: to, Reason: "a job cannot be READY before it was built"}
+	}
+	return nil
+}
+
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// Fail is the update that ends a job with an error in its current phase.
+func Fail(phase Phase, msg string) JobUpdate {
+	p := 100
+	return JobUpdate{Status: JobFailed, Phase: phase, Progress: &p, ErrorMessage: &msg}
+}
+
+// Progress is a convenience for building updates.
+func Progress(status JobStatus, phase Phase, progress int) JobUpdate {
+	return JobUpdate{Status: status, Phase: phase, Progress: &progress}
+}

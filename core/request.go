@@ -1,0 +1,233 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Defaults applied by NormalizeFromImageRequest.
+const (
+	DefaultInstanceType = "cubebox"
+	DefaultNetworkType  = "tap"
+	// MaxCustomExposedPorts is upstream's limit on ports other than the
+	// reserved ones.
+	MaxCustomExposedPorts = 3
+	// MaxTemplateIDLen is the width of the template_id columns.
+	MaxTemplateIDLen = 128
+)
+
+// reservedPorts are exposed by every sandbox and do not count against
+// MaxCustomExposedPorts.
+var reservedPorts = []int32{8080, 32000}
+
+// KeyValue is an environment entry.
+type KeyValue struct {
+	Key   string `json:"key,omitempty"`
+	Value string `json:"value,omitempty"`
+}
+
+// DNSConfig overrides the sandbox resolver.
+type DNSConfig struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// Resource is a container's cpu/memory request.
+type Resource struct {
+	CPU   string    `json:"cpu,omitempty"`
+	Mem   string    `json:"mem,omitempty"`
+	Limit *Resource `json:"limit,omitempty"`
+}
+
+// RLimit carries resource limits.
+type RLimit struct {
+	NoFile uint64 `json:"no_file,omitempty"`
+}
+
+// ContainerOverrides replace values derived from the image config. Nested
+// objects this service only passes through are kept as raw JSON.
+type ContainerOverrides struct {
+	Command         []string          `json:"command,omitempty"`
+	Args            []string          `json:"args,omitempty"`
+	WorkingDir      string            `json:"working_dir,omitempty"`
+	Envs            []*KeyValue       `json:"envs,omitempty"`
+	DNSConfig       *DNSConfig        `json:"dns_config,omitempty"`
+	Resources       *Resource         `json:"resources,omitempty"`
+	SecurityContext json.RawMessage   `json:"security_context,omitempty"`
+	Probe           json.RawMessage   `json:"probe,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
+	VolumeMounts    json.RawMessage   `json:"volume_mounts,omitempty"`
+	RLimit          *RLimit           `json:"r_limit,omitempty"`
+}
+
+// CubeVSContext is the sandbox network policy (not part of the fingerprint).
+type CubeVSContext struct {
+	AllowInternetAccess *bool    `json:"allowInternetAccess,omitempty"`
+	AllowOut            []string `json:"allowOut,omitempty"`
+	DenyOut             []string `json:"denyOut,omitempty"`
+}
+
+// FromImageRequest is the body of POST /cube/template/from-image
+// (upstream CreateTemplateFromImageReq).
+type FromImageRequest struct {
+	RequestID          string              `json:"requestID,omitempty"`
+	SourceImageRef     string              `json:"source_image_ref,omitempty"`
+	RegistryUsername   string              `json:"registry_username,omitempty"`
+	RegistryPassword   string              `json:"registry_password,omitempty"`
+	TemplateID         string              `json:"template_id,omitempty"`
+	Alias              string              `json:"alias,omitempty"`
+	InstanceType       string              `json:"instance_type,omitempty"`
+	NetworkType        string              `json:"network_type,omitempty"`
+	CubeVSContext      *CubeVSContext      `json:"cubevs_context,omitempty"`
+	WritableLayerSize  string              `json:"writable_layer_size,omitempty"`
+	ExposedPorts       []int32             `json:"exposed_ports,omitempty"`
+	DistributionScope  []string            `json:"distribution_scope,omitempty"`
+	ContainerOverrides *ContainerOverrides `json:"container_overrides,omitempty"`
+	// Platform is the OS/ARCH to resolve the image for (default linux/amd64).
+	Platform string `json:"platform,omitempty"`
+	Wait     bool   `json:"wait,omitempty"`
+}
+
+var (
+	templateIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	quantityPattern   = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T|k|m|g|t)?$`)
+	platformPattern   = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$`)
+)
+
+// IDGenerator supplies the random part of generated template ids.
+type IDGenerator func() string
+
+// NormalizeFromImageRequest validates req and fills defaults in place:
+// instance and network type, sorted de-duplicated ports, a generated
+// template id (tpl- + 24 hex) when none is given, the default platform.
+func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error {
+	if req == nil {
+		return fieldErr("body", "request is empty")
+	}
+	req.SourceImageRef = strings.TrimSpace(req.SourceImageRef)
+	if req.SourceImageRef == "" {
+		return fieldErr("source_image_ref", "is required")
+	}
+	if len(req.SourceImageRef) > 1024 {
+		return fieldErr("source_image_ref", "longer than 1024 characters")
+	}
+	req.WritableLayerSize = strings.TrimSpace(req.WritableLayerSize)
+	if req.WritableLayerSize == "" {
+		return fieldErr("writable_layer_size", "is required (for example 20Gi)")
+	}
+	if !quantityPattern.MatchString(req.WritableLayerSize) {
+		return fieldErr("writable_layer_size", "%q is not a size such as 20Gi or 512Mi", req.WritableLayerSize)
+	}
+	req.TemplateID = strings.TrimSpace(req.TemplateID)
+	if req.TemplateID == "" {
+		if newHex == nil {
+			return ErrTemplateIDRequired
+		}
+		h := newHex()
+		if len(h) < 24 {
+			return fmt.Errorf("template id generator returned %d hex chars, need 24", len(h))
+		}
+		req.TemplateID = "tpl-" + h[:24]
+	}
+	if err := ValidateTemplateID(req.TemplateID); err != nil {
+		return err
+	}
+	if req.Alias != "" {
+		if err := ValidateAlias(req.Alias); err != nil {
+			return err
+		}
+	}
+	if req.InstanceType == "" {
+		req.InstanceType = DefaultInstanceType
+	}
+	if req.NetworkType == "" {
+		req.NetworkType = DefaultNetworkType
+	}
+	if req.Platform == "" {
+		req.Platform = DefaultPlatform
+	}
+	if !platformPattern.MatchString(req.Platform) {
+		return fieldErr("platform", "%q is not OS/ARCH[/VARIANT]", req.Platform)
+	}
+	ports, err := normalizePorts(req.ExposedPorts)
+	if err != nil {
+		return err
+	}
+	req.ExposedPorts = ports
+	for i, s := range req.DistributionScope {
+		req.DistributionScope[i] = strings.TrimSpace(s)
+		if req.DistributionScope[i] == "" {
+			return fieldErr("distribution_scope", "entry %d is empty", i)
+		}
+	}
+	return nil
+}
+
+// DefaultPlatform is the platform resolved when a request names none.
+const DefaultPlatform = "linux/amd64"
+
+func normalizePorts(in []int32) ([]int32, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := slices.Clone(in)
+	for _, p := range out {
+		if p < 1 || p > 65535 {
+			return nil, fieldErr("exposed_ports", "port %d is outside 1..65535", p)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	custom := 0
+	for _, p := range out {
+		if !slices.Contains(reservedPorts, p) {
+			custom++
+		}
+	}
+	if custom > MaxCustomExposedPorts {
+		return nil, fieldErr("exposed_ports", "%d custom ports, at most %d allowed", custom, MaxCustomExposedPorts)
+	}
+	return out, nil
+}
+
+// ValidateTemplateID checks a template id.
+func ValidateTemplateID(id string) error {
+	if id == "" {
+		return ErrTemplateIDRequired
+	}
+	if len(id) > MaxTemplateIDLen {
+		return fieldErr("template_id", "longer than %d characters", MaxTemplateIDLen)
+	}
+	if !templateIDPattern.MatchString(id) {
+		return fieldErr("template_id", "%q may hold only letters, digits, '.', '_' and '-'", id)
+	}
+	return nil
+}
+
+// CanonicalRequestJSON is the stored request snapshot and idempotency key:
+// the normalized request without registry_password and requestID, marshaled
+// with a fixed field order (struct order; map keys sorted by encoding/json).
+func CanonicalRequestJSON(req *FromImageRequest) (string, error) {
+	c := *req
+	c.RegistryPassword = ""
+	c.RequestID = ""
+	c.Wait = false
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", fmt.Errorf("marshal request: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeRequestJSON parses a stored request snapshot.
+func DecodeRequestJSON(s string) (*FromImageRequest, error) {
+	var r FromImageRequest
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return nil, fmt.Errorf("decode request_json: %w", err)
+	}
+	return &r, nil
+}

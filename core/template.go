@@ -1,0 +1,131 @@
+package core
+
+import (
+	"regexp"
+	"strings"
+	"time"
+)
+
+// TemplateStatus is the status of a template definition.
+type TemplateStatus string
+
+// Template statuses.
+const (
+	TemplatePending        TemplateStatus = "PENDING"
+	TemplateReady          TemplateStatus = "READY"
+	TemplatePartiallyReady TemplateStatus = "PARTIALLY_READY"
+	TemplateFailed         TemplateStatus = "FAILED"
+)
+
+// DefaultTemplateVersion is the only template version this service writes.
+const DefaultTemplateVersion = "v2"
+
+// Definition is a row of t_cube_template_definition.
+type Definition struct {
+	TemplateID       string
+	InstanceType     string
+	Version          string
+	Status           TemplateStatus
+	RequestJSON      string // the stored sandbox create request
+	LastError        string
+	Alias            string // "" when unset
+	RootfsArtifactID string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// ReplicaStatus is a replica's coarse status (upstream writes only these two).
+type ReplicaStatus string
+
+// Replica statuses.
+const (
+	ReplicaReady  ReplicaStatus = "READY"
+	ReplicaFailed ReplicaStatus = "FAILED"
+)
+
+// ReplicaPhase is a replica's step on its node.
+type ReplicaPhase string
+
+// Replica phases.
+const (
+	ReplicaPhasePending      ReplicaPhase = "PENDING"
+	ReplicaPhaseDistributing ReplicaPhase = "DISTRIBUTING"
+	ReplicaPhaseDistributed  ReplicaPhase = "DISTRIBUTED"
+	ReplicaPhaseSnapshotting ReplicaPhase = "SNAPSHOTTING"
+	ReplicaPhaseReady        ReplicaPhase = "READY"
+	ReplicaPhaseFailed       ReplicaPhase = "FAILED"
+	ReplicaPhaseCleaning     ReplicaPhase = "CLEANING"
+)
+
+// Replica is a row of t_cube_template_replica: a template on one node.
+type Replica struct {
+	TemplateID      string
+	NodeID          string
+	NodeIP          string
+	InstanceType    string
+	Spec            string
+	SnapshotPath    string
+	Status          ReplicaStatus
+	Phase           ReplicaPhase
+	ArtifactID      string
+	LastJobID       string
+	LastErrorPhase  string
+	CleanupRequired bool
+	ErrorMessage    string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// SummarizeReplicas gives the template status over all replica rows:
+// READY when all are ready, PARTIALLY_READY when some are, FAILED otherwise.
+func SummarizeReplicas(rs []Replica) TemplateStatus {
+	ready := 0
+	for _, r := range rs {
+		if r.Status == ReplicaReady {
+			ready++
+		}
+	}
+	switch {
+	case len(rs) > 0 && ready == len(rs):
+		return TemplateReady
+	case ready > 0:
+		return TemplatePartiallyReady
+	default:
+		return TemplateFailed
+	}
+}
+
+// MaxAliasLen is the longest alias.
+const MaxAliasLen = 64
+
+var aliasPattern = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// ValidateAlias checks an alias: [a-z0-9-], at most 64 characters, and not
+// shaped like a generated id (tpl-, snap-, rfs-), so that an alias can never
+// shadow a template id.
+func ValidateAlias(alias string) error {
+	if len(alias) > MaxAliasLen {
+		return fieldErr("alias", "longer than %d characters", MaxAliasLen)
+	}
+	if !aliasPattern.MatchString(alias) {
+		return fieldErr("alias", "%q may hold only a-z, 0-9 and '-'", alias)
+	}
+	for _, p := range []string{"tpl-", "snap-", "rfs-"} {
+		if strings.HasPrefix(alias, p) {
+			return fieldErr("alias", "%q must not start with %s", alias, p)
+		}
+	}
+	return nil
+}
+
+// NormalizeAlias interprets the alias of a PUT alias body: absent, null and
+// "" all clear it (returned as ""); anything else must be valid.
+func NormalizeAlias(alias *string) (string, error) {
+	if alias == nil || *alias == "" {
+		return "", nil
+	}
+	if err := ValidateAlias(*alias); err != nil {
+		return "", err
+	}
+	return *alias, nil
+}

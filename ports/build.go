@@ -1,0 +1,126 @@
+package ports
+
+import (
+	"context"
+	"io"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// ImageRequest names an image to resolve. Credentials are never logged,
+// returned in errors, stored or fingerprinted.
+type ImageRequest struct {
+	Ref      string
+	Platform string // OS/ARCH[/VARIANT]; "" means linux/amd64
+	Username string
+	Password string
+}
+
+// ResolvedImage is an image pinned to a manifest digest for one platform.
+type ResolvedImage struct {
+	// Ref is the canonical reference that was resolved (registry/repo:tag or @digest).
+	Ref string
+	// Digest is the platform manifest's digest ("sha256:..."); it, not the
+	// tag, feeds the fingerprint.
+	Digest   string
+	Platform string
+	Config   ocispec.Image
+	// ConfigDescriptor and Layers come from the verified manifest.
+	ConfigDescriptor ocispec.Descriptor
+	Layers           []ocispec.Descriptor
+}
+
+// LocalLayer is a layer blob verified against its descriptor (digest, size)
+// and its DiffID, held in the content-addressed layer cache.
+type LocalLayer struct {
+	Descriptor ocispec.Descriptor
+	DiffID     string
+	Path       string
+}
+
+// PullProgress is reported while layers are fetched.
+type PullProgress struct {
+	TotalBytes      int64
+	DownloadedBytes int64
+	TotalLayers     int
+	CompletedLayers int
+	SpeedBPS        int64
+}
+
+// ImageSource resolves and fetches OCI images.
+type ImageSource interface {
+	// Resolve pins req to a manifest digest for the platform before anything
+	// else is fetched. Errors wrap core.ErrInvalidArgument for refused
+	// references and core.ErrNotFound for missing images.
+	Resolve(ctx context.Context, req ImageRequest) (*ResolvedImage, error)
+	// FetchLayers makes every layer of img available as a verified local
+	// file, fetching what the cache lacks; progress may be nil. Layers come
+	// back in manifest order.
+	FetchLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) ([]LocalLayer, error)
+}
+
+// BuildSpec is one ext4 build.
+type BuildSpec struct {
+	// Tree is the flattened root filesystem as a tar stream: whiteouts
+	// already applied, every path clean and relative, parents before
+	// children, hard links pointing at earlier entries.
+	Tree io.Reader
+	// OutPath is where the image is written; the builder writes a temporary
+	// file beside it and renames it into place only on success.
+	OutPath string
+	// UUID is the filesystem UUID and hash seed (derived from the
+	// fingerprint so that identical inputs give identical bytes).
+	UUID string
+	// Time is the fixed timestamp for everything the builder invents.
+	Time time.Time
+	// HeadroomBytes and HeadroomInodes are extra free space and inodes
+	// beyond the content. A builder that cannot honour them returns an error
+	// wrapping core.ErrUnsupported.
+	HeadroomBytes  int64
+	HeadroomInodes int64
+	// MaxSizeBytes caps the image; 0 means no cap.
+	MaxSizeBytes int64
+}
+
+// BuildResult describes the written image.
+type BuildResult struct {
+	SizeBytes int64
+}
+
+// RootfsBuilder turns a flattened tree into an ext4 image.
+type RootfsBuilder interface {
+	// Name identifies the builder ("mkfs", or a plugin's name).
+	Name() string
+	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
+	// image uses 4 KiB blocks, is sized to the content plus headroom and is
+	// a multiple of 2 MiB.
+	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
+}
+
+// ObjectInfo describes a stored artifact object.
+type ObjectInfo struct {
+	Size    int64
+	SHA256  string // lowercase hex
+	ModTime time.Time
+}
+
+// ArtifactStore holds artifact bytes (local directory, S3, GCS, memory).
+type ArtifactStore interface {
+	// Put publishes the bytes of r under key. The object becomes visible
+	// only complete and only if it has want.Size bytes whose sha256 is
+	// want.SHA256; otherwise nothing is published and the error says why.
+	Put(ctx context.Context, key string, r io.Reader, want ObjectInfo) error
+	// Stat returns the object's info or core.ErrNotFound.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Open reads length bytes from offset (length < 0: to the end), or
+	// core.ErrNotFound.
+	Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// Delete removes the object; a missing object is not an error.
+	Delete(ctx context.Context, key string) error
+	// SignedURL mints a time-limited GET URL, or core.ErrUnsupported for
+	// stores that cannot (file, memory); URLs are never stored.
+	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
+	// Backend names the store kind ("file", "s3", "gs", "mem").
+	Backend() string
+}

@@ -1,0 +1,27 @@
+package ports
+
+import "context"
+
+// Locker hands out named, cross-process mutual-exclusion locks (a MySQL
+// GET_LOCK or PostgreSQL advisory lock session, or an in-process table).
+// Locks are an optimisation that keeps duplicate work away; correctness
+// still comes from unique keys and guarded updates in the Store.
+type Locker interface {
+	// Lock blocks until this caller holds name or ctx ends (then it returns
+	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude
+	// each other even inside one process.
+	Lock(ctx context.Context, name string) (Lock, error)
+	// TryLock returns at once: the held lock, or an error wrapping
+	// core.ErrLocked when another holder has it.
+	TryLock(ctx context.Context, name string) (Lock, error)
+}
+
+// Lock is one held lock.
+type Lock interface {
+	// Name is the name the lock was taken with.
+	Name() string
+	// Unlock releases the lock. A second Unlock is a no-op. If the release
+	// cannot be confirmed, the session behind the lock is destroyed rather
+	// than reused, so the lock can never leak to another caller.
+	Unlock(ctx context.Context) error
+}

@@ -1,0 +1,136 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+// Store is the metadata store. Calls through its Repos run in their own
+// short transaction each; Tx runs fn in one transaction. Errors wrap core
+// sentinels: core.ErrNotFound for a missing row, core.ErrConflict for a
+// unique-key violation, core.ErrStoreNotInitialized when the store is closed.
+type Store interface {
+	Repos
+	// Tx runs fn in a single transaction and commits if fn returns nil. The
+	// Repos given to fn must not be used after fn returns. A deadlock or
+	// serialization failure is retried a bounded number of times, so fn must
+	// be safe to run more than once.
+	Tx(ctx context.Context, fn func(ctx context.Context, r Repos) error) error
+	// Close releases the connection pool.
+	Close() error
+}
+
+// Repos groups the repositories of one transaction scope.
+type Repos interface {
+	Jobs() JobRepository
+	Templates() TemplateRepository
+	Artifacts() ArtifactRepository
+	Placements() PlacementRepository
+}
+
+// StaleQuery selects jobs for the reconciler.
+type StaleQuery struct {
+	Statuses []core.JobStatus
+	// Phases, if not empty, restricts the match to these phases; ExcludePhases
+	// removes them.
+	Phases        []core.Phase
+	ExcludePhases []core.Phase
+	// UpdatedBefore selects rows whose updated_at is strictly older.
+	UpdatedBefore time.Time
+	Limit         int
+}
+
+// JobRepository stores t_cube_template_image_job rows.
+type JobRepository interface {
+	// Create inserts job. CreatedAt/UpdatedAt are set by the store. If
+	// job.ActiveKey is not empty and another row holds the same active key,
+	// or job id or (template id, attempt) is taken, it returns an error
+	// wrapping core.ErrConflict and writes nothing.
+	Create(ctx context.Context, job *core.Job) error
+	// Get returns the job or core.ErrNotFound.
+	Get(ctx context.Context, jobID string) (*core.Job, error)
+	// GetActive returns the job holding activeKey, or core.ErrNotFound.
+	GetActive(ctx context.Context, activeKey string) (*core.Job, error)
+	// Latest returns the job with the highest attempt of the template, or
+	// core.ErrNotFound.
+	Latest(ctx context.Context, templateID string) (*core.Job, error)
+	// ListByTemplate returns the template's jobs ordered by attempt.
+	ListByTemplate(ctx context.Context, templateID string) ([]*core.Job, error)
+	// Update reads the job, calls fn on a copy and writes the copy back with
+	// one conditional UPDATE guarded by the status and updated_at that were
+	// read (compare-and-set). If another writer got there first, the job is
+	// read again and fn called again (bounded). An error from fn aborts
+	// without writing and is returned as is. An empty ActiveKey is written as
+	// NULL in the same statement, so a job leaves invariant I1's window
+	// atomically with becoming terminal. UpdatedAt always moves forward, which
+	// makes an unchanged Update a heartbeat.
+	Update(ctx context.Context, jobID string, fn func(*core.Job) error) (*core.Job, error)
+	// ListStale returns jobs matching q, oldest first.
+	ListStale(ctx context.Context, q StaleQuery) ([]*core.Job, error)
+	// DeleteByTemplate removes every job of the template and returns how many.
+	DeleteByTemplate(ctx context.Context, templateID string) (int, error)
+}
+
+// TemplateRepository stores definitions and replicas.
+type TemplateRepository interface {
+	// GetDefinition returns the definition or core.ErrNotFound.
+	GetDefinition(ctx context.Context, templateID string) (*core.Definition, error)
+	// GetDefinitionByAlias returns the definition holding alias or
+	// core.ErrNotFound. Aliases compare byte for byte.
+	GetDefinitionByAlias(ctx context.Context, alias string) (*core.Definition, error)
+	// ListDefinitions returns all definitions ordered by template id.
+	ListDefinitions(ctx context.Context) ([]*core.Definition, error)
+	// CreateDefinition inserts def; core.ErrConflict if the id or the alias
+	// is taken.
+	CreateDefinition(ctx context.Context, def *core.Definition) error
+	// UpdateDefinition reads, applies fn under a row lock and writes back;
+	// core.ErrConflict if the new alias is taken.
+	UpdateDefinition(ctx context.Context, templateID string, fn func(*core.Definition) error) (*core.Definition, error)
+	// DeleteDefinition removes the definition; deleting a missing one is not
+	// an error.
+	DeleteDefinition(ctx context.Context, templateID string) error
+
+	// UpsertReplica inserts or replaces the (template id, node id) row.
+	UpsertReplica(ctx context.Context, r *core.Replica) error
+	// ListReplicas returns the template's replicas ordered by node id.
+	ListReplicas(ctx context.Context, templateID string) ([]*core.Replica, error)
+	// ListReplicasByArtifact returns every replica bound to the artifact.
+	ListReplicasByArtifact(ctx context.Context, artifactID string) ([]*core.Replica, error)
+	// DeleteReplicas removes the template's replicas on nodeIDs (all of them
+	// when nodeIDs is empty) and returns how many.
+	DeleteReplicas(ctx context.Context, templateID string, nodeIDs ...string) (int, error)
+}
+
+// ArtifactRepository stores t_cube_rootfs_artifact rows.
+type ArtifactRepository interface {
+	// Get returns the artifact or core.ErrNotFound.
+	Get(ctx context.Context, artifactID string) (*core.Artifact, error)
+	// GetByFingerprint returns the artifact of a spec or core.ErrNotFound.
+	GetByFingerprint(ctx context.Context, fingerprint string) (*core.Artifact, error)
+	// Create inserts a; core.ErrConflict if its id or fingerprint exists.
+	Create(ctx context.Context, a *core.Artifact) error
+	// Update reads the row under a lock (FOR UPDATE where the database has
+	// it), applies fn and writes it back.
+	Update(ctx context.Context, artifactID string, fn func(*core.Artifact) error) (*core.Artifact, error)
+	// Delete removes the row; a missing row is not an error.
+	Delete(ctx context.Context, artifactID string) error
+	// ListByStatus returns up to limit artifacts in status whose updated_at
+	// is older than updatedBefore (zero time: no age filter).
+	ListByStatus(ctx context.Context, status core.ArtifactStatus, updatedBefore time.Time, limit int) ([]*core.Artifact, error)
+	// CountReferences counts what still needs the artifact: replicas bound
+	// to it, active jobs naming it and definitions whose rootfs artifact it
+	// is, leaving out rows of excludeTemplateID.
+	CountReferences(ctx context.Context, artifactID, excludeTemplateID string) (int, error)
+}
+
+// PlacementRepository stores which nodes hold a copy of an artifact.
+type PlacementRepository interface {
+	// Add records p; adding an existing (artifact, node) pair updates its ip.
+	Add(ctx context.Context, p core.Placement) error
+	// List returns the artifact's placements ordered by node id.
+	List(ctx context.Context, artifactID string) ([]core.Placement, error)
+	// Delete removes the artifact's placements and returns how many.
+	Delete(ctx context.Context, artifactID string) (int, error)
+}

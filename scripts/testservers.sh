@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Starts (or stops) the real servers the integration tests use, on loopback:
+# MariaDB, PostgreSQL, Redis, an OCI registry and an S3-protocol server
+# (MinIO, run as an external tool only). Installs missing packages on a new
+# Debian machine. Prints the environment the tests read; `source` the file it
+# writes ($CUBE_TEST_SERVERS_DIR/env) to use them.
+#
+#   scripts/testservers.sh start   # install what is missing, start all, write env
+#   scripts/testservers.sh stop    # stop what start started (by pid file)
+set -euo pipefail
+
+DIR=${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}
+MYSQL_PORT=${CUBE_TEST_MYSQL_PORT:-33306}
+PG_PORT=${CUBE_TEST_PG_PORT:-35432}
+REDIS_PORT=${CUBE_TEST_REDIS_PORT:-36379}
+REGISTRY_PORT=${CUBE_TEST_REGISTRY_PORT:-35000}
+S3_PORT=${CUBE_TEST_S3_PORT:-39000}
+MINIO_VERSION=${CUBE_TEST_MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}
+GOBIN_DIR=$(go env GOPATH 2>/dev/null || echo /root/go)/bin
+
+log() { echo "testservers: $*" >&2; }
+
+wait_for() { # name, tries, command...
+  local name=$1 tries=$2; shift 2
+  for _ in $(seq "$tries"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  log "$name did not become ready"; return 1
+}
+
+pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && { echo "$d"; return; }; done
+}
+
+install_missing() {
+  local pkgs=()
+  command -v mariadbd >/dev/null || pkgs+=(mariadb-server)
+  command -v redis-server >/dev/null || pkgs+=(redis-server)
+  command -v docker-registry >/dev/null || pkgs+=(docker-registry)
+  [ -n "$(pg_bin)" ] || pkgs+=(postgresql)
+  command -v mkfs.ext4 >/dev/null || pkgs+=(e2fsprogs)
+  command -v skopeo >/dev/null || pkgs+=(skopeo)
+  command -v umoci >/dev/null || pkgs+=(umoci)
+  command -v getfattr >/dev/null || pkgs+=(attr)
+  command -v curl >/dev/null || pkgs+=(curl)
+  if [ ${#pkgs[@]} -gt 0 ]; then
+    log "installing ${pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  fi
+  if [ ! -x "$GOBIN_DIR/minio" ] && ! command -v minio >/dev/null; then
+    log "building minio $MINIO_VERSION (external test tool, never imported)"
+    GOFLAGS=-buildvcs=false go install "github.com/minio/minio@$MINIO_VERSION"
+  fi
+}
+
+start_mariadb() {
+  local d=$DIR/mariadb
+  if [ -f "$d/mysqld.pid" ] && kill -0 "$(cat "$d/mysqld.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d"
+  if [ ! -d "$d/data/mysql" ]; then
+    mariadb-install-db --no-defaults --user=root --datadir="$d/data" \
+      --auth-root-authentication-method=normal --skip-test-db >"$d/install.log" 2>&1
+  fi
+  mariadbd --no-defaults --user=root --datadir="$d/data" --socket="$d/mysqld.sock" \
+    --port="$MYSQL_PORT" --bind-address=127.0.0.1 --pid-file="$d/mysqld.pid" \
+    --log-error="$d/error.log" --skip-name-resolve --max-connections=500 \
+    --innodb-flush-log-at-trx-commit=2 >/dev/null 2>&1 &
+  wait_for mariadb 100 mariadb-admin --no-defaults -h127.0.0.1 -P"$MYSQL_PORT" -uroot ping
+  mariadb --no-defaults -h127.0.0.1 -P"$MYSQL_PORT" -uroot -e \
+    "CREATE USER IF NOT EXISTS 'cube'@'127.0.0.1' IDENTIFIED BY 'cube'; GRANT ALL ON *.* TO 'cube'@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE IF NOT EXISTS cube;"
+}
+
+start_postgres() {
+  local d=$DIR/postgres bin; bin=$(pg_bin)
+  if [ -f "$d/data/postmaster.pid" ] && kill -0 "$(head -1 "$d/data/postmaster.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d"; chown postgres: "$d"
+  if [ ! -f "$d/data/PG_VERSION" ]; then
+    runuser -u postgres -- "$bin/initdb" -D "$d/data" -U postgres --auth=trust >"$d/initdb.log" 2>&1
+  fi
+  runuser -u postgres -- "$bin/pg_ctl" -D "$d/data" -l "$d/server.log" -w \
+    -o "-p $PG_PORT -k $d -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" start >/dev/null
+  psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_roles WHERE rolname='cube'" | grep -q 1 ||
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "CREATE ROLE cube LOGIN SUPERUSER PASSWORD 'cube'"
+  psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='cube'" | grep -q 1 ||
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "CREATE DATABASE cube OWNER cube"
+}
+
+start_redis() {
+  local d=$DIR/redis
+  if [ -f "$d/redis.pid" ] && kill -0 "$(cat "$d/redis.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$d" \
+    --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
+  wait_for redis 50 redis-cli -p "$REDIS_PORT" ping
+}
+
+start_registry() {
+  local d=$DIR/registry
+  if [ -f "$d/registry.pid" ] && kill -0 "$(cat "$d/registry.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d/data"
+  cat >"$d/config.yml" <<YML
+version: 0.1
+log: {level: error}
+storage:
+  filesystem: {rootdirectory: $d/data}
+  delete: {enabled: true}
+http: {addr: 127.0.0.1:$REGISTRY_PORT}
+YML
+  docker-registry serve "$d/config.yml" >"$d/registry.log" 2>&1 &
+  echo $! >"$d/registry.pid"
+  wait_for registry 50 curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/"
+}
+
+start_minio() {
+  local d=$DIR/minio bin
+  bin=$(command -v minio || echo "$GOBIN_DIR/minio")
+  if [ -f "$d/minio.pid" ] && kill -0 "$(cat "$d/minio.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d/data"
+  MINIO_ROOT_USER=minioadmin MINIO_ROOT_PASSWORD=minioadmin MINIO_BROWSER=off \
+    "$bin" server "$d/data" --address "127.0.0.1:$S3_PORT" --console-address "127.0.0.1:$((S3_PORT + 1))" \
+    >"$d/minio.log" 2>&1 &
+  echo $! >"$d/minio.pid"
+  wait_for minio 150 curl -fsS "http://127.0.0.1:$S3_PORT/minio/health/live"
+  curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user minioadmin:minioadmin -X PUT \
+    "http://127.0.0.1:$S3_PORT/cube-test" >/dev/null 2>&1 || true
+}
+
+write_env() {
+  cat >"$DIR/env" <<ENV
+export CUBE_TEST_MYSQL_DSN='cube:cube@tcp(127.0.0.1:$MYSQL_PORT)/cube?parseTime=true'
+export CUBE_TEST_POSTGRES_DSN='postgres://cube:cube@127.0.0.1:$PG_PORT/cube?sslmode=disable'
+export CUBE_TEST_REDIS_ADDR='127.0.0.1:$REDIS_PORT'
+export CUBE_TEST_REGISTRY='127.0.0.1:$REGISTRY_PORT'
+export CUBE_TEST_S3_ENDPOINT='http://127.0.0.1:$S3_PORT'
+export CUBE_TEST_S3_BUCKET='cube-test'
+export CUBE_TEST_S3_ACCESS_KEY='minioadmin'
+export CUBE_TEST_S3_SECRET_KEY='minioadmin'
+ENV
+  cat "$DIR/env"
+}
+
+stop_all() {
+  local f
+  for f in "$DIR/registry/registry.pid" "$DIR/minio/minio.pid" "$DIR/redis/redis.pid" "$DIR/mariadb/mysqld.pid"; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
+  if [ -f "$DIR/postgres/data/postmaster.pid" ]; then
+    runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/postgres/data" -m fast stop >/dev/null 2>&1 || true
+  fi
+}
+
+case "${1:-start}" in
+  start)
+    mkdir -p "$DIR"
+    install_missing
+    start_mariadb
+    start_postgres
+    start_redis
+    start_registry
+    start_minio
+    write_env
+    ;;
+  stop) stop_all ;;
+  env) cat "$DIR/env" ;;
+  *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+esac
