@@ -124,3 +124,25 @@ type ArtifactStore interface {
 	// Backend names the store kind ("file", "s3", "gs", "mem").
 	Backend() string
 }
+
+// FlattenLayer is one local layer blob handed to a TreeFlattener.
+type FlattenLayer struct {
+	Path      string
+	MediaType string
+	Digest    string
+}
+
+// TreeStats summarizes a flattened tree.
+type TreeStats struct {
+	Entries      int
+	ContentBytes int64
+}
+
+// TreeFlattener applies layers in order and writes the resulting root
+// filesystem as one tar stream in the BuildSpec.Tree format. Hostile input
+// fails with an error wrapping core.ErrInvalidArgument that names the layer,
+// the entry and the rule; nothing outside the flattener's own scratch space
+// is written.
+type TreeFlattener interface {
+	Flatten(ctx context.Context, layers []FlattenLayer, w io.Writer) (TreeStats, error)
+}

@@ -5,7 +5,8 @@
 # Debian machine. Prints the environment the tests read; `source` the file it
 # writes ($CUBE_TEST_SERVERS_DIR/env) to use them.
 #
-#   scripts/testservers.sh start   # install what is missing, start all, write env
+#   scripts/testservers.sh start [SERVICE...]  # install what is missing, start all
+#                                              # (or: mariadb postgres redis registry minio), write env
 #   scripts/testservers.sh stop    # stop what start started (by pid file)
 set -euo pipefail
 
@@ -51,7 +52,7 @@ install_missing() {
     apt-get update -qq
     apt-get install -y -qq "${pkgs[@]}" >/dev/null
   fi
-  if [ ! -x "$GOBIN_DIR/minio" ] && ! command -v minio >/dev/null; then
+  if [ -z "${SKIP_MINIO:-}" ] && [ ! -x "$GOBIN_DIR/minio" ] && ! command -v minio >/dev/null; then
     log "building minio $MINIO_VERSION (external test tool, never imported)"
     GOFLAGS=-buildvcs=false go install "github.com/minio/minio@$MINIO_VERSION"
   fi
@@ -155,13 +156,12 @@ stop_all() {
 
 case "${1:-start}" in
   start)
+    shift || true
+    services=("$@")
+    [ ${#services[@]} -gt 0 ] || services=(mariadb postgres redis registry minio)
     mkdir -p "$DIR"
-    install_missing
-    start_mariadb
-    start_postgres
-    start_redis
-    start_registry
-    start_minio
+    if [[ " ${services[*]} " == *" minio "* ]]; then install_missing; else SKIP_MINIO=1 install_missing; fi
+    for s in "${services[@]}"; do "start_$s"; done
     write_env
     ;;
   stop) stop_all ;;

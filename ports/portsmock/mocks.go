@@ -7,6 +7,7 @@ import (
 	"context"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
+	"io"
 	"sync"
 	"time"
 )
@@ -2376,5 +2377,1423 @@ func (mock *IDsMock) NewTokenCalls() []struct {
 	mock.lockNewToken.RLock()
 	calls = mock.calls.NewToken
 	mock.lockNewToken.RUnlock()
+	return calls
+}
+
+// Ensure, that ImageSourceMock does implement ports.ImageSource.
+// If this is not the case, regenerate this file with moq.
+var _ ports.ImageSource = &ImageSourceMock{}
+
+// ImageSourceMock is a mock implementation of ports.ImageSource.
+//
+//	func TestSomethingThatUsesImageSource(t *testing.T) {
+//
+//		// make and configure a mocked ports.ImageSource
+//		mockedImageSource := &ImageSourceMock{
+//			FetchLayersFunc: func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+//				panic("mock out the FetchLayers method")
+//			},
+//			ResolveFunc: func(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
+//				panic("mock out the Resolve method")
+//			},
+//		}
+//
+//		// use mockedImageSource in code that requires ports.ImageSource
+//		// and then make assertions.
+//
+//	}
+type ImageSourceMock struct {
+	// FetchLayersFunc mocks the FetchLayers method.
+	FetchLayersFunc func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error)
+
+	// ResolveFunc mocks the Resolve method.
+	ResolveFunc func(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// FetchLayers holds details about calls to the FetchLayers method.
+		FetchLayers []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Req is the req argument value.
+			Req ports.ImageRequest
+			// Img is the img argument value.
+			Img *ports.ResolvedImage
+			// Progress is the progress argument value.
+			Progress func(ports.PullProgress)
+		}
+		// Resolve holds details about calls to the Resolve method.
+		Resolve []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Req is the req argument value.
+			Req ports.ImageRequest
+		}
+	}
+	lockFetchLayers sync.RWMutex
+	lockResolve     sync.RWMutex
+}
+
+// FetchLayers calls FetchLayersFunc.
+func (mock *ImageSourceMock) FetchLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	if mock.FetchLayersFunc == nil {
+		panic("ImageSourceMock.FetchLayersFunc: method is nil but ImageSource.FetchLayers was just called")
+	}
+	callInfo := struct {
+		Ctx      context.Context
+		Req      ports.ImageRequest
+		Img      *ports.ResolvedImage
+		Progress func(ports.PullProgress)
+	}{
+		Ctx:      ctx,
+		Req:      req,
+		Img:      img,
+		Progress: progress,
+	}
+	mock.lockFetchLayers.Lock()
+	mock.calls.FetchLayers = append(mock.calls.FetchLayers, callInfo)
+	mock.lockFetchLayers.Unlock()
+	return mock.FetchLayersFunc(ctx, req, img, progress)
+}
+
+// FetchLayersCalls gets all the calls that were made to FetchLayers.
+// Check the length with:
+//
+//	len(mockedImageSource.FetchLayersCalls())
+func (mock *ImageSourceMock) FetchLayersCalls() []struct {
+	Ctx      context.Context
+	Req      ports.ImageRequest
+	Img      *ports.ResolvedImage
+	Progress func(ports.PullProgress)
+} {
+	var calls []struct {
+		Ctx      context.Context
+		Req      ports.ImageRequest
+		Img      *ports.ResolvedImage
+		Progress func(ports.PullProgress)
+	}
+	mock.lockFetchLayers.RLock()
+	calls = mock.calls.FetchLayers
+	mock.lockFetchLayers.RUnlock()
+	return calls
+}
+
+// Resolve calls ResolveFunc.
+func (mock *ImageSourceMock) Resolve(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
+	if mock.ResolveFunc == nil {
+		panic("ImageSourceMock.ResolveFunc: method is nil but ImageSource.Resolve was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Req ports.ImageRequest
+	}{
+		Ctx: ctx,
+		Req: req,
+	}
+	mock.lockResolve.Lock()
+	mock.calls.Resolve = append(mock.calls.Resolve, callInfo)
+	mock.lockResolve.Unlock()
+	return mock.ResolveFunc(ctx, req)
+}
+
+// ResolveCalls gets all the calls that were made to Resolve.
+// Check the length with:
+//
+//	len(mockedImageSource.ResolveCalls())
+func (mock *ImageSourceMock) ResolveCalls() []struct {
+	Ctx context.Context
+	Req ports.ImageRequest
+} {
+	var calls []struct {
+		Ctx context.Context
+		Req ports.ImageRequest
+	}
+	mock.lockResolve.RLock()
+	calls = mock.calls.Resolve
+	mock.lockResolve.RUnlock()
+	return calls
+}
+
+// Ensure, that TreeFlattenerMock does implement ports.TreeFlattener.
+// If this is not the case, regenerate this file with moq.
+var _ ports.TreeFlattener = &TreeFlattenerMock{}
+
+// TreeFlattenerMock is a mock implementation of ports.TreeFlattener.
+//
+//	func TestSomethingThatUsesTreeFlattener(t *testing.T) {
+//
+//		// make and configure a mocked ports.TreeFlattener
+//		mockedTreeFlattener := &TreeFlattenerMock{
+//			FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+//				panic("mock out the Flatten method")
+//			},
+//		}
+//
+//		// use mockedTreeFlattener in code that requires ports.TreeFlattener
+//		// and then make assertions.
+//
+//	}
+type TreeFlattenerMock struct {
+	// FlattenFunc mocks the Flatten method.
+	FlattenFunc func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Flatten holds details about calls to the Flatten method.
+		Flatten []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Layers is the layers argument value.
+			Layers []ports.FlattenLayer
+			// W is the w argument value.
+			W io.Writer
+		}
+	}
+	lockFlatten sync.RWMutex
+}
+
+// Flatten calls FlattenFunc.
+func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+	if mock.FlattenFunc == nil {
+		panic("TreeFlattenerMock.FlattenFunc: method is nil but TreeFlattener.Flatten was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		Layers []ports.FlattenLayer
+		W      io.Writer
+	}{
+		Ctx:    ctx,
+		Layers: layers,
+		W:      w,
+	}
+	mock.lockFlatten.Lock()
+	mock.calls.Flatten = append(mock.calls.Flatten, callInfo)
+	mock.lockFlatten.Unlock()
+	return mock.FlattenFunc(ctx, layers, w)
+}
+
+// FlattenCalls gets all the calls that were made to Flatten.
+// Check the length with:
+//
+//	len(mockedTreeFlattener.FlattenCalls())
+func (mock *TreeFlattenerMock) FlattenCalls() []struct {
+	Ctx    context.Context
+	Layers []ports.FlattenLayer
+	W      io.Writer
+} {
+	var calls []struct {
+		Ctx    context.Context
+		Layers []ports.FlattenLayer
+		W      io.Writer
+	}
+	mock.lockFlatten.RLock()
+	calls = mock.calls.Flatten
+	mock.lockFlatten.RUnlock()
+	return calls
+}
+
+// Ensure, that RootfsBuilderMock does implement ports.RootfsBuilder.
+// If this is not the case, regenerate this file with moq.
+var _ ports.RootfsBuilder = &RootfsBuilderMock{}
+
+// RootfsBuilderMock is a mock implementation of ports.RootfsBuilder.
+//
+//	func TestSomethingThatUsesRootfsBuilder(t *testing.T) {
+//
+//		// make and configure a mocked ports.RootfsBuilder
+//		mockedRootfsBuilder := &RootfsBuilderMock{
+//			BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+//				panic("mock out the Build method")
+//			},
+//			NameFunc: func() string {
+//				panic("mock out the Name method")
+//			},
+//		}
+//
+//		// use mockedRootfsBuilder in code that requires ports.RootfsBuilder
+//		// and then make assertions.
+//
+//	}
+type RootfsBuilderMock struct {
+	// BuildFunc mocks the Build method.
+	BuildFunc func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error)
+
+	// NameFunc mocks the Name method.
+	NameFunc func() string
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Build holds details about calls to the Build method.
+		Build []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Spec is the spec argument value.
+			Spec ports.BuildSpec
+		}
+		// Name holds details about calls to the Name method.
+		Name []struct {
+		}
+	}
+	lockBuild sync.RWMutex
+	lockName  sync.RWMutex
+}
+
+// Build calls BuildFunc.
+func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	if mock.BuildFunc == nil {
+		panic("RootfsBuilderMock.BuildFunc: method is nil but RootfsBuilder.Build was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Spec ports.BuildSpec
+	}{
+		Ctx:  ctx,
+		Spec: spec,
+	}
+	mock.lockBuild.Lock()
+	mock.calls.Build = append(mock.calls.Build, callInfo)
+	mock.lockBuild.Unlock()
+	return mock.BuildFunc(ctx, spec)
+}
+
+// BuildCalls gets all the calls that were made to Build.
+// Check the length with:
+//
+//	len(mockedRootfsBuilder.BuildCalls())
+func (mock *RootfsBuilderMock) BuildCalls() []struct {
+	Ctx  context.Context
+	Spec ports.BuildSpec
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Spec ports.BuildSpec
+	}
+	mock.lockBuild.RLock()
+	calls = mock.calls.Build
+	mock.lockBuild.RUnlock()
+	return calls
+}
+
+// Name calls NameFunc.
+func (mock *RootfsBuilderMock) Name() string {
+	if mock.NameFunc == nil {
+		panic("RootfsBuilderMock.NameFunc: method is nil but RootfsBuilder.Name was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockName.Lock()
+	mock.calls.Name = append(mock.calls.Name, callInfo)
+	mock.lockName.Unlock()
+	return mock.NameFunc()
+}
+
+// NameCalls gets all the calls that were made to Name.
+// Check the length with:
+//
+//	len(mockedRootfsBuilder.NameCalls())
+func (mock *RootfsBuilderMock) NameCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockName.RLock()
+	calls = mock.calls.Name
+	mock.lockName.RUnlock()
+	return calls
+}
+
+// Ensure, that ArtifactStoreMock does implement ports.ArtifactStore.
+// If this is not the case, regenerate this file with moq.
+var _ ports.ArtifactStore = &ArtifactStoreMock{}
+
+// ArtifactStoreMock is a mock implementation of ports.ArtifactStore.
+//
+//	func TestSomethingThatUsesArtifactStore(t *testing.T) {
+//
+//		// make and configure a mocked ports.ArtifactStore
+//		mockedArtifactStore := &ArtifactStoreMock{
+//			BackendFunc: func() string {
+//				panic("mock out the Backend method")
+//			},
+//			DeleteFunc: func(ctx context.Context, key string) error {
+//				panic("mock out the Delete method")
+//			},
+//			OpenFunc: func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
+//				panic("mock out the Open method")
+//			},
+//			PutFunc: func(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+//				panic("mock out the Put method")
+//			},
+//			SignedURLFunc: func(ctx context.Context, key string, ttl time.Duration) (string, error) {
+//				panic("mock out the SignedURL method")
+//			},
+//			StatFunc: func(ctx context.Context, key string) (ports.ObjectInfo, error) {
+//				panic("mock out the Stat method")
+//			},
+//		}
+//
+//		// use mockedArtifactStore in code that requires ports.ArtifactStore
+//		// and then make assertions.
+//
+//	}
+type ArtifactStoreMock struct {
+	// BackendFunc mocks the Backend method.
+	BackendFunc func() string
+
+	// DeleteFunc mocks the Delete method.
+	DeleteFunc func(ctx context.Context, key string) error
+
+	// OpenFunc mocks the Open method.
+	OpenFunc func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error)
+
+	// PutFunc mocks the Put method.
+	PutFunc func(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error
+
+	// SignedURLFunc mocks the SignedURL method.
+	SignedURLFunc func(ctx context.Context, key string, ttl time.Duration) (string, error)
+
+	// StatFunc mocks the Stat method.
+	StatFunc func(ctx context.Context, key string) (ports.ObjectInfo, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Backend holds details about calls to the Backend method.
+		Backend []struct {
+		}
+		// Delete holds details about calls to the Delete method.
+		Delete []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+		}
+		// Open holds details about calls to the Open method.
+		Open []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// Offset is the offset argument value.
+			Offset int64
+			// Length is the length argument value.
+			Length int64
+		}
+		// Put holds details about calls to the Put method.
+		Put []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// R is the r argument value.
+			R io.Reader
+			// Want is the want argument value.
+			Want ports.ObjectInfo
+		}
+		// SignedURL holds details about calls to the SignedURL method.
+		SignedURL []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// TTL is the ttl argument value.
+			TTL time.Duration
+		}
+		// Stat holds details about calls to the Stat method.
+		Stat []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+		}
+	}
+	lockBackend   sync.RWMutex
+	lockDelete    sync.RWMutex
+	lockOpen      sync.RWMutex
+	lockPut       sync.RWMutex
+	lockSignedURL sync.RWMutex
+	lockStat      sync.RWMutex
+}
+
+// Backend calls BackendFunc.
+func (mock *ArtifactStoreMock) Backend() string {
+	if mock.BackendFunc == nil {
+		panic("ArtifactStoreMock.BackendFunc: method is nil but ArtifactStore.Backend was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockBackend.Lock()
+	mock.calls.Backend = append(mock.calls.Backend, callInfo)
+	mock.lockBackend.Unlock()
+	return mock.BackendFunc()
+}
+
+// BackendCalls gets all the calls that were made to Backend.
+// Check the length with:
+//
+//	len(mockedArtifactStore.BackendCalls())
+func (mock *ArtifactStoreMock) BackendCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockBackend.RLock()
+	calls = mock.calls.Backend
+	mock.lockBackend.RUnlock()
+	return calls
+}
+
+// Delete calls DeleteFunc.
+func (mock *ArtifactStoreMock) Delete(ctx context.Context, key string) error {
+	if mock.DeleteFunc == nil {
+		panic("ArtifactStoreMock.DeleteFunc: method is nil but ArtifactStore.Delete was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+	}{
+		Ctx: ctx,
+		Key: key,
+	}
+	mock.lockDelete.Lock()
+	mock.calls.Delete = append(mock.calls.Delete, callInfo)
+	mock.lockDelete.Unlock()
+	return mock.DeleteFunc(ctx, key)
+}
+
+// DeleteCalls gets all the calls that were made to Delete.
+// Check the length with:
+//
+//	len(mockedArtifactStore.DeleteCalls())
+func (mock *ArtifactStoreMock) DeleteCalls() []struct {
+	Ctx context.Context
+	Key string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+	}
+	mock.lockDelete.RLock()
+	calls = mock.calls.Delete
+	mock.lockDelete.RUnlock()
+	return calls
+}
+
+// Open calls OpenFunc.
+func (mock *ArtifactStoreMock) Open(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
+	if mock.OpenFunc == nil {
+		panic("ArtifactStoreMock.OpenFunc: method is nil but ArtifactStore.Open was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		Key    string
+		Offset int64
+		Length int64
+	}{
+		Ctx:    ctx,
+		Key:    key,
+		Offset: offset,
+		Length: length,
+	}
+	mock.lockOpen.Lock()
+	mock.calls.Open = append(mock.calls.Open, callInfo)
+	mock.lockOpen.Unlock()
+	return mock.OpenFunc(ctx, key, offset, length)
+}
+
+// OpenCalls gets all the calls that were made to Open.
+// Check the length with:
+//
+//	len(mockedArtifactStore.OpenCalls())
+func (mock *ArtifactStoreMock) OpenCalls() []struct {
+	Ctx    context.Context
+	Key    string
+	Offset int64
+	Length int64
+} {
+	var calls []struct {
+		Ctx    context.Context
+		Key    string
+		Offset int64
+		Length int64
+	}
+	mock.lockOpen.RLock()
+	calls = mock.calls.Open
+	mock.lockOpen.RUnlock()
+	return calls
+}
+
+// Put calls PutFunc.
+func (mock *ArtifactStoreMock) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+	if mock.PutFunc == nil {
+		panic("ArtifactStoreMock.PutFunc: method is nil but ArtifactStore.Put was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Key  string
+		R    io.Reader
+		Want ports.ObjectInfo
+	}{
+		Ctx:  ctx,
+		Key:  key,
+		R:    r,
+		Want: want,
+	}
+	mock.lockPut.Lock()
+	mock.calls.Put = append(mock.calls.Put, callInfo)
+	mock.lockPut.Unlock()
+	return mock.PutFunc(ctx, key, r, want)
+}
+
+// PutCalls gets all the calls that were made to Put.
+// Check the length with:
+//
+//	len(mockedArtifactStore.PutCalls())
+func (mock *ArtifactStoreMock) PutCalls() []struct {
+	Ctx  context.Context
+	Key  string
+	R    io.Reader
+	Want ports.ObjectInfo
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Key  string
+		R    io.Reader
+		Want ports.ObjectInfo
+	}
+	mock.lockPut.RLock()
+	calls = mock.calls.Put
+	mock.lockPut.RUnlock()
+	return calls
+}
+
+// SignedURL calls SignedURLFunc.
+func (mock *ArtifactStoreMock) SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	if mock.SignedURLFunc == nil {
+		panic("ArtifactStoreMock.SignedURLFunc: method is nil but ArtifactStore.SignedURL was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+		TTL time.Duration
+	}{
+		Ctx: ctx,
+		Key: key,
+		TTL: ttl,
+	}
+	mock.lockSignedURL.Lock()
+	mock.calls.SignedURL = append(mock.calls.SignedURL, callInfo)
+	mock.lockSignedURL.Unlock()
+	return mock.SignedURLFunc(ctx, key, ttl)
+}
+
+// SignedURLCalls gets all the calls that were made to SignedURL.
+// Check the length with:
+//
+//	len(mockedArtifactStore.SignedURLCalls())
+func (mock *ArtifactStoreMock) SignedURLCalls() []struct {
+	Ctx context.Context
+	Key string
+	TTL time.Duration
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+		TTL time.Duration
+	}
+	mock.lockSignedURL.RLock()
+	calls = mock.calls.SignedURL
+	mock.lockSignedURL.RUnlock()
+	return calls
+}
+
+// Stat calls StatFunc.
+func (mock *ArtifactStoreMock) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if mock.StatFunc == nil {
+		panic("ArtifactStoreMock.StatFunc: method is nil but ArtifactStore.Stat was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+	}{
+		Ctx: ctx,
+		Key: key,
+	}
+	mock.lockStat.Lock()
+	mock.calls.Stat = append(mock.calls.Stat, callInfo)
+	mock.lockStat.Unlock()
+	return mock.StatFunc(ctx, key)
+}
+
+// StatCalls gets all the calls that were made to Stat.
+// Check the length with:
+//
+//	len(mockedArtifactStore.StatCalls())
+func (mock *ArtifactStoreMock) StatCalls() []struct {
+	Ctx context.Context
+	Key string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+	}
+	mock.lockStat.RLock()
+	calls = mock.calls.Stat
+	mock.lockStat.RUnlock()
+	return calls
+}
+
+// Ensure, that NodeDirectoryMock does implement ports.NodeDirectory.
+// If this is not the case, regenerate this file with moq.
+var _ ports.NodeDirectory = &NodeDirectoryMock{}
+
+// NodeDirectoryMock is a mock implementation of ports.NodeDirectory.
+//
+//	func TestSomethingThatUsesNodeDirectory(t *testing.T) {
+//
+//		// make and configure a mocked ports.NodeDirectory
+//		mockedNodeDirectory := &NodeDirectoryMock{
+//			GetFunc: func(ctx context.Context, nodeID string) (ports.Node, error) {
+//				panic("mock out the Get method")
+//			},
+//			HealthyNodesFunc: func(ctx context.Context, instanceType string) ([]ports.Node, error) {
+//				panic("mock out the HealthyNodes method")
+//			},
+//		}
+//
+//		// use mockedNodeDirectory in code that requires ports.NodeDirectory
+//		// and then make assertions.
+//
+//	}
+type NodeDirectoryMock struct {
+	// GetFunc mocks the Get method.
+	GetFunc func(ctx context.Context, nodeID string) (ports.Node, error)
+
+	// HealthyNodesFunc mocks the HealthyNodes method.
+	HealthyNodesFunc func(ctx context.Context, instanceType string) ([]ports.Node, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Get holds details about calls to the Get method.
+		Get []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// NodeID is the nodeID argument value.
+			NodeID string
+		}
+		// HealthyNodes holds details about calls to the HealthyNodes method.
+		HealthyNodes []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// InstanceType is the instanceType argument value.
+			InstanceType string
+		}
+	}
+	lockGet          sync.RWMutex
+	lockHealthyNodes sync.RWMutex
+}
+
+// Get calls GetFunc.
+func (mock *NodeDirectoryMock) Get(ctx context.Context, nodeID string) (ports.Node, error) {
+	if mock.GetFunc == nil {
+		panic("NodeDirectoryMock.GetFunc: method is nil but NodeDirectory.Get was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		NodeID string
+	}{
+		Ctx:    ctx,
+		NodeID: nodeID,
+	}
+	mock.lockGet.Lock()
+	mock.calls.Get = append(mock.calls.Get, callInfo)
+	mock.lockGet.Unlock()
+	return mock.GetFunc(ctx, nodeID)
+}
+
+// GetCalls gets all the calls that were made to Get.
+// Check the length with:
+//
+//	len(mockedNodeDirectory.GetCalls())
+func (mock *NodeDirectoryMock) GetCalls() []struct {
+	Ctx    context.Context
+	NodeID string
+} {
+	var calls []struct {
+		Ctx    context.Context
+		NodeID string
+	}
+	mock.lockGet.RLock()
+	calls = mock.calls.Get
+	mock.lockGet.RUnlock()
+	return calls
+}
+
+// HealthyNodes calls HealthyNodesFunc.
+func (mock *NodeDirectoryMock) HealthyNodes(ctx context.Context, instanceType string) ([]ports.Node, error) {
+	if mock.HealthyNodesFunc == nil {
+		panic("NodeDirectoryMock.HealthyNodesFunc: method is nil but NodeDirectory.HealthyNodes was just called")
+	}
+	callInfo := struct {
+		Ctx          context.Context
+		InstanceType string
+	}{
+		Ctx:          ctx,
+		InstanceType: instanceType,
+	}
+	mock.lockHealthyNodes.Lock()
+	mock.calls.HealthyNodes = append(mock.calls.HealthyNodes, callInfo)
+	mock.lockHealthyNodes.Unlock()
+	return mock.HealthyNodesFunc(ctx, instanceType)
+}
+
+// HealthyNodesCalls gets all the calls that were made to HealthyNodes.
+// Check the length with:
+//
+//	len(mockedNodeDirectory.HealthyNodesCalls())
+func (mock *NodeDirectoryMock) HealthyNodesCalls() []struct {
+	Ctx          context.Context
+	InstanceType string
+} {
+	var calls []struct {
+		Ctx          context.Context
+		InstanceType string
+	}
+	mock.lockHealthyNodes.RLock()
+	calls = mock.calls.HealthyNodes
+	mock.lockHealthyNodes.RUnlock()
+	return calls
+}
+
+// Ensure, that NodeAgentMock does implement ports.NodeAgent.
+// If this is not the case, regenerate this file with moq.
+var _ ports.NodeAgent = &NodeAgentMock{}
+
+// NodeAgentMock is a mock implementation of ports.NodeAgent.
+//
+//	func TestSomethingThatUsesNodeAgent(t *testing.T) {
+//
+//		// make and configure a mocked ports.NodeAgent
+//		mockedNodeAgent := &NodeAgentMock{
+//			AppSnapshotFunc: func(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error) {
+//				panic("mock out the AppSnapshot method")
+//			},
+//			CleanupTemplateFunc: func(ctx context.Context, node ports.Node, templateID string, snapshotPath string) error {
+//				panic("mock out the CleanupTemplate method")
+//			},
+//			CreateImageFunc: func(ctx context.Context, node ports.Node, spec ports.ImageSpec) error {
+//				panic("mock out the CreateImage method")
+//			},
+//			DestroyImageFunc: func(ctx context.Context, node ports.Node, image string) error {
+//				panic("mock out the DestroyImage method")
+//			},
+//		}
+//
+//		// use mockedNodeAgent in code that requires ports.NodeAgent
+//		// and then make assertions.
+//
+//	}
+type NodeAgentMock struct {
+	// AppSnapshotFunc mocks the AppSnapshot method.
+	AppSnapshotFunc func(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error)
+
+	// CleanupTemplateFunc mocks the CleanupTemplate method.
+	CleanupTemplateFunc func(ctx context.Context, node ports.Node, templateID string, snapshotPath string) error
+
+	// CreateImageFunc mocks the CreateImage method.
+	CreateImageFunc func(ctx context.Context, node ports.Node, spec ports.ImageSpec) error
+
+	// DestroyImageFunc mocks the DestroyImage method.
+	DestroyImageFunc func(ctx context.Context, node ports.Node, image string) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// AppSnapshot holds details about calls to the AppSnapshot method.
+		AppSnapshot []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Node is the node argument value.
+			Node ports.Node
+			// CreateRequestJSON is the createRequestJSON argument value.
+			CreateRequestJSON []byte
+			// SnapshotDir is the snapshotDir argument value.
+			SnapshotDir string
+		}
+		// CleanupTemplate holds details about calls to the CleanupTemplate method.
+		CleanupTemplate []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Node is the node argument value.
+			Node ports.Node
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// SnapshotPath is the snapshotPath argument value.
+			SnapshotPath string
+		}
+		// CreateImage holds details about calls to the CreateImage method.
+		CreateImage []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Node is the node argument value.
+			Node ports.Node
+			// Spec is the spec argument value.
+			Spec ports.ImageSpec
+		}
+		// DestroyImage holds details about calls to the DestroyImage method.
+		DestroyImage []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Node is the node argument value.
+			Node ports.Node
+			// Image is the image argument value.
+			Image string
+		}
+	}
+	lockAppSnapshot     sync.RWMutex
+	lockCleanupTemplate sync.RWMutex
+	lockCreateImage     sync.RWMutex
+	lockDestroyImage    sync.RWMutex
+}
+
+// AppSnapshot calls AppSnapshotFunc.
+func (mock *NodeAgentMock) AppSnapshot(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error) {
+	if mock.AppSnapshotFunc == nil {
+		panic("NodeAgentMock.AppSnapshotFunc: method is nil but NodeAgent.AppSnapshot was just called")
+	}
+	callInfo := struct {
+		Ctx               context.Context
+		Node              ports.Node
+		CreateRequestJSON []byte
+		SnapshotDir       string
+	}{
+		Ctx:               ctx,
+		Node:              node,
+		CreateRequestJSON: createRequestJSON,
+		SnapshotDir:       snapshotDir,
+	}
+	mock.lockAppSnapshot.Lock()
+	mock.calls.AppSnapshot = append(mock.calls.AppSnapshot, callInfo)
+	mock.lockAppSnapshot.Unlock()
+	return mock.AppSnapshotFunc(ctx, node, createRequestJSON, snapshotDir)
+}
+
+// AppSnapshotCalls gets all the calls that were made to AppSnapshot.
+// Check the length with:
+//
+//	len(mockedNodeAgent.AppSnapshotCalls())
+func (mock *NodeAgentMock) AppSnapshotCalls() []struct {
+	Ctx               context.Context
+	Node              ports.Node
+	CreateRequestJSON []byte
+	SnapshotDir       string
+} {
+	var calls []struct {
+		Ctx               context.Context
+		Node              ports.Node
+		CreateRequestJSON []byte
+		SnapshotDir       string
+	}
+	mock.lockAppSnapshot.RLock()
+	calls = mock.calls.AppSnapshot
+	mock.lockAppSnapshot.RUnlock()
+	return calls
+}
+
+// CleanupTemplate calls CleanupTemplateFunc.
+func (mock *NodeAgentMock) CleanupTemplate(ctx context.Context, node ports.Node, templateID string, snapshotPath string) error {
+	if mock.CleanupTemplateFunc == nil {
+		panic("NodeAgentMock.CleanupTemplateFunc: method is nil but NodeAgent.CleanupTemplate was just called")
+	}
+	callInfo := struct {
+		Ctx          context.Context
+		Node         ports.Node
+		TemplateID   string
+		SnapshotPath string
+	}{
+		Ctx:          ctx,
+		Node:         node,
+		TemplateID:   templateID,
+		SnapshotPath: snapshotPath,
+	}
+	mock.lockCleanupTemplate.Lock()
+	mock.calls.CleanupTemplate = append(mock.calls.CleanupTemplate, callInfo)
+	mock.lockCleanupTemplate.Unlock()
+	return mock.CleanupTemplateFunc(ctx, node, templateID, snapshotPath)
+}
+
+// CleanupTemplateCalls gets all the calls that were made to CleanupTemplate.
+// Check the length with:
+//
+//	len(mockedNodeAgent.CleanupTemplateCalls())
+func (mock *NodeAgentMock) CleanupTemplateCalls() []struct {
+	Ctx          context.Context
+	Node         ports.Node
+	TemplateID   string
+	SnapshotPath string
+} {
+	var calls []struct {
+		Ctx          context.Context
+		Node         ports.Node
+		TemplateID   string
+		SnapshotPath string
+	}
+	mock.lockCleanupTemplate.RLock()
+	calls = mock.calls.CleanupTemplate
+	mock.lockCleanupTemplate.RUnlock()
+	return calls
+}
+
+// CreateImage calls CreateImageFunc.
+func (mock *NodeAgentMock) CreateImage(ctx context.Context, node ports.Node, spec ports.ImageSpec) error {
+	if mock.CreateImageFunc == nil {
+		panic("NodeAgentMock.CreateImageFunc: method is nil but NodeAgent.CreateImage was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Node ports.Node
+		Spec ports.ImageSpec
+	}{
+		Ctx:  ctx,
+		Node: node,
+		Spec: spec,
+	}
+	mock.lockCreateImage.Lock()
+	mock.calls.CreateImage = append(mock.calls.CreateImage, callInfo)
+	mock.lockCreateImage.Unlock()
+	return mock.CreateImageFunc(ctx, node, spec)
+}
+
+// CreateImageCalls gets all the calls that were made to CreateImage.
+// Check the length with:
+//
+//	len(mockedNodeAgent.CreateImageCalls())
+func (mock *NodeAgentMock) CreateImageCalls() []struct {
+	Ctx  context.Context
+	Node ports.Node
+	Spec ports.ImageSpec
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Node ports.Node
+		Spec ports.ImageSpec
+	}
+	mock.lockCreateImage.RLock()
+	calls = mock.calls.CreateImage
+	mock.lockCreateImage.RUnlock()
+	return calls
+}
+
+// DestroyImage calls DestroyImageFunc.
+func (mock *NodeAgentMock) DestroyImage(ctx context.Context, node ports.Node, image string) error {
+	if mock.DestroyImageFunc == nil {
+		panic("NodeAgentMock.DestroyImageFunc: method is nil but NodeAgent.DestroyImage was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		Node  ports.Node
+		Image string
+	}{
+		Ctx:   ctx,
+		Node:  node,
+		Image: image,
+	}
+	mock.lockDestroyImage.Lock()
+	mock.calls.DestroyImage = append(mock.calls.DestroyImage, callInfo)
+	mock.lockDestroyImage.Unlock()
+	return mock.DestroyImageFunc(ctx, node, image)
+}
+
+// DestroyImageCalls gets all the calls that were made to DestroyImage.
+// Check the length with:
+//
+//	len(mockedNodeAgent.DestroyImageCalls())
+func (mock *NodeAgentMock) DestroyImageCalls() []struct {
+	Ctx   context.Context
+	Node  ports.Node
+	Image string
+} {
+	var calls []struct {
+		Ctx   context.Context
+		Node  ports.Node
+		Image string
+	}
+	mock.lockDestroyImage.RLock()
+	calls = mock.calls.DestroyImage
+	mock.lockDestroyImage.RUnlock()
+	return calls
+}
+
+// Ensure, that ProgressSinkMock does implement ports.ProgressSink.
+// If this is not the case, regenerate this file with moq.
+var _ ports.ProgressSink = &ProgressSinkMock{}
+
+// ProgressSinkMock is a mock implementation of ports.ProgressSink.
+//
+//	func TestSomethingThatUsesProgressSink(t *testing.T) {
+//
+//		// make and configure a mocked ports.ProgressSink
+//		mockedProgressSink := &ProgressSinkMock{
+//			DeleteFunc: func(ctx context.Context, jobID string) error {
+//				panic("mock out the Delete method")
+//			},
+//			GetFunc: func(ctx context.Context, jobID string) (ports.LiveProgress, bool, error) {
+//				panic("mock out the Get method")
+//			},
+//			PublishFunc: func(ctx context.Context, jobID string, p ports.LiveProgress) error {
+//				panic("mock out the Publish method")
+//			},
+//		}
+//
+//		// use mockedProgressSink in code that requires ports.ProgressSink
+//		// and then make assertions.
+//
+//	}
+type ProgressSinkMock struct {
+	// DeleteFunc mocks the Delete method.
+	DeleteFunc func(ctx context.Context, jobID string) error
+
+	// GetFunc mocks the Get method.
+	GetFunc func(ctx context.Context, jobID string) (ports.LiveProgress, bool, error)
+
+	// PublishFunc mocks the Publish method.
+	PublishFunc func(ctx context.Context, jobID string, p ports.LiveProgress) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Delete holds details about calls to the Delete method.
+		Delete []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// JobID is the jobID argument value.
+			JobID string
+		}
+		// Get holds details about calls to the Get method.
+		Get []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// JobID is the jobID argument value.
+			JobID string
+		}
+		// Publish holds details about calls to the Publish method.
+		Publish []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// JobID is the jobID argument value.
+			JobID string
+			// P is the p argument value.
+			P ports.LiveProgress
+		}
+	}
+	lockDelete  sync.RWMutex
+	lockGet     sync.RWMutex
+	lockPublish sync.RWMutex
+}
+
+// Delete calls DeleteFunc.
+func (mock *ProgressSinkMock) Delete(ctx context.Context, jobID string) error {
+	if mock.DeleteFunc == nil {
+		panic("ProgressSinkMock.DeleteFunc: method is nil but ProgressSink.Delete was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		JobID string
+	}{
+		Ctx:   ctx,
+		JobID: jobID,
+	}
+	mock.lockDelete.Lock()
+	mock.calls.Delete = append(mock.calls.Delete, callInfo)
+	mock.lockDelete.Unlock()
+	return mock.DeleteFunc(ctx, jobID)
+}
+
+// DeleteCalls gets all the calls that were made to Delete.
+// Check the length with:
+//
+//	len(mockedProgressSink.DeleteCalls())
+func (mock *ProgressSinkMock) DeleteCalls() []struct {
+	Ctx   context.Context
+	JobID string
+} {
+	var calls []struct {
+		Ctx   context.Context
+		JobID string
+	}
+	mock.lockDelete.RLock()
+	calls = mock.calls.Delete
+	mock.lockDelete.RUnlock()
+	return calls
+}
+
+// Get calls GetFunc.
+func (mock *ProgressSinkMock) Get(ctx context.Context, jobID string) (ports.LiveProgress, bool, error) {
+	if mock.GetFunc == nil {
+		panic("ProgressSinkMock.GetFunc: method is nil but ProgressSink.Get was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		JobID string
+	}{
+		Ctx:   ctx,
+		JobID: jobID,
+	}
+	mock.lockGet.Lock()
+	mock.calls.Get = append(mock.calls.Get, callInfo)
+	mock.lockGet.Unlock()
+	return mock.GetFunc(ctx, jobID)
+}
+
+// GetCalls gets all the calls that were made to Get.
+// Check the length with:
+//
+//	len(mockedProgressSink.GetCalls())
+func (mock *ProgressSinkMock) GetCalls() []struct {
+	Ctx   context.Context
+	JobID string
+} {
+	var calls []struct {
+		Ctx   context.Context
+		JobID string
+	}
+	mock.lockGet.RLock()
+	calls = mock.calls.Get
+	mock.lockGet.RUnlock()
+	return calls
+}
+
+// Publish calls PublishFunc.
+func (mock *ProgressSinkMock) Publish(ctx context.Context, jobID string, p ports.LiveProgress) error {
+	if mock.PublishFunc == nil {
+		panic("ProgressSinkMock.PublishFunc: method is nil but ProgressSink.Publish was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		JobID string
+		P     ports.LiveProgress
+	}{
+		Ctx:   ctx,
+		JobID: jobID,
+		P:     p,
+	}
+	mock.lockPublish.Lock()
+	mock.calls.Publish = append(mock.calls.Publish, callInfo)
+	mock.lockPublish.Unlock()
+	return mock.PublishFunc(ctx, jobID, p)
+}
+
+// PublishCalls gets all the calls that were made to Publish.
+// Check the length with:
+//
+//	len(mockedProgressSink.PublishCalls())
+func (mock *ProgressSinkMock) PublishCalls() []struct {
+	Ctx   context.Context
+	JobID string
+	P     ports.LiveProgress
+} {
+	var calls []struct {
+		Ctx   context.Context
+		JobID string
+		P     ports.LiveProgress
+	}
+	mock.lockPublish.RLock()
+	calls = mock.calls.Publish
+	mock.lockPublish.RUnlock()
+	return calls
+}
+
+// Ensure, that BuildDispatcherMock does implement ports.BuildDispatcher.
+// If this is not the case, regenerate this file with moq.
+var _ ports.BuildDispatcher = &BuildDispatcherMock{}
+
+// BuildDispatcherMock is a mock implementation of ports.BuildDispatcher.
+//
+//	func TestSomethingThatUsesBuildDispatcher(t *testing.T) {
+//
+//		// make and configure a mocked ports.BuildDispatcher
+//		mockedBuildDispatcher := &BuildDispatcherMock{
+//			DeleteArtifactFunc: func(ctx context.Context, artifactID string) error {
+//				panic("mock out the DeleteArtifact method")
+//			},
+//			SubmitBuildFunc: func(ctx context.Context, req ports.BuildRequest) error {
+//				panic("mock out the SubmitBuild method")
+//			},
+//		}
+//
+//		// use mockedBuildDispatcher in code that requires ports.BuildDispatcher
+//		// and then make assertions.
+//
+//	}
+type BuildDispatcherMock struct {
+	// DeleteArtifactFunc mocks the DeleteArtifact method.
+	DeleteArtifactFunc func(ctx context.Context, artifactID string) error
+
+	// SubmitBuildFunc mocks the SubmitBuild method.
+	SubmitBuildFunc func(ctx context.Context, req ports.BuildRequest) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// DeleteArtifact holds details about calls to the DeleteArtifact method.
+		DeleteArtifact []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// ArtifactID is the artifactID argument value.
+			ArtifactID string
+		}
+		// SubmitBuild holds details about calls to the SubmitBuild method.
+		SubmitBuild []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Req is the req argument value.
+			Req ports.BuildRequest
+		}
+	}
+	lockDeleteArtifact sync.RWMutex
+	lockSubmitBuild    sync.RWMutex
+}
+
+// DeleteArtifact calls DeleteArtifactFunc.
+func (mock *BuildDispatcherMock) DeleteArtifact(ctx context.Context, artifactID string) error {
+	if mock.DeleteArtifactFunc == nil {
+		panic("BuildDispatcherMock.DeleteArtifactFunc: method is nil but BuildDispatcher.DeleteArtifact was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		ArtifactID string
+	}{
+		Ctx:        ctx,
+		ArtifactID: artifactID,
+	}
+	mock.lockDeleteArtifact.Lock()
+	mock.calls.DeleteArtifact = append(mock.calls.DeleteArtifact, callInfo)
+	mock.lockDeleteArtifact.Unlock()
+	return mock.DeleteArtifactFunc(ctx, artifactID)
+}
+
+// DeleteArtifactCalls gets all the calls that were made to DeleteArtifact.
+// Check the length with:
+//
+//	len(mockedBuildDispatcher.DeleteArtifactCalls())
+func (mock *BuildDispatcherMock) DeleteArtifactCalls() []struct {
+	Ctx        context.Context
+	ArtifactID string
+} {
+	var calls []struct {
+		Ctx        context.Context
+		ArtifactID string
+	}
+	mock.lockDeleteArtifact.RLock()
+	calls = mock.calls.DeleteArtifact
+	mock.lockDeleteArtifact.RUnlock()
+	return calls
+}
+
+// SubmitBuild calls SubmitBuildFunc.
+func (mock *BuildDispatcherMock) SubmitBuild(ctx context.Context, req ports.BuildRequest) error {
+	if mock.SubmitBuildFunc == nil {
+		panic("BuildDispatcherMock.SubmitBuildFunc: method is nil but BuildDispatcher.SubmitBuild was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Req ports.BuildRequest
+	}{
+		Ctx: ctx,
+		Req: req,
+	}
+	mock.lockSubmitBuild.Lock()
+	mock.calls.SubmitBuild = append(mock.calls.SubmitBuild, callInfo)
+	mock.lockSubmitBuild.Unlock()
+	return mock.SubmitBuildFunc(ctx, req)
+}
+
+// SubmitBuildCalls gets all the calls that were made to SubmitBuild.
+// Check the length with:
+//
+//	len(mockedBuildDispatcher.SubmitBuildCalls())
+func (mock *BuildDispatcherMock) SubmitBuildCalls() []struct {
+	Ctx context.Context
+	Req ports.BuildRequest
+} {
+	var calls []struct {
+		Ctx context.Context
+		Req ports.BuildRequest
+	}
+	mock.lockSubmitBuild.RLock()
+	calls = mock.calls.SubmitBuild
+	mock.lockSubmitBuild.RUnlock()
+	return calls
+}
+
+// Ensure, that StatusReporterMock does implement ports.StatusReporter.
+// If this is not the case, regenerate this file with moq.
+var _ ports.StatusReporter = &StatusReporterMock{}
+
+// StatusReporterMock is a mock implementation of ports.StatusReporter.
+//
+//	func TestSomethingThatUsesStatusReporter(t *testing.T) {
+//
+//		// make and configure a mocked ports.StatusReporter
+//		mockedStatusReporter := &StatusReporterMock{
+//			ReportFunc: func(ctx context.Context, jobID string, r ports.StatusReport) error {
+//				panic("mock out the Report method")
+//			},
+//		}
+//
+//		// use mockedStatusReporter in code that requires ports.StatusReporter
+//		// and then make assertions.
+//
+//	}
+type StatusReporterMock struct {
+	// ReportFunc mocks the Report method.
+	ReportFunc func(ctx context.Context, jobID string, r ports.StatusReport) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Report holds details about calls to the Report method.
+		Report []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// JobID is the jobID argument value.
+			JobID string
+			// R is the r argument value.
+			R ports.StatusReport
+		}
+	}
+	lockReport sync.RWMutex
+}
+
+// Report calls ReportFunc.
+func (mock *StatusReporterMock) Report(ctx context.Context, jobID string, r ports.StatusReport) error {
+	if mock.ReportFunc == nil {
+		panic("StatusReporterMock.ReportFunc: method is nil but StatusReporter.Report was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		JobID string
+		R     ports.StatusReport
+	}{
+		Ctx:   ctx,
+		JobID: jobID,
+		R:     r,
+	}
+	mock.lockReport.Lock()
+	mock.calls.Report = append(mock.calls.Report, callInfo)
+	mock.lockReport.Unlock()
+	return mock.ReportFunc(ctx, jobID, r)
+}
+
+// ReportCalls gets all the calls that were made to Report.
+// Check the length with:
+//
+//	len(mockedStatusReporter.ReportCalls())
+func (mock *StatusReporterMock) ReportCalls() []struct {
+	Ctx   context.Context
+	JobID string
+	R     ports.StatusReport
+} {
+	var calls []struct {
+		Ctx   context.Context
+		JobID string
+		R     ports.StatusReport
+	}
+	mock.lockReport.RLock()
+	calls = mock.calls.Report
+	mock.lockReport.RUnlock()
 	return calls
 }

@@ -1,0 +1,96 @@
+// Package redisprogress keeps live job progress in Redis (rueidis), so that
+// every replica can answer progress queries. Each job is one JSON value
+// with a TTL refreshed on every publish: progress of a dead build expires by
+// itself instead of lingering.
+package redisprogress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/redis/rueidis"
+)
+
+// DefaultTTL is how long progress outlives its last publish.
+const DefaultTTL = time.Hour
+
+// Sink is a ports.ProgressSink on Redis.
+type Sink struct {
+	client rueidis.Client
+	prefix string
+	ttl    time.Duration
+}
+
+// Options configure a Sink.
+type Options struct {
+	// Prefix namespaces keys (default "cube:template:job:progress:").
+	Prefix string
+	TTL    time.Duration
+}
+
+// New wraps a rueidis client; the caller owns (and closes) the client.
+func New(client rueidis.Client, opts Options) *Sink {
+	if opts.Prefix == "" {
+		opts.Prefix = "cube:template:job:progress:"
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
+	}
+	return &Sink{client: client, prefix: opts.Prefix, ttl: opts.TTL}
+}
+
+// Dial connects to Redis at addr (host:port).
+func Dial(addr string) (rueidis.Client, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("connect redis %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+type record struct {
+	Phase    core.Phase        `json:"phase"`
+	Progress int               `json:"progress"`
+	Pull     core.PullProgress `json:"pull"`
+}
+
+// Publish stores p as the job's latest progress and refreshes its TTL.
+func (s *Sink) Publish(ctx context.Context, jobID string, p ports.LiveProgress) error {
+	b, err := json.Marshal(record{Phase: p.Phase, Progress: p.Progress, Pull: p.Pull})
+	if err != nil {
+		return err
+	}
+	cmd := s.client.B().Set().Key(s.prefix + jobID).Value(string(b)).Ex(s.ttl).Build()
+	if err := s.client.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("publish progress of job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// Get returns the latest progress; ok is false when none is stored.
+func (s *Sink) Get(ctx context.Context, jobID string) (ports.LiveProgress, bool, error) {
+	v, err := s.client.Do(ctx, s.client.B().Get().Key(s.prefix+jobID).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return ports.LiveProgress{}, false, nil
+	}
+	if err != nil {
+		return ports.LiveProgress{}, false, fmt.Errorf("read progress of job %s: %w", jobID, err)
+	}
+	var r record
+	if err := json.Unmarshal([]byte(v), &r); err != nil {
+		return ports.LiveProgress{}, false, fmt.Errorf("decode progress of job %s: %w", jobID, err)
+	}
+	return ports.LiveProgress{Phase: r.Phase, Progress: r.Progress, Pull: r.Pull}, true, nil
+}
+
+// Delete removes the job's progress.
+func (s *Sink) Delete(ctx context.Context, jobID string) error {
+	if err := s.client.Do(ctx, s.client.B().Del().Key(s.prefix+jobID).Build()).Error(); err != nil {
+		return fmt.Errorf("delete progress of job %s: %w", jobID, err)
+	}
+	return nil
+}

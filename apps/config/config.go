@@ -1,0 +1,243 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is what the apps read at start-up.
+type Config struct {
+	ConfigPath string `yaml:"-"`
+
+	// DBDSN selects the metadata store: sqlite://, mysql://, postgres://.
+	DBDSN string `yaml:"db_dsn"`
+	// ArtifactStoreDir is the local artifact directory (file:// store).
+	ArtifactStoreDir string `yaml:"artifact_store_dir"`
+	// ArtifactStoreURL overrides the store with a gocloud URL.
+	ArtifactStoreURL string `yaml:"artifact_store_url"`
+	// WorkDir holds build scratch space.
+	WorkDir string `yaml:"artifact_work_dir"`
+	// LayerCacheDir and LayerCacheMaxBytes bound the layer cache.
+	LayerCacheDir      string `yaml:"layer_cache_dir"`
+	LayerCacheMaxBytes int64  `yaml:"layer_cache_max_bytes"`
+
+	MaxConcurrentBuilds int      `yaml:"max_concurrent_builds"`
+	InsecureRegistries  []string `yaml:"insecure_registries"`
+	AllowLocalLayouts   bool     `yaml:"allow_local_layouts"`
+	// Builder is "mkfs" or the name of a builder plugin under PluginDir.
+	Builder        string `yaml:"builder"`
+	PluginDir      string `yaml:"plugin_dir"`
+	HeadroomBytes  int64  `yaml:"headroom_bytes"`
+	HeadroomInodes int64  `yaml:"headroom_inodes"`
+	MaxImageBytes  int64  `yaml:"max_image_bytes"`
+
+	S3 S3 `yaml:"s3"`
+
+	CallbackToken           string `yaml:"-"`
+	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
+
+	Warnings []string `yaml:"-"`
+}
+
+// S3 holds the shared CUBE_S3_* settings; S3 is enabled only when endpoint,
+// bucket and both keys are set.
+type S3 struct {
+	Endpoint     string `yaml:"endpoint"`
+	Bucket       string `yaml:"bucket"`
+	AccessKey    string `yaml:"-"`
+	SecretKey    string `yaml:"-"`
+	Region       string `yaml:"region"`
+	UsePathStyle bool   `yaml:"use_path_style"`
+	UseSSL       bool   `yaml:"use_ssl"`
+	Prefix       string `yaml:"artifact_prefix"`
+}
+
+// Enabled reports whether S3 is fully configured.
+func (s S3) Enabled() bool {
+	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
+}
+
+// Defaults are used for anything neither the file nor the environment sets.
+func Defaults() Config {
+	return Config{
+		DBDSN:               "sqlite:///var/lib/cubetemplatecenter/tc.db",
+		ArtifactStoreDir:    "/data/CubeTemplateCenter/storage",
+		WorkDir:             os.TempDir(),
+		LayerCacheMaxBytes:  20 << 30,
+		MaxConcurrentBuilds: 2,
+		Builder:             "mkfs",
+		S3:                  S3{Region: "us-east-1", UsePathStyle: true},
+	}
+}
+
+// Env looks a variable up; os.LookupEnv in production, a map in tests.
+type Env func(name string) (string, bool)
+
+// Load reads the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH (legacy
+// CUBE_MASTER_CONFIG_PATH), if any, then the environment.
+func Load(env Env) (Config, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	c := Defaults()
+	r := reader{env: env}
+	if p, ok := r.lookup("CUBE_TEMPLATE_CENTER_CONFIG_PATH", "CUBE_MASTER_CONFIG_PATH"); ok && p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return c, fmt.Errorf("read config file %s: %w", p, err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
+			return c, fmt.Errorf("parse config file %s: %w", p, err)
+		}
+		c.ConfigPath = p
+	}
+	r.str(&c.DBDSN, "CUBE_TEMPLATE_CENTER_DB_DSN")
+	r.str(&c.ArtifactStoreDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR")
+	r.str(&c.ArtifactStoreURL, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL")
+	r.str(&c.WorkDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_DIR")
+	r.str(&c.LayerCacheDir, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR")
+	r.int64(&c.LayerCacheMaxBytes, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_MAX_BYTES")
+	r.int(&c.MaxConcurrentBuilds, "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS")
+	r.list(&c.InsecureRegistries, "CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES")
+	r.bool(&c.AllowLocalLayouts, "CUBE_TEMPLATE_CENTER_ALLOW_LOCAL_LAYOUTS")
+	r.str(&c.Builder, "CUBE_TEMPLATE_CENTER_BUILDER")
+	r.str(&c.PluginDir, "CUBE_TEMPLATE_CENTER_PLUGIN_DIR")
+	r.int64(&c.HeadroomBytes, "CUBE_TEMPLATE_CENTER_HEADROOM_BYTES")
+	r.int64(&c.HeadroomInodes, "CUBE_TEMPLATE_CENTER_HEADROOM_INODES")
+	r.int64(&c.MaxImageBytes, "CUBE_TEMPLATE_CENTER_MAX_IMAGE_BYTES")
+	r.str(&c.S3.Endpoint, "CUBE_S3_ENDPOINT")
+	r.str(&c.S3.Bucket, "CUBE_S3_BUCKET")
+	r.str(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY")
+	r.str(&c.S3.SecretKey, "CUBE_S3_SECRET_KEY")
+	r.str(&c.S3.Region, "CUBE_S3_REGION")
+	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
+	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
+	r.str(&c.S3.Prefix, "CUBE_S3_ARTIFACT_PREFIX")
+	r.str(&c.CallbackToken, "CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN")
+	r.bool(&c.CallbackInsecureNoToken, "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN")
+	c.Warnings = r.warnings
+	if r.err != nil {
+		return c, r.err
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	if c.MaxConcurrentBuilds < 1 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
+	}
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"CUBE_TEMPLATE_CENTER_HEADROOM_BYTES", c.HeadroomBytes}, {"CUBE_TEMPLATE_CENTER_HEADROOM_INODES", c.HeadroomInodes},
+		{"CUBE_TEMPLATE_CENTER_MAX_IMAGE_BYTES", c.MaxImageBytes}, {"CUBE_TEMPLATE_CENTER_LAYER_CACHE_MAX_BYTES", c.LayerCacheMaxBytes}} {
+		if v.n < 0 {
+			return fmt.Errorf("%s: %d, must not be negative", v.name, v.n)
+		}
+	}
+	return nil
+}
+
+type reader struct {
+	env      Env
+	warnings []string
+	err      error
+}
+
+// lookup returns the first set name; a legacy name (any after the first)
+// adds a deprecation warning.
+func (r *reader) lookup(name string, legacy ...string) (string, bool) {
+	if v, ok := r.env(name); ok {
+		for _, l := range legacy {
+			if _, lok := r.env(l); lok {
+				r.warnings = append(r.warnings, fmt.Sprintf("both %s and legacy %s are set; using %s", name, l, name))
+			}
+		}
+		return v, true
+	}
+	for _, l := range legacy {
+		if v, ok := r.env(l); ok {
+			r.warnings = append(r.warnings, fmt.Sprintf("%s is deprecated; use %s", l, name))
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func (r *reader) str(dst *string, name string, legacy ...string) {
+	if v, ok := r.lookup(name, legacy...); ok {
+		*dst = strings.TrimSpace(v)
+	}
+}
+
+func (r *reader) list(dst *[]string, name string, legacy ...string) {
+	if v, ok := r.lookup(name, legacy...); ok {
+		*dst = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				*dst = append(*dst, s)
+			}
+		}
+	}
+}
+
+func (r *reader) int(dst *int, name string, legacy ...string) {
+	var n int64 = int64(*dst)
+	r.int64(&n, name, legacy...)
+	*dst = int(n)
+}
+
+func (r *reader) int64(dst *int64, name string, legacy ...string) {
+	v, ok := r.lookup(name, legacy...)
+	if !ok || strings.TrimSpace(v) == "" {
+		return
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %q is not an integer", name, v))
+		return
+	}
+	*dst = n
+}
+
+func (r *reader) bool(dst *bool, name string, legacy ...string) {
+	v, ok := r.lookup(name, legacy...)
+	if !ok || strings.TrimSpace(v) == "" {
+		return
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %q is not a boolean", name, v))
+		return
+	}
+	*dst = b
+}
+
+// Duration reads a Go duration variable (used by the reconciler settings).
+func Duration(env Env, name string, def time.Duration) (time.Duration, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	v, ok := env(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return def, fmt.Errorf("%s: %q is not a positive Go duration", name, v)
+	}
+	return d, nil
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}

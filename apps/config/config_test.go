@@ -1,0 +1,98 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mapEnv(m map[string]string) Env {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadNamesAndFallbacks(t *testing.T) {
+	cases := []struct {
+		name     string
+		env      map[string]string
+		check    func(Config) bool
+		warnings int
+	}{
+		{"defaults", nil, func(c Config) bool { return c.MaxConcurrentBuilds == 2 && c.Builder == "mkfs" && !c.S3.Enabled() }, 0},
+		{"new name", map[string]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/a"}, func(c Config) bool { return c.ArtifactStoreDir == "/a" }, 0},
+		{"legacy name warns", map[string]string{"CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/legacy"}, func(c Config) bool { return c.ArtifactStoreDir == "/legacy" }, 1},
+		{"new beats legacy", map[string]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR": "/new", "CUBEMASTER_ROOTFS_ARTIFACT_DIR": "/old"}, func(c Config) bool { return c.WorkDir == "/new" }, 1},
+		{"legacy token", map[string]string{"CUBE_TC_CALLBACK_TOKEN": "s3cret"}, func(c Config) bool { return c.CallbackToken == "s3cret" }, 1},
+		{"insecure registries list", map[string]string{"CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES": " a:5000, ,b "}, func(c Config) bool { return slices.Equal(c.InsecureRegistries, []string{"a:5000", "b"}) }, 0},
+		{"s3 enabled only when complete", map[string]string{"CUBE_S3_ENDPOINT": "http://x", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY": "k"}, func(c Config) bool { return !c.S3.Enabled() }, 0},
+		{"s3 complete", map[string]string{"CUBE_S3_ENDPOINT": "http://x", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY": "k", "CUBE_S3_SECRET_KEY": "s"}, func(c Config) bool { return c.S3.Enabled() }, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(mapEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Fatalf("unexpected config %+v", c)
+			}
+			if len(c.Warnings) != tc.warnings {
+				t.Fatalf("warnings = %q, want %d", c.Warnings, tc.warnings)
+			}
+		})
+	}
+}
+
+func TestLoadRejectsBadValuesNamingTheVariable(t *testing.T) {
+	cases := map[string]string{
+		"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "many",
+		"CUBE_S3_USE_SSL":                     "perhaps",
+		"CUBE_TEMPLATE_CENTER_HEADROOM_BYTES": "-5",
+	}
+	for name, v := range cases {
+		_, err := Load(mapEnv(map[string]string{name: v}))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: err = %v, want one naming the variable", name, v, err)
+		}
+	}
+	if _, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "0"})); err == nil {
+		t.Error("zero concurrent builds accepted")
+	}
+}
+
+func TestLoadFileThenEnvironment(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tc.yaml")
+	if err := os.WriteFile(p, []byte("builder: ext4stream\nmax_concurrent_builds: 4\ns3:\n  bucket: from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p, "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Builder != "ext4stream" || c.S3.Bucket != "from-file" || c.MaxConcurrentBuilds != 3 {
+		t.Fatalf("got %+v", c)
+	}
+	if err := os.WriteFile(p, []byte("no_such_key: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p})); err == nil || !strings.Contains(err.Error(), "no_such_key") {
+		t.Fatalf("unknown key accepted: %v", err)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	env := mapEnv(map[string]string{"A": "90s", "B": "soon", "C": "-1s"})
+	if d, err := Duration(env, "A", time.Minute); err != nil || d != 90*time.Second {
+		t.Fatalf("A: %v %v", d, err)
+	}
+	if d, err := Duration(env, "MISSING", time.Minute); err != nil || d != time.Minute {
+		t.Fatalf("missing: %v %v", d, err)
+	}
+	for _, k := range []string{"B", "C"} {
+		if _, err := Duration(env, k, time.Minute); err == nil || !strings.Contains(err.Error(), k) {
+			t.Fatalf("%s: err = %v", k, err)
+		}
+	}
+}
