@@ -214,7 +214,8 @@ type JobUpdate struct {
 //	READY, FAILED: absorbing
 //
 // A report that would move the job backwards (an earlier status, an earlier
-// phase, a build-phase report after BUILT, anything after a terminal state)
+// phase, a build-phase report after BUILT, a BUILT report once the resume
+// pipeline runs, anything after a terminal state)
 // returns an error wrapping ErrStaleUpdate and leaves the job unchanged; a
 // transition that skips the build (PENDING -> READY) returns a
 // *TransitionError. Progress never decreases within a status.
@@ -289,6 +290,15 @@ func (j *Job) checkEdge(to JobStatus, phase Phase) error {
 			return fmt.Errorf("job %s: build report %s/%s after BUILT: %w", j.JobID, to, phase, ErrStaleUpdate)
 		}
 		return nil
+	case from == JobBuilt && to == JobBuilt:
+		// A retried BUILT report: the resume pipeline was already started
+		// by the first one.
+		return fmt.Errorf("job %s: duplicate BUILT report: %w", j.JobID, ErrStaleUpdate)
+	case from == JobRunning && to == JobBuilt && j.Phase.PostBuild():
+		// A retried BUILT report that lands after the resume pipeline took
+		// the job to RUNNING/<post-build phase> would send it back to BUILT
+		// and replay the resume; the pipeline is ahead, so the report is late.
+		return fmt.Errorf("job %s: BUILT report after the resume pipeline reached %s: %w", j.JobID, j.Phase, ErrStaleUpdate)
 	case to.rank() < from.rank():
 		return fmt.Errorf("job %s: %s after %s: %w", j.JobID, to, from, ErrStaleUpdate)
 	case from == JobPending && to == JobReady:

@@ -6,6 +6,11 @@ import "context"
 // GET_LOCK or PostgreSQL advisory lock session, or an in-process table).
 // Locks are an optimisation that keeps duplicate work away; correctness
 // still comes from unique keys and guarded updates in the Store.
+//
+// Names are compared byte for byte; an empty name is refused with an error
+// wrapping core.ErrInvalidArgument. Adapters may shorten long names (MySQL
+// allows 64 characters) but two different names never share a lock in
+// practice (the shortened form keeps a hash of the whole name).
 type Locker interface {
 	// Lock blocks until this caller holds name or ctx ends (then it returns
 	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude

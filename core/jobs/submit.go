@@ -57,15 +57,9 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 
 func (s *Service) submitRound(ctx context.Context, req *core.FromImageRequest, requestJSON, key string) (SubmitResult, bool, error) {
 	repos := s.Store
-	def, err := repos.Templates().GetDefinition(ctx, req.TemplateID)
-	switch {
-	case err == nil && def.Status != core.TemplateFailed:
-		return SubmitResult{}, false, fmt.Errorf("template %s already exists (%s); rootfs template specs are immutable, delete it or use redo: %w",
-			req.TemplateID, def.Status, core.ErrDuplicateTemplate)
-	case err != nil && !errors.Is(err, core.ErrNotFound):
-		return SubmitResult{}, false, fmt.Errorf("read template %s: %w", req.TemplateID, err)
-	}
-
+	// The active job is checked first: while the resume pipeline of an
+	// identical request runs, its definition already exists, and the
+	// resubmit must still get the running job back.
 	if active, err := repos.Jobs().GetActive(ctx, key); err == nil {
 		if active.RequestJSON == requestJSON {
 			return SubmitResult{Job: active}, false, nil
@@ -73,6 +67,15 @@ func (s *Service) submitRound(ctx context.Context, req *core.FromImageRequest, r
 		return SubmitResult{}, false, &core.ActiveJobError{TemplateID: req.TemplateID, JobID: active.JobID, Status: active.Status}
 	} else if !errors.Is(err, core.ErrNotFound) {
 		return SubmitResult{}, false, fmt.Errorf("read active job of %s: %w", req.TemplateID, err)
+	}
+
+	def, err := repos.Templates().GetDefinition(ctx, req.TemplateID)
+	switch {
+	case err == nil && def.Status != core.TemplateFailed:
+		return SubmitResult{}, false, fmt.Errorf("template %s already exists (%s); rootfs template specs are immutable, delete it or use redo: %w",
+			req.TemplateID, def.Status, core.ErrDuplicateTemplate)
+	case err != nil && !errors.Is(err, core.ErrNotFound):
+		return SubmitResult{}, false, fmt.Errorf("read template %s: %w", req.TemplateID, err)
 	}
 
 	job := &core.Job{

@@ -1,0 +1,336 @@
+package cubelet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/nodeagenttest"
+)
+
+// fakeCubelet answers every call with a preset Ret (or gRPC error) and
+// records what it received.
+type fakeCubelet struct {
+	cubeletpb.UnimplementedImagesServer
+	cubeletpb.UnimplementedCubeboxMgrServer
+
+	mu        sync.Mutex
+	ret       *cubeletpb.Ret
+	grpcErr   error
+	lastImage *cubeletpb.ImageSpec
+	lastSnap  *cubeletpb.AppSnapshotRequest
+	lastClean *cubeletpb.CleanupTemplateRequest
+	deadlines map[string]time.Duration // method -> time left at arrival; absent = none
+}
+
+func (f *fakeCubelet) record(ctx context.Context, method string) (*cubeletpb.Ret, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := ctx.Deadline(); ok {
+		f.deadlines[method] = time.Until(d)
+	} else {
+		delete(f.deadlines, method)
+	}
+	return f.ret, f.grpcErr
+}
+
+func (f *fakeCubelet) CreateImage(ctx context.Context, r *cubeletpb.CreateImageRequest) (*cubeletpb.CreateImageRequestResponse, error) {
+	ret, err := f.record(ctx, "CreateImage")
+	f.mu.Lock()
+	f.lastImage = r.GetSpec()
+	f.mu.Unlock()
+	return &cubeletpb.CreateImageRequestResponse{RequestID: r.GetRequestID(), Ret: ret}, err
+}
+
+func (f *fakeCubelet) DestroyImage(ctx context.Context, r *cubeletpb.DestroyImageRequest) (*cubeletpb.DestroyImageResponse, error) {
+	ret, err := f.record(ctx, "DestroyImage")
+	f.mu.Lock()
+	f.lastImage = r.GetSpec()
+	f.mu.Unlock()
+	return &cubeletpb.DestroyImageResponse{RequestID: r.GetRequestID(), Ret: ret}, err
+}
+
+func (f *fakeCubelet) AppSnapshot(ctx context.Context, r *cubeletpb.AppSnapshotRequest) (*cubeletpb.AppSnapshotResponse, error) {
+	ret, err := f.record(ctx, "AppSnapshot")
+	f.mu.Lock()
+	f.lastSnap = r
+	f.mu.Unlock()
+	return &cubeletpb.AppSnapshotResponse{Ret: ret, SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1"}, err
+}
+
+func (f *fakeCubelet) CleanupTemplate(ctx context.Context, r *cubeletpb.CleanupTemplateRequest) (*cubeletpb.CleanupTemplateResponse, error) {
+	ret, err := f.record(ctx, "CleanupTemplate")
+	f.mu.Lock()
+	f.lastClean = r
+	f.mu.Unlock()
+	return &cubeletpb.CleanupTemplateResponse{Ret: ret, TemplateID: r.GetTemplateID()}, err
+}
+
+func (f *fakeCubelet) set(ret *cubeletpb.Ret, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ret, f.grpcErr = ret, err
+}
+
+func startFake(t *testing.T) (*fakeCubelet, ports.Node) {
+	t.Helper()
+	f := &fakeCubelet{deadlines: map[string]time.Duration{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	cubeletpb.RegisterImagesServer(s, f)
+	cubeletpb.RegisterCubeboxMgrServer(s, f)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return f, ports.Node{ID: "node-7", Addr: lis.Addr().String(), InstanceType: "cubebox"}
+}
+
+func quietClient(opts Options) *Client {
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return New(opts)
+}
+
+func ret(code cubeletpb.ErrorCode, msg string) *cubeletpb.Ret {
+	return &cubeletpb.Ret{RetCode: code, RetMsg: msg}
+}
+
+func TestRetCodesBecomeErrors(t *testing.T) {
+	f, node := startFake(t)
+	c := quietClient(Options{})
+	defer c.Close()
+	ctx := context.Background()
+	spec := ports.ImageSpec{Image: "rfs-1", StorageMedia: "ext4"}
+	snap := nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox")
+
+	calls := map[string]func() error{
+		"CreateImage":     func() error { return c.CreateImage(ctx, node, spec) },
+		"DestroyImage":    func() error { return c.DestroyImage(ctx, node, "rfs-1") },
+		"AppSnapshot":     func() error { _, err := c.AppSnapshot(ctx, node, snap, ""); return err },
+		"CleanupTemplate": func() error { return c.CleanupTemplate(ctx, node, "tpl-1", "") },
+	}
+	tests := []struct {
+		name string
+		ret  *cubeletpb.Ret
+		// which calls must succeed; the others must fail
+		ok []string
+	}{
+		{"200", ret(cubeletpb.ErrorCode_Success, "success"), []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
+		{"0 from a peer that leaves it unset", ret(cubeletpb.ErrorCode_OK, ""), []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
+		{"no ret at all", nil, []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
+		{"failure", ret(cubeletpb.ErrorCode_CreateImageFailed, "disk on fire"), nil},
+		{"undeclared code", ret(130999, "new failure"), nil},
+		{"no such image", ret(cubeletpb.ErrorCode_DestroyImageFailed, "remove image: No such image: rfs-1"), []string{"DestroyImage", "CleanupTemplate"}},
+		{"not found", ret(cubeletpb.ErrorCode_Unknown, "template tpl-1 not found"), []string{"DestroyImage", "CleanupTemplate"}},
+		{"snapshot does not exist", ret(cubeletpb.ErrorCode_AppSnapshotNotExist, "gone"), []string{"DestroyImage", "CleanupTemplate"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f.set(tc.ret, nil)
+			for method, call := range calls {
+				err := call()
+				wantOK := false
+				for _, m := range tc.ok {
+					wantOK = wantOK || m == method
+				}
+				if wantOK != (err == nil) {
+					t.Errorf("%s: err = %v, want success=%v", method, err, wantOK)
+					continue
+				}
+				if err == nil {
+					continue
+				}
+				var re *RetError
+				if !errors.As(err, &re) || re.NodeID != "node-7" || re.Method != method || re.Code != tc.ret.GetRetCode() {
+					t.Errorf("%s: err = %#v, want a RetError for node-7", method, err)
+				}
+				if !strings.Contains(err.Error(), "node-7") || !strings.Contains(err.Error(), tc.ret.GetRetMsg()) {
+					t.Errorf("%s: %q does not name the node and carry ret_msg", method, err)
+				}
+			}
+		})
+	}
+}
+
+func TestTransportErrors(t *testing.T) {
+	f, node := startFake(t)
+	c := quietClient(Options{})
+	defer c.Close()
+	ctx := context.Background()
+
+	f.set(nil, status.Error(codes.NotFound, "no such template"))
+	if err := c.CleanupTemplate(ctx, node, "tpl-1", ""); err != nil {
+		t.Errorf("CleanupTemplate with gRPC NotFound: %v", err)
+	}
+	if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
+		t.Errorf("DestroyImage with gRPC NotFound: %v", err)
+	}
+	if err := c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"}); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("CreateImage with gRPC NotFound: %v", err)
+	}
+
+	f.set(nil, status.Error(codes.Internal, "boom"))
+	err := c.CleanupTemplate(ctx, node, "tpl-1", "")
+	if err == nil || !strings.Contains(err.Error(), "node-7") || status.Code(errors.Unwrap(err)) != codes.Internal {
+		t.Errorf("CleanupTemplate with gRPC Internal: %v", err)
+	}
+
+	// Nothing listens here.
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ports.Node{ID: "node-dead", Addr: lis.Addr().String()}
+	lis.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.DestroyImage(cctx, dead, "rfs-1"); err == nil || !strings.Contains(err.Error(), "node-dead") {
+		t.Errorf("DestroyImage on a dead node: %v", err)
+	}
+}
+
+func TestRequestsCarryWhatUpstreamSends(t *testing.T) {
+	f, node := startFake(t)
+	f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
+	c := quietClient(Options{NewRequestID: func() string { return "rid" }})
+	defer c.Close()
+	ctx := context.Background()
+
+	ann := map[string]string{cubeletpb.AnnotationArtifactURL: "http://x"}
+	if err := c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1", StorageMedia: "ext4", InstanceType: "gpu", Annotations: ann}); err != nil {
+		t.Fatal(err)
+	}
+	if f.lastImage.GetAnnotations()[cubeletpb.AnnotationInstanceType] != "gpu" || f.lastImage.GetStorageMedia() != "ext4" || f.lastImage.GetImage() != "rfs-1" {
+		t.Errorf("CreateImage spec %v", f.lastImage)
+	}
+	if _, ok := ann[cubeletpb.AnnotationInstanceType]; ok {
+		t.Error("CreateImage changed the caller's annotation map")
+	}
+
+	if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.lastImage.GetImage() != "rfs-1" || f.lastImage.GetStorageMedia() != "" || len(f.lastImage.GetAnnotations()) != 0 {
+		t.Errorf("DestroyImage spec %v, want only the image", f.lastImage)
+	}
+
+	res, err := c.AppSnapshot(ctx, node, nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox"), "/custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (ports.SnapshotResult{SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1"}) {
+		t.Errorf("result %+v", res)
+	}
+	if f.lastSnap.GetSnapshotDir() != "/custom" || f.lastSnap.GetCreateRequest().GetContainers()[0].GetImage().GetImage() != "rfs-1" {
+		t.Errorf("AppSnapshot request %v", f.lastSnap)
+	}
+
+	if err := c.CleanupTemplate(ctx, node, "tpl-1", "/snap/tpl-1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.lastClean.GetTemplateID() != "tpl-1" || f.lastClean.GetSnapshotPath() != "/snap/tpl-1" || f.lastClean.GetRequestID() != "rid" {
+		t.Errorf("CleanupTemplate request %v", f.lastClean)
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	f, node := startFake(t)
+	f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
+	ctx := context.Background()
+	snap := nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox")
+
+	c := quietClient(Options{})
+	defer c.Close()
+	c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"})
+	c.DestroyImage(ctx, node, "rfs-1")
+	c.AppSnapshot(ctx, node, snap, "")
+	c.CleanupTemplate(ctx, node, "tpl-1", "")
+	f.mu.Lock()
+	for _, m := range []string{"CreateImage", "DestroyImage"} {
+		if d, ok := f.deadlines[m]; !ok || d <= 0 || d > DefaultImageTimeout {
+			t.Errorf("%s: deadline %v (set=%v), want within the default %v", m, d, ok, DefaultImageTimeout)
+		}
+	}
+	for _, m := range []string{"AppSnapshot", "CleanupTemplate"} {
+		if d, ok := f.deadlines[m]; ok {
+			t.Errorf("%s: deadline %v, want none by default", m, d)
+		}
+	}
+	f.mu.Unlock()
+
+	c2 := quietClient(Options{AppSnapshotTimeout: time.Hour, CleanupTemplateTimeout: time.Hour, CreateImageTimeout: 2 * time.Hour})
+	defer c2.Close()
+	c2.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"})
+	c2.AppSnapshot(ctx, node, snap, "")
+	c2.CleanupTemplate(ctx, node, "tpl-1", "")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d := f.deadlines["CreateImage"]; d <= DefaultImageTimeout || d > 2*time.Hour {
+		t.Errorf("CreateImage deadline %v, want the configured 2h", d)
+	}
+	for _, m := range []string{"AppSnapshot", "CleanupTemplate"} {
+		if d, ok := f.deadlines[m]; !ok || d > time.Hour {
+			t.Errorf("%s: deadline %v (set=%v), want within 1h", m, d, ok)
+		}
+	}
+}
+
+func TestConnectionsAreCachedAndClosed(t *testing.T) {
+	f, node := startFake(t)
+	f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
+	_, other := startFake(t)
+	c := quietClient(Options{})
+	ctx := context.Background()
+	for range 3 {
+		if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.DestroyImage(ctx, other, "rfs-1")
+	c.mu.Lock()
+	n := len(c.conns)
+	c.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d cached connections for 2 addresses", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DestroyImage(ctx, node, "rfs-1"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	c := quietClient(Options{})
+	defer c.Close()
+	ctx := context.Background()
+	node := ports.Node{ID: "n1", Addr: "127.0.0.1:1"}
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"no address", c.DestroyImage(ctx, ports.Node{ID: "n1"}, "rfs-1"), core.ErrInvalidArgument},
+		{"no image", c.CreateImage(ctx, node, ports.ImageSpec{}), core.ErrInvalidArgument},
+		{"no image to destroy", c.DestroyImage(ctx, node, ""), core.ErrInvalidArgument},
+		{"no template id", c.CleanupTemplate(ctx, node, "", ""), core.ErrTemplateIDRequired},
+		{"bad request json", func() error { _, err := c.AppSnapshot(ctx, node, []byte(`{`), ""); return err }(), core.ErrInvalidArgument},
+	}
+	for _, tc := range tests {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+}

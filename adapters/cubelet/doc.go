@@ -1,0 +1,15 @@
+// Package cubelet is the control plane's client for node agents: it
+// implements ports.NodeAgent over the Cubelet gRPC protocol
+// (cubelet.services.images.v1.Images and cubelet.services.cubebox.v1
+// CubeboxMgr, protos in cubeletpb), so the same client talks to a real
+// Cubelet or to apps/nodeagent.
+//
+// A Client keeps one connection per node address, bounds CreateImage and
+// DestroyImage by a timeout (300 s by default, like upstream), and turns a
+// Ret whose ret_code is neither 200 nor 0 into a *RetError naming the node
+// and carrying ret_msg. "Not found" answers of DestroyImage and
+// CleanupTemplate count as success, because both are idempotent cleanups.
+// AppSnapshot takes the generated sandbox create request as JSON and maps
+// it explicitly onto RunCubeSandboxRequest (see RunRequestFromJSON).
+// FanOut runs one call per node with bounded parallelism.
+package cubelet

@@ -1,0 +1,162 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// MaxNameLen is MySQL's limit on user-level lock names (longer names fail
+// with ER_USER_LOCK_WRONG_NAME).
+const MaxNameLen = 64
+
+// keepLen is how much of a long name NormalizeName keeps verbatim.
+const keepLen = 47
+
+// waitSeconds is the server-side wait of one GET_LOCK call inside Lock.
+// Lock repeats the call until it wins, so the context is checked at least
+// this often even if the driver could not interrupt a running query.
+const waitSeconds = 1
+
+// Locker hands out GET_LOCK locks, each on its own pinned connection.
+type Locker struct {
+	db *sql.DB
+}
+
+// New returns a Locker that takes connections from db.
+func New(db *sql.DB) *Locker { return &Locker{db: db} }
+
+var _ ports.Locker = (*Locker)(nil)
+
+// NormalizeName maps name to a valid lock name of at most 64 bytes. Names
+// that fit are used as they are; longer ones become their first 47 bytes,
+// "_", and the first 16 hex characters of sha256(name) (the same rule as
+// upstream CubeSandbox, so both see the same lock for the same name). The
+// cut backs off to a UTF-8 boundary so the result stays valid text.
+func NormalizeName(name string) string {
+	if len(name) <= MaxNameLen {
+		return name
+	}
+	cut := keepLen
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:cut] + "_" + hex.EncodeToString(sum[:])[:16]
+}
+
+// Lock waits until name is free or ctx ends.
+func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
+	return l.acquire(ctx, name, true)
+}
+
+// TryLock takes name if it is free, else fails with core.ErrLocked.
+func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	return l.acquire(ctx, name, false)
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Lock, error) {
+	if name == "" {
+		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
+	}
+	key := NormalizeName(name)
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
+	}
+	query := "SELECT GET_LOCK(?, 0)"
+	if wait {
+		query = fmt.Sprintf("SELECT GET_LOCK(?, %d)", waitSeconds)
+	}
+	for {
+		var got sql.NullInt64
+		err := conn.QueryRowContext(ctx, query, key).Scan(&got)
+		switch {
+		case err != nil:
+			// The call may have won the lock before it failed (a cancelled
+			// query, a dropped connection): only ending the session is sure
+			// to leave nothing behind.
+			discard(conn)
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, fmt.Errorf("lock %q: %w", name, cerr)
+			}
+			return nil, fmt.Errorf("lock %q: GET_LOCK: %w", name, err)
+		case !got.Valid:
+			discard(conn)
+			return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
+		case got.Int64 == 1:
+			return &lock{name: name, key: key, conn: conn}, nil
+		case !wait:
+			_ = conn.Close() // GET_LOCK said no: the session holds nothing
+			return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+	}
+}
+
+type lock struct {
+	name, key string
+
+	mu   sync.Mutex
+	conn *sql.Conn // nil after Unlock
+}
+
+func (k *lock) Name() string { return k.name }
+
+// Unlock releases the lock on the session that took it. If the server does
+// not confirm the release (an error, or a result other than 1), the
+// connection is destroyed instead of going back to the pool, and Unlock
+// reports the error. Callers that unlock on the way out should pass a
+// context that is still live (for example context.WithoutCancel) so that
+// the normal path can keep the connection.
+func (k *lock) Unlock(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	conn := k.conn
+	if conn == nil {
+		return nil
+	}
+	k.conn = nil
+	var res sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", k.key).Scan(&res)
+	if err == nil && res.Valid && res.Int64 == 1 {
+		_ = conn.Close() // back to the pool, holding no lock
+		return nil
+	}
+	discard(conn)
+	if err != nil {
+		return fmt.Errorf("unlock %q: RELEASE_LOCK: %w (connection discarded)", k.name, err)
+	}
+	return fmt.Errorf("unlock %q: RELEASE_LOCK returned %s, the session no longer held the lock (connection discarded)",
+		k.name, nullString(res))
+}
+
+// discard closes the physical connection behind conn instead of returning
+// it to the pool. (*sql.Conn).Close only hands the session back to the pool,
+// and the MySQL driver's session reset does not clear server-side state, so
+// a lock we could not confirm released would stay held by an idle pooled
+// connection that no one will ever unlock. Returning driver.ErrBadConn from
+// Raw makes database/sql close the connection; the server then ends the
+// session and drops every lock it held.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close() // already released by Raw; returns sql.ErrConnDone
+}
+
+func nullString(v sql.NullInt64) string {
+	if !v.Valid {
+		return "NULL"
+	}
+	return fmt.Sprint(v.Int64)
+}

@@ -1,0 +1,63 @@
+package mysqllock_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/lockertest"
+)
+
+// harness gives every Locker its own pool, as separate processes would have.
+type harness struct {
+	dsn string
+	dbs []*sql.DB
+}
+
+func (h *harness) MakeLocker(ctx context.Context) (ports.Locker, error) {
+	db, err := sql.Open("mysql", h.dsn)
+	if err != nil {
+		return nil, err
+	}
+	h.dbs = append(h.dbs, db)
+	return mysqllock.New(db), db.PingContext(ctx)
+}
+
+func (h *harness) Close() {
+	for _, db := range h.dbs {
+		_ = db.Close()
+	}
+}
+
+func TestConformance(t *testing.T) {
+	dsn := testenv.Get(t, testenv.MySQLDSN)
+	lockertest.RunConformanceTests(t, func(context.Context, *testing.T) (lockertest.Harness, error) {
+		return &harness{dsn: dsn}, nil
+	})
+}
+
+// BenchmarkTryLockUnlock measures one uncontended take-and-release round
+// trip on a warm pool.
+func BenchmarkTryLockUnlock(b *testing.B) {
+	db, err := sql.Open("mysql", testenv.Get(b, testenv.MySQLDSN))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	l := mysqllock.New(db)
+	ctx := context.Background()
+	for b.Loop() {
+		k, err := l.TryLock(ctx, "bench-mysqllock")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := k.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package pglock_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/lockertest"
+)
+
+// harness gives every Locker its own pool, as separate processes would have.
+type harness struct {
+	dsn string
+	dbs []*sql.DB
+}
+
+func (h *harness) MakeLocker(ctx context.Context) (ports.Locker, error) {
+	db, err := sql.Open("pgx", h.dsn)
+	if err != nil {
+		return nil, err
+	}
+	h.dbs = append(h.dbs, db)
+	return pglock.New(db), db.PingContext(ctx)
+}
+
+func (h *harness) Close() {
+	for _, db := range h.dbs {
+		_ = db.Close()
+	}
+}
+
+func TestConformance(t *testing.T) {
+	dsn := testenv.Get(t, testenv.PostgresDSN)
+	lockertest.RunConformanceTests(t, func(context.Context, *testing.T) (lockertest.Harness, error) {
+		return &harness{dsn: dsn}, nil
+	})
+}
+
+// BenchmarkTryLockUnlock measures one uncontended take-and-release round
+// trip on a warm pool.
+func BenchmarkTryLockUnlock(b *testing.B) {
+	db, err := sql.Open("pgx", testenv.Get(b, testenv.PostgresDSN))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	l := pglock.New(db)
+	ctx := context.Background()
+	for b.Loop() {
+		k, err := l.TryLock(ctx, "bench-pglock")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := k.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// DataDir is the root of everything the agent stores (required).
+	DataDir string
+	// NodeID names this node in logs and messages (required).
+	NodeID string
+	// HTTPClient downloads artifacts. Default: a client whose redirects
+	// drop the artifact token when they leave the original host.
+	HTTPClient *http.Client
+	// Logger receives structured logs (default slog.Default()). Tokens and
+	// URL query strings are never logged.
+	Logger *slog.Logger
+	// Now and NewSandboxID are seams for tests.
+	Now          func() time.Time
+	NewSandboxID func() string
+}
+
+// Agent serves the Cubelet Images and CubeboxMgr services from a directory.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	locks keyedMutex
+}
+
+// templatesDir is the directory under DataDir holding local run templates;
+// it is therefore not a valid instance type.
+const templatesDir = "templates"
+
+// New checks cfg and prepares DataDir.
+func New(cfg Config) (*Agent, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("node agent: data dir is required")
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("node agent: node id is required")
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("node agent: data dir: %w", err)
+	}
+	cfg.DataDir = abs
+	if err := os.MkdirAll(filepath.Join(abs, templatesDir), 0o755); err != nil {
+		return nil, fmt.Errorf("node agent: create data dir: %w", err)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{CheckRedirect: dropTokenOffHost}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewSandboxID == nil {
+		cfg.NewSandboxID = uuid.NewString
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Agent{cfg: cfg, log: log.With("node_id", cfg.NodeID)}, nil
+}
+
+// Register adds the Images and CubeboxMgr services to s.
+func (a *Agent) Register(s grpc.ServiceRegistrar) {
+	cubeletpb.RegisterImagesServer(s, imagesServer{a: a})
+	cubeletpb.RegisterCubeboxMgrServer(s, cubeboxServer{a: a})
+}
+
+// DataDir returns the absolute data directory.
+func (a *Agent) DataDir() string { return a.cfg.DataDir }
+
+// ArtifactFile is where the agent keeps the ext4 of an artifact.
+func (a *Agent) ArtifactFile(instanceType, artifactID string) string {
+	return filepath.Join(a.cfg.DataDir, instanceType, artifactID, artifactID+".ext4")
+}
+
+// TemplateDir is where the agent keeps a local run template.
+func (a *Agent) TemplateDir(templateID string) string {
+	return filepath.Join(a.cfg.DataDir, templatesDir, templateID)
+}
+
+// dropTokenOffHost stops the artifact token from following a redirect to
+// another host (a presigned object-store URL needs no token, and must not
+// learn it).
+func dropTokenOffHost(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Host != via[0].URL.Host {
+		req.Header.Del(cubeletpb.HeaderArtifactToken)
+	}
+	return nil
+}
+
+// namePattern limits ids that become path components: no separators, no
+// leading dot, bounded length.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func checkName(field, v string) error {
+	if !namePattern.MatchString(v) {
+		return fmt.Errorf("%s %q must be 1-128 letters, digits, '.', '_' or '-' and start with a letter or digit", field, v)
+	}
+	return nil
+}
+
+func checkInstanceType(v string) error {
+	if err := checkName("instance type", v); err != nil {
+		return err
+	}
+	if v == templatesDir {
+		return fmt.Errorf("instance type %q is reserved", v)
+	}
+	return nil
+}
+
+// keyedMutex serialises work on one key (an artifact or a template) while
+// letting different keys proceed in parallel.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+func ok() *cubeletpb.Ret {
+	return &cubeletpb.Ret{RetCode: cubeletpb.ErrorCode_Success, RetMsg: "success"}
+}
+
+func fail(code cubeletpb.ErrorCode, format string, args ...any) *cubeletpb.Ret {
+	return &cubeletpb.Ret{RetCode: code, RetMsg: fmt.Sprintf(format, args...)}
+}

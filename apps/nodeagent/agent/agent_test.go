@@ -1,0 +1,370 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+)
+
+// These tests call the services directly (no gRPC) for what the
+// conformance suite cannot see: the on-disk record, path safety, redirects
+// and logs.
+
+type testAgent struct {
+	*Agent
+	logs *syncBuffer
+	img  imagesServer
+	box  cubeboxServer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newTestAgent(t *testing.T) *testAgent {
+	t.Helper()
+	logs := &syncBuffer{}
+	a, err := New(Config{
+		DataDir:      t.TempDir(),
+		NodeID:       "node-1",
+		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:          func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) },
+		NewSandboxID: func() string { return "sb-fixed" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testAgent{Agent: a, logs: logs, img: imagesServer{a: a}, box: cubeboxServer{a: a}}
+}
+
+func hexSHA(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func ext4Spec(id, url, token string, data []byte) *cubeletpb.ImageSpec {
+	return &cubeletpb.ImageSpec{
+		Image:        id,
+		StorageMedia: "ext4",
+		Annotations: map[string]string{
+			cubeletpb.AnnotationArtifactID:        id,
+			cubeletpb.AnnotationArtifactURL:       url,
+			cubeletpb.AnnotationArtifactToken:     token,
+			cubeletpb.AnnotationArtifactSHA256:    hexSHA(data),
+			cubeletpb.AnnotationArtifactSizeBytes: strconv.Itoa(len(data)),
+		},
+	}
+}
+
+func (ta *testAgent) create(t *testing.T, spec *cubeletpb.ImageSpec) *cubeletpb.Ret {
+	t.Helper()
+	resp, err := ta.img.CreateImage(context.Background(), &cubeletpb.CreateImageRequest{RequestID: "r1", Spec: spec})
+	if err != nil {
+		t.Fatalf("CreateImage returned a transport error: %v", err)
+	}
+	if resp.GetRequestID() != "r1" {
+		t.Errorf("requestID %q not echoed", resp.GetRequestID())
+	}
+	return resp.GetRet()
+}
+
+func serveBytes(t *testing.T, data []byte, status int) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(status)
+		w.Write(data)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestCreateImageRejectsBadSpecs(t *testing.T) {
+	ta := newTestAgent(t)
+	data := []byte("ext4 bytes")
+	good := func() *cubeletpb.ImageSpec { return ext4Spec("rfs-1", "http://127.0.0.1:1/a", "tok", data) }
+	tests := []struct {
+		name string
+		edit func(*cubeletpb.ImageSpec)
+		want string
+	}{
+		{"docker media", func(s *cubeletpb.ImageSpec) { s.StorageMedia = "docker" }, "storage_media"},
+		{"traversal in image", func(s *cubeletpb.ImageSpec) {
+			s.Image = "../../etc"
+			s.Annotations[cubeletpb.AnnotationArtifactID] = "../../etc"
+		}, "artifact id"},
+		{"id differs from image", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactID] = "rfs-2" }, "does not match"},
+		{"reserved instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationInstanceType] = "templates" }, "reserved"},
+		{"slash in instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationInstanceType] = "a/b" }, "instance type"},
+		{"no url", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, cubeletpb.AnnotationArtifactURL) }, "url is required"},
+		{"file url", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactURL] = "file:///etc/passwd" }, "http(s)"},
+		{"no sha", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, cubeletpb.AnnotationArtifactSHA256) }, "64 hex"},
+		{"short sha", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactSHA256] = "abc" }, "64 hex"},
+		{"bad size", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactSizeBytes] = "-4" }, "byte count"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good()
+			tc.edit(s)
+			ret := ta.create(t, s)
+			if ret.GetRetCode() != cubeletpb.ErrorCode_InvalidParamFormat || !strings.Contains(ret.GetRetMsg(), tc.want) {
+				t.Fatalf("ret = %v, want InvalidParamFormat mentioning %q", ret, tc.want)
+			}
+			if !strings.Contains(ret.GetRetMsg(), "node-1") {
+				t.Errorf("message %q does not name the node", ret.GetRetMsg())
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(ta.DataDir(), "..", "etc")); err == nil {
+		t.Fatal("a traversal id created a directory outside the data dir")
+	}
+}
+
+func TestCreateImageStatuses(t *testing.T) {
+	data := []byte("0123456789abcdef")
+	tests := []struct {
+		status int
+		ok     bool
+	}{
+		{http.StatusOK, true},
+		{http.StatusPartialContent, true},
+		{http.StatusNoContent, false},
+		{http.StatusForbidden, false},
+		{http.StatusInternalServerError, false},
+	}
+	for _, tc := range tests {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			ta := newTestAgent(t)
+			srv := serveBytes(t, data, tc.status)
+			ret := ta.create(t, ext4Spec("rfs-1", srv.URL+"/a?token=secret-q", "secret-h", data))
+			if got := ret.GetRetCode() == cubeletpb.ErrorCode_Success; got != tc.ok {
+				t.Fatalf("HTTP %d: ret %v, want success=%v", tc.status, ret, tc.ok)
+			}
+			if !tc.ok {
+				if ret.GetRetCode() != cubeletpb.ErrorCode_CreateImageFailed || !strings.Contains(ret.GetRetMsg(), strconv.Itoa(tc.status)) {
+					t.Fatalf("ret %v does not carry CreateImageFailed and the status", ret)
+				}
+				if strings.Contains(ret.GetRetMsg(), "secret-q") {
+					t.Fatalf("message %q leaks the query token", ret.GetRetMsg())
+				}
+			}
+			if l := ta.logs.String(); strings.Contains(l, "secret-q") || strings.Contains(l, "secret-h") {
+				t.Fatalf("logs leak a token:\n%s", l)
+			}
+		})
+	}
+}
+
+func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
+	data := []byte("redirected ext4")
+	var mu sync.Mutex
+	var seen []string
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(cubeletpb.HeaderArtifactToken))
+		mu.Unlock()
+		w.Write(data)
+	}))
+	defer target.Close()
+	// The origin redirects like a data plane handing out a presigned URL.
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(cubeletpb.HeaderArtifactToken) != "tok" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		http.Redirect(w, r, strings.Replace(target.URL, "127.0.0.1", "localhost", 1)+"/signed", http.StatusFound)
+	}))
+	defer origin.Close()
+	ta := newTestAgent(t)
+	if ret := ta.create(t, ext4Spec("rfs-r", origin.URL+"/a", "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "" {
+		t.Fatalf("redirect target saw token headers %q, want one request without a token", seen)
+	}
+}
+
+func TestCreateImageReplacesCorruptFile(t *testing.T) {
+	data := []byte("the real artifact")
+	srv := serveBytes(t, data, http.StatusOK)
+	ta := newTestAgent(t)
+	spec := ext4Spec("rfs-c", srv.URL+"/a", "tok", data)
+	if ret := ta.create(t, spec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	final := ta.ArtifactFile("cubebox", "rfs-c")
+	// Bit rot with the same length, and no digest sidecar to trust.
+	if err := os.WriteFile(final, bytes.Repeat([]byte{'x'}, len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(sidecar(final))
+	if ret := ta.create(t, spec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	if got, _ := os.ReadFile(final); !bytes.Equal(got, data) {
+		t.Fatalf("file holds %q after CreateImage, want the artifact", got)
+	}
+}
+
+func runRequest(tid, aid string) *cubeletpb.RunCubeSandboxRequest {
+	return &cubeletpb.RunCubeSandboxRequest{
+		RequestID: "req-snap",
+		Annotations: map[string]string{
+			cubeletpb.AnnotationAppSnapshotCreate:     "true",
+			cubeletpb.AnnotationAppSnapshotTemplateID: tid,
+		},
+		InstanceType: "cubebox",
+		Containers: []*cubeletpb.ContainerConfig{{
+			Name: "cubebox-name-0",
+			Image: &cubeletpb.ImageSpec{Image: aid, StorageMedia: "ext4", Annotations: map[string]string{
+				cubeletpb.AnnotationArtifactID:    aid,
+				cubeletpb.AnnotationArtifactToken: "leaky-token",
+			}},
+		}},
+	}
+}
+
+func TestAppSnapshotRecordsTemplate(t *testing.T) {
+	data := []byte("rootfs")
+	srv := serveBytes(t, data, http.StatusOK)
+	ta := newTestAgent(t)
+	if ret := ta.create(t, ext4Spec("rfs-t", srv.URL+"/a", "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	resp, err := ta.box.AppSnapshot(context.Background(), &cubeletpb.AppSnapshotRequest{CreateRequest: runRequest("tpl-1", "rfs-t"), SnapshotDir: "/elsewhere"})
+	if err != nil || resp.GetRet().GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("AppSnapshot: %v %v", resp, err)
+	}
+	if resp.GetSnapshotPath() != ta.TemplateDir("tpl-1") || resp.GetSandboxID() != "sb-fixed" ||
+		resp.GetTemplateID() != "tpl-1" || resp.GetRequestID() != "req-snap" || resp.GetRootfsSizeBytes() != uint64(len(data)) {
+		t.Fatalf("response %v", resp)
+	}
+	rec, err := ta.ReadTemplate("tpl-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.NodeID != "node-1" || rec.InstanceType != "cubebox" || len(rec.ArtifactIDs) != 1 || rec.ArtifactIDs[0] != "rfs-t" ||
+		rec.RootfsFiles[0] != ta.ArtifactFile("cubebox", "rfs-t") || rec.RequestedSnapshotDir != "/elsewhere" ||
+		!rec.CreatedAt.Equal(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("record %+v", rec)
+	}
+	var cr map[string]any
+	if err := json.Unmarshal(rec.CreateRequest, &cr); err != nil {
+		t.Fatalf("create_request is not JSON: %v", err)
+	}
+	if cr["requestID"] != "req-snap" {
+		t.Fatalf("create_request %v", cr)
+	}
+	if strings.Contains(string(rec.CreateRequest), "leaky-token") {
+		t.Fatal("template.json stores the artifact token")
+	}
+	if _, err := os.Stat("/elsewhere"); err == nil {
+		t.Fatal("the requested snapshot_dir was created")
+	}
+}
+
+func TestAppSnapshotRejects(t *testing.T) {
+	ta := newTestAgent(t)
+	tests := []struct {
+		name string
+		req  *cubeletpb.AppSnapshotRequest
+		code cubeletpb.ErrorCode
+	}{
+		{"no create request", &cubeletpb.AppSnapshotRequest{}, cubeletpb.ErrorCode_InvalidParamFormat},
+		{"traversal template id", &cubeletpb.AppSnapshotRequest{CreateRequest: runRequest("../x", "rfs-1")}, cubeletpb.ErrorCode_InvalidParamFormat},
+		{"traversal artifact id", &cubeletpb.AppSnapshotRequest{CreateRequest: runRequest("tpl-1", "../../x")}, cubeletpb.ErrorCode_InvalidParamFormat},
+		{"no ext4 container", &cubeletpb.AppSnapshotRequest{CreateRequest: func() *cubeletpb.RunCubeSandboxRequest {
+			r := runRequest("tpl-1", "rfs-1")
+			r.Containers[0].Image.StorageMedia = "docker"
+			return r
+		}()}, cubeletpb.ErrorCode_InvalidParamFormat},
+		{"artifact absent", &cubeletpb.AppSnapshotRequest{CreateRequest: runRequest("tpl-1", "rfs-1")}, cubeletpb.ErrorCode_PreConditionFailed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := ta.box.AppSnapshot(context.Background(), tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetRet().GetRetCode() != tc.code {
+				t.Fatalf("ret %v, want %v", resp.GetRet(), tc.code)
+			}
+		})
+	}
+}
+
+func TestCleanupTemplateNeverDeletesForeignPaths(t *testing.T) {
+	ta := newTestAgent(t)
+	foreign := filepath.Join(t.TempDir(), "keep")
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ta.box.CleanupTemplate(context.Background(), &cubeletpb.CleanupTemplateRequest{TemplateID: "tpl-9", SnapshotPath: foreign})
+	if err != nil || resp.GetRet().GetRetCode() != cubeletpb.ErrorCode_Success || resp.GetTemplateID() != "tpl-9" {
+		t.Fatalf("CleanupTemplate: %v %v", resp, err)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatalf("foreign snapshot path removed: %v", err)
+	}
+	resp, _ = ta.box.CleanupTemplate(context.Background(), &cubeletpb.CleanupTemplateRequest{TemplateID: ".."})
+	if resp.GetRet().GetRetCode() != cubeletpb.ErrorCode_InvalidParamFormat {
+		t.Fatalf("template id '..' gave %v", resp.GetRet())
+	}
+	if _, err := os.Stat(ta.DataDir()); err != nil {
+		t.Fatalf("data dir gone: %v", err)
+	}
+}
+
+func TestDestroyImageRemovesEveryInstanceType(t *testing.T) {
+	data := []byte("x")
+	srv := serveBytes(t, data, http.StatusOK)
+	ta := newTestAgent(t)
+	for _, it := range []string{"cubebox", "other"} {
+		s := ext4Spec("rfs-d", srv.URL+"/a", "", data)
+		s.Annotations[cubeletpb.AnnotationInstanceType] = it
+		if ret := ta.create(t, s); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+			t.Fatalf("ret %v", ret)
+		}
+	}
+	resp, err := ta.img.DestroyImage(context.Background(), &cubeletpb.DestroyImageRequest{Spec: &cubeletpb.ImageSpec{Image: "rfs-d"}})
+	if err != nil || resp.GetRet().GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("DestroyImage: %v %v", resp, err)
+	}
+	for _, it := range []string{"cubebox", "other"} {
+		if _, err := os.Stat(filepath.Dir(ta.ArtifactFile(it, "rfs-d"))); !os.IsNotExist(err) {
+			t.Errorf("%s artifact dir still there: %v", it, err)
+		}
+	}
+	resp, _ = ta.img.DestroyImage(context.Background(), &cubeletpb.DestroyImageRequest{Spec: &cubeletpb.ImageSpec{Image: "../templates"}})
+	if resp.GetRet().GetRetCode() != cubeletpb.ErrorCode_InvalidParamFormat {
+		t.Fatalf("traversal image gave %v", resp.GetRet())
+	}
+}

@@ -1,0 +1,28 @@
+// Package agent is the node side of template distribution. It serves the
+// Cubelet gRPC services the control plane calls — Images.CreateImage and
+// DestroyImage, CubeboxMgr.AppSnapshot and CleanupTemplate — with the
+// Cubelet's wire format (adapters/cubelet/cubeletpb), so a control plane
+// talks to it exactly as to a Cubelet.
+//
+// It does NOT boot VMs. AppSnapshot checks the request and that the rootfs
+// artifacts are on the node and records a run template; a real Cubelet
+// would create a sandbox, snapshot it and destroy it.
+//
+// On disk, under the data dir:
+//
+//	<instanceType>/<aid>/<aid>.ext4          the artifact (verified)
+//	<instanceType>/<aid>/<aid>.ext4.sha256   its verified digest
+//	<instanceType>/<aid>/<aid>.ext4.download a download in progress
+//	templates/<templateID>/template.json     a run template (TemplateRecord)
+//
+// CreateImage for storage_media "ext4" downloads the URL in the
+// cube.master.rootfs.artifact.url annotation with the header
+// X-Cube-Artifact-Token (the URL's own query, token included, is kept;
+// the header is dropped on a redirect to another host), accepts only HTTP
+// 200 or 206, checks the annotated size and sha256 (hex in any case),
+// fsyncs and renames into place. It is idempotent and safe to call
+// concurrently for one artifact. DestroyImage deletes the artifact's
+// directory (upstream's Cubelet kept the ext4: a node-side leak). Failures
+// are reported the Cubelet way, as a Ret with a non-200 ret_code and a
+// message naming the node; tokens and URL queries are never logged.
+package agent

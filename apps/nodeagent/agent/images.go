@@ -1,0 +1,347 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+)
+
+type imagesServer struct {
+	cubeletpb.UnimplementedImagesServer
+	a *Agent
+}
+
+// artifactJob is a validated CreateImage request.
+type artifactJob struct {
+	id           string
+	instanceType string
+	url          *url.URL
+	token        string
+	sha256       string // lower-case hex
+	size         int64  // -1 when not annotated
+}
+
+var sha256Pattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// parseArtifact validates an ext4 ImageSpec and reads its annotations.
+func parseArtifact(spec *cubeletpb.ImageSpec) (*artifactJob, error) {
+	if spec == nil {
+		return nil, errors.New("spec is required")
+	}
+	if spec.GetStorageMedia() != cubeletpb.StorageMediaExt4 {
+		return nil, fmt.Errorf("storage_media %q is not supported: this node agent stores %q artifacts only", spec.GetStorageMedia(), cubeletpb.StorageMediaExt4)
+	}
+	ann := spec.GetAnnotations()
+	j := &artifactJob{id: ann[cubeletpb.AnnotationArtifactID], token: ann[cubeletpb.AnnotationArtifactToken], size: -1}
+	if j.id == "" {
+		j.id = spec.GetImage()
+	}
+	if spec.GetImage() != "" && j.id != spec.GetImage() {
+		return nil, fmt.Errorf("annotation %s=%q does not match image %q", cubeletpb.AnnotationArtifactID, j.id, spec.GetImage())
+	}
+	if err := checkName("artifact id", j.id); err != nil {
+		return nil, err
+	}
+	j.instanceType = ann[cubeletpb.AnnotationInstanceType]
+	if j.instanceType == "" {
+		j.instanceType = cubeletpb.DefaultInstanceType
+	}
+	if err := checkInstanceType(j.instanceType); err != nil {
+		return nil, err
+	}
+	raw := ann[cubeletpb.AnnotationArtifactURL]
+	if raw == "" {
+		return nil, fmt.Errorf("annotation %s is required", cubeletpb.AnnotationArtifactURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("annotation %s is not an http(s) URL", cubeletpb.AnnotationArtifactURL)
+	}
+	j.url = u
+	sum := ann[cubeletpb.AnnotationArtifactSHA256]
+	if !sha256Pattern.MatchString(sum) {
+		return nil, fmt.Errorf("annotation %s must be 64 hex digits, got %q", cubeletpb.AnnotationArtifactSHA256, sum)
+	}
+	j.sha256 = strings.ToLower(sum)
+	if s := ann[cubeletpb.AnnotationArtifactSizeBytes]; s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("annotation %s=%q is not a byte count", cubeletpb.AnnotationArtifactSizeBytes, s)
+		}
+		j.size = n
+	}
+	return j, nil
+}
+
+// redact drops the query (which may hold a token) from a URL for messages.
+func redact(u *url.URL) string {
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+// CreateImage makes sure <data>/<instanceType>/<aid>/<aid>.ext4 holds the
+// artifact with the annotated sha256, downloading it when it does not.
+func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImageRequest) (*cubeletpb.CreateImageRequestResponse, error) {
+	a := s.a
+	resp := &cubeletpb.CreateImageRequestResponse{RequestID: req.GetRequestID()}
+	log := a.log.With("rpc", "CreateImage", "request_id", req.GetRequestID(), "image", req.GetSpec().GetImage())
+	job, err := parseArtifact(req.GetSpec())
+	if err != nil {
+		log.Warn("bad request", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_InvalidParamFormat, "node %s: CreateImage: %v", a.cfg.NodeID, err)
+		return resp, nil
+	}
+	log = log.With("artifact_id", job.id, "instance_type", job.instanceType)
+	unlock := a.locks.lock("artifact/" + job.id)
+	defer unlock()
+	start := time.Now()
+	n, fetched, err := a.ensureArtifact(ctx, job)
+	if err != nil {
+		log.Error("create image failed", "err", err, "elapsed", time.Since(start))
+		resp.Ret = fail(cubeletpb.ErrorCode_CreateImageFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
+		return resp, nil
+	}
+	if fetched {
+		log.Info("artifact downloaded", "bytes", n, "elapsed", time.Since(start), "source", redact(job.url))
+	} else {
+		log.Info("artifact already present", "bytes", n)
+	}
+	resp.Ret = ok()
+	return resp, nil
+}
+
+// ensureArtifact returns the artifact size and whether it had to fetch it.
+func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool, error) {
+	final := a.ArtifactFile(j.instanceType, j.id)
+	if n, ok := a.present(final, j); ok {
+		return n, false, nil
+	}
+	dir := filepath.Dir(final)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, false, err
+	}
+	n, err := a.fetch(ctx, j, final)
+	if err != nil {
+		// Leave no empty artifact directory behind a failed first fetch.
+		_ = os.Remove(dir)
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
+// sidecar holds the verified sha256 of the ext4 next to it, so a repeated
+// CreateImage does not re-hash gigabytes.
+func sidecar(final string) string { return final + ".sha256" }
+
+// present reports whether final already holds the artifact.
+func (a *Agent) present(final string, j *artifactJob) (int64, bool) {
+	st, err := os.Stat(final)
+	if err != nil || !st.Mode().IsRegular() {
+		return 0, false
+	}
+	if j.size >= 0 && st.Size() != j.size {
+		return 0, false
+	}
+	if b, err := os.ReadFile(sidecar(final)); err == nil && string(bytes.TrimSpace(b)) == j.sha256 {
+		return st.Size(), true
+	}
+	sum, err := hashFile(final)
+	if err != nil || sum != j.sha256 {
+		return 0, false
+	}
+	_ = writeFileAtomic(sidecar(final), []byte(sum+"\n"))
+	return st.Size(), true
+}
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fetch downloads into final+".download", verifies size and sha256, syncs
+// and renames it into place.
+func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int64, err error) {
+	tmp := final + ".download"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.url.String(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("download %s: %w", redact(j.url), err)
+	}
+	if j.token != "" {
+		req.Header.Set(cubeletpb.HeaderArtifactToken, j.token)
+	}
+	resp, err := a.cfg.HTTPClient.Do(req)
+	if err != nil {
+		// The client error quotes the full URL; report the redacted one.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, fmt.Errorf("download %s: %w", redact(j.url), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+		return 0, fmt.Errorf("download %s: HTTP %s", redact(j.url), resp.Status)
+	}
+	var body io.Reader = resp.Body
+	if j.size >= 0 {
+		body = io.LimitReader(resp.Body, j.size+1) // one extra byte reveals an oversized body
+	}
+	h := sha256.New()
+	n, err = io.Copy(io.MultiWriter(f, h), body)
+	if err != nil {
+		return n, fmt.Errorf("download %s: after %d bytes: %w", redact(j.url), n, err)
+	}
+	if j.size >= 0 && n != j.size {
+		if n > j.size {
+			return n, fmt.Errorf("size mismatch: the server sent more than the annotated %d bytes", j.size)
+		}
+		return n, fmt.Errorf("size mismatch: got %d bytes, annotated %d", n, j.size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != j.sha256 {
+		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", got, j.sha256)
+	}
+	if err := f.Sync(); err != nil {
+		return n, err
+	}
+	if err := f.Close(); err != nil {
+		f = nil
+		return n, err
+	}
+	f = nil
+	if err := os.Rename(tmp, final); err != nil {
+		return n, err
+	}
+	if err := syncDir(filepath.Dir(final)); err != nil {
+		return n, err
+	}
+	if err := writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// DestroyImage deletes the artifact's directory under every instance type.
+// A missing artifact is success: the call is a cleanup.
+func (s imagesServer) DestroyImage(ctx context.Context, req *cubeletpb.DestroyImageRequest) (*cubeletpb.DestroyImageResponse, error) {
+	a := s.a
+	resp := &cubeletpb.DestroyImageResponse{RequestID: req.GetRequestID()}
+	aid := req.GetSpec().GetImage()
+	log := a.log.With("rpc", "DestroyImage", "request_id", req.GetRequestID(), "artifact_id", aid)
+	if err := checkName("artifact id", aid); err != nil {
+		log.Warn("bad request", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_InvalidParamFormat, "node %s: DestroyImage: %v", a.cfg.NodeID, err)
+		return resp, nil
+	}
+	unlock := a.locks.lock("artifact/" + aid)
+	defer unlock()
+	removed, err := a.removeArtifact(aid)
+	if err != nil {
+		log.Error("destroy image failed", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_DestroyImageFailed, "node %s: DestroyImage %s: %v", a.cfg.NodeID, aid, err)
+		return resp, nil
+	}
+	if len(removed) == 0 {
+		log.Info("artifact not present, nothing to remove")
+		resp.Ret = &cubeletpb.Ret{RetCode: cubeletpb.ErrorCode_Success, RetMsg: "image not found on node, nothing to remove"}
+		return resp, nil
+	}
+	log.Info("artifact removed", "paths", removed)
+	resp.Ret = ok()
+	return resp, nil
+}
+
+// removeArtifact deletes <data>/<type>/<aid> for every instance type.
+func (a *Agent) removeArtifact(aid string) ([]string, error) {
+	entries, err := os.ReadDir(a.cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, e := range entries {
+		if !e.IsDir() || checkInstanceType(e.Name()) != nil {
+			continue
+		}
+		p := filepath.Join(a.cfg.DataDir, e.Name(), aid)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return removed, err
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}
+
+// writeFileAtomic writes data to p through a synced temporary file and a
+// rename, so readers see the old content or the new, never a torn file.
+func writeFileAtomic(p string, data []byte) (err error) {
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,6 @@
+// Package lockertest is the conformance suite every ports.Locker adapter
+// runs: mutual exclusion (within one Locker and across Lockers that model
+// separate processes), release and re-acquire, blocking Lock, context
+// cancellation, independent names, idempotent Unlock, heavy contention and
+// names longer than database limits.
+package lockertest

@@ -1,0 +1,402 @@
+package lockertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Harness makes Lockers for one adapter.
+type Harness interface {
+	// MakeLocker returns a Locker. All Lockers of one harness contend for
+	// the same names: they stand for separate processes sharing a database.
+	MakeLocker(ctx context.Context) (ports.Locker, error)
+	// Close releases what the harness opened.
+	Close()
+}
+
+// HarnessMaker returns a fresh Harness for one subtest.
+type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
+
+// testTimeout bounds every subtest so a lock that never comes back fails
+// the test instead of hanging it.
+const testTimeout = 60 * time.Second
+
+type env struct {
+	ctx    context.Context
+	h      Harness
+	prefix string
+}
+
+// name returns a lock name unique to this run and subtest, so runs of the
+// suite against a shared server never see each other's locks.
+func (e *env) name(suffix string) string { return e.prefix + suffix }
+
+func (e *env) locker(t *testing.T) ports.Locker {
+	t.Helper()
+	l, err := e.h.MakeLocker(e.ctx)
+	if err != nil {
+		t.Fatalf("MakeLocker: %v", err)
+	}
+	return l
+}
+
+// RunConformanceTests runs the suite against the adapter newHarness builds.
+func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *env)
+	}{
+		{"TryLockExcludes", testTryLockExcludes},
+		{"UnlockThenReacquire", testUnlockThenReacquire},
+		{"LockWaitsForHolder", testLockWaitsForHolder},
+		{"LockHonoursContext", testLockHonoursContext},
+		{"IndependentNames", testIndependentNames},
+		{"DoubleUnlockIsNoop", testDoubleUnlockIsNoop},
+		{"UnlockWithDeadContextNeverLeaks", testUnlockWithDeadContext},
+		{"Contention", testContention},
+		{"LongNames", testLongNames},
+		{"EmptyName", testEmptyName},
+	}
+	run := randomHex(4)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			h, err := newHarness(ctx, t)
+			if err != nil {
+				t.Fatalf("new harness: %v", err)
+			}
+			t.Cleanup(h.Close)
+			tc.fn(t, &env{ctx: ctx, h: h, prefix: "lt-" + run + "-" + strings.ToLower(tc.name) + "-"})
+		})
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func mustTryLock(t *testing.T, ctx context.Context, l ports.Locker, name string) ports.Lock {
+	t.Helper()
+	k, err := l.TryLock(ctx, name)
+	if err != nil {
+		t.Fatalf("TryLock(%q): %v", name, err)
+	}
+	if k.Name() != name {
+		t.Fatalf("Name() = %q, want %q", k.Name(), name)
+	}
+	return k
+}
+
+func mustLock(t *testing.T, ctx context.Context, l ports.Locker, name string) ports.Lock {
+	t.Helper()
+	k, err := l.Lock(ctx, name)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", name, err)
+	}
+	if k.Name() != name {
+		t.Fatalf("Name() = %q, want %q", k.Name(), name)
+	}
+	return k
+}
+
+func mustUnlock(t *testing.T, ctx context.Context, k ports.Lock) {
+	t.Helper()
+	if err := k.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock(%q): %v", k.Name(), err)
+	}
+}
+
+func wantLocked(t *testing.T, ctx context.Context, l ports.Locker, name string) {
+	t.Helper()
+	k, err := l.TryLock(ctx, name)
+	if err == nil {
+		_ = k.Unlock(ctx)
+		t.Fatalf("TryLock(%q) succeeded while another holder has it", name)
+	}
+	if !errors.Is(err, core.ErrLocked) {
+		t.Fatalf("TryLock(%q) error = %v, want one wrapping core.ErrLocked", name, err)
+	}
+}
+
+func testTryLockExcludes(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	name := e.name("x")
+	held := mustTryLock(t, e.ctx, a, name)
+	wantLocked(t, e.ctx, a, name) // same Locker: still excluded
+	wantLocked(t, e.ctx, b, name) // another "process"
+	mustUnlock(t, e.ctx, held)
+}
+
+func testUnlockThenReacquire(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	name := e.name("x")
+	for range 3 {
+		k := mustTryLock(t, e.ctx, a, name)
+		mustUnlock(t, e.ctx, k)
+		k = mustTryLock(t, e.ctx, b, name)
+		wantLocked(t, e.ctx, a, name)
+		mustUnlock(t, e.ctx, k)
+		k = mustLock(t, e.ctx, a, name)
+		mustUnlock(t, e.ctx, k)
+	}
+}
+
+func testLockWaitsForHolder(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	for _, waiter := range []struct {
+		name   string
+		locker ports.Locker
+	}{{"same-locker", a}, {"other-locker", b}} {
+		t.Run(waiter.name, func(t *testing.T) {
+			name := e.name(waiter.name)
+			holder := mustTryLock(t, e.ctx, a, name)
+
+			// released is set just before the holder unlocks; a waiter that
+			// gets the lock and sees it unset got the lock too early.
+			var released atomic.Bool
+			done := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				close(started)
+				k, err := waiter.locker.Lock(e.ctx, name)
+				if err != nil {
+					done <- err
+					return
+				}
+				if !released.Load() {
+					err = errors.New("the waiter got the lock while the holder still held it")
+				}
+				if uerr := k.Unlock(e.ctx); err == nil {
+					err = uerr
+				}
+				done <- err
+			}()
+			<-started
+			// Give the waiter time to block in Lock; the checks below do not
+			// depend on it, it only makes the blocking path likely.
+			time.Sleep(50 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("Lock returned before the holder unlocked (err=%v)", err)
+			default:
+			}
+			released.Store(true)
+			mustUnlock(t, e.ctx, holder)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("waiter: %v", err)
+				}
+			case <-e.ctx.Done():
+				t.Fatal("waiter never got the lock after the holder unlocked")
+			}
+		})
+	}
+}
+
+func testLockHonoursContext(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	name := e.name("x")
+	holder := mustTryLock(t, e.ctx, a, name)
+
+	// Cancelled while waiting.
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		k, err := b.Lock(ctx, name)
+		if err == nil {
+			_ = k.Unlock(e.ctx)
+			err = errors.New("a waiting Lock succeeded while the name was held")
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it block; not an assertion
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock after cancel: %v, want one wrapping context.Canceled", err)
+		}
+	case <-e.ctx.Done():
+		t.Fatal("Lock ignored the cancellation of its context")
+	}
+
+	// Deadline while waiting.
+	dctx, dcancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer dcancel()
+	if k, err := b.Lock(dctx, name); err == nil {
+		_ = k.Unlock(e.ctx)
+		t.Fatal("Lock succeeded while the name was held")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock past deadline: %v, want one wrapping context.DeadlineExceeded", err)
+	}
+
+	// Already cancelled.
+	cctx, ccancel := context.WithCancel(e.ctx)
+	ccancel()
+	if k, err := b.Lock(cctx, name); err == nil {
+		_ = k.Unlock(e.ctx)
+		t.Fatal("Lock with a cancelled context succeeded while the name was held")
+	} else if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled context: %v, want one wrapping context.Canceled", err)
+	}
+
+	// The abandoned waits neither took the lock from the holder nor keep it
+	// once the holder lets go.
+	wantLocked(t, e.ctx, b, name)
+	mustUnlock(t, e.ctx, holder)
+	k := mustLock(t, e.ctx, b, name)
+	mustUnlock(t, e.ctx, k)
+}
+
+func testIndependentNames(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	k1 := mustTryLock(t, e.ctx, a, e.name("one"))
+	k2 := mustTryLock(t, e.ctx, b, e.name("two"))
+	k3 := mustLock(t, e.ctx, a, e.name("three")) // must not wait on one/two
+	k4 := mustTryLock(t, e.ctx, a, e.name("four"))
+	for _, k := range []ports.Lock{k1, k2, k3, k4} {
+		mustUnlock(t, e.ctx, k)
+	}
+}
+
+func testDoubleUnlockIsNoop(t *testing.T, e *env) {
+	a, b, c := e.locker(t), e.locker(t), e.locker(t)
+	name := e.name("x")
+	first := mustTryLock(t, e.ctx, a, name)
+	mustUnlock(t, e.ctx, first)
+	mustUnlock(t, e.ctx, first)
+
+	// A stale second Unlock must not free a lock someone else took since.
+	second := mustTryLock(t, e.ctx, b, name)
+	mustUnlock(t, e.ctx, first)
+	wantLocked(t, e.ctx, c, name)
+	wantLocked(t, e.ctx, a, name)
+	mustUnlock(t, e.ctx, second)
+	mustUnlock(t, e.ctx, second)
+	third := mustTryLock(t, e.ctx, c, name)
+	mustUnlock(t, e.ctx, third)
+}
+
+// testUnlockWithDeadContext: an Unlock that cannot talk to the server must
+// still not leave the lock held (the session is destroyed instead).
+func testUnlockWithDeadContext(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	name := e.name("x")
+	k := mustTryLock(t, e.ctx, a, name)
+	dead, cancel := context.WithCancel(e.ctx)
+	cancel()
+	_ = k.Unlock(dead) // an error is allowed: the release was not confirmed
+	if err := k.Unlock(e.ctx); err != nil {
+		t.Fatalf("Unlock after a failed Unlock: %v, want a no-op", err)
+	}
+	// Lock, not TryLock: a destroyed session may take the server a moment
+	// to notice; the lock must come free, but not necessarily at once.
+	k2 := mustLock(t, e.ctx, b, name)
+	mustUnlock(t, e.ctx, k2)
+}
+
+func testContention(t *testing.T, e *env) {
+	lockers := []ports.Locker{e.locker(t), e.locker(t)}
+	name := e.name("x")
+	const workers, rounds = 6, 5
+	var (
+		inside     atomic.Int32
+		total      atomic.Int32
+		violations atomic.Int32
+		wg         sync.WaitGroup
+		errs       = make(chan error, workers)
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lockers[w%len(lockers)]
+			for range rounds {
+				k, err := l.Lock(e.ctx, name)
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: Lock: %w", w, err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					violations.Add(1)
+				}
+				total.Add(1)
+				inside.Add(-1)
+				if err := k.Unlock(e.ctx); err != nil {
+					errs <- fmt.Errorf("worker %d: Unlock: %w", w, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if v := violations.Load(); v != 0 {
+		t.Errorf("%d times more than one holder was inside the critical section", v)
+	}
+	if got := total.Load(); got != workers*rounds {
+		t.Errorf("critical section ran %d times, want %d", got, workers*rounds)
+	}
+}
+
+func testLongNames(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	// Database lock names are limited to 64 characters; adapters shorten
+	// longer ones and must keep distinct names distinct, also when they
+	// differ only past the part that is kept verbatim (47 characters).
+	base := e.name("")
+	pad := func(s string, n int) string { return s + strings.Repeat("p", n-len(s)) }
+	stem := pad(base, 60)
+	long1 := stem + "-first-lock-name-is-long"
+	long2 := stem + "-second-lock-name-is-long"
+	exact64 := pad(base, 64)
+	over65 := exact64 + "q"
+	huge := pad(base, 1000)
+	if len(long1) <= 64 || len(long2) <= 64 || long1[:47] != long2[:47] {
+		t.Fatalf("bad fixture: %q %q", long1, long2)
+	}
+
+	var held []ports.Lock
+	for _, n := range []string{long1, long2, exact64, over65, huge} {
+		held = append(held, mustTryLock(t, e.ctx, a, n))
+	}
+	for _, n := range []string{long1, long2, exact64, over65, huge} {
+		wantLocked(t, e.ctx, b, n)
+	}
+	for _, k := range held {
+		mustUnlock(t, e.ctx, k)
+	}
+	k := mustLock(t, e.ctx, b, long2)
+	mustUnlock(t, e.ctx, k)
+}
+
+func testEmptyName(t *testing.T, e *env) {
+	a := e.locker(t)
+	if _, err := a.TryLock(e.ctx, ""); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("TryLock(\"\"): %v, want one wrapping core.ErrInvalidArgument", err)
+	}
+	if _, err := a.Lock(e.ctx, ""); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Lock(\"\"): %v, want one wrapping core.ErrInvalidArgument", err)
+	}
+}

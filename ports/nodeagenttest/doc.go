@@ -1,0 +1,12 @@
+// Package nodeagenttest is the conformance suite every ports.NodeAgent
+// runs: CreateImage downloads the artifact with its token and verifies it
+// (wrong sha256, wrong size, HTTP 404 and a wrong token are errors that
+// leave no file), is idempotent and safe to call concurrently;
+// DestroyImage removes the bytes and accepts a missing artifact;
+// AppSnapshot needs the artifact on the node and the app-snapshot
+// annotations and returns a SnapshotResult; CleanupTemplate removes the
+// template and is idempotent.
+//
+// The suite serves artifacts from an httptest server on loopback, so the
+// node must reach 127.0.0.1.
+package nodeagenttest
