@@ -29,6 +29,11 @@ type Config struct {
 	MaxConcurrentBuilds int      `yaml:"max_concurrent_builds"`
 	InsecureRegistries  []string `yaml:"insecure_registries"`
 	AllowLocalLayouts   bool     `yaml:"allow_local_layouts"`
+	// Registry egress: link-local and metadata addresses are always refused;
+	// loopback and private addresses only for trusted hosts or when allowed.
+	RegistryAllowPrivate  bool     `yaml:"registry_allow_private"`
+	RegistryAllowLoopback bool     `yaml:"registry_allow_loopback"`
+	TrustedRegistries     []string `yaml:"trusted_registries"`
 	// Builder is "mkfs" or the name of a builder plugin under PluginDir.
 	Builder        string `yaml:"builder"`
 	PluginDir      string `yaml:"plugin_dir"`
@@ -107,6 +112,9 @@ func Load(env Env) (Config, error) {
 	r.int(&c.MaxConcurrentBuilds, "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS")
 	r.list(&c.InsecureRegistries, "CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES")
 	r.bool(&c.AllowLocalLayouts, "CUBE_TEMPLATE_CENTER_ALLOW_LOCAL_LAYOUTS")
+	r.bool(&c.RegistryAllowPrivate, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_PRIVATE")
+	r.bool(&c.RegistryAllowLoopback, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_LOOPBACK")
+	r.list(&c.TrustedRegistries, "CUBE_TEMPLATE_CENTER_TRUSTED_REGISTRIES")
 	r.str(&c.Builder, "CUBE_TEMPLATE_CENTER_BUILDER")
 	r.str(&c.PluginDir, "CUBE_TEMPLATE_CENTER_PLUGIN_DIR")
 	r.int64(&c.HeadroomBytes, "CUBE_TEMPLATE_CENTER_HEADROOM_BYTES")

@@ -89,6 +89,10 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if onEvent == nil {
 		onEvent = func(Event) {}
 	}
+	// Everything this build holds (pinned cache entries, child processes)
+	// is tied to this context and released when Run returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	req := in.Request
 	if req == nil {
 		req = &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}

@@ -1,0 +1,238 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrEgressDenied is wrapped by errors for connections the egress policy
+// refuses.
+var ErrEgressDenied = errors.New("egress policy refused the address")
+
+// EgressPolicy decides which addresses registry connections may reach. It
+// exists because an image reference is user input: without it a reference
+// such as 169.254.169.254/latest/meta-data:x would make the service fetch
+// from the cloud metadata endpoint (SSRF).
+//
+// Always refused, whatever the settings: link-local addresses
+// (169.254.0.0/16 including the AWS/GCP/Azure/Tencent metadata address
+// 169.254.169.254, fe80::/10), the other well-known metadata addresses
+// (fd00:ec2::254, 100.100.100.200) and names (metadata.google.internal,
+// metadata), unspecified, multicast and broadcast addresses.
+//
+// Loopback (127.0.0.0/8, ::1) and private ranges (10/8, 172.16/12,
+// 192.168/16, 100.64/10, fc00::/7) are refused unless AllowLoopback /
+// AllowPrivate is set or the host being dialled is trusted: listed in
+// TrustedHosts, in Options.InsecureHosts, or as a mirror. Everything else
+// (public addresses) is allowed.
+//
+// The policy is enforced where connections are made, on the resolved
+// address actually dialled, so DNS rebinding and redirects (to a token
+// realm, a CDN, or a metadata address) are covered too.
+type EgressPolicy struct {
+	AllowLoopback bool
+	AllowPrivate  bool
+	// TrustedHosts are "host" or "host:port" entries that may resolve to
+	// loopback or private addresses.
+	TrustedHosts []string
+}
+
+// Resolver looks up host names; *net.Resolver satisfies it. Tests inject a
+// fake to make a name resolve to a forbidden address.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+var (
+	metadataAddrs = []netip.Addr{
+		netip.MustParseAddr("169.254.169.254"),
+		netip.MustParseAddr("fd00:ec2::254"),
+		netip.MustParseAddr("100.100.100.200"),
+	}
+	metadataNames = []string{"metadata.google.internal", "metadata"}
+	privateRanges = []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.0.0/16"),
+		netip.MustParsePrefix("100.64.0.0/10"),
+		netip.MustParsePrefix("fc00::/7"),
+	}
+	broadcast = netip.MustParseAddr("255.255.255.255")
+)
+
+// egress applies an EgressPolicy when dialling.
+type egress struct {
+	policy   EgressPolicy
+	trusted  map[string]bool
+	resolver Resolver
+	dialer   net.Dialer
+	idle     time.Duration
+}
+
+func newEgress(p EgressPolicy, extraTrusted []string, r Resolver, idle time.Duration) *egress {
+	e := &egress{policy: p, trusted: map[string]bool{}, resolver: r, idle: idle}
+	for _, h := range append(append([]string{}, p.TrustedHosts...), extraTrusted...) {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			e.trusted[h] = true
+		}
+	}
+	if e.resolver == nil {
+		e.resolver = net.DefaultResolver
+	}
+	e.dialer = net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return e
+}
+
+func (e *egress) isTrusted(host, port string) bool {
+	host = strings.ToLower(strings.Trim(host, "[]"))
+	return e.trusted[host] || e.trusted[net.JoinHostPort(host, port)] || e.trusted[host+":"+port]
+}
+
+// checkName refuses host names that point at metadata services whatever
+// they resolve to.
+func checkName(host string) error {
+	h := strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	for _, n := range metadataNames {
+		if h == n {
+			return fmt.Errorf("%s is a cloud metadata service: %w", host, ErrEgressDenied)
+		}
+	}
+	return nil
+}
+
+// checkAddr applies the policy to one resolved address of host:port.
+func (e *egress) checkAddr(host, port string, a netip.Addr) error {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return fmt.Errorf("%s: invalid address: %w", host, ErrEgressDenied)
+	case containsAddr(metadataAddrs, a):
+		return fmt.Errorf("%s resolves to %s, a cloud metadata address: %w", host, a, ErrEgressDenied)
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return fmt.Errorf("%s resolves to link-local %s: %w", host, a, ErrEgressDenied)
+	case a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || a == broadcast:
+		return fmt.Errorf("%s resolves to %s: %w", host, a, ErrEgressDenied)
+	case a.IsLoopback():
+		if e.policy.AllowLoopback || e.isTrusted(host, port) {
+			return nil
+		}
+		return fmt.Errorf("%s resolves to loopback %s and is not a trusted registry host: %w", host, a, ErrEgressDenied)
+	case isPrivate(a):
+		if e.policy.AllowPrivate || e.isTrusted(host, port) {
+			return nil
+		}
+		return fmt.Errorf("%s resolves to private %s and is not a trusted registry host: %w", host, a, ErrEgressDenied)
+	}
+	return nil
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func isPrivate(a netip.Addr) bool {
+	for _, p := range privateRanges {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve returns the addresses of host that the policy allows, or the
+// first refusal when none is allowed.
+func (e *egress) resolve(ctx context.Context, host, port string) ([]netip.Addr, error) {
+	if err := checkName(host); err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		addrs, err = e.resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("resolving %s: %w", host, err)
+		}
+	}
+	var allowed []netip.Addr
+	var firstErr error
+	for _, a := range addrs {
+		if err := e.checkAddr(host, port, a); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		allowed = append(allowed, a)
+	}
+	if len(allowed) == 0 {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s has no addresses", host)
+		}
+		return nil, firstErr
+	}
+	return allowed, nil
+}
+
+// DialContext resolves addr once, checks every address against the policy
+// and dials only allowed ones (by IP, so a second lookup cannot return
+// something else). The dialer's Control hook re-checks the socket address
+// as a last line of defence.
+func (e *egress) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := e.resolve(ctx, host, port)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	d := e.dialer
+	d.Control = func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("unexpected socket address %q: %w", address, ErrEgressDenied)
+		}
+		return e.checkAddr(host, port, ap.Addr())
+	}
+	var lastErr error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			if e.idle > 0 {
+				return &idleConn{Conn: c, idle: e.idle}, nil
+			}
+			return c, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// idleConn fails a read or write that makes no progress for idle, so a
+// registry trickling one byte a minute cannot hold a worker forever.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(p)
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
