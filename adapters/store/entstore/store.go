@@ -229,7 +229,7 @@ func (sc scope) lockRows() bool { return sc.tx && sc.s.dialect != migrations.SQL
 // txRepos is the Repos of one transaction.
 type txRepos struct{ sc scope }
 
-func (r txRepos) Jobs() ports.JobRepository             { return jobRepo{r.sc} }
-func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo{r.sc} }
-func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo{r.sc} }
-func (r txRepos) Placements() ports.PlacementRepository { return placementRepo{r.sc} }
+func (r txRepos) Jobs() ports.JobRepository             { return jobRepo(r) }
+func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo(r) }
+func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r) }
+func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
