@@ -1,0 +1,435 @@
+package mkfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/cubesandbox/templatecenter/adapters/layers"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+const (
+	blockSize = 4096
+	// alignBlocks is 2 MiB in blocks: virtio-pmem wants images aligned to
+	// it, and every size we choose is a multiple of it.
+	alignBlocks = (2 << 20) / blockSize
+	// maxAttempts bounds the rebuilds when mke2fs runs out of blocks or
+	// inodes, or the headroom came out short. Each rebuild after running
+	// out grows by a quarter, so an estimate off by 2.4× still succeeds.
+	maxAttempts = 6
+)
+
+// Options configures a Builder.
+type Options struct {
+	// WorkDir is where private staging directories are made; "" means
+	// os.TempDir(). It needs room for the unpacked tree.
+	WorkDir string
+	// Paths of the e2fsprogs tools; "" means mkfs.ext4, debugfs, e2fsck
+	// and dumpe2fs looked up on PATH.
+	Mkfs, Debugfs, E2fsck, Dumpe2fs string
+}
+
+// Builder builds ext4 images with mkfs.ext4 -d. It is safe for concurrent
+// use; every Build has its own work directory.
+type Builder struct {
+	opts Options
+}
+
+var _ ports.RootfsBuilder = (*Builder)(nil)
+
+// New returns a Builder. Tools are looked up at Build time so that a
+// missing tool is reported where it matters, with its name.
+func New(opts Options) *Builder { return &Builder{opts: opts} }
+
+// Name implements ports.RootfsBuilder.
+func (b *Builder) Name() string { return "mkfs" }
+
+// Build implements ports.RootfsBuilder. See the package documentation for
+// the steps, the filesystem choices and the sizing rule.
+func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	fsUUID, err := validate(spec)
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	if os.Geteuid() != 0 {
+		// Staging must keep owners, setuid bits and trusted.*/security.*
+		// xattrs, which only root can set on the host.
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging needs root to keep ownership and xattrs: %w", core.ErrUnsupported)
+	}
+	t, err := b.lookTools()
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
+	}
+
+	workDir := b.opts.WorkDir
+	if workDir == "" {
+		workDir = os.TempDir()
+	}
+	work, err := os.MkdirTemp(workDir, "mkfs-") // mode 0700: nobody else may reach the staged setuid files
+	if err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: work dir: %w", err)
+	}
+	defer removeTree(work)
+
+	// The root keeps 0755 root:root unless the tree has a "." entry; chmod
+	// because Mkdir is subject to the umask.
+	stage := filepath.Join(work, "root")
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
+	}
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
+	}
+	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true})
+	if err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: extract tree: %w", err)
+	}
+	tree, err := scan(ctx, stage, spec.Time, xr.Deferred)
+	if err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
+	}
+
+	conf := filepath.Join(work, "mke2fs.conf")
+	if err := os.WriteFile(conf, []byte(mke2fsConf), 0o600); err != nil {
+		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
+	}
+	r := &runner{tools: t, env: childEnv(conf, spec.Time)}
+	j := &job{
+		r:     r,
+		spec:  spec,
+		tree:  tree,
+		work:  work,
+		stage: stage,
+		uuid:  fsUUID,
+	}
+	size, err := j.build(ctx)
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	return ports.BuildResult{SizeBytes: size}, nil
+}
+
+// validate checks spec and returns its UUID in canonical lower case.
+func validate(spec ports.BuildSpec) (string, error) {
+	switch {
+	case spec.Tree == nil:
+		return "", &core.FieldError{Field: "Tree", Reason: "is nil"}
+	case spec.OutPath == "":
+		return "", &core.FieldError{Field: "OutPath", Reason: "is empty"}
+	case spec.Time.Unix() <= 0:
+		return "", &core.FieldError{Field: "Time", Reason: "must be after 1970-01-01T00:00:00Z (it is the reproducible timestamp)"}
+	case spec.Time.Unix() > 1<<32-1:
+		return "", &core.FieldError{Field: "Time", Reason: "must fit ext4's 32-bit seconds"}
+	case spec.HeadroomBytes < 0:
+		return "", &core.FieldError{Field: "HeadroomBytes", Reason: "is negative"}
+	case spec.HeadroomInodes < 0:
+		return "", &core.FieldError{Field: "HeadroomInodes", Reason: "is negative"}
+	case spec.MaxSizeBytes < 0:
+		return "", &core.FieldError{Field: "MaxSizeBytes", Reason: "is negative"}
+	}
+	u, err := uuid.Parse(spec.UUID)
+	if err != nil || len(spec.UUID) != 36 {
+		return "", &core.FieldError{Field: "UUID", Reason: fmt.Sprintf("%q is not a UUID in 8-4-4-4-12 form", spec.UUID)}
+	}
+	if u == uuid.Nil {
+		return "", &core.FieldError{Field: "UUID", Reason: "is the nil UUID"}
+	}
+	if fi, err := os.Stat(filepath.Dir(spec.OutPath)); err != nil || !fi.IsDir() {
+		return "", &core.FieldError{Field: "OutPath", Reason: fmt.Sprintf("directory of %q does not exist", spec.OutPath)}
+	}
+	return u.String(), nil
+}
+
+// childEnv is the whole environment of every tool we run: nothing from the
+// host may change the image (locale changes alphasort, MKE2FS_* variables
+// change layout).
+func childEnv(conf string, t time.Time) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	return []string{
+		"PATH=" + path,
+		"LC_ALL=C",
+		"TZ=UTC",
+		"MKE2FS_CONFIG=" + conf,
+		"E2FSPROGS_FAKE_TIME=" + strconv.FormatInt(t.Unix(), 10),
+	}
+}
+
+// job is one Build past staging.
+type job struct {
+	r     *runner
+	spec  ports.BuildSpec
+	tree  *treeInfo
+	work  string
+	stage string
+	uuid  string
+	// formats counts mke2fs runs on the output file (tests look at it).
+	formats int
+}
+
+// build sizes, formats, fixes up and verifies the image, then renames it
+// onto OutPath. It returns the image size in bytes.
+func (j *job) build(ctx context.Context) (int64, error) {
+	need := j.tree.need(j.spec.HeadroomBytes)
+	inodes := j.tree.inodes(j.spec.HeadroomInodes)
+	blocks, err := j.minBlocks(ctx, need, inodes)
+	if err != nil {
+		return 0, err
+	}
+
+	dir, base := filepath.Split(j.spec.OutPath)
+	f, err := os.CreateTemp(dir, base+".tmp.")
+	if err != nil {
+		return 0, fmt.Errorf("mkfs builder: temp image: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	done := false
+	defer func() {
+		if !done {
+			os.Remove(tmp)
+		}
+	}()
+
+	var lastErr error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		if err := j.checkMax(blocks, need); err != nil {
+			return 0, err
+		}
+		res, err := j.attempt(ctx, tmp, blocks, inodes)
+		if err != nil {
+			return 0, err
+		}
+		if res.ok() {
+			if err := ctx.Err(); err != nil { // a canceled build never publishes
+				return 0, fmt.Errorf("mkfs builder: %w", err)
+			}
+			if err := publish(tmp, j.spec.OutPath); err != nil {
+				return 0, err
+			}
+			done = true
+			return blocks * blockSize, nil
+		}
+		lastErr = res.shortage
+		// Grow by what was missing; the next attempt is a fresh format of
+		// the same staging tree.
+		if res.blocksShort > 0 {
+			blocks = roundUp(blocks+res.blocksShort, alignBlocks)
+		}
+		if res.inodesShort > 0 {
+			inodes += res.inodesShort
+		}
+	}
+	return 0, fmt.Errorf("mkfs builder: image still too small after %d attempts (last: %v)", maxAttempts, lastErr)
+}
+
+func (j *job) checkMax(blocks, need int64) error {
+	if j.spec.MaxSizeBytes > 0 && blocks*blockSize > j.spec.MaxSizeBytes {
+		return fmt.Errorf("mkfs builder: image needs %d bytes (content and headroom %d bytes plus filesystem metadata, 2 MiB aligned), over MaxSizeBytes %d: %w",
+			blocks*blockSize, need*blockSize, j.spec.MaxSizeBytes, core.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// attemptResult says whether an attempt produced a valid image, or by how
+// much it fell short.
+type attemptResult struct {
+	blocksShort, inodesShort int64
+	shortage                 error
+}
+
+func (a attemptResult) ok() bool { return a.blocksShort == 0 && a.inodesShort == 0 }
+
+// attempt formats tmp at the given size. A shortage of blocks or inodes is
+// reported in the result (the caller retries bigger); anything else is an
+// error.
+func (j *job) attempt(ctx context.Context, tmp string, blocks, inodes int64) (attemptResult, error) {
+	if err := zeroFile(tmp, blocks*blockSize); err != nil {
+		return attemptResult{}, err
+	}
+	j.formats++
+	err := j.r.mkfs(ctx, mkfsArgs{
+		stage:  j.stage,
+		image:  tmp,
+		blocks: blocks,
+		inodes: inodes,
+		uuid:   j.uuid,
+	})
+	if res, ok := shortage(err, blocks, inodes); ok {
+		return res, nil
+	}
+	if err != nil {
+		return attemptResult{}, err
+	}
+
+	pre, err := j.r.dumpe2fs(ctx, tmp, true)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	var inos map[string]uint64
+	if len(j.tree.multiXattr) > 0 {
+		if inos, err = j.r.lookupInodes(ctx, tmp, j.stage, j.work, j.tree.multiXattr); err != nil {
+			return attemptResult{}, err
+		}
+	}
+	script, err := fixupScript(j.tree, pre, j.spec.Time.Unix(), j.work, j.stage, inos)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	err = j.r.debugfsScript(ctx, tmp, script, filepath.Join(j.work, "fixup.debugfs"))
+	if res, ok := shortage(err, blocks, inodes); ok {
+		return res, nil
+	}
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if err := j.r.fsck(ctx, tmp); err != nil {
+		return attemptResult{}, err
+	}
+	post, err := j.r.dumpe2fs(ctx, tmp, false)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if err := post.verify(); err != nil {
+		return attemptResult{}, fmt.Errorf("mkfs builder: %w", err)
+	}
+	res := attemptResult{}
+	wantBlocks := ceilDiv(j.spec.HeadroomBytes, blockSize)
+	if post.freeBlocks < wantBlocks {
+		res.blocksShort = wantBlocks - post.freeBlocks
+	}
+	if post.freeInodes < j.spec.HeadroomInodes {
+		res.inodesShort = j.spec.HeadroomInodes - post.freeInodes
+	}
+	if !res.ok() {
+		res.shortage = fmt.Errorf("%d free blocks and %d free inodes, headroom wants %d and %d",
+			post.freeBlocks, post.freeInodes, wantBlocks, j.spec.HeadroomInodes)
+	}
+	return res, nil
+}
+
+// shortage turns a tool running out of blocks or inodes into a result
+// asking for more (ok is true, err nil); other errors pass through.
+func shortage(err error, blocks, inodes int64) (res attemptResult, ok bool) {
+	var full *fullError
+	if !errors.As(err, &full) {
+		return attemptResult{}, false
+	}
+	res.shortage = err
+	// The tools do not say how much was missing.
+	if full.inodes {
+		res.inodesShort = max(256, inodes/4)
+	} else {
+		res.blocksShort = max(alignBlocks, blocks/4)
+	}
+	return res, true
+}
+
+// minBlocks finds the smallest 2 MiB-aligned size whose empty filesystem
+// (same options, same inode count) has need free blocks, by formatting a
+// sparse probe file: overhead is measured rather than modelled.
+func (j *job) minBlocks(ctx context.Context, need, inodes int64) (int64, error) {
+	probe := filepath.Join(j.work, "probe.img")
+	defer os.Remove(probe)
+	// First guess: content plus inode tables plus a little per-group
+	// metadata; the probe corrects it.
+	guess := need + ceilDiv(inodes*inodeSize, blockSize) + 64
+	guess += 2 * ceilDiv(guess, blocksPerGroup)
+	blocks := roundUp(guess, alignBlocks)
+	for range 16 {
+		if err := j.checkMax(blocks, need); err != nil {
+			return 0, err
+		}
+		if err := zeroFile(probe, blocks*blockSize); err != nil {
+			return 0, err
+		}
+		err := j.r.mkfs(ctx, mkfsArgs{image: probe, blocks: blocks, inodes: inodes, uuid: j.uuid})
+		if err != nil {
+			return 0, fmt.Errorf("mkfs builder: sizing probe at %d blocks: %w", blocks, err)
+		}
+		info, err := j.r.dumpe2fs(ctx, probe, false)
+		if err != nil {
+			return 0, err
+		}
+		short := need - info.freeBlocks
+		if short <= 0 {
+			return blocks, nil
+		}
+		blocks = roundUp(blocks+short, alignBlocks)
+	}
+	return 0, fmt.Errorf("mkfs builder: sizing did not converge for %d blocks of content", need)
+}
+
+// zeroFile makes path a sparse, all-zero file of exactly size bytes.
+func zeroFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("mkfs builder: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("mkfs builder: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("mkfs builder: %w", err)
+	}
+	return nil
+}
+
+// publish makes the finished image durable and moves it onto out.
+func publish(tmp, out string) error {
+	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("mkfs builder: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		return fmt.Errorf("mkfs builder: publish %s: %w", out, err)
+	}
+	if d, err := os.Open(filepath.Dir(out)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// removeTree deletes a work directory even when the staged tree holds
+// directories without write permission (mode 0555) for the caller.
+func removeTree(dir string) {
+	if err := os.RemoveAll(dir); err == nil {
+		return
+	}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func roundUp(a, m int64) int64 { return ceilDiv(a, m) * m }

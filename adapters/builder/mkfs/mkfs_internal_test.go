@@ -1,0 +1,241 @@
+package mkfs
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+func TestParseDumpe2fs(t *testing.T) {
+	out, err := os.ReadFile("testdata/dumpe2fs.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := parseDumpe2fs(out, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int64{info.blockSize, info.blockCount, info.inodeCount, info.freeInodes, info.inodesPerGroup}
+	if want := []int64{4096, 76800, 40032, 37018, 13344}; !slices.Equal(got, want) {
+		t.Errorf("parsed %v, want %v", got, want)
+	}
+	if !slices.Equal(info.usedInodes, []span{{1, 3014}}) {
+		t.Errorf("used inodes %v, want [{1 3014}]", info.usedInodes)
+	}
+	if !slices.Contains(info.features, "metadata_csum") || slices.Contains(info.features, "has_journal") {
+		t.Errorf("features %v", info.features)
+	}
+	if _, err := parseDumpe2fs([]byte("Block size: 4096\n"), false); err == nil {
+		t.Error("incomplete output accepted")
+	}
+}
+
+func TestComplement(t *testing.T) {
+	cases := []struct {
+		free []span
+		want []span
+	}{
+		{nil, []span{{1, 100}}},
+		{[]span{{1, 100}}, nil},
+		{[]span{{12, 20}, {50, 100}}, []span{{1, 11}, {21, 49}}},
+		{[]span{{50, 100}, {12, 20}}, []span{{1, 11}, {21, 49}}},
+		{[]span{{12, 20}, {15, 30}}, []span{{1, 11}, {31, 100}}},
+	}
+	for _, c := range cases {
+		if got := complement(slices.Clone(c.free), 1, 100); !slices.Equal(got, c.want) {
+			t.Errorf("complement(%v) = %v, want %v", c.free, got, c.want)
+		}
+	}
+}
+
+func TestParseSpans(t *testing.T) {
+	got, err := parseSpans(" 12-2512, 2600, 2700-2800")
+	if err != nil || !slices.Equal(got, []span{{12, 2512}, {2600, 2600}, {2700, 2800}}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"x", "5-1", "1-"} {
+		if _, err := parseSpans(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestParseLs(t *testing.T) {
+	out := "/12/040755/0/0/.//\n/2/040755/0/0/..//\n/0/000000/0/0//0/\n/13/100644/5/6/new\nline/3/\n/14/120777/0/0/a b\"c/5/\n\n"
+	got, err := parseLs([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"new\nline": 13, `a b"c`: 14}
+	if len(got) != len(want) || got["new\nline"] != 13 || got[`a b"c`] != 14 {
+		t.Errorf("parseLs = %v, want %v", got, want)
+	}
+	if _, err := parseLs([]byte("garbage\n")); err == nil {
+		t.Error("garbage accepted")
+	}
+}
+
+func TestEncodeDev(t *testing.T) {
+	cases := []struct{ major, minor, b0, b1 int64 }{
+		{1, 3, 0x103, 0},
+		{8, 0, 0x800, 0},
+		{255, 255, 0xffff, 0},
+		{256, 0, 0, 0x10000},
+		{300, 70000, 0, 70000&0xff | 300<<8 | (70000&^0xff)<<12},
+		{4095, 1<<20 - 1, 0, 0xff | 4095<<8 | (1<<20-1)&^0xff<<12},
+	}
+	for _, c := range cases {
+		if b0, b1 := encodeDev(c.major, c.minor); b0 != c.b0 || b1 != c.b1 {
+			t.Errorf("encodeDev(%d, %d) = %#x, %#x, want %#x, %#x", c.major, c.minor, b0, b1, c.b0, c.b1)
+		}
+	}
+}
+
+func TestDebugfsQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		`plain`:      `"plain"`,
+		`with space`: `"with space"`,
+		`q"uote`:     `"q""uote"`,
+		`<12>`:       `"<12>"`,
+	} {
+		if got := debugfsQuote(in); got != want {
+			t.Errorf("debugfsQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestSizingRules(t *testing.T) {
+	if got := dirBlocks(recLen(1) + recLen(2)); got != 1 {
+		t.Errorf("empty dir: %d blocks", got)
+	}
+	// 3000 names of 9 bytes: 20 bytes each, 60000 bytes: 16 blocks when
+	// packed, the bound may not be below that.
+	if got := dirBlocks(24 + 3000*recLen(9)); got < 15 || got > 20 {
+		t.Errorf("3000 entries: %d blocks", got)
+	}
+	if got := extentBlocks(1, 5000); got != 0 {
+		t.Errorf("contiguous 20 MiB file: %d extent blocks", got)
+	}
+	if got := extentBlocks(3, 3); got != 0 {
+		t.Errorf("three runs: %d extent blocks", got)
+	}
+	if got := extentBlocks(1000, 2000); got != 3 {
+		t.Errorf("1000 runs: %d extent blocks, want 3", got)
+	}
+	if recLen(1) != 12 || recLen(4) != 12 || recLen(5) != 16 || recLen(255) != 264 {
+		t.Error("recLen does not pad to 4 bytes")
+	}
+}
+
+func TestScanZeros(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	const mib = 1 << 20
+	content := make([]byte, 4*mib+100)
+	copy(content, "head")                  // block 0
+	copy(content[2*mib+4096*3:], "middle") // one block in the middle
+	copy(content[4*mib+10:], "tail")       // partial last block
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := scanZeros(p, make([]byte, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocks != 3 {
+		t.Errorf("scanZeros = %d blocks, want 3", blocks)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("scanZeros changed the content (err %v)", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blocks*512 > mib {
+		t.Logf("zero runs were not punched (%d bytes allocated); the filesystem may not support it", st.Blocks*512)
+	}
+}
+
+// TestRetryWhenFull makes the first estimate half the truth, so mke2fs
+// runs out of blocks and inodes; the build must grow and succeed, or fail
+// with a clear error when the cap forbids growing.
+func TestRetryWhenFull(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs"} {
+		testenv.Tool(t, tool)
+	}
+	stage := t.TempDir()
+	for i := range 300 {
+		name := filepath.Join(stage, "f"+strings.Repeat("x", i%40)+string(rune('a'+i%26))+time.Duration(i).String())
+		if err := os.WriteFile(name, bytes.Repeat([]byte{byte(i + 1)}, 12<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := New(Options{})
+	tl, err := b.lookTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	conf := filepath.Join(work, "mke2fs.conf")
+	if err := os.WriteFile(conf, []byte(mke2fsConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Unix(1_700_000_000, 0)
+	// Devices are added by debugfs after mke2fs, so they run out of
+	// inodes there, in the fixup pass.
+	var devs []*tar.Header
+	for i := range 200 {
+		devs = append(devs, &tar.Header{Typeflag: tar.TypeChar, Name: fmt.Sprintf("dev%03d", i), Mode: 0o600, Devmajor: 1, Devminor: int64(i), ModTime: when})
+	}
+	newJob := func(out string, max int64) *job {
+		return &job{
+			r:    &runner{tools: tl, env: childEnv(conf, when)},
+			spec: ports.BuildSpec{OutPath: out, UUID: "6f1c0b52-3b7e-4c1a-9d7e-2f5a8c9e0b11", Time: when, MaxSizeBytes: max},
+			// Claims half the blocks and inodes the staged tree needs.
+			tree:  &treeInfo{rootMode: 0o755, dataBlocks: 450, inodeCount: 150, devices: devs},
+			work:  work,
+			stage: stage,
+			uuid:  "6f1c0b52-3b7e-4c1a-9d7e-2f5a8c9e0b11",
+		}
+	}
+
+	out := filepath.Join(t.TempDir(), "img")
+	j := newJob(out, 0)
+	size, err := j.build(context.Background())
+	if err != nil {
+		t.Fatalf("build with a tiny estimate: %v", err)
+	}
+	if j.formats < 3 {
+		t.Errorf("%d formats; mke2fs and then debugfs should have run out first", j.formats)
+	}
+	if out, err := exec.Command("debugfs", "-R", "stat /dev199", out).Output(); err != nil || !bytes.Contains(out, []byte("character special")) {
+		t.Errorf("dev199 not in the image: %v", err)
+	}
+	t.Logf("%d formats, %d bytes", j.formats, size)
+	if fi, err := os.Stat(out); err != nil || fi.Size() != size || size%(2<<20) != 0 {
+		t.Fatalf("image: %v, size %d", err, size)
+	}
+
+	out = filepath.Join(t.TempDir(), "img")
+	_, err = newJob(out, 2<<20).build(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "MaxSizeBytes") {
+		t.Fatalf("err = %v, want the size cap named", err)
+	}
+	if left, _ := os.ReadDir(filepath.Dir(out)); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

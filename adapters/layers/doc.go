@@ -1,0 +1,65 @@
+// Package layers turns the layers of an OCI image into one flattened tar
+// stream (Flatten) and writes such a stream safely under a staging directory
+// (Extract). Both treat their input as hostile and refuse it, never clamp
+// it: anything suspicious fails with a *RejectError naming the layer, the
+// entry and one of the Rule* constants; errors.Is(err, ErrRejected) and
+// errors.Is(err, core.ErrInvalidArgument) hold for it. I/O errors of the host
+// are returned as they are.
+//
+// Flatten touches the host only to read layer blobs and to spool their
+// content into unlinked temporary files ($TMPDIR). Its output satisfies
+// ports.BuildSpec.Tree: no whiteouts, clean relative names (the root itself
+// is not emitted), parents before children, siblings sorted by name, hard
+// links after the name carrying the content, xattrs as SCHILY.xattr.* PAX
+// records, mode (with setuid/setgid/sticky), uid, gid, mtime (whole seconds)
+// and device numbers kept. Uname/Gname are dropped: the image stores numbers.
+//
+// Policies, chosen where the specs leave room:
+//
+//   - Names: a leading "/" is dropped (it means the image root); a ".."
+//     component anywhere is refused, even one that would clean away. NUL,
+//     empty names, components over MaxNameLen, paths over MaxPathLen or
+//     MaxPathDepth are refused. Other bytes (non-UTF-8, "\", newlines) are
+//     kept verbatim; messages quote them.
+//   - Symlinks may point anywhere (var/run -> /run must work in the guest)
+//     and are stored verbatim, but nothing is ever written through one: an
+//     entry whose parent path is a symlink, in the same or a lower layer, is
+//     refused (parent-symlink) rather than resolved chroot-style. Real layers
+//     are diffs of real directories and never need it, and refusing leaves
+//     no resolver to get wrong. A parent that is a file is refused too
+//     (parent-not-dir); missing parents are synthesized (0755, root:root,
+//     mtime 0).
+//   - Layers apply in order with overlay semantics: a directory over a
+//     directory merges (later metadata wins), anything else replaces the
+//     path and its subtree. Within a layer entries replay in archive order,
+//     so duplicates end with the last one. Whiteouts and opaque markers only
+//     hide lower layers (image-spec), and are refused when malformed
+//     (".wh.", ".wh..", ".wh...", ".wh..wh.x", ".wh." parent components).
+//   - Hard links share an inode. The target must be a regular file named
+//     earlier in the same layer or present in a lower one; directories,
+//     symlinks, devices, FIFOs, missing or later targets, ".." targets and
+//     self links are refused. If the target name is later whited out or
+//     replaced, the link keeps the old content (as on any filesystem), so it
+//     is emitted as a regular file.
+//   - Budgets are on declared sizes (tar headers, including the logical size
+//     of sparse files), per file, per layer and for the result; decompressed
+//     bytes beyond what entries declare plus a metadata allowance are a bomb.
+//     zstd windows are capped by MaxZstdWindow.
+//   - Xattrs: user.* (files and directories only), security.*, trusted.*
+//     and POSIX ACLs; overlay control attributes (trusted.overlay.*,
+//     user.overlay.*) and unknown namespaces are refused.
+//   - Type flags other than regular, directory, symlink, hard link, char,
+//     block and FIFO are refused by name (PAX global headers are skipped).
+//   - A declared media type must match the magic bytes.
+//
+// Extract re-validates every entry with the same rules, refuses whiteouts
+// and duplicate names, and creates nothing through symlinks: every
+// operation is relative to a directory handle opened with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV) (an O_NOFOLLOW
+// walk on old kernels) and names a single component without following it.
+// os.Root is not used because it follows symlinks inside the root and lacks
+// mknod and xattr calls. Devices are created on the host only when
+// ExtractOptions.SkipDevices is false. The staging directory should still
+// live on a nosuid,nodev mount private to the build: Extract faithfully
+// creates setuid files and, if asked, device nodes.
+package layers

@@ -1,0 +1,488 @@
+//go:build linux
+
+package layers
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+// Extract writes a flattened tree (the output of Flatten) under root, which
+// must be an existing empty directory. No write ever leaves root.
+//
+// Every entry is validated again with the rules Flatten applies, because
+// the stream may come from anywhere. Parent directories are opened from a
+// handle on root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), falling
+// back to a component-by-component O_NOFOLLOW walk, and every operation then
+// names a single component relative to that handle without following it: a
+// symlink in the tree is never traversed, and ownership, modes, xattrs and
+// times are set on the entry itself, never through a link. Extract also
+// remembers what it created so a stream that writes below its own symlink
+// or file, or names an entry twice, is refused before any syscall.
+//
+// Ownership is applied before modes (chown clears setuid), xattrs such as
+// security.capability after both, and directory modes and times after all
+// entries. Hard links carry no metadata of their own. The root itself gets
+// the metadata of a "." entry, or 0755 root:root with mtime 0. On error root
+// holds a partial tree that the caller discards.
+func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
+	lim := opt.Limits.orDefault()
+	d, err := os.Open(root)
+	if err != nil {
+		return ExtractResult{}, fmt.Errorf("extract: %w", err)
+	}
+	names, err := d.Readdirnames(1)
+	d.Close()
+	if err != nil && err != io.EOF {
+		return ExtractResult{}, fmt.Errorf("extract: %w", err)
+	}
+	if len(names) > 0 {
+		return ExtractResult{}, fmt.Errorf("extract: root %s is not empty: %w", root, core.ErrInvalidArgument)
+	}
+	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ExtractResult{}, fmt.Errorf("extract: open %s: %w", root, err)
+	}
+	x := &extractor{
+		rootFD:  rootFD,
+		lim:     lim,
+		opt:     opt,
+		kinds:   map[string]byte{".": tar.TypeDir},
+		meta:    map[string]*entry{},
+		cacheFD: -1,
+		buf:     make([]byte, 1<<20),
+	}
+	defer x.close()
+
+	tr := tar.NewReader(tree)
+	entries := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return x.res, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			rj, ioErr := classify(err)
+			if ioErr != nil {
+				return x.res, fmt.Errorf("extract: %w", ioErr)
+			}
+			return x.res, x.reject("", rj)
+		}
+		if entries++; entries > lim.MaxEntries {
+			return x.res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
+		}
+		e, rj := parseHeader(hdr, lim)
+		if rj != nil {
+			return x.res, x.reject(hdr.Name, rj)
+		}
+		if e == nil {
+			continue
+		}
+		if e.wh != whNone {
+			return x.res, x.reject(hdr.Name, reject(RuleWhiteoutInTree, "a flattened tree has no whiteouts"))
+		}
+		if err := x.add(e, tr); err != nil {
+			return x.res, err
+		}
+	}
+	if err := x.finish(); err != nil {
+		return x.res, err
+	}
+	return x.res, nil
+}
+
+// kindImplied marks a directory Extract created for a missing parent.
+const kindImplied = 'i'
+
+type extractor struct {
+	rootFD int
+	lim    Limits
+	opt    ExtractOptions
+	res    ExtractResult
+	total  int64
+
+	kinds map[string]byte   // what Extract created at each path
+	dirs  []string          // directories in creation order
+	meta  map[string]*entry // metadata of declared directories (and the root)
+
+	cachePath string // last parent directory opened
+	cacheFD   int
+	buf       []byte
+}
+
+func (x *extractor) close() {
+	if x.cacheFD >= 0 {
+		unix.Close(x.cacheFD)
+	}
+	unix.Close(x.rootFD)
+}
+
+func (x *extractor) reject(entry string, rj *rejection) error {
+	return &RejectError{Layer: -1, Entry: entry, Rule: rj.rule, Detail: rj.detail}
+}
+
+func opErr(op, name string, err error) error {
+	return fmt.Errorf("extract: %s %q: %w", op, name, err)
+}
+
+func (x *extractor) add(e *entry, tr *tar.Reader) error {
+	if e.name == "." {
+		x.meta["."] = e // parseHeader refused non-directories
+		return nil
+	}
+	if k, ok := x.kinds[e.name]; ok {
+		if k == kindImplied && e.typ == tar.TypeDir {
+			x.kinds[e.name] = tar.TypeDir
+			x.meta[e.name] = e
+			return nil
+		}
+		return x.reject(e.raw, reject(RuleDuplicateEntry, "%q already exists", e.name))
+	}
+	dir, base := path.Split(e.name)
+	dir = path.Clean(dir)
+	if err := x.ensureDir(dir, e); err != nil {
+		return err
+	}
+	pfd, err := x.parent(dir)
+	if err != nil {
+		return opErr("open parent of", e.name, err)
+	}
+
+	switch e.typ {
+	case tar.TypeDir:
+		if err := unix.Mkdirat(pfd, base, 0o700); err != nil {
+			return opErr("mkdir", e.name, err)
+		}
+		x.dirs = append(x.dirs, e.name)
+		x.meta[e.name] = e
+	case tar.TypeReg:
+		if err := x.writeFile(pfd, base, e, tr); err != nil {
+			return err
+		}
+	case tar.TypeLink:
+		if err := x.link(pfd, base, e); err != nil {
+			return err
+		}
+		x.kinds[e.name] = tar.TypeReg
+		x.res.Stats.count(tar.TypeLink, 0)
+		return nil
+	case tar.TypeSymlink:
+		if err := unix.Symlinkat(e.link, pfd, base); err != nil {
+			return opErr("symlink", e.name, err)
+		}
+		if err := x.setSpecialMeta(pfd, base, e); err != nil {
+			return err
+		}
+	case tar.TypeFifo:
+		if err := unix.Mknodat(pfd, base, unix.S_IFIFO|0o600, 0); err != nil {
+			return opErr("mkfifo", e.name, err)
+		}
+		if err := x.setSpecialMeta(pfd, base, e); err != nil {
+			return err
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		if x.opt.SkipDevices {
+			x.res.Deferred = append(x.res.Deferred, e.header())
+			break
+		}
+		mode := uint32(unix.S_IFCHR)
+		if e.typ == tar.TypeBlock {
+			mode = unix.S_IFBLK
+		}
+		dev := unix.Mkdev(uint32(e.major), uint32(e.minor))
+		if err := unix.Mknodat(pfd, base, mode|0o600, int(dev)); err != nil {
+			return opErr("mknod", e.name, err)
+		}
+		if err := x.setSpecialMeta(pfd, base, e); err != nil {
+			return err
+		}
+	}
+	x.kinds[e.name] = e.typ
+	x.res.Stats.count(e.typ, e.size)
+	return nil
+}
+
+// ensureDir checks that every component of dir is a directory Extract
+// made, creating missing ones (0755 root:root, epoch mtime, like Flatten).
+func (x *extractor) ensureDir(dir string, e *entry) error {
+	if dir == "." {
+		return nil
+	}
+	if k := x.kinds[dir]; k == tar.TypeDir || k == kindImplied {
+		return nil
+	}
+	done := ""
+	for rest := dir; rest != ""; {
+		var c string
+		c, rest, _ = cutSlash(rest)
+		parent := done
+		done = path.Join(done, c)
+		k, ok := x.kinds[done]
+		switch {
+		case !ok:
+			if len(x.kinds) > x.lim.MaxEntries {
+				return x.reject(e.raw, reject(RuleTooManyEntries, "more than %d entries with implied directories", x.lim.MaxEntries))
+			}
+			pfd, err := x.parent(path.Clean(parent))
+			if err != nil {
+				return opErr("open parent of", done, err)
+			}
+			if err := unix.Mkdirat(pfd, c, 0o700); err != nil {
+				return opErr("mkdir", done, err)
+			}
+			x.kinds[done] = kindImplied
+			x.dirs = append(x.dirs, done)
+			x.res.Stats.count(tar.TypeDir, 0)
+		case k == tar.TypeDir || k == kindImplied:
+		case k == tar.TypeSymlink:
+			return x.reject(e.raw, reject(RuleParentSymlink, "%q is a symlink", done))
+		default:
+			return x.reject(e.raw, reject(RuleParentNotDir, "%q is not a directory", done))
+		}
+	}
+	return nil
+}
+
+// parent returns a handle on directory dir (clean, "." for root), cached
+// because consecutive entries usually share it.
+func (x *extractor) parent(dir string) (int, error) {
+	if x.cacheFD >= 0 && x.cachePath == dir {
+		return x.cacheFD, nil
+	}
+	fd, err := openBeneath(x.rootFD, dir)
+	if err != nil {
+		return -1, err
+	}
+	if x.cacheFD >= 0 {
+		unix.Close(x.cacheFD)
+	}
+	x.cachePath, x.cacheFD = dir, fd
+	return fd, nil
+}
+
+// noOpenat2 is set once openat2 turns out to be missing (Linux < 5.6).
+var noOpenat2 atomic.Bool
+
+// openBeneath opens directory p below rootFD without following any symlink
+// and without leaving rootFD.
+func openBeneath(rootFD int, p string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if !noOpenat2.Load() {
+		fd, err := unix.Openat2(rootFD, p, &unix.OpenHow{
+			Flags:   flags,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+		})
+		if !errors.Is(err, unix.ENOSYS) {
+			return fd, err
+		}
+		noOpenat2.Store(true)
+	}
+	// Old kernel: walk one component at a time; O_NOFOLLOW refuses a
+	// symlink and clean paths have no "..".
+	fd, err := unix.Dup(rootFD)
+	if err != nil {
+		return -1, err
+	}
+	for rest := p; rest != "" && rest != "."; {
+		var c string
+		c, rest, _ = cutSlash(rest)
+		next, err := unix.Openat(fd, c, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) error {
+	x.total += e.size
+	if x.total > x.lim.MaxTotalBytes {
+		return x.reject(e.raw, reject(RuleImageTooLarge, "declared sizes %d > %d", x.total, x.lim.MaxTotalBytes))
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return opErr("create", e.name, err)
+	}
+	f := os.NewFile(uintptr(fd), e.name)
+	defer f.Close()
+	n, err := io.CopyBuffer(hostWriter{f}, tr, x.buf)
+	if err == nil && n != e.size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		if isWriteErr(err) {
+			return opErr("write", e.name, err)
+		}
+		rj, ioErr := classify(err)
+		if ioErr != nil {
+			return opErr("read", e.name, ioErr)
+		}
+		return x.reject(e.raw, rj)
+	}
+	if err := unix.Fchown(fd, e.uid, e.gid); err != nil {
+		return opErr("chown", e.name, err)
+	}
+	if err := unix.Fchmod(fd, uint32(e.mode)); err != nil {
+		return opErr("chmod", e.name, err)
+	}
+	for _, xa := range e.xattrs {
+		if err := unix.Fsetxattr(fd, xa.name, []byte(xa.value), 0); err != nil {
+			return opErr("setxattr "+xa.name+" on", e.name, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return opErr("close", e.name, err)
+	}
+	return setTimes(pfd, base, e, e.name)
+}
+
+// link makes a hard link to an earlier regular file of this stream. The
+// target's parent is opened like any other (no symlinks), linkat does not
+// follow a symlink target, and the result is checked to be a regular file;
+// no metadata is applied through it (CVE-2021-32760).
+func (x *extractor) link(pfd int, base string, e *entry) error {
+	switch k, ok := x.kinds[e.link]; {
+	case !ok:
+		return x.reject(e.raw, reject(RuleHardlinkMissing, "target %q is not an earlier entry", e.link))
+	case k == tar.TypeDir || k == kindImplied:
+		return x.reject(e.raw, reject(RuleHardlinkDir, "target %q is a directory", e.link))
+	case k != tar.TypeReg:
+		return x.reject(e.raw, reject(RuleHardlinkNotRegular, "target %q is of type %q", e.link, k))
+	}
+	tdir, tbase := path.Split(e.link)
+	tfd, err := openBeneath(x.rootFD, path.Clean(tdir))
+	if err != nil {
+		return opErr("open parent of", e.link, err)
+	}
+	defer unix.Close(tfd)
+	if err := unix.Linkat(tfd, tbase, pfd, base, 0); err != nil {
+		return opErr("link", e.name, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return opErr("stat", e.name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return x.reject(e.raw, reject(RuleHardlinkNotRegular, "target %q is not a regular file on disk", e.link))
+	}
+	return nil
+}
+
+// setSpecialMeta applies metadata to a symlink, FIFO or device node that
+// was just created, without opening it (opening a device or FIFO has side
+// effects) and without following it.
+func (x *extractor) setSpecialMeta(pfd int, base string, e *entry) error {
+	if err := unix.Fchownat(pfd, base, e.uid, e.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return opErr("chown", e.name, err)
+	}
+	if e.typ != tar.TypeSymlink { // Linux symlinks have no mode
+		if err := chmodNoFollow(pfd, base, uint32(e.mode)); err != nil {
+			return opErr("chmod", e.name, err)
+		}
+	}
+	if len(e.xattrs) > 0 {
+		// The parent handle through /proc names the entry without a path
+		// walk; lsetxattr does not follow the entry itself.
+		p := "/proc/self/fd/" + strconv.Itoa(pfd) + "/" + base
+		for _, xa := range e.xattrs {
+			if err := unix.Lsetxattr(p, xa.name, []byte(xa.value), 0); err != nil {
+				return opErr("setxattr "+xa.name+" on", e.name, err)
+			}
+		}
+	}
+	return setTimes(pfd, base, e, e.name)
+}
+
+// chmodNoFollow uses fchmodat2(AT_SYMLINK_NOFOLLOW) (Linux 6.6+) or, on
+// older kernels, an O_PATH handle checked not to be a symlink.
+func chmodNoFollow(pfd int, base string, mode uint32) error {
+	err := unix.Fchmodat(pfd, base, mode, unix.AT_SYMLINK_NOFOLLOW)
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return unix.ELOOP
+	}
+	return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode)
+}
+
+func setTimes(dirFD int, base string, e *entry, name string) error {
+	ts := unix.NsecToTimespec(time.Unix(e.mtime, 0).UnixNano())
+	if err := unix.UtimesNanoAt(dirFD, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return opErr("set times of", name, err)
+	}
+	return nil
+}
+
+// finish applies directory metadata, deepest first so that a restrictive
+// mode never blocks a later step, and the root's last.
+func (x *extractor) finish() error {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		if err := x.dirMeta(x.dirs[i]); err != nil {
+			return err
+		}
+	}
+	// The root always gets metadata, declared or the implied default, so
+	// the staging directory is a deterministic image root (mkfs -d copies
+	// it) whatever mode and time the caller created it with.
+	return x.dirMeta(".")
+}
+
+func (x *extractor) dirMeta(p string) error {
+	e := x.meta[p]
+	if e == nil {
+		e = implied
+	}
+	fd, err := openBeneath(x.rootFD, p)
+	if err != nil {
+		return opErr("open", p, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, e.uid, e.gid); err != nil {
+		return opErr("chown", p, err)
+	}
+	if err := unix.Fchmod(fd, uint32(e.mode)); err != nil {
+		return opErr("chmod", p, err)
+	}
+	for _, xa := range e.xattrs {
+		if err := unix.Fsetxattr(fd, xa.name, []byte(xa.value), 0); err != nil {
+			return opErr("setxattr "+xa.name+" on", p, err)
+		}
+	}
+	if p == "." {
+		return setTimes(fd, ".", e, p)
+	}
+	dir, base := path.Split(p)
+	pfd, err := openBeneath(x.rootFD, path.Clean(dir))
+	if err != nil {
+		return opErr("open parent of", p, err)
+	}
+	defer unix.Close(pfd)
+	return setTimes(pfd, base, e, p)
+}

@@ -1,0 +1,286 @@
+//go:build linux
+
+package layers
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+const capValue = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
+// richImage is a flattened tree with everything Extract must reproduce.
+func richImage(t *testing.T) []byte {
+	return mustFlatten(t,
+		[]ent{
+			dir("bin"), reg("bin/su", "su").with(func(h *tar.Header) { h.Mode = 0o4755 }),
+			reg("bin/sudo-user", "x").with(func(h *tar.Header) { h.Mode = 0o6750; h.Uid, h.Gid = 1000, 1001 }),
+			reg("bin/ping", "ping").with(xattrs("security.capability", capValue, "user.comment", "c", "trusted.meta", "t")),
+			hard("bin/ping6", "bin/ping"),
+			dir("tmp").with(func(h *tar.Header) { h.Mode = 0o1777 }),
+			dir("locked").with(func(h *tar.Header) { h.Mode = 0o000; h.Uid = 42 }), reg("locked/inside", "i"),
+			dir("var"), sym("var/run", "/run"), sym("rel", "bin/su").with(func(h *tar.Header) { h.Uid, h.Gid = 5, 6 }),
+			sym("tagged", "x").with(xattrs("trusted.link", "l")),
+			fifo("run/initctl").with(func(h *tar.Header) { h.Mode = 0o620; h.Uid = 3 }),
+			dev("dev/null", tar.TypeChar, 1, 3), dev("dev/loop0", tar.TypeBlock, 7, 0),
+			reg("deep/implied/file", "f"),
+			dir("home/u").with(func(h *tar.Header) { h.Uid, h.Gid = 1000, 1000; h.Mode = 0o700 }).with(xattrs("user.d", "dir")),
+		},
+	)
+}
+
+func lstat(t *testing.T, p string) *syscall.Stat_t {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return &st
+}
+
+func TestExtractRoundTrip(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	res, err := Extract(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Deferred) != 0 {
+		t.Fatalf("deferred %v without SkipDevices", res.Deferred)
+	}
+	want := []struct {
+		name     string
+		mode     uint32 // full st_mode
+		uid, gid uint32
+	}{
+		{"bin", unix.S_IFDIR | 0o755, 0, 0},
+		{"bin/su", unix.S_IFREG | 0o4755, 0, 0},
+		{"bin/sudo-user", unix.S_IFREG | 0o6750, 1000, 1001},
+		{"tmp", unix.S_IFDIR | 0o1777, 0, 0},
+		{"locked", unix.S_IFDIR | 0o000, 42, 0},
+		{"locked/inside", unix.S_IFREG | 0o644, 0, 0},
+		{"rel", unix.S_IFLNK | 0o777, 5, 6},
+		{"run/initctl", unix.S_IFIFO | 0o620, 3, 0},
+		{"dev/null", unix.S_IFCHR | 0o666, 0, 0},
+		{"dev/loop0", unix.S_IFBLK | 0o666, 0, 0},
+		{"deep", unix.S_IFDIR | 0o755, 0, 0},
+		{"deep/implied", unix.S_IFDIR | 0o755, 0, 0},
+		{"home/u", unix.S_IFDIR | 0o700, 1000, 1000},
+	}
+	for _, w := range want {
+		st := lstat(t, filepath.Join(root, w.name))
+		if st.Mode != w.mode || st.Uid != w.uid || st.Gid != w.gid {
+			t.Errorf("%s: mode %o uid %d gid %d, want %o %d %d", w.name, st.Mode, st.Uid, st.Gid, w.mode, w.uid, w.gid)
+		}
+	}
+	// mtimes, including directories written into and implied ones.
+	for name, want := range map[string]int64{"bin": fixedTime.Unix(), "bin/su": fixedTime.Unix(), "var/run": fixedTime.Unix(),
+		"run/initctl": fixedTime.Unix(), "locked": fixedTime.Unix(), "deep": 0, "deep/implied": 0} {
+		if st := lstat(t, filepath.Join(root, name)); st.Mtim.Sec != want {
+			t.Errorf("%s mtime %d, want %d", name, st.Mtim.Sec, want)
+		}
+	}
+	if st := lstat(t, filepath.Join(root, "dev/null")); unix.Major(st.Rdev) != 1 || unix.Minor(st.Rdev) != 3 {
+		t.Errorf("dev/null rdev %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	if a, b := lstat(t, filepath.Join(root, "bin/ping")), lstat(t, filepath.Join(root, "bin/ping6")); a.Ino != b.Ino || a.Nlink != 2 {
+		t.Errorf("hard link not preserved: %d/%d nlink %d", a.Ino, b.Ino, a.Nlink)
+	}
+	if l, _ := os.Readlink(filepath.Join(root, "var/run")); l != "/run" {
+		t.Errorf("var/run -> %q", l)
+	}
+	for _, x := range []struct{ path, name, value string }{
+		{"bin/ping", "security.capability", capValue},
+		{"bin/ping", "user.comment", "c"},
+		{"bin/ping", "trusted.meta", "t"},
+		{"tagged", "trusted.link", "l"},
+		{"home/u", "user.d", "dir"},
+	} {
+		buf := make([]byte, 256)
+		n, err := unix.Lgetxattr(filepath.Join(root, x.path), x.name, buf)
+		if err != nil || string(buf[:n]) != x.value {
+			t.Errorf("%s %s = %q, %v", x.path, x.name, buf[:max(n, 0)], err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "locked/inside")); string(b) != "i" {
+		t.Errorf("content %q", b)
+	}
+	wantStats := Stats{Entries: 22, Files: 5, Dirs: 10, Symlinks: 3, Hardlinks: 1, Devices: 2, FIFOs: 1, ContentBytes: 2 + 1 + 4 + 1 + 1}
+	if res.Stats != wantStats {
+		t.Errorf("stats %+v, want %+v", res.Stats, wantStats)
+	}
+}
+
+func TestExtractSkipDevices(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	res, err := Extract(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{SkipDevices: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range res.Deferred {
+		got = append(got, h.Name+" "+string(h.Typeflag)+" "+itoa(int(h.Devmajor))+":"+itoa(int(h.Devminor))+" "+itoa(int(h.Mode)))
+	}
+	if strings.Join(got, ",") != "dev/loop0 4 7:0 438,dev/null 3 1:3 438" {
+		t.Fatalf("deferred %v", got)
+	}
+	for _, n := range []string{"dev/null", "dev/loop0"} {
+		if _, err := os.Lstat(filepath.Join(root, n)); !os.IsNotExist(err) {
+			t.Errorf("%s created on the host: %v", n, err)
+		}
+	}
+	if res.Stats.Devices != 2 {
+		t.Errorf("devices %d", res.Stats.Devices)
+	}
+}
+
+func TestExtractRootMustBeEmpty(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "x"), nil, 0o600)
+	_, err := Extract(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{})
+	if !errors.Is(err, core.ErrInvalidArgument) || errors.Is(err, ErrRejected) {
+		t.Fatalf("got %v", err)
+	}
+	_, err = Extract(context.Background(), bytes.NewReader(nil), filepath.Join(root, "missing"), ExtractOptions{})
+	if err == nil {
+		t.Fatal("missing root accepted")
+	}
+}
+
+func TestExtractRootEntry(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	stream := mkTar(t, dir("./").with(func(h *tar.Header) { h.Mode = 0o750; h.Uid = 7 }), reg("a", "a"))
+	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, root); st.Mode&0o7777 != 0o750 || st.Uid != 7 || st.Mtim.Sec != fixedTime.Unix() {
+		t.Fatalf("root mode %o uid %d mtime %d", st.Mode, st.Uid, st.Mtim.Sec)
+	}
+}
+
+func TestExtractRootDefaults(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	os.Chmod(root, 0o700)
+	if _, err := Extract(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, root); st.Mode&0o7777 != 0o755 || st.Uid != 0 || st.Mtim.Sec != 0 {
+		t.Fatalf("root mode %o uid %d mtime %d", st.Mode, st.Uid, st.Mtim.Sec)
+	}
+}
+
+func TestExtractImpliedThenDeclared(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	// A child before its parent: the parent is implied, then declared.
+	stream := mkTar(t, reg("a/b", "b"), dir("a").with(func(h *tar.Header) { h.Mode = 0o711; h.Uid = 9 }))
+	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, filepath.Join(root, "a")); st.Mode&0o7777 != 0o711 || st.Uid != 9 {
+		t.Fatalf("a: mode %o uid %d", st.Mode, st.Uid)
+	}
+}
+
+// TestExtractSyscallFence bypasses Extract's bookkeeping: the extractor is
+// told a path is a directory while on disk it is a symlink to the victim (as
+// if an outside process had swapped it). The openat2 / O_NOFOLLOW walk must
+// still refuse, with and without openat2.
+func TestExtractSyscallFence(t *testing.T) {
+	needRoot(t)
+	for _, fallback := range []bool{false, true} {
+		name := "openat2"
+		if fallback {
+			name = "component-walk"
+		}
+		t.Run(name, func(t *testing.T) {
+			noOpenat2.Store(fallback)
+			defer noOpenat2.Store(false)
+			v := newVictim(t)
+			if err := os.Symlink(v.dir, filepath.Join(v.root, "etc")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(v.root, "d"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../../victim", filepath.Join(v.root, "d", "up")); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Open(v.root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &extractor{rootFD: fd, lim: DefaultLimits(), cacheFD: -1, buf: make([]byte, 4096),
+				kinds: map[string]byte{".": tar.TypeDir, "etc": tar.TypeDir, "d": tar.TypeDir, "d/up": tar.TypeDir, "etc/hello": tar.TypeReg,
+					"etc/sub": tar.TypeDir, "d/up/sub": tar.TypeDir, "d/up/sub/deep": tar.TypeReg},
+				meta: map[string]*entry{}}
+			defer x.close()
+			tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("x", "pwned"))))
+			tr.Next()
+			for _, e := range []*entry{
+				{name: "etc/hello2", typ: tar.TypeReg, size: 5, mode: 0o777},
+				{name: "d/up/new", typ: tar.TypeDir, mode: 0o777},
+				{name: "etc/sub2", typ: tar.TypeSymlink, link: "/", mode: 0o777},
+				{name: "d/up/fifo", typ: tar.TypeFifo, mode: 0o777},
+				{name: "lnk", typ: tar.TypeLink, link: "etc/hello"},
+				// Symlinks as intermediate components (RESOLVE_NO_SYMLINKS / O_NOFOLLOW per step).
+				{name: "etc/sub/x", typ: tar.TypeReg, size: 5, mode: 0o777},
+				{name: "d/up/sub/y", typ: tar.TypeSymlink, link: "/", mode: 0o777},
+				{name: "lnk2", typ: tar.TypeLink, link: "d/up/sub/deep"},
+			} {
+				e.raw = e.name
+				if err := x.add(e, tr); err == nil {
+					t.Errorf("%s: accepted through a planted symlink", e.name)
+				} else {
+					t.Logf("%s: %v", e.name, err)
+				}
+			}
+			for _, p := range []string{"etc", "etc/sub", "d/up", "d/up/sub"} {
+				x.meta[p] = &entry{typ: tar.TypeDir, mode: 0o777, uid: 1234}
+				if err := x.dirMeta(p); err == nil {
+					t.Errorf("dirMeta %s went through a symlink", p)
+				}
+			}
+			os.Remove(filepath.Join(v.root, "etc"))
+			v.check(t)
+		})
+	}
+}
+
+func TestExtractCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Extract(ctx, bytes.NewReader(mkTar(t, reg("a", "a"))), t.TempDir(), ExtractOptions{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestExtractHardlinkCarriesNoMetadata: a hard link header's mode and owner
+// are never applied (they would change the shared inode, the way
+// CVE-2021-32760 changed a host file through a link).
+func TestExtractHardlinkCarriesNoMetadata(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	stream := mkTar(t, reg("a", "a"), hard("b", "a").with(func(h *tar.Header) { h.Mode = 0o4777; h.Uid, h.Gid = 1234, 1234 }))
+	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, filepath.Join(root, "b")); st.Mode&0o7777 != 0o644 || st.Uid != 0 || st.Nlink != 2 {
+		t.Fatalf("mode %o uid %d nlink %d", st.Mode, st.Uid, st.Nlink)
+	}
+}

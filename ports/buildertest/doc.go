@@ -1,0 +1,29 @@
+// Package buildertest is the fidelity suite every ports.RootfsBuilder runs.
+//
+// RunConformanceTests builds images from a multi-layer input (three layers,
+// gzip, plain tar and zstd, passed through layers.Flatten) that holds
+// regular, empty, large (20 MiB) and sparse files, directories with odd
+// modes, fast and slow, relative, absolute and dangling symlinks, hard links
+// (also across layers), character and block devices (old and new device
+// number encodings), a FIFO, setuid and setgid files, user.*, trusted.*
+// and security.* xattrs (security.capability included, and one set large
+// enough to need an xattr block), non-root and 32-bit owners, 255-byte and
+// non-ASCII names, whiteouts and opaque directories, files replaced by
+// directories and back, and 3000 files in one directory.
+//
+// Every image is read back with e2fsprogs (debugfs, dumpe2fs, e2fsck), never
+// with our own ext4 parser, into a Tree that is compared entry for entry
+// with the Tree the suite derives from the layers by its own, deliberately
+// simple model of OCI layer semantics. When the suite runs as root with loop
+// devices available, the image is also mounted read-only and read back
+// through the kernel's ext4 driver.
+//
+// The suite also checks: e2fsck -fn is clean, 4 KiB blocks, a size that is a
+// multiple of 2 MiB and within a documented bound of the content, byte
+// reproducibility, headroom (or core.ErrUnsupported when the builder says it
+// has none), and that a failed or cancelled build leaves nothing behind.
+//
+// The pieces are exported for other tests: FidelityInput gives the layers
+// and the expected Tree, ReadImage and ReadDir read an ext4 image and a
+// directory into a Tree, and Diff compares two Trees.
+package buildertest

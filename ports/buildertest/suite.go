@@ -1,0 +1,475 @@
+package buildertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/adapters/layers"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Capabilities says what a builder does beyond the common contract.
+type Capabilities struct {
+	// Headroom: the builder honours BuildSpec.HeadroomBytes and
+	// HeadroomInodes. Without it, a build that asks for headroom must fail
+	// with an error wrapping core.ErrUnsupported.
+	Headroom bool
+	// SparseFiles: all-zero blocks of regular files take no space in the
+	// image.
+	SparseFiles bool
+}
+
+// FixtureUUID is the BuildSpec.UUID the suite uses.
+const FixtureUUID = "6f1c0b52-3b7e-4c1a-9d7e-2f5a8c9e0b11"
+
+// Size bound. An image may be at most
+//
+//	roundUp2MiB(alloc + headroom + 256×inodes + 4 KiB×(dirs+symlinks+entries with xattrs) + alloc/16 + 8 MiB)
+//
+// where alloc is the sum over distinct regular files of their size rounded
+// up to 4 KiB and inodes counts the tree plus HeadroomInodes: room for
+// inode tables, directory and extent blocks, bitmaps, superblock copies and
+// alignment, and nothing like a power-of-two rounding.
+const (
+	overheadFixed   = 8 << 20
+	overheadDivisor = 16
+)
+
+// MaxImageSize returns the bound above for want.
+func MaxImageSize(want Tree, headroomBytes, headroomInodes int64) int64 {
+	var alloc, meta int64
+	seen := map[uint64]bool{}
+	for _, e := range want {
+		if e.Type == TypeReg {
+			if seen[e.Inode] {
+				continue
+			}
+			seen[e.Inode] = true
+			alloc += (e.Size + 4095) &^ 4095
+		}
+		if e.Type == TypeDir || e.Type == TypeSymlink || len(e.Xattrs) > 0 {
+			meta += 4096
+		}
+	}
+	inodes := int64(len(seen)) + int64(len(want)) + headroomInodes
+	n := alloc + headroomBytes + 256*inodes + meta + alloc/overheadDivisor + overheadFixed
+	return (n + 2<<20 - 1) &^ (2<<20 - 1)
+}
+
+// fixture holds the inputs shared by the subtests.
+type fixture struct {
+	dir        string
+	tree       string // flattened fidelity tree
+	want       Tree
+	small      string // flattened small tree
+	smallWant  Tree
+	image      string // fidelity image, once built
+	imageSHA   string
+	newBuilder func(t *testing.T) ports.RootfsBuilder
+}
+
+// RunConformanceTests runs the fidelity suite against the builders
+// newBuilder makes. It needs debugfs, dumpe2fs and e2fsck on PATH.
+func RunConformanceTests(t *testing.T, newBuilder func(t *testing.T) ports.RootfsBuilder, caps Capabilities) {
+	for _, tool := range []string{"debugfs", "dumpe2fs", "e2fsck"} {
+		testenv.Tool(t, tool)
+	}
+	fx := &fixture{dir: t.TempDir(), newBuilder: newBuilder}
+	ls, want := FidelityInput(t, fx.dir)
+	fx.want = want
+	fx.tree = filepath.Join(fx.dir, "fidelity.tar")
+	flattenTo(t, ls, fx.tree)
+	fx.smallWant = smallInput(t, fx.dir)
+	fx.small = filepath.Join(fx.dir, "small.tar")
+	flattenTo(t, []layers.Layer{{Path: filepath.Join(fx.dir, "small-layer"), MediaType: layerMediaTypes[1]}}, fx.small)
+
+	t.Run("Name", func(t *testing.T) {
+		if newBuilder(t).Name() == "" {
+			t.Error("Name() is empty")
+		}
+	})
+	t.Run("Fidelity", func(t *testing.T) { testFidelity(t, fx, caps) })
+	t.Run("LoopMount", func(t *testing.T) { testLoopMount(t, fx) })
+	t.Run("Reproducible", func(t *testing.T) { testReproducible(t, fx) })
+	t.Run("Headroom", func(t *testing.T) { testHeadroom(t, fx, caps) })
+	t.Run("MaxSizeBytes", func(t *testing.T) { testMaxSize(t, fx) })
+	t.Run("CanceledBeforeStart", func(t *testing.T) { testCanceledBeforeStart(t, fx) })
+	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
+	t.Run("BadTree", func(t *testing.T) { testBadTree(t, fx) })
+}
+
+func flattenTo(t testing.TB, ls []layers.Layer, out string) {
+	t.Helper()
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := layers.Flatten(context.Background(), ls, f, layers.DefaultLimits()); err != nil {
+		t.Fatalf("flatten: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// smallInput writes a one-layer input with a 6 MiB file and returns its
+// expected tree.
+func smallInput(t testing.TB, dir string) Tree {
+	t.Helper()
+	tick := 0
+	l := &layerBuilder{tick: &tick}
+	l.dir("etc", 0o755, 0, 0)
+	l.file("etc/hostname", 0o644, 0, 0, []byte("small\n"))
+	l.dir("opt", 0o755, 0, 0)
+	l.file("opt/blob", 0o644, 0, 0, randomBytes(6<<20, 2))
+	l.symlink("opt/link", "blob", 0, 0)
+	if err := writeLayer(filepath.Join(dir, "small-layer"), l.ops, layerMediaTypes[1]); err != nil {
+		t.Fatal(err)
+	}
+	return expectedTree([][]op{l.ops})
+}
+
+func baseSpec(tree io.Reader, out string) ports.BuildSpec {
+	return ports.BuildSpec{Tree: tree, OutPath: out, UUID: FixtureUUID, Time: FixtureTime}
+}
+
+// build runs one build of the tree file into a fresh directory.
+func build(t *testing.T, b ports.RootfsBuilder, treeFile string, mod func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
+	t.Helper()
+	f, err := os.Open(treeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	spec := baseSpec(f, out)
+	if mod != nil {
+		mod(&spec)
+	}
+	res, err := b.Build(context.Background(), spec)
+	return out, res, err
+}
+
+// fidelityImage builds the fidelity image once and returns its path.
+func (fx *fixture) fidelityImage(t *testing.T) string {
+	t.Helper()
+	if fx.image != "" {
+		return fx.image
+	}
+	img, res, err := build(t, fx.newBuilder(t), fx.tree, nil)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	checkResultSize(t, img, res)
+	// Keep it for the later subtests: this subtest's TempDir goes away.
+	keep := filepath.Join(fx.dir, "fidelity.ext4")
+	if err := os.Rename(img, keep); err != nil {
+		t.Fatal(err)
+	}
+	fx.image = keep
+	if fx.imageSHA, err = FileSHA256(keep); err != nil {
+		t.Fatal(err)
+	}
+	return keep
+}
+
+func checkResultSize(t *testing.T, img string, res ports.BuildResult) {
+	t.Helper()
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatalf("image: %v", err)
+	}
+	if fi.Size() != res.SizeBytes {
+		t.Errorf("BuildResult.SizeBytes = %d, file has %d bytes", res.SizeBytes, fi.Size())
+	}
+	if fi.Size()%(2<<20) != 0 {
+		t.Errorf("image size %d is not a multiple of 2 MiB", fi.Size())
+	}
+}
+
+// checkImage runs the structural checks every image must pass.
+func checkImage(t *testing.T, img string, want Tree, headroomBytes, headroomInodes int64) ImageInfo {
+	t.Helper()
+	ctx := context.Background()
+	if err := Fsck(ctx, img); err != nil {
+		t.Errorf("fsck: %v", err)
+	}
+	info, err := ReadImageInfo(ctx, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.BlockSize != 4096 {
+		t.Errorf("block size %d, want 4096", info.BlockSize)
+	}
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < info.BlockCount*info.BlockSize {
+		t.Errorf("file has %d bytes, filesystem claims %d blocks of %d", fi.Size(), info.BlockCount, info.BlockSize)
+	}
+	if max := MaxImageSize(want, headroomBytes, headroomInodes); fi.Size() > max {
+		t.Errorf("image is %d bytes, over the documented bound %d for this content", fi.Size(), max)
+	}
+	t.Logf("image %d bytes (%.1f MiB), %d/%d blocks free, %d/%d inodes free, features %v",
+		fi.Size(), float64(fi.Size())/(1<<20), info.FreeBlocks, info.BlockCount, info.FreeInodes, info.InodeCount, info.Features)
+	return info
+}
+
+func compareTree(t *testing.T, what string, want, got Tree) {
+	t.Helper()
+	diffs := Diff(want, got, DiffOptions{IgnoreRootMTime: true, AllowExtra: []string{"lost+found"}})
+	for i, d := range diffs {
+		if i == 40 {
+			t.Errorf("%s: ... and %d more differences", what, len(diffs)-i)
+			break
+		}
+		t.Errorf("%s: %s", what, d)
+	}
+}
+
+func testFidelity(t *testing.T, fx *fixture, caps Capabilities) {
+	img := fx.fidelityImage(t)
+	checkImage(t, img, fx.want, 0, 0)
+	got, err := ReadImage(context.Background(), img)
+	if err != nil {
+		t.Fatalf("ReadImage: %v", err)
+	}
+	compareTree(t, "debugfs", fx.want, got)
+	for _, p := range WhitedOut {
+		if got[p] != nil {
+			t.Errorf("%s was whited out but is in the image", p)
+		}
+	}
+	if caps.SparseFiles {
+		if e := got["opt/sparse.img"]; e != nil && e.Blocks*512 > 64<<10 {
+			t.Errorf("opt/sparse.img (%d bytes, three small marks) takes %d bytes; zero blocks should not be allocated", e.Size, e.Blocks*512)
+		}
+	}
+}
+
+// testLoopMount reads the image through the kernel's ext4 driver, which
+// also proves the kernel accepts the features the builder chose.
+func testLoopMount(t *testing.T, fx *fixture) {
+	if os.Geteuid() != 0 {
+		t.Skip("loop mount needs root")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("no /dev/loop-control")
+	}
+	mount, err1 := exec.LookPath("mount")
+	umount, err2 := exec.LookPath("umount")
+	if err1 != nil || err2 != nil {
+		t.Skip("mount/umount not on PATH")
+	}
+	img := fx.fidelityImage(t)
+	mnt := t.TempDir()
+	if out, err := exec.Command(mount, "-t", "ext4", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -o loop,ro: %v: %s", err, out)
+	}
+	defer func() {
+		if out, err := exec.Command(umount, mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	}()
+	got, err := ReadDir(mnt, "lost+found")
+	if err != nil {
+		t.Fatalf("read mounted image: %v", err)
+	}
+	compareTree(t, "kernel", fx.want, got)
+	if sha, _ := FileSHA256(img); sha != fx.imageSHA {
+		t.Error("a read-only mount changed the image bytes")
+	}
+}
+
+func testReproducible(t *testing.T, fx *fixture) {
+	fx.fidelityImage(t)
+	img, res, err := build(t, fx.newBuilder(t), fx.tree, nil)
+	if err != nil {
+		t.Fatalf("second Build: %v", err)
+	}
+	checkResultSize(t, img, res)
+	sha, err := FileSHA256(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha != fx.imageSHA {
+		t.Errorf("two builds of the same tree, UUID and Time differ: sha256 %s vs %s", fx.imageSHA, sha)
+	}
+
+	// A different UUID must give a different image with that UUID.
+	img2, _, err := build(t, fx.newBuilder(t), fx.small, func(s *ports.BuildSpec) { s.UUID = "0b6f5a9e-1d2c-4e3f-8a7b-9c0d1e2f3a4b" })
+	if err != nil {
+		t.Fatalf("Build with another UUID: %v", err)
+	}
+	out, err := exec.Command("dumpe2fs", "-h", img2).Output()
+	if err != nil || !bytes.Contains(out, []byte("0b6f5a9e-1d2c-4e3f-8a7b-9c0d1e2f3a4b")) {
+		t.Errorf("filesystem UUID is not BuildSpec.UUID (err %v)", err)
+	}
+}
+
+func testHeadroom(t *testing.T, fx *fixture, caps Capabilities) {
+	const hb, hi = 8<<20 + 1, 2000
+	img, res, err := build(t, fx.newBuilder(t), fx.small, func(s *ports.BuildSpec) {
+		s.HeadroomBytes, s.HeadroomInodes = hb, hi
+	})
+	if !caps.Headroom {
+		if !errors.Is(err, core.ErrUnsupported) {
+			t.Fatalf("Build with headroom = %v, want an error wrapping core.ErrUnsupported", err)
+		}
+		assertNothingAt(t, img)
+		return
+	}
+	if err != nil {
+		t.Fatalf("Build with headroom: %v", err)
+	}
+	checkResultSize(t, img, res)
+	info := checkImage(t, img, fx.smallWant, hb, hi)
+	if free := info.FreeBlocks * info.BlockSize; free < hb {
+		t.Errorf("%d bytes free, headroom asked for %d", free, hb)
+	}
+	if info.FreeInodes < hi {
+		t.Errorf("%d inodes free, headroom asked for %d", info.FreeInodes, hi)
+	}
+	got, err := ReadImage(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareTree(t, "debugfs", fx.smallWant, got)
+}
+
+func testMaxSize(t *testing.T, fx *fixture) {
+	b := fx.newBuilder(t)
+	img, res, err := build(t, b, fx.small, func(s *ports.BuildSpec) { s.MaxSizeBytes = 4 << 20 })
+	if err == nil {
+		t.Fatalf("Build of a 6 MiB tree with MaxSizeBytes 4 MiB succeeded (%d bytes)", res.SizeBytes)
+	}
+	t.Logf("over the cap: %v", err)
+	assertNothingAt(t, img)
+
+	img, res, err = build(t, b, fx.small, nil)
+	if err != nil {
+		t.Fatalf("Build without cap: %v", err)
+	}
+	size := res.SizeBytes
+	img, res, err = build(t, b, fx.small, func(s *ports.BuildSpec) { s.MaxSizeBytes = size })
+	if err != nil {
+		t.Fatalf("Build with MaxSizeBytes equal to the uncapped size %d: %v", size, err)
+	}
+	if res.SizeBytes != size {
+		t.Errorf("capped build is %d bytes, uncapped %d", res.SizeBytes, size)
+	}
+	checkImage(t, img, fx.smallWant, 0, 0)
+}
+
+func testCanceledBeforeStart(t *testing.T, fx *fixture) {
+	f, err := os.Open(fx.small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	if _, err := fx.newBuilder(t).Build(ctx, baseSpec(f, out)); err == nil {
+		t.Fatal("Build with a canceled context succeeded")
+	}
+	assertNothingAt(t, out)
+}
+
+// cancelAtEnd cancels a context once the last byte of the tree has been
+// read (a tar reader stops at the end-of-archive marker and never sees
+// io.EOF), so the builder is canceled in the steps after reading.
+type cancelAtEnd struct {
+	r      io.Reader
+	left   int64
+	cancel context.CancelFunc
+}
+
+func (c *cancelAtEnd) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left <= 0 || err == io.EOF {
+		c.cancel()
+	}
+	return n, err
+}
+
+func testCanceledAfterTree(t *testing.T, fx *fixture) {
+	f, err := os.Open(fx.small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	tree := &cancelAtEnd{r: f, left: fi.Size(), cancel: cancel}
+	_, err = fx.newBuilder(t).Build(ctx, baseSpec(tree, out))
+	if ctx.Err() == nil {
+		t.Fatal("the builder did not read the whole tree")
+	}
+	if err == nil {
+		t.Fatal("Build whose context was canceled after reading the tree succeeded")
+	}
+	t.Logf("canceled: %v", err)
+	assertNothingAt(t, out)
+}
+
+func testBadTree(t *testing.T, fx *fixture) {
+	cases := map[string][]byte{
+		"garbage":   bytes.Repeat([]byte("not a tar "), 200),
+		"truncated": truncatedTar(),
+		"traversal": treeTar([]op{{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "../escape", Mode: 0o644, ModTime: fixtureBase}}}),
+	}
+	for _, name := range slices.Sorted(maps.Keys(cases)) {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rootfs.ext4")
+			_, err := fx.newBuilder(t).Build(context.Background(), baseSpec(bytes.NewReader(cases[name]), out))
+			if err == nil {
+				t.Fatal("Build of a broken tree succeeded")
+			}
+			t.Logf("%v", err)
+			assertNothingAt(t, out)
+		})
+	}
+}
+
+func truncatedTar() []byte {
+	tick := 0
+	l := &layerBuilder{tick: &tick}
+	l.file("big", 0o644, 0, 0, randomBytes(64<<10, 3))
+	b := treeTar(l.ops)
+	return b[:len(b)/2]
+}
+
+// assertNothingAt checks a failed build left neither the image nor any
+// temporary file in the output directory.
+func assertNothingAt(t *testing.T, out string) {
+	t.Helper()
+	if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists after a failed build (err %v)", out, err)
+	}
+	ents, err := os.ReadDir(filepath.Dir(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("failed build left %s behind", e.Name())
+	}
+}
