@@ -1,0 +1,21 @@
+// Package artifactstore implements ports.ArtifactStore on a local directory
+// (file://), S3 or an S3-compatible server such as MinIO (s3://), Google Cloud
+// Storage (gs://) and memory (mem://).
+//
+// Every backend verifies size and sha256 while the bytes stream in and
+// publishes an object only when both match, so a caller that writes metadata
+// rows after Put returns never points at partial or wrong bytes. S3, GCS and
+// memory use gocloud.dev/blob: a bad write is aborted by cancelling the
+// writer's context before Close, and on S3 a multipart upload the failure
+// left open is aborted explicitly (the SDK's own abort runs on the cancelled
+// context and fails). The local directory is written by this
+// package itself (temp file in the same directory, fsync, rename, fsync of
+// the directory) because gocloud's fileblob never fsyncs; the sha256 travels
+// with the file as the extended attribute user.cube.sha256, set before the
+// rename, so bytes and checksum become visible together.
+//
+// Credentials never appear in URLs: s3:// takes them from the standard AWS
+// chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, shared config), OpenS3 from
+// S3Config, and error messages name a URL only without its query and user
+// info.
+package artifactstore

@@ -1,0 +1,270 @@
+package artifactstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// shaXattr holds an object's sha256 on the file itself. Setting it on the
+// temp file before the rename publishes bytes and checksum in one step; a
+// sidecar file could not (two renames, and concurrent writers interleave).
+const shaXattr = "user.cube.sha256"
+
+// dirBackend keeps objects as files under a directory. It is written here
+// rather than with gocloud's fileblob because fileblob never fsyncs the file
+// or the directory, so a crash could leave a published but empty or partial
+// object, and it keeps metadata in sidecar files.
+//
+// All access goes through an os.Root: even a key that slipped past
+// validation, or a symlink planted in the directory, cannot reach outside it.
+type dirBackend struct {
+	dir  string
+	root *os.Root
+}
+
+func openDir(dir string, create bool) (*dirBackend, error) {
+	if create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create store directory: %w", err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store directory (create_dir=true creates it): %w", err)
+	}
+	d := &dirBackend{dir: dir, root: root}
+	if err := d.probeXattr(); err != nil {
+		_ = root.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// probeXattr fails early, at Open, on filesystems without user extended
+// attributes rather than on the first Put.
+func (d *dirBackend) probeXattr() error {
+	name := tmpPrefix + "probe-" + randomHex()
+	f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("store directory is not writable: %w", err)
+	}
+	defer func() {
+		_ = f.Close()
+		_ = d.root.Remove(name)
+	}()
+	if err := setXattr(f, shaXattr, strings.Repeat("0", 64)); err != nil {
+		return fmt.Errorf("store directory: the filesystem must support user extended attributes (the sha256 is kept in %s): %w", shaXattr, err)
+	}
+	return nil
+}
+
+func (d *dirBackend) put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) (err error) {
+	dir := path.Dir(key)
+	if err := d.mkdirAll(dir); err != nil {
+		return err
+	}
+	tmp := path.Join(dir, tmpPrefix+randomHex())
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("create temp file: %w", err)
+	}
+	published := false
+	defer func() {
+		if !published {
+			_ = f.Close() // a second Close after success is harmless
+			_ = d.root.Remove(tmp)
+		}
+	}()
+	buf := make([]byte, copyBufferSize)
+	if _, err := io.CopyBuffer(writerOnly{f}, ctxReader{ctx, src}, buf); err != nil {
+		return err
+	}
+	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
+		return fmt.Errorf("record sha256: %w", err)
+	}
+	// The bytes (and the xattr) must be on disk before the name points at
+	// them, or a crash could publish an empty file.
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.root.Rename(tmp, key); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	published = true
+	// Make the rename itself durable. If this fails the object is visible
+	// but may not survive a crash; reporting failure makes the caller skip
+	// its metadata rows, leaving at worst an orphan object.
+	if err := d.syncDir(dir); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
+}
+
+// mkdirAll creates the key's parent directories one by one and fsyncs the
+// parent of each one it creates, so the new entries are durable too.
+func (d *dirBackend) mkdirAll(dir string) error {
+	if dir == "." {
+		return nil
+	}
+	parent := "."
+	for c := range strings.SplitSeq(dir, "/") {
+		p := path.Join(parent, c)
+		err := d.root.Mkdir(p, 0o755)
+		switch {
+		case err == nil:
+			if err := d.syncDir(parent); err != nil {
+				return fmt.Errorf("sync directory: %w", err)
+			}
+		case errors.Is(err, fs.ErrExist):
+			fi, serr := d.root.Stat(p)
+			if serr != nil {
+				return fmt.Errorf("create directory %s: %w", p, serr)
+			}
+			if !fi.IsDir() {
+				return fmt.Errorf("create directory %s: an object has this name: %w", p, core.ErrConflict)
+			}
+		default:
+			return fmt.Errorf("create directory %s: %w", p, err)
+		}
+		parent = p
+	}
+	return nil
+}
+
+func (d *dirBackend) syncDir(dir string) error {
+	f, err := d.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// openObject opens key for reading, treating directories and a file in
+// place of a parent directory as absent.
+func (d *dirBackend) openObject(key string) (*os.File, os.FileInfo, error) {
+	f, err := d.root.Open(key)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil, fmt.Errorf("%w: no object", core.ErrNotFound)
+		}
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("%w: no object (a directory has this name)", core.ErrNotFound)
+	}
+	return f, fi, nil
+}
+
+func (d *dirBackend) stat(_ context.Context, key string) (ports.ObjectInfo, error) {
+	f, fi, err := d.openObject(key)
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	defer f.Close()
+	info := ports.ObjectInfo{Size: fi.Size(), ModTime: fi.ModTime()}
+	sha, err := getXattr(f, shaXattr)
+	switch {
+	case err == nil && isLowerHexSHA256(sha):
+		info.SHA256 = sha
+	case err != nil && !errors.Is(err, errNoXattr):
+		return ports.ObjectInfo{}, fmt.Errorf("read sha256: %w", err)
+	}
+	return info, nil
+}
+
+func (d *dirBackend) open(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	f, fi, err := d.openObject(key)
+	if err != nil {
+		return nil, err
+	}
+	if offset > fi.Size() {
+		_ = f.Close()
+		return nil, offsetPastEnd(offset, fi.Size())
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if length < 0 {
+		// The *os.File itself, so an HTTP server can sendfile it.
+		return f, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, length), f}, nil
+}
+
+func (d *dirBackend) remove(_ context.Context, key string) error {
+	fi, err := d.root.Lstat(key)
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	if fi.IsDir() {
+		return nil // a directory is not an object; there is nothing to delete
+	}
+	if err := d.root.Remove(key); err != nil && !isNotExist(err) {
+		return err
+	}
+	return d.syncDir(path.Dir(key))
+}
+
+func (d *dirBackend) signedURL(context.Context, string, time.Duration) (string, error) {
+	return "", fmt.Errorf("signed URLs for local files: %w", core.ErrUnsupported)
+}
+
+func (d *dirBackend) close() error { return d.root.Close() }
+
+// isNotExist also counts ENOTDIR: "a/b" when "a" is a file does not exist.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// ctxReader stops a copy when ctx ends, so a cancelled Put aborts between
+// chunks even if the source never blocks.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,255 @@
+package artifactstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+func openFileStore(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func info(b []byte) ports.ObjectInfo {
+	sum := sha256.Sum256(b)
+	return ports.ObjectInfo{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+}
+
+// regularFiles lists every non-directory entry under dir.
+func regularFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// halfThenFail stands in for a crash of the data source mid-Put: it yields
+// half of data and then an error.
+type halfThenFail struct {
+	data []byte
+	sent int
+}
+
+func (r *halfThenFail) Read(p []byte) (int, error) {
+	if r.sent >= len(r.data)/2 {
+		return 0, errors.New("source died")
+	}
+	n := copy(p[:min(len(p), len(r.data)/2-r.sent)], r.data[r.sent:])
+	r.sent += n
+	return n, nil
+}
+
+// TestFileFailedPutLeavesNoFiles checks that after a Put that fails half way
+// (reader error, wrong sha256, cancelled context) neither the object nor a
+// temp file is left behind: Put cleans up before it returns.
+func TestFileFailedPutLeavesNoFiles(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB, several copy buffers
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		r    io.Reader
+		want ports.ObjectInfo
+	}{
+		{"reader fails half way", context.Background(), &halfThenFail{data: data}, info(data)},
+		{"wrong sha256", context.Background(), bytes.NewReader(data), info(data[1:])},
+		{"too long", context.Background(), bytes.NewReader(data), info(data[:len(data)/2])},
+		{"cancelled", cancelled, bytes.NewReader(data), info(data)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openFileStore(t, dir)
+			if err := s.Put(tc.ctx, "deep/dir/rootfs.ext4", tc.r, tc.want); err == nil {
+				t.Fatal("Put succeeded")
+			}
+			if files := regularFiles(t, dir); len(files) != 0 {
+				t.Fatalf("files left behind: %v", files)
+			}
+		})
+	}
+}
+
+// TestFileLayout pins where objects live and that the sha256 is stored on
+// the file itself, so operators can find and check them.
+func TestFileLayout(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), "file://"+dir+"?prefix=arts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := []byte("hello rootfs")
+	if err := s.Put(context.Background(), "t1/rootfs.ext4", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "arts", "t1", "rootfs.ext4")
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("ReadFile(%s) = %q, %v", p, got, err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sha, err := getXattr(f, shaXattr)
+	if err != nil || sha != info(data).SHA256 {
+		t.Fatalf("xattr %s = %q, %v; want %s", shaXattr, sha, err, info(data).SHA256)
+	}
+	if files := regularFiles(t, dir); len(files) != 1 {
+		t.Fatalf("files = %v, want only the object", files)
+	}
+}
+
+// TestFileForeignFileHasNoSHA: a file dropped into the directory by hand is
+// served, with an unknown (empty) sha256.
+func TestFileForeignFileHasNoSHA(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "manual"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openFileStore(t, dir)
+	got, err := s.Stat(context.Background(), "manual")
+	if err != nil || got.Size != 1 || got.SHA256 != "" {
+		t.Fatalf("Stat = %+v, %v; want size 1 and no sha256", got, err)
+	}
+}
+
+// TestFileStaysInsideItsDirectory plants symlinks pointing out of the store
+// directory; no operation may follow them outside.
+func TestFileStaysInsideItsDirectory(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("do not read"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "direct")); err != nil {
+		t.Fatal(err)
+	}
+	s := openFileStore(t, dir)
+	ctx := context.Background()
+	for _, key := range []string{"escape/secret", "direct"} {
+		if _, err := s.Stat(ctx, key); err == nil {
+			t.Errorf("Stat(%q) followed a symlink out of the store", key)
+		}
+		if rc, err := s.Open(ctx, key, 0, -1); err == nil {
+			rc.Close()
+			t.Errorf("Open(%q) followed a symlink out of the store", key)
+		}
+	}
+	data := []byte("overwrite")
+	if err := s.Put(ctx, "escape/new", bytes.NewReader(data), info(data)); err == nil {
+		t.Error("Put wrote through a symlink out of the store")
+	}
+	if err := s.Delete(ctx, "escape/secret"); err != nil {
+		t.Logf("Delete(escape/secret): %v", err)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "do not read" {
+		t.Fatalf("file outside the store changed: %q, %v", b, err)
+	}
+	if files := regularFiles(t, outside); len(files) != 1 {
+		t.Fatalf("files outside the store: %v", files)
+	}
+}
+
+func TestFileObjectInPlaceOfDirectory(t *testing.T) {
+	dir := t.TempDir()
+	s := openFileStore(t, dir)
+	ctx := context.Background()
+	data := []byte("x")
+	if err := s.Put(ctx, "a", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Put(ctx, "a/b", bytes.NewReader(data), info(data))
+	if !errors.Is(err, core.ErrConflict) {
+		t.Fatalf("Put below an object = %v, want core.ErrConflict", err)
+	}
+	// And the other way round: a "directory" key is not an object.
+	if err := s.Put(ctx, "d/e", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "d"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Stat of a directory = %v, want core.ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, "d"); err != nil {
+		t.Fatalf("Delete of a directory = %v, want nil", err)
+	}
+	if _, err := s.Stat(ctx, "d/e"); err != nil {
+		t.Fatalf("Delete of the directory key removed its content: %v", err)
+	}
+}
+
+func TestFileOpenDirectory(t *testing.T) {
+	base := t.TempDir()
+	missing := filepath.Join(base, "not", "yet")
+	if _, err := Open(context.Background(), "file://"+missing); err == nil {
+		t.Fatal("Open of a missing directory without create_dir succeeded")
+	} else if !strings.Contains(err.Error(), "create_dir") {
+		t.Errorf("error %q does not hint at create_dir", err)
+	}
+	s, err := Open(context.Background(), "file://"+missing+"?create_dir=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Backend() != BackendFile {
+		t.Errorf("Backend() = %q", s.Backend())
+	}
+	if files := regularFiles(t, base); len(files) != 0 {
+		t.Fatalf("Open left files behind (xattr probe?): %v", files)
+	}
+}
+
+// TestFileWholeReadIsAnOSFile lets an HTTP server use sendfile.
+func TestFileWholeReadIsAnOSFile(t *testing.T) {
+	s := openFileStore(t, t.TempDir())
+	data := []byte("0123456789")
+	ctx := context.Background()
+	if err := s.Put(ctx, "k", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Open(ctx, "k", 3, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, ok := rc.(*os.File); !ok {
+		t.Fatalf("Open(3, -1) returned %T, want *os.File", rc)
+	}
+	if b, _ := io.ReadAll(rc); string(b) != "3456789" {
+		t.Fatalf("read %q", b)
+	}
+}

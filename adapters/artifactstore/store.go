@@ -1,0 +1,145 @@
+package artifactstore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Backend names returned by Store.Backend.
+const (
+	BackendFile = "file"
+	BackendS3   = "s3"
+	BackendGCS  = "gs"
+	BackendMem  = "mem"
+)
+
+// maxSignedURLTTL is the longest lifetime SigV4 allows a presigned URL.
+const maxSignedURLTTL = 7 * 24 * time.Hour
+
+// backend is what each kind of store provides; Store adds key validation,
+// the prefix, verification and error context on top. Keys reaching a backend
+// are valid and already carry the prefix.
+type backend interface {
+	// put copies src to key and publishes it only if src ends with io.EOF;
+	// any other error from src aborts the write.
+	put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error
+	stat(ctx context.Context, key string) (ports.ObjectInfo, error)
+	open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	remove(ctx context.Context, key string) error
+	signedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
+	close() error
+}
+
+// Store is a ports.ArtifactStore. Make one with Open or OpenS3; it is safe
+// for concurrent use.
+type Store struct {
+	kind   string
+	prefix string // "" or ends with "/"
+	be     backend
+}
+
+var _ ports.ArtifactStore = (*Store)(nil)
+
+// Backend names the store kind: "file", "s3", "gs" or "mem".
+func (s *Store) Backend() string { return s.kind }
+
+// Close releases the store's resources.
+func (s *Store) Close() error { return s.be.close() }
+
+func (s *Store) fullKey(key string) (string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	full := s.prefix + key
+	if len(full) > maxKeyLen {
+		return "", &core.FieldError{Field: "key", Reason: fmt.Sprintf("%q is longer than %d bytes with the store prefix", key, maxKeyLen)}
+	}
+	return full, nil
+}
+
+// Put publishes r under key once its size and sha256 match want. Nothing is
+// visible before that, and on a mismatch, a read error or a cancelled context
+// nothing is published at all (an existing object under key stays as it
+// was). Mismatches wrap ErrContentMismatch.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return fmt.Errorf("put artifact: %w", err)
+	}
+	if err := checkWant(want); err != nil {
+		return fmt.Errorf("put artifact %s: %w", key, err)
+	}
+	if err := s.be.put(ctx, full, newVerifier(r, want), want); err != nil {
+		return fmt.Errorf("put artifact %s: %w", key, err)
+	}
+	return nil
+}
+
+// Stat returns the object's size, sha256 (empty for objects not written by
+// this package) and modification time, or an error wrapping core.ErrNotFound.
+func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("stat artifact: %w", err)
+	}
+	info, err := s.be.stat(ctx, full)
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("stat artifact %s: %w", key, err)
+	}
+	return info, nil
+}
+
+// Open reads length bytes from offset (length < 0: to the end). A range
+// running past the end is cut short; offset equal to the size gives an empty
+// reader and offset beyond it an error wrapping core.ErrInvalidArgument. A
+// missing object gives core.ErrNotFound.
+func (s *Store) Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact: %w", err)
+	}
+	if offset < 0 {
+		return nil, fmt.Errorf("open artifact %s: %w", key, &core.FieldError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)})
+	}
+	rc, err := s.be.open(ctx, full, offset, length)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact %s: %w", key, err)
+	}
+	return rc, nil
+}
+
+// Delete removes the object; a missing object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return fmt.Errorf("delete artifact: %w", err)
+	}
+	if err := s.be.remove(ctx, full); err != nil {
+		return fmt.Errorf("delete artifact %s: %w", key, err)
+	}
+	return nil
+}
+
+// SignedURL mints a presigned GET URL valid for ttl (at most 7 days) on S3
+// and GCS, fresh on every call and never cached. The file and memory stores
+// return an error wrapping core.ErrUnsupported. It does not check that the
+// object exists.
+func (s *Store) SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return "", fmt.Errorf("sign artifact URL: %w", err)
+	}
+	if ttl <= 0 || ttl > maxSignedURLTTL {
+		return "", fmt.Errorf("sign artifact URL %s: %w", key, &core.FieldError{Field: "ttl", Reason: fmt.Sprintf("%v is not in (0, %v]", ttl, maxSignedURLTTL)})
+	}
+	u, err := s.be.signedURL(ctx, full, ttl)
+	if err != nil {
+		return "", fmt.Errorf("sign artifact URL %s: %w", key, err)
+	}
+	return u, nil
+}
