@@ -1,0 +1,233 @@
+package plugin
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/buildertest"
+)
+
+// pluginBin is the ext4stream plugin, built once by TestMain.
+var pluginBin string
+
+// helperEnv makes the test binary serve a plugin itself (go-plugin's own
+// helper-process trick), for cases the real plugin cannot show.
+const helperEnv = "CUBE_BUILDER_PLUGIN_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		serveHelper(mode)
+		return
+	}
+	dir, err := os.MkdirTemp("", "ext4stream-plugin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if gobin, err := exec.LookPath("go"); err == nil {
+		pluginBin = filepath.Join(dir, "ext4stream")
+		cmd := exec.Command(gobin, "build", "-o", pluginBin, "github.com/cubesandbox/templatecenter/plugins/ext4stream")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build plugins/ext4stream: %v\n%s", err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// nameOnly is a builder that only has a name.
+type nameOnly struct{}
+
+func (nameOnly) Name() string { return "helper" }
+func (nameOnly) Build(context.Context, ports.BuildSpec) (ports.BuildResult, error) {
+	return ports.BuildResult{}, errors.New("not a real builder")
+}
+
+func serveHelper(mode string) {
+	p := &pluginproto.GRPCPlugin{Impl: nameOnly{}}
+	if mode == "future-api" {
+		p.APIVersions = []string{"v99"}
+	}
+	goplugin.Serve(&goplugin.ServeConfig{
+		HandshakeConfig: pluginproto.Handshake,
+		Plugins:         goplugin.PluginSet{pluginproto.PluginName: p},
+		GRPCServer:      goplugin.DefaultGRPCServer,
+	})
+}
+
+func load(t *testing.T) *Builder {
+	t.Helper()
+	if pluginBin == "" {
+		t.Skip("no go toolchain to build the plugin")
+	}
+	b, err := Load(context.Background(), pluginBin, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// The shared fidelity suite through the real plugin binary: the same
+// checks as in-process (plugins/ext4stream/ext4build), across go-plugin.
+func TestConformance(t *testing.T) {
+	b := load(t)
+	buildertest.RunConformanceTests(t, func(*testing.T) ports.RootfsBuilder { return b },
+		buildertest.Capabilities{Headroom: false})
+}
+
+func TestLoad(t *testing.T) {
+	b := load(t)
+	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion1 {
+		t.Errorf("Name %q, API %q", b.Name(), b.APIVersion())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Exited() {
+		t.Error("the plugin process is still running after Close")
+	}
+}
+
+func TestLoadChecksum(t *testing.T) {
+	if pluginBin == "" {
+		t.Skip("no go toolchain to build the plugin")
+	}
+	bin, err := os.ReadFile(pluginBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(bin)
+	b, err := Load(context.Background(), pluginBin, Options{SHA256: sum[:]})
+	if err != nil {
+		t.Fatalf("matching checksum: %v", err)
+	}
+	b.Close()
+	sum[0] ^= 1
+	if _, err := Load(context.Background(), pluginBin, Options{SHA256: sum[:]}); !errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
+		t.Fatalf("wrong checksum: err = %v, want ErrChecksumsDoNotMatch", err)
+	}
+}
+
+func TestLoadRefusesForeignAPIVersion(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(context.Background(), self, Options{Env: []string{helperEnv + "=future-api"}})
+	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "v99") {
+		t.Fatalf("err = %v, want ErrUnsupported naming v99", err)
+	}
+}
+
+func TestLoadMissingBinary(t *testing.T) {
+	if _, err := Load(context.Background(), filepath.Join(t.TempDir(), "nope"), Options{}); err == nil {
+		t.Fatal("Load of a missing binary succeeded")
+	}
+}
+
+func TestErrorClassCrossesProcess(t *testing.T) {
+	b := load(t)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/../../escape", Mode: 0o644})
+	_ = tw.Close()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	_, err := b.Build(context.Background(), ports.BuildSpec{Tree: &buf, OutPath: out, UUID: buildertest.FixtureUUID})
+	if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), `"etc/../../escape"`) {
+		t.Fatalf("err = %v, want ErrInvalidArgument naming the entry", err)
+	}
+}
+
+// The plugin must write exactly what the in-process builder writes.
+func TestSameBytesAsInProcess(t *testing.T) {
+	b := load(t)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range 50 {
+		body := bytes.Repeat([]byte{byte(i)}, i*1000)
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("f%02d", i), Mode: 0o644, Size: int64(len(body))})
+		_, _ = tw.Write(body)
+	}
+	_ = tw.Close()
+	dir := t.TempDir()
+	spec := func(out string) ports.BuildSpec {
+		return ports.BuildSpec{Tree: bytes.NewReader(buf.Bytes()), OutPath: filepath.Join(dir, out),
+			UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}
+	}
+	if _, err := b.Build(context.Background(), spec("plugin.ext4")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ext4build.New().Build(context.Background(), spec("inproc.ext4")); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := buildertest.FileSHA256(filepath.Join(dir, "plugin.ext4"))
+	c, _ := buildertest.FileSHA256(filepath.Join(dir, "inproc.ext4"))
+	if a == "" || a != c {
+		t.Errorf("plugin image sha256 %s, in-process %s", a, c)
+	}
+}
+
+// TestCancelMidStream cancels while the tree is still streaming; the call
+// must return only once the plugin has removed its temporary file.
+func TestCancelMidStream(t *testing.T) {
+	b := load(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 64 << 20})
+		chunk := bytes.Repeat([]byte{0x5a}, 1<<20)
+		for i := range 64 {
+			if i == 8 {
+				cancel() // well into the stream: the plugin has an open temp file
+			}
+			if _, err := tw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	dir := t.TempDir()
+	_, err := b.Build(ctx, ports.BuildSpec{Tree: &ctxReader{ctx: ctx, r: pr}, OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID})
+	pr.CloseWithError(errors.New("test over"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		t.Errorf("cancelled build left %s behind", e.Name())
+	}
+}
+
+// ctxReader stops reading once ctx is done, as a well-behaved tree does.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

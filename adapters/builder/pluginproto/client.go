@@ -1,0 +1,190 @@
+package pluginproto
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// CancelGrace is how long a cancelled Build waits for the plugin to clean
+// up before it abandons the call.
+const CancelGrace = 30 * time.Second
+
+// Info is what a plugin says about itself.
+type Info struct {
+	Name        string
+	APIVersions []string
+}
+
+// Client talks to a builder plugin (host side). It is safe for concurrent
+// use.
+type Client struct {
+	rpc RootfsBuilderClient
+}
+
+// NewClient wraps a generated gRPC client; go-plugin hosts get a *Client
+// from Dispense instead.
+func NewClient(rpc RootfsBuilderClient) *Client { return &Client{rpc: rpc} }
+
+// PluginInfo asks the plugin for its name and API versions.
+func (c *Client) PluginInfo(ctx context.Context) (Info, error) {
+	resp, err := c.rpc.PluginInfo(ctx, &PluginInfoRequest{})
+	if err != nil {
+		return Info{}, fromStatus(err)
+	}
+	return Info{Name: resp.GetName(), APIVersions: resp.GetApiVersions()}, nil
+}
+
+// Build streams spec.Tree to the plugin, which writes spec.OutPath. Errors
+// keep the plugin's error class.
+//
+// Cancelling ctx does not cut the call: the host asks the plugin to
+// cancel and waits (up to CancelGrace) until the plugin has removed its
+// temporary output, so that on return nothing is left behind, as the
+// ports.RootfsBuilder contract demands. A build that completes while ctx is
+// being cancelled counts as cancelled and its image is removed.
+func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildSpec) (ports.BuildResult, error) {
+	var res ports.BuildResult
+	if spec.Tree == nil {
+		return res, &core.FieldError{Field: "Tree", Reason: "is nil"}
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("build: %w", err)
+	}
+	var idb [16]byte
+	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+
+	callCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	stream, err := c.rpc.Build(callCtx)
+	if err != nil {
+		return res, c.fail(ctx, err)
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go c.cancelOnDone(ctx, id, finished, abort)
+
+	head := &BuildSpec{
+		ApiVersion:     apiVersion,
+		BuildId:        id,
+		OutPath:        spec.OutPath,
+		Uuid:           spec.UUID,
+		HeadroomBytes:  spec.HeadroomBytes,
+		HeadroomInodes: spec.HeadroomInodes,
+		MaxSizeBytes:   spec.MaxSizeBytes,
+	}
+	if !spec.Time.IsZero() {
+		head.Time = timestamppb.New(spec.Time)
+	}
+	if err := c.sendTree(ctx, stream, head, spec.Tree); err != nil {
+		// The tree broke on our side: abandon the build, wait for the
+		// plugin to clean up.
+		abortErr := c.cancelAndWait(ctx, id, stream, spec.OutPath)
+		return res, errors.Join(err, abortErr)
+	}
+	resp, err := stream.CloseAndRecv()
+	if ctx.Err() != nil {
+		if err == nil {
+			_ = os.Remove(spec.OutPath)
+		}
+		return res, fmt.Errorf("build: %w", ctx.Err())
+	}
+	if err != nil {
+		return res, fromStatus(err)
+	}
+	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
+}
+
+// sendTree sends the spec and then the tree. It returns only errors of the
+// tree itself; when the plugin ends the call early (Send returns io.EOF)
+// it stops quietly and CloseAndRecv tells why.
+func (c *Client) sendTree(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, tree io.Reader) error {
+	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
+		return nil
+	}
+	// The buffer is reused: Send marshals the message before returning.
+	buf := make([]byte, ChunkSize)
+	msg := &BuildRequest_Chunk{}
+	req := &BuildRequest{Msg: msg}
+	for ctx.Err() == nil {
+		n, rerr := io.ReadFull(tree, buf)
+		if n > 0 {
+			msg.Chunk = buf[:n]
+			if err := stream.Send(req); err != nil {
+				return nil
+			}
+		}
+		switch rerr {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return nil
+		default:
+			return fmt.Errorf("read tree: %w", rerr)
+		}
+	}
+	return nil // cancelled; cancelOnDone has told the plugin
+}
+
+// cancelOnDone asks the plugin to cancel build id when ctx ends before the
+// call finishes, and cuts the call if the plugin does not finish within
+// CancelGrace.
+func (c *Client) cancelOnDone(ctx context.Context, id string, finished <-chan struct{}, abort context.CancelFunc) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CancelGrace)
+	defer cancel()
+	if _, err := c.rpc.Cancel(cctx, &CancelRequest{BuildId: id}); err != nil {
+		abort()
+		return
+	}
+	select {
+	case <-finished:
+	case <-cctx.Done():
+		abort()
+	}
+}
+
+// cancelAndWait cancels build id and waits for the call to end. Should the
+// plugin have finished the build all the same, its image is removed.
+func (c *Client) cancelAndWait(ctx context.Context, id string, stream RootfsBuilder_BuildClient, outPath string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CancelGrace)
+	defer cancel()
+	if _, err := c.rpc.Cancel(cctx, &CancelRequest{BuildId: id}); err != nil {
+		return fmt.Errorf("cancel plugin build: %w", fromStatus(err))
+	}
+	done := make(chan struct{})
+	go func() {
+		if _, err := stream.CloseAndRecv(); err == nil {
+			_ = os.Remove(outPath)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-cctx.Done():
+		return errors.New("plugin did not end the cancelled build in time")
+	}
+}
+
+// fail prefers the caller's own cancellation over the status it caused.
+func (c *Client) fail(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("build: %w", ctxErr)
+	}
+	return fromStatus(err)
+}

@@ -1,0 +1,17 @@
+// Package pluginproto is what both sides of an out-of-process rootfs
+// builder share, in the shape of go-plugin's examples/grpc/shared: the
+// handshake, the plugin map, the gRPC service (builder.proto; the generated
+// code is committed) and the glue that serves a ports.RootfsBuilder in the
+// plugin process and makes it look local on the host.
+//
+// Versioning follows Nomad: the go-plugin handshake stays at protocol 1
+// with a fixed cookie, and the application API is negotiated per plugin:
+// PluginInfo lists the API versions the plugin speaks, the host picks one
+// it also speaks and sends it with every build.
+//
+// A build is one client-streaming call. The first message carries the
+// spec, the following ones the tree's tar bytes in ChunkSize pieces; the
+// plugin writes the image at the spec's OutPath, which host and plugin see
+// alike. Error classes (core.ErrInvalidArgument, core.ErrUnsupported, ...)
+// and context cancellation cross the wire as gRPC status codes.
+package pluginproto

@@ -1,0 +1,62 @@
+package pluginproto
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Handshake is the go-plugin handshake. The cookie only keeps people from
+// running a plugin binary by hand; it is not a security measure. Never
+// change these values: evolve the API through APIVersions instead.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "CUBE_ROOTFS_BUILDER_PLUGIN",
+	MagicCookieValue: "5b0e7c1e-2f4a-4d8b-9a63-0c7d5e1f8a42",
+}
+
+// PluginName is the key of the builder in plugin maps.
+const PluginName = "rootfs_builder"
+
+// API versions of the RootfsBuilder service.
+const (
+	// APIVersion1: PluginInfo + client-streaming Build.
+	APIVersion1 = "v1"
+)
+
+// APIVersions lists what this package speaks, most preferred first.
+var APIVersions = []string{APIVersion1}
+
+// ChunkSize is the size of the tree chunks the host sends.
+const ChunkSize = 1 << 20
+
+// PluginMap is the plugin map for hosts; plugins build theirs with an Impl.
+var PluginMap = map[string]plugin.Plugin{PluginName: &GRPCPlugin{}}
+
+// GRPCPlugin is the go-plugin glue. In the plugin process Impl is the
+// builder to serve; on the host it is nil and Dispense returns a *Client.
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl ports.RootfsBuilder
+	// APIVersions overrides what the plugin reports in PluginInfo; nil
+	// means every version this package speaks.
+	APIVersions []string
+}
+
+// GRPCServer registers the builder service (plugin side).
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	versions := p.APIVersions
+	if versions == nil {
+		versions = APIVersions
+	}
+	RegisterRootfsBuilderServer(s, &server{impl: p.Impl, versions: versions})
+	return nil
+}
+
+// GRPCClient returns a *Client (host side).
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return &Client{rpc: NewRootfsBuilderClient(c)}, nil
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/samber/do/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+type buildFlags struct {
+	image, out, builder, platform string
+	insecure                      []string
+	jsonOut                       bool
+	writableLayerSize             string
+	username                      string
+	envdFile, caFile              string
+}
+
+// buildReport is the --json output.
+type buildReport struct {
+	ImageRef          string           `json:"image_ref"`
+	ImageDigest       string           `json:"image_digest"`
+	Platform          string           `json:"platform"`
+	Fingerprint       string           `json:"template_spec_fingerprint"`
+	ArtifactID        string           `json:"artifact_id"`
+	SHA256            string           `json:"sha256"`
+	SizeBytes         int64            `json:"size_bytes"`
+	Builder           string           `json:"builder"`
+	Out               string           `json:"out"`
+	Layers            int              `json:"layers"`
+	Entries           int              `json:"entries"`
+	ContentBytes      int64            `json:"content_bytes"`
+	PhasesMS          map[string]int64 `json:"phases_ms"`
+	TotalMS           int64            `json:"total_ms"`
+	WritableLayerSize string           `json:"writable_layer_size"`
+}
+
+func buildCommand() *cobra.Command {
+	var f buildFlags
+	cmd := &cobra.Command{
+		Use:   "build --image REF --out FILE",
+		Short: "Build one image into an ext4 root filesystem file",
+		Long: `Resolves REF to a manifest digest for the platform, pulls and verifies its layers,
+flattens them safely and writes a reproducible ext4 image to FILE.
+
+The registry password, if needed, is read from CUBE_REGISTRY_PASSWORD (never a flag,
+so it stays out of process listings); --registry-username names the user.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBuild(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.image, "image", "", "image reference to build (required)")
+	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required)")
+	fl.StringVar(&f.builder, "builder", "", `"mkfs" or the name of a builder plugin (default from config, "mkfs")`)
+	fl.StringVar(&f.platform, "platform", core.DefaultPlatform, "platform to resolve, OS/ARCH[/VARIANT]")
+	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP (repeatable)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object describing the result")
+	fl.StringVar(&f.writableLayerSize, "writable-layer-size", "20Gi", "writable layer size recorded in the template spec fingerprint")
+	fl.StringVar(&f.username, "registry-username", "", "registry user (password from CUBE_REGISTRY_PASSWORD)")
+	fl.StringVar(&f.envdFile, "envd", "", "agent binary to inject at "+build.EnvdInImagePath)
+	fl.StringVar(&f.caFile, "ca-bundle", "", "PEM bundle to inject at "+build.CAInImagePath)
+	_ = cmd.MarkFlagRequired("image")
+	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func runBuild(cmd *cobra.Command, f buildFlags) error {
+	ctx := cmd.Context()
+	cfg, err := config.Load(nil)
+	if err != nil {
+		return err
+	}
+	warn(cmd, cfg.Warnings)
+	out, err := filepath.Abs(f.out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		return fmt.Errorf("work dir %s: %w", cfg.WorkDir, err)
+	}
+	var inj build.Injection
+	if f.envdFile != "" {
+		if inj.Envd, err = os.ReadFile(f.envdFile); err != nil {
+			return fmt.Errorf("--envd: %w", err)
+		}
+	}
+	if f.caFile != "" {
+		if inj.CABundle, err = os.ReadFile(f.caFile); err != nil {
+			return fmt.Errorf("--ca-bundle: %w", err)
+		}
+	}
+
+	inj2 := newBuildInjector(buildWiring{cfg: cfg, ctx: ctx, builder: f.builder, insecure: f.insecure})
+	defer inj2.Shutdown()
+	pipeline, err := do.Invoke[*build.Pipeline](inj2)
+	if err != nil {
+		return err
+	}
+
+	req := &core.FromImageRequest{
+		SourceImageRef: f.image, WritableLayerSize: f.writableLayerSize, TemplateID: "one-shot", Platform: f.platform,
+	}
+	if len(inj.Envd) > 0 {
+		req.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{build.InjectEnvdAnnotation: "true"}}
+	}
+	progress := newProgressPrinter(cmd.ErrOrStderr(), !f.jsonOut)
+	start := time.Now()
+	res, err := pipeline.Run(ctx, build.Input{
+		Image:   ports.ImageRequest{Ref: f.image, Platform: f.platform, Username: f.username, Password: os.Getenv("CUBE_REGISTRY_PASSWORD")},
+		Request: req,
+		Inject:  inj,
+		OutPath: out,
+	}, progress.event)
+	progress.done()
+	if err != nil {
+		return err
+	}
+	rep := buildReport{
+		ImageRef: res.Image.Ref, ImageDigest: res.Image.Digest, Platform: res.Image.Platform,
+		Fingerprint: res.Fingerprint, ArtifactID: res.ArtifactID, SHA256: res.SHA256, SizeBytes: res.SizeBytes,
+		Builder: pipeline.Builder.Name(), Out: res.Path, Layers: res.Layers, Entries: res.Tree.Entries,
+		ContentBytes: res.Tree.ContentBytes, PhasesMS: map[string]int64{}, TotalMS: time.Since(start).Milliseconds(),
+		WritableLayerSize: req.WritableLayerSize,
+	}
+	for ph, d := range res.Phases {
+		rep.PhasesMS[phaseLabel(ph)] = d.Milliseconds()
+	}
+	if f.jsonOut {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "built %s\n  image      %s@%s\n  artifact   %s\n  sha256     %s\n  size       %d bytes (%.1f MiB)\n  builder    %s\n  time       %.1fs\n",
+		rep.Out, f.image, rep.ImageDigest, rep.ArtifactID, rep.SHA256, rep.SizeBytes, float64(rep.SizeBytes)/(1<<20), rep.Builder, float64(rep.TotalMS)/1000)
+	return nil
+}
+
+// phaseLabel names phases in the JSON report by what they measured.
+func phaseLabel(p core.Phase) string {
+	switch p {
+	case core.PhasePulling:
+		return "pull"
+	case core.PhaseBuildingExt4:
+		return "flatten_and_build"
+	case core.PhaseGeneratingJSON:
+		return "hash"
+	case core.PhaseUploading:
+		return "upload"
+	}
+	return strings.ToLower(string(p))
+}
+
+// progressPrinter shows phases and pull progress on stderr.
+type progressPrinter struct {
+	w       io.Writer
+	on      bool
+	tty     bool
+	phase   core.Phase
+	lastPct int
+}
+
+func newProgressPrinter(w io.Writer, on bool) *progressPrinter {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressPrinter{w: w, on: on, tty: tty, lastPct: -1}
+}
+
+func (p *progressPrinter) event(e build.Event) {
+	if !p.on {
+		return
+	}
+	if e.Resolved != nil {
+		p.line(fmt.Sprintf("resolved %s, artifact %s", e.Resolved.ImageDigest, e.Resolved.ArtifactID))
+	}
+	if e.Pull.TotalBytes > 0 && p.tty {
+		pct := int(100 * e.Pull.DownloadedBytes / e.Pull.TotalBytes)
+		if pct != p.lastPct {
+			p.lastPct = pct
+			const width = 30
+			bar := strings.Repeat("█", pct*width/100) + strings.Repeat("░", width-pct*width/100)
+			fmt.Fprintf(p.w, "\rpull %s %3d%%  layers %d/%d  %.1f MB/s ", bar, pct, e.Pull.CompletedLayers, e.Pull.TotalLayers, float64(e.Pull.SpeedBPS)/1e6)
+		}
+	}
+	if e.Phase != p.phase {
+		p.phase = e.Phase
+		p.line(fmt.Sprintf("%-14s %3d%%", e.Phase, e.Progress))
+	}
+}
+
+func (p *progressPrinter) line(s string) {
+	if p.tty && p.lastPct >= 0 {
+		fmt.Fprint(p.w, "\n")
+		p.lastPct = -1
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *progressPrinter) done() {
+	if p.on && p.tty && p.lastPct >= 0 {
+		fmt.Fprint(p.w, "\n")
+	}
+}

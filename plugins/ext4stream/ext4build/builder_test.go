@@ -1,0 +1,313 @@
+package ext4build
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+const testUUID = "6f1c2a8e-3d4b-4c5d-9e6f-0a1b2c3d4e5f"
+
+var buildTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// capV2 is a security.capability value (v2, cap_net_raw).
+const capV2 = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
+var (
+	future = time.Date(2040, 3, 4, 5, 6, 7, 0, time.UTC)
+	past   = time.Date(1960, 3, 4, 5, 6, 7, 0, time.UTC)
+)
+
+// richTree exercises what tar2ext4 gets wrong or might: xattrs spilling
+// into a block, xattrs on directories, long symlinks, hard links, devices,
+// FIFOs, setuid, large ids, times past 2038 and before 1970, many entries.
+func richTree(t testing.TB) []byte {
+	es := []entry{
+		dir(".", 0o755),
+		dir("bin", 0o755),
+		{Header: tar.Header{Typeflag: tar.TypeReg, Name: "bin/ping", Mode: 0o4755, Uid: 70000, Gid: 70001,
+			PAXRecords: map[string]string{
+				"SCHILY.xattr.security.capability": capV2,
+				"SCHILY.xattr.user.zz":             strings.Repeat("q", 40),
+				"SCHILY.xattr.trusted.a":           strings.Repeat("r", 40),
+				"SCHILY.xattr.user.a":              strings.Repeat("s", 40),
+				"SCHILY.xattr.security.b":          strings.Repeat("t", 40),
+			}}, Body: "\x7fELF"},
+		{Header: tar.Header{Typeflag: tar.TypeDir, Name: "etc", Mode: 0o755,
+			PAXRecords: map[string]string{"SCHILY.xattr.user.dirattr": "v"}}},
+		file("etc/passwd", 0o644, "root:x:0:0:root:/root:/bin/sh\n"),
+		{Header: tar.Header{Typeflag: tar.TypeLink, Name: "etc/passwd-link", Linkname: "etc/passwd"}},
+		{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/long", Linkname: strings.Repeat("a/", 100) + "x"}},
+		{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/short", Linkname: "passwd"}},
+		{Header: tar.Header{Typeflag: tar.TypeReg, Name: "etc/future", Mode: 0o644, ModTime: future}},
+		{Header: tar.Header{Typeflag: tar.TypeReg, Name: "etc/past", Mode: 0o644, ModTime: past}},
+		dir("dev", 0o755),
+		{Header: tar.Header{Typeflag: tar.TypeChar, Name: "dev/null", Mode: 0o666, Devmajor: 1, Devminor: 3}},
+		{Header: tar.Header{Typeflag: tar.TypeBlock, Name: "dev/loop9", Mode: 0o660, Devmajor: 7, Devminor: 300}},
+		{Header: tar.Header{Typeflag: tar.TypeFifo, Name: "dev/fifo", Mode: 0o600}},
+		dir("tmp", 0o1777),
+		file("big", 0o644, strings.Repeat("0123456789abcdef", 300_000)), // 4.8 MB, several extents' worth
+		dir("many", 0o755),
+	}
+	for i := range 2000 {
+		es = append(es, file(fmt.Sprintf("many/file-with-a-longish-name-%05d", i), 0o644, "x"))
+	}
+	return tarOf(t, es...)
+}
+
+func build(t testing.TB, tree []byte, mutate ...func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	spec := ports.BuildSpec{Tree: bytes.NewReader(tree), OutPath: out, UUID: testUUID, Time: buildTime}
+	for _, m := range mutate {
+		m(&spec)
+	}
+	res, err := New().Build(context.Background(), spec)
+	return out, res, err
+}
+
+func sha(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+func TestBuildIsFsckCleanAndAligned(t *testing.T) {
+	img, res, err := build(t, richTree(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != res.SizeBytes || st.Size()%Alignment != 0 {
+		t.Errorf("size %d, result %d: want equal and a multiple of 2 MiB", st.Size(), res.SizeBytes)
+	}
+	if rc, out := fsck(t, img); rc != 0 {
+		t.Fatalf("e2fsck -fn exit %d:\n%s", rc, out)
+	}
+	noLeftovers(t, filepath.Dir(img), img)
+	sb := debugfs(t, img, "stats")
+	mustContain(t, "superblock", sb,
+		"Filesystem UUID:          "+testUUID,
+		"Block size:               4096",
+		"Filesystem created:       Thu Jan  2 03:04:05 2025",
+		"Directory Hash Seed:      "+testUUID,
+	)
+}
+
+func TestBuildFidelity(t *testing.T) {
+	img, _, err := build(t, richTree(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping := debugfs(t, img, "stat bin/ping")
+	mustContain(t, "bin/ping", ping, "Mode:  04755", "User: 70000   Group: 70001", "Size: 4",
+		"security.capability (20)", "user.a (40)", "user.zz (40)", "trusted.a (40)", "security.b (40)",
+		" ctime: 0x67760225:00000000", " atime: 0x67760225:00000000") // buildTime: no atime/ctime in the tar
+	mustContain(t, "etc", debugfs(t, img, "stat etc"), "user.dirattr (1) = \"v\"")
+	mustContain(t, "hard link", debugfs(t, img, "stat etc/passwd"), "Links: 2")
+	mustContain(t, "long symlink", debugfs(t, img, "stat etc/long"), "Type: symlink", "Size: 201")
+	mustContain(t, "char dev", debugfs(t, img, "stat dev/null"), "Type: character special", "Device major/minor number: 01:03")
+	mustContain(t, "block dev", debugfs(t, img, "stat dev/loop9"), "Type: block special", "Device major/minor number: 07:300")
+	mustContain(t, "fifo", debugfs(t, img, "stat dev/fifo"), "Type: FIFO")
+	mustContain(t, "sticky", debugfs(t, img, "stat tmp"), "Mode:  01777")
+	mustContain(t, "future", debugfs(t, img, "stat etc/future"), "mtime: 0x83fdd4bf:00000001")     // 2040: epoch bit 1
+	mustContain(t, "past", debugfs(t, img, "stat etc/past"), "mtime: 0xed835ebf:00000000")         // 1960: negative, epoch 0
+	mustContain(t, "root", debugfs(t, img, "stat /"), "mtime: 0x663881d9:1d6f3454", "Mode:  0755") // from the tree
+	mustContain(t, "lost+found", debugfs(t, img, "stat lost+found"), "ctime: 0x67760225:00000000")
+	mustContain(t, "lost+found", debugfs(t, img, "stat lost+found"), "mtime: 0x67760225", "Mode:  0700")
+	mustContain(t, "big", debugfs(t, img, "stat big"), "Size: 4800000")
+	if got := debugfs(t, img, "cat etc/passwd"); !strings.Contains(got, "root:x:0:0:root:/root:/bin/sh") {
+		t.Errorf("etc/passwd content: %q", got)
+	}
+	if n := strings.Count(debugfs(t, img, "ls -l many"), "file-with-a-longish-name-"); n != 2000 {
+		t.Errorf("many/ lists %d entries, want 2000", n)
+	}
+}
+
+func TestBuildIsReproducible(t *testing.T) {
+	tree := richTree(t)
+	a, _, err := build(t, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := build(t, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha(t, a) != sha(t, b) {
+		t.Fatal("two builds of the same tree and spec differ")
+	}
+	c, _, err := build(t, tree, func(s *ports.BuildSpec) { s.UUID = "00000000-0000-4000-8000-000000000001" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha(t, a) == sha(t, c) {
+		t.Fatal("a different UUID gave the same bytes")
+	}
+}
+
+// A cap the image fits under must not change its bytes (up to
+// DefaultMaxSize; larger caps make tar2ext4 reserve more descriptor blocks).
+func TestMaxSizeDoesNotChangeBytes(t *testing.T) {
+	tree := richTree(t)
+	a, res, err := build(t, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int64{res.SizeBytes, res.SizeBytes + 1, DefaultMaxSize} {
+		b, _, err := build(t, tree, func(s *ports.BuildSpec) { s.MaxSizeBytes = limit })
+		if err != nil {
+			t.Fatalf("cap %d: %v", limit, err)
+		}
+		if sha(t, a) != sha(t, b) {
+			t.Errorf("cap %d changed the image", limit)
+		}
+	}
+	if _, _, err := build(t, tree, func(s *ports.BuildSpec) { s.MaxSizeBytes = res.SizeBytes - 1 }); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("cap one byte below the size: err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	ok := tarOf(t, dir("etc", 0o755), file("etc/a", 0o644, "a"))
+	tests := []struct {
+		name   string
+		tree   []byte
+		mutate func(*ports.BuildSpec)
+		want   error
+		msg    string
+	}{
+		{"headroom bytes", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = 1 << 20 }, core.ErrUnsupported, "headroom"},
+		{"headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 10 }, core.ErrUnsupported, "headroom"},
+		{"negative headroom", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = -1 }, core.ErrInvalidArgument, "Headroom"},
+		{"bad uuid", ok, func(s *ports.BuildSpec) { s.UUID = "nope" }, core.ErrInvalidArgument, "UUID"},
+		{"nil tree", ok, func(s *ports.BuildSpec) { s.Tree = nil }, core.ErrInvalidArgument, "Tree"},
+		{"cap below 2 MiB", ok, func(s *ports.BuildSpec) { s.MaxSizeBytes = 1 << 20 }, core.ErrInvalidArgument, "MaxSizeBytes"},
+		{"too large", tarOf(t, file("big", 0o644, strings.Repeat("x", 3<<20))),
+			func(s *ports.BuildSpec) { s.MaxSizeBytes = 2 << 20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes"},
+		{"absolute name", tarOf(t, file("/etc", 0o644, "")), nil, core.ErrInvalidArgument, `"/etc": name is absolute`},
+		{"dotdot", tarOf(t, file("a/../../b", 0o644, "")), nil, core.ErrInvalidArgument, "not clean"},
+		{"duplicate", tarOf(t, file("a", 0o644, ""), file("a", 0o644, "")), nil, core.ErrInvalidArgument, "appears twice"},
+		{"file under file", tarOf(t, file("a", 0o644, ""), file("a/b", 0o644, "")), nil, core.ErrInvalidArgument, "not a directory"},
+		{"dangling hard link", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeLink, Name: "l", Linkname: "nope"}}),
+			nil, core.ErrInvalidArgument, "hard link target"},
+		{"hard link to dir", tarOf(t, dir("d", 0o755), entry{Header: tar.Header{Typeflag: tar.TypeLink, Name: "l", Linkname: "d"}}),
+			nil, core.ErrInvalidArgument, "hard link target"},
+		{"root not a dir", tarOf(t, file("lost+found", 0o644, "")), nil, core.ErrInvalidArgument, "must be a directory"},
+		{"truncated in data", ok[:2600], nil, core.ErrInvalidArgument, "read tree"},
+		{"truncated at a header", ok[:len(ok)-1024], nil, core.ErrInvalidArgument, "end-of-archive"},
+		{"empty stream", nil, nil, core.ErrInvalidArgument, "end-of-archive"},
+		{"xattrs too big", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "x", Mode: 0o644,
+			PAXRecords: map[string]string{"SCHILY.xattr.user.big": strings.Repeat("v", 5000)}}}),
+			nil, core.ErrUnsupported, "could not fit xattr"},
+	}
+	// A header announcing a file too big for tar2ext4's extent trees; the
+	// builder refuses it before reading any data.
+	var huge bytes.Buffer
+	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 50 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	tests = append(tests, struct {
+		name   string
+		tree   []byte
+		mutate func(*ports.BuildSpec)
+		want   error
+		msg    string
+	}{"file over 42 GiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m []func(*ports.BuildSpec)
+			if tt.mutate != nil {
+				m = append(m, tt.mutate)
+			}
+			out, _, err := build(t, tt.tree, m...)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want class %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("err = %q, want it to mention %q", err, tt.msg)
+			}
+			noLeftovers(t, filepath.Dir(out))
+		})
+	}
+}
+
+// stallingReader yields head, then blocks until ctx is done.
+type stallingReader struct {
+	head []byte
+	ctx  context.Context
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if len(r.head) > 0 {
+		n := copy(p, r.head)
+		r.head = r.head[n:]
+		return n, nil
+	}
+	<-r.ctx.Done()
+	return 0, r.ctx.Err()
+}
+
+func TestBuildCancelRemovesTemp(t *testing.T) {
+	tree := richTree(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	done := make(chan error, 1)
+	go func() {
+		_, err := New().Build(ctx, ports.BuildSpec{
+			Tree:    &stallingReader{head: tree[:len(tree)/2], ctx: ctx},
+			OutPath: out, UUID: testUUID, Time: buildTime,
+		})
+		done <- err
+	}()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	noLeftovers(t, filepath.Dir(out))
+}
+
+func TestBuildEmptyTree(t *testing.T) {
+	for _, when := range []time.Time{buildTime, {}} {
+		img, res, err := build(t, tarOf(t), func(s *ports.BuildSpec) { s.Time, s.UUID = when, "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.SizeBytes != Alignment {
+			t.Errorf("empty tree: %d bytes, want %d", res.SizeBytes, Alignment)
+		}
+		if rc, out := fsck(t, img); rc != 0 {
+			t.Fatalf("time %v: e2fsck -fn exit %d:\n%s", when, rc, out)
+		}
+	}
+}
+
+func TestBuildStreamsWithoutSeeking(t *testing.T) {
+	// A plain io.Reader (no Seek, no ReadAt) must do: the tree is a stream.
+	tree := richTree(t)
+	img, _, err := build(t, nil, func(s *ports.BuildSpec) { s.Tree = io.MultiReader(bytes.NewReader(tree)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, out := fsck(t, img); rc != 0 {
+		t.Fatalf("e2fsck -fn exit %d:\n%s", rc, out)
+	}
+}
