@@ -8,7 +8,7 @@
 #   scripts/testservers.sh start [SERVICE...]  # install what is missing, start all
 #                                              # (or: mariadb postgres redis registry minio), write env
 #   scripts/testservers.sh stop    # stop what start started (by pid file)
-set -euo pipefail
+set -Eeuo pipefail
 
 DIR=${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}
 MYSQL_PORT=${CUBE_TEST_MYSQL_PORT:-33306}
@@ -20,6 +20,7 @@ MINIO_VERSION=${CUBE_TEST_MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}
 GOBIN_DIR=$(go env GOPATH 2>/dev/null || echo /root/go)/bin
 
 log() { echo "testservers: $*" >&2; }
+trap 'log "failed at line $LINENO: $BASH_COMMAND"' ERR
 
 wait_for() { # name, tries, command...
   local name=$1 tries=$2; shift 2
@@ -64,7 +65,8 @@ start_mariadb() {
   mkdir -p "$d"
   if [ ! -d "$d/data/mysql" ]; then
     mariadb-install-db --no-defaults --user=root --datadir="$d/data" \
-      --auth-root-authentication-method=normal --skip-test-db >"$d/install.log" 2>&1
+      --auth-root-authentication-method=normal --skip-test-db >"$d/install.log" 2>&1 ||
+      { cat "$d/install.log" >&2; return 1; }
   fi
   mariadbd --no-defaults --user=root --datadir="$d/data" --socket="$d/mysqld.sock" \
     --port="$MYSQL_PORT" --bind-address=127.0.0.1 --pid-file="$d/mysqld.pid" \
@@ -80,7 +82,8 @@ start_postgres() {
   if [ -f "$d/data/postmaster.pid" ] && kill -0 "$(head -1 "$d/data/postmaster.pid")" 2>/dev/null; then return; fi
   mkdir -p "$d"; chown postgres: "$d"
   if [ ! -f "$d/data/PG_VERSION" ]; then
-    runuser -u postgres -- "$bin/initdb" -D "$d/data" -U postgres --auth=trust >"$d/initdb.log" 2>&1
+    runuser -u postgres -- "$bin/initdb" -D "$d/data" -U postgres --auth=trust >"$d/initdb.log" 2>&1 ||
+      { cat "$d/initdb.log" >&2; return 1; }
   fi
   runuser -u postgres -- "$bin/pg_ctl" -D "$d/data" -l "$d/server.log" -w \
     -o "-p $PG_PORT -k $d -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" start >/dev/null
@@ -160,6 +163,7 @@ case "${1:-start}" in
     services=("$@")
     [ ${#services[@]} -gt 0 ] || services=(mariadb postgres redis registry minio)
     mkdir -p "$DIR"
+    chmod 0755 "$DIR" # the postgres user must reach its data dir
     if [[ " ${services[*]} " == *" minio "* ]]; then install_missing; else SKIP_MINIO=1 install_missing; fi
     for s in "${services[@]}"; do "start_$s"; done
     write_env

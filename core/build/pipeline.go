@@ -15,9 +15,21 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Epoch is the fixed time builders stamp on anything they invent, so that
-// identical inputs give identical images.
+// Epoch is the fixed time builders stamp on anything they invent when the
+// image config records no creation time, so that identical inputs give
+// identical images.
 var Epoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// buildTime is the builder's fixed time for an image: its recorded creation
+// time (a property of the digest, like SOURCE_DATE_EPOCH), else Epoch.
+// Builders clamp mtimes to it, so files keep their real mtimes and nothing
+// in the image is newer than the image itself.
+func buildTime(img *ports.ResolvedImage) time.Time {
+	if c := img.Config.Created; c != nil && !c.IsZero() && c.Unix() > 0 {
+		return c.UTC().Truncate(time.Second)
+	}
+	return Epoch
+}
 
 // Pipeline is the data plane's build: one value serves many builds.
 type Pipeline struct {
@@ -44,6 +56,12 @@ type Input struct {
 	// OutPath, when set, is where the image is kept; otherwise it lives in
 	// scratch only until it is published to Store.
 	OutPath string
+	// AfterResolve, when set, runs once the digest and fingerprint are
+	// known, before any layer is fetched. An error stops the build and Run
+	// returns it unchanged (scratch removed, nothing published). The data
+	// plane uses it to take the fingerprint lock, claim the artifact row,
+	// or skip a build whose artifact already exists.
+	AfterResolve func(ctx context.Context, r Resolved) error
 }
 
 // Result is a finished build.
@@ -135,7 +153,13 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, err
 	}
 	res.Fingerprint, res.ArtifactID = fp, aid
-	onEvent(Event{Phase: core.PhasePulling, Progress: 5, Resolved: &Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid}})
+	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid}
+	onEvent(Event{Phase: core.PhasePulling, Progress: 5, Resolved: &resolved})
+	if in.AfterResolve != nil {
+		if err := in.AfterResolve(ctx, resolved); err != nil {
+			return nil, err
+		}
+	}
 
 	local, err := p.Source.FetchLayers(ctx, in.Image, img, func(pp ports.PullProgress) {
 		onEvent(Event{Phase: core.PhasePulling, Progress: 5 + pullShare(pp), Pull: core.PullProgress(pp)})
@@ -152,7 +176,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}
 	if !in.Inject.empty() {
 		f := filepath.Join(scratch, "inject.tar")
-		if err := in.Inject.writeLayer(f, Epoch); err != nil {
+		if err := in.Inject.writeLayer(f, buildTime(img)); err != nil {
 			return nil, err
 		}
 		layers = append(layers, ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"})
@@ -169,7 +193,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}()
 	start = p.now()
 	onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-	tree, buildRes, err := p.flattenAndBuild(ctx, layers, out, fp, onEvent)
+	tree, buildRes, err := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +234,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 var errBuilderDone = errors.New("ext4 builder stopped reading the tree")
 
 // flattenAndBuild streams the flattened tree straight into the builder.
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -232,7 +256,7 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		Tree:           pr,
 		OutPath:        out,
 		UUID:           uuidFrom(fp),
-		Time:           Epoch,
+		Time:           at,
 		HeadroomBytes:  p.HeadroomBytes,
 		HeadroomInodes: p.HeadroomInodes,
 		MaxSizeBytes:   p.MaxSizeBytes,

@@ -289,3 +289,34 @@ func keys(m map[string][]byte) []string {
 	}
 	return out
 }
+
+func TestAfterResolveRunsBeforeFetchAndCanStopTheBuild(t *testing.T) {
+	stop := errors.New("artifact already built elsewhere")
+	f := newFixture(t)
+	var got Resolved
+	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
+		AfterResolve: func(ctx context.Context, r Resolved) error {
+			got = r
+			if n := len(f.source.FetchLayersCalls()); n != 0 {
+				t.Errorf("AfterResolve ran after %d layer fetches", n)
+			}
+			return stop
+		}}, nil)
+	if err != stop {
+		t.Fatalf("err = %v, want the hook's error unchanged", err)
+	}
+	if got.ImageDigest != testDigest || got.Fingerprint == "" || got.ArtifactID != "rfs-"+got.Fingerprint[:24] {
+		t.Fatalf("hook got %+v", got)
+	}
+	if len(f.source.FetchLayersCalls()) != 0 || len(f.builder.BuildCalls()) != 0 || len(f.put) != 0 {
+		t.Fatal("a stopped build fetched, built or published")
+	}
+	assertEmptyDir(t, f.pipeline.ScratchDir)
+
+	// A nil error lets the build go on.
+	res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
+		AfterResolve: func(context.Context, Resolved) error { return nil }}, nil)
+	if err != nil || res.SHA256 == "" {
+		t.Fatalf("res=%+v err=%v", res, err)
+	}
+}
