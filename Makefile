@@ -6,7 +6,7 @@ PKGS    ?= ./...
 # against the shared servers do not starve each other.
 TESTFLAGS ?= -p 2 -timeout 30m
 
-.PHONY: all build test test-short lint generate bench servers servers-stop clean
+.PHONY: all build test test-short db-report lint generate bench servers servers-stop clean
 
 all: build
 
@@ -16,6 +16,13 @@ build:
 
 test: build
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# db-report reruns the store and lock conformance suites and the
+# multi-process I1 tests verbosely, keeping one line per database, so a CI
+# log shows which databases they ran against.
+db-report:
+	set -o pipefail; $(GO) test -count=1 -v -run '^(TestConformance|TestMultiProcessI1|TestMultiProcessI1NeedsUniqueKey)$$' \
+		./adapters/store/entstore ./adapters/lock/... 2>&1 | grep -E '^(ok |FAIL|(    )?--- )'
 
 test-short:
 	$(GO) test -short $(PKGS)
