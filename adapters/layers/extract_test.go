@@ -68,7 +68,7 @@ func TestExtractRoundTrip(t *testing.T) {
 		{"bin/su", unix.S_IFREG | 0o4755, 0, 0},
 		{"bin/sudo-user", unix.S_IFREG | 0o6750, 1000, 1001},
 		{"tmp", unix.S_IFDIR | 0o1777, 0, 0},
-		{"locked", unix.S_IFDIR | 0o000, 42, 0},
+		{"locked", unix.S_IFDIR, 42, 0}, // mode 0000
 		{"locked/inside", unix.S_IFREG | 0o644, 0, 0},
 		{"rel", unix.S_IFLNK | 0o777, 5, 6},
 		{"run/initctl", unix.S_IFIFO | 0o620, 3, 0},

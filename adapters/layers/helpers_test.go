@@ -185,14 +185,6 @@ func readTar(t testing.TB, b []byte) []got {
 	}
 }
 
-func names(es []got) []string {
-	var out []string
-	for _, e := range es {
-		out = append(out, e.h.Name)
-	}
-	return out
-}
-
 func find(es []got, name string) *got {
 	for i := range es {
 		if es[i].h.Name == name {

@@ -511,11 +511,11 @@ func testSignedURL(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("SignedURL: %v", err)
 	}
-	status, body, header := get(t, e.ctx, u, "")
+	status, body, _ := get(t, e.ctx, u, "")
 	if status != http.StatusOK || !bytes.Equal(body, data) {
 		t.Fatalf("GET signed URL: status %d, %d bytes; want 200 and %d bytes", status, len(body), len(data))
 	}
-	status, body, header = get(t, e.ctx, u, "bytes=100-199")
+	status, body, header := get(t, e.ctx, u, "bytes=100-199")
 	if status != http.StatusPartialContent || !bytes.Equal(body, data[100:200]) {
 		t.Fatalf("Range GET signed URL: status %d, %d bytes; want 206 and bytes 100-199", status, len(body))
 	}

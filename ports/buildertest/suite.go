@@ -359,7 +359,7 @@ func testMaxSize(t *testing.T, fx *fixture) {
 	t.Logf("over the cap: %v", err)
 	assertNothingAt(t, img)
 
-	img, res, err = build(t, b, fx.small, nil)
+	_, res, err = build(t, b, fx.small, nil)
 	if err != nil {
 		t.Fatalf("Build without cap: %v", err)
 	}
