@@ -43,6 +43,14 @@ type Config struct {
 
 	S3 S3 `yaml:"s3"`
 
+	// Listen is the templatecenter HTTP address; MasterAddr is where status
+	// callbacks go; RedisAddr, when set, holds live progress.
+	Listen     string `yaml:"listen"`
+	MasterAddr string `yaml:"master_addr"`
+	RedisAddr  string `yaml:"redis_addr"`
+
+	Reconcile Reconcile `yaml:"reconcile"`
+
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
@@ -62,6 +70,17 @@ type S3 struct {
 	Prefix       string `yaml:"artifact_prefix"`
 }
 
+// Reconcile holds the data plane's reconciler settings
+// (CUBE_TEMPLATE_CENTER_RECONCILE_*; Go durations).
+type Reconcile struct {
+	Disabled          bool          `yaml:"disabled"`
+	Interval          time.Duration `yaml:"interval"`
+	StaleAfter        time.Duration `yaml:"stale_after"`
+	PendingStaleAfter time.Duration `yaml:"pending_stale_after"`
+	PullingStaleAfter time.Duration `yaml:"pulling_stale_after"`
+	RunningStaleAfter time.Duration `yaml:"running_stale_after"`
+}
+
 // Enabled reports whether S3 is fully configured.
 func (s S3) Enabled() bool {
 	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
@@ -76,7 +95,13 @@ func Defaults() Config {
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
 		Builder:             "mkfs",
-		S3:                  S3{Region: "us-east-1", UsePathStyle: true},
+		Listen:              ":8090",
+		MasterAddr:          "http://localhost:8089",
+		Reconcile: Reconcile{
+			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
+			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
+		},
+		S3: S3{Region: "us-east-1", UsePathStyle: true},
 	}
 }
 
@@ -128,6 +153,15 @@ func Load(env Env) (Config, error) {
 	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
 	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
 	r.str(&c.S3.Prefix, "CUBE_S3_ARTIFACT_PREFIX")
+	r.str(&c.Listen, "CUBE_TEMPLATE_CENTER_LISTEN")
+	r.str(&c.MasterAddr, "CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT")
+	r.str(&c.RedisAddr, "CUBE_TEMPLATE_CENTER_REDIS_ADDR")
+	r.bool(&c.Reconcile.Disabled, "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED")
+	r.duration(&c.Reconcile.Interval, "CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL")
+	r.duration(&c.Reconcile.StaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_STALE_AFTER", "CUBE_TC_RECONCILE_STALE_AFTER")
+	r.duration(&c.Reconcile.PendingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER", "CUBE_TC_RECONCILE_PENDING_STALE_AFTER")
+	r.duration(&c.Reconcile.PullingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER", "CUBE_TC_RECONCILE_PULLING_STALE_AFTER")
+	r.duration(&c.Reconcile.RunningStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER", "CUBE_TC_RECONCILE_RUNNING_STALE_AFTER")
 	r.str(&c.CallbackToken, "CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN")
 	r.bool(&c.CallbackInsecureNoToken, "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN")
 	c.Warnings = r.warnings
@@ -228,20 +262,18 @@ func (r *reader) bool(dst *bool, name string, legacy ...string) {
 	*dst = b
 }
 
-// Duration reads a Go duration variable (used by the reconciler settings).
-func Duration(env Env, name string, def time.Duration) (time.Duration, error) {
-	if env == nil {
-		env = os.LookupEnv
-	}
-	v, ok := env(name)
+// duration reads a positive Go duration ("90s", "10m").
+func (r *reader) duration(dst *time.Duration, name string, legacy ...string) {
+	v, ok := r.lookup(name, legacy...)
 	if !ok || strings.TrimSpace(v) == "" {
-		return def, nil
+		return
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil || d <= 0 {
-		return def, fmt.Errorf("%s: %q is not a positive Go duration", name, v)
+		r.fail(fmt.Errorf("%s: %q is not a positive Go duration", name, v))
+		return
 	}
-	return d, nil
+	*dst = d
 }
 
 func (r *reader) fail(err error) {

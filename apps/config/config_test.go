@@ -82,17 +82,32 @@ func TestLoadFileThenEnvironment(t *testing.T) {
 	}
 }
 
-func TestDuration(t *testing.T) {
-	env := mapEnv(map[string]string{"A": "90s", "B": "soon", "C": "-1s"})
-	if d, err := Duration(env, "A", time.Minute); err != nil || d != 90*time.Second {
-		t.Fatalf("A: %v %v", d, err)
+func TestReconcileDurations(t *testing.T) {
+	c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL": "90s", "CUBE_TC_RECONCILE_PULLING_STALE_AFTER": "2h"}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d, err := Duration(env, "MISSING", time.Minute); err != nil || d != time.Minute {
-		t.Fatalf("missing: %v %v", d, err)
+	if c.Reconcile.Interval != 90*time.Second || c.Reconcile.PullingStaleAfter != 2*time.Hour || c.Reconcile.PendingStaleAfter != 10*time.Minute {
+		t.Fatalf("reconcile %+v", c.Reconcile)
 	}
-	for _, k := range []string{"B", "C"} {
-		if _, err := Duration(env, k, time.Minute); err == nil || !strings.Contains(err.Error(), k) {
-			t.Fatalf("%s: err = %v", k, err)
+	if len(c.Warnings) != 1 {
+		t.Fatalf("warnings %q, want one for the legacy name", c.Warnings)
+	}
+	for _, v := range []string{"soon", "-1s", "0s"} {
+		_, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL": v}))
+		if err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL") {
+			t.Fatalf("%q: err = %v", v, err)
 		}
+	}
+}
+
+func TestMasterAddrFallbacks(t *testing.T) {
+	c, _ := Load(mapEnv(map[string]string{"CUBE_MASTER_ENDPOINT": "http://m:1"}))
+	if c.MasterAddr != "http://m:1" {
+		t.Fatalf("MasterAddr %q", c.MasterAddr)
+	}
+	c, _ = Load(mapEnv(map[string]string{"CUBE_MASTER_ADDR": "http://a:1", "CUBE_MASTER_ENDPOINT": "http://m:1"}))
+	if c.MasterAddr != "http://a:1" {
+		t.Fatalf("MasterAddr %q", c.MasterAddr)
 	}
 }
