@@ -6,7 +6,7 @@ import (
 )
 
 // Sentinel errors. Adapters and services wrap them with %w and context; the
-// HTTP edges map them to API codes (see adapters/http). Callers test with
+// HTTP edges map them to API codes (see adapters/httpapi/envelope). Callers test with
 // errors.Is.
 var (
 	// ErrNotFound: the named job, template, artifact or alias does not exist.

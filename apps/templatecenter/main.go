@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(buildCommand(), migrateCommand())
+	root.AddCommand(buildCommand(), migrateCommand(), serveCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "templatecenter: "+oneLine(err))
 		code := 1

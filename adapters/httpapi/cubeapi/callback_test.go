@@ -1,0 +1,121 @@
+package cubeapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestStatusCallback(t *testing.T) {
+	builtBody := `{"status":"BUILT","phase":"READY","progress":100,"artifact_id":"rfs-1","artifact_status":"READY",` +
+		`"ext4_sha256":"` + sha + `","ext4_size_bytes":4096.0,"ext4_path":"/data/rfs-1/rfs-1.ext4","template_status":"READY","evil":1}`
+	tests := []struct {
+		name        string
+		path        string
+		body        string
+		hdr         map[string]string
+		applied     bool
+		err         error
+		want        int
+		wantApplied *bool
+		wantCalled  bool
+	}{
+		{name: "applied", body: builtBody, applied: true, want: 200, wantApplied: ptr(true), wantCalled: true},
+		{name: "stale acknowledged", body: `{"status":"RUNNING","phase":"PULLING"}`, applied: false, want: 200, wantApplied: ptr(false), wantCalled: true},
+		{name: "stale as error acknowledged", body: `{"status":"RUNNING"}`, err: fmt.Errorf("job: %w", core.ErrStaleUpdate), want: 200, wantApplied: ptr(false), wantCalled: true},
+		{name: "unknown job", body: `{"status":"RUNNING"}`, err: fmt.Errorf("job job-1: %w", core.ErrNotFound), want: 404, wantCalled: true},
+		{name: "refused transition", body: `{"status":"READY"}`, err: &core.TransitionError{JobID: "job-1", From: core.JobPending, To: core.JobReady}, want: 409, wantCalled: true},
+		{name: "store down", body: `{"status":"RUNNING"}`, err: fmt.Errorf("x: %w", core.ErrStoreNotInitialized), want: 503, wantCalled: true},
+		{name: "internal error hidden", body: `{"status":"RUNNING"}`, err: errors.New("mysql 10.9.9.9 gone"), want: 500, wantCalled: true},
+		{name: "bad status", body: `{"status":"DONE"}`, want: 400},
+		{name: "bad json", body: `{"status":`, want: 400},
+		{name: "empty body", body: ``, want: 400},
+		{name: "oversized", body: `{"error_message":"` + strings.Repeat("x", 2<<20) + `"}`, want: 413},
+		{name: "bad job id", path: "/internal/template/jobs/..%2f..%2fx/status", body: `{"status":"RUNNING"}`, want: 400},
+		{name: "no token", body: builtBody, hdr: map[string]string{}, want: 401},
+		{name: "wrong token", body: builtBody, hdr: map[string]string{auth.Header: "forged"}, want: 401},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &services{applied: tc.applied, err: tc.err}
+			h := newServer(t, svc, "")
+			path := tc.path
+			if path == "" {
+				path = "/internal/template/jobs/job-1/status"
+			}
+			hdr := tc.hdr
+			if hdr == nil {
+				hdr = tokenHdr()
+			}
+			rec := do(h, "POST", path, tc.body, hdr)
+			if rec.Code != tc.want {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.want, rec.Body.String())
+			}
+			m := decodeMap(t, rec.Body.Bytes())
+			if tc.wantApplied != nil && (m["status"] != "ok" || m["applied"] != *tc.wantApplied) {
+				t.Fatalf("body %v", m)
+			}
+			if tc.want != 200 && m["error"] == nil {
+				t.Fatalf("error body %v", m)
+			}
+			if strings.Contains(rec.Body.String(), "10.9.9.9") {
+				t.Fatal("internal detail leaked")
+			}
+			if (len(svc.calls) == 1) != tc.wantCalled {
+				t.Fatalf("service calls %v", svc.calls)
+			}
+			if tc.name == "applied" {
+				r := svc.reports[0]
+				if svc.last != "job-1" || r.Update.Status != core.JobBuilt || r.Artifact == nil || r.Artifact.Ext4SizeBytes != 4096 ||
+					r.Update.TemplateStatus != "" || strings.Contains(r.Update.ResultJSON, "evil") {
+					t.Fatalf("service got %+v / %+v", r.Update, r.Artifact)
+				}
+			}
+		})
+	}
+}
+
+func TestStatusCallbackFailsClosed(t *testing.T) {
+	h, err := New(Config{Reports: &services{applied: true}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hdr := range []map[string]string{nil, {auth.Header: ""}, {auth.Header: "x"}} {
+		if rec := do(h, "POST", "/internal/template/jobs/job-1/status", `{"status":"RUNNING"}`, hdr); rec.Code != 503 {
+			t.Fatalf("no secret configured: %d", rec.Code)
+		}
+	}
+	h, _ = New(Config{Reports: &services{applied: true}, InsecureNoToken: true})
+	if rec := do(h, "POST", "/internal/template/jobs/job-1/status", `{"status":"RUNNING"}`, nil); rec.Code != 200 {
+		t.Fatalf("insecure opt-in: %d", rec.Code)
+	}
+}
+
+func TestStatusCallbackMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg)
+	svc := &services{applied: true}
+	h, _ := New(Config{Token: testToken, Reports: svc, Metrics: m, Gatherer: reg})
+	do(h, "POST", "/internal/template/jobs/job-1/status", `{"status":"RUNNING"}`, tokenHdr())
+	do(h, "POST", "/internal/template/jobs/job-1/status", `{"status":"NOPE"}`, tokenHdr())
+	rec := do(h, "GET", "/metrics", "", nil)
+	for _, want := range []string{`cube_template_status_callbacks_total{result="applied"} 1`, `cube_template_status_callbacks_total{result="rejected"} 1`,
+		`route="/internal/template/jobs/{job_id}/status"`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func ptr(b bool) *bool { return &b }

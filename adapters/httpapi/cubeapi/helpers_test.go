@@ -1,0 +1,195 @@
+package cubeapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+const testToken = "master-test-token"
+
+// services is one fake for every service interface; calls records the
+// method names in order and err, when set, fails every call.
+type services struct {
+	mu      sync.Mutex
+	calls   []string
+	err     error
+	applied bool
+	reports []ports.StatusReport
+	baseURL string
+	last    any
+}
+
+func (s *services) rec(name string, arg any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, name)
+	s.last = arg
+	return s.err
+}
+
+var (
+	testJob = &core.Job{JobID: "job-1", TemplateID: "tpl-1", AttemptNo: 2, Operation: core.OpCreate, Status: core.JobRunning,
+		Phase: core.PhasePulling, Progress: 12, ArtifactID: "rfs-1", Fingerprint: "fp",
+		Pull: core.PullProgress{TotalBytes: 100, DownloadedBytes: 40, TotalLayers: 3, CompletedLayers: 1}}
+	testArtifact = &core.Artifact{ArtifactID: "rfs-1", Status: core.ArtifactReady, Ext4SHA256: "abc", Ext4SizeBytes: 4096,
+		DownloadToken: "secret-download-token", DownloadBaseURL: "http://m:8089"}
+)
+
+func (s *services) HandleStatusReport(_ context.Context, jobID string, r ports.StatusReport) (bool, error) {
+	s.mu.Lock()
+	s.reports = append(s.reports, r)
+	s.mu.Unlock()
+	return s.applied, s.rec("HandleStatusReport", jobID)
+}
+func (s *services) CreateFromImage(_ context.Context, req *core.FromImageRequest, baseURL string) (*JobView, error) {
+	s.baseURL = baseURL
+	return &JobView{Job: testJob, Artifact: testArtifact}, s.rec("CreateFromImage", req)
+}
+func (s *services) GetImageJob(_ context.Context, id string) (*JobView, error) {
+	return &JobView{Job: testJob}, s.rec("GetImageJob", id)
+}
+func (s *services) Redo(_ context.Context, req RedoRequest, baseURL string) (*JobView, error) {
+	s.baseURL = baseURL
+	return &JobView{Job: testJob}, s.rec("Redo", req)
+}
+func (s *services) BuildStatus(_ context.Context, id string) (*core.Job, error) {
+	return testJob, s.rec("BuildStatus", id)
+}
+func (s *services) Migrate(_ context.Context, req MigrateRequest) (*JobView, error) {
+	return &JobView{Job: testJob}, s.rec("Migrate", req)
+}
+func (s *services) GetMigrateJob(_ context.Context, id string) (*JobView, error) {
+	return &JobView{Job: testJob}, s.rec("GetMigrateJob", id)
+}
+func (s *services) ListTemplates(context.Context) ([]TemplateSummary, error) {
+	return []TemplateSummary{{TemplateID: "tpl-1", Status: "READY", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600)),
+		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
+}
+func (s *services) GetTemplate(_ context.Context, id string, inc bool) (*TemplateDetail, error) {
+	d := &TemplateDetail{TemplateSummary: TemplateSummary{TemplateID: id, Status: "READY", Version: "v2"},
+		Replicas: []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady}}}
+	if inc {
+		d.CreateRequest = `{"annotations":{"a":"b"}}`
+	}
+	return d, s.rec("GetTemplate", fmt.Sprint(id, inc))
+}
+func (s *services) DeleteTemplate(_ context.Context, req DeleteRequest) error {
+	return s.rec("DeleteTemplate", req)
+}
+func (s *services) SetAlias(_ context.Context, id, alias string) error {
+	return s.rec("SetAlias", id+"="+alias)
+}
+func (s *services) GetArtifact(_ context.Context, id string) (*core.Artifact, error) {
+	return testArtifact, s.rec("GetArtifact", id)
+}
+
+// fakeTC records every request the master forwards.
+type fakeTC struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, r.Clone(context.Background()))
+	f.mu.Unlock()
+	switch r.URL.Path {
+	case PathDownload:
+		if r.URL.Query().Get("token") != "good" {
+			http.Error(w, "invalid or missing download token", http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, "https://bucket.s3.example/rfs-1/rfs-1.ext4?X-Amz-Signature=x", http.StatusFound)
+	case PathCompat:
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"requestID":"","ret":{"ret_code":200,"ret_msg":"success"},"data":{"manifest_found":false,"templates":[]}}`)
+	default:
+		http.Error(w, "unexpected path on the template center", http.StatusTeapot)
+	}
+}
+
+func newServer(t *testing.T, svc *services, tcURL string) chi.Router {
+	t.Helper()
+	cfg := Config{Token: testToken, TemplateCenterURL: tcURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if svc != nil {
+		cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func do(h http.Handler, method, target, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// doHost is do with the request's Host set.
+func doHost(h http.Handler, method, target, body, host string, hdr map[string]string) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func tokenHdr() map[string]string { return map[string]string{auth.Header: testToken} }
+
+func decodeMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	return m
+}
+
+func retCode(t *testing.T, rec *httptest.ResponseRecorder) int {
+	t.Helper()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("public route answered HTTP %d: %s", rec.Code, rec.Body.String())
+	}
+	ret, ok := decodeMap(t, rec.Body.Bytes())["ret"].(map[string]any)
+	if !ok {
+		t.Fatalf("no ret in %s", rec.Body.String())
+	}
+	return int(ret["ret_code"].(float64))
+}

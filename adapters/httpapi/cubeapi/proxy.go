@@ -1,0 +1,52 @@
+package cubeapi
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+)
+
+var errNoTemplateCenter = errors.New("template center address (CUBE_TEMPLATE_CENTER_ADDR) is not configured")
+
+// initProxies builds the two forwarding handlers. Compat answers its own
+// failures with the envelope (it is a public JSON route); the download
+// answers with a real 502/503, which cubelet understands.
+func (s *server) initProxies() error {
+	if s.cfg.TemplateCenterURL == "" {
+		s.compat = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			envelope.WriteError(w, r, s.log, "", errNoTemplateCenter)
+		})
+		s.download = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "template center is not configured", http.StatusServiceUnavailable)
+		})
+		return nil
+	}
+	base, err := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", s.cfg.TemplateCenterURL)
+	if err != nil {
+		return err
+	}
+	target, err := url.Parse(base)
+	if err != nil {
+		return err
+	}
+	rewrite := func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.SetXForwarded()
+		// The internal token never travels on public routes.
+		pr.Out.Header.Del(auth.Header)
+	}
+	s.compat = &httputil.ReverseProxy{Rewrite: rewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		s.log.WarnContext(r.Context(), "compat proxy to template center failed", "err", err)
+		envelope.Write(w, envelope.Response{Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: "template center unavailable"}})
+	}}
+	s.download = &httputil.ReverseProxy{Rewrite: rewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		s.log.WarnContext(r.Context(), "download proxy to template center failed", "err", err)
+		http.Error(w, "template center unavailable", http.StatusBadGateway)
+	}}
+	return nil
+}

@@ -1,0 +1,192 @@
+package cubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// StatusReports applies status callbacks. applied is false for a stale or
+// duplicate report, which is acknowledged all the same (so is an error
+// wrapping core.ErrStaleUpdate). core.ErrNotFound means the job is unknown;
+// core.ErrInvalidTransition a report the state machine refuses. The handler
+// answers only after HandleStatusReport returns, so work that must survive
+// the request (the resume pipeline) has to be started on another context.
+type StatusReports interface {
+	HandleStatusReport(ctx context.Context, jobID string, r ports.StatusReport) (applied bool, err error)
+}
+
+// ImageJobs serves create-from-image, redo and job reads. baseURL is the
+// download base URL for artifacts built for this request.
+type ImageJobs interface {
+	CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*JobView, error)
+	GetImageJob(ctx context.Context, jobID string) (*JobView, error)
+	Redo(ctx context.Context, req RedoRequest, baseURL string) (*JobView, error)
+	// BuildStatus returns the job a build id names.
+	BuildStatus(ctx context.Context, buildID string) (*core.Job, error)
+}
+
+// Migrations serves migrate (tpl merge) jobs.
+type Migrations interface {
+	Migrate(ctx context.Context, req MigrateRequest) (*JobView, error)
+	GetMigrateJob(ctx context.Context, jobID string) (*JobView, error)
+}
+
+// Catalog serves template reads, deletion and aliases.
+type Catalog interface {
+	ListTemplates(ctx context.Context) ([]TemplateSummary, error)
+	GetTemplate(ctx context.Context, templateID string, includeRequest bool) (*TemplateDetail, error)
+	DeleteTemplate(ctx context.Context, req DeleteRequest) error
+	// SetAlias binds alias to the template; "" clears it.
+	SetAlias(ctx context.Context, templateID, alias string) error
+}
+
+// Artifacts reads artifact rows.
+type Artifacts interface {
+	GetArtifact(ctx context.Context, artifactID string) (*core.Artifact, error)
+}
+
+// Config wires the router. Nil services make their routes answer an
+// envelope error (130593); a nil TemplateCenterURL makes the proxied routes
+// answer 503 / 130593.
+type Config struct {
+	// Token and InsecureNoToken guard the callback route (package auth).
+	Token           string
+	InsecureNoToken bool
+
+	Reports    StatusReports
+	Jobs       ImageJobs
+	Migrations Migrations
+	Catalog    Catalog
+	Artifacts  Artifacts
+
+	// TemplateCenterURL is CUBE_TEMPLATE_CENTER_ADDR, where compat and
+	// download requests are forwarded.
+	TemplateCenterURL string
+	// DownloadBaseURL, when set, is the base URL recorded for new artifacts;
+	// otherwise it is derived from the request's Host, as upstream does.
+	DownloadBaseURL string
+
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+	// MaxBodyBytes caps JSON bodies (default 1 MiB).
+	MaxBodyBytes int64
+}
+
+// Route paths.
+const (
+	PathTemplate       = "/cube/template"
+	PathFromImage      = "/cube/template/from-image"
+	PathRedo           = "/cube/template/redo"
+	PathMigrate        = "/cube/template/migrate"
+	PathAlias          = "/cube/template/{template_id}/alias"
+	PathBuildStatus    = "/cube/template/build/{build_id}/status"
+	PathRootfsArtifact = "/cube/rootfs-artifact"
+	PathCompat         = "/cube/template/compat"
+	PathDownload       = "/cube/template/artifact/download"
+	PathHealth         = "/notify/health"
+	PathMetrics        = "/metrics"
+)
+
+// CubeMasterRoutes is every route New registers.
+func CubeMasterRoutes() []routes.Route {
+	return []routes.Route{
+		{Method: http.MethodPost, Pattern: wire.PathJobStatus, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: PathFromImage, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathFromImage, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathRedo, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathMigrate, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathMigrate, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathTemplate, Kind: routes.Public},
+		{Method: http.MethodDelete, Pattern: PathTemplate, Kind: routes.Public},
+		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathBuildStatus, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
+		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
+		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
+		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Proxied},
+		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+	}
+}
+
+type server struct {
+	cfg      Config
+	log      *slog.Logger
+	compat   http.Handler
+	download http.Handler
+}
+
+// New builds the cubemaster router. It fails only on a malformed
+// TemplateCenterURL.
+func New(cfg Config) (chi.Router, error) {
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	s := &server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if err := s.initProxies(); err != nil {
+		return nil, err
+	}
+
+	r := chi.NewRouter()
+	// Both only observe or turn panics into 500s; neither can answer 200.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+	r.NotFound(s.notFound)
+
+	r.Group(func(r chi.Router) {
+		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))
+		r.Post(wire.PathJobStatus, s.statusCallback)
+	})
+
+	r.Post(PathFromImage, s.createFromImage)
+	r.Get(PathFromImage, s.getImageJob)
+	r.Post(PathRedo, s.redo)
+	r.Post(PathMigrate, s.migrate)
+	r.Get(PathMigrate, s.getMigrateJob)
+	r.Get(PathTemplate, s.getTemplates)
+	r.Delete(PathTemplate, s.deleteTemplate)
+	r.Put(PathAlias, s.setAlias)
+	r.Get(PathBuildStatus, s.buildStatus)
+	r.Get(PathRootfsArtifact, s.rootfsArtifact)
+
+	r.Method(http.MethodGet, PathCompat, s.compat)
+	r.Method(http.MethodPost, PathCompat, s.compat)
+	r.Method(http.MethodGet, PathDownload, s.download)
+	r.Method(http.MethodHead, PathDownload, s.download)
+
+	r.Get(PathHealth, func(w http.ResponseWriter, _ *http.Request) {
+		wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	return r, nil
+}
+
+// notFound answers unknown /cube/* paths with an envelope (and a real 404,
+// so status-code clients notice too); other paths get a plain 404.
+func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/cube/") {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(envelope.Response{Ret: envelope.Ret{Code: envelope.CodeNotFound, Msg: "Not Found"}})
+}

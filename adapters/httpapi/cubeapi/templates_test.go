@@ -1,0 +1,184 @@
+package cubeapi
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+func TestPublicRoutes(t *testing.T) {
+	type check func(t *testing.T, body map[string]any, svc *services)
+	tests := []struct {
+		name, method, target, body string
+		host                       string
+		err                        error // returned by the service
+		nilServices                bool
+		wantCode                   int
+		wantCall                   string // "" = no service call
+		check                      check
+	}{
+		{name: "create", method: "POST", target: PathFromImage, host: "master.example:8089",
+			body:     `{"requestID":"r-1","source_image_ref":"nginx:1","writable_layer_size":"20Gi","exposed_ports":[80],"some_future_field":true}`,
+			wantCode: 200, wantCall: "CreateFromImage",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				job := b["job"].(map[string]any)
+				art := job["artifact"].(map[string]any)
+				if b["requestID"] != "r-1" || job["job_id"] != "job-1" || job["status"] != "RUNNING" || job["pull_total_bytes"].(float64) != 100 ||
+					art["ext4_sha256"] != "abc" || art["master_node_ip"] != "http://m:8089" {
+					t.Fatalf("body %v", b)
+				}
+				if _, leaked := art["download_token"]; leaked {
+					t.Fatal("download token shown")
+				}
+				if svc.baseURL != "http://master.example:8089" {
+					t.Fatalf("base URL %q", svc.baseURL)
+				}
+				if req := svc.last.(*core.FromImageRequest); req.SourceImageRef != "nginx:1" || req.ExposedPorts[0] != 80 {
+					t.Fatalf("request %+v", req)
+				}
+			}},
+		{name: "create without requestID", method: "POST", target: PathFromImage, body: `{"source_image_ref":"nginx:1"}`, wantCode: 130400},
+		{name: "create type error", method: "POST", target: PathFromImage, body: `{"requestID":"r","writable_layer_size":20}`, wantCode: 130400,
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if msg := b["ret"].(map[string]any)["ret_msg"].(string); !strings.Contains(msg, "writable_layer_size: expected string") {
+					t.Fatalf("message %q", msg)
+				}
+			}},
+		{name: "create empty body", method: "POST", target: PathFromImage, wantCode: 130400},
+		{name: "create duplicate", method: "POST", target: PathFromImage, body: `{"requestID":"r"}`, err: core.ErrDuplicateTemplate, wantCode: 130400, wantCall: "CreateFromImage"},
+		{name: "create conflict", method: "POST", target: PathFromImage, body: `{"requestID":"r"}`,
+			err: &core.ActiveJobError{TemplateID: "tpl-1", JobID: "job-0", Status: core.JobRunning}, wantCode: 130409, wantCall: "CreateFromImage"},
+		{name: "create busy", method: "POST", target: PathFromImage, body: `{"requestID":"r"}`, err: core.ErrBusy, wantCode: 130429, wantCall: "CreateFromImage"},
+		{name: "create db error hidden", method: "POST", target: PathFromImage, body: `{"requestID":"r"}`,
+			err: fmt.Errorf("dsn cube:pw@tcp(db): %w", core.ErrStoreNotInitialized), wantCode: 130594, wantCall: "CreateFromImage",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if strings.Contains(fmt.Sprint(b), "pw@") {
+					t.Fatal("DSN leaked")
+				}
+			}},
+		{name: "create unconfigured", method: "POST", target: PathFromImage, body: `{"requestID":"r"}`, nilServices: true, wantCode: 130593},
+		{name: "job get", method: "GET", target: PathFromImage + "?job_id=job-1", wantCode: 200, wantCall: "GetImageJob"},
+		{name: "job get without id", method: "GET", target: PathFromImage, wantCode: 130400},
+		{name: "job unknown is 130404", method: "GET", target: PathFromImage + "?job_id=x", err: fmt.Errorf("job x: %w", core.ErrNotFound), wantCode: 130404, wantCall: "GetImageJob"},
+		{name: "redo", method: "POST", target: PathRedo, body: `{"requestID":"r","template_id":"tpl-1","failed_only":true,"distribution_scope":["n1"]}`,
+			wantCode: 200, wantCall: "Redo", check: func(t *testing.T, _ map[string]any, svc *services) {
+				if req := svc.last.(RedoRequest); !req.FailedOnly || req.DistributionScope[0] != "n1" {
+					t.Fatalf("redo %+v", req)
+				}
+			}},
+		{name: "redo without template", method: "POST", target: PathRedo, body: `{"requestID":"r"}`, wantCode: 130400},
+		{name: "redo in progress", method: "POST", target: PathRedo, body: `{"requestID":"r","template_id":"t"}`, err: core.ErrAttemptInProgress, wantCode: 130409, wantCall: "Redo"},
+		{name: "migrate", method: "POST", target: PathMigrate, body: `{"requestID":"r","template_id":"tpl-1","backend":"s3"}`, wantCode: 200, wantCall: "Migrate"},
+		{name: "migrate not ready", method: "POST", target: PathMigrate, body: `{"template_id":"t"}`, err: core.ErrTemplateNotReady, wantCode: 130400, wantCall: "Migrate"},
+		{name: "migrate get", method: "GET", target: PathMigrate + "?job_id=j", wantCode: 200, wantCall: "GetMigrateJob"},
+		{name: "migrate get without id", method: "GET", target: PathMigrate, wantCode: 130400},
+		{name: "list", method: "GET", target: PathTemplate, wantCode: 200, wantCall: "ListTemplates",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				it := b["data"].([]any)[0].(map[string]any)
+				if it["template_id"] != "tpl-1" || it["created_at"] != "2026-01-02T02:04:05Z" || it["image_info"] != "nginx:1@sha256:abc" {
+					t.Fatalf("item %v", it)
+				}
+			}},
+		{name: "get one", method: "GET", target: PathTemplate + "?template_id=tpl-1", wantCode: 200, wantCall: "GetTemplate",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				if svc.last != "tpl-1false" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "get one with request", method: "GET", target: PathTemplate + "?template_id=tpl-1&include_request=1", wantCode: 200, wantCall: "GetTemplate",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if b["create_request"].(map[string]any)["annotations"] == nil {
+					t.Fatalf("create_request %v", b["create_request"])
+				}
+			}},
+		{name: "get unknown", method: "GET", target: PathTemplate + "?template_id=nope", err: core.ErrNotFound, wantCode: 130404, wantCall: "GetTemplate"},
+		{name: "delete", method: "DELETE", target: PathTemplate, body: `{"RequestID":"r-9","template_id":"tpl-1","sync":true}`, wantCode: 200, wantCall: "DeleteTemplate",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if b["requestID"] != "r-9" || b["template_id"] != "tpl-1" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "delete lowercase requestID", method: "DELETE", target: PathTemplate, body: `{"requestID":"r-8","template_id":"tpl-1"}`, wantCode: 200, wantCall: "DeleteTemplate",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if b["requestID"] != "r-8" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "delete without id", method: "DELETE", target: PathTemplate, body: `{"RequestID":"r"}`, wantCode: 130400},
+		{name: "delete in use", method: "DELETE", target: PathTemplate, body: `{"template_id":"t"}`, err: core.ErrTemplateInUse, wantCode: 130409, wantCall: "DeleteTemplate"},
+		{name: "alias set", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":" web "}`, wantCode: 200, wantCall: "SetAlias",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				if svc.last != "tpl-1=web" || b["alias"] != "web" {
+					t.Fatalf("alias %v %v", svc.last, b)
+				}
+			}},
+		{name: "alias null clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":null}`, wantCode: 200, wantCall: "SetAlias",
+			check: func(t *testing.T, _ map[string]any, svc *services) {
+				if svc.last != "tpl-1=" {
+					t.Fatalf("alias %v", svc.last)
+				}
+			}},
+		{name: "alias absent clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{}`, wantCode: 200, wantCall: "SetAlias"},
+		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCall: "SetAlias"},
+		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
+		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
+		{name: "build status", method: "GET", target: "/cube/template/build/job-1/status", wantCode: 200, wantCall: "BuildStatus",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if b["build_id"] != "job-1" || b["status"] != "building" || b["message"] != "PULLING" || b["progress"].(float64) != 12 {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "build status unknown", method: "GET", target: "/cube/template/build/x/status", err: core.ErrNotFound, wantCode: 130404, wantCall: "BuildStatus"},
+		{name: "rootfs artifact", method: "GET", target: PathRootfsArtifact + "?artifact_id=rfs-1", wantCode: 200, wantCall: "GetArtifact",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				job := b["job"].(map[string]any)
+				if job["artifact_id"] != "rfs-1" || job["artifact_status"] != "READY" || job["artifact"].(map[string]any)["ext4_size_bytes"].(float64) != 4096 {
+					t.Fatalf("body %v", b)
+				}
+				if strings.Contains(fmt.Sprint(b), "secret-download-token") {
+					t.Fatal("download token shown")
+				}
+			}},
+		{name: "rootfs artifact without id", method: "GET", target: PathRootfsArtifact, wantCode: 130400},
+		{name: "rootfs artifact unknown", method: "GET", target: PathRootfsArtifact + "?artifact_id=x", err: core.ErrNotFound, wantCode: 130404, wantCall: "GetArtifact"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &services{err: tc.err}
+			s := svc
+			if tc.nilServices {
+				s = nil
+			}
+			h := newServer(t, s, "")
+			rec := doHost(h, tc.method, tc.target, tc.body, tc.host, nil)
+			if code := retCode(t, rec); code != tc.wantCode {
+				t.Fatalf("ret_code %d, want %d: %s", code, tc.wantCode, rec.Body.String())
+			}
+			switch {
+			case tc.wantCall == "" && len(svc.calls) != 0:
+				t.Fatalf("service called: %v", svc.calls)
+			case tc.wantCall != "" && (len(svc.calls) != 1 || svc.calls[0] != tc.wantCall):
+				t.Fatalf("calls %v, want %s", svc.calls, tc.wantCall)
+			}
+			if tc.check != nil {
+				tc.check(t, decodeMap(t, rec.Body.Bytes()), svc)
+			}
+		})
+	}
+}
+
+func TestUnknownCubePath(t *testing.T) {
+	h := newServer(t, &services{}, "")
+	rec := do(h, "GET", "/cube/template/nope", "", nil)
+	if rec.Code != 404 || !strings.Contains(rec.Body.String(), `"ret_code":130404`) {
+		t.Fatalf("%d %s", rec.Code, rec.Body.String())
+	}
+	if rec := do(h, "GET", "/other", "", nil); rec.Code != 404 {
+		t.Fatalf("%d", rec.Code)
+	}
+	if rec := do(h, "GET", "/notify/health", "", nil); rec.Code != 200 {
+		t.Fatalf("health %d", rec.Code)
+	}
+}

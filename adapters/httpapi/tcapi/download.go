@@ -1,0 +1,206 @@
+package tcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Download headers.
+const (
+	// HeaderArtifactToken may carry the download token instead of the query
+	// (cubelet sends it; headers stay out of access logs).
+	HeaderArtifactToken = "X-Cube-Artifact-Token"
+	HeaderArtifactID    = "X-Cube-Artifact-Id"
+)
+
+// download is GET|HEAD /cube/template/artifact/download?artifact_id=A&token=T.
+//
+// Errors are real statuses with a plain-text body (upstream answered an
+// empty 200, which cubelet took for an empty artifact): 400 bad id, 403
+// missing or wrong token, 404 unknown artifact, artifact not READY or bytes
+// missing. A GET on a store that can presign (S3, GCS) is a 302 to a URL
+// minted now; otherwise, and for every HEAD (a presigned GET URL does not
+// answer HEAD), the bytes or headers are served here with Range, ETag and
+// If-None-Match.
+//
+// The ETag is the artifact's sha256 in quotes. Upstream sent it unquoted,
+// which made conditional requests never match; nothing reads the ETag as a
+// checksum (cubelet checks the sha256 from its annotation), and a bare sha
+// in If-None-Match or If-Range is still understood.
+func (s *server) download(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	id := q.Get("artifact_id")
+	if err := wire.ValidateID("artifact_id", id); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if s.cfg.Artifacts == nil || s.cfg.Store == nil {
+		http.Error(w, "artifact serving is not configured", http.StatusServiceUnavailable)
+		return
+	}
+	token := r.Header.Get(HeaderArtifactToken)
+	if token == "" {
+		token = q.Get("token")
+	}
+	ctx := r.Context()
+	a, err := s.cfg.Artifacts.Get(ctx, id)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		http.Error(w, "artifact not found", http.StatusNotFound)
+		return
+	case err != nil:
+		s.plainInternal(w, r, fmt.Errorf("look up artifact %s: %w", id, err))
+		return
+	}
+	if !auth.Equal(token, a.DownloadToken) {
+		http.Error(w, "invalid or missing download token", http.StatusForbidden)
+		return
+	}
+	if a.Status != core.ArtifactReady {
+		http.Error(w, fmt.Sprintf("artifact %s is not ready (%s)", id, a.Status), http.StatusNotFound)
+		return
+	}
+	key := a.ObjectKey
+	if key == "" {
+		key = build.ArtifactKey(id)
+	}
+	info, err := s.cfg.Store.Stat(ctx, key)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		http.Error(w, fmt.Sprintf("artifact %s has no data in the %s store", id, s.cfg.Store.Backend()), http.StatusNotFound)
+		return
+	case err != nil:
+		s.plainInternal(w, r, fmt.Errorf("stat artifact %s: %w", id, err))
+		return
+	}
+
+	w.Header().Set(HeaderArtifactID, id)
+	if r.Method == http.MethodGet {
+		url, err := s.cfg.Store.SignedURL(ctx, key, s.cfg.SignedURLTTL)
+		switch {
+		case err == nil:
+			w.Header().Set("Cache-Control", "no-store")
+			http.Redirect(w, r, url, http.StatusFound)
+			return
+		case !errors.Is(err, core.ErrUnsupported):
+			// Streaming through this process still works; note why the
+			// cheaper redirect did not.
+			s.log.WarnContext(ctx, "presigning artifact URL failed; streaming instead", "artifact_id", id, "err", err)
+		}
+	}
+
+	sha := strings.ToLower(a.Ext4SHA256)
+	if sha == "" {
+		sha = strings.ToLower(info.SHA256)
+	}
+	if sha != "" {
+		w.Header().Set("ETag", `"`+sha+`"`)
+		quoteBareETags(r, "If-None-Match")
+		quoteBareETags(r, "If-Range")
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	rs := &storeReader{ctx: ctx, store: s.cfg.Store, key: key, size: info.Size}
+	defer rs.Close()
+	http.ServeContent(w, r, "", time.Time{}, rs)
+}
+
+func (s *server) plainInternal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.ErrorContext(r.Context(), "artifact download failed", "err", err)
+	status := http.StatusInternalServerError
+	if errors.Is(err, core.ErrStoreNotInitialized) {
+		status = http.StatusServiceUnavailable
+	}
+	http.Error(w, http.StatusText(status), status)
+}
+
+// quoteBareETags rewrites a bare entity tag (abc) in a conditional header to
+// the quoted form ("abc") net/http compares, for clients that echo the
+// unquoted ETag upstream used to send.
+func quoteBareETags(r *http.Request, header string) {
+	v := r.Header.Get(header)
+	if v == "" {
+		return
+	}
+	parts := strings.Split(v, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p != "" && p != "*" && !strings.HasPrefix(p, `"`) && !strings.HasPrefix(p, `W/`) {
+			p = `"` + p + `"`
+		}
+		parts[i] = p
+	}
+	r.Header.Set(header, strings.Join(parts, ", "))
+}
+
+// storeReader is an io.ReadSeeker over ArtifactStore.Open: Seek only moves
+// the offset; the next Read opens a ranged reader there. http.ServeContent
+// seeks to each requested range, so only the bytes asked for are read.
+type storeReader struct {
+	ctx   context.Context
+	store ports.ArtifactStore
+	key   string
+	size  int64
+	off   int64
+	rc    io.ReadCloser
+}
+
+func (s *storeReader) Read(p []byte) (int, error) {
+	if s.off >= s.size {
+		return 0, io.EOF
+	}
+	if s.rc == nil {
+		rc, err := s.store.Open(s.ctx, s.key, s.off, -1)
+		if err != nil {
+			return 0, err
+		}
+		s.rc = rc
+	}
+	n, err := s.rc.Read(p)
+	s.off += int64(n)
+	if errors.Is(err, io.EOF) && s.off < s.size {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (s *storeReader) Seek(offset int64, whence int) (int64, error) {
+	var abs int64
+	switch whence {
+	case io.SeekStart:
+		abs = offset
+	case io.SeekCurrent:
+		abs = s.off + offset
+	case io.SeekEnd:
+		abs = s.size + offset
+	default:
+		return 0, errors.New("storeReader: bad whence")
+	}
+	if abs < 0 {
+		return 0, errors.New("storeReader: negative position")
+	}
+	if abs != s.off {
+		s.Close()
+	}
+	s.off = abs
+	return abs, nil
+}
+
+func (s *storeReader) Close() error {
+	if s.rc == nil {
+		return nil
+	}
+	err := s.rc.Close()
+	s.rc = nil
+	return err
+}

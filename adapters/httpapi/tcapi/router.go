@@ -1,0 +1,194 @@
+package tcapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Builds accepts builds for PENDING jobs. Submit returns once the build is
+// accepted or refused; the build itself must not depend on ctx (it is the
+// HTTP request's context). Errors: core.ErrInvalidArgument (the request does
+// not match the job row) -> 400, core.ErrNotFound (job missing or not
+// pending) -> 404, core.ErrConflict (already in flight) -> 409,
+// core.ErrBusy (at the concurrency cap) -> 429.
+type Builds interface {
+	Submit(ctx context.Context, req ports.BuildRequest) error
+}
+
+// ArtifactDeleter removes an artifact's bytes and row. A missing artifact is
+// success (the route is idempotent).
+type ArtifactDeleter interface {
+	DeleteArtifact(ctx context.Context, artifactID string) error
+}
+
+// ArtifactLookup reads artifact rows; core.ErrNotFound when absent.
+type ArtifactLookup interface {
+	Get(ctx context.Context, artifactID string) (*core.Artifact, error)
+}
+
+// UploadedArtifact describes bytes a migrate upload stored.
+type UploadedArtifact struct {
+	ArtifactID     string
+	ObjectKey      string
+	StorageBackend string
+	SHA256         string
+	SizeBytes      int64
+}
+
+// UploadRecorder records where an uploaded artifact now lives (the artifact
+// row's storage_backend / object_key). Called after the bytes are stored
+// and verified, also when identical bytes were already there, so it must be
+// idempotent.
+type UploadRecorder interface {
+	RecordUpload(ctx context.Context, u UploadedArtifact) error
+}
+
+// Readiness reports whether the service can serve: the store is attached and
+// node metadata initialised. It must not depend on a release manifest.
+type Readiness func(ctx context.Context) error
+
+// Config wires the router. Nil services make their routes answer 503.
+type Config struct {
+	// Token is CUBE_TEMPLATE_CALLBACK_TOKEN; InsecureNoToken is
+	// CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN (see package auth).
+	Token           string
+	InsecureNoToken bool
+
+	Builds    Builds
+	Deleter   ArtifactDeleter
+	Artifacts ArtifactLookup
+	Store     ports.ArtifactStore
+	Uploads   UploadRecorder
+	Compat    Compat
+	Readiness Readiness
+
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer // served on /metrics; nil serves an empty registry
+	Logger   *slog.Logger
+
+	// MaxBodyBytes caps JSON bodies (default 1 MiB); MaxBuildBodyBytes caps
+	// POST /build, which carries the envd binary (default 64 MiB);
+	// MaxUploadBytes caps an uploaded ext4 (default 64 GiB).
+	MaxBodyBytes      int64
+	MaxBuildBodyBytes int64
+	MaxUploadBytes    int64
+	// SignedURLTTL is the lifetime of presigned download URLs (default 15
+	// minutes; a download only needs the URL to be valid when it starts).
+	SignedURLTTL time.Duration
+}
+
+// Defaults.
+const (
+	DefaultMaxBuildBodyBytes int64 = 64 << 20
+	DefaultMaxUploadBytes    int64 = 64 << 30
+	DefaultSignedURLTTL            = 15 * time.Minute
+)
+
+// Route paths.
+const (
+	PathDownload = "/cube/template/artifact/download"
+	PathCompat   = "/cube/template/compat"
+	PathHealth   = "/health"
+	PathMetrics  = "/metrics"
+)
+
+// TemplateCenterRoutes is every route New registers.
+func TemplateCenterRoutes() []routes.Route {
+	return []routes.Route{
+		{Method: http.MethodPost, Pattern: wire.PathBuild, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: wire.PathArtifactDelete, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: wire.PathArtifactUpload, Kind: routes.Internal},
+		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Download},
+		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Download},
+		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+	}
+}
+
+type server struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New builds the templatecenter router.
+func New(cfg Config) chi.Router {
+	if cfg.MaxBuildBodyBytes <= 0 {
+		cfg.MaxBuildBodyBytes = DefaultMaxBuildBodyBytes
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if cfg.SignedURLTTL <= 0 {
+		cfg.SignedURLTTL = DefaultSignedURLTTL
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	s := &server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+
+	r := chi.NewRouter()
+	// Both only observe or turn panics into 500s; neither can answer 200.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+
+	r.Group(func(r chi.Router) {
+		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))
+		r.Post(wire.PathBuild, s.build)
+		r.Post(wire.PathArtifactDelete, s.deleteArtifact)
+		r.Post(wire.PathArtifactUpload, s.upload)
+	})
+	r.Get(PathDownload, s.download)
+	r.Head(PathDownload, s.download)
+	r.Get(PathCompat, s.compatReport)
+	r.Post(PathCompat, s.compatRescan)
+	r.Get(PathHealth, s.health)
+	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	return r
+}
+
+// internalError logs err and answers a generic 500 (or 503 when the store is
+// not attached); 4xx errors keep their message, which names the field or
+// object.
+func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	status := wire.StatusFor(err)
+	if status < 500 {
+		wire.WriteError(w, status, err.Error())
+		return
+	}
+	s.log.ErrorContext(r.Context(), "internal request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	msg := "internal error"
+	if status == http.StatusServiceUnavailable {
+		msg = "service unavailable"
+	}
+	wire.WriteError(w, status, msg)
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Store == nil {
+		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "artifact store not attached"})
+		return
+	}
+	if s.cfg.Readiness != nil {
+		if err := s.cfg.Readiness(r.Context()); err != nil {
+			wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+			return
+		}
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,174 @@
+package tcapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+// TestTemplateCenterRoutesExcludeWritesAndCachedReads pins every method+path
+// the templatecenter serves. Template writes (create, redo, migrate, delete,
+// alias), job reads and anything that reaches a cubelet stay on cubemaster
+// (seed §2.3, §4); the only writes here are the token-guarded internal API.
+func TestTemplateCenterRoutesExcludeWritesAndCachedReads(t *testing.T) {
+	want := []string{
+		"GET /cube/template/artifact/download",
+		"GET /cube/template/compat",
+		"GET /health",
+		"GET /metrics",
+		"HEAD /cube/template/artifact/download",
+		"POST /cube/template/compat",
+		"POST /tc/api/v1/artifact/delete",
+		"POST /tc/api/v1/artifact/upload",
+		"POST /tc/api/v1/build",
+	}
+	got, err := routes.Walk(New(Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("registered routes:\n got %q\nwant %q", got, want)
+	}
+	if table := routes.Keys(TemplateCenterRoutes()); !slices.Equal(table, want) {
+		t.Fatalf("TemplateCenterRoutes() = %q, want %q", table, want)
+	}
+	for _, r := range TemplateCenterRoutes() {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Kind != routes.Internal && r.Pattern != PathCompat {
+			t.Errorf("%s is a write outside the internal API", r.Key())
+		}
+		if r.Kind == routes.Internal && !strings.HasPrefix(r.Pattern, "/tc/api/v1/") {
+			t.Errorf("internal route %s outside /tc/api/v1", r.Key())
+		}
+		for _, banned := range []string{"from-image", "redo", "migrate", "alias", "build/", "rootfs-artifact", "snapshot", "sandbox"} {
+			if strings.Contains(r.Pattern, banned) {
+				t.Errorf("%s belongs on cubemaster", r.Key())
+			}
+		}
+	}
+}
+
+// Internal routes fail closed and never answer 200 without the token.
+func TestInternalRoutesRequireToken(t *testing.T) {
+	b := &fakeBuilds{}
+	cfgs := map[string]Config{
+		"secret set":   {Token: testToken, Builds: b, Deleter: &fakeDeleter{}, Store: fileStore(t)},
+		"secret unset": {Builds: b, Deleter: &fakeDeleter{}, Store: fileStore(t)},
+	}
+	for name, cfg := range cfgs {
+		h := New(cfg)
+		for _, r := range routes.OfKind(TemplateCenterRoutes(), routes.Internal) {
+			for _, tok := range []string{"", "wrong"} {
+				hdr := map[string]string{}
+				if tok != "" {
+					hdr["X-Cube-Template-Callback-Token"] = tok
+				}
+				rec := do(t, h, call{method: r.Method, target: r.Pattern + "?artifact_id=a&sha256=" + strings.Repeat("a", 64),
+					body: bytes.NewBufferString(`{"job_id":"j","request":{},"artifact_id":"a"}`), header: hdr})
+				want := http.StatusUnauthorized
+				if name == "secret unset" {
+					want = http.StatusServiceUnavailable
+				}
+				if rec.Code != want {
+					t.Errorf("%s: %s token %q: %d, want %d", name, r.Key(), tok, rec.Code, want)
+				}
+			}
+		}
+	}
+	if len(b.got) != 0 {
+		t.Fatalf("an unauthenticated request reached the executor: %+v", b.got)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	st := fileStore(t)
+	tests := []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"ready", Config{Store: st, Readiness: func(context.Context) error { return nil }}, 200},
+		{"no readiness func", Config{Store: st}, 200},
+		{"no store", Config{Readiness: func(context.Context) error { return nil }}, 503},
+		{"nodemeta not initialised", Config{Store: st, Readiness: func(context.Context) error { return errors.New("node metadata not initialised") }}, 503},
+	}
+	for _, tc := range tests {
+		rec := do(t, New(tc.cfg), call{method: http.MethodGet, target: "/health"})
+		if rec.Code != tc.want {
+			t.Errorf("%s: %d, want %d (%s)", tc.name, rec.Code, tc.want, rec.Body.String())
+		}
+	}
+}
+
+func TestMetricsRoute(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Metrics: m, Gatherer: reg, Store: fileStore(t)})
+	do(t, h, call{method: http.MethodGet, target: "/health"})
+	rec := do(t, h, call{method: http.MethodGet, target: "/metrics"})
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `cube_template_http_requests_total{code="200",method="GET",route="/health"} 1`) {
+		t.Fatalf("metrics %d:\n%s", rec.Code, rec.Body.String())
+	}
+}
+
+type fakeCompat struct {
+	rep *CompatReport
+	err error
+	n   int
+}
+
+func (f *fakeCompat) Report(context.Context) (*CompatReport, error) { return f.rep, f.err }
+func (f *fakeCompat) Rescan(context.Context) (*CompatReport, error) {
+	f.n++
+	return f.rep, f.err
+}
+
+func TestCompat(t *testing.T) {
+	rep := &CompatReport{ManifestPath: "/etc/cube/release-manifest.json", ManifestFound: false,
+		Templates: []TemplateCompat{{TemplateID: "tpl-1", Status: CompatUnknown}}}
+	tests := []struct {
+		name     string
+		compat   Compat
+		method   string
+		body     string
+		wantCode float64
+	}{
+		{"report", &fakeCompat{rep: rep}, http.MethodGet, "", 200},
+		{"rescan", &fakeCompat{rep: rep}, http.MethodPost, `{"requestID":"r-1"}`, 200},
+		{"rescan without body", &fakeCompat{rep: rep}, http.MethodPost, "", 200},
+		{"rescan bad body", &fakeCompat{rep: rep}, http.MethodPost, `{"requestID":1}`, 130400},
+		{"not configured", nil, http.MethodGet, "", 130593},
+		{"store error hidden", &fakeCompat{err: fmt.Errorf("scan: %w", core.ErrStoreNotInitialized)}, http.MethodGet, "", 130594},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := do(t, New(Config{Compat: tc.compat}), call{method: tc.method, target: PathCompat, body: strings.NewReader(tc.body)})
+			if rec.Code != 200 {
+				t.Fatalf("public route answered HTTP %d", rec.Code)
+			}
+			m := jsonBody(t, rec)
+			if got := m["ret"].(map[string]any)["ret_code"].(float64); got != tc.wantCode {
+				t.Fatalf("ret_code %v, want %v: %s", got, tc.wantCode, rec.Body.String())
+			}
+			if tc.wantCode == 200 {
+				data := m["data"].(map[string]any)
+				if data["manifest_found"] != false || len(data["templates"].([]any)) != 1 {
+					t.Fatalf("data %v", data)
+				}
+			}
+		})
+	}
+}
