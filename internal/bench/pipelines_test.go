@@ -272,7 +272,7 @@ func writeRandom(b *testing.B, path string, n int64) {
 func binDir(b *testing.B) string {
 	dir := os.Getenv("CUBE_BIN_DIR")
 	if dir == "" {
-		abs, _ := filepath.Abs("../bin")
+		abs, _ := filepath.Abs("../../bin")
 		dir = abs
 	}
 	for _, f := range []string{"templatecenter", "ext4stream"} {
