@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cubesandbox/templatecenter/internal/testimage"
+)
+
+func pushImage(t *testing.T, reg, name string, extra int) string {
+	t.Helper()
+	entries := []testimage.Entry{
+		testimage.Dir("etc", 0o755), testimage.File("etc/os-release", 0o644, "ID=cube-e2e\n"),
+		testimage.Dir("bin", 0o755), testimage.File("bin/app", 0o755, "#!/bin/sh\necho app\n"),
+	}
+	if extra > 0 {
+		buf := make([]byte, extra)
+		rand.Read(buf)
+		entries = append(entries, testimage.Dir("data", 0o755), testimage.File("data/blob", 0o644, string(buf)))
+	}
+	l, err := testimage.Layer(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := testimage.Image([]v1.Layer{l}, v1.Config{Cmd: []string{"/bin/app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := fmt.Sprintf("%s/e2e/%s:%s", reg, name, randHex(4))
+	if _, err := testimage.Push(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func fileSHA(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	io.Copy(h, f)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestSystem drives the whole system through the public API.
+func TestSystem(t *testing.T) {
+	c := startCluster(t)
+	image := pushImage(t, c.registry, "web", 0)
+
+	var artifactID, sha string
+	t.Run("CreateFromImageReadyOnBothNodes", func(t *testing.T) {
+		e := c.createFromImage("tpl-e2e-a", image)
+		if e.Ret.Code != 200 || e.Job == nil {
+			t.Fatalf("create: %s", e.Raw)
+		}
+		done := c.waitJob(e.Job.JobID, 2*time.Minute)
+		j := done.Job
+		if j.Status != "READY" || j.TemplateStatus != "READY" || j.ReadyNodeCount != 2 {
+			t.Fatalf("job: %s", done.Raw)
+		}
+		artifactID = j.ArtifactID
+		if j.Artifact == nil || j.Artifact.SHA256 == "" {
+			t.Fatalf("job has no artifact metadata: %s", done.Raw)
+		}
+		sha = j.Artifact.SHA256
+		for i := range c.nodes {
+			if got := fileSHA(t, c.nodeArtifact(i, artifactID)); got != sha {
+				t.Fatalf("node %d holds sha256 %s, artifact is %s", i+1, got, sha)
+			}
+		}
+	})
+
+	t.Run("Alias", func(t *testing.T) {
+		e := c.call(http.MethodPut, "/cube/template/tpl-e2e-a/alias", map[string]any{"requestID": "r1", "alias": "e2e-web"})
+		if e.Ret.Code != 200 {
+			t.Fatalf("set alias: %s", e.Raw)
+		}
+		info := c.call(http.MethodGet, "/cube/template?template_id=tpl-e2e-a", nil)
+		if info.Ret.Code != 200 || !strings.Contains(string(info.Raw), "e2e-web") {
+			t.Fatalf("template info lacks the alias: %s", info.Raw)
+		}
+		bad := c.call(http.MethodPut, "/cube/template/tpl-e2e-a/alias", map[string]any{"requestID": "r2", "alias": "Bad_Alias"})
+		if bad.Ret.Code != 130400 {
+			t.Fatalf("invalid alias: %s", bad.Raw)
+		}
+	})
+
+	t.Run("TwentyConcurrentIdenticalCreates", func(t *testing.T) {
+		var wg sync.WaitGroup
+		ids := make([]string, 20)
+		codes := make([]int, 20)
+		for i := range ids {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				e := c.createFromImage("tpl-e2e-c", image)
+				codes[i] = e.Ret.Code
+				if e.Job != nil {
+					ids[i] = e.Job.JobID
+				}
+			}(i)
+		}
+		wg.Wait()
+		for i := range ids {
+			if codes[i] != 200 || ids[i] == "" || ids[i] != ids[0] {
+				t.Fatalf("create #%d: code %d job %q, want one job for all: %v", i, codes[i], ids[i], ids)
+			}
+		}
+		var n int
+		if err := c.db.QueryRow("SELECT COUNT(*) FROM t_cube_template_image_job WHERE template_id = 'tpl-e2e-c'").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%d job rows (%v), want 1", n, err)
+		}
+		done := c.waitJob(ids[0], 2*time.Minute)
+		if done.Job.Status != "READY" || done.Job.ArtifactID != artifactID {
+			t.Fatalf("shared-spec template: %s (want READY reusing %s)", done.Raw, artifactID)
+		}
+		var arts int
+		c.db.QueryRow("SELECT COUNT(*) FROM t_cube_rootfs_artifact").Scan(&arts)
+		if arts != 1 {
+			t.Fatalf("%d artifact rows, want 1: the same spec must be built once", arts)
+		}
+	})
+
+	t.Run("DeleteKeepsSharedArtifactThenRemovesEverything", func(t *testing.T) {
+		e := c.call(http.MethodDelete, "/cube/template", map[string]any{"RequestID": "d1", "template_id": "tpl-e2e-a"})
+		if e.Ret.Code != 200 {
+			t.Fatalf("delete a: %s", e.Raw)
+		}
+		for i := range c.nodes {
+			if got := fileSHA(t, c.nodeArtifact(i, artifactID)); got != sha {
+				t.Fatalf("deleting one template broke the artifact another uses on node %d", i+1)
+			}
+		}
+		e = c.call(http.MethodDelete, "/cube/template", map[string]any{"RequestID": "d2", "template_id": "tpl-e2e-c"})
+		if e.Ret.Code != 200 {
+			t.Fatalf("delete c: %s", e.Raw)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var rows int
+			c.db.QueryRow("SELECT COUNT(*) FROM t_cube_rootfs_artifact WHERE artifact_id = ?", artifactID).Scan(&rows)
+			gone := rows == 0
+			for i := range c.nodes {
+				if _, err := os.Stat(c.nodeArtifact(i, artifactID)); err == nil {
+					gone = false
+				}
+			}
+			if gone {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("artifact %s still present (row or node bytes) after deleting its last template", artifactID)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for _, table := range []string{"t_cube_template_definition", "t_cube_template_replica", "t_cube_template_image_job", "t_cube_artifact_node_placement"} {
+			var n int
+			c.db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n)
+			if n != 0 {
+				t.Fatalf("%s still has %d rows", table, n)
+			}
+		}
+		info := c.call(http.MethodGet, "/cube/template?template_id=tpl-e2e-a", nil)
+		if info.Ret.Code != 130404 {
+			t.Fatalf("deleted template: %s", info.Raw)
+		}
+	})
+
+	t.Run("RedoFailedOnlyAfterNodeFailure", func(t *testing.T) {
+		// Node 2 stays healthy for the directory but cannot store artifacts:
+		// its instance-type directory is a file.
+		blocker := c.nodeDirs[1] + "/cubebox"
+		os.RemoveAll(blocker)
+		if err := os.WriteFile(blocker, []byte("not a directory"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		img2 := pushImage(t, c.registry, "app2", 0)
+		e := c.createFromImage("tpl-e2e-d", img2)
+		if e.Ret.Code != 200 {
+			t.Fatalf("create: %s", e.Raw)
+		}
+		done := c.waitJob(e.Job.JobID, 2*time.Minute)
+		if done.Job.Status != "READY" || done.Job.TemplateStatus != "PARTIALLY_READY" || done.Job.ReadyNodeCount != 1 || done.Job.FailedNodeCount != 1 {
+			t.Fatalf("with node 2 failing: %s, want READY job with a PARTIALLY_READY template", done.Raw)
+		}
+		aid := done.Job.ArtifactID
+		os.Remove(blocker)
+		redo := c.call(http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "redo-d", "template_id": "tpl-e2e-d", "failed_only": true})
+		if redo.Ret.Code != 200 || redo.Job == nil {
+			t.Fatalf("redo: %s", redo.Raw)
+		}
+		fixed := c.waitJob(redo.Job.JobID, 2*time.Minute)
+		if fixed.Job.Status != "READY" || fixed.Job.TemplateStatus != "READY" {
+			t.Fatalf("redo FAILED_ONLY: %s", fixed.Raw)
+		}
+		want := fileSHA(t, c.nodeArtifact(0, aid))
+		if got := fileSHA(t, c.nodeArtifact(1, aid)); got != want {
+			t.Fatalf("node 2 after redo holds %s, want %s", got, want)
+		}
+	})
+
+	t.Run("KilledTemplateCenterJobFailsThenRedoSucceeds", func(t *testing.T) {
+		big := pushImage(t, c.registry, "big", 256<<20)
+		e := c.createFromImage("tpl-e2e-k", big)
+		if e.Ret.Code != 200 {
+			t.Fatalf("create: %s", e.Raw)
+		}
+		// Kill the replica that took the build (the failover proxy sends it
+		// to the first one) as soon as the build runs.
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			j := c.call(http.MethodGet, "/cube/template/from-image?job_id="+e.Job.JobID, nil)
+			if j.Job.Status == "RUNNING" {
+				break
+			}
+			if time.Now().After(deadline) || j.Job.Status == "READY" || j.Job.Status == "FAILED" || j.Job.Status == "BUILT" {
+				t.Fatalf("never saw the build running: %s", j.Raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.tc[0].kill9()
+		failed := c.waitJob(e.Job.JobID, 2*time.Minute)
+		if failed.Job.Status != "FAILED" {
+			t.Fatalf("after kill -9: %s, want FAILED by the surviving replica's reconciler", failed.Raw)
+		}
+		redo := c.call(http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "redo-1", "template_id": "tpl-e2e-k"})
+		if redo.Ret.Code != 200 || redo.Job == nil {
+			t.Fatalf("redo: %s", redo.Raw)
+		}
+		done := c.waitJob(redo.Job.JobID, 3*time.Minute)
+		if done.Job.Status != "READY" || done.Job.ReadyNodeCount != 2 {
+			t.Fatalf("redo: %s", done.Raw)
+		}
+		c.tc[0].start(t)
+	})
+}
