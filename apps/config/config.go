@@ -51,6 +51,10 @@ type Config struct {
 
 	Reconcile Reconcile `yaml:"reconcile"`
 
+	// Master holds cubemaster's own settings; it shares the token, the
+	// Redis address and (by default) the database with the data plane.
+	Master Master `yaml:"master"`
+
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
@@ -81,6 +85,37 @@ type Reconcile struct {
 	RunningStaleAfter time.Duration `yaml:"running_stale_after"`
 }
 
+// Master holds the control plane's settings (cubemaster).
+type Master struct {
+	// Listen is the public API address (CUBE_MASTER_LISTEN).
+	Listen string `yaml:"listen"`
+	// DBDSN is the metadata store (CUBE_MASTER_DB_DSN). Both processes
+	// share one database, so when unset it is the data plane's DBDSN
+	// (CUBE_TEMPLATE_CENTER_DB_DSN); Load resolves it.
+	DBDSN string `yaml:"db_dsn"`
+	// TemplateCenterAddr is the data plane's base URL
+	// (CUBE_TEMPLATE_CENTER_ADDR): build submits, artifact deletes, and the
+	// proxied compat and download routes.
+	TemplateCenterAddr string `yaml:"template_center_addr"`
+	// Nodes is the static node list (CUBE_MASTER_NODES), in the form
+	// "id=host:port[@instanceType],..."; adapters/nodedir parses it.
+	Nodes string `yaml:"nodes"`
+	// DownloadBaseURL is the base URL nodes download artifacts from
+	// (CUBE_MASTER_DOWNLOAD_BASE_URL): the master's own address, which
+	// proxies the download route to the data plane. "" derives it from the
+	// listen address.
+	DownloadBaseURL string `yaml:"download_base_url"`
+	// SweepInterval is how often the BUILT-job sweeper and the artifact GC
+	// run (CUBE_MASTER_SWEEP_INTERVAL, a Go duration).
+	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// EnvdHostDir holds the envd binary (<dir>/envd) injected into
+	// templates that opt in (CUBE_MASTER_ENVD_HOST_DIR). Optional.
+	EnvdHostDir string `yaml:"envd_host_dir"`
+}
+
+// DefaultEnvdHostDir is where upstream installs the envd binary.
+const DefaultEnvdHostDir = "/usr/local/share/cubesandbox-envd"
+
 // Enabled reports whether S3 is fully configured.
 func (s S3) Enabled() bool {
 	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
@@ -102,6 +137,12 @@ func Defaults() Config {
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
 		},
 		S3: S3{Region: "us-east-1", UsePathStyle: true},
+		Master: Master{
+			Listen:             ":8089",
+			TemplateCenterAddr: "http://127.0.0.1:8090",
+			SweepInterval:      time.Minute,
+			EnvdHostDir:        DefaultEnvdHostDir,
+		},
 	}
 }
 
@@ -164,6 +205,17 @@ func Load(env Env) (Config, error) {
 	r.duration(&c.Reconcile.RunningStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER", "CUBE_TC_RECONCILE_RUNNING_STALE_AFTER")
 	r.str(&c.CallbackToken, "CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN")
 	r.bool(&c.CallbackInsecureNoToken, "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN")
+	r.str(&c.Master.Listen, "CUBE_MASTER_LISTEN")
+	r.str(&c.Master.DBDSN, "CUBE_MASTER_DB_DSN")
+	r.str(&c.Master.TemplateCenterAddr, "CUBE_TEMPLATE_CENTER_ADDR")
+	r.str(&c.Master.Nodes, "CUBE_MASTER_NODES")
+	r.str(&c.Master.DownloadBaseURL, "CUBE_MASTER_DOWNLOAD_BASE_URL")
+	r.duration(&c.Master.SweepInterval, "CUBE_MASTER_SWEEP_INTERVAL")
+	r.str(&c.Master.EnvdHostDir, "CUBE_MASTER_ENVD_HOST_DIR")
+	if c.Master.DBDSN == "" {
+		// One database for both processes (not a legacy fallback: no warning).
+		c.Master.DBDSN = c.DBDSN
+	}
 	c.Warnings = r.warnings
 	if r.err != nil {
 		return c, r.err
@@ -172,6 +224,9 @@ func Load(env Env) (Config, error) {
 }
 
 func (c Config) validate() error {
+	if c.Master.SweepInterval <= 0 {
+		return fmt.Errorf("CUBE_MASTER_SWEEP_INTERVAL: %s, must be positive", c.Master.SweepInterval)
+	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
 	}

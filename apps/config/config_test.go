@@ -111,3 +111,64 @@ func TestMasterAddrFallbacks(t *testing.T) {
 		t.Fatalf("MasterAddr %q", c.MasterAddr)
 	}
 }
+
+func TestMasterSettings(t *testing.T) {
+	cases := []struct {
+		name  string
+		env   map[string]string
+		check func(Master) bool
+	}{
+		{"defaults", nil, func(m Master) bool {
+			return m.Listen == ":8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
+				m.EnvdHostDir == DefaultEnvdHostDir && m.Nodes == "" && m.DownloadBaseURL == "" &&
+				m.DBDSN == Defaults().DBDSN
+		}},
+		{"db dsn falls back to the data plane's", map[string]string{"CUBE_TEMPLATE_CENTER_DB_DSN": "sqlite:///tmp/shared.db"},
+			func(m Master) bool { return m.DBDSN == "sqlite:///tmp/shared.db" }},
+		{"own db dsn wins", map[string]string{"CUBE_TEMPLATE_CENTER_DB_DSN": "sqlite:///tmp/tc.db", "CUBE_MASTER_DB_DSN": "sqlite:///tmp/m.db"},
+			func(m Master) bool { return m.DBDSN == "sqlite:///tmp/m.db" }},
+		{"every variable", map[string]string{
+			"CUBE_MASTER_LISTEN": "127.0.0.1:9000", "CUBE_TEMPLATE_CENTER_ADDR": "http://tc:8090",
+			"CUBE_MASTER_NODES": "n1=127.0.0.1:7001", "CUBE_MASTER_DOWNLOAD_BASE_URL": "http://10.0.0.1:8089",
+			"CUBE_MASTER_SWEEP_INTERVAL": "15s", "CUBE_MASTER_ENVD_HOST_DIR": "/opt/envd",
+		}, func(m Master) bool {
+			return m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
+				m.DownloadBaseURL == "http://10.0.0.1:8089" && m.SweepInterval == 15*time.Second && m.EnvdHostDir == "/opt/envd"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(mapEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c.Master) {
+				t.Fatalf("unexpected master config %+v", c.Master)
+			}
+			if len(c.Warnings) != 0 {
+				t.Fatalf("warnings %q, want none", c.Warnings)
+			}
+		})
+	}
+	for _, v := range []string{"often", "0s", "-1m"} {
+		_, err := Load(mapEnv(map[string]string{"CUBE_MASTER_SWEEP_INTERVAL": v}))
+		if err == nil || !strings.Contains(err.Error(), "CUBE_MASTER_SWEEP_INTERVAL") {
+			t.Fatalf("sweep interval %q: err = %v", v, err)
+		}
+	}
+}
+
+func TestMasterSettingsFromFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.yaml")
+	if err := os.WriteFile(p, []byte("db_dsn: sqlite:///tmp/file.db\nmaster:\n  listen: :9999\n  sweep_interval: 30s\n  nodes: a=127.0.0.1:7001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p, "CUBE_MASTER_LISTEN": ":7777"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Master
+	if m.Listen != ":7777" || m.SweepInterval != 30*time.Second || m.Nodes != "a=127.0.0.1:7001" || m.DBDSN != "sqlite:///tmp/file.db" {
+		t.Fatalf("master from file then env = %+v", m)
+	}
+}
