@@ -100,6 +100,9 @@ type Master struct {
 	// Nodes is the static node list (CUBE_MASTER_NODES), in the form
 	// "id=host:port[@instanceType],..."; adapters/nodedir parses it.
 	Nodes string `yaml:"nodes"`
+	// NodeProbeInterval is how often every node's gRPC health is probed
+	// (CUBE_MASTER_NODE_PROBE_INTERVAL, a Go duration).
+	NodeProbeInterval time.Duration `yaml:"node_probe_interval"`
 	// DownloadBaseURL is the base URL nodes download artifacts from
 	// (CUBE_MASTER_DOWNLOAD_BASE_URL): the master's own address, which
 	// proxies the download route to the data plane. "" derives it from the
@@ -141,6 +144,7 @@ func Defaults() Config {
 			Listen:             ":8089",
 			TemplateCenterAddr: "http://127.0.0.1:8090",
 			SweepInterval:      time.Minute,
+			NodeProbeInterval:  10 * time.Second,
 			EnvdHostDir:        DefaultEnvdHostDir,
 		},
 	}
@@ -209,6 +213,7 @@ func Load(env Env) (Config, error) {
 	r.str(&c.Master.DBDSN, "CUBE_MASTER_DB_DSN")
 	r.str(&c.Master.TemplateCenterAddr, "CUBE_TEMPLATE_CENTER_ADDR")
 	r.str(&c.Master.Nodes, "CUBE_MASTER_NODES")
+	r.duration(&c.Master.NodeProbeInterval, "CUBE_MASTER_NODE_PROBE_INTERVAL")
 	r.str(&c.Master.DownloadBaseURL, "CUBE_MASTER_DOWNLOAD_BASE_URL")
 	r.duration(&c.Master.SweepInterval, "CUBE_MASTER_SWEEP_INTERVAL")
 	r.str(&c.Master.EnvdHostDir, "CUBE_MASTER_ENVD_HOST_DIR")
@@ -226,6 +231,9 @@ func Load(env Env) (Config, error) {
 func (c Config) validate() error {
 	if c.Master.SweepInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_SWEEP_INTERVAL: %s, must be positive", c.Master.SweepInterval)
+	}
+	if c.Master.NodeProbeInterval <= 0 {
+		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)

@@ -120,7 +120,7 @@ func TestMasterSettings(t *testing.T) {
 	}{
 		{"defaults", nil, func(m Master) bool {
 			return m.Listen == ":8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
-				m.EnvdHostDir == DefaultEnvdHostDir && m.Nodes == "" && m.DownloadBaseURL == "" &&
+				m.EnvdHostDir == DefaultEnvdHostDir && m.Nodes == "" && m.DownloadBaseURL == "" && m.NodeProbeInterval == 10*time.Second &&
 				m.DBDSN == Defaults().DBDSN
 		}},
 		{"db dsn falls back to the data plane's", map[string]string{"CUBE_TEMPLATE_CENTER_DB_DSN": "sqlite:///tmp/shared.db"},
@@ -131,8 +131,9 @@ func TestMasterSettings(t *testing.T) {
 			"CUBE_MASTER_LISTEN": "127.0.0.1:9000", "CUBE_TEMPLATE_CENTER_ADDR": "http://tc:8090",
 			"CUBE_MASTER_NODES": "n1=127.0.0.1:7001", "CUBE_MASTER_DOWNLOAD_BASE_URL": "http://10.0.0.1:8089",
 			"CUBE_MASTER_SWEEP_INTERVAL": "15s", "CUBE_MASTER_ENVD_HOST_DIR": "/opt/envd",
+			"CUBE_MASTER_NODE_PROBE_INTERVAL": "250ms",
 		}, func(m Master) bool {
-			return m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
+			return m.NodeProbeInterval == 250*time.Millisecond && m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
 				m.DownloadBaseURL == "http://10.0.0.1:8089" && m.SweepInterval == 15*time.Second && m.EnvdHostDir == "/opt/envd"
 		}},
 	}
@@ -150,10 +151,12 @@ func TestMasterSettings(t *testing.T) {
 			}
 		})
 	}
-	for _, v := range []string{"often", "0s", "-1m"} {
-		_, err := Load(mapEnv(map[string]string{"CUBE_MASTER_SWEEP_INTERVAL": v}))
-		if err == nil || !strings.Contains(err.Error(), "CUBE_MASTER_SWEEP_INTERVAL") {
-			t.Fatalf("sweep interval %q: err = %v", v, err)
+	for _, name := range []string{"CUBE_MASTER_SWEEP_INTERVAL", "CUBE_MASTER_NODE_PROBE_INTERVAL"} {
+		for _, v := range []string{"often", "0s", "-1m"} {
+			_, err := Load(mapEnv(map[string]string{name: v}))
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("%s=%q: err = %v", name, v, err)
+			}
 		}
 	}
 }

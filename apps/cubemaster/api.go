@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/templates"
+)
+
+// The cubeapi router asks for small interfaces; these types adapt the
+// template service to them. templates.Service already satisfies
+// cubeapi.StatusReports and cubeapi.Artifacts as it is.
+var (
+	_ cubeapi.StatusReports = (*templates.Service)(nil)
+	_ cubeapi.Artifacts     = (*templates.Service)(nil)
+	_ cubeapi.ImageJobs     = imageJobs{}
+	_ cubeapi.Catalog       = catalog{}
+	_ cubeapi.Migrations    = migrations{}
+)
+
+// imageJobs serves create-from-image, redo and job reads.
+type imageJobs struct{ svc *templates.Service }
+
+func (a imageJobs) CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*cubeapi.JobView, error) {
+	job, err := a.svc.CreateFromImage(ctx, req, baseURL)
+	if err != nil {
+		return nil, err
+	}
+	return a.view(ctx, job)
+}
+
+// GetImageJob returns the job with its artifact and, while the job is
+// active, the live pull counters from the progress sink.
+func (a imageJobs) GetImageJob(ctx context.Context, jobID string) (*cubeapi.JobView, error) {
+	job, err := a.svc.GetJob(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if a.svc.Progress != nil && job.Status.Active() {
+		if live, ok, err := a.svc.Progress.Get(ctx, jobID); err == nil && ok && live.Pull.TotalBytes > 0 {
+			job.Pull = live.Pull
+		}
+	}
+	return a.view(ctx, job)
+}
+
+func (a imageJobs) Redo(ctx context.Context, req cubeapi.RedoRequest, baseURL string) (*cubeapi.JobView, error) {
+	job, err := a.svc.Redo(ctx, templates.RedoRequest{
+		RequestID: req.RequestID, TemplateID: req.TemplateID, DistributionScope: req.DistributionScope,
+		FailedOnly: req.FailedOnly, DownloadBaseURL: baseURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.view(ctx, job)
+}
+
+func (a imageJobs) BuildStatus(ctx context.Context, buildID string) (*core.Job, error) {
+	return a.svc.GetJob(ctx, buildID)
+}
+
+// view adds the job's artifact row, if it has one.
+func (a imageJobs) view(ctx context.Context, job *core.Job) (*cubeapi.JobView, error) {
+	v := &cubeapi.JobView{Job: job}
+	if job.ArtifactID == "" {
+		return v, nil
+	}
+	art, err := a.svc.GetArtifact(ctx, job.ArtifactID)
+	switch {
+	case err == nil:
+		v.Artifact = art
+	case !errors.Is(err, core.ErrNotFound):
+		return nil, err
+	}
+	return v, nil
+}
+
+// catalog serves template reads, deletion and aliases.
+type catalog struct{ svc *templates.Service }
+
+func (c catalog) ListTemplates(ctx context.Context) ([]cubeapi.TemplateSummary, error) {
+	list, err := c.svc.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cubeapi.TemplateSummary, 0, len(list))
+	for i := range list {
+		out = append(out, summary(&list[i]))
+	}
+	return out, nil
+}
+
+func (c catalog) GetTemplate(ctx context.Context, templateID string, includeRequest bool) (*cubeapi.TemplateDetail, error) {
+	info, err := c.svc.GetTemplate(ctx, templateID)
+	if err != nil {
+		return nil, err
+	}
+	d := &cubeapi.TemplateDetail{TemplateSummary: summary(info)}
+	for _, r := range info.Replicas {
+		d.Replicas = append(d.Replicas, &core.Replica{
+			TemplateID: info.TemplateID, NodeID: r.NodeID, NodeIP: r.NodeIP, InstanceType: r.InstanceType,
+			Spec: r.Spec, SnapshotPath: r.SnapshotPath, Status: core.ReplicaStatus(r.Status),
+			Phase: core.ReplicaPhase(r.Phase), ArtifactID: r.ArtifactID, LastJobID: r.LastJobID,
+			LastErrorPhase: r.LastErrorPhase, CleanupRequired: r.CleanupRequired, ErrorMessage: r.ErrorMessage,
+		})
+	}
+	if includeRequest {
+		d.CreateRequest = string(info.CreateRequest)
+	}
+	return d, nil
+}
+
+func (c catalog) DeleteTemplate(ctx context.Context, req cubeapi.DeleteRequest) error {
+	return c.svc.Delete(ctx, req.TemplateID, req.InstanceType)
+}
+
+func (c catalog) SetAlias(ctx context.Context, templateID, alias string) error {
+	_, err := c.svc.SetAlias(ctx, templateID, &alias)
+	return err
+}
+
+func summary(t *templates.TemplateInfo) cubeapi.TemplateSummary {
+	s := cubeapi.TemplateSummary{
+		TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
+		LastError: t.LastError, Alias: t.Alias, ImageInfo: t.ImageInfo,
+	}
+	// The service formats RFC 3339; the router formats again.
+	if ts, err := time.Parse(time.RFC3339, t.CreatedAt); err == nil {
+		s.CreatedAt = ts
+	}
+	return s
+}
+
+// errMigrateUnsupported: the core has no migrate (tpl merge) service yet.
+// The routes answer a clear parameter error instead of pretending.
+var errMigrateUnsupported = fmt.Errorf("template migration (tpl merge) is not implemented by this cubemaster yet: %w", core.ErrUnsupported)
+
+// migrations answers every migrate request with errMigrateUnsupported.
+type migrations struct{}
+
+func (migrations) Migrate(context.Context, cubeapi.MigrateRequest) (*cubeapi.JobView, error) {
+	return nil, errMigrateUnsupported
+}
+
+func (migrations) GetMigrateJob(context.Context, string) (*cubeapi.JobView, error) {
+	return nil, errMigrateUnsupported
+}

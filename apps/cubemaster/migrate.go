@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/apps/config"
+)
+
+func migrateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the metadata store's schema migrations and exit",
+		Long:  "Migrates the database named by CUBE_MASTER_DB_DSN (default CUBE_TEMPLATE_CENTER_DB_DSN).",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(nil)
+			if err != nil {
+				return err
+			}
+			for _, w := range cfg.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+			}
+			st, err := entstore.Open(cmd.Context(), cfg.Master.DBDSN)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			applied, err := st.Migrate(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("migrate %s store: %w", st.Dialect(), err)
+			}
+			if len(applied) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s schema is up to date\n", st.Dialect())
+				return nil
+			}
+			for _, v := range applied {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied %s migration %s\n", st.Dialect(), v)
+			}
+			return nil
+		},
+	}
+}

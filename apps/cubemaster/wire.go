@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/rueidis"
+	"github.com/samber/do/v2"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
+	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
+	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
+	"github.com/cubesandbox/templatecenter/adapters/nodedir"
+	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
+	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/adapters/system"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// wiring is what the injector needs beyond the config: values checked or
+// derived at start-up.
+type wiring struct {
+	cfg   config.Config
+	log   *slog.Logger
+	nodes []ports.Node
+	// tcBase is the data plane's normalized base URL; downloadBase the base
+	// URL nodes download artifacts from.
+	tcBase       string
+	downloadBase string
+}
+
+// redisSink closes its client when the injector shuts down.
+type redisSink struct {
+	*redisprogress.Sink
+	client rueidis.Client
+}
+
+func (s redisSink) Shutdown() error { s.client.Close(); return nil }
+
+// newInjector wires the control plane's adapters with samber/do. Providers
+// are lazy: nothing is opened until runServe invokes it.
+func newInjector(w wiring) *do.RootScope {
+	cfg, log := w.cfg, w.log
+	i := do.New()
+	do.ProvideValue(i, cfg)
+	do.ProvideValue(i, log)
+	do.Provide(i, func(do.Injector) (*entstore.Store, error) {
+		return entstore.Open(context.Background(), cfg.Master.DBDSN)
+	})
+	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		switch st.Dialect() {
+		case "mysql":
+			return mysqllock.New(st.DB()), nil
+		case "postgres":
+			return pglock.New(st.DB()), nil
+		}
+		// SQLite is the single-machine mode: one master holds the file.
+		return memlock.New(), nil
+	})
+	do.Provide(i, func(do.Injector) (*nodedir.Directory, error) {
+		return nodedir.New(w.nodes, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
+	})
+	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
+		return cubelet.New(cubelet.Options{Logger: log}), nil
+	})
+	do.Provide(i, func(do.Injector) (*tcclient.Client, error) {
+		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
+	})
+	do.Provide(i, func(do.Injector) (ports.ProgressSink, error) {
+		if cfg.RedisAddr == "" {
+			return memprogress.New(), nil
+		}
+		c, err := redisprogress.Dial(cfg.RedisAddr)
+		if err != nil {
+			return nil, err
+		}
+		return redisSink{Sink: redisprogress.New(c, redisprogress.Options{}), client: c}, nil
+	})
+	do.Provide(i, func(do.Injector) (*prometheus.Registry, error) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		return reg, nil
+	})
+	do.Provide(i, func(i do.Injector) (*metrics.Metrics, error) {
+		return metrics.New(do.MustInvoke[*prometheus.Registry](i))
+	})
+	do.Provide(i, func(i do.Injector) (*templates.Service, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := do.Invoke[*nodedir.Directory](i)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := do.Invoke[*tcclient.Client](i)
+		if err != nil {
+			return nil, err
+		}
+		prog, err := do.Invoke[ports.ProgressSink](i)
+		if err != nil {
+			return nil, err
+		}
+		return &templates.Service{
+			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), Dispatcher: tc,
+			IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
+			Config: templates.Config{
+				DownloadBaseURL: w.downloadBase,
+				Envd:            envdLoader(cfg.Master.EnvdHostDir, log),
+				ArtifactExists:  newArtifactProbe(w.tcBase).Exists,
+			},
+		}, nil
+	})
+	do.Provide(i, func(i do.Injector) (http.Handler, error) {
+		svc, err := do.Invoke[*templates.Service](i)
+		if err != nil {
+			return nil, err
+		}
+		return cubeapi.New(cubeapi.Config{
+			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
+			Reports: svc, Jobs: imageJobs{svc}, Migrations: migrations{}, Catalog: catalog{svc}, Artifacts: svc,
+			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
+			Metrics: do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
+			Logger: log,
+		})
+	})
+	return i
+}
