@@ -1,4 +1,5 @@
 # CubeTemplateCenter — build, test, lint, generate.
+SHELL   := /bin/bash
 GO      ?= go
 BIN     ?= bin
 PKGS    ?= ./...
