@@ -16,7 +16,6 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
-	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
 
@@ -82,7 +81,6 @@ func checkColumn(t, c string) error {
 			rootfsartifact.Table:        rootfsartifact.ValidColumn,
 			templatedefinition.Table:    templatedefinition.ValidColumn,
 			templateimagejob.Table:      templateimagejob.ValidColumn,
-			templatenode.Table:          templatenode.ValidColumn,
 			templatereplica.Table:       templatereplica.ValidColumn,
 		})
 	})

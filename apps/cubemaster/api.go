@@ -123,16 +123,6 @@ func (c catalog) SetAlias(ctx context.Context, templateID, alias string) error {
 	return err
 }
 
-// ResolveTemplate resolves an id or alias the way sandbox create does.
-func (c catalog) ResolveTemplate(ctx context.Context, idOrAlias string) (*cubeapi.ResolvedTemplate, error) {
-	def, err := c.svc.ResolveTemplate(ctx, idOrAlias)
-	if err != nil {
-		return nil, err
-	}
-	return &cubeapi.ResolvedTemplate{TemplateID: def.TemplateID, Alias: def.Alias, Status: string(def.Status),
-		CreateRequest: def.RequestJSON}, nil
-}
-
 func summary(t *templates.TemplateInfo) cubeapi.TemplateSummary {
 	s := cubeapi.TemplateSummary{
 		TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,

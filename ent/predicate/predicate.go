@@ -18,8 +18,5 @@ type TemplateDefinition func(*sql.Selector)
 // TemplateImageJob is the predicate function for templateimagejob builders.
 type TemplateImageJob func(*sql.Selector)
 
-// TemplateNode is the predicate function for templatenode builders.
-type TemplateNode func(*sql.Selector)
-
 // TemplateReplica is the predicate function for templatereplica builders.
 type TemplateReplica func(*sql.Selector)
