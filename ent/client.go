@@ -18,6 +18,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 
 	stdsql "database/sql"
@@ -36,6 +37,8 @@ type Client struct {
 	TemplateDefinition *TemplateDefinitionClient
 	// TemplateImageJob is the client for interacting with the TemplateImageJob builders.
 	TemplateImageJob *TemplateImageJobClient
+	// TemplateNode is the client for interacting with the TemplateNode builders.
+	TemplateNode *TemplateNodeClient
 	// TemplateReplica is the client for interacting with the TemplateReplica builders.
 	TemplateReplica *TemplateReplicaClient
 }
@@ -53,6 +56,7 @@ func (c *Client) init() {
 	c.RootfsArtifact = NewRootfsArtifactClient(c.config)
 	c.TemplateDefinition = NewTemplateDefinitionClient(c.config)
 	c.TemplateImageJob = NewTemplateImageJobClient(c.config)
+	c.TemplateNode = NewTemplateNodeClient(c.config)
 	c.TemplateReplica = NewTemplateReplicaClient(c.config)
 }
 
@@ -150,6 +154,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		RootfsArtifact:        NewRootfsArtifactClient(cfg),
 		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:      NewTemplateImageJobClient(cfg),
+		TemplateNode:          NewTemplateNodeClient(cfg),
 		TemplateReplica:       NewTemplateReplicaClient(cfg),
 	}, nil
 }
@@ -174,6 +179,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		RootfsArtifact:        NewRootfsArtifactClient(cfg),
 		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:      NewTemplateImageJobClient(cfg),
+		TemplateNode:          NewTemplateNodeClient(cfg),
 		TemplateReplica:       NewTemplateReplicaClient(cfg),
 	}, nil
 }
@@ -203,21 +209,23 @@ func (c *Client) Close() error {
 // Use adds the mutation hooks to all the entity clients.
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
-	c.ArtifactNodePlacement.Use(hooks...)
-	c.RootfsArtifact.Use(hooks...)
-	c.TemplateDefinition.Use(hooks...)
-	c.TemplateImageJob.Use(hooks...)
-	c.TemplateReplica.Use(hooks...)
+	for _, n := range []interface{ Use(...Hook) }{
+		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
+		c.TemplateImageJob, c.TemplateNode, c.TemplateReplica,
+	} {
+		n.Use(hooks...)
+	}
 }
 
 // Intercept adds the query interceptors to all the entity clients.
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
-	c.ArtifactNodePlacement.Intercept(interceptors...)
-	c.RootfsArtifact.Intercept(interceptors...)
-	c.TemplateDefinition.Intercept(interceptors...)
-	c.TemplateImageJob.Intercept(interceptors...)
-	c.TemplateReplica.Intercept(interceptors...)
+	for _, n := range []interface{ Intercept(...Interceptor) }{
+		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
+		c.TemplateImageJob, c.TemplateNode, c.TemplateReplica,
+	} {
+		n.Intercept(interceptors...)
+	}
 }
 
 // Mutate implements the ent.Mutator interface.
@@ -231,6 +239,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TemplateDefinition.mutate(ctx, m)
 	case *TemplateImageJobMutation:
 		return c.TemplateImageJob.mutate(ctx, m)
+	case *TemplateNodeMutation:
+		return c.TemplateNode.mutate(ctx, m)
 	case *TemplateReplicaMutation:
 		return c.TemplateReplica.mutate(ctx, m)
 	default:
@@ -770,6 +780,139 @@ func (c *TemplateImageJobClient) mutate(ctx context.Context, m *TemplateImageJob
 	}
 }
 
+// TemplateNodeClient is a client for the TemplateNode schema.
+type TemplateNodeClient struct {
+	config
+}
+
+// NewTemplateNodeClient returns a client for the TemplateNode from the given config.
+func NewTemplateNodeClient(c config) *TemplateNodeClient {
+	return &TemplateNodeClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `templatenode.Hooks(f(g(h())))`.
+func (c *TemplateNodeClient) Use(hooks ...Hook) {
+	c.hooks.TemplateNode = append(c.hooks.TemplateNode, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `templatenode.Intercept(f(g(h())))`.
+func (c *TemplateNodeClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TemplateNode = append(c.inters.TemplateNode, interceptors...)
+}
+
+// Create returns a builder for creating a TemplateNode entity.
+func (c *TemplateNodeClient) Create() *TemplateNodeCreate {
+	mutation := newTemplateNodeMutation(c.config, OpCreate)
+	return &TemplateNodeCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TemplateNode entities.
+func (c *TemplateNodeClient) CreateBulk(builders ...*TemplateNodeCreate) *TemplateNodeCreateBulk {
+	return &TemplateNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TemplateNodeClient) MapCreateBulk(slice any, setFunc func(*TemplateNodeCreate, int)) *TemplateNodeCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TemplateNodeCreateBulk{err: fmt.Errorf("calling to TemplateNodeClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TemplateNodeCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TemplateNodeCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TemplateNode.
+func (c *TemplateNodeClient) Update() *TemplateNodeUpdate {
+	mutation := newTemplateNodeMutation(c.config, OpUpdate)
+	return &TemplateNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TemplateNodeClient) UpdateOne(_m *TemplateNode) *TemplateNodeUpdateOne {
+	mutation := newTemplateNodeMutation(c.config, OpUpdateOne, withTemplateNode(_m))
+	return &TemplateNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TemplateNodeClient) UpdateOneID(id int) *TemplateNodeUpdateOne {
+	mutation := newTemplateNodeMutation(c.config, OpUpdateOne, withTemplateNodeID(id))
+	return &TemplateNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TemplateNode.
+func (c *TemplateNodeClient) Delete() *TemplateNodeDelete {
+	mutation := newTemplateNodeMutation(c.config, OpDelete)
+	return &TemplateNodeDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TemplateNodeClient) DeleteOne(_m *TemplateNode) *TemplateNodeDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TemplateNodeClient) DeleteOneID(id int) *TemplateNodeDeleteOne {
+	builder := c.Delete().Where(templatenode.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TemplateNodeDeleteOne{builder}
+}
+
+// Query returns a query builder for TemplateNode.
+func (c *TemplateNodeClient) Query() *TemplateNodeQuery {
+	return &TemplateNodeQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTemplateNode},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TemplateNode entity by its id.
+func (c *TemplateNodeClient) Get(ctx context.Context, id int) (*TemplateNode, error) {
+	return c.Query().Where(templatenode.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TemplateNodeClient) GetX(ctx context.Context, id int) *TemplateNode {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TemplateNodeClient) Hooks() []Hook {
+	return c.hooks.TemplateNode
+}
+
+// Interceptors returns the client interceptors.
+func (c *TemplateNodeClient) Interceptors() []Interceptor {
+	return c.inters.TemplateNode
+}
+
+func (c *TemplateNodeClient) mutate(ctx context.Context, m *TemplateNodeMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TemplateNodeCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TemplateNodeUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TemplateNodeUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TemplateNodeDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TemplateNode mutation op: %q", m.Op())
+	}
+}
+
 // TemplateReplicaClient is a client for the TemplateReplica schema.
 type TemplateReplicaClient struct {
 	config
@@ -907,11 +1050,11 @@ func (c *TemplateReplicaClient) mutate(ctx context.Context, m *TemplateReplicaMu
 type (
 	hooks struct {
 		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
-		TemplateReplica []ent.Hook
+		TemplateNode, TemplateReplica []ent.Hook
 	}
 	inters struct {
 		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
-		TemplateReplica []ent.Interceptor
+		TemplateNode, TemplateReplica []ent.Interceptor
 	}
 )
 

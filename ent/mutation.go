@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
 
@@ -32,6 +33,7 @@ const (
 	TypeRootfsArtifact        = "RootfsArtifact"
 	TypeTemplateDefinition    = "TemplateDefinition"
 	TypeTemplateImageJob      = "TemplateImageJob"
+	TypeTemplateNode          = "TemplateNode"
 	TypeTemplateReplica       = "TemplateReplica"
 )
 
@@ -7017,6 +7019,656 @@ func (m *TemplateImageJobMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TemplateImageJobMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TemplateImageJob edge %s", name)
+}
+
+// TemplateNodeMutation represents an operation that mutates the TemplateNode nodes in the graph.
+type TemplateNodeMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	node_id       *string
+	node_ip       *string
+	grpc_addr     *string
+	instance_type *string
+	disabled      *bool
+	created_at    *time.Time
+	updated_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*TemplateNode, error)
+	predicates    []predicate.TemplateNode
+}
+
+var _ ent.Mutation = (*TemplateNodeMutation)(nil)
+
+// templatenodeOption allows management of the mutation configuration using functional options.
+type templatenodeOption func(*TemplateNodeMutation)
+
+// newTemplateNodeMutation creates new mutation for the TemplateNode entity.
+func newTemplateNodeMutation(c config, op Op, opts ...templatenodeOption) *TemplateNodeMutation {
+	m := &TemplateNodeMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTemplateNode,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTemplateNodeID sets the ID field of the mutation.
+func withTemplateNodeID(id int) templatenodeOption {
+	return func(m *TemplateNodeMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TemplateNode
+		)
+		m.oldValue = func(ctx context.Context) (*TemplateNode, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TemplateNode.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTemplateNode sets the old TemplateNode of the mutation.
+func withTemplateNode(node *TemplateNode) templatenodeOption {
+	return func(m *TemplateNodeMutation) {
+		m.oldValue = func(context.Context) (*TemplateNode, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TemplateNodeMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TemplateNodeMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TemplateNodeMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TemplateNodeMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TemplateNode.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *TemplateNodeMutation) SetNodeID(s string) {
+	m.node_id = &s
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *TemplateNodeMutation) NodeID() (r string, exists bool) {
+	v := m.node_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldNodeID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *TemplateNodeMutation) ResetNodeID() {
+	m.node_id = nil
+}
+
+// SetNodeIP sets the "node_ip" field.
+func (m *TemplateNodeMutation) SetNodeIP(s string) {
+	m.node_ip = &s
+}
+
+// NodeIP returns the value of the "node_ip" field in the mutation.
+func (m *TemplateNodeMutation) NodeIP() (r string, exists bool) {
+	v := m.node_ip
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeIP returns the old "node_ip" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldNodeIP(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeIP is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeIP requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeIP: %w", err)
+	}
+	return oldValue.NodeIP, nil
+}
+
+// ResetNodeIP resets all changes to the "node_ip" field.
+func (m *TemplateNodeMutation) ResetNodeIP() {
+	m.node_ip = nil
+}
+
+// SetGrpcAddr sets the "grpc_addr" field.
+func (m *TemplateNodeMutation) SetGrpcAddr(s string) {
+	m.grpc_addr = &s
+}
+
+// GrpcAddr returns the value of the "grpc_addr" field in the mutation.
+func (m *TemplateNodeMutation) GrpcAddr() (r string, exists bool) {
+	v := m.grpc_addr
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldGrpcAddr returns the old "grpc_addr" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldGrpcAddr(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldGrpcAddr is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldGrpcAddr requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldGrpcAddr: %w", err)
+	}
+	return oldValue.GrpcAddr, nil
+}
+
+// ResetGrpcAddr resets all changes to the "grpc_addr" field.
+func (m *TemplateNodeMutation) ResetGrpcAddr() {
+	m.grpc_addr = nil
+}
+
+// SetInstanceType sets the "instance_type" field.
+func (m *TemplateNodeMutation) SetInstanceType(s string) {
+	m.instance_type = &s
+}
+
+// InstanceType returns the value of the "instance_type" field in the mutation.
+func (m *TemplateNodeMutation) InstanceType() (r string, exists bool) {
+	v := m.instance_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInstanceType returns the old "instance_type" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldInstanceType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInstanceType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInstanceType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInstanceType: %w", err)
+	}
+	return oldValue.InstanceType, nil
+}
+
+// ResetInstanceType resets all changes to the "instance_type" field.
+func (m *TemplateNodeMutation) ResetInstanceType() {
+	m.instance_type = nil
+}
+
+// SetDisabled sets the "disabled" field.
+func (m *TemplateNodeMutation) SetDisabled(b bool) {
+	m.disabled = &b
+}
+
+// Disabled returns the value of the "disabled" field in the mutation.
+func (m *TemplateNodeMutation) Disabled() (r bool, exists bool) {
+	v := m.disabled
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDisabled returns the old "disabled" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldDisabled(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDisabled is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDisabled requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDisabled: %w", err)
+	}
+	return oldValue.Disabled, nil
+}
+
+// ResetDisabled resets all changes to the "disabled" field.
+func (m *TemplateNodeMutation) ResetDisabled() {
+	m.disabled = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TemplateNodeMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TemplateNodeMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TemplateNodeMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *TemplateNodeMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *TemplateNodeMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the TemplateNode entity.
+// If the TemplateNode object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNodeMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *TemplateNodeMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the TemplateNodeMutation builder.
+func (m *TemplateNodeMutation) Where(ps ...predicate.TemplateNode) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TemplateNodeMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TemplateNodeMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TemplateNode, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TemplateNodeMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TemplateNodeMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TemplateNode).
+func (m *TemplateNodeMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TemplateNodeMutation) Fields() []string {
+	fields := make([]string, 0, 7)
+	if m.node_id != nil {
+		fields = append(fields, templatenode.FieldNodeID)
+	}
+	if m.node_ip != nil {
+		fields = append(fields, templatenode.FieldNodeIP)
+	}
+	if m.grpc_addr != nil {
+		fields = append(fields, templatenode.FieldGrpcAddr)
+	}
+	if m.instance_type != nil {
+		fields = append(fields, templatenode.FieldInstanceType)
+	}
+	if m.disabled != nil {
+		fields = append(fields, templatenode.FieldDisabled)
+	}
+	if m.created_at != nil {
+		fields = append(fields, templatenode.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, templatenode.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TemplateNodeMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case templatenode.FieldNodeID:
+		return m.NodeID()
+	case templatenode.FieldNodeIP:
+		return m.NodeIP()
+	case templatenode.FieldGrpcAddr:
+		return m.GrpcAddr()
+	case templatenode.FieldInstanceType:
+		return m.InstanceType()
+	case templatenode.FieldDisabled:
+		return m.Disabled()
+	case templatenode.FieldCreatedAt:
+		return m.CreatedAt()
+	case templatenode.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TemplateNodeMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case templatenode.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case templatenode.FieldNodeIP:
+		return m.OldNodeIP(ctx)
+	case templatenode.FieldGrpcAddr:
+		return m.OldGrpcAddr(ctx)
+	case templatenode.FieldInstanceType:
+		return m.OldInstanceType(ctx)
+	case templatenode.FieldDisabled:
+		return m.OldDisabled(ctx)
+	case templatenode.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case templatenode.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TemplateNode field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNodeMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case templatenode.FieldNodeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case templatenode.FieldNodeIP:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeIP(v)
+		return nil
+	case templatenode.FieldGrpcAddr:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetGrpcAddr(v)
+		return nil
+	case templatenode.FieldInstanceType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInstanceType(v)
+		return nil
+	case templatenode.FieldDisabled:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDisabled(v)
+		return nil
+	case templatenode.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case templatenode.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateNode field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TemplateNodeMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TemplateNodeMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNodeMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown TemplateNode numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TemplateNodeMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TemplateNodeMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TemplateNodeMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TemplateNode nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TemplateNodeMutation) ResetField(name string) error {
+	switch name {
+	case templatenode.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case templatenode.FieldNodeIP:
+		m.ResetNodeIP()
+		return nil
+	case templatenode.FieldGrpcAddr:
+		m.ResetGrpcAddr()
+		return nil
+	case templatenode.FieldInstanceType:
+		m.ResetInstanceType()
+		return nil
+	case templatenode.FieldDisabled:
+		m.ResetDisabled()
+		return nil
+	case templatenode.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case templatenode.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateNode field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TemplateNodeMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TemplateNodeMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TemplateNodeMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TemplateNodeMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TemplateNodeMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TemplateNodeMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TemplateNodeMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TemplateNode unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TemplateNodeMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TemplateNode edge %s", name)
 }
 
 // TemplateReplicaMutation represents an operation that mutates the TemplateReplica nodes in the graph.

@@ -8,6 +8,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
 
@@ -495,6 +496,48 @@ func init() {
 	templateimagejobDescActiveKey := templateimagejobFields[38].Descriptor()
 	// templateimagejob.ActiveKeyValidator is a validator for the "active_key" field. It is called by the builders before save.
 	templateimagejob.ActiveKeyValidator = templateimagejobDescActiveKey.Validators[0].(func(string) error)
+	templatenodeFields := schema.TemplateNode{}.Fields()
+	_ = templatenodeFields
+	// templatenodeDescNodeID is the schema descriptor for node_id field.
+	templatenodeDescNodeID := templatenodeFields[0].Descriptor()
+	// templatenode.NodeIDValidator is a validator for the "node_id" field. It is called by the builders before save.
+	templatenode.NodeIDValidator = func() func(string) error {
+		validators := templatenodeDescNodeID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(node_id string) error {
+			for _, fn := range fns {
+				if err := fn(node_id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// templatenodeDescNodeIP is the schema descriptor for node_ip field.
+	templatenodeDescNodeIP := templatenodeFields[1].Descriptor()
+	// templatenode.DefaultNodeIP holds the default value on creation for the node_ip field.
+	templatenode.DefaultNodeIP = templatenodeDescNodeIP.Default.(string)
+	// templatenode.NodeIPValidator is a validator for the "node_ip" field. It is called by the builders before save.
+	templatenode.NodeIPValidator = templatenodeDescNodeIP.Validators[0].(func(string) error)
+	// templatenodeDescGrpcAddr is the schema descriptor for grpc_addr field.
+	templatenodeDescGrpcAddr := templatenodeFields[2].Descriptor()
+	// templatenode.DefaultGrpcAddr holds the default value on creation for the grpc_addr field.
+	templatenode.DefaultGrpcAddr = templatenodeDescGrpcAddr.Default.(string)
+	// templatenode.GrpcAddrValidator is a validator for the "grpc_addr" field. It is called by the builders before save.
+	templatenode.GrpcAddrValidator = templatenodeDescGrpcAddr.Validators[0].(func(string) error)
+	// templatenodeDescInstanceType is the schema descriptor for instance_type field.
+	templatenodeDescInstanceType := templatenodeFields[3].Descriptor()
+	// templatenode.DefaultInstanceType holds the default value on creation for the instance_type field.
+	templatenode.DefaultInstanceType = templatenodeDescInstanceType.Default.(string)
+	// templatenode.InstanceTypeValidator is a validator for the "instance_type" field. It is called by the builders before save.
+	templatenode.InstanceTypeValidator = templatenodeDescInstanceType.Validators[0].(func(string) error)
+	// templatenodeDescDisabled is the schema descriptor for disabled field.
+	templatenodeDescDisabled := templatenodeFields[4].Descriptor()
+	// templatenode.DefaultDisabled holds the default value on creation for the disabled field.
+	templatenode.DefaultDisabled = templatenodeDescDisabled.Default.(bool)
 	templatereplicaFields := schema.TemplateReplica{}.Fields()
 	_ = templatereplicaFields
 	// templatereplicaDescTemplateID is the schema descriptor for template_id field.

@@ -22,6 +22,8 @@ type Tx struct {
 	TemplateDefinition *TemplateDefinitionClient
 	// TemplateImageJob is the client for interacting with the TemplateImageJob builders.
 	TemplateImageJob *TemplateImageJobClient
+	// TemplateNode is the client for interacting with the TemplateNode builders.
+	TemplateNode *TemplateNodeClient
 	// TemplateReplica is the client for interacting with the TemplateReplica builders.
 	TemplateReplica *TemplateReplicaClient
 
@@ -159,6 +161,7 @@ func (tx *Tx) init() {
 	tx.RootfsArtifact = NewRootfsArtifactClient(tx.config)
 	tx.TemplateDefinition = NewTemplateDefinitionClient(tx.config)
 	tx.TemplateImageJob = NewTemplateImageJobClient(tx.config)
+	tx.TemplateNode = NewTemplateNodeClient(tx.config)
 	tx.TemplateReplica = NewTemplateReplicaClient(tx.config)
 }
 

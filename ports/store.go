@@ -28,6 +28,7 @@ type Repos interface {
 	Templates() TemplateRepository
 	Artifacts() ArtifactRepository
 	Placements() PlacementRepository
+	Nodes() NodeRepository
 }
 
 // StaleQuery selects jobs for the reconciler.
@@ -133,4 +134,31 @@ type PlacementRepository interface {
 	List(ctx context.Context, artifactID string) ([]core.Placement, error)
 	// Delete removes the artifact's placements and returns how many.
 	Delete(ctx context.Context, artifactID string) (int, error)
+}
+
+// NodeRecord is a node registered in the database (t_cube_template_node).
+// The node directory merges these rows with its configured list.
+type NodeRecord struct {
+	NodeID string
+	NodeIP string
+	// GRPCAddr is the node agent's gRPC address (host:port).
+	GRPCAddr     string
+	InstanceType string
+	// Disabled takes the node out of the directory, even when the
+	// configuration lists it.
+	Disabled  bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// NodeRepository stores t_cube_template_node rows.
+type NodeRepository interface {
+	// List returns every row, disabled ones included, ordered by node id.
+	List(ctx context.Context) ([]NodeRecord, error)
+	// Upsert inserts n, or overwrites every field of the row with the same
+	// node id except CreatedAt. The store sets CreatedAt and UpdatedAt. An
+	// empty NodeID wraps core.ErrInvalidArgument and writes nothing.
+	Upsert(ctx context.Context, n NodeRecord) error
+	// Delete removes the row; deleting a missing one is not an error.
+	Delete(ctx context.Context, nodeID string) error
 }

@@ -68,10 +68,11 @@ type Status struct {
 type Directory struct {
 	opts Options
 	log  *slog.Logger
-	ids  []string // sorted
+	src  Source   // nil: the list given to New never changes
+	ids  []string // sorted; replaced only under probeMu and mu
 	byID map[string]*member
 
-	probeMu sync.Mutex // one probe round at a time
+	probeMu sync.Mutex // one probe round (or list refresh) at a time
 
 	mu      sync.Mutex // guards the fields below and every member's state
 	started bool
@@ -128,6 +129,82 @@ func New(nodes []ports.Node, opts Options) (*Directory, error) {
 	return d, nil
 }
 
+// NewWithSource returns a Directory whose node list comes from src. The
+// list is empty until the first Refresh (Start and ProbeNow refresh), and
+// is asked for again before every probe round of the loop.
+func NewWithSource(src Source, opts Options) (*Directory, error) {
+	if src == nil {
+		return nil, errors.New("nodedir: NewWithSource needs a source")
+	}
+	d, err := New(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.src = src
+	return d, nil
+}
+
+// Refresh reads the node list from the source and applies it: new nodes
+// join unhealthy until probed, nodes whose address changed are probed
+// afresh, nodes no longer listed leave. When the source fails the list
+// stays as it was and the error is returned (and logged). Without a source
+// it does nothing.
+func (d *Directory) Refresh(ctx context.Context) error {
+	if d.src == nil {
+		return nil
+	}
+	nodes, err := d.src.Nodes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("node list not refreshed; keeping the current one", "err", err)
+		}
+		return err
+	}
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("nodedir: directory closed")
+	}
+	byID := make(map[string]*member, len(nodes))
+	ids := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n.ID == "" || n.Addr == "" || byID[n.ID] != nil {
+			d.log.Warn("node source gave an unusable entry; skipped", "node", n.ID, "addr", n.Addr)
+			continue
+		}
+		if n.InstanceType == "" {
+			n.InstanceType = core.DefaultInstanceType
+		}
+		old := d.byID[n.ID]
+		if old != nil && old.node.Addr == n.Addr {
+			old.node.IP, old.node.InstanceType = n.IP, n.InstanceType
+			byID[n.ID] = old
+		} else {
+			n.Healthy = false
+			byID[n.ID] = &member{node: n, lastErr: "not probed yet"}
+			d.log.Info("node listed", "node", n.ID, "addr", n.Addr)
+		}
+		ids = append(ids, n.ID)
+	}
+	for id, m := range d.byID {
+		if byID[id] == m {
+			continue
+		}
+		if m.conn != nil { // probeMu is held: conns are ours to close
+			_ = m.conn.Close()
+			m.conn = nil
+		}
+		if byID[id] == nil {
+			d.log.Info("node no longer listed", "node", id, "addr", m.node.Addr)
+		}
+	}
+	slices.Sort(ids)
+	d.ids, d.byID = ids, byID
+	return nil
+}
+
 // Start probes every node once, synchronously, then keeps probing until ctx
 // ends or Close is called: unhealthy nodes every RetryInterval, healthy ones
 // every Interval. It may be called once.
@@ -152,6 +229,7 @@ func (d *Directory) Start(ctx context.Context) error {
 			case <-lctx.Done():
 				return
 			case <-t.C:
+				_ = d.Refresh(lctx) // on failure the current list is kept
 				d.probe(lctx, d.due)
 			}
 		}
@@ -159,9 +237,11 @@ func (d *Directory) Start(ctx context.Context) error {
 	return nil
 }
 
-// ProbeNow probes every node in parallel and records the outcomes. A probe
-// cut short by ctx leaves that node's state as it was.
+// ProbeNow refreshes the node list (see Refresh), then probes every node
+// in parallel and records the outcomes. A probe cut short by ctx leaves that
+// node's state as it was.
 func (d *Directory) ProbeNow(ctx context.Context) {
+	_ = d.Refresh(ctx)
 	d.probe(ctx, func(*member, time.Time) bool { return true })
 }
 

@@ -2,10 +2,15 @@
 // configuration (CUBE_MASTER_NODES), each probed with the standard gRPC
 // health service (grpc.health.v1.Health/Check) on its node agent address.
 //
-// The list never changes at run time; only each node's health does. A node
-// is healthy after a probe answered SERVING (or Unimplemented: the agent
-// answers gRPC but serves no health service, as an upstream Cubelet may),
-// and unhealthy after any other answer, a timeout or a connection failure.
+// A Directory made by New keeps its list; one made by NewWithSource asks its
+// Source again before every probe round. StoreSource merges the configured
+// list with the node table (t_cube_template_node, ports.NodeRepository): a
+// row adds a node or overrides its address, a disabled row takes it out
+// (see Merge).
+//
+// A node is healthy after a probe answered SERVING (or Unimplemented: the
+// agent answers gRPC but serves no health service, as an upstream Cubelet
+// may), and unhealthy after any other answer, a timeout or a connection failure.
 // Before the first probe every node counts as unhealthy; Start probes once
 // synchronously, so a directory that has been started always reflects a real
 // answer.

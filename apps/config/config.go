@@ -114,6 +114,11 @@ type Master struct {
 	// EnvdHostDir holds the envd binary (<dir>/envd) injected into
 	// templates that opt in (CUBE_MASTER_ENVD_HOST_DIR). Optional.
 	EnvdHostDir string `yaml:"envd_host_dir"`
+	// LocalArtifactDirs are the roots of legacy artifacts kept on the
+	// master's own disk (CUBE_MASTER_LOCAL_ARTIFACT_DIR, comma-separated;
+	// legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR). Migrate reads and removes
+	// an artifact's ext4_path only inside one of them. Optional.
+	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
 }
 
 // DefaultEnvdHostDir is where upstream installs the envd binary.
@@ -217,6 +222,12 @@ func Load(env Env) (Config, error) {
 	r.str(&c.Master.DownloadBaseURL, "CUBE_MASTER_DOWNLOAD_BASE_URL")
 	r.duration(&c.Master.SweepInterval, "CUBE_MASTER_SWEEP_INTERVAL")
 	r.str(&c.Master.EnvdHostDir, "CUBE_MASTER_ENVD_HOST_DIR")
+	r.list(&c.Master.LocalArtifactDirs, "CUBE_MASTER_LOCAL_ARTIFACT_DIR")
+	if v, ok := r.env("CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
+		// The legacy store dir is where old masters kept artifacts. The
+		// data plane's setting above already warns about the legacy name.
+		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
+	}
 	if c.Master.DBDSN == "" {
 		// One database for both processes (not a legacy fallback: no warning).
 		c.Master.DBDSN = c.DBDSN

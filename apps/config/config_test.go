@@ -175,3 +175,32 @@ func TestMasterSettingsFromFile(t *testing.T) {
 		t.Fatalf("master from file then env = %+v", m)
 	}
 }
+
+func TestMasterLocalArtifactDirs(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    []string
+		warning bool // a warning names CUBE_MASTER_LOCAL_ARTIFACT_DIR (the legacy name's warning is the data plane's)
+	}{
+		{"unset", nil, nil, false},
+		{"own name, list", map[string]string{"CUBE_MASTER_LOCAL_ARTIFACT_DIR": "/data/a, /data/b,"}, []string{"/data/a", "/data/b"}, false},
+		{"legacy name", map[string]string{"CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/legacy"}, []string{"/legacy"}, false},
+		{"own name wins", map[string]string{"CUBE_MASTER_LOCAL_ARTIFACT_DIR": "/new", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/legacy"}, []string{"/new"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(mapEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(c.Master.LocalArtifactDirs, tc.want) {
+				t.Fatalf("LocalArtifactDirs = %q, want %q", c.Master.LocalArtifactDirs, tc.want)
+			}
+			warned := slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, "CUBE_MASTER_LOCAL_ARTIFACT_DIR") })
+			if warned != tc.warning {
+				t.Fatalf("warnings %q, want a CUBE_MASTER_LOCAL_ARTIFACT_DIR one: %v", c.Warnings, tc.warning)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
@@ -123,6 +122,16 @@ func (c catalog) SetAlias(ctx context.Context, templateID, alias string) error {
 	return err
 }
 
+// ResolveTemplate resolves an id or alias the way sandbox create does.
+func (c catalog) ResolveTemplate(ctx context.Context, idOrAlias string) (*cubeapi.ResolvedTemplate, error) {
+	def, err := c.svc.ResolveTemplate(ctx, idOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	return &cubeapi.ResolvedTemplate{TemplateID: def.TemplateID, Alias: def.Alias, Status: string(def.Status),
+		CreateRequest: def.RequestJSON}, nil
+}
+
 func summary(t *templates.TemplateInfo) cubeapi.TemplateSummary {
 	s := cubeapi.TemplateSummary{
 		TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
@@ -133,19 +142,4 @@ func summary(t *templates.TemplateInfo) cubeapi.TemplateSummary {
 		s.CreatedAt = ts
 	}
 	return s
-}
-
-// errMigrateUnsupported: the core has no migrate (tpl merge) service yet.
-// The routes answer a clear parameter error instead of pretending.
-var errMigrateUnsupported = fmt.Errorf("template migration (tpl merge) is not implemented by this cubemaster yet: %w", core.ErrUnsupported)
-
-// migrations answers every migrate request with errMigrateUnsupported.
-type migrations struct{}
-
-func (migrations) Migrate(context.Context, cubeapi.MigrateRequest) (*cubeapi.JobView, error) {
-	return nil, errMigrateUnsupported
-}
-
-func (migrations) GetMigrateJob(context.Context, string) (*cubeapi.JobView, error) {
-	return nil, errMigrateUnsupported
 }

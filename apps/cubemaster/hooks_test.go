@@ -140,12 +140,13 @@ func TestEnvdLoader(t *testing.T) {
 	}
 }
 
-func TestMigrationsAreUnsupported(t *testing.T) {
-	_, err := migrations{}.Migrate(t.Context(), cubeapi.MigrateRequest{TemplateID: "t"})
-	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "tpl merge") {
+func TestMigrationsNeedAnUploader(t *testing.T) {
+	m := migrations{&templates.Service{}}
+	_, err := m.Migrate(t.Context(), cubeapi.MigrateRequest{TemplateID: "t"})
+	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "uploader") {
 		t.Fatalf("Migrate err = %v", err)
 	}
-	if _, err := (migrations{}).GetMigrateJob(t.Context(), "j"); !errors.Is(err, core.ErrUnsupported) {
+	if _, err := m.GetMigrateJob(t.Context(), ""); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Fatalf("GetMigrateJob err = %v", err)
 	}
 }

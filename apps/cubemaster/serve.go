@@ -127,7 +127,7 @@ func runServe(ctx context.Context, listen string) error {
 	}
 	srv := &http.Server{Handler: router, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 360 * time.Second}
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
-		"nodes", len(nodes), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
+		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
 	sw := &sweeper{svc: svc, interval: cfg.Master.SweepInterval, log: log}

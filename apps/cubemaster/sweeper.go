@@ -14,7 +14,7 @@ import (
 // the artifact's lock, so the sweeper never races a live callback.
 const sweepStaleAfter = 2 * time.Minute
 
-// sweeper runs the BUILT-job sweeper and the artifact GC every interval
+// sweeper runs the BUILT-job sweeper, the stale-migrate sweep and the artifact GC every interval
 // (and once at start, so jobs a previous process left behind are picked up
 // without waiting a full period).
 type sweeper struct {
@@ -54,6 +54,13 @@ func (s *sweeper) pass() {
 		s.log.Warn("BUILT sweep finished with failures", "resumed", n, "err", err)
 	case n > 0:
 		s.log.Info("BUILT sweep resumed jobs", "resumed", n)
+	}
+	n, err = s.svc.SweepMigrations(ctx, templates.DefaultMigrateStaleAfter)
+	switch {
+	case err != nil:
+		s.log.Warn("migrate sweep finished with failures", "failed_jobs", n, "err", err)
+	case n > 0:
+		s.log.Info("migrate sweep failed stale jobs", "failed_jobs", n)
 	}
 	n, err = s.svc.GC(ctx)
 	switch {

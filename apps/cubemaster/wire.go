@@ -71,8 +71,15 @@ func newInjector(w wiring) *do.RootScope {
 		// SQLite is the single-machine mode: one master holds the file.
 		return memlock.New(), nil
 	})
-	do.Provide(i, func(do.Injector) (*nodedir.Directory, error) {
-		return nodedir.New(w.nodes, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
+	do.Provide(i, func(i do.Injector) (*nodedir.Directory, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		// CUBE_MASTER_NODES merged with t_cube_template_node, read again
+		// on every probe tick.
+		src := &nodedir.StoreSource{Static: w.nodes, Repo: st.Nodes(), Logger: log}
+		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
 	})
 	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
 		return cubelet.New(cubelet.Options{Logger: log}), nil
@@ -119,6 +126,10 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
+		local, err := newLocalArtifacts(cfg.Master.LocalArtifactDirs)
+		if err != nil {
+			return nil, err
+		}
 		return &templates.Service{
 			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), Dispatcher: tc,
 			IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
@@ -126,6 +137,9 @@ func newInjector(w wiring) *do.RootScope {
 				DownloadBaseURL: w.downloadBase,
 				Envd:            envdLoader(cfg.Master.EnvdHostDir, log),
 				ArtifactExists:  newArtifactProbe(w.tcBase).Exists,
+				Uploader:        tcUploader{tc},
+				LocalArtifact:   local.Open,
+				RemoveLocal:     local.Remove,
 			},
 		}, nil
 	})
@@ -136,7 +150,7 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		return cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
-			Reports: svc, Jobs: imageJobs{svc}, Migrations: migrations{}, Catalog: catalog{svc}, Artifacts: svc,
+			Reports: svc, Jobs: imageJobs{svc}, Migrations: migrations{svc}, Catalog: catalog{svc}, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			Metrics: do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,

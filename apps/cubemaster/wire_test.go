@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/samber/do/v2"
@@ -12,6 +13,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
+	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
@@ -101,5 +103,41 @@ func TestRedisProgressIsClosedAtShutdown(t *testing.T) {
 	}
 	if err := sink.Publish(t.Context(), job, ports.LiveProgress{}); err == nil {
 		t.Fatal("the Redis client still works after shutdown")
+	}
+}
+
+// TestDirectoryMergesNodeTable: the wired node directory lists the
+// configured nodes plus the node table's rows, and a disabled row takes a
+// configured node out.
+func TestDirectoryMergesNodeTable(t *testing.T) {
+	w := testWiring(t, "sqlite://"+filepath.Join(t.TempDir(), "m.db"))
+	w.nodes = []ports.Node{{ID: "cfg-1", IP: "127.0.0.1", Addr: "127.0.0.1:1"}, {ID: "cfg-2", IP: "127.0.0.1", Addr: "127.0.0.1:2"}}
+	i := newInjector(w)
+	defer i.Shutdown()
+	st := do.MustInvoke[*entstore.Store](i)
+	defer st.Close()
+	ctx := t.Context()
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []ports.NodeRecord{
+		{NodeID: "db-1", GRPCAddr: "127.0.0.1:3"},
+		{NodeID: "cfg-2", Disabled: true},
+	} {
+		if err := st.Nodes().Upsert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := do.MustInvoke[*nodedir.Directory](i)
+	defer dir.Close()
+	if err := dir.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range dir.Statuses() {
+		ids = append(ids, s.ID)
+	}
+	if !slices.Equal(ids, []string{"cfg-1", "db-1"}) {
+		t.Fatalf("directory lists %v, want [cfg-1 db-1]", ids)
 	}
 }

@@ -251,6 +251,7 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			Deleter:   deleterFunc(do.MustInvoke[*reconcile.Deleter](i).Delete),
 			Artifacts: st.Artifacts(),
 			Store:     blobs,
+			Uploads:   uploadRecorder{st.Artifacts()},
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			Metrics:   do.MustInvoke[*metrics.Metrics](i),
 			Gatherer:  do.MustInvoke[*prometheus.Registry](i),

@@ -82,6 +82,7 @@ func (f *fakeStore) Jobs() ports.JobRepository             { return jobRepo{f} }
 func (f *fakeStore) Templates() ports.TemplateRepository   { return tplRepo{f} }
 func (f *fakeStore) Artifacts() ports.ArtifactRepository   { return artRepo{f} }
 func (f *fakeStore) Placements() ports.PlacementRepository { return plRepo{f} }
+func (f *fakeStore) Nodes() ports.NodeRepository           { return noNodes{} }
 func (f *fakeStore) Close() error                          { return nil }
 
 func (f *fakeStore) Tx(ctx context.Context, fn func(ctx context.Context, r ports.Repos) error) error {
@@ -690,3 +691,12 @@ func (k *fakeLock) Unlock(context.Context) error {
 	k.once.Do(func() { <-k.s })
 	return nil
 }
+
+// noNodes is an empty node table: the template service never reads it.
+type noNodes struct{}
+
+func (noNodes) List(context.Context) ([]ports.NodeRecord, error) { return nil, nil }
+func (noNodes) Upsert(context.Context, ports.NodeRecord) error {
+	return fmt.Errorf("fake store has no node table: %w", core.ErrUnsupported)
+}
+func (noNodes) Delete(context.Context, string) error { return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -57,6 +58,16 @@ type Config struct {
 	// the artifact store. Redo uses it to choose between reusing the
 	// artifact and a full rebuild; nil trusts the READY status.
 	ArtifactExists func(ctx context.Context, a *core.Artifact) (bool, error)
+	// Uploader moves artifact bytes into the data plane's store (migrate);
+	// nil means migrate is not available.
+	Uploader ArtifactUploader
+	// LocalArtifact opens the legacy local copy of an artifact on this
+	// master's disk (migrate) and returns its size; an error wrapping
+	// core.ErrNotFound (or a nil hook) means there is none.
+	LocalArtifact func(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error)
+	// RemoveLocal removes that legacy local copy once the store holds the
+	// bytes; nil keeps it. Failures are logged only.
+	RemoveLocal func(ctx context.Context, a *core.Artifact) error
 }
 
 func (c Config) withDefaults() Config {

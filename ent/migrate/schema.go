@@ -221,6 +221,30 @@ var (
 			},
 		},
 	}
+	// TCubeTemplateNodeColumns holds the columns for the "t_cube_template_node" table.
+	TCubeTemplateNodeColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "node_id", Type: field.TypeString, Size: 128},
+		{Name: "node_ip", Type: field.TypeString, Size: 64, Default: ""},
+		{Name: "grpc_addr", Type: field.TypeString, Size: 255, Default: ""},
+		{Name: "instance_type", Type: field.TypeString, Size: 64, Default: ""},
+		{Name: "disabled", Type: field.TypeBool, Default: false},
+		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "updated_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+	}
+	// TCubeTemplateNodeTable holds the schema information for the "t_cube_template_node" table.
+	TCubeTemplateNodeTable = &schema.Table{
+		Name:       "t_cube_template_node",
+		Columns:    TCubeTemplateNodeColumns,
+		PrimaryKey: []*schema.Column{TCubeTemplateNodeColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_template_node_id",
+				Unique:  true,
+				Columns: []*schema.Column{TCubeTemplateNodeColumns[1]},
+			},
+		},
+	}
 	// TCubeTemplateReplicaColumns holds the columns for the "t_cube_template_replica" table.
 	TCubeTemplateReplicaColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -277,6 +301,7 @@ var (
 		TCubeRootfsArtifactTable,
 		TCubeTemplateDefinitionTable,
 		TCubeTemplateImageJobTable,
+		TCubeTemplateNodeTable,
 		TCubeTemplateReplicaTable,
 	}
 )
@@ -299,6 +324,11 @@ func init() {
 	}
 	TCubeTemplateImageJobTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_template_image_job",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
+	TCubeTemplateNodeTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_template_node",
 		Charset:   "utf8mb4",
 		Collation: "utf8mb4_bin",
 	}

@@ -18,5 +18,8 @@ type TemplateDefinition func(*sql.Selector)
 // TemplateImageJob is the predicate function for templateimagejob builders.
 type TemplateImageJob func(*sql.Selector)
 
+// TemplateNode is the predicate function for templatenode builders.
+type TemplateNode func(*sql.Selector)
+
 // TemplateReplica is the predicate function for templatereplica builders.
 type TemplateReplica func(*sql.Selector)

@@ -110,6 +110,10 @@ type cluster struct {
 	nodeAddrs []string
 	nodeDirs  []string
 	db        *sql.DB
+	// s3Prefix is the key prefix of the cluster's artifacts in the test
+	// bucket; masterLocalDir is the master's legacy local artifact root.
+	s3Prefix       string
+	masterLocalDir string
 }
 
 func buildBinaries(t *testing.T) string {
@@ -193,13 +197,15 @@ func startCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), token: "e2e-" + randHex(16)}
 	c.registry = testenv.Get(t, testenv.Registry)
 	redis := testenv.Get(t, testenv.RedisAddr)
+	c.s3Prefix = "e2e-" + randHex(4) + "/"
+	c.masterLocalDir = filepath.Join(c.dir, "master-local")
 	s3 := []string{
 		"CUBE_S3_ENDPOINT=" + testenv.Get(t, testenv.S3Endpoint),
 		"CUBE_S3_BUCKET=" + testenv.Get(t, testenv.S3Bucket),
 		"CUBE_S3_ACCESS_KEY=" + testenv.Get(t, testenv.S3AccessKey),
 		"CUBE_S3_SECRET_KEY=" + testenv.Get(t, testenv.S3SecretKey),
 		"CUBE_S3_REGION=us-east-1", "CUBE_S3_USE_PATH_STYLE=true", "CUBE_S3_USE_SSL=false",
-		"CUBE_S3_ARTIFACT_PREFIX=e2e-" + randHex(4) + "/",
+		"CUBE_S3_ARTIFACT_PREFIX=" + c.s3Prefix,
 	}
 	dsn, db := freshMariaDB(t)
 	c.db = db
@@ -252,6 +258,7 @@ func startCluster(t *testing.T) *cluster {
 			"CUBE_MASTER_DOWNLOAD_BASE_URL=" + c.masterURL,
 			"CUBE_TEMPLATE_CENTER_REDIS_ADDR=" + redis,
 			"CUBE_MASTER_SWEEP_INTERVAL=2s",
+			"CUBE_MASTER_LOCAL_ARTIFACT_DIR=" + c.masterLocalDir,
 		}}
 
 	t.Cleanup(func() {

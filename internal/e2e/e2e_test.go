@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,10 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/internal/testimage"
 )
 
@@ -210,6 +217,115 @@ func TestSystem(t *testing.T) {
 		want := fileSHA(t, c.nodeArtifact(0, aid))
 		if got := fileSHA(t, c.nodeArtifact(1, aid)); got != want {
 			t.Fatalf("node 2 after redo holds %s, want %s", got, want)
+		}
+	})
+
+	t.Run("MigrateLegacyLocalArtifact", func(t *testing.T) {
+		ctx := context.Background()
+		img := pushImage(t, c.registry, "mig", 0)
+		e := c.createFromImage("tpl-e2e-m", img)
+		if e.Ret.Code != 200 || e.Job == nil {
+			t.Fatalf("create: %s", e.Raw)
+		}
+		done := c.waitJob(e.Job.JobID, 2*time.Minute)
+		if done.Job.Status != "READY" {
+			t.Fatalf("create: %s", done.Raw)
+		}
+		aid, wantSHA := done.Job.ArtifactID, done.Job.Artifact.SHA256
+		blobs, err := artifactstore.OpenS3(ctx, artifactstore.S3Config{
+			Endpoint: testenv.Get(t, testenv.S3Endpoint), Bucket: testenv.Get(t, testenv.S3Bucket),
+			AccessKey: testenv.Get(t, testenv.S3AccessKey), SecretKey: testenv.Get(t, testenv.S3SecretKey),
+			Region: "us-east-1", UsePathStyle: true, Prefix: c.s3Prefix,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer blobs.Close()
+		key := build.ArtifactKey(aid)
+
+		// Make it look like an artifact an old master kept on its own disk.
+		local := filepath.Join(c.masterLocalDir, aid, aid+".ext4")
+		if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(c.nodeArtifact(0, aid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(local, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.db.ExecContext(ctx, "UPDATE t_cube_rootfs_artifact SET ext4_path=?, object_key='', storage_backend='local' WHERE artifact_id=?", local, aid); err != nil {
+			t.Fatal(err)
+		}
+		if err := blobs.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blobs.Stat(ctx, key); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("object still there after delete: %v", err)
+		}
+
+		migrate := func() envelope {
+			t.Helper()
+			m := c.call(http.MethodPost, "/cube/template/migrate", map[string]any{"requestID": "mig-" + randHex(4), "template_id": "tpl-e2e-m"})
+			if m.Ret.Code != 200 || m.Job == nil {
+				t.Fatalf("migrate: %s", m.Raw)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for {
+				j := c.call(http.MethodGet, "/cube/template/migrate?job_id="+m.Job.JobID, nil)
+				if j.Job != nil && (j.Job.Status == "READY" || j.Job.Status == "FAILED") {
+					return j
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("migrate job not terminal: %s", j.Raw)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		rowKey := func() (objectKey, backend string) {
+			t.Helper()
+			if err := c.db.QueryRowContext(ctx, "SELECT COALESCE(object_key,''), COALESCE(storage_backend,'') FROM t_cube_rootfs_artifact WHERE artifact_id=?", aid).Scan(&objectKey, &backend); err != nil {
+				t.Fatal(err)
+			}
+			return objectKey, backend
+		}
+
+		j := migrate()
+		if j.Job.Status != "READY" {
+			t.Fatalf("migrate: %s", j.Raw)
+		}
+		if k, be := rowKey(); k != key || be != "s3" {
+			t.Fatalf("artifact row after migrate: object_key=%q storage_backend=%q", k, be)
+		}
+		info, err := blobs.Stat(ctx, key)
+		if err != nil {
+			t.Fatalf("object after migrate: %v", err)
+		}
+		rc, err := blobs.Open(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		io.Copy(h, rc)
+		rc.Close()
+		if got := hex.EncodeToString(h.Sum(nil)); got != wantSHA || info.Size != int64(len(b)) {
+			t.Fatalf("stored object sha256 %s size %d, want %s size %d", got, info.Size, wantSHA, len(b))
+		}
+		if _, err := os.Stat(local); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("local copy not removed: %v", err)
+		}
+		if again := migrate(); again.Job.Status != "READY" || again.Job.JobID == j.Job.JobID {
+			t.Fatalf("second migrate: %s", again.Raw)
+		}
+
+		// Store object and local copy both gone: only redo can help.
+		if err := blobs.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		gone := migrate()
+		if gone.Job.Status != "FAILED" || !strings.Contains(gone.Job.ErrorMessage, "use redo") {
+			t.Fatalf("migrate without any copy: %s, want FAILED with the redo hint", gone.Raw)
 		}
 	})
 

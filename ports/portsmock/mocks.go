@@ -31,6 +31,9 @@ var _ ports.Store = &StoreMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NodesFunc: func() ports.NodeRepository {
+//				panic("mock out the Nodes method")
+//			},
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
 //			},
@@ -56,6 +59,9 @@ type StoreMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NodesFunc mocks the Nodes method.
+	NodesFunc func() ports.NodeRepository
+
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
 
@@ -76,6 +82,9 @@ type StoreMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Nodes holds details about calls to the Nodes method.
+		Nodes []struct {
+		}
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
 		}
@@ -93,6 +102,7 @@ type StoreMock struct {
 	lockArtifacts  sync.RWMutex
 	lockClose      sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
 	lockTx         sync.RWMutex
@@ -176,6 +186,33 @@ func (mock *StoreMock) JobsCalls() []struct {
 	mock.lockJobs.RLock()
 	calls = mock.calls.Jobs
 	mock.lockJobs.RUnlock()
+	return calls
+}
+
+// Nodes calls NodesFunc.
+func (mock *StoreMock) Nodes() ports.NodeRepository {
+	if mock.NodesFunc == nil {
+		panic("StoreMock.NodesFunc: method is nil but Store.Nodes was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNodes.Lock()
+	mock.calls.Nodes = append(mock.calls.Nodes, callInfo)
+	mock.lockNodes.Unlock()
+	return mock.NodesFunc()
+}
+
+// NodesCalls gets all the calls that were made to Nodes.
+// Check the length with:
+//
+//	len(mockedStore.NodesCalls())
+func (mock *StoreMock) NodesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNodes.RLock()
+	calls = mock.calls.Nodes
+	mock.lockNodes.RUnlock()
 	return calls
 }
 
@@ -285,6 +322,9 @@ var _ ports.Repos = &ReposMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NodesFunc: func() ports.NodeRepository {
+//				panic("mock out the Nodes method")
+//			},
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
 //			},
@@ -304,6 +344,9 @@ type ReposMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NodesFunc mocks the Nodes method.
+	NodesFunc func() ports.NodeRepository
+
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
 
@@ -318,6 +361,9 @@ type ReposMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Nodes holds details about calls to the Nodes method.
+		Nodes []struct {
+		}
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
 		}
@@ -327,6 +373,7 @@ type ReposMock struct {
 	}
 	lockArtifacts  sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
 }
@@ -382,6 +429,33 @@ func (mock *ReposMock) JobsCalls() []struct {
 	mock.lockJobs.RLock()
 	calls = mock.calls.Jobs
 	mock.lockJobs.RUnlock()
+	return calls
+}
+
+// Nodes calls NodesFunc.
+func (mock *ReposMock) Nodes() ports.NodeRepository {
+	if mock.NodesFunc == nil {
+		panic("ReposMock.NodesFunc: method is nil but Repos.Nodes was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNodes.Lock()
+	mock.calls.Nodes = append(mock.calls.Nodes, callInfo)
+	mock.lockNodes.Unlock()
+	return mock.NodesFunc()
+}
+
+// NodesCalls gets all the calls that were made to Nodes.
+// Check the length with:
+//
+//	len(mockedRepos.NodesCalls())
+func (mock *ReposMock) NodesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNodes.RLock()
+	calls = mock.calls.Nodes
+	mock.lockNodes.RUnlock()
 	return calls
 }
 
@@ -1960,6 +2034,172 @@ func (mock *PlacementRepositoryMock) ListCalls() []struct {
 	mock.lockList.RLock()
 	calls = mock.calls.List
 	mock.lockList.RUnlock()
+	return calls
+}
+
+// Ensure, that NodeRepositoryMock does implement ports.NodeRepository.
+// If this is not the case, regenerate this file with moq.
+var _ ports.NodeRepository = &NodeRepositoryMock{}
+
+// NodeRepositoryMock is a mock implementation of ports.NodeRepository.
+//
+//	func TestSomethingThatUsesNodeRepository(t *testing.T) {
+//
+//		// make and configure a mocked ports.NodeRepository
+//		mockedNodeRepository := &NodeRepositoryMock{
+//			DeleteFunc: func(ctx context.Context, nodeID string) error {
+//				panic("mock out the Delete method")
+//			},
+//			ListFunc: func(ctx context.Context) ([]ports.NodeRecord, error) {
+//				panic("mock out the List method")
+//			},
+//			UpsertFunc: func(ctx context.Context, n ports.NodeRecord) error {
+//				panic("mock out the Upsert method")
+//			},
+//		}
+//
+//		// use mockedNodeRepository in code that requires ports.NodeRepository
+//		// and then make assertions.
+//
+//	}
+type NodeRepositoryMock struct {
+	// DeleteFunc mocks the Delete method.
+	DeleteFunc func(ctx context.Context, nodeID string) error
+
+	// ListFunc mocks the List method.
+	ListFunc func(ctx context.Context) ([]ports.NodeRecord, error)
+
+	// UpsertFunc mocks the Upsert method.
+	UpsertFunc func(ctx context.Context, n ports.NodeRecord) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Delete holds details about calls to the Delete method.
+		Delete []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// NodeID is the nodeID argument value.
+			NodeID string
+		}
+		// List holds details about calls to the List method.
+		List []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+		// Upsert holds details about calls to the Upsert method.
+		Upsert []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// N is the n argument value.
+			N ports.NodeRecord
+		}
+	}
+	lockDelete sync.RWMutex
+	lockList   sync.RWMutex
+	lockUpsert sync.RWMutex
+}
+
+// Delete calls DeleteFunc.
+func (mock *NodeRepositoryMock) Delete(ctx context.Context, nodeID string) error {
+	if mock.DeleteFunc == nil {
+		panic("NodeRepositoryMock.DeleteFunc: method is nil but NodeRepository.Delete was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		NodeID string
+	}{
+		Ctx:    ctx,
+		NodeID: nodeID,
+	}
+	mock.lockDelete.Lock()
+	mock.calls.Delete = append(mock.calls.Delete, callInfo)
+	mock.lockDelete.Unlock()
+	return mock.DeleteFunc(ctx, nodeID)
+}
+
+// DeleteCalls gets all the calls that were made to Delete.
+// Check the length with:
+//
+//	len(mockedNodeRepository.DeleteCalls())
+func (mock *NodeRepositoryMock) DeleteCalls() []struct {
+	Ctx    context.Context
+	NodeID string
+} {
+	var calls []struct {
+		Ctx    context.Context
+		NodeID string
+	}
+	mock.lockDelete.RLock()
+	calls = mock.calls.Delete
+	mock.lockDelete.RUnlock()
+	return calls
+}
+
+// List calls ListFunc.
+func (mock *NodeRepositoryMock) List(ctx context.Context) ([]ports.NodeRecord, error) {
+	if mock.ListFunc == nil {
+		panic("NodeRepositoryMock.ListFunc: method is nil but NodeRepository.List was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockList.Lock()
+	mock.calls.List = append(mock.calls.List, callInfo)
+	mock.lockList.Unlock()
+	return mock.ListFunc(ctx)
+}
+
+// ListCalls gets all the calls that were made to List.
+// Check the length with:
+//
+//	len(mockedNodeRepository.ListCalls())
+func (mock *NodeRepositoryMock) ListCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockList.RLock()
+	calls = mock.calls.List
+	mock.lockList.RUnlock()
+	return calls
+}
+
+// Upsert calls UpsertFunc.
+func (mock *NodeRepositoryMock) Upsert(ctx context.Context, n ports.NodeRecord) error {
+	if mock.UpsertFunc == nil {
+		panic("NodeRepositoryMock.UpsertFunc: method is nil but NodeRepository.Upsert was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		N   ports.NodeRecord
+	}{
+		Ctx: ctx,
+		N:   n,
+	}
+	mock.lockUpsert.Lock()
+	mock.calls.Upsert = append(mock.calls.Upsert, callInfo)
+	mock.lockUpsert.Unlock()
+	return mock.UpsertFunc(ctx, n)
+}
+
+// UpsertCalls gets all the calls that were made to Upsert.
+// Check the length with:
+//
+//	len(mockedNodeRepository.UpsertCalls())
+func (mock *NodeRepositoryMock) UpsertCalls() []struct {
+	Ctx context.Context
+	N   ports.NodeRecord
+} {
+	var calls []struct {
+		Ctx context.Context
+		N   ports.NodeRecord
+	}
+	mock.lockUpsert.RLock()
+	calls = mock.calls.Upsert
+	mock.lockUpsert.RUnlock()
 	return calls
 }
 

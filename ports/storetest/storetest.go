@@ -44,6 +44,7 @@ func RunConformanceTests(t *testing.T, newHarness func(t *testing.T) Harness) {
 	all = append(all, templateTests...)
 	all = append(all, artifactTests...)
 	all = append(all, placementTests...)
+	all = append(all, nodeTests...)
 	all = append(all, txTests...)
 	all = append(all, submitTests...)
 	for _, tc := range all {

@@ -95,6 +95,10 @@ func (s *services) DeleteTemplate(_ context.Context, req DeleteRequest) error {
 func (s *services) SetAlias(_ context.Context, id, alias string) error {
 	return s.rec("SetAlias", id+"="+alias)
 }
+func (s *services) ResolveTemplate(_ context.Context, key string) (*ResolvedTemplate, error) {
+	return &ResolvedTemplate{TemplateID: "tpl-1", Alias: "web", Status: "READY", CreateRequest: `{"annotations":{"a":"b"}}`},
+		s.rec("ResolveTemplate", key)
+}
 func (s *services) GetArtifact(_ context.Context, id string) (*core.Artifact, error) {
 	return testArtifact, s.rec("GetArtifact", id)
 }

@@ -52,6 +52,11 @@ type Catalog interface {
 	DeleteTemplate(ctx context.Context, req DeleteRequest) error
 	// SetAlias binds alias to the template; "" clears it.
 	SetAlias(ctx context.Context, templateID, alias string) error
+	// ResolveTemplate turns a template id or alias into the template a
+	// sandbox create would use: core.ErrNotFound when neither names one,
+	// core.ErrTemplateNotReady when it has no READY replica on a healthy
+	// node.
+	ResolveTemplate(ctx context.Context, idOrAlias string) (*ResolvedTemplate, error)
 }
 
 // Artifacts reads artifact rows.
@@ -95,6 +100,7 @@ const (
 	PathMigrate        = "/cube/template/migrate"
 	PathAlias          = "/cube/template/{template_id}/alias"
 	PathBuildStatus    = "/cube/template/build/{build_id}/status"
+	PathResolve        = "/cube/template/resolve"
 	PathRootfsArtifact = "/cube/rootfs-artifact"
 	PathCompat         = "/cube/template/compat"
 	PathDownload       = "/cube/template/artifact/download"
@@ -115,6 +121,7 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodDelete, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathBuildStatus, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathResolve, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
@@ -165,6 +172,7 @@ func New(cfg Config) (chi.Router, error) {
 	r.Delete(PathTemplate, s.deleteTemplate)
 	r.Put(PathAlias, s.setAlias)
 	r.Get(PathBuildStatus, s.buildStatus)
+	r.Get(PathResolve, s.resolveTemplate)
 	r.Get(PathRootfsArtifact, s.rootfsArtifact)
 
 	r.Method(http.MethodGet, PathCompat, s.compat)

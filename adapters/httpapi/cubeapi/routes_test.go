@@ -20,6 +20,7 @@ var wantRoutes = []string{
 	"GET /cube/template/compat",
 	"GET /cube/template/from-image",
 	"GET /cube/template/migrate",
+	"GET /cube/template/resolve",
 	"GET /metrics",
 	"GET /notify/health",
 	"HEAD /cube/template/artifact/download",
@@ -181,5 +182,31 @@ func TestProxyFailures(t *testing.T) {
 	}
 	if _, err := New(Config{TemplateCenterURL: "ftp://x"}); err == nil {
 		t.Fatal("bad template center URL accepted")
+	}
+}
+
+// TestCubeRoutesResolveStaysLocal: template resolution reads this master's
+// store; it is never forwarded to the template center.
+func TestCubeRoutesResolveStaysLocal(t *testing.T) {
+	tc := &fakeTC{}
+	tcSrv := httptest.NewServer(tc)
+	defer tcSrv.Close()
+	svc := &services{}
+	h := newServer(t, svc, tcSrv.URL)
+	if code := retCode(t, do(h, "GET", PathResolve+"?template=web", "", nil)); code != 200 {
+		t.Fatalf("resolve ret_code %d", code)
+	}
+	if !slices.Equal(svc.calls, []string{"ResolveTemplate"}) {
+		t.Fatalf("calls %v", svc.calls)
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.reqs) != 0 {
+		t.Fatalf("resolve reached the template center: %v", tc.reqs[0].URL)
+	}
+	for _, r := range CubeMasterRoutes() {
+		if r.Pattern == PathResolve && r.Kind != routes.Public {
+			t.Fatalf("%s is %v, want a public master-local route", r.Key(), r.Kind)
+		}
 	}
 }

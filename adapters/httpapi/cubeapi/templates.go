@@ -198,6 +198,35 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		Replicas: newReplicaInfos(d.Replicas), CreateRequest: rawOrString(d.CreateRequest)})
 }
 
+type resolveResponse struct {
+	envelope.Response
+	TemplateID    string `json:"template_id"`
+	Alias         string `json:"alias,omitempty"`
+	Status        string `json:"status,omitempty"`
+	CreateRequest any    `json:"create_request,omitempty"`
+}
+
+// resolveTemplate is GET /cube/template/resolve?template=<id-or-alias>: the
+// template a sandbox create naming it would use. It is a read of this
+// master's own store, so it is never forwarded.
+func (s *server) resolveTemplate(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimSpace(r.URL.Query().Get("template"))
+	switch {
+	case key == "":
+		s.fail(w, r, "", required("template"))
+	case s.cfg.Catalog == nil:
+		s.fail(w, r, "", errCatalogOff)
+	default:
+		t, err := s.cfg.Catalog.ResolveTemplate(r.Context(), key)
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		envelope.Write(w, resolveResponse{Response: envelope.OK(""), TemplateID: t.TemplateID, Alias: t.Alias,
+			Status: t.Status, CreateRequest: rawOrString(t.CreateRequest)})
+	}
+}
+
 type deleteResponse struct {
 	envelope.Response
 	TemplateID string `json:"template_id"`

@@ -124,6 +124,31 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCall: "SetAlias"},
 		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
+		{name: "resolve alias", method: "GET", target: PathResolve + "?template=web", wantCode: 200, wantCall: "ResolveTemplate",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				req, _ := b["create_request"].(map[string]any)
+				if svc.last != "web" || b["template_id"] != "tpl-1" || b["alias"] != "web" || b["status"] != "READY" || req["annotations"] == nil {
+					t.Fatalf("last %v body %v", svc.last, b)
+				}
+			}},
+		{name: "resolve trims", method: "GET", target: PathResolve + "?template=%20tpl-1%20", wantCode: 200, wantCall: "ResolveTemplate",
+			check: func(t *testing.T, _ map[string]any, svc *services) {
+				if svc.last != "tpl-1" {
+					t.Fatalf("resolved %q", svc.last)
+				}
+			}},
+		{name: "resolve without template", method: "GET", target: PathResolve, wantCode: 130400},
+		{name: "resolve not ready", method: "GET", target: PathResolve + "?template=web",
+			err:      fmt.Errorf("template tpl-1 has no READY replica on a healthy node: %w", core.ErrTemplateNotReady),
+			wantCode: 130400, wantCall: "ResolveTemplate",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if msg := b["ret"].(map[string]any)["ret_msg"].(string); !strings.Contains(msg, "no READY replica") {
+					t.Fatalf("message %q", msg)
+				}
+			}},
+		{name: "resolve unknown", method: "GET", target: PathResolve + "?template=nope", err: fmt.Errorf("template or alias \"nope\": %w", core.ErrNotFound),
+			wantCode: 130404, wantCall: "ResolveTemplate"},
+		{name: "resolve unconfigured", method: "GET", target: PathResolve + "?template=web", nilServices: true, wantCode: 130593},
 		{name: "build status", method: "GET", target: "/cube/template/build/job-1/status", wantCode: 200, wantCall: "BuildStatus",
 			check: func(t *testing.T, b map[string]any, _ *services) {
 				if b["build_id"] != "job-1" || b["status"] != "building" || b["message"] != "PULLING" || b["progress"].(float64) != 12 {

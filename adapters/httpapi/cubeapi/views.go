@@ -37,6 +37,15 @@ type TemplateDetail struct {
 	CreateRequest string
 }
 
+// ResolvedTemplate is the template an id or alias resolves to.
+type ResolvedTemplate struct {
+	TemplateID string
+	Alias      string
+	Status     string
+	// CreateRequest is the stored sandbox create request (JSON).
+	CreateRequest string
+}
+
 // RedoRequest is the body of POST /cube/template/redo.
 type RedoRequest struct {
 	RequestID         string   `json:"requestID"`

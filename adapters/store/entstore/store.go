@@ -119,6 +119,9 @@ func (s *Store) Artifacts() ports.ArtifactRepository { return artifactRepo{s.roo
 // Placements returns the placement repository.
 func (s *Store) Placements() ports.PlacementRepository { return placementRepo{s.root()} }
 
+// Nodes returns the node repository.
+func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
+
 func (s *Store) root() scope { return scope{s: s, c: s.client} }
 
 // Tx runs fn in one transaction, retried as a whole after a deadlock or
@@ -233,3 +236,4 @@ func (r txRepos) Jobs() ports.JobRepository             { return jobRepo(r) }
 func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo(r) }
 func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r) }
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
+func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
