@@ -114,6 +114,7 @@ type cluster struct {
 	// bucket; masterLocalDir is the master's legacy local artifact root.
 	s3Prefix       string
 	masterLocalDir string
+	lb             *balancer
 }
 
 func buildBinaries(t *testing.T) string {
@@ -172,24 +173,55 @@ func freshMariaDB(t *testing.T) (string, *sql.DB) {
 	return "mysql://" + cfg.FormatDSN(), db
 }
 
-// failover forwards to the first templatecenter that accepts a connection,
-// the way a Service in front of the replicas would.
-func failover(urls []string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		for _, u := range urls {
-			target, _ := url.Parse(u)
-			conn, err := net.DialTimeout("tcp", target.Host, time.Second)
-			if err != nil {
-				continue
-			}
-			conn.Close()
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
-			return
+// balancer stands in for a Service in front of the templatecenter
+// replicas: builds go round-robin, everything else to the first replica up;
+// replicas that do not accept connections are skipped. It records which
+// replica took each build.
+type balancer struct {
+	urls   []string
+	mu     sync.Mutex
+	next   int
+	builds []int
+}
+
+func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	isBuild := r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/build")
+	start := 0
+	if isBuild {
+		b.mu.Lock()
+		start = b.next
+		b.next = (b.next + 1) % len(b.urls)
+		b.mu.Unlock()
+	}
+	for i := range b.urls {
+		idx := (start + i) % len(b.urls)
+		target, _ := url.Parse(b.urls[idx])
+		conn, err := net.DialTimeout("tcp", target.Host, time.Second)
+		if err != nil {
+			continue
 		}
-		http.Error(w, "no templatecenter replica is up", http.StatusBadGateway)
-	})
+		conn.Close()
+		if isBuild {
+			b.mu.Lock()
+			b.builds = append(b.builds, idx)
+			b.mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+		return
+	}
+	http.Error(w, "no templatecenter replica is up", http.StatusBadGateway)
+}
+
+// lastBuilds returns the replicas that took the last n builds.
+func (b *balancer) lastBuilds(n int) []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.builds) < n {
+		return append([]int(nil), b.builds...)
+	}
+	return append([]int(nil), b.builds[len(b.builds)-n:]...)
 }
 
 func startCluster(t *testing.T) *cluster {
@@ -235,7 +267,8 @@ func startCluster(t *testing.T) *cluster {
 			}, s3...)}
 		c.tc = append(c.tc, p)
 	}
-	lb := httptest.NewServer(failover(c.tcURLs))
+	c.lb = &balancer{urls: c.tcURLs}
+	lb := httptest.NewServer(c.lb)
 	t.Cleanup(lb.Close)
 
 	var nodesSpec []string

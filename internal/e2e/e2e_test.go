@@ -142,6 +142,57 @@ func TestSystem(t *testing.T) {
 		}
 	})
 
+	t.Run("TwoReplicasBuildOneSpecOnce", func(t *testing.T) {
+		// Two templates with one spec, submitted together: the proxy hands
+		// the builds to different replicas, the fingerprint lock lets one
+		// build and the other reuse its READY artifact.
+		img := pushImage(t, c.registry, "shared", 8<<20)
+		var wg sync.WaitGroup
+		jobs := make([]string, 2)
+		for i := range jobs {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				e := c.createFromImage(fmt.Sprintf("tpl-e2e-r%d", i), img)
+				if e.Job != nil {
+					jobs[i] = e.Job.JobID
+				}
+			}(i)
+		}
+		wg.Wait()
+		var aids []string
+		for _, id := range jobs {
+			if id == "" {
+				t.Fatalf("a create failed: %v", jobs)
+			}
+			done := c.waitJob(id, 2*time.Minute)
+			if done.Job.Status != "READY" {
+				t.Fatalf("job %s: %s", id, done.Raw)
+			}
+			aids = append(aids, done.Job.ArtifactID)
+		}
+		if aids[0] != aids[1] {
+			t.Fatalf("same spec gave two artifacts: %v", aids)
+		}
+		if got := c.lb.lastBuilds(2); len(got) != 2 || got[0] == got[1] {
+			t.Fatalf("builds went to replicas %v, want one each", got)
+		}
+		reused := 0
+		for _, p := range c.tc {
+			reused += strings.Count(p.log.String(), "reusing")
+		}
+		var rows int
+		c.db.QueryRow("SELECT COUNT(*) FROM t_cube_rootfs_artifact WHERE artifact_id = ?", aids[0]).Scan(&rows)
+		if rows != 1 || reused < 1 {
+			t.Fatalf("artifact rows %d, reuse log lines %d: want one row and one build reused", rows, reused)
+		}
+		for i := range jobs {
+			if e := c.call(http.MethodDelete, "/cube/template", map[string]any{"RequestID": "dr", "template_id": fmt.Sprintf("tpl-e2e-r%d", i)}); e.Ret.Code != 200 {
+				t.Fatalf("delete: %s", e.Raw)
+			}
+		}
+	})
+
 	t.Run("DeleteKeepsSharedArtifactThenRemovesEverything", func(t *testing.T) {
 		e := c.call(http.MethodDelete, "/cube/template", map[string]any{"RequestID": "d1", "template_id": "tpl-e2e-a"})
 		if e.Ret.Code != 200 {
@@ -335,8 +386,7 @@ func TestSystem(t *testing.T) {
 		if e.Ret.Code != 200 {
 			t.Fatalf("create: %s", e.Raw)
 		}
-		// Kill the replica that took the build (the failover proxy sends it
-		// to the first one) as soon as the build runs.
+		// Kill the replica that took the build as soon as the build runs.
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			j := c.call(http.MethodGet, "/cube/template/from-image?job_id="+e.Job.JobID, nil)
@@ -348,7 +398,8 @@ func TestSystem(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		c.tc[0].kill9()
+		victim := c.lb.lastBuilds(1)[0]
+		c.tc[victim].kill9()
 		failed := c.waitJob(e.Job.JobID, 2*time.Minute)
 		if failed.Job.Status != "FAILED" {
 			t.Fatalf("after kill -9: %s, want FAILED by the surviving replica's reconciler", failed.Raw)
@@ -361,6 +412,6 @@ func TestSystem(t *testing.T) {
 		if done.Job.Status != "READY" || done.Job.ReadyNodeCount != 2 {
 			t.Fatalf("redo: %s", done.Raw)
 		}
-		c.tc[0].start(t)
+		c.tc[victim].start(t)
 	})
 }
