@@ -225,6 +225,10 @@ func TestSystem(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		blobs := c.bucket(t)
+		if _, err := blobs.Stat(context.Background(), build.ArtifactKey(artifactID)); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("S3 object of %s after deleting its last template: %v, want not found", artifactID, err)
+		}
 		for _, table := range []string{"t_cube_template_definition", "t_cube_template_replica", "t_cube_template_image_job", "t_cube_artifact_node_placement"} {
 			var n int
 			c.db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n)
@@ -283,15 +287,7 @@ func TestSystem(t *testing.T) {
 			t.Fatalf("create: %s", done.Raw)
 		}
 		aid, wantSHA := done.Job.ArtifactID, done.Job.Artifact.SHA256
-		blobs, err := artifactstore.OpenS3(ctx, artifactstore.S3Config{
-			Endpoint: testenv.Get(t, testenv.S3Endpoint), Bucket: testenv.Get(t, testenv.S3Bucket),
-			AccessKey: testenv.Get(t, testenv.S3AccessKey), SecretKey: testenv.Get(t, testenv.S3SecretKey),
-			Region: "us-east-1", UsePathStyle: true, Prefix: c.s3Prefix,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer blobs.Close()
+		blobs := c.bucket(t)
 		key := build.ArtifactKey(aid)
 
 		// Make it look like an artifact an old master kept on its own disk.
@@ -414,4 +410,19 @@ func TestSystem(t *testing.T) {
 		}
 		c.tc[victim].start(t)
 	})
+}
+
+// bucket opens the cluster's artifacts in the test bucket.
+func (c *cluster) bucket(t *testing.T) *artifactstore.Store {
+	t.Helper()
+	blobs, err := artifactstore.OpenS3(context.Background(), artifactstore.S3Config{
+		Endpoint: testenv.Get(t, testenv.S3Endpoint), Bucket: testenv.Get(t, testenv.S3Bucket),
+		AccessKey: testenv.Get(t, testenv.S3AccessKey), SecretKey: testenv.Get(t, testenv.S3SecretKey),
+		Region: "us-east-1", UsePathStyle: true, Prefix: c.s3Prefix,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
+	return blobs
 }
