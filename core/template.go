@@ -72,8 +72,17 @@ type Replica struct {
 	LastErrorPhase  string
 	CleanupRequired bool
 	ErrorMessage    string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// Component versions the node reported when it built the snapshot
+	// (empty when the node did not say), and the last compat verdict on
+	// them (see Evaluate) with its unix time; both zero until a scan.
+	GuestImageVersion string
+	AgentVersion      string
+	KernelVersion     string
+	ShimVersion       string
+	CompatStatus      CompatStatus
+	CompatCheckedUnix int64
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
 }
 
 // SummarizeReplicas gives the template status over all replica rows:

@@ -33,6 +33,11 @@ type SnapshotResult struct {
 	SandboxID    string
 	TemplateID   string
 	SnapshotPath string
+	// Component versions the node reports (AppSnapshotResponse fields
+	// 11-13); empty when it does not. The node reports no shim version.
+	GuestImageVersion string
+	AgentVersion      string
+	KernelVersion     string
 }
 
 // NodeAgent speaks to a node (the Cubelet services).

@@ -95,6 +95,10 @@ type TemplateRepository interface {
 
 	// UpsertReplica inserts or replaces the (template id, node id) row.
 	UpsertReplica(ctx context.Context, r *core.Replica) error
+	// SetReplicaCompat writes only the compat verdict of the (template id,
+	// node id) row, so a scan never overwrites a job's concurrent upsert;
+	// core.ErrNotFound if the row is gone.
+	SetReplicaCompat(ctx context.Context, templateID, nodeID string, status core.CompatStatus, checkedUnix int64) error
 	// ListReplicas returns the template's replicas ordered by node id.
 	ListReplicas(ctx context.Context, templateID string) ([]*core.Replica, error)
 	// ListReplicasByArtifact returns every replica bound to the artifact.

@@ -216,7 +216,10 @@ func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, createRequest
 		return ports.SnapshotResult{}, err
 	}
 	c.log.Debug("AppSnapshot", "node", node.ID, "template_id", resp.GetTemplateID(), "snapshot_path", resp.GetSnapshotPath())
-	return ports.SnapshotResult{SandboxID: resp.GetSandboxID(), TemplateID: resp.GetTemplateID(), SnapshotPath: resp.GetSnapshotPath()}, nil
+	return ports.SnapshotResult{
+		SandboxID: resp.GetSandboxID(), TemplateID: resp.GetTemplateID(), SnapshotPath: resp.GetSnapshotPath(),
+		GuestImageVersion: resp.GetGuestImageVersion(), AgentVersion: resp.GetAgentVersion(), KernelVersion: resp.GetKernelVersion(),
+	}, nil
 }
 
 // CleanupTemplate asks the node to remove its template. A template the node

@@ -68,7 +68,8 @@ func (f *fakeCubelet) AppSnapshot(ctx context.Context, r *cubeletpb.AppSnapshotR
 	f.mu.Lock()
 	f.lastSnap = r
 	f.mu.Unlock()
-	return &cubeletpb.AppSnapshotResponse{Ret: ret, SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1"}, err
+	return &cubeletpb.AppSnapshotResponse{Ret: ret, SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1",
+		GuestImageVersion: "g1", AgentVersion: "a1", KernelVersion: "k1", EnvdVersion: "e1"}, err
 }
 
 func (f *fakeCubelet) CleanupTemplate(ctx context.Context, r *cubeletpb.CleanupTemplateRequest) (*cubeletpb.CleanupTemplateResponse, error) {
@@ -229,7 +230,7 @@ func TestRequestsCarryWhatUpstreamSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (ports.SnapshotResult{SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1"}) {
+	if res != (ports.SnapshotResult{SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1", GuestImageVersion: "g1", AgentVersion: "a1", KernelVersion: "k1"}) {
 		t.Errorf("result %+v", res)
 	}
 	if f.lastSnap.GetSnapshotDir() != "/custom" || f.lastSnap.GetCreateRequest().GetContainers()[0].GetImage().GetImage() != "rfs-1" {

@@ -40,6 +40,10 @@ type Config struct {
 	HeadroomBytes  int64  `yaml:"headroom_bytes"`
 	HeadroomInodes int64  `yaml:"headroom_inodes"`
 	MaxImageBytes  int64  `yaml:"max_image_bytes"`
+	// ReleaseManifest is the release manifest the compat scan compares
+	// replicas against (CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST). Only the
+	// one-click bundle ships it; a missing file is not an error.
+	ReleaseManifest string `yaml:"release_manifest"`
 
 	S3 S3 `yaml:"s3"`
 
@@ -121,6 +125,10 @@ type Master struct {
 	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
 }
 
+// DefaultReleaseManifest is where the one-click bundle installs its release
+// manifest.
+const DefaultReleaseManifest = "/usr/local/services/cubetoolbox/release-manifest.json"
+
 // DefaultEnvdHostDir is where upstream installs the envd binary.
 const DefaultEnvdHostDir = "/usr/local/share/cubesandbox-envd"
 
@@ -138,6 +146,7 @@ func Defaults() Config {
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
 		Builder:             "mkfs",
+		ReleaseManifest:     DefaultReleaseManifest,
 		Listen:              ":8090",
 		MasterAddr:          "http://localhost:8089",
 		Reconcile: Reconcile{
@@ -195,6 +204,7 @@ func Load(env Env) (Config, error) {
 	r.int64(&c.HeadroomBytes, "CUBE_TEMPLATE_CENTER_HEADROOM_BYTES")
 	r.int64(&c.HeadroomInodes, "CUBE_TEMPLATE_CENTER_HEADROOM_INODES")
 	r.int64(&c.MaxImageBytes, "CUBE_TEMPLATE_CENTER_MAX_IMAGE_BYTES")
+	r.str(&c.ReleaseManifest, "CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST")
 	r.str(&c.S3.Endpoint, "CUBE_S3_ENDPOINT")
 	r.str(&c.S3.Bucket, "CUBE_S3_BUCKET")
 	r.str(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY")

@@ -20,7 +20,10 @@ func TestLoadNamesAndFallbacks(t *testing.T) {
 		check    func(Config) bool
 		warnings int
 	}{
-		{"defaults", nil, func(c Config) bool { return c.MaxConcurrentBuilds == 2 && c.Builder == "mkfs" && !c.S3.Enabled() }, 0},
+		{"defaults", nil, func(c Config) bool {
+			return c.MaxConcurrentBuilds == 2 && c.Builder == "mkfs" && !c.S3.Enabled() && c.ReleaseManifest == DefaultReleaseManifest
+		}, 0},
+		{"release manifest", map[string]string{"CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST": "/etc/m.json"}, func(c Config) bool { return c.ReleaseManifest == "/etc/m.json" }, 0},
 		{"new name", map[string]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/a"}, func(c Config) bool { return c.ArtifactStoreDir == "/a" }, 0},
 		{"legacy name warns", map[string]string{"CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/legacy"}, func(c Config) bool { return c.ArtifactStoreDir == "/legacy" }, 1},
 		{"new beats legacy", map[string]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR": "/new", "CUBEMASTER_ROOTFS_ARTIFACT_DIR": "/old"}, func(c Config) bool { return c.WorkDir == "/new" }, 1},

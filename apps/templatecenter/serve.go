@@ -252,6 +252,7 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			Artifacts: st.Artifacts(),
 			Store:     blobs,
 			Uploads:   uploadRecorder{st.Artifacts()},
+			Compat:    compatScanner{templates: st.Templates(), manifest: cfg.ReleaseManifest, now: time.Now},
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			Metrics:   do.MustInvoke[*metrics.Metrics](i),
 			Gatherer:  do.MustInvoke[*prometheus.Registry](i),

@@ -355,6 +355,17 @@ func (r tplRepo) DeleteDefinition(_ context.Context, id string) error {
 	return nil
 }
 
+func (r tplRepo) SetReplicaCompat(_ context.Context, tpl, node string, st core.CompatStatus, at int64) error {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	rp := r.f.st.replicas[tpl][node]
+	if rp == nil {
+		return fmt.Errorf("replica %s/%s: %w", tpl, node, core.ErrNotFound)
+	}
+	rp.CompatStatus, rp.CompatCheckedUnix = st, at
+	return nil
+}
+
 func (r tplRepo) UpsertReplica(_ context.Context, rp *core.Replica) error {
 	f := r.f
 	f.mu.Lock()

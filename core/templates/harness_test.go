@@ -131,7 +131,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 				return ports.SnapshotResult{}, err
 			}
 			tid := req.Annotations[templates.AnnotationTemplateID]
-			return ports.SnapshotResult{TemplateID: tid, SnapshotPath: "/snap/" + tid + "/" + n.ID}, nil
+			return ports.SnapshotResult{TemplateID: tid, SnapshotPath: "/snap/" + tid + "/" + n.ID, GuestImageVersion: "guest-" + n.ID, KernelVersion: "6.6"}, nil
 		},
 		CleanupTemplateFunc: func(_ context.Context, n ports.Node, _, _ string) error {
 			e.mu.Lock()

@@ -450,12 +450,7 @@ func (s *Service) distributeOne(ctx context.Context, p *pipeline, n ports.Node, 
 // snapshot path until a new snapshot replaces it, so cleanup can always
 // locate what the node holds.
 func (s *Service) replica(p *pipeline, n ports.Node) *core.Replica {
-	snap := ""
-	if prev := p.previous[n.ID]; prev != nil {
-		snap = prev.SnapshotPath
-	}
-	return &core.Replica{
-		SnapshotPath: snap,
+	r := &core.Replica{
 		TemplateID:   p.job.TemplateID,
 		NodeID:       n.ID,
 		NodeIP:       n.IP,
@@ -464,6 +459,14 @@ func (s *Service) replica(p *pipeline, n ports.Node) *core.Replica {
 		ArtifactID:   p.artifact.ArtifactID,
 		LastJobID:    p.job.JobID,
 	}
+	// The versions describe the snapshot the node holds, so they travel
+	// with its path until a new snapshot replaces both.
+	if prev := p.previous[n.ID]; prev != nil {
+		r.SnapshotPath = prev.SnapshotPath
+		r.GuestImageVersion, r.AgentVersion, r.KernelVersion, r.ShimVersion = prev.GuestImageVersion, prev.AgentVersion, prev.KernelVersion, prev.ShimVersion
+		r.CompatStatus, r.CompatCheckedUnix = prev.CompatStatus, prev.CompatCheckedUnix
+	}
+	return r
 }
 
 // ensureDefinition writes the definition if missing, or points an existing
@@ -630,6 +633,10 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, err.Error()
 		} else {
 			rep.Status, rep.Phase, rep.SnapshotPath = core.ReplicaReady, core.ReplicaPhaseReady, res.SnapshotPath
+			// A new snapshot: its versions replace the old ones and the
+			// old verdict no longer applies until the next compat scan.
+			rep.GuestImageVersion, rep.AgentVersion, rep.KernelVersion, rep.ShimVersion = res.GuestImageVersion, res.AgentVersion, res.KernelVersion, ""
+			rep.CompatStatus, rep.CompatCheckedUnix = "", 0
 			mu.Lock()
 			okCount++
 			mu.Unlock()

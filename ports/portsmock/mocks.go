@@ -975,6 +975,9 @@ var _ ports.TemplateRepository = &TemplateRepositoryMock{}
 //			ListReplicasByArtifactFunc: func(ctx context.Context, artifactID string) ([]*core.Replica, error) {
 //				panic("mock out the ListReplicasByArtifact method")
 //			},
+//			SetReplicaCompatFunc: func(ctx context.Context, templateID string, nodeID string, status core.CompatStatus, checkedUnix int64) error {
+//				panic("mock out the SetReplicaCompat method")
+//			},
 //			UpdateDefinitionFunc: func(ctx context.Context, templateID string, fn func(*core.Definition) error) (*core.Definition, error) {
 //				panic("mock out the UpdateDefinition method")
 //			},
@@ -1011,6 +1014,9 @@ type TemplateRepositoryMock struct {
 
 	// ListReplicasByArtifactFunc mocks the ListReplicasByArtifact method.
 	ListReplicasByArtifactFunc func(ctx context.Context, artifactID string) ([]*core.Replica, error)
+
+	// SetReplicaCompatFunc mocks the SetReplicaCompat method.
+	SetReplicaCompatFunc func(ctx context.Context, templateID string, nodeID string, status core.CompatStatus, checkedUnix int64) error
 
 	// UpdateDefinitionFunc mocks the UpdateDefinition method.
 	UpdateDefinitionFunc func(ctx context.Context, templateID string, fn func(*core.Definition) error) (*core.Definition, error)
@@ -1076,6 +1082,19 @@ type TemplateRepositoryMock struct {
 			// ArtifactID is the artifactID argument value.
 			ArtifactID string
 		}
+		// SetReplicaCompat holds details about calls to the SetReplicaCompat method.
+		SetReplicaCompat []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// NodeID is the nodeID argument value.
+			NodeID string
+			// Status is the status argument value.
+			Status core.CompatStatus
+			// CheckedUnix is the checkedUnix argument value.
+			CheckedUnix int64
+		}
 		// UpdateDefinition holds details about calls to the UpdateDefinition method.
 		UpdateDefinition []struct {
 			// Ctx is the ctx argument value.
@@ -1101,6 +1120,7 @@ type TemplateRepositoryMock struct {
 	lockListDefinitions        sync.RWMutex
 	lockListReplicas           sync.RWMutex
 	lockListReplicasByArtifact sync.RWMutex
+	lockSetReplicaCompat       sync.RWMutex
 	lockUpdateDefinition       sync.RWMutex
 	lockUpsertReplica          sync.RWMutex
 }
@@ -1390,6 +1410,54 @@ func (mock *TemplateRepositoryMock) ListReplicasByArtifactCalls() []struct {
 	mock.lockListReplicasByArtifact.RLock()
 	calls = mock.calls.ListReplicasByArtifact
 	mock.lockListReplicasByArtifact.RUnlock()
+	return calls
+}
+
+// SetReplicaCompat calls SetReplicaCompatFunc.
+func (mock *TemplateRepositoryMock) SetReplicaCompat(ctx context.Context, templateID string, nodeID string, status core.CompatStatus, checkedUnix int64) error {
+	if mock.SetReplicaCompatFunc == nil {
+		panic("TemplateRepositoryMock.SetReplicaCompatFunc: method is nil but TemplateRepository.SetReplicaCompat was just called")
+	}
+	callInfo := struct {
+		Ctx         context.Context
+		TemplateID  string
+		NodeID      string
+		Status      core.CompatStatus
+		CheckedUnix int64
+	}{
+		Ctx:         ctx,
+		TemplateID:  templateID,
+		NodeID:      nodeID,
+		Status:      status,
+		CheckedUnix: checkedUnix,
+	}
+	mock.lockSetReplicaCompat.Lock()
+	mock.calls.SetReplicaCompat = append(mock.calls.SetReplicaCompat, callInfo)
+	mock.lockSetReplicaCompat.Unlock()
+	return mock.SetReplicaCompatFunc(ctx, templateID, nodeID, status, checkedUnix)
+}
+
+// SetReplicaCompatCalls gets all the calls that were made to SetReplicaCompat.
+// Check the length with:
+//
+//	len(mockedTemplateRepository.SetReplicaCompatCalls())
+func (mock *TemplateRepositoryMock) SetReplicaCompatCalls() []struct {
+	Ctx         context.Context
+	TemplateID  string
+	NodeID      string
+	Status      core.CompatStatus
+	CheckedUnix int64
+} {
+	var calls []struct {
+		Ctx         context.Context
+		TemplateID  string
+		NodeID      string
+		Status      core.CompatStatus
+		CheckedUnix int64
+	}
+	mock.lockSetReplicaCompat.RLock()
+	calls = mock.calls.SetReplicaCompat
+	mock.lockSetReplicaCompat.RUnlock()
 	return calls
 }
 

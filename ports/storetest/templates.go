@@ -14,6 +14,7 @@ var templateTests = []test{
 	{"Template/UpdateDefinitionFnError", testUpdateDefinitionFnError},
 	{"Template/Replicas", testReplicas},
 	{"Template/DeleteReplicas", testDeleteReplicas},
+	{"Template/ReplicaCompat", testReplicaCompat},
 }
 
 func newDef(id, alias string) *core.Definition {
@@ -199,6 +200,36 @@ func newReplica(tpl, node, artifact string) *core.Replica {
 		LastErrorPhase:  "",
 		CleanupRequired: true,
 		ErrorMessage:    "",
+		// Versions and a verdict, so every replica test round-trips them.
+		GuestImageVersion: "guest-1.2.3",
+		AgentVersion:      "agent-0.9",
+		KernelVersion:     "6.6.30",
+		ShimVersion:       "shim-2.0",
+		CompatStatus:      core.CompatCompatible,
+		CompatCheckedUnix: 1700000000,
+	}
+}
+
+func testReplicaCompat(t *testing.T, e *env) {
+	tr := e.s.Templates()
+	tpl := uniq("tpl-")
+	r := newReplica(tpl, "node-1", "rfs-"+ids.NewHex()[:24])
+	r.CompatStatus, r.CompatCheckedUnix = "", 0
+	must(t, tr.UpsertReplica(e.ctx, r), "upsert")
+
+	must(t, tr.SetReplicaCompat(e.ctx, tpl, "node-1", core.CompatIncompatible, 1800000000), "SetReplicaCompat")
+	list, err := tr.ListReplicas(e.ctx, tpl)
+	must(t, err, "ListReplicas")
+	if len(list) != 1 {
+		t.Fatalf("ListReplicas = %d rows, want 1", len(list))
+	}
+	want := *r
+	want.CompatStatus, want.CompatCheckedUnix = core.CompatIncompatible, 1800000000
+	sameReplica(t, "after SetReplicaCompat", &want, list[0])
+
+	err = tr.SetReplicaCompat(e.ctx, tpl, "node-missing", core.CompatCompatible, 1)
+	if !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("SetReplicaCompat of a missing row = %v, want core.ErrNotFound", err)
 	}
 }
 

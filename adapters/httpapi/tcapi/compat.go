@@ -39,12 +39,23 @@ type CompatReport struct {
 	Templates []TemplateCompat  `json:"templates"`
 }
 
-// TemplateCompat is one template's entry.
+// TemplateCompat is one template's entry. Components are set when every
+// replica recorded the same versions; Replicas always has the detail.
 type TemplateCompat struct {
 	TemplateID string            `json:"template_id"`
 	Components map[string]string `json:"components,omitempty"`
 	Status     string            `json:"compat_status"`
 	Reasons    []string          `json:"reasons,omitempty"`
+	Replicas   []ReplicaCompat   `json:"replicas,omitempty"`
+}
+
+// ReplicaCompat is one node's copy of a template: the versions the node
+// recorded and the last verdict on them.
+type ReplicaCompat struct {
+	NodeID     string            `json:"node_id"`
+	Components map[string]string `json:"components,omitempty"`
+	Status     string            `json:"compat_status"`
+	CheckedAt  time.Time         `json:"checked_at,omitzero"`
 }
 
 type compatResponse struct {

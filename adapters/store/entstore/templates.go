@@ -146,6 +146,12 @@ func (r templateRepo) UpsertReplica(ctx context.Context, rp *core.Replica) error
 			SetLastErrorPhase(rp.LastErrorPhase).
 			SetCleanupRequired(rp.CleanupRequired).
 			SetErrorMessage(rp.ErrorMessage).
+			SetGuestImageVersion(rp.GuestImageVersion).
+			SetAgentVersion(rp.AgentVersion).
+			SetKernelVersion(rp.KernelVersion).
+			SetShimVersion(rp.ShimVersion).
+			SetCompatStatus(string(rp.CompatStatus)).
+			SetCompatCheckedUnix(rp.CompatCheckedUnix).
 			OnConflictColumns(templatereplica.FieldTemplateID, templatereplica.FieldNodeID).
 			UpdateNewValues().
 			Exec(ctx)
@@ -154,6 +160,27 @@ func (r templateRepo) UpsertReplica(ctx context.Context, rp *core.Replica) error
 		return mapErr(err, fmt.Sprintf("upsert replica %s/%s", rp.TemplateID, rp.NodeID))
 	}
 	rp.UpdatedAt = t
+	return nil
+}
+
+func (r templateRepo) SetReplicaCompat(ctx context.Context, templateID, nodeID string, status core.CompatStatus, checkedUnix int64) error {
+	what := fmt.Sprintf("replica %s/%s compat", templateID, nodeID)
+	var n int
+	err := r.sc.do(ctx, func(c *ent.Client) error {
+		var err error
+		n, err = c.TemplateReplica.Update().
+			Where(templatereplica.TemplateID(templateID), templatereplica.NodeID(nodeID)).
+			SetCompatStatus(string(status)).
+			SetCompatCheckedUnix(checkedUnix).
+			Save(ctx)
+		return err
+	})
+	if err != nil {
+		return mapErr(err, what)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", what, core.ErrNotFound)
+	}
 	return nil
 }
 
