@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -98,6 +99,28 @@ func (c catalog) GetTemplate(ctx context.Context, templateID string, includeRequ
 	if err != nil {
 		return nil, err
 	}
+	d := detail(info)
+	if includeRequest {
+		d.CreateRequest = string(info.CreateRequest)
+	}
+	return d, nil
+}
+
+// CreateTemplate creates a template from a sandbox create request,
+// synchronously (POST /cube/template).
+func (c catalog) CreateTemplate(ctx context.Context, body json.RawMessage) (*cubeapi.TemplateDetail, error) {
+	req, err := templates.ParseCreateTemplateRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.svc.CreateTemplate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return detail(info), nil
+}
+
+func detail(info *templates.TemplateInfo) *cubeapi.TemplateDetail {
 	d := &cubeapi.TemplateDetail{TemplateSummary: summary(info)}
 	for _, r := range info.Replicas {
 		d.Replicas = append(d.Replicas, &core.Replica{
@@ -107,10 +130,7 @@ func (c catalog) GetTemplate(ctx context.Context, templateID string, includeRequ
 			LastErrorPhase: r.LastErrorPhase, CleanupRequired: r.CleanupRequired, ErrorMessage: r.ErrorMessage,
 		})
 	}
-	if includeRequest {
-		d.CreateRequest = string(info.CreateRequest)
-	}
-	return d, nil
+	return d
 }
 
 func (c catalog) DeleteTemplate(ctx context.Context, req cubeapi.DeleteRequest) error {

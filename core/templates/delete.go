@@ -37,6 +37,12 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 	if err := core.ValidateTemplateID(templateID); err != nil {
 		return err
 	}
+	// A synchronous create of the same template finishes first.
+	lock, err := s.Locker.Lock(ctx, templateLockName(templateID))
+	if err != nil {
+		return fmt.Errorf("delete template %s: %w", templateID, err)
+	}
+	defer s.unlock(ctx, lock)
 	tpl := s.Store.Templates()
 	def, err := tpl.GetDefinition(ctx, templateID)
 	if err != nil && !isNotFound(err) {

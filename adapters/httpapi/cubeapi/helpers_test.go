@@ -89,6 +89,15 @@ func (s *services) GetTemplate(_ context.Context, id string, inc bool) (*Templat
 	}
 	return d, s.rec("GetTemplate", fmt.Sprint(id, inc))
 }
+func (s *services) CreateTemplate(_ context.Context, body json.RawMessage) (*TemplateDetail, error) {
+	d := &TemplateDetail{TemplateSummary: TemplateSummary{TemplateID: "tpl-sync", InstanceType: "cubebox", Version: "v2",
+		Status: "PARTIALLY_READY", LastError: "node n2: boom"},
+		Replicas: []*core.Replica{
+			{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady, SnapshotPath: "/snap/n1"},
+			{NodeID: "n2", NodeIP: "10.0.0.2", Status: core.ReplicaFailed, Phase: core.ReplicaPhaseFailed, LastErrorPhase: "SNAPSHOTTING"},
+		}}
+	return d, s.rec("CreateTemplate", string(body))
+}
 func (s *services) DeleteTemplate(_ context.Context, req DeleteRequest) error {
 	return s.rec("DeleteTemplate", req)
 }

@@ -45,8 +45,12 @@ type Migrations interface {
 	GetMigrateJob(ctx context.Context, jobID string) (*JobView, error)
 }
 
-// Catalog serves template reads, deletion and aliases.
+// Catalog serves template creation, reads, deletion and aliases.
 type Catalog interface {
+	// CreateTemplate creates a template from a sandbox create request
+	// (the raw body of POST /cube/template) and returns it once every
+	// target node has snapshotted it (or failed to).
+	CreateTemplate(ctx context.Context, body json.RawMessage) (*TemplateDetail, error)
 	ListTemplates(ctx context.Context) ([]TemplateSummary, error)
 	GetTemplate(ctx context.Context, templateID string, includeRequest bool) (*TemplateDetail, error)
 	DeleteTemplate(ctx context.Context, req DeleteRequest) error
@@ -117,6 +121,7 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: PathRedo, Kind: routes.Public},
 		{Method: http.MethodPost, Pattern: PathMigrate, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathMigrate, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodDelete, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
@@ -168,6 +173,7 @@ func New(cfg Config) (chi.Router, error) {
 	r.Post(PathRedo, s.redo)
 	r.Post(PathMigrate, s.migrate)
 	r.Get(PathMigrate, s.getMigrateJob)
+	r.Post(PathTemplate, s.createTemplate)
 	r.Get(PathTemplate, s.getTemplates)
 	r.Delete(PathTemplate, s.deleteTemplate)
 	r.Put(PathAlias, s.setAlias)

@@ -24,6 +24,7 @@ var wantRoutes = []string{
 	"GET /metrics",
 	"GET /notify/health",
 	"HEAD /cube/template/artifact/download",
+	"POST /cube/template",
 	"POST /cube/template/compat",
 	"POST /cube/template/from-image",
 	"POST /cube/template/migrate",
@@ -53,6 +54,7 @@ var writeCalls = []struct {
 	{"POST", PathFromImage, PathFromImage, `{"requestID":"r","source_image_ref":"nginx:1","writable_layer_size":"20Gi"}`, "CreateFromImage"},
 	{"POST", PathRedo, PathRedo, `{"requestID":"r","template_id":"tpl-1"}`, "Redo"},
 	{"POST", PathMigrate, PathMigrate, `{"requestID":"r","template_id":"tpl-1"}`, "Migrate"},
+	{"POST", PathTemplate, PathTemplate, `{"requestID":"r","annotations":{"cube.master.appsnapshot.template.id":"tpl-1"}}`, "CreateTemplate"},
 	{"DELETE", PathTemplate, PathTemplate, `{"RequestID":"r","template_id":"tpl-1"}`, "DeleteTemplate"},
 	{"PUT", PathAlias, "/cube/template/tpl-1/alias", `{"alias":"web"}`, "SetAlias"},
 }

@@ -1,6 +1,7 @@
 package cubeapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -164,6 +165,31 @@ type templateResponse struct {
 	templateItem
 	Replicas      []replicaInfo `json:"replicas"`
 	CreateRequest any           `json:"create_request,omitempty"`
+}
+
+// createTemplate is POST /cube/template: a sandbox create request whose
+// template id annotation names the template. It answers after every
+// target node has snapshotted it (upstream createTemplate).
+func (s *server) createTemplate(w http.ResponseWriter, r *http.Request) {
+	var body json.RawMessage
+	if !s.decode(w, r, &body) {
+		return
+	}
+	var head struct {
+		RequestID string `json:"requestID"`
+	}
+	_ = json.Unmarshal(body, &head) // a non-object body is refused by the service
+	if s.cfg.Catalog == nil {
+		s.fail(w, r, head.RequestID, errCatalogOff)
+		return
+	}
+	d, err := s.cfg.Catalog.CreateTemplate(r.Context(), body)
+	if err != nil {
+		s.fail(w, r, head.RequestID, err)
+		return
+	}
+	envelope.Write(w, templateResponse{Response: envelope.OK(head.RequestID), templateItem: newTemplateItem(d.TemplateSummary),
+		Replicas: newReplicaInfos(d.Replicas)})
 }
 
 // getTemplates is GET /cube/template: the list, or one template with

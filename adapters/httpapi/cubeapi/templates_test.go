@@ -93,6 +93,40 @@ func TestPublicRoutes(t *testing.T) {
 					t.Fatalf("create_request %v", b["create_request"])
 				}
 			}},
+		{name: "create template", method: "POST", target: PathTemplate,
+			body:     `{"requestID":"r-7","annotations":{"cube.master.appsnapshot.template.id":"tpl-sync"},"timeout":30,"future":{"x":1}}`,
+			wantCode: 200, wantCall: "CreateTemplate",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				if b["requestID"] != "r-7" || b["template_id"] != "tpl-sync" || b["instance_type"] != "cubebox" || b["version"] != "v2" ||
+					b["status"] != "PARTIALLY_READY" || b["last_error"] != "node n2: boom" {
+					t.Fatalf("body %v", b)
+				}
+				reps := b["replicas"].([]any)
+				if len(reps) != 2 || reps[0].(map[string]any)["snapshot_path"] != "/snap/n1" ||
+					reps[1].(map[string]any)["last_error_phase"] != "SNAPSHOTTING" {
+					t.Fatalf("replicas %v", reps)
+				}
+				// The service gets the body as sent, unknown fields included.
+				if got := svc.last.(string); !strings.Contains(got, `"future":{"x":1}`) || !strings.Contains(got, `"timeout":30`) {
+					t.Fatalf("service got %s", got)
+				}
+			}},
+		{name: "create template without id", method: "POST", target: PathTemplate, body: `{"requestID":"r-6"}`,
+			err: core.ErrTemplateIDRequired, wantCode: 130400, wantCall: "CreateTemplate",
+			check: func(t *testing.T, b map[string]any, _ *services) {
+				if b["requestID"] != "r-6" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "create template duplicate", method: "POST", target: PathTemplate, body: `{}`, err: core.ErrDuplicateTemplate, wantCode: 130400, wantCall: "CreateTemplate"},
+		{name: "create template no nodes", method: "POST", target: PathTemplate, body: `{}`, err: core.ErrNoTemplateNodes, wantCode: 130400, wantCall: "CreateTemplate"},
+		{name: "create template job active", method: "POST", target: PathTemplate, body: `{}`,
+			err: &core.ActiveJobError{TemplateID: "tpl-1", JobID: "job-0", Status: core.JobRunning}, wantCode: 130409, wantCall: "CreateTemplate"},
+		{name: "create template malformed", method: "POST", target: PathTemplate, body: `{"annotations":`, wantCode: 130400},
+		{name: "create template empty body", method: "POST", target: PathTemplate, wantCode: 130400},
+		{name: "create template too large", method: "POST", target: PathTemplate,
+			body: `{"pad":"` + strings.Repeat("a", 1<<20) + `"}`, wantCode: 130400},
+		{name: "create template unconfigured", method: "POST", target: PathTemplate, body: `{}`, nilServices: true, wantCode: 130593},
 		{name: "get unknown", method: "GET", target: PathTemplate + "?template_id=nope", err: core.ErrNotFound, wantCode: 130404, wantCall: "GetTemplate"},
 		{name: "delete", method: "DELETE", target: PathTemplate, body: `{"RequestID":"r-9","template_id":"tpl-1","sync":true}`, wantCode: 200, wantCall: "DeleteTemplate",
 			check: func(t *testing.T, b map[string]any, _ *services) {
