@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -112,7 +113,12 @@ func (c *Client) conn(node ports.Node) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[node.Addr]; ok {
 		return cc, nil
 	}
-	opts := c.opts.DialOptions
+	// Nodes come back after outages; keep the reconnect backoff short so a
+	// returning node is reachable within seconds, not minutes.
+	opts := append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})}, c.opts.DialOptions...)
 	if !c.opts.Secure {
 		opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
 	}
@@ -122,6 +128,25 @@ func (c *Client) conn(node ports.Node) (*grpc.ClientConn, error) {
 	}
 	c.conns[node.Addr] = cc
 	return cc, nil
+}
+
+// reconnectWait bounds the one retry after a node was unreachable.
+const reconnectWait = 3 * time.Second
+
+// call runs one RPC. If the node was unreachable (Unavailable: the request
+// never reached a server, or the connection broke), it wakes the
+// connection out of its reconnect backoff and retries once, waiting up to
+// reconnectWait for the node. All four RPCs are idempotent on the node, so
+// the retry is safe; a node that stays down still fails within seconds.
+func call[T any](ctx context.Context, cc *grpc.ClientConn, rpc func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, error) {
+	resp, err := rpc(ctx)
+	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+		return resp, err
+	}
+	cc.ResetConnectBackoff()
+	rctx, cancel := context.WithTimeout(ctx, reconnectWait)
+	defer cancel()
+	return rpc(rctx, grpc.WaitForReady(true))
 }
 
 func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -161,7 +186,9 @@ func (c *Client) CreateImage(ctx context.Context, node ports.Node, spec ports.Im
 	ctx, cancel := withTimeout(ctx, c.opts.CreateImageTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := cubeletpb.NewImagesClient(cc).CreateImage(ctx, req)
+	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CreateImageRequestResponse, error) {
+		return cubeletpb.NewImagesClient(cc).CreateImage(ctx, req, o...)
+	})
 	err = c.result(node, "CreateImage", req.RequestID, resp.GetRet(), err)
 	c.log.Debug("CreateImage", "node", node.ID, "addr", node.Addr, "image", spec.Image, "request_id", req.RequestID, "elapsed", time.Since(start), "err", err)
 	return err
@@ -181,7 +208,9 @@ func (c *Client) DestroyImage(ctx context.Context, node ports.Node, image string
 	req := &cubeletpb.DestroyImageRequest{RequestID: c.opts.NewRequestID(), Spec: &cubeletpb.ImageSpec{Image: image}}
 	ctx, cancel := withTimeout(ctx, c.opts.DestroyImageTimeout)
 	defer cancel()
-	resp, err := cubeletpb.NewImagesClient(cc).DestroyImage(ctx, req)
+	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.DestroyImageResponse, error) {
+		return cubeletpb.NewImagesClient(cc).DestroyImage(ctx, req, o...)
+	})
 	err = c.result(node, "DestroyImage", req.RequestID, resp.GetRet(), err)
 	if isNotFound(err) {
 		c.log.Debug("DestroyImage: node does not have the image", "node", node.ID, "image", image, "err", err)
@@ -211,7 +240,10 @@ func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, createRequest
 	}
 	ctx, cancel := withTimeout(ctx, c.opts.AppSnapshotTimeout)
 	defer cancel()
-	resp, err := cubeletpb.NewCubeboxMgrClient(cc).AppSnapshot(ctx, &cubeletpb.AppSnapshotRequest{CreateRequest: run, SnapshotDir: snapshotDir})
+	areq := &cubeletpb.AppSnapshotRequest{CreateRequest: run, SnapshotDir: snapshotDir}
+	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.AppSnapshotResponse, error) {
+		return cubeletpb.NewCubeboxMgrClient(cc).AppSnapshot(ctx, areq, o...)
+	})
 	if err := c.result(node, "AppSnapshot", run.RequestID, resp.GetRet(), err); err != nil {
 		return ports.SnapshotResult{}, err
 	}
@@ -235,7 +267,9 @@ func (c *Client) CleanupTemplate(ctx context.Context, node ports.Node, templateI
 	req := &cubeletpb.CleanupTemplateRequest{RequestID: c.opts.NewRequestID(), TemplateID: templateID, SnapshotPath: snapshotPath}
 	ctx, cancel := withTimeout(ctx, c.opts.CleanupTemplateTimeout)
 	defer cancel()
-	resp, err := cubeletpb.NewCubeboxMgrClient(cc).CleanupTemplate(ctx, req)
+	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CleanupTemplateResponse, error) {
+		return cubeletpb.NewCubeboxMgrClient(cc).CleanupTemplate(ctx, req, o...)
+	})
 	err = c.result(node, "CleanupTemplate", req.RequestID, resp.GetRet(), err)
 	if isNotFound(err) {
 		return nil

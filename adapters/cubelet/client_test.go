@@ -335,3 +335,60 @@ func TestBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// A node that was down and came back on the same address must be reachable
+// by the next call, not after the connection's reconnect backoff: redo of a
+// node's failed replica runs right after the node returns.
+func TestNodeBackAfterOutage(t *testing.T) {
+	f, node := startFake(t)
+	c := quietClient(Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+
+	// Take the node down: stop the server that owns the address.
+	srv := grpc.NewServer()
+	cubeletpb.RegisterImagesServer(srv, f)
+	cubeletpb.RegisterCubeboxMgrServer(srv, f)
+	down := ports.Node{ID: "node-8", Addr: freeAddr(t)}
+	lis, err := net.Listen("tcp", down.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	if err := c.DestroyImage(ctx, down, "rfs-1"); err != nil {
+		t.Fatalf("before the outage: %v", err)
+	}
+	srv.Stop()
+	for i := 0; i < 3; i++ { // drive the connection into backoff
+		if err := c.DestroyImage(ctx, down, "rfs-1"); err == nil {
+			t.Fatal("call to a stopped node succeeded")
+		}
+	}
+
+	// Back on the same address.
+	lis, err = net.Listen("tcp", down.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = grpc.NewServer()
+	cubeletpb.RegisterImagesServer(srv, f)
+	cubeletpb.RegisterCubeboxMgrServer(srv, f)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	if err := c.CreateImage(ctx, down, ports.ImageSpec{Image: "rfs-1"}); err != nil {
+		t.Fatalf("first call after the node came back: %v", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

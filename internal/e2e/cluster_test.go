@@ -291,6 +291,10 @@ func startCluster(t *testing.T) *cluster {
 			"CUBE_MASTER_DOWNLOAD_BASE_URL=" + c.masterURL,
 			"CUBE_TEMPLATE_CENTER_REDIS_ADDR=" + redis,
 			"CUBE_MASTER_SWEEP_INTERVAL=2s",
+			// Healthy nodes are re-probed rarely, so a node that goes down
+			// is still a distribution target (what a real outage between
+			// probes looks like); unhealthy nodes are re-checked at once.
+			"CUBE_MASTER_NODE_PROBE_INTERVAL=1h",
 			"CUBE_MASTER_LOCAL_ARTIFACT_DIR=" + c.masterLocalDir,
 		}}
 

@@ -242,14 +242,11 @@ func TestSystem(t *testing.T) {
 		}
 	})
 
-	t.Run("RedoFailedOnlyAfterNodeFailure", func(t *testing.T) {
-		// Node 2 stays healthy for the directory but cannot store artifacts:
-		// its instance-type directory is a file.
-		blocker := c.nodeDirs[1] + "/cubebox"
-		os.RemoveAll(blocker)
-		if err := os.WriteFile(blocker, []byte("not a directory"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	t.Run("RedoFailedOnlyAfterNodeWasDown", func(t *testing.T) {
+		// Node 2 goes down between health probes (the master probes healthy
+		// nodes only every CUBE_MASTER_NODE_PROBE_INTERVAL), so distribution
+		// to it fails and its replica is FAILED.
+		c.nodes[1].stop()
 		img2 := pushImage(t, c.registry, "app2", 0)
 		e := c.createFromImage("tpl-e2e-d", img2)
 		if e.Ret.Code != 200 {
@@ -257,10 +254,14 @@ func TestSystem(t *testing.T) {
 		}
 		done := c.waitJob(e.Job.JobID, 2*time.Minute)
 		if done.Job.Status != "READY" || done.Job.TemplateStatus != "PARTIALLY_READY" || done.Job.ReadyNodeCount != 1 || done.Job.FailedNodeCount != 1 {
-			t.Fatalf("with node 2 failing: %s, want READY job with a PARTIALLY_READY template", done.Raw)
+			t.Fatalf("with node 2 down: %s, want READY job with a PARTIALLY_READY template", done.Raw)
 		}
 		aid := done.Job.ArtifactID
-		os.Remove(blocker)
+		if _, err := os.Stat(c.nodeArtifact(1, aid)); err == nil {
+			t.Fatal("node 2 was down but holds the artifact")
+		}
+		c.nodes[1].start(t)
+		waitTCP(t, c.nodeAddrs[1])
 		redo := c.call(http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "redo-d", "template_id": "tpl-e2e-d", "failed_only": true})
 		if redo.Ret.Code != 200 || redo.Job == nil {
 			t.Fatalf("redo: %s", redo.Raw)
