@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+)
+
+// run executes one command line in-process and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "cubemastercli: "+oneLine(err.Error()))
+		return 1
+	}
+	return 0
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// app holds the global flags and the output streams.
+type app struct {
+	address string
+	port    int
+	timeout time.Duration
+	out     io.Writer
+}
+
+func (a *app) client() (*client, error) {
+	return newClient(a.address, a.port, a.timeout)
+}
+
+func newRootCmd(stdout io.Writer) *cobra.Command {
+	a := &app{out: stdout}
+	root := &cobra.Command{
+		Use:           "cubemastercli",
+		Short:         "Operate the cubemaster template API",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVarP(&a.address, "address", "a", "127.0.0.1", "comma-separated master hosts; one is picked at random")
+	pf.IntVarP(&a.port, "port", "p", 8089, "master port")
+	pf.DurationVar(&a.timeout, "timeout", 35*time.Second, "timeout of each HTTP request")
+
+	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates"}
+	tpl.AddCommand(
+		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
+		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
+	)
+	root.AddCommand(tpl)
+	return root
+}
+
+// printJSON pretty-prints a raw response.
+func (a *app) printJSON(raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		_, err = a.out.Write(raw)
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := a.out.Write(buf.Bytes())
+	return err
+}
+
+// stdoutIsTerminal decides between the live line and plain lines; tests
+// replace it.
+var stdoutIsTerminal = isTerminal
+
+// isTerminal reports whether w is a character device (a TTY).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func requireFlag(name, value string) error {
+	if strings.TrimSpace(value) == "" {
+		return fmt.Errorf("--%s is required", name)
+	}
+	return nil
+}
+
+func newRequestID() string { return uuid.NewString() }

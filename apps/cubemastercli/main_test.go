@@ -1,0 +1,414 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeMaster answers the public template routes with canned envelopes. Job
+// "job-ok" is RUNNING for two polls and then READY; "job-fail" is FAILED on
+// its second poll.
+type fakeMaster struct {
+	t     *testing.T
+	mu    sync.Mutex
+	polls map[string]int
+	reqs  []recorded
+}
+
+type recorded struct {
+	Method, Path, Query, Caller string
+	Body                        map[string]any
+}
+
+func ok(payload string) string {
+	if payload == "" {
+		return `{"ret":{"ret_code":200,"ret_msg":"success"}}`
+	}
+	return `{"ret":{"ret_code":200,"ret_msg":"success"},` + payload + `}`
+}
+
+func jobJSON(id, status, phase string, progress, ready, expected, failed int, extra string) string {
+	return fmt.Sprintf(`"job":{"job_id":%q,"template_id":"tpl-1","status":%q,"phase":%q,"progress":%d,`+
+		`"ready_node_count":%d,"expected_node_count":%d,"failed_node_count":%d%s}`, id, status, phase, progress, ready, expected, failed, extra)
+}
+
+func (f *fakeMaster) jobState(id string) string {
+	f.polls[id]++
+	n := f.polls[id]
+	switch id {
+	case "job-ok", "mig-1":
+		if n < 3 {
+			return jobJSON(id, "RUNNING", "PULLING", 20*n, 0, 2, 0,
+				`,"pull_total_bytes":4194304,"pull_downloaded_bytes":1048576,"pull_total_layers":4,"pull_completed_layers":1`)
+		}
+		return jobJSON(id, "READY", "DONE", 100, 2, 2, 0, `,"artifact":{"ext4_sha256":"abc123"}`)
+	case "job-fail":
+		if n < 2 {
+			return jobJSON(id, "RUNNING", "BUILDING_EXT4", 50, 0, 2, 0, "")
+		}
+		return jobJSON(id, "FAILED", "BUILDING_EXT4", 50, 0, 2, 0, `,"error_message":"mkfs.ext4 exited 1:\nno space"`)
+	}
+	return ""
+}
+
+func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec := recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Caller: r.Header.Get("X-Caller")}
+	if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+		if err := json.Unmarshal(b, &rec.Body); err != nil {
+			f.t.Errorf("%s %s: body is not JSON: %v", r.Method, r.URL.Path, err)
+		}
+	}
+	f.reqs = append(f.reqs, rec)
+	w.Header().Set("Content-Type", "application/json")
+	q := r.URL.Query()
+	switch {
+	case r.Method == "POST" && r.URL.Path == "/cube/template/from-image":
+		if rec.Body["source_image_ref"] == "bad:image" {
+			io.WriteString(w, `{"ret":{"ret_code":130400,"ret_msg":"source_image_ref: invalid\nreference"}}`)
+			return
+		}
+		id := "job-ok"
+		if rec.Body["source_image_ref"] == "fail:image" {
+			id = "job-fail"
+		}
+		io.WriteString(w, ok(jobJSON(id, "PENDING", "QUEUED", 0, 0, 2, 0, "")))
+	case r.Method == "GET" && (r.URL.Path == "/cube/template/from-image" || r.URL.Path == "/cube/template/migrate"):
+		s := f.jobState(q.Get("job_id"))
+		if s == "" {
+			io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"job not found"}}`)
+			return
+		}
+		io.WriteString(w, ok(s))
+	case r.Method == "POST" && r.URL.Path == "/cube/template/redo":
+		io.WriteString(w, ok(jobJSON("job-ok", "PENDING", "QUEUED", 0, 0, 1, 0, `,"operation":"REDO"`)))
+	case r.Method == "POST" && r.URL.Path == "/cube/template/migrate":
+		io.WriteString(w, ok(jobJSON("mig-1", "PENDING", "QUEUED", 0, 0, 2, 0, `,"operation":"MIGRATE"`)))
+	case r.Method == "GET" && r.URL.Path == "/cube/template" && q.Get("template_id") == "":
+		io.WriteString(w, ok(`"data":[{"template_id":"tpl-1","status":"READY","alias":"web","created_at":"2026-01-02T03:04:05Z","image_info":"nginx:1@sha256:aa","instance_type":"cubebox","last_error":""},`+
+			`{"template_id":"tpl-2","status":"FAILED","last_error":"pull failed"}]`))
+	case r.Method == "GET" && r.URL.Path == "/cube/template":
+		if q.Get("template_id") != "tpl-1" {
+			io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"template `+q.Get("template_id")+` not found"}}`)
+			return
+		}
+		extra := ""
+		if q.Get("include_request") == "true" {
+			extra = `,"create_request":{"annotations":{"k":"v"}}`
+		}
+		io.WriteString(w, ok(`"template_id":"tpl-1","status":"READY","replicas":[{"node_id":"node-1","node_ip":"10.0.0.1","status":"READY","phase":"DONE"}]`+extra))
+	case r.Method == "DELETE" && r.URL.Path == "/cube/template":
+		io.WriteString(w, ok(`"template_id":"tpl-1"`))
+	case r.Method == "PUT" && r.URL.Path == "/cube/template/tpl-1/alias":
+		io.WriteString(w, ok(`"template_id":"tpl-1","alias":"web"`))
+	case r.Method == "GET" && r.URL.Path == "/cube/template/build/b-1/status":
+		io.WriteString(w, ok(`"build_id":"b-1","template_id":"tpl-1","attempt_no":1,"status":"building","progress":40,"message":"PULLING"`))
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"ret":{"ret_code":-1,"ret_msg":"Not Found"}}`)
+	}
+}
+
+func (f *fakeMaster) requests() []recorded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]recorded(nil), f.reqs...)
+}
+
+// start runs the fake and returns the global flags that point at it.
+func start(t *testing.T) (*fakeMaster, []string) {
+	t.Helper()
+	f := &fakeMaster{t: t, polls: map[string]int{}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, []string{"-a", host, "-p", port}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, global []string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(append(append([]string{}, global...), args...), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     []string // substrings expected on stdout
+		stderrLine string   // substring of the single stderr line; "" means stderr must be empty
+	}{
+		{"create waits until READY", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--interval", "1ms"},
+			0, []string{"RUNNING", "PULLING", "pull 1.0MiB/4.0MiB", "layers 1/4", "status:", "READY", "distribution:", "2/2 ready, 0 failed", "abc123"}, ""},
+		{"create via template alias", []string{"template", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--interval", "1ms"},
+			0, []string{"READY"}, ""},
+		{"create detached", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--detach"},
+			0, []string{"job_id:", "job-ok", "PENDING"}, ""},
+		{"create failure exits non-zero", []string{"tpl", "create-from-image", "--image", "fail:image", "--writable-layer-size", "1Gi", "--interval", "1ms"},
+			1, []string{"FAILED", "error:", "mkfs.ext4 exited 1: no space"}, "job job-fail FAILED in phase BUILDING_EXT4: mkfs.ext4 exited 1: no space"},
+		{"create missing image", []string{"tpl", "create-from-image", "--writable-layer-size", "1Gi"}, 1, nil, "--image is required"},
+		{"create error envelope", []string{"tpl", "create-from-image", "--image", "bad:image", "--writable-layer-size", "1Gi"},
+			1, nil, "ret_code 130400: source_image_ref: invalid reference"},
+		{"status", []string{"tpl", "status", "--job-id", "job-fail"}, 0, []string{"job-fail", "RUNNING", "BUILDING_EXT4", "50%"}, ""},
+		{"status unknown job", []string{"tpl", "status", "--job-id", "nope"}, 1, nil, "ret_code 130404: job not found"},
+		{"watch", []string{"tpl", "watch", "--job-id", "job-ok", "--interval", "1ms"}, 0, []string{"READY"}, ""},
+		{"redo waits", []string{"tpl", "redo", "--template-id", "tpl-1", "--node", "n1", "--failed-only", "--interval", "1ms"},
+			0, []string{"READY", "2/2 ready"}, ""},
+		{"merge waits", []string{"tpl", "merge", "--template-id", "tpl-1", "--interval", "1ms"}, 0, []string{"mig-1", "READY"}, ""},
+		{"list", []string{"tpl", "list"}, 0, []string{"TEMPLATE_ID", "tpl-1", "web", "nginx:1@sha256:aa", "tpl-2"}, ""},
+		{"list wide", []string{"tpl", "ls", "-o", "wide"}, 0, []string{"LAST_ERROR", "pull failed", "cubebox"}, ""},
+		{"list bad output", []string{"tpl", "list", "-o", "yaml"}, 1, nil, `"yaml" is not supported`},
+		{"info", []string{"tpl", "info", "--template-id", "tpl-1", "--include-request"}, 0,
+			[]string{"NODE_ID", "node-1", "10.0.0.1", "create_request:", `"k": "v"`}, ""},
+		{"info not found", []string{"tpl", "info", "--template-id", "tpl-9"}, 1, nil, "ret_code 130404: template tpl-9 not found"},
+		{"alias set", []string{"tpl", "alias", "--template-id", "tpl-1", "--alias", "web"}, 0, []string{"alias of tpl-1 set to web"}, ""},
+		{"alias clear", []string{"tpl", "alias", "--template-id", "tpl-1"}, 0, []string{"alias of tpl-1 cleared"}, ""},
+		{"delete", []string{"tpl", "delete", "--template-id", "tpl-1"}, 0, []string{"template deleted: tpl-1"}, ""},
+		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"building", "40%", "PULLING"}, ""},
+		{"http 404", []string{"tpl", "build-status", "--build-id", "zz"}, 1, nil, "HTTP 404 Not Found: ret_code -1: Not Found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, global := start(t)
+			r := runCLI(t, global, tc.args...)
+			if r.code != tc.code {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tc.code, r.stdout, r.stderr)
+			}
+			for _, s := range tc.stdout {
+				if !strings.Contains(r.stdout, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, r.stdout)
+				}
+			}
+			if tc.stderrLine == "" {
+				if r.stderr != "" {
+					t.Errorf("stderr = %q, want empty", r.stderr)
+				}
+				return
+			}
+			if !strings.HasPrefix(r.stderr, "cubemastercli: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+				t.Errorf("stderr is not one line: %q", r.stderr)
+			}
+			if !strings.Contains(r.stderr, tc.stderrLine) {
+				t.Errorf("stderr = %q, want it to contain %q", r.stderr, tc.stderrLine)
+			}
+		})
+	}
+}
+
+func TestCreateFromImageRequest(t *testing.T) {
+	f, global := start(t)
+	t.Setenv("CUBE_REGISTRY_PASSWORD", "s3cret")
+	r := runCLI(t, global, "tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "2Gi",
+		"--template-id", "tpl-1", "--node", "n1", "--node", "n2", "--expose-port", "80", "--expose-port", "443",
+		"--registry-username", "bob", "--alias", "web", "--network-type", "tap", "--interval", "1ms")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	reqs := f.requests()
+	if len(reqs) != 4 { // submit + three polls (RUNNING, RUNNING, READY)
+		t.Fatalf("%d requests, want 4: %+v", len(reqs), reqs)
+	}
+	for _, q := range reqs {
+		if q.Caller != "mastercli" {
+			t.Errorf("%s %s: X-Caller = %q", q.Method, q.Path, q.Caller)
+		}
+	}
+	body := reqs[0].Body
+	want := map[string]any{
+		"source_image_ref": "nginx:1", "writable_layer_size": "2Gi", "template_id": "tpl-1", "registry_username": "bob",
+		"registry_password": "s3cret", "alias": "web", "instance_type": "cubebox", "network_type": "tap",
+	}
+	for k, v := range want {
+		if body[k] != v {
+			t.Errorf("body[%s] = %v, want %v", k, body[k], v)
+		}
+	}
+	if fmt.Sprint(body["distribution_scope"]) != "[n1 n2]" || fmt.Sprint(body["exposed_ports"]) != "[80 443]" {
+		t.Errorf("scope/ports = %v / %v", body["distribution_scope"], body["exposed_ports"])
+	}
+	if id, _ := body["requestID"].(string); id == "" {
+		t.Error("no requestID")
+	}
+	if reqs[1].Query != "job_id=job-ok" {
+		t.Errorf("poll query = %q", reqs[1].Query)
+	}
+	// Plain (non-TTY) output: one line per change, no carriage returns.
+	if strings.Contains(r.stdout, "\r") {
+		t.Errorf("non-TTY output has carriage returns: %q", r.stdout)
+	}
+}
+
+func TestJSONOutput(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		status string
+	}{
+		{"wait", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "READY"},
+		{"detach", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--detach"}, "PENDING"},
+		{"status", []string{"tpl", "status", "--job-id", "job-ok", "--json"}, "RUNNING"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, global := start(t)
+			r := runCLI(t, global, tc.args...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var resp struct {
+				Ret struct {
+					Code int `json:"ret_code"`
+				} `json:"ret"`
+				Job struct {
+					Status string `json:"status"`
+				} `json:"job"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &resp); err != nil {
+				t.Fatalf("stdout is not one JSON document: %v\n%s", err, r.stdout)
+			}
+			if resp.Ret.Code != 200 || resp.Job.Status != tc.status {
+				t.Errorf("got ret %d status %q, want 200 %q", resp.Ret.Code, resp.Job.Status, tc.status)
+			}
+		})
+	}
+	t.Run("list", func(t *testing.T) {
+		_, global := start(t)
+		r := runCLI(t, global, "tpl", "list", "--json")
+		var resp listResponse
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &resp) != nil || len(resp.Data) != 2 {
+			t.Fatalf("exit %d, stdout %q", r.code, r.stdout)
+		}
+	})
+}
+
+func TestRequestBodies(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		method string
+		path   string
+		want   map[string]any
+	}{
+		{"delete", []string{"tpl", "delete", "--template-id", "tpl-1"}, "DELETE", "/cube/template", map[string]any{"template_id": "tpl-1"}},
+		{"alias", []string{"tpl", "alias", "--template-id", "tpl-1", "--alias", " web "}, "PUT", "/cube/template/tpl-1/alias", map[string]any{"alias": "web"}},
+		{"alias clear", []string{"tpl", "alias", "--template-id", "tpl-1", "--alias", ""}, "PUT", "/cube/template/tpl-1/alias", map[string]any{"alias": ""}},
+		{"redo", []string{"tpl", "redo", "--template-id", "tpl-1", "--node", "n1", "--failed-only", "--detach"}, "POST", "/cube/template/redo",
+			map[string]any{"template_id": "tpl-1", "failed_only": true}},
+		{"merge", []string{"tpl", "merge", "--template-id", "tpl-1", "--detach"}, "POST", "/cube/template/migrate", map[string]any{"template_id": "tpl-1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, global := start(t)
+			if r := runCLI(t, global, tc.args...); r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			reqs := f.requests()
+			if len(reqs) != 1 {
+				t.Fatalf("%d requests, want 1 (detached / single call)", len(reqs))
+			}
+			q := reqs[0]
+			if q.Method != tc.method || q.Path != tc.path {
+				t.Fatalf("%s %s, want %s %s", q.Method, q.Path, tc.method, tc.path)
+			}
+			for k, v := range tc.want {
+				if q.Body[k] != v {
+					t.Errorf("body[%s] = %v, want %v", k, q.Body[k], v)
+				}
+			}
+			if tc.name == "delete" && q.Body["RequestID"] == nil {
+				t.Errorf("delete body lacks RequestID: %v", q.Body)
+			}
+		})
+	}
+}
+
+func TestMergePollsMigrateRoute(t *testing.T) {
+	f, global := start(t)
+	if r := runCLI(t, global, "tpl", "merge", "--template-id", "tpl-1", "--interval", "1ms"); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, q := range f.requests()[1:] {
+		if q.Method != "GET" || q.Path != "/cube/template/migrate" || q.Query != "job_id=mig-1" {
+			t.Errorf("poll %s %s?%s, want GET /cube/template/migrate?job_id=mig-1", q.Method, q.Path, q.Query)
+		}
+	}
+}
+
+func TestAddressPicksFromList(t *testing.T) {
+	c, err := newClient(" h1 , h2:9000 ,", 8089, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.base != "http://h1:8089" && c.base != "http://h2:9000" {
+		t.Errorf("base = %q", c.base)
+	}
+	if _, err := newClient(" , ", 8089, 0); err == nil {
+		t.Error("an empty address list was accepted")
+	}
+}
+
+func TestUnreachableMaster(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	r := runCLI(t, []string{"-a", "127.0.0.1", "-p", port, "--timeout", "2s"}, "tpl", "list")
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "cubemastercli: GET /cube/template: ") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	tests := []struct {
+		job  jobInfo
+		want string
+	}{
+		{jobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024, PullTotalLayers: 3, PullCompletedLayers: 1, ExpectedNodeCount: 2},
+			"RUNNING PULLING       50% [############------------] pull 1.0KiB/2.0KiB layers 1/3 distribution 0/2 ready, 0 failed"},
+		{jobInfo{Status: "READY", Progress: 140, ReadyNodeCount: 1, ExpectedNodeCount: 2, FailedNodeCount: 1},
+			"READY   -            100% [########################] distribution 1/2 ready, 1 failed"},
+	}
+	for _, tc := range tests {
+		if got := progressLine(&tc.job); got != tc.want {
+			t.Errorf("progressLine =\n%q\nwant\n%q", got, tc.want)
+		}
+	}
+}
+
+func TestLiveProgressOnTerminal(t *testing.T) {
+	old := stdoutIsTerminal
+	stdoutIsTerminal = func(io.Writer) bool { return true }
+	t.Cleanup(func() { stdoutIsTerminal = old })
+	_, global := start(t)
+	r := runCLI(t, global, "tpl", "watch", "--job-id", "job-ok", "--interval", "1ms")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stdout, "\r\033[K"); n != 3 {
+		t.Errorf("%d line rewrites, want 3 (one per poll):\n%q", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "status:                    READY") {
+		t.Errorf("no final summary:\n%s", r.stdout)
+	}
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+const (
+	pathTemplate  = "/cube/template"
+	pathFromImage = "/cube/template/from-image"
+	pathRedo      = "/cube/template/redo"
+	pathMigrate   = "/cube/template/migrate"
+)
+
+// waitFlags are shared by the commands that submit a job.
+type waitFlags struct {
+	detach   bool
+	interval time.Duration
+	json     bool
+}
+
+func (w *waitFlags) register(cmd *cobra.Command, detach bool) {
+	if detach {
+		cmd.Flags().BoolVar(&w.detach, "detach", false, "return after submission instead of waiting")
+		cmd.Flags().BoolVar(&w.detach, "no-wait", false, "same as --detach")
+	}
+	cmd.Flags().DurationVar(&w.interval, "interval", 2*time.Second, "polling interval")
+	cmd.Flags().BoolVar(&w.json, "json", false, "print the raw response")
+}
+
+// submitted handles a freshly created job: prints it when detached, else
+// follows it through pollPath until it ends.
+func (a *app) submitted(cmd *cobra.Command, c *client, raw []byte, job *jobInfo, pollPath string, w waitFlags) error {
+	if job == nil || job.JobID == "" {
+		return fmt.Errorf("the master answered without a job")
+	}
+	if w.detach {
+		if w.json {
+			return a.printJSON(raw)
+		}
+		printJob(a.out, job)
+		return nil
+	}
+	return a.follow(cmd.Context(), c, pollPath, job.JobID, job, w)
+}
+
+func (a *app) createFromImageCmd() *cobra.Command {
+	var (
+		req   fromImageRequest
+		ports []int32
+		w     waitFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "create-from-image",
+		Short: "Build a template from an OCI image and distribute it (waits by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("image", req.SourceImageRef); err != nil {
+				return err
+			}
+			if err := requireFlag("writable-layer-size", req.WritableLayerSize); err != nil {
+				return err
+			}
+			req.RequestID = newRequestID()
+			req.ExposedPorts = ports
+			req.RegistryPassword = os.Getenv("CUBE_REGISTRY_PASSWORD")
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp jobResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, req, &resp)
+			if err != nil {
+				return err
+			}
+			return a.submitted(cmd, c, raw, resp.Job, pathFromImage, w)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.SourceImageRef, "image", "", "source image reference (required)")
+	f.StringVar(&req.WritableLayerSize, "writable-layer-size", "", "writable layer size, e.g. 20Gi (required)")
+	f.StringVar(&req.TemplateID, "template-id", "", "template id (generated when empty)")
+	f.StringVar(&req.InstanceType, "instance-type", "cubebox", "instance type")
+	f.StringVar(&req.NetworkType, "network-type", "tap", "network type")
+	f.StringArrayVar(&req.DistributionScope, "node", nil, "target node id or IP (repeatable; default all nodes)")
+	f.Int32SliceVar(&ports, "expose-port", nil, "port to expose (repeatable)")
+	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user; the password comes from $CUBE_REGISTRY_PASSWORD")
+	f.StringVar(&req.Alias, "alias", "", "alias to bind to the template")
+	w.register(cmd, true)
+	return cmd
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	var jobID string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a create-from-image or redo job",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("job-id", jobID); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp jobResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, pathFromImage, url.Values{"job_id": {jobID}}, nil, &resp)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			if resp.Job == nil {
+				return fmt.Errorf("the master answered without a job")
+			}
+			printJob(a.out, resp.Job)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) watchCmd() *cobra.Command {
+	var jobID string
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Follow a create-from-image or redo job until it ends",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("job-id", jobID); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			return a.follow(cmd.Context(), c, pathFromImage, jobID, nil, w)
+		},
+	}
+	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (required)")
+	w.register(cmd, false)
+	return cmd
+}
+
+func (a *app) redoCmd() *cobra.Command {
+	var req redoRequest
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:   "redo",
+		Short: "Redistribute a template to its nodes (waits by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("template-id", req.TemplateID); err != nil {
+				return err
+			}
+			req.RequestID = newRequestID()
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp jobResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, pathRedo, nil, req, &resp)
+			if err != nil {
+				return err
+			}
+			return a.submitted(cmd, c, raw, resp.Job, pathFromImage, w)
+		},
+	}
+	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id (required)")
+	cmd.Flags().StringArrayVar(&req.DistributionScope, "node", nil, "node id or IP to redo (repeatable; default all)")
+	cmd.Flags().BoolVar(&req.FailedOnly, "failed-only", false, "redo only replicas that failed")
+	w.register(cmd, true)
+	return cmd
+}
+
+func (a *app) mergeCmd() *cobra.Command {
+	var req migrateRequest
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:   "merge",
+		Short: "Migrate a template's artifact to the shared store (waits by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("template-id", req.TemplateID); err != nil {
+				return err
+			}
+			req.RequestID = newRequestID()
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp jobResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, pathMigrate, nil, req, &resp)
+			if err != nil {
+				return err
+			}
+			return a.submitted(cmd, c, raw, resp.Job, pathMigrate, w)
+		},
+	}
+	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id (required)")
+	cmd.Flags().StringVar(&req.Backend, "backend", "", "target store kind, e.g. s3 (default: the master's)")
+	w.register(cmd, true)
+	return cmd
+}
+
+func (a *app) listCmd() *cobra.Command {
+	var output string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List templates",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "wide" {
+				return fmt.Errorf("-o/--output: %q is not supported (only \"wide\")", output)
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp listResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate, nil, nil, &resp)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			wide := output == "wide"
+			if wide {
+				fmt.Fprintln(tw, "TEMPLATE_ID\tSTATUS\tALIAS\tINSTANCE_TYPE\tVERSION\tCREATED_AT\tIMAGE_INFO\tLAST_ERROR")
+			} else {
+				fmt.Fprintln(tw, "TEMPLATE_ID\tSTATUS\tALIAS\tCREATED_AT\tIMAGE_INFO")
+			}
+			for _, t := range resp.Data {
+				if wide {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(t.Status), dash(t.Alias),
+						dash(t.InstanceType), dash(t.Version), dash(t.CreatedAt), dash(t.ImageInfo), dash(oneLine(t.LastError)))
+				} else {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(t.Status), dash(t.Alias), dash(t.CreatedAt), dash(t.ImageInfo))
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) infoCmd() *cobra.Command {
+	var id string
+	var includeRequest, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "info",
+		Short: "Show one template and its replicas",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("template-id", id); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			q := url.Values{"template_id": {id}}
+			if includeRequest {
+				q.Set("include_request", "true")
+			}
+			var resp templateResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate, q, nil, &resp)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			printTemplate(a.out, &resp)
+			if includeRequest && resp.CreateRequest != nil {
+				fmt.Fprintln(a.out, "create_request:")
+				return a.printJSON(mustJSON(resp.CreateRequest))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "template-id", "", "template id (required)")
+	cmd.Flags().BoolVar(&includeRequest, "include-request", false, "also print the stored sandbox create request")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) aliasCmd() *cobra.Command {
+	var id, alias string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "alias",
+		Short: "Set a template's alias (an empty --alias clears it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("template-id", id); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			path := pathTemplate + "/" + url.PathEscape(id) + "/alias"
+			raw, err := c.do(cmd.Context(), http.MethodPut, path, nil, aliasRequest{RequestID: newRequestID(), Alias: strings.TrimSpace(alias)}, nil)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			if strings.TrimSpace(alias) == "" {
+				fmt.Fprintf(a.out, "alias of %s cleared\n", id)
+			} else {
+				fmt.Fprintf(a.out, "alias of %s set to %s\n", id, strings.TrimSpace(alias))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "template-id", "", "template id (required)")
+	cmd.Flags().StringVar(&alias, "alias", "", "alias; empty clears it")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) deleteCmd() *cobra.Command {
+	var id string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "delete",
+		Short: "Delete a template from every node and the stores",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("template-id", id); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, deleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			fmt.Fprintf(a.out, "template deleted: %s\n", id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "template-id", "", "template id (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) buildStatusCmd() *cobra.Command {
+	var id string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "build-status",
+		Short: "Show a build's status",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlag("build-id", id); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var resp buildStatusResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, &resp)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(raw)
+			}
+			kv(a.out, "build_id", resp.BuildID)
+			kv(a.out, "template_id", resp.TemplateID)
+			kv(a.out, "attempt_no", fmt.Sprint(resp.AttemptNo))
+			kv(a.out, "retry_of_job_id", resp.RetryOfJobID)
+			kv(a.out, "status", resp.Status)
+			kv(a.out, "progress", fmt.Sprintf("%d%%", resp.Progress))
+			kv(a.out, "message", resp.Message)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "build-id", "", "build id (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}

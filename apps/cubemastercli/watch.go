@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const (
+	statusReady  = "READY"
+	statusFailed = "FAILED"
+	barWidth     = 24
+)
+
+func terminal(j *jobInfo) bool { return j.Status == statusReady || j.Status == statusFailed }
+
+// follow polls pollPath?job_id= until the job is READY or FAILED. first,
+// when non-nil, is the job as submission returned it. On a TTY the progress
+// is one rewritten line; otherwise a plain line is printed per change.
+// --json prints only the last raw response.
+func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *jobInfo, w waitFlags) error {
+	tty := !w.json && stdoutIsTerminal(a.out)
+	var (
+		job     = first
+		raw     []byte
+		lastKey string
+		drawn   bool
+	)
+	show := func(j *jobInfo) {
+		if w.json {
+			return
+		}
+		line := progressLine(j)
+		if tty {
+			fmt.Fprint(a.out, "\r\033[K"+line)
+			drawn = true
+			return
+		}
+		if line != lastKey {
+			fmt.Fprintln(a.out, line)
+			lastKey = line
+		}
+	}
+	if job != nil {
+		show(job)
+	}
+	for job == nil || !terminal(job) || raw == nil && w.json {
+		if job != nil {
+			if err := sleep(ctx, w.interval); err != nil {
+				if drawn {
+					fmt.Fprintln(a.out)
+				}
+				return fmt.Errorf("detached from job %s; follow it with: cubemastercli tpl watch --job-id %s", jobID, jobID)
+			}
+		}
+		var resp jobResponse
+		r, err := c.do(ctx, http.MethodGet, pollPath, url.Values{"job_id": {jobID}}, nil, &resp)
+		if err != nil {
+			if drawn {
+				fmt.Fprintln(a.out)
+			}
+			return err
+		}
+		if resp.Job == nil {
+			return fmt.Errorf("job %s: the master answered without a job", jobID)
+		}
+		job, raw = resp.Job, r
+		show(job)
+	}
+	if drawn {
+		fmt.Fprintln(a.out)
+	}
+	if w.json {
+		if err := a.printJSON(raw); err != nil {
+			return err
+		}
+	} else {
+		printJob(a.out, job)
+	}
+	if job.Status == statusFailed {
+		msg := job.ErrorMessage
+		if msg == "" {
+			msg = "no error message"
+		}
+		return fmt.Errorf("job %s FAILED in phase %s: %s", job.JobID, dash(job.Phase), msg)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// progressLine is the one-line job view: status, phase, progress with a
+// bar, pull bytes/layers when known and the distribution counts.
+func progressLine(j *jobInfo) string {
+	p := min(max(j.Progress, 0), 100)
+	fill := p * barWidth / 100
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-7s %-12s %3d%% [%s%s]", j.Status, dash(j.Phase), p,
+		strings.Repeat("#", fill), strings.Repeat("-", barWidth-fill))
+	if j.PullTotalBytes > 0 || j.PullDownloadedBytes > 0 {
+		fmt.Fprintf(&b, " pull %s/%s", humanBytes(j.PullDownloadedBytes), humanBytes(j.PullTotalBytes))
+		if j.PullSpeedBPS > 0 {
+			fmt.Fprintf(&b, " %s/s", humanBytes(j.PullSpeedBPS))
+		}
+	}
+	if j.PullTotalLayers > 0 {
+		fmt.Fprintf(&b, " layers %d/%d", j.PullCompletedLayers, j.PullTotalLayers)
+	}
+	fmt.Fprintf(&b, " distribution %d/%d ready, %d failed", j.ReadyNodeCount, j.ExpectedNodeCount, j.FailedNodeCount)
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func kv(w io.Writer, k, v string) {
+	if v != "" {
+		fmt.Fprintf(w, "%-26s %s\n", k+":", v)
+	}
+}
+
+// printJob prints the job as key: value lines; empty fields are left out.
+func printJob(w io.Writer, j *jobInfo) {
+	kv(w, "job_id", j.JobID)
+	kv(w, "template_id", j.TemplateID)
+	if j.AttemptNo > 0 {
+		kv(w, "attempt_no", fmt.Sprint(j.AttemptNo))
+	}
+	kv(w, "retry_of_job_id", j.RetryOfJobID)
+	kv(w, "operation", j.Operation)
+	kv(w, "redo_mode", j.RedoMode)
+	kv(w, "redo_scope", strings.Join(j.RedoScope, ","))
+	kv(w, "resume_phase", j.ResumePhase)
+	kv(w, "artifact_id", j.ArtifactID)
+	kv(w, "status", j.Status)
+	kv(w, "phase", j.Phase)
+	kv(w, "progress", fmt.Sprintf("%d%%", j.Progress))
+	kv(w, "distribution", fmt.Sprintf("%d/%d ready, %d failed", j.ReadyNodeCount, j.ExpectedNodeCount, j.FailedNodeCount))
+	kv(w, "template_spec_fingerprint", j.TemplateSpecFingerprint)
+	kv(w, "template_status", j.TemplateStatus)
+	kv(w, "artifact_status", j.ArtifactStatus)
+	if a := j.Artifact; a != nil {
+		kv(w, "artifact_sha256", a.Ext4SHA256)
+		if a.Ext4SizeBytes > 0 {
+			kv(w, "artifact_size", humanBytes(a.Ext4SizeBytes))
+		}
+		kv(w, "artifact_backend", a.StorageBackend)
+	}
+	kv(w, "error", oneLine(j.ErrorMessage))
+}
+
+func printTemplate(w io.Writer, t *templateResponse) {
+	kv(w, "template_id", t.TemplateID)
+	kv(w, "alias", t.Alias)
+	kv(w, "status", t.Status)
+	kv(w, "instance_type", t.InstanceType)
+	kv(w, "version", t.Version)
+	kv(w, "created_at", t.CreatedAt)
+	kv(w, "image_info", t.ImageInfo)
+	kv(w, "last_error", oneLine(t.LastError))
+	if len(t.Replicas) == 0 {
+		fmt.Fprintln(w, "replicas: none")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE_ID\tNODE_IP\tSTATUS\tPHASE\tARTIFACT_ID\tSNAPSHOT_PATH\tERROR")
+	for _, r := range t.Replicas {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, dash(r.NodeIP), dash(r.Status), dash(r.Phase),
+			dash(r.ArtifactID), dash(r.SnapshotPath), dash(oneLine(r.ErrorMessage)))
+	}
+	_ = tw.Flush()
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(fmt.Sprintf("%q", fmt.Sprint(v)))
+	}
+	return b
+}
