@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -27,21 +28,24 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // becomes BUILT, then the resume pipeline starts in the background and
 // HandleStatusReport returns at once. An unknown job is core.ErrNotFound,
 // a malformed report a *core.FieldError.
+//
+// A BUILT report binds the artifact under the artifact's lock
+// (resumeLockName) when it can get it within builtLockWait, so it waits for
+// a delete or GC of the same artifact and then sees its final state. An artifact that is being deleted
+// (CLEANUP_PENDING or DELETING) is not bound: the job is FAILED with
+// "artifact is being deleted; redo to rebuild" and the report is refused
+// with an error wrapping core.ErrConflict (the data plane gets a 409).
 func (s *Service) HandleStatusReport(ctx context.Context, jobID string, r ports.StatusReport) (applied bool, err error) {
 	u, err := dataPlaneUpdate(r.Update)
 	if err != nil {
 		return false, err
 	}
+	var job *core.Job
 	if u.Status == core.JobBuilt {
-		skip, err := s.recordBuiltArtifact(ctx, jobID, &u, r.Artifact)
-		if err != nil {
-			return false, err
-		}
-		if skip {
-			return false, nil
-		}
+		job, applied, err = s.reportBuilt(ctx, jobID, u, r.Artifact)
+	} else {
+		job, applied, err = s.jobs().Report(ctx, jobID, u)
 	}
-	job, applied, err := s.jobs().Report(ctx, jobID, u)
 	if err != nil {
 		return false, err
 	}
@@ -95,25 +99,16 @@ func dataPlaneUpdate(in core.JobUpdate) (core.JobUpdate, error) {
 // artifact row (creating it if the data plane did not). skip is true when
 // the report would not apply to the job (late or duplicate): then nothing
 // is written.
-func (s *Service) recordBuiltArtifact(ctx context.Context, jobID string, u *core.JobUpdate, meta *core.Artifact) (skip bool, err error) {
-	job, err := s.Store.Jobs().Get(ctx, jobID)
-	if err != nil {
-		return false, err
-	}
+//
+// The caller holds the artifact's lock (see reportBuilt).
+func (s *Service) recordBuiltArtifact(ctx context.Context, job *core.Job, u *core.JobUpdate, meta *core.Artifact) (skip bool, err error) {
 	if err := job.Clone().Apply(*u); err != nil {
 		if errors.Is(err, core.ErrStaleUpdate) {
 			return true, nil
 		}
 		return false, err
 	}
-	aid := firstString(u.ArtifactID, job.ArtifactID)
-	if meta != nil {
-		aid = firstString(aid, meta.ArtifactID)
-	}
-	if aid == "" {
-		return false, &core.FieldError{Field: "artifact_id", Reason: "a BUILT report must name the artifact"}
-	}
-	u.ArtifactID = aid
+	aid := u.ArtifactID
 	if meta == nil {
 		a, err := s.Store.Artifacts().Get(ctx, aid)
 		if isNotFound(err) {
@@ -121,6 +116,9 @@ func (s *Service) recordBuiltArtifact(ctx context.Context, jobID string, u *core
 		}
 		if err != nil {
 			return false, err
+		}
+		if beingDeleted(a.Status) {
+			return false, fmt.Errorf("artifact %s is %s: %w", aid, a.Status, errArtifactDeleting)
 		}
 		if a.Ext4SHA256 == "" || a.Ext4SizeBytes <= 0 {
 			return false, &core.FieldError{Field: "artifact", Reason: fmt.Sprintf("artifact %s has no sha256/size; the BUILT report must carry them", aid)}
@@ -154,14 +152,20 @@ func (s *Service) recordBuiltArtifact(ctx context.Context, jobID string, u *core
 }
 
 // upsertArtifact creates the row from m (READY: the data plane just said
-// the bytes exist) or copies m's data fields onto the existing row. The
-// status moves to READY only from PENDING/BUILDING/FAILED; a row being
-// cleaned up is left for the resume pipeline's claim to judge, and the
-// download token is the pipeline's too.
+// the bytes exist; m's metadata was validated as complete) or copies m's
+// data fields onto the existing row. The status moves to READY only from
+// PENDING/BUILDING/FAILED; a row being cleaned up (CLEANUP_PENDING,
+// DELETING) is refused with errArtifactDeleting, and the download token is
+// the pipeline's. The caller holds the artifact's lock.
 func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 	arts := s.Store.Artifacts()
 	for range 2 {
 		_, err := arts.Update(ctx, m.ArtifactID, func(a *core.Artifact) error {
+			if beingDeleted(a.Status) {
+				// Its node copies and bytes are (being) destroyed: binding
+				// it would keep a row whose bytes are gone.
+				return fmt.Errorf("artifact %s is %s: %w", a.ArtifactID, a.Status, errArtifactDeleting)
+			}
 			setIfNotEmpty(&a.Fingerprint, m.Fingerprint)
 			setIfNotEmpty(&a.SourceImageRef, m.SourceImageRef)
 			setIfNotEmpty(&a.SourceImageDigest, m.SourceImageDigest)
@@ -199,6 +203,73 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 		// Created concurrently (the data plane's own row): update it.
 	}
 	return fmt.Errorf("record artifact %s: %w", m.ArtifactID, core.ErrConflict)
+}
+
+// errArtifactDeleting refuses a BUILT report for an artifact whose cleanup
+// has started; the job is failed with this message.
+var errArtifactDeleting = fmt.Errorf("artifact is being deleted; redo to rebuild: %w", core.ErrConflict)
+
+func beingDeleted(st core.ArtifactStatus) bool {
+	return st == core.ArtifactCleanupPending || st == core.ArtifactDeleting
+}
+
+// reportBuilt applies a BUILT report: it binds the artifact and moves the
+// job to BUILT while holding the artifact's lock, so the bind serializes
+// with delete, GC and resume of the same artifact (the job, once BUILT and
+// naming the artifact, counts as a reference for a later cleanup). The
+// job is read again under the lock: a delete may have failed or removed it
+// meanwhile. An artifact being deleted fails the job and returns the
+// refusal.
+// builtLockWait bounds how long a BUILT report waits for its artifact's lock.
+const builtLockWait = 10 * time.Second
+
+func (s *Service) reportBuilt(ctx context.Context, jobID string, u core.JobUpdate, meta *core.Artifact) (*core.Job, bool, error) {
+	job, err := s.Store.Jobs().Get(ctx, jobID)
+	if err != nil {
+		return nil, false, err
+	}
+	aid := firstString(u.ArtifactID, job.ArtifactID)
+	if meta != nil {
+		aid = firstString(aid, meta.ArtifactID)
+	}
+	if aid == "" {
+		return nil, false, &core.FieldError{Field: "artifact_id", Reason: "a BUILT report must name the artifact"}
+	}
+	u.ArtifactID = aid
+	// Wait a bounded time for the artifact's lock. A delete holds it for a
+	// few node calls; a resume of another template on this artifact may hold
+	// it for a long distribution, and while it does no delete can run, so
+	// binding without the lock is then safe — the status check below still
+	// refuses an artifact that is being deleted. Blocking longer would make
+	// the data plane's report time out and be lost.
+	lctx, lcancel := context.WithTimeout(ctx, builtLockWait)
+	lock, lerr := s.Locker.Lock(lctx, resumeLockName(aid))
+	lcancel()
+	switch {
+	case lerr == nil:
+		defer s.unlock(ctx, lock)
+	case ctx.Err() != nil:
+		return nil, false, fmt.Errorf("artifact %s: %w", aid, ctx.Err())
+	default:
+		s.log().Info("binding BUILT artifact without its lock (held by a long operation)", "artifact_id", aid, "job", jobID)
+	}
+	if job, err = s.Store.Jobs().Get(ctx, jobID); err != nil {
+		return nil, false, err
+	}
+	skip, err := s.recordBuiltArtifact(ctx, job, &u, meta)
+	if errors.Is(err, errArtifactDeleting) {
+		failed, applied, ferr := s.jobs().Report(ctx, jobID, core.Fail(job.Phase, err.Error()))
+		if ferr != nil {
+			s.log().Warn("job not failed after refused BUILT report", "job", jobID, "err", ferr)
+		} else if applied && failed.Status.Terminal() {
+			s.dropProgress(ctx, jobID)
+		}
+		return nil, false, err
+	}
+	if err != nil || skip {
+		return nil, false, err
+	}
+	return s.jobs().Report(ctx, jobID, u)
 }
 
 func setIfNotEmpty(dst *string, v string) {

@@ -173,7 +173,9 @@ func (s *Service) abandonStale(ctx context.Context, j *core.Job) error {
 //   - Phase 2 (no row lock, idempotent): DestroyImage on every placement
 //     node. Any failure stops here; the row stays CLEANUP_PENDING for GC.
 //   - Phase 3 (one transaction): recount; still none and still
-//     CLEANUP_PENDING: delete the placement rows. After the commit ask the
+//     CLEANUP_PENDING: delete the placement rows. References came back
+//     (a job bound it during phase 2): the row goes back to READY but the
+//     placement rows still go, since phase 2 destroyed those copies. After the commit ask the
 //     data plane to delete the bytes and the row (only it does that); a
 //     failure is logged and left to GC and the data plane's backstop.
 func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate string, try bool) (done bool, err error) {
@@ -274,9 +276,9 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 	}
 
 	// Phase 3.
-	del := false
+	del, revived := false, false
 	err = s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
-		del = false
+		del, revived = false, false
 		_, err := r.Artifacts().Update(ctx, aid, func(a *core.Artifact) error {
 			n, err := r.Artifacts().CountReferences(ctx, aid, excludeTemplate)
 			if err != nil {
@@ -285,6 +287,7 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 			if n > 0 {
 				// Someone started using it during phase 2: keep the row;
 				// nodes download it again when they need it.
+				revived = true
 				a.GCDeadline = deadline
 				if a.Status == core.ArtifactCleanupPending {
 					a.Status = core.ArtifactReady
@@ -300,13 +303,20 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 		if err != nil {
 			return err
 		}
-		if del {
+		// Deleted: no copy is left. Revived: phase 2 destroyed every listed
+		// copy (any failure stopped before phase 3) and no resume could add
+		// one while we hold the lock, so the placements are all stale; with
+		// them gone the next resume distributes the artifact again.
+		if del || revived {
 			_, err = r.Placements().Delete(ctx, aid)
 		}
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("artifact %s cleanup phase 3: %w", aid, err)
+	}
+	if revived {
+		s.log().Info("artifact referenced again during cleanup; kept, destroyed copies forgotten", "artifact", aid, "copies", len(placements))
 	}
 	if !del {
 		return false, nil
