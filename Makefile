@@ -4,8 +4,10 @@ GO      ?= go
 BIN     ?= bin
 PKGS    ?= ./...
 # Two cores: keep package-level parallelism modest so integration suites
-# against the shared servers do not starve each other.
-TESTFLAGS ?= -p 2 -timeout 30m
+# against the shared servers do not starve each other. -count=1: integration
+# tests build and run binaries and talk to servers, which the test cache
+# cannot see, so their results must never be reused.
+TESTFLAGS ?= -p 2 -count=1 -timeout 30m
 
 .PHONY: all build test test-short db-report lint generate bench servers servers-stop clean
 
