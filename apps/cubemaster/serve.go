@@ -19,6 +19,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/templates"
 )
 
@@ -91,11 +92,9 @@ func runServe(ctx context.Context, listen string) error {
 		return err
 	}
 	defer st.Close()
-	applied, err := st.Migrate(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate %s store: %w", st.Dialect(), err)
+	if err := startup.Migrate(ctx, st, log); err != nil {
+		return err
 	}
-	log.Info("schema ready", "dialect", st.Dialect(), "applied", applied)
 
 	dir, err := do.Invoke[*nodedir.Directory](i)
 	if err != nil {

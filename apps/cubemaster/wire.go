@@ -14,15 +14,13 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
-	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
-	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
-	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/templates"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -62,14 +60,7 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		switch st.Dialect() {
-		case "mysql":
-			return mysqllock.New(st.DB()), nil
-		case "postgres":
-			return pglock.New(st.DB()), nil
-		}
-		// SQLite is the single-machine mode: one master holds the file.
-		return memlock.New(), nil
+		return startup.Locker(st), nil
 	})
 	do.Provide(i, func(i do.Injector) (*nodedir.Directory, error) {
 		st, err := do.Invoke[*entstore.Store](i)

@@ -21,14 +21,12 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
-	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
-	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
-	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/build"
 	"github.com/cubesandbox/templatecenter/core/reconcile"
 	"github.com/cubesandbox/templatecenter/core/tcbuild"
@@ -81,11 +79,9 @@ func runServe(cmd *cobra.Command, listen string) error {
 		return err
 	}
 	defer st.Close()
-	applied, err := st.Migrate(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate %s store: %w", st.Dialect(), err)
+	if err := startup.Migrate(ctx, st, log); err != nil {
+		return err
 	}
-	log.Info("schema ready", "dialect", st.Dialect(), "applied", applied)
 
 	exec, err := do.Invoke[*tcbuild.Executor](i)
 	if err != nil {
@@ -146,14 +142,7 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 		if err != nil {
 			return nil, err
 		}
-		switch st.Dialect() {
-		case "mysql":
-			return mysqllock.New(st.DB()), nil
-		case "postgres":
-			return pglock.New(st.DB()), nil
-		}
-		// SQLite is the single-machine mode: one process holds the file.
-		return memlock.New(), nil
+		return startup.Locker(st), nil
 	})
 	do.Provide(i, func(do.Injector) (*artifactstore.Store, error) {
 		return openArtifactStore(context.Background(), cfg)
