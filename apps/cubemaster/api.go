@@ -8,22 +8,22 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 // The cubeapi router asks for small interfaces; these types adapt the
-// template service to them. templates.Service already satisfies
+// template service to them. control.Service already satisfies
 // cubeapi.StatusReports and cubeapi.Artifacts as it is.
 var (
-	_ cubeapi.StatusReports = (*templates.Service)(nil)
-	_ cubeapi.Artifacts     = (*templates.Service)(nil)
+	_ cubeapi.StatusReports = (*control.Service)(nil)
+	_ cubeapi.Artifacts     = (*control.Service)(nil)
 	_ cubeapi.ImageJobs     = imageJobs{}
 	_ cubeapi.Catalog       = catalog{}
 	_ cubeapi.Migrations    = migrations{}
 )
 
 // imageJobs serves create-from-image, redo and job reads.
-type imageJobs struct{ svc *templates.Service }
+type imageJobs struct{ svc *control.Service }
 
 func (a imageJobs) CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*cubeapi.JobView, error) {
 	job, err := a.svc.CreateFromImage(ctx, req, baseURL)
@@ -49,7 +49,7 @@ func (a imageJobs) GetImageJob(ctx context.Context, jobID string) (*cubeapi.JobV
 }
 
 func (a imageJobs) Redo(ctx context.Context, req cubeapi.RedoRequest, baseURL string) (*cubeapi.JobView, error) {
-	job, err := a.svc.Redo(ctx, templates.RedoRequest{
+	job, err := a.svc.Redo(ctx, control.RedoRequest{
 		RequestID: req.RequestID, TemplateID: req.TemplateID, DistributionScope: req.DistributionScope,
 		FailedOnly: req.FailedOnly, DownloadBaseURL: baseURL,
 	})
@@ -80,7 +80,7 @@ func (a imageJobs) view(ctx context.Context, job *core.Job) (*cubeapi.JobView, e
 }
 
 // catalog serves template reads, deletion and aliases.
-type catalog struct{ svc *templates.Service }
+type catalog struct{ svc *control.Service }
 
 func (c catalog) ListTemplates(ctx context.Context) ([]cubeapi.TemplateSummary, error) {
 	list, err := c.svc.ListTemplates(ctx)
@@ -109,7 +109,7 @@ func (c catalog) GetTemplate(ctx context.Context, templateID string, includeRequ
 // CreateTemplate creates a template from a sandbox create request,
 // synchronously (POST /cube/template).
 func (c catalog) CreateTemplate(ctx context.Context, body json.RawMessage) (*cubeapi.TemplateDetail, error) {
-	req, err := templates.ParseCreateTemplateRequest(body)
+	req, err := control.ParseCreateTemplateRequest(body)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (c catalog) CreateTemplate(ctx context.Context, body json.RawMessage) (*cub
 	return detail(info), nil
 }
 
-func detail(info *templates.TemplateInfo) *cubeapi.TemplateDetail {
+func detail(info *control.TemplateInfo) *cubeapi.TemplateDetail {
 	d := &cubeapi.TemplateDetail{TemplateSummary: summary(info)}
 	for _, r := range info.Replicas {
 		d.Replicas = append(d.Replicas, &core.Replica{
@@ -152,7 +152,7 @@ func (c catalog) ResolveTemplate(ctx context.Context, idOrAlias string) (*cubeap
 		CreateRequest: def.RequestJSON}, nil
 }
 
-func summary(t *templates.TemplateInfo) cubeapi.TemplateSummary {
+func summary(t *control.TemplateInfo) cubeapi.TemplateSummary {
 	s := cubeapi.TemplateSummary{
 		TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
 		LastError: t.LastError, Alias: t.Alias, ImageInfo: t.ImageInfo,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 func TestDownloadBaseURL(t *testing.T) {
@@ -141,7 +141,7 @@ func TestEnvdLoader(t *testing.T) {
 }
 
 func TestMigrationsNeedAnUploader(t *testing.T) {
-	m := migrations{&templates.Service{}}
+	m := migrations{&control.Service{}}
 	_, err := m.Migrate(t.Context(), cubeapi.MigrateRequest{TemplateID: "t"})
 	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "uploader") {
 		t.Fatalf("Migrate err = %v", err)
@@ -152,11 +152,11 @@ func TestMigrationsNeedAnUploader(t *testing.T) {
 }
 
 func TestSummaryKeepsCreatedAt(t *testing.T) {
-	s := summary(&templates.TemplateInfo{TemplateID: "t", Status: "READY", CreatedAt: "2026-01-02T03:04:05Z", ImageInfo: "r@sha256:x"})
+	s := summary(&control.TemplateInfo{TemplateID: "t", Status: "READY", CreatedAt: "2026-01-02T03:04:05Z", ImageInfo: "r@sha256:x"})
 	if !s.CreatedAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || s.ImageInfo != "r@sha256:x" || s.Status != "READY" {
 		t.Fatalf("summary = %+v", s)
 	}
-	if s := summary(&templates.TemplateInfo{TemplateID: "t"}); !s.CreatedAt.IsZero() {
+	if s := summary(&control.TemplateInfo{TemplateID: "t"}); !s.CreatedAt.IsZero() {
 		t.Fatalf("empty created_at gave %v", s.CreatedAt)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown: in-flight
@@ -109,7 +109,7 @@ func runServe(ctx context.Context, listen string) error {
 		return err
 	}
 	defer agent.Close()
-	svc, err := do.Invoke[*templates.Service](i)
+	svc, err := do.Invoke[*control.Service](i)
 	if err != nil {
 		return err
 	}

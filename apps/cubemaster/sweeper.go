@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 // sweepStaleAfter is how long a BUILT (or mid-resume) job must have gone
@@ -18,7 +18,7 @@ const sweepStaleAfter = 2 * time.Minute
 // (and once at start, so jobs a previous process left behind are picked up
 // without waiting a full period).
 type sweeper struct {
-	svc      *templates.Service
+	svc      *control.Service
 	interval time.Duration
 	log      *slog.Logger
 }
@@ -44,7 +44,7 @@ func (s *sweeper) run(stop <-chan struct{}) {
 func (s *sweeper) pass() {
 	timeout := s.svc.Config.ResumeTimeout
 	if timeout <= 0 {
-		timeout = templates.DefaultResumeTimeout
+		timeout = control.DefaultResumeTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -55,7 +55,7 @@ func (s *sweeper) pass() {
 	case n > 0:
 		s.log.Info("BUILT sweep resumed jobs", "resumed", n)
 	}
-	n, err = s.svc.SweepMigrations(ctx, templates.DefaultMigrateStaleAfter)
+	n, err = s.svc.SweepMigrations(ctx, control.DefaultMigrateStaleAfter)
 	switch {
 	case err != nil:
 		s.log.Warn("migrate sweep finished with failures", "failed_jobs", n, "err", err)

@@ -21,7 +21,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -96,7 +96,7 @@ func newInjector(w wiring) *do.RootScope {
 	do.Provide(i, func(i do.Injector) (*metrics.Metrics, error) {
 		return metrics.New(do.MustInvoke[*prometheus.Registry](i))
 	})
-	do.Provide(i, func(i do.Injector) (*templates.Service, error) {
+	do.Provide(i, func(i do.Injector) (*control.Service, error) {
 		st, err := do.Invoke[*entstore.Store](i)
 		if err != nil {
 			return nil, err
@@ -121,10 +121,10 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		return &templates.Service{
+		return &control.Service{
 			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), Dispatcher: tc,
 			IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
-			Config: templates.Config{
+			Config: control.Config{
 				DownloadBaseURL: w.downloadBase,
 				Envd:            envdLoader(cfg.Master.EnvdHostDir, log),
 				ArtifactExists:  newArtifactProbe(w.tcBase).Exists,
@@ -135,7 +135,7 @@ func newInjector(w wiring) *do.RootScope {
 		}, nil
 	})
 	do.Provide(i, func(i do.Injector) (http.Handler, error) {
-		svc, err := do.Invoke[*templates.Service](i)
+		svc, err := do.Invoke[*control.Service](i)
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/templates"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -66,7 +66,7 @@ func TestInjectorBuildsTheService(t *testing.T) {
 	i := newInjector(w)
 	defer i.Shutdown()
 	defer do.MustInvoke[*entstore.Store](i).Close()
-	svc := do.MustInvoke[*templates.Service](i)
+	svc := do.MustInvoke[*control.Service](i)
 	if svc.Config.DownloadBaseURL != w.downloadBase || svc.Config.ArtifactExists == nil || svc.Config.Envd != nil {
 		t.Fatalf("service config = %+v", svc.Config)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -68,8 +68,8 @@ so it stays out of process listings); --registry-username names the user.`,
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object describing the result")
 	fl.StringVar(&f.writableLayerSize, "writable-layer-size", "20Gi", "writable layer size recorded in the template spec fingerprint")
 	fl.StringVar(&f.username, "registry-username", "", "registry user (password from CUBE_REGISTRY_PASSWORD)")
-	fl.StringVar(&f.envdFile, "envd", "", "agent binary to inject at "+build.EnvdInImagePath)
-	fl.StringVar(&f.caFile, "ca-bundle", "", "PEM bundle to inject at "+build.CAInImagePath)
+	fl.StringVar(&f.envdFile, "envd", "", "agent binary to inject at "+pipeline.EnvdInImagePath)
+	fl.StringVar(&f.caFile, "ca-bundle", "", "PEM bundle to inject at "+pipeline.CAInImagePath)
 	_ = cmd.MarkFlagRequired("image")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
@@ -89,7 +89,7 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		return fmt.Errorf("work dir %s: %w", cfg.WorkDir, err)
 	}
-	var inj build.Injection
+	var inj pipeline.Injection
 	if f.envdFile != "" {
 		if inj.Envd, err = os.ReadFile(f.envdFile); err != nil {
 			return fmt.Errorf("--envd: %w", err)
@@ -103,7 +103,7 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 
 	inj2 := newBuildInjector(buildWiring{cfg: cfg, ctx: ctx, builder: f.builder, insecure: f.insecure})
 	defer inj2.Shutdown()
-	pipeline, err := do.Invoke[*build.Pipeline](inj2)
+	pl, err := do.Invoke[*pipeline.Pipeline](inj2)
 	if err != nil {
 		return err
 	}
@@ -112,11 +112,11 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 		SourceImageRef: f.image, WritableLayerSize: f.writableLayerSize, TemplateID: "one-shot", Platform: f.platform,
 	}
 	if len(inj.Envd) > 0 {
-		req.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{build.InjectEnvdAnnotation: "true"}}
+		req.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{pipeline.InjectEnvdAnnotation: "true"}}
 	}
 	progress := newProgressPrinter(cmd.ErrOrStderr(), !f.jsonOut)
 	start := time.Now()
-	res, err := pipeline.Run(ctx, build.Input{
+	res, err := pl.Run(ctx, pipeline.Input{
 		Image:   ports.ImageRequest{Ref: f.image, Platform: f.platform, Username: f.username, Password: os.Getenv("CUBE_REGISTRY_PASSWORD")},
 		Request: req,
 		Inject:  inj,
@@ -129,7 +129,7 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	rep := buildReport{
 		ImageRef: res.Image.Ref, ImageDigest: res.Image.Digest, Platform: res.Image.Platform,
 		Fingerprint: res.Fingerprint, ArtifactID: res.ArtifactID, SHA256: res.SHA256, SizeBytes: res.SizeBytes,
-		Builder: pipeline.Builder.Name(), Out: res.Path, Layers: res.Layers, Entries: res.Tree.Entries,
+		Builder: pl.Builder.Name(), Out: res.Path, Layers: res.Layers, Entries: res.Tree.Entries,
 		ContentBytes: res.Tree.ContentBytes, PhasesMS: map[string]int64{}, TotalMS: time.Since(start).Milliseconds(),
 		WritableLayerSize: req.WritableLayerSize,
 	}
@@ -180,7 +180,7 @@ func newProgressPrinter(w io.Writer, on bool) *progressPrinter {
 	return &progressPrinter{w: w, on: on, tty: tty, lastPct: -1}
 }
 
-func (p *progressPrinter) event(e build.Event) {
+func (p *progressPrinter) event(e pipeline.Event) {
 	if !p.on {
 		return
 	}

@@ -27,9 +27,8 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
-	"github.com/cubesandbox/templatecenter/core/build"
-	"github.com/cubesandbox/templatecenter/core/reconcile"
-	"github.com/cubesandbox/templatecenter/core/tcbuild"
+	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -83,11 +82,11 @@ func runServe(cmd *cobra.Command, listen string) error {
 		return err
 	}
 
-	exec, err := do.Invoke[*tcbuild.Executor](i)
+	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
 	}
-	rec, err := do.Invoke[*reconcile.Reconciler](i)
+	rec, err := do.Invoke[*data.Reconciler](i)
 	if err != nil {
 		return err
 	}
@@ -170,13 +169,13 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			BaseURL: cfg.MasterAddr, Token: cfg.CallbackToken, Logger: log, Metrics: do.MustInvoke[*metrics.Metrics](i),
 		})
 	})
-	do.Provide(i, func(i do.Injector) (*tcbuild.Executor, error) {
+	do.Provide(i, func(i do.Injector) (*data.Executor, error) {
 		st := do.MustInvoke[*entstore.Store](i)
 		blobs, err := do.Invoke[*artifactstore.Store](i)
 		if err != nil {
 			return nil, err
 		}
-		p, err := do.Invoke[*build.Pipeline](i)
+		p, err := do.Invoke[*pipeline.Pipeline](i)
 		if err != nil {
 			return nil, err
 		}
@@ -194,10 +193,10 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			return nil, err
 		}
 		m := do.MustInvoke[*metrics.Metrics](i)
-		return &tcbuild.Executor{
+		return &data.Executor{
 			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
-			Config: tcbuild.Config{MaxConcurrent: cfg.MaxConcurrentBuilds, Logger: log, OnDone: func(o tcbuild.Outcome) {
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
 						m.ObservePhase(string(ph), d)
@@ -206,15 +205,15 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			}},
 		}, nil
 	})
-	do.Provide(i, func(i do.Injector) (*reconcile.Deleter, error) {
+	do.Provide(i, func(i do.Injector) (*data.Deleter, error) {
 		blobs, err := do.Invoke[*artifactstore.Store](i)
 		if err != nil {
 			return nil, err
 		}
-		return &reconcile.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs}, nil
+		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs}, nil
 	})
-	do.Provide(i, func(i do.Injector) (*reconcile.Reconciler, error) {
-		d := do.MustInvoke[*reconcile.Deleter](i)
+	do.Provide(i, func(i do.Injector) (*data.Reconciler, error) {
+		d := do.MustInvoke[*data.Deleter](i)
 		locker, err := do.Invoke[ports.Locker](i)
 		if err != nil {
 			return nil, err
@@ -224,8 +223,8 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 		if rc.StaleAfter > 0 {
 			running = rc.StaleAfter
 		}
-		return &reconcile.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
-			Config: reconcile.Config{
+		return &data.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
+			Config: data.ReconcilerConfig{
 				Disabled: rc.Disabled, Interval: rc.Interval, PendingStaleAfter: rc.PendingStaleAfter,
 				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,
 				DeleteArtifact: d.Delete, ScratchDir: cfg.WorkDir, Logger: log,
@@ -236,8 +235,8 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 		blobs := do.MustInvoke[*artifactstore.Store](i)
 		return tcapi.New(tcapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
-			Builds:    do.MustInvoke[*tcbuild.Executor](i),
-			Deleter:   deleterFunc(do.MustInvoke[*reconcile.Deleter](i).Delete),
+			Builds:    do.MustInvoke[*data.Executor](i),
+			Deleter:   deleterFunc(do.MustInvoke[*data.Deleter](i).Delete),
 			Artifacts: st.Artifacts(),
 			Store:     blobs,
 			Uploads:   uploadRecorder{st.Artifacts()},

@@ -23,7 +23,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/jobs"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/internal/testimage"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -33,7 +33,7 @@ import (
 // them to the job rows the way the control plane does.
 type fakeMaster struct {
 	t     *testing.T
-	jobs  *jobs.Service
+	jobs  *control.Service
 	mu    sync.Mutex
 	seen  map[string][]ports.StatusReport
 	token string
@@ -104,7 +104,7 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc := &jobs.Service{Store: st, IDs: system.IDs{}}
+	svc := &control.Service{Store: st, IDs: system.IDs{}}
 	master := &fakeMaster{t: t, jobs: svc, seen: map[string][]ports.StatusReport{}, token: "e2e-secret"}
 	ms := httptest.NewServer(master)
 	defer ms.Close()

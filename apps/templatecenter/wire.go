@@ -14,7 +14,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/adapters/registry"
 	"github.com/cubesandbox/templatecenter/apps/config"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -80,7 +80,7 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		}
 		return pluginBuilder{b}, nil
 	})
-	do.Provide(i, func(i do.Injector) (*build.Pipeline, error) {
+	do.Provide(i, func(i do.Injector) (*pipeline.Pipeline, error) {
 		src, err := do.Invoke[ports.ImageSource](i)
 		if err != nil {
 			return nil, err
@@ -93,7 +93,7 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		return &build.Pipeline{
+		return &pipeline.Pipeline{
 			Source: src, Flattener: fl, Builder: b, ScratchDir: w.cfg.WorkDir,
 			HeadroomBytes: w.cfg.HeadroomBytes, HeadroomInodes: w.cfg.HeadroomInodes, MaxSizeBytes: w.cfg.MaxImageBytes,
 		}, nil

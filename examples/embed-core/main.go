@@ -1,6 +1,6 @@
 // Command embed-core uses CubeTemplateCenter as a library, in process: it
 // opens the embedded SQLite store, submits from-image jobs through
-// core/jobs.Service and feeds it status reports, printing what the job rules
+// core/control.Service and feeds it status reports, printing what the job rules
 // decide. No server, registry or builder is involved.
 //
 //	go run ./examples/embed-core
@@ -18,7 +18,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/jobs"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func run(ctx context.Context, w io.Writer, dbPath string) error {
 	}
 	fmt.Fprintf(w, "store: %s, %d migrations applied\n", store.Dialect(), len(applied))
 
-	svc := &jobs.Service{Store: store, IDs: system.IDs{}}
+	svc := &control.Service{Store: store, IDs: system.IDs{}}
 
 	// 1. A new request creates a PENDING job.
 	first, err := svc.SubmitFromImage(ctx, request("1Gi"))

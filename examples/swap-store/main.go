@@ -26,7 +26,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -62,7 +62,7 @@ func demoArtifact() (content []byte, sum, id, key string) {
 	h := sha256.Sum256(content)
 	sum = hex.EncodeToString(h[:])
 	id, _ = core.ArtifactIDFor(sum) // cannot fail: sum has 64 characters
-	return content, sum, id, build.ArtifactKey(id)
+	return content, sum, id, pipeline.ArtifactKey(id)
 }
 
 func run(ctx context.Context, w io.Writer, dsn, artifactsURL string) error {

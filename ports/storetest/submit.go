@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/jobs"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 var submitTests = []test{
@@ -31,9 +31,9 @@ func FromImageRequest(templateID, variant string) *core.FromImageRequest {
 }
 
 func testSubmitConcurrent(t *testing.T, e *env) {
-	svc := &jobs.Service{Store: e.s, IDs: ids}
+	svc := &control.Service{Store: e.s, IDs: ids}
 	tpl := uniq("tpl-i1-")
-	results := make([]jobs.SubmitResult, Submitters)
+	results := make([]control.SubmitResult, Submitters)
 	errs := make([]error, Submitters)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -70,7 +70,7 @@ func testSubmitConcurrent(t *testing.T, e *env) {
 }
 
 func testSubmitDifferent(t *testing.T, e *env) {
-	svc := &jobs.Service{Store: e.s, IDs: ids}
+	svc := &control.Service{Store: e.s, IDs: ids}
 	tpl := uniq("tpl-i1-")
 	first, err := svc.SubmitFromImage(e.ctx, FromImageRequest(tpl, "1.0"))
 	must(t, err, "first submit")

@@ -12,7 +12,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -73,7 +73,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	key := a.ObjectKey
 	if key == "" {
-		key = build.ArtifactKey(id)
+		key = pipeline.ArtifactKey(id)
 	}
 	info, err := s.cfg.Store.Stat(ctx, key)
 	switch {

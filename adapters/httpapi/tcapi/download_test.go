@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -32,7 +32,7 @@ func newDownloadFixture(t *testing.T, store ports.ArtifactStore) *dlFixture {
 	for i := range data {
 		data[i] = byte(r.IntN(256))
 	}
-	put(t, store, build.ArtifactKey("rfs-ready"), data)
+	put(t, store, pipeline.ArtifactKey("rfs-ready"), data)
 	put(t, store, "custom/key.ext4", data[:100])
 	sha := sum(data)
 	lookup := &fakeLookup{rows: map[string]*core.Artifact{

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/build"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -61,7 +61,7 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	key := build.ArtifactKey(id)
+	key := pipeline.ArtifactKey(id)
 	resp := wire.UploadResponse{Status: "uploaded", ArtifactID: id, ObjectKey: key,
 		StorageBackend: s.cfg.Store.Backend(), SHA256: sha, SizeBytes: size}
 	info, err := s.cfg.Store.Stat(ctx, key)

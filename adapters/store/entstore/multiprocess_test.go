@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
-	"github.com/cubesandbox/templatecenter/core/jobs"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports/storetest"
 )
 
@@ -282,7 +282,7 @@ func TestI1Child(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	svc := &jobs.Service{Store: s, IDs: storetest.IDs{}}
+	svc := &control.Service{Store: s, IDs: storetest.IDs{}}
 
 	for r, tpl := range plan.Templates {
 		results := make([]i1Result, storetest.Submitters)

@@ -1,0 +1,138 @@
+package control
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// CreateFromImage submits a from-image template build (POST
+// /cube/template/from-image). It validates and normalizes req in place,
+// applies the job rules of SubmitFromImage (an identical
+// active request returns its job, a different one is
+// *core.ActiveJobError, an existing non-FAILED template
+// core.ErrDuplicateTemplate) and forwards a newly created PENDING job to
+// the data plane with the download base URL nodes will fetch the artifact
+// from (normally the base URL of the API request).
+//
+// A dispatch that fails never leaves a PENDING job behind: the job is
+// failed with the reason, and both the FAILED job and the error are
+// returned (other errors return a nil job); core.ErrBusy (data plane
+// at capacity) stays visible through errors.Is so the API can answer
+// "busy, retry". An alias in the request that another template holds is
+// refused up front with core.ErrConflict.
+func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
+	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
+		return nil, err
+	}
+	if err := ValidateOverrides(req); err != nil {
+		return nil, err
+	}
+	if WantsEnvd(req) && s.Config.Envd == nil {
+		return nil, &core.FieldError{Field: "container_overrides.annotations." + AnnotationInjectEnvd,
+			Reason: "envd injection was requested but this control plane has no envd binary configured"}
+	}
+	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
+		return nil, err
+	}
+	res, err := s.SubmitFromImage(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if !res.Created || res.Job.Status != core.JobPending {
+		return res.Job, nil
+	}
+	return s.dispatch(ctx, res.Job, req, downloadBaseURL)
+}
+
+// checkAliasFree refuses an alias held by another template (or equal to
+// another template's id). The resume pipeline re-checks when it writes
+// the definition; this early check turns the common case into a clear
+// error instead of a build whose alias is dropped.
+func (s *Service) checkAliasFree(ctx context.Context, templateID, alias string) error {
+	if alias == "" {
+		return nil
+	}
+	tpl := s.Store.Templates()
+	if d, err := tpl.GetDefinitionByAlias(ctx, alias); err == nil && d.TemplateID != templateID {
+		return fmt.Errorf("alias %q is already used by template %s: %w", alias, d.TemplateID, core.ErrConflict)
+	} else if err != nil && !isNotFound(err) {
+		return err
+	}
+	if d, err := tpl.GetDefinition(ctx, alias); err == nil && d.TemplateID != templateID {
+		return fmt.Errorf("alias %q is the id of template %s: %w", alias, d.TemplateID, core.ErrConflict)
+	}
+	return nil
+}
+
+// dispatch forwards a PENDING job to the data plane, failing the job if it
+// cannot. req still carries the registry credentials (they are never
+// stored, so only the submitting call can pass them on).
+func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
+	if job.Status != core.JobPending {
+		// Only PENDING jobs go to the data plane; a BUILT job sent again
+		// would be refused there and wrongly failed here.
+		return job, nil
+	}
+	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: normalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
+	if WantsEnvd(req) {
+		data, err := s.loadEnvd()
+		if err != nil {
+			return s.failDispatch(ctx, job, err)
+		}
+		sum := sha256.Sum256(data)
+		br.EnvdData, br.EnvdSHA256 = data, hex.EncodeToString(sum[:])
+	}
+	err := s.Dispatcher.SubmitBuild(ctx, br)
+	switch {
+	case err == nil:
+		return job, nil
+	case errors.Is(err, core.ErrConflict):
+		// Already in flight on the data plane: it has the job.
+		s.log().Info("data plane already has the job", "job", job.JobID)
+		return job, nil
+	case errors.Is(err, core.ErrBusy):
+		return s.failDispatch(ctx, job, fmt.Errorf("the data plane is at capacity, retry later: %w", err))
+	}
+	return s.failDispatch(ctx, job, fmt.Errorf("forward build to the data plane: %w", err))
+}
+
+func (s *Service) loadEnvd() ([]byte, error) {
+	if s.Config.Envd == nil {
+		return nil, fmt.Errorf("envd injection requested but no envd binary is configured: %w", core.ErrUnsupported)
+	}
+	data, err := s.Config.Envd()
+	if err != nil {
+		return nil, fmt.Errorf("load envd binary: %w", err)
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("load envd binary: it is empty: %w", core.ErrInvalidArgument)
+	}
+	return data, nil
+}
+
+// failDispatch fails a job that never reached the data plane and returns
+// the failed job with cause.
+func (s *Service) failDispatch(ctx context.Context, job *core.Job, cause error) (*core.Job, error) {
+	wctx, cancel := detached(ctx, 30*time.Second)
+	defer cancel()
+	failed, _, err := s.Report(wctx, job.JobID, core.Fail(job.Phase, cause.Error()))
+	if err != nil {
+		s.log().Error("dispatch failure not recorded", "job", job.JobID, "cause", cause, "err", err)
+		failed = job
+	}
+	return failed, fmt.Errorf("job %s: %w", job.JobID, cause)
+}
+
+func sortedStrings(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,157 @@
+package control_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+)
+
+func TestCreateFromImageDispatch(t *testing.T) {
+	boom := errors.New("connection refused")
+	tests := []struct {
+		name       string
+		submitErr  error
+		wantErr    error // nil: success
+		wantStatus core.JobStatus
+		wantMsg    string
+	}{
+		{"accepted", nil, nil, core.JobPending, ""},
+		{"already in flight", core.ErrConflict, nil, core.JobPending, ""},
+		{"busy", core.ErrBusy, core.ErrBusy, core.JobFailed, "the data plane is at capacity"},
+		{"down", boom, boom, core.JobFailed, "forward build to the data plane: connection refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			e.submitErr = tc.submitErr
+			req := request("tpl-d")
+			job, err := e.svc.CreateFromImage(e.ctx, req, "master:8089")
+			if tc.wantErr == nil && err != nil {
+				t.Fatalf("CreateFromImage: %v", err)
+			}
+			if tc.wantErr != nil {
+				wantErrIs(t, err, tc.wantErr)
+			}
+			if job == nil {
+				t.Fatal("no job returned")
+			}
+			j := e.job(job.JobID)
+			eq(t, "status", j.Status, tc.wantStatus)
+			if !strings.Contains(j.ErrorMessage, tc.wantMsg) {
+				t.Errorf("message %q lacks %q", j.ErrorMessage, tc.wantMsg)
+			}
+			if tc.wantStatus == core.JobFailed && j.ActiveKey != "" {
+				t.Error("failed job still blocks the template")
+			}
+			calls := e.disp.SubmitBuildCalls()
+			if len(calls) != 1 {
+				t.Fatalf("SubmitBuild calls = %d", len(calls))
+			}
+			br := calls[0].Req
+			eq(t, "job id", br.JobID, job.JobID)
+			eq(t, "download base", br.DownloadBaseURL, "http://master:8089")
+			eq(t, "password forwarded", br.Request.RegistryPassword, "s3cret")
+			if br.EnvdData != nil {
+				t.Error("envd sent without opt-in")
+			}
+		})
+	}
+}
+
+func TestCreateFromImageIdempotentResubmit(t *testing.T) {
+	e := newEnv(t, "node-1")
+	first := e.create(request("tpl-idem"))
+	second := e.create(request("tpl-idem"))
+	eq(t, "same job", second.JobID, first.JobID)
+	eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 1)
+
+	other := request("tpl-idem")
+	other.WritableLayerSize = "30Gi"
+	_, err := e.svc.CreateFromImage(e.ctx, other, baseURL)
+	wantErrIs(t, err, core.ErrAttemptInProgress)
+
+	// A BUILT job is never forwarded again.
+	e.build(first.JobID, fpA)
+	e.wait()
+	_, err = e.svc.CreateFromImage(e.ctx, request("tpl-idem"), baseURL)
+	wantErrIs(t, err, core.ErrDuplicateTemplate)
+	eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 1)
+}
+
+func TestCreateFromImageEnvd(t *testing.T) {
+	binary := []byte("\x7fELF envd")
+	sum := sha256.Sum256(binary)
+	optIn := func(tid string) *core.FromImageRequest {
+		r := request(tid)
+		r.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{control.AnnotationInjectEnvd: "true"}}
+		return r
+	}
+
+	t.Run("sent with its sha256", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		e.svc.Config.Envd = func() ([]byte, error) { return binary, nil }
+		e.create(optIn("tpl-envd"))
+		br := e.disp.SubmitBuildCalls()[0].Req
+		eq(t, "envd data", string(br.EnvdData), string(binary))
+		eq(t, "envd sha", br.EnvdSHA256, hex.EncodeToString(sum[:]))
+	})
+	t.Run("not configured", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		_, err := e.svc.CreateFromImage(e.ctx, optIn("tpl-envd"), baseURL)
+		wantErrIs(t, err, core.ErrInvalidArgument)
+		if _, err := e.store.Jobs().Latest(e.ctx, "tpl-envd"); !errors.Is(err, core.ErrNotFound) {
+			t.Error("a job was created although envd is not available")
+		}
+	})
+	t.Run("load fails", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		e.svc.Config.Envd = func() ([]byte, error) { return nil, errors.New("no such file") }
+		job, err := e.svc.CreateFromImage(e.ctx, optIn("tpl-envd"), baseURL)
+		if err == nil || !strings.Contains(err.Error(), "no such file") {
+			t.Fatalf("err = %v", err)
+		}
+		eq(t, "status", e.job(job.JobID).Status, core.JobFailed)
+		eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+	})
+}
+
+func TestCreateFromImageRejectsBadInput(t *testing.T) {
+	e := newEnv(t, "node-1")
+	tests := []struct {
+		name string
+		mut  func(r *core.FromImageRequest)
+	}{
+		{"no image", func(r *core.FromImageRequest) { r.SourceImageRef = "" }},
+		{"mount over /", func(r *core.FromImageRequest) {
+			r.ContainerOverrides = &core.ContainerOverrides{VolumeMounts: []byte(`[{"name":"x","container_path":"/"}]`)}
+		}},
+		{"security context not an object", func(r *core.FromImageRequest) {
+			r.ContainerOverrides = &core.ContainerOverrides{SecurityContext: []byte(`[1]`)}
+		}},
+		{"bad alias", func(r *core.FromImageRequest) { r.Alias = "Has Space" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := request("tpl-bad")
+			tc.mut(r)
+			_, err := e.svc.CreateFromImage(e.ctx, r, baseURL)
+			wantErrIs(t, err, core.ErrInvalidArgument)
+			var fe *core.FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("error %v does not name the field", err)
+			}
+		})
+	}
+	eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+}
+
+// The control plane and the data plane must agree on the opt-in key.
+func TestEnvdAnnotationMatchesBuilder(t *testing.T) {
+	eq(t, "annotation", control.AnnotationInjectEnvd, pipeline.InjectEnvdAnnotation)
+}

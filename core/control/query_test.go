@@ -1,0 +1,156 @@
+package control_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+func TestAliasSetClearConflict(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.ready("tpl-a", fpA)
+	e.ready("tpl-b", fpB)
+
+	d, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "alias", d.Alias, "web")
+
+	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("web"))
+	wantErrIs(t, err, core.ErrConflict)
+	if err == nil || !strings.Contains(err.Error(), "tpl-a") {
+		t.Errorf("conflict %v does not name the holder", err)
+	}
+	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("Bad_Alias"))
+	wantErrIs(t, err, core.ErrInvalidArgument)
+	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("tpl-x"))
+	wantErrIs(t, err, core.ErrInvalidArgument)
+	_, err = e.svc.SetAlias(e.ctx, "tpl-missing", ptr("db"))
+	wantErrIs(t, err, core.ErrNotFound)
+
+	for name, clear := range map[string]*string{"null": nil, "empty": ptr("")} {
+		if _, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web")); err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.svc.SetAlias(e.ctx, "tpl-a", clear)
+		if err != nil {
+			t.Fatalf("clear with %s: %v", name, err)
+		}
+		eq(t, "cleared by "+name, d.Alias, "")
+	}
+	// Free again: the other template may take it.
+	if _, err := e.svc.SetAlias(e.ctx, "tpl-b", ptr("web")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResolveTemplate(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2")
+	e.ready("tpl-a", fpA)
+	if _, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web")); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"tpl-a", "web"} {
+		d, err := e.svc.ResolveTemplate(e.ctx, key)
+		if err != nil {
+			t.Fatalf("ResolveTemplate(%s): %v", key, err)
+		}
+		eq(t, "resolved "+key, d.TemplateID, "tpl-a")
+	}
+	_, err := e.svc.ResolveTemplate(e.ctx, "nope")
+	wantErrIs(t, err, core.ErrNotFound)
+	_, err = e.svc.ResolveTemplate(e.ctx, "")
+	wantErrIs(t, err, core.ErrTemplateIDRequired)
+
+	// READY replicas only on nodes that are down: not ready.
+	e.setHealthy()
+	_, err = e.svc.ResolveTemplate(e.ctx, "web")
+	wantErrIs(t, err, core.ErrTemplateNotReady)
+
+	// A template whose every snapshot failed is not ready either.
+	e.setHealthy("node-1", "node-2")
+	e.snapFail["node-1"], e.snapFail["node-2"] = errors.New("x"), errors.New("y")
+	e.ready("tpl-b", fpB)
+	_, err = e.svc.ResolveTemplate(e.ctx, "tpl-b")
+	wantErrIs(t, err, core.ErrTemplateNotReady)
+}
+
+func TestGetTemplateAndList(t *testing.T) {
+	e := newEnv(t, "node-1")
+	done := e.ready("tpl-a", fpA)
+	pending := e.create(request("tpl-p"))
+
+	info, err := e.svc.GetTemplate(e.ctx, "tpl-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "status", info.Status, "READY")
+	eq(t, "job", info.JobID, done.JobID)
+	eq(t, "replicas", len(info.Replicas), 1)
+	eq(t, "image info", info.ImageInfo, "registry.local/app:1@"+digestA)
+	var req map[string]any
+	if err := json.Unmarshal(info.CreateRequest, &req); err != nil {
+		t.Fatalf("create_request: %v", err)
+	}
+
+	// No definition yet: shown through the latest job.
+	p, err := e.svc.GetTemplate(e.ctx, "tpl-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "pending status", p.Status, "PENDING")
+	eq(t, "pending job", p.JobID, pending.JobID)
+
+	_, err = e.svc.GetTemplate(e.ctx, "tpl-none")
+	wantErrIs(t, err, core.ErrNotFound)
+
+	list, err := e.svc.ListTemplates(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].TemplateID != "tpl-a" || list[1].TemplateID != "tpl-p" || list[1].Status != "PENDING" {
+		t.Errorf("ListTemplates = %+v", list)
+	}
+	if list[0].Replicas != nil || list[0].CreateRequest != nil {
+		t.Error("list carries replicas or requests")
+	}
+}
+
+func TestGetJobAndBuildStatus(t *testing.T) {
+	e := newEnv(t, "node-1")
+	_, err := e.svc.GetJob(e.ctx, "job-unknown")
+	wantErrIs(t, err, core.ErrNotFound)
+	_, err = e.svc.GetBuildStatus(e.ctx, "job-unknown")
+	wantErrIs(t, err, core.ErrNotFound)
+	_, err = e.svc.GetJob(e.ctx, "")
+	wantErrIs(t, err, core.ErrInvalidArgument)
+
+	job := e.create(request("tpl-a"))
+	bs, err := e.svc.GetBuildStatus(e.ctx, job.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "building", bs.Status, "building")
+	eq(t, "message", bs.Message, "PULLING")
+	e.build(job.JobID, fpA)
+	e.wait()
+	bs, _ = e.svc.GetBuildStatus(e.ctx, job.JobID)
+	eq(t, "ready", bs.Status, "ready")
+	eq(t, "progress", bs.Progress, 100)
+
+	info, err := e.svc.GetJobInfo(e.ctx, job.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Artifact == nil || info.Artifact.Ext4SHA256 != shaExt4 || info.Artifact.MasterNodeIP != baseURL {
+		t.Errorf("job info artifact = %+v", info.Artifact)
+	}
+	b, _ := json.Marshal(info)
+	if strings.Contains(string(b), "tok-") {
+		t.Errorf("job info leaks the download token: %s", b)
+	}
+}

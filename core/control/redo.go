@@ -1,0 +1,251 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// RedoRequest is POST /cube/template/redo.
+type RedoRequest struct {
+	RequestID  string
+	TemplateID string
+	// DistributionScope narrows the target nodes (ids or IPs); empty means
+	// the scope of the template's own request, and if that is empty too,
+	// every healthy node.
+	DistributionScope []string
+	// FailedOnly keeps only targets whose replica is not READY or still
+	// needs cleanup.
+	FailedOnly bool
+	// DownloadBaseURL is passed to the data plane when the redo has to
+	// rebuild (normally the base URL of the API request).
+	DownloadBaseURL string
+	// RegistryUsername/RegistryPassword are used only by a rebuild of a
+	// private image: credentials are never stored, so a rebuild without
+	// them pulls anonymously.
+	RegistryUsername string
+	RegistryPassword string
+}
+
+// Redo retries a template from its latest job (upstream §5.2, with the
+// fixes from §8):
+//
+//   - there must be no active (or BUILT) job: *core.ActiveJobError;
+//   - the latest job must exist (core.ErrNotFound) and carry a from-image
+//     request snapshot (legacy/commit templates: core.ErrUnsupported);
+//   - when the latest job failed before its artifact existed, or the
+//     artifact is not READY, or its bytes are gone (Config.ArtifactExists),
+//     the redo is a full rebuild by the data plane from source_image_ref: a
+//     new REDO job dispatched like a create (resume phase BUILDING_EXT4);
+//   - otherwise a REDO job resumes at DISTRIBUTING or SNAPSHOTTING
+//     (DetermineRedoResumePhase) on the target nodes and runs the resume
+//     pipeline in the background.
+//
+// Targets: mode ALL (no scope), NODES (a scope) or FAILED_ONLY (intersect
+// with replicas that are not READY or need cleanup; nothing left is an
+// error wrapping core.ErrInvalidArgument). Zero healthy targets is
+// core.ErrNoTemplateNodes. The redo always works from THIS template's
+// request snapshot. The job row (with its request_json and target scope)
+// is written in one transaction.
+func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
+	tid := strings.TrimSpace(rr.TemplateID)
+	if err := core.ValidateTemplateID(tid); err != nil {
+		return nil, err
+	}
+	scope := make([]string, 0, len(rr.DistributionScope))
+	for i, e := range rr.DistributionScope {
+		if e = strings.TrimSpace(e); e == "" {
+			return nil, &core.FieldError{Field: "distribution_scope", Reason: fmt.Sprintf("entry %d is empty", i)}
+		}
+		scope = append(scope, e)
+	}
+	key := core.ActiveKeyFromImage(tid)
+	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
+		return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
+	} else if !isNotFound(err) {
+		return nil, err
+	}
+	latest, err := s.Store.Jobs().Latest(ctx, tid)
+	if isNotFound(err) {
+		return nil, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(latest.RequestJSON) == "" {
+		return nil, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
+	}
+	req, err := core.DecodeRequestJSON(latest.RequestJSON)
+	if err != nil {
+		return nil, err
+	}
+	if req.TemplateID != tid {
+		return nil, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
+	}
+	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
+		return nil, fmt.Errorf("stored request of %s: %w", tid, err)
+	}
+	if len(scope) == 0 {
+		scope = req.DistributionScope
+	}
+
+	replicas, err := s.Store.Templates().ListReplicas(ctx, tid)
+	if err != nil {
+		return nil, err
+	}
+	phase := DetermineRedoResumePhase(latest.Phase, replicas)
+	artifact, rebuild, err := s.reusableArtifact(ctx, latest, phase)
+	if err != nil {
+		return nil, err
+	}
+	if rebuild {
+		phase = core.PhaseBuildingExt4
+	}
+
+	mode := core.RedoAll
+	switch {
+	case rr.FailedOnly:
+		mode = core.RedoFailedOnly
+	case len(scope) > 0:
+		mode = core.RedoNodes
+	}
+	targets, err := s.resolveNodes(ctx, req.InstanceType, scope)
+	if err != nil {
+		return nil, err
+	}
+	if rr.FailedOnly {
+		if targets = failedTargets(targets, replicas); len(targets) == 0 {
+			return nil, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
+		}
+	}
+	ids := make([]string, len(targets))
+	for i, n := range targets {
+		ids[i] = n.ID
+	}
+
+	requestJSON, err := core.CanonicalRequestJSON(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.submitJob(ctx, jobPlan{
+		templateID: tid,
+		key:        key,
+		onActive: func(active *core.Job) (*core.Job, error) {
+			return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
+		},
+		build: func(_ context.Context, cur *core.Job) (*core.Job, error) {
+			if cur == nil || cur.JobID != latest.JobID {
+				// Another job was created since the decision above was
+				// made from latest: decide again from the new state.
+				return nil, fmt.Errorf("redo template %s: another job was submitted meanwhile, retry: %w", tid, core.ErrConflict)
+			}
+			job := &core.Job{
+				JobID:             s.IDs.NewJobID(),
+				Operation:         core.OpRedo,
+				RedoMode:          mode,
+				RedoScope:         ids,
+				ResumePhase:       phase,
+				SourceImageRef:    req.SourceImageRef,
+				SourceImageDigest: latest.SourceImageDigest,
+				WritableLayerSize: req.WritableLayerSize,
+				InstanceType:      req.InstanceType,
+				NetworkType:       req.NetworkType,
+				Status:            core.JobPending,
+				Phase:             phase,
+				RequestJSON:       requestJSON,
+			}
+			if rebuild {
+				job.Phase = core.PhasePulling
+				job.SourceImageDigest = ""
+			} else {
+				job.ArtifactID = artifact.ArtifactID
+				job.Fingerprint = artifact.Fingerprint
+				job.ArtifactStatus = string(artifact.Status)
+			}
+			return job, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+	}
+	job := res.Job
+	s.log().Info("redo submitted", "template", tid, "job", job.JobID, "mode", mode, "resume_phase", phase, "targets", ids, "rebuild", rebuild)
+
+	if rebuild {
+		req.RegistryUsername, req.RegistryPassword = rr.RegistryUsername, rr.RegistryPassword
+		req.RequestID = rr.RequestID
+		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
+	}
+	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
+	return job, nil
+}
+
+// reusableArtifact decides whether a redo can reuse the latest job's
+// artifact: it must be named, its row READY (or only marked for cleanup),
+// and its bytes present. Anything else means a rebuild.
+func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase core.Phase) (*core.Artifact, bool, error) {
+	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
+		return nil, true, nil
+	}
+	a, err := s.Store.Artifacts().Get(ctx, latest.ArtifactID)
+	if isNotFound(err) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if a.Status != core.ArtifactReady && a.Status != core.ArtifactCleanupPending {
+		return nil, true, nil
+	}
+	if s.Config.ArtifactExists != nil {
+		ok, err := s.Config.ArtifactExists(ctx, a)
+		if err != nil {
+			return nil, false, fmt.Errorf("check artifact %s bytes: %w", a.ArtifactID, err)
+		}
+		if !ok {
+			return nil, true, nil
+		}
+	}
+	return a, false, nil
+}
+
+// DetermineRedoResumePhase maps the latest job's phase to where a redo
+// resumes (upstream determineRedoResumePhase): build phases rebuild
+// (BUILDING_EXT4), DISTRIBUTING redistributes, the template phases
+// re-snapshot; a job that ended elsewhere (READY) looks at the non-ready
+// replicas' last error phase (DISTRIBUTING, else SNAPSHOTTING).
+func DetermineRedoResumePhase(latest core.Phase, replicas []*core.Replica) core.Phase {
+	switch latest {
+	case "", core.PhasePulling, core.PhaseUnpacking, core.PhaseBuildingExt4, core.PhaseGeneratingJSON, core.PhaseUploading:
+		return core.PhaseBuildingExt4
+	case core.PhaseDistributing:
+		return core.PhaseDistributing
+	case core.PhaseCreatingTemplate, core.PhaseSnapshotting, core.PhaseRegistering:
+		return core.PhaseSnapshotting
+	}
+	for _, r := range replicas {
+		if r.Status != core.ReplicaReady && r.LastErrorPhase == string(core.PhaseDistributing) {
+			return core.PhaseDistributing
+		}
+	}
+	return core.PhaseSnapshotting
+}
+
+// failedTargets keeps the targets whose replica is not READY or still needs
+// cleanup, matched by node id, else by IP (upstream resolveRedoTargets).
+func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node {
+	var out []ports.Node
+	for _, n := range targets {
+		if slices.ContainsFunc(replicas, func(r *core.Replica) bool {
+			match := r.NodeID == n.ID || (r.NodeID == "" && r.NodeIP != "" && r.NodeIP == n.IP)
+			return match && (r.Status != core.ReplicaReady || r.CleanupRequired)
+		}) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,421 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+// Annotation keys and fixed values of the generated sandbox request and of
+// the CreateImage spec (upstream wire facts; Cubelet reads them).
+const (
+	AnnotationTemplateID         = "cube.master.appsnapshot.template.id"
+	AnnotationAppSnapshotCreate  = "cube.master.appsnapshot.create"
+	AnnotationAppSnapshotVersion = "cube.master.appsnapshot.version"
+	AnnotationTemplateVersion    = "cube.master.appsnapshot.template.version"
+	AnnotationArtifactID         = "cube.master.rootfs.artifact.id"
+	AnnotationArtifactURL        = "cube.master.rootfs.artifact.url"
+	AnnotationArtifactToken      = "cube.master.rootfs.artifact.token"
+	AnnotationArtifactSHA256     = "cube.master.rootfs.artifact.sha256"
+	AnnotationArtifactSizeBytes  = "cube.master.rootfs.artifact.size_bytes"
+	AnnotationWritableLayerSize  = "cube.master.rootfs.writable_layer_size"
+	AnnotationSpecFingerprint    = "cube.master.template.spec_fingerprint"
+	AnnotationSystemDiskSize     = "cube.master.system_disk_size"
+	AnnotationInstanceType       = "cube.master.instance.type"
+	AnnotationExposedPorts       = "com.exposed_ports"
+	AnnotationInjectEnvd         = "cube.master.inject_envd"
+	InjectEnvdOptIn              = "true"
+	RootfsWritableVolume         = "cube_rootfs_rw"
+	TemplateContainerName        = "cubebox-name-0"
+	StorageMediaExt4             = "ext4"
+	DefaultTemplateCPU           = "2000m"
+	DefaultTemplateMemory        = "2000Mi"
+)
+
+// DefaultNoFile is the template container's default open-file limit.
+const DefaultNoFile uint64 = 1000000
+
+// SandboxRequest is the sandbox create request generated for a rootfs
+// template (upstream CreateCubeSandboxReq, the subset this service writes).
+// Its JSON is what AppSnapshot receives and, without the create annotation
+// and request id, what the definition stores as request_json.
+type SandboxRequest struct {
+	RequestID     string              `json:"requestID,omitempty"`
+	Volumes       []Volume            `json:"volumes,omitempty"`
+	CubeVSContext *core.CubeVSContext `json:"cubevs_context,omitempty"`
+	Containers    []Container         `json:"containers,omitempty"`
+	Annotations   map[string]string   `json:"annotations,omitempty"`
+	InstanceType  string              `json:"instance_type,omitempty"`
+	NetworkType   string              `json:"network_type,omitempty"`
+}
+
+// Volume is a sandbox volume.
+type Volume struct {
+	Name         string        `json:"name,omitempty"`
+	VolumeSource *VolumeSource `json:"volume_source,omitempty"`
+}
+
+// VolumeSource says what backs a volume; templates use only empty_dir.
+type VolumeSource struct {
+	EmptyDir *EmptyDirVolumeSource `json:"empty_dir,omitempty"`
+}
+
+// EmptyDirVolumeSource is a scratch volume of at most SizeLimit.
+type EmptyDirVolumeSource struct {
+	SizeLimit string `json:"size_limit,omitempty"`
+}
+
+// ImageSpec names the container image: for templates the ext4 artifact.
+type ImageSpec struct {
+	Image             string            `json:"image,omitempty"`
+	StorageMedia      string            `json:"storage_media,omitempty"`
+	WritableLayerSize string            `json:"writable_layer_size,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+}
+
+// Container is the template's one container. Objects this service only
+// passes through from the overrides (volume mounts, security context,
+// probe) stay raw JSON.
+type Container struct {
+	Name            string            `json:"name,omitempty"`
+	Image           *ImageSpec        `json:"image,omitempty"`
+	Command         []string          `json:"command,omitempty"`
+	Args            []string          `json:"args,omitempty"`
+	WorkingDir      string            `json:"working_dir,omitempty"`
+	Envs            []*core.KeyValue  `json:"envs,omitempty"`
+	VolumeMounts    []json.RawMessage `json:"volume_mounts,omitempty"`
+	RLimit          *core.RLimit      `json:"r_limit,omitempty"`
+	Resources       *core.Resource    `json:"resources,omitempty"`
+	SecurityContext json.RawMessage   `json:"security_context,omitempty"`
+	Probe           json.RawMessage   `json:"probe,omitempty"`
+	DNSConfig       *core.DNSConfig   `json:"dns_config,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
+}
+
+// ArtifactRef is what the generated request needs to know about the
+// artifact: identity, integrity and where nodes download it.
+type ArtifactRef struct {
+	ArtifactID  string
+	Fingerprint string
+	SHA256      string
+	SizeBytes   int64
+	Token       string
+	// URL is the full download URL (see DownloadURL).
+	URL string
+}
+
+// DownloadURL is base + path + "?artifact_id=<id>&token=<token>". A base
+// without a scheme gets http://.
+func DownloadURL(base, path, artifactID, token string) string {
+	base = strings.TrimRight(normalizeBaseURL(base), "/")
+	q := url.Values{"artifact_id": {artifactID}, "token": {token}}
+	return base + path + "?" + q.Encode()
+}
+
+func normalizeBaseURL(base string) string {
+	base = strings.TrimSpace(base)
+	if base == "" || strings.Contains(base, "://") {
+		return base
+	}
+	return "http://" + base
+}
+
+// WantsEnvd reports whether the request opted in to agent injection.
+func WantsEnvd(req *core.FromImageRequest) bool {
+	return req != nil && req.ContainerOverrides != nil &&
+		req.ContainerOverrides.Annotations[AnnotationInjectEnvd] == InjectEnvdOptIn
+}
+
+// rootMount is the writable-layer mount every template container gets.
+var rootMount = json.RawMessage(`{"name":"` + RootfsWritableVolume + `","container_path":"/"}`)
+
+// ValidateOverrides checks the container overrides the generated request
+// will carry, so that a bad override fails the create call instead of the
+// resume pipeline later: volume mounts must be objects and must not mount
+// "/" (the writable rootfs belongs to the template); security_context and
+// probe must be JSON objects.
+func ValidateOverrides(req *core.FromImageRequest) error {
+	_, err := overrideMounts(req)
+	if err != nil {
+		return err
+	}
+	if req == nil || req.ContainerOverrides == nil {
+		return nil
+	}
+	o := req.ContainerOverrides
+	for field, raw := range map[string]json.RawMessage{"security_context": o.SecurityContext, "probe": o.Probe} {
+		if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			continue
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return &core.FieldError{Field: "container_overrides." + field, Reason: "must be a JSON object"}
+		}
+	}
+	return nil
+}
+
+func overrideMounts(req *core.FromImageRequest) ([]json.RawMessage, error) {
+	if req == nil || req.ContainerOverrides == nil || len(req.ContainerOverrides.VolumeMounts) == 0 {
+		return nil, nil
+	}
+	raw := bytes.TrimSpace(req.ContainerOverrides.VolumeMounts)
+	if bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var mounts []json.RawMessage
+	if err := json.Unmarshal(raw, &mounts); err != nil {
+		return nil, &core.FieldError{Field: "container_overrides.volume_mounts", Reason: "must be a JSON array of mounts"}
+	}
+	for i, m := range mounts {
+		var probe struct {
+			ContainerPath string `json:"container_path"`
+		}
+		if err := json.Unmarshal(m, &probe); err != nil {
+			return nil, &core.FieldError{Field: fmt.Sprintf("container_overrides.volume_mounts[%d]", i), Reason: "must be a JSON object"}
+		}
+		if strings.TrimSpace(probe.ContainerPath) == "/" {
+			return nil, &core.FieldError{Field: fmt.Sprintf("container_overrides.volume_mounts[%d].container_path", i),
+				Reason: "must not be / (the writable rootfs is owned by the template)"}
+		}
+	}
+	return mounts, nil
+}
+
+// GenerateSandboxRequest builds the sandbox create request of a rootfs
+// template from this template's own request snapshot, the artifact and the
+// image config recorded at build time. It is a pure function: the same
+// inputs always give the same request (maps marshal with sorted keys).
+//
+// Rules (upstream §3.6): command, args, env and working dir come from the
+// image config unless overridden (an env override replaces the image env
+// entirely); the image user is not applied; resources default to
+// {cpu:2000m, mem:2000Mi}; security_context defaults to {privileged:true}
+// and an override always gets readonly_rootfs=false; r_limit defaults to
+// {no_file:1000000}; the writable layer is an empty_dir volume mounted at
+// "/"; system_disk_size is the writable layer size in whole GiB.
+func GenerateSandboxRequest(req *core.FromImageRequest, art ArtifactRef, img core.ImageConfig) (*SandboxRequest, error) {
+	if req == nil {
+		return nil, &core.FieldError{Field: "request", Reason: "is empty"}
+	}
+	if req.TemplateID == "" {
+		return nil, core.ErrTemplateIDRequired
+	}
+	if art.ArtifactID == "" {
+		return nil, &core.FieldError{Field: "artifact_id", Reason: "is required"}
+	}
+	mounts, err := overrideMounts(req)
+	if err != nil {
+		return nil, err
+	}
+	wls := req.WritableLayerSize
+	ann := map[string]string{
+		AnnotationTemplateID:         req.TemplateID,
+		AnnotationAppSnapshotCreate:  "true",
+		AnnotationAppSnapshotVersion: core.DefaultTemplateVersion,
+		AnnotationTemplateVersion:    core.DefaultTemplateVersion,
+		AnnotationArtifactID:         art.ArtifactID,
+		AnnotationWritableLayerSize:  wls,
+		AnnotationSpecFingerprint:    art.Fingerprint,
+	}
+	if WantsEnvd(req) {
+		ann[AnnotationInjectEnvd] = InjectEnvdOptIn
+	}
+	if gi, ok := QuantityToGi(wls); ok && gi > 0 {
+		ann[AnnotationSystemDiskSize] = strconv.FormatInt(gi, 10)
+	}
+	if len(req.ExposedPorts) > 0 {
+		ps := make([]string, len(req.ExposedPorts))
+		for i, p := range req.ExposedPorts {
+			ps[i] = strconv.Itoa(int(p))
+		}
+		ann[AnnotationExposedPorts] = strings.Join(ps, ":")
+	}
+
+	o := req.ContainerOverrides
+	if o == nil {
+		o = &core.ContainerOverrides{}
+	}
+	c := Container{
+		Name: TemplateContainerName,
+		Image: &ImageSpec{
+			Image:             art.ArtifactID,
+			StorageMedia:      StorageMediaExt4,
+			WritableLayerSize: wls,
+			Annotations: map[string]string{
+				AnnotationArtifactID:        art.ArtifactID,
+				AnnotationArtifactURL:       art.URL,
+				AnnotationArtifactToken:     art.Token,
+				AnnotationArtifactSHA256:    art.SHA256,
+				AnnotationArtifactSizeBytes: strconv.FormatInt(art.SizeBytes, 10),
+				AnnotationWritableLayerSize: wls,
+				AnnotationSpecFingerprint:   art.Fingerprint,
+			},
+		},
+		Command:      firstNonEmpty(o.Command, img.Entrypoint),
+		Args:         firstNonEmpty(o.Args, img.Cmd),
+		WorkingDir:   img.WorkingDir,
+		Envs:         envPairs(img.Env),
+		VolumeMounts: append([]json.RawMessage{rootMount}, mounts...),
+		RLimit:       &core.RLimit{NoFile: DefaultNoFile},
+		Resources:    &core.Resource{CPU: DefaultTemplateCPU, Mem: DefaultTemplateMemory},
+		// upstream's default: the template boots privileged.
+		SecurityContext: json.RawMessage(`{"privileged":true}`),
+		Probe:           rawOrNil(o.Probe),
+		DNSConfig:       o.DNSConfig,
+		Annotations:     cloneMap(o.Annotations),
+	}
+	if o.WorkingDir != "" {
+		c.WorkingDir = o.WorkingDir
+	}
+	if o.Envs != nil {
+		c.Envs = o.Envs
+	}
+	if o.RLimit != nil {
+		c.RLimit = o.RLimit
+	}
+	if o.Resources != nil {
+		c.Resources = o.Resources
+	}
+	if sc := rawOrNil(o.SecurityContext); sc != nil {
+		if c.SecurityContext, err = writableRootfs(sc); err != nil {
+			return nil, err
+		}
+	}
+
+	out := &SandboxRequest{
+		Volumes: []Volume{{
+			Name:         RootfsWritableVolume,
+			VolumeSource: &VolumeSource{EmptyDir: &EmptyDirVolumeSource{SizeLimit: wls}},
+		}},
+		CubeVSContext: cloneVS(req.CubeVSContext),
+		Containers:    []Container{c},
+		Annotations:   ann,
+		InstanceType:  req.InstanceType,
+		NetworkType:   req.NetworkType,
+	}
+	return out, nil
+}
+
+// StoredRequest is the definition's request_json: the generated request
+// without the snapshot-create annotation and without a request id, the
+// template id annotation forced (upstream normalizeStoredTemplateRequest).
+func StoredRequest(gen *SandboxRequest) *SandboxRequest {
+	c := *gen
+	c.RequestID = ""
+	c.Annotations = cloneMap(gen.Annotations)
+	delete(c.Annotations, AnnotationAppSnapshotCreate)
+	return &c
+}
+
+// writableRootfs forces readonly_rootfs=false on a security context
+// override: the writable layer is the template's rootfs.
+func writableRootfs(raw json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, &core.FieldError{Field: "container_overrides.security_context", Reason: "must be a JSON object"}
+	}
+	m["readonly_rootfs"] = json.RawMessage("false")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal security_context: %w", err)
+	}
+	return b, nil
+}
+
+// QuantityToGi converts a writable layer size to whole GiB for the
+// system_disk_size annotation: Gi/G taken as-is, Mi/M rounded up to GiB,
+// Ti/T times 1024, Ki/K rounded up, a bare number is GiB; fractions round
+// up. ok is false for anything else (the annotation is then left out).
+func QuantityToGi(q string) (gi int64, ok bool) {
+	v := strings.ToLower(strings.TrimSpace(q))
+	mult := 1.0 // GiB per unit
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"gi", 1}, {"g", 1}, {"mi", 1.0 / 1024}, {"m", 1.0 / 1024}, {"ti", 1024}, {"t", 1024}, {"ki", 1.0 / (1024 * 1024)}, {"k", 1.0 / (1024 * 1024)}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return int64(math.Ceil(f * mult)), true
+}
+
+func firstNonEmpty(a, b []string) []string {
+	if len(a) > 0 {
+		return slices.Clone(a)
+	}
+	return slices.Clone(b)
+}
+
+// envPairs turns image Env ("K=V") into key/value pairs sorted by key.
+func envPairs(env []string) []*core.KeyValue {
+	if len(env) == 0 {
+		return nil
+	}
+	out := make([]*core.KeyValue, 0, len(env))
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		out = append(out, &core.KeyValue{Key: k, Value: v})
+	}
+	slices.SortStableFunc(out, func(a, b *core.KeyValue) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+func rawOrNil(r json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(r)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil
+	}
+	return slices.Clone(t)
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneVS(v *core.CubeVSContext) *core.CubeVSContext {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	if v.AllowInternetAccess != nil {
+		b := *v.AllowInternetAccess
+		c.AllowInternetAccess = &b
+	}
+	c.AllowOut = slices.Clone(v.AllowOut)
+	c.DenyOut = slices.Clone(v.DenyOut)
+	return &c
+}
+
+// requestSpec is the replica's spec column: "cpu=<cpu>,mem=<mem>" of the
+// template container's resources.
+func requestSpec(r *SandboxRequest) string {
+	var cpu, mem []string
+	for _, c := range r.Containers {
+		if c.Resources != nil {
+			cpu = append(cpu, c.Resources.CPU)
+			mem = append(mem, c.Resources.Mem)
+		}
+	}
+	return "cpu=" + strings.Join(cpu, "+") + ",mem=" + strings.Join(mem, "+")
+}

@@ -1,0 +1,778 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// errJobFinished stops a pipeline whose job someone else ended (a delete
+// that failed it as stale, a concurrent replay that finished it).
+var errJobFinished = errors.New("job already finished")
+
+// Resume runs the resume pipeline of a job whose artifact exists: register
+// the artifact, distribute it to the target nodes, write the definition,
+// snapshot the template on the nodes that got the artifact, and finalize
+// the replicas, the template status and the job (seed 001 §3.5, upstream
+// §9 "Resume steps").
+//
+// It holds the per-artifact lock tc_resume_<artifact id> throughout, so the
+// status callback, the BUILT sweeper, redo and delete never run on one
+// artifact at once. Under the lock it re-reads the job and runs only when
+// the job still needs it:
+//
+//   - BUILT (the data plane finished; first run: the download token is
+//     rotated);
+//   - PENDING REDO job in a post-build phase (a redo that reuses the
+//     artifact);
+//   - RUNNING in a post-build phase: a previous run died mid-way (it held
+//     the lock until it finished, so holding it now means nobody else is
+//     running). The replay keeps the token and repeats the idempotent
+//     steps.
+//
+// Anything else (READY, FAILED, a build still running) is a duplicate and
+// returns nil. It returns nil when the job ends READY and an error naming
+// the reason when the job ends FAILED (the same reason is in the job).
+func (s *Service) Resume(ctx context.Context, jobID string) error {
+	_, err := s.resume(ctx, jobID, false)
+	return err
+}
+
+// resume is Resume; ran says whether the pipeline ran. With try it does not
+// wait for the artifact's lock: a lock held elsewhere returns an error
+// wrapping core.ErrLocked.
+func (s *Service) resume(ctx context.Context, jobID string, try bool) (ran bool, err error) {
+	job, err := s.Store.Jobs().Get(ctx, jobID)
+	if err != nil {
+		return false, fmt.Errorf("resume job %s: %w", jobID, err)
+	}
+	if !resumable(job) {
+		return false, nil
+	}
+	if job.ArtifactID == "" {
+		return true, s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("job %s reached %s without an artifact id: %w", jobID, job.Status, core.ErrInvalidArgument))
+	}
+	name := resumeLockName(job.ArtifactID)
+	var lock ports.Lock
+	if try {
+		lock, err = s.Locker.TryLock(ctx, name)
+	} else {
+		lock, err = s.Locker.Lock(ctx, name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("resume job %s: %w", jobID, err)
+	}
+	defer s.unlock(ctx, lock)
+
+	if job, err = s.Store.Jobs().Get(ctx, jobID); err != nil {
+		return false, fmt.Errorf("resume job %s: %w", jobID, err)
+	}
+	if !resumable(job) {
+		return false, nil
+	}
+	err = s.runPipeline(ctx, job)
+	if errors.Is(err, errJobFinished) {
+		s.log().Info("resume stopped: job finished elsewhere", "job", jobID)
+		return true, nil
+	}
+	return true, err
+}
+
+// resumable reports whether the resume pipeline should (re)run for job.
+func resumable(j *core.Job) bool {
+	switch j.Status {
+	case core.JobBuilt:
+		return true
+	case core.JobRunning:
+		return j.Phase.PostBuild() && j.Phase != core.PhaseReady
+	case core.JobPending:
+		return j.Operation == core.OpRedo && j.Phase.PostBuild() && j.Phase != core.PhaseReady
+	}
+	return false
+}
+
+// pipeline is one run's state.
+type pipeline struct {
+	job      *core.Job
+	req      *core.FromImageRequest
+	artifact *core.Artifact
+	img      core.ImageConfig
+	gen      *SandboxRequest // with the create annotation: what AppSnapshot gets
+	stored   string          // the definition's request_json
+	spec     string
+	targets  []ports.Node
+	// previous holds the template's replica rows as they were before this
+	// run, by node id: their snapshot paths locate what a node must drop
+	// before it snapshots again.
+	previous map[string]*core.Replica
+	redo     bool
+	// destroyFirst: a DISTRIBUTING redo destroys the node copy before
+	// distributing again (the copy may be what failed).
+	destroyFirst bool
+}
+
+func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
+	p := &pipeline{job: job, redo: job.Operation == core.OpRedo}
+	firstRun := job.Status == core.JobBuilt || job.Status == core.JobPending
+
+	req, err := core.DecodeRequestJSON(job.RequestJSON)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	if req.TemplateID != job.TemplateID {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("request_json names template %q, job belongs to %q: %w", req.TemplateID, job.TemplateID, core.ErrInvalidArgument))
+	}
+	p.req = req
+
+	// 1. Register: claim the artifact row. A first run after BUILT mints a
+	// new download token; replays and redo keep the current one so copies
+	// in flight stay valid.
+	if p.artifact, err = s.claimArtifact(ctx, job, job.Status == core.JobBuilt); err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	if p.img, err = core.ParseImageConfigJSON(p.artifact.ImageConfigJSON); err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	ready := string(core.ArtifactReady)
+	if _, err := s.step(ctx, job.JobID, core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseDistributing, Progress: intp(70), ArtifactStatus: ready}); err != nil {
+		return err
+	}
+
+	// 2. Targets.
+	scope := req.DistributionScope
+	if p.redo {
+		scope = job.RedoScope
+		p.destroyFirst = firstRun && job.ResumePhase == core.PhaseDistributing
+	}
+	if p.targets, err = s.resolveNodes(ctx, job.InstanceType, scope); err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	if _, err := s.step(ctx, job.JobID, core.JobUpdate{ExpectedNodeCount: intp(len(p.targets))}); err != nil {
+		return err
+	}
+
+	// The request nodes snapshot from, generated from THIS template's
+	// request snapshot (never another template's generated request).
+	ref := ArtifactRef{
+		ArtifactID:  p.artifact.ArtifactID,
+		Fingerprint: firstString(p.artifact.Fingerprint, job.Fingerprint),
+		SHA256:      p.artifact.Ext4SHA256,
+		SizeBytes:   p.artifact.Ext4SizeBytes,
+		Token:       p.artifact.DownloadToken,
+		URL:         DownloadURL(p.artifact.DownloadBaseURL, s.cfg().DownloadPath, p.artifact.ArtifactID, p.artifact.DownloadToken),
+	}
+	if p.gen, err = GenerateSandboxRequest(req, ref, p.img); err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	p.gen.RequestID = job.JobID
+	storedJSON, err := json.Marshal(StoredRequest(p.gen))
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("marshal stored request: %w", err))
+	}
+	p.stored, p.spec = string(storedJSON), requestSpec(p.gen)
+
+	// 3. Distribute.
+	rows, err := s.Store.Templates().ListReplicas(ctx, job.TemplateID)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, err)
+	}
+	p.previous = map[string]*core.Replica{}
+	for _, r := range rows {
+		p.previous[r.NodeID] = r
+	}
+	got, distErrs := s.distribute(ctx, p, ref)
+	if len(got) == 0 {
+		first := ""
+		if len(distErrs) > 0 {
+			first = ": " + distErrs[0]
+		}
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("artifact distribution failed on all %d nodes%s", len(p.targets), first),
+			withCounts(len(p.targets), 0, len(p.targets)))
+	}
+
+	// 4. Definition (before any snapshot, so a replica never exists
+	// without its template).
+	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseCreatingTemplate, 85)); err != nil {
+		return err
+	}
+	aliasNote, err := s.ensureDefinition(ctx, p)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseCreatingTemplate, err)
+	}
+	if err := s.settleOtherReplicas(ctx, p); err != nil {
+		return s.fail(ctx, job, core.PhaseCreatingTemplate, err)
+	}
+
+	// 5. Snapshot on the nodes that got the artifact.
+	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseSnapshotting, 90)); err != nil {
+		return err
+	}
+	snapped, snapErrs := s.snapshot(ctx, p, got)
+
+	// 6. Finalize over ALL replica rows of the template.
+	replicas, err := s.Store.Templates().ListReplicas(ctx, job.TemplateID)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseSnapshotting, err)
+	}
+	status := core.SummarizeReplicas(derefReplicas(replicas))
+	lastErr := strings.Join(append(distErrs, snapErrs...), "; ")
+	def, err := s.Store.Templates().UpdateDefinition(ctx, job.TemplateID, func(d *core.Definition) error {
+		d.Status = status
+		d.LastError = lastErr
+		return nil
+	})
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseSnapshotting, err)
+	}
+	counts := withCounts(len(p.targets), snapped, len(p.targets)-snapped)
+	if status == core.TemplateFailed {
+		msg := "template snapshot failed on every node"
+		if lastErr != "" {
+			msg += ": " + lastErr
+		}
+		u := counts
+		u.TemplateStatus = string(status)
+		return s.fail(ctx, job, core.PhaseSnapshotting, errors.New(msg), u)
+	}
+	msg := joinNonEmpty("; ", lastErr, aliasNote)
+	result, err := s.resultJSON(ctx, job, def, replicas)
+	if err != nil {
+		s.log().Warn("result_json not written", "job", job.JobID, "err", err)
+	}
+	u := core.Progress(core.JobReady, core.PhaseReady, 100)
+	u.TemplateStatus = string(status)
+	u.ErrorMessage = &msg
+	u.ResultJSON = result
+	u.ExpectedNodeCount, u.ReadyNodeCount, u.FailedNodeCount = counts.ExpectedNodeCount, counts.ReadyNodeCount, counts.FailedNodeCount
+	if _, err := s.step(ctx, job.JobID, u); err != nil {
+		return err
+	}
+	s.dropProgress(ctx, job.JobID)
+	s.log().Info("template ready", "template", job.TemplateID, "job", job.JobID, "status", status, "nodes", len(p.targets), "ready", snapped)
+	return nil
+}
+
+// claimArtifact makes the artifact row READY for distribution: a fresh
+// download token when rotate is set (or none exists), the download base
+// URL, and a renewed GC deadline.
+func (s *Service) claimArtifact(ctx context.Context, job *core.Job, rotate bool) (*core.Artifact, error) {
+	base := s.cfg().DownloadBaseURL
+	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
+		if a.Status != core.ArtifactReady {
+			if err := a.MoveTo(core.ArtifactReady); err != nil {
+				return fmt.Errorf("artifact %s cannot be used: %w", a.ArtifactID, err)
+			}
+		}
+		if a.Ext4SHA256 == "" || a.Ext4SizeBytes <= 0 {
+			return fmt.Errorf("artifact %s has no sha256/size recorded: %w", a.ArtifactID, core.ErrInvalidArgument)
+		}
+		if base != "" {
+			a.DownloadBaseURL = base
+		}
+		if a.DownloadBaseURL == "" {
+			return fmt.Errorf("artifact %s: no download base URL (neither recorded nor configured): %w", a.ArtifactID, core.ErrInvalidArgument)
+		}
+		if rotate || a.DownloadToken == "" {
+			a.DownloadToken = s.IDs.NewToken()
+		}
+		a.GCDeadline = s.gcDeadline()
+		a.LastError = ""
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register artifact %s: %w", job.ArtifactID, err)
+	}
+	return a, nil
+}
+
+// resolveNodes picks the healthy nodes of the instance type that match the
+// scope (node ids or IPs; empty: all). Unknown entries are an error listing
+// them sorted; no node at all is core.ErrNoTemplateNodes.
+func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope []string) ([]ports.Node, error) {
+	if instanceType == "" {
+		instanceType = core.DefaultInstanceType
+	}
+	nodes, err := s.Nodes.HealthyNodes(ctx, instanceType)
+	if err != nil {
+		return nil, fmt.Errorf("list healthy %s nodes: %w", instanceType, err)
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("instance type %s: %w", instanceType, core.ErrNoTemplateNodes)
+	}
+	if len(scope) == 0 {
+		return sortNodes(nodes), nil
+	}
+	var out []ports.Node
+	var missing []string
+	seen := map[string]bool{}
+	for _, want := range scope {
+		found := false
+		for _, n := range nodes {
+			if n.ID == want || (n.IP != "" && n.IP == want) {
+				found = true
+				if !seen[n.ID] {
+					seen[n.ID] = true
+					out = append(out, n)
+				}
+			}
+		}
+		if !found {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		missing = slices.Compact(missing)
+		return nil, fmt.Errorf("target nodes are not healthy or not found: %s: %w", strings.Join(missing, ","), core.ErrNoTemplateNodes)
+	}
+	return sortNodes(out), nil
+}
+
+func sortNodes(ns []ports.Node) []ports.Node {
+	out := slices.Clone(ns)
+	slices.SortFunc(out, func(a, b ports.Node) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// distribute sends the artifact to every target in parallel. Each node that
+// got it gets a placement row first (so cleanup can always find the copy)
+// and a DISTRIBUTED replica row; each failure a FAILED replica row. It
+// returns the nodes that have the artifact and the errors, in node order.
+func (s *Service) distribute(ctx context.Context, p *pipeline, ref ArtifactRef) ([]ports.Node, []string) {
+	wls := firstString(p.artifact.WritableLayerSize, p.job.WritableLayerSize)
+	// A node where another template's replica uses this artifact keeps its
+	// copy: destroying it would break that template there.
+	shared := map[string]bool{}
+	if p.destroyFirst {
+		users, err := s.Store.Templates().ListReplicasByArtifact(ctx, ref.ArtifactID)
+		if err != nil {
+			users = nil
+			p.destroyFirst = false // cannot tell: do not destroy anything
+		}
+		for _, r := range users {
+			if r.TemplateID != p.job.TemplateID {
+				shared[r.NodeID] = true
+			}
+		}
+	}
+	ok := make([]bool, len(p.targets))
+	errs := make([]string, len(p.targets))
+	var mu sync.Mutex
+	ready, failed := 0, 0
+	fanOut(len(p.targets), s.cfg().DistributionWorkers, func(i int) {
+		n := p.targets[i]
+		spec := ports.ImageSpec{
+			Image:        ref.ArtifactID,
+			StorageMedia: StorageMediaExt4,
+			InstanceType: p.job.InstanceType,
+			Annotations: map[string]string{
+				AnnotationArtifactID:        ref.ArtifactID,
+				AnnotationArtifactURL:       ref.URL,
+				AnnotationArtifactToken:     ref.Token,
+				AnnotationArtifactSHA256:    ref.SHA256,
+				AnnotationArtifactSizeBytes: strconv.FormatInt(ref.SizeBytes, 10),
+				AnnotationWritableLayerSize: wls,
+				AnnotationSpecFingerprint:   ref.Fingerprint,
+				AnnotationInstanceType:      p.job.InstanceType,
+			},
+		}
+		err := s.distributeOne(ctx, p, n, spec, p.destroyFirst && !shared[n.ID])
+		rep := s.replica(p, n)
+		if err != nil {
+			// Node errors may quote the download URL; the token must not
+			// end up in job or replica messages the API shows.
+			msg := redact(err.Error(), ref.Token)
+			errs[i] = fmt.Sprintf("node %s: %s", n.ID, msg)
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
+			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseDistributing), true, msg
+		} else {
+			ok[i] = true
+			// upstream quirk kept: DISTRIBUTED counts as not ready until
+			// the snapshot succeeds.
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseDistributed
+		}
+		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
+		}
+		mu.Lock()
+		if err != nil {
+			failed++
+		} else {
+			ready++
+		}
+		r, f := ready, failed
+		mu.Unlock()
+		// The counters double as the job's heartbeat during long copies.
+		if _, _, herr := s.Report(ctx, p.job.JobID, core.JobUpdate{ReadyNodeCount: &r, FailedNodeCount: &f}); herr != nil {
+			s.log().Debug("distribution counters not written", "job", p.job.JobID, "err", herr)
+		}
+	})
+	var got []ports.Node
+	var out []string
+	for i, n := range p.targets {
+		if ok[i] {
+			got = append(got, n)
+		} else {
+			out = append(out, errs[i])
+		}
+	}
+	return got, out
+}
+
+func (s *Service) distributeOne(ctx context.Context, p *pipeline, n ports.Node, spec ports.ImageSpec, destroyFirst bool) error {
+	if destroyFirst {
+		if err := s.Agent.DestroyImage(ctx, n, spec.Image); err != nil {
+			return fmt.Errorf("remove old copy before redistributing: %w", err)
+		}
+	}
+	if err := s.Agent.CreateImage(ctx, n, spec); err != nil {
+		return err
+	}
+	err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: spec.Image, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()})
+	if err != nil {
+		// Without the placement row cleanup could not find this copy:
+		// treat the node as failed rather than snapshot on it.
+		return fmt.Errorf("record placement: %w", err)
+	}
+	return nil
+}
+
+// replica is the row of node n for this run. It keeps the previous
+// snapshot path until a new snapshot replaces it, so cleanup can always
+// locate what the node holds.
+func (s *Service) replica(p *pipeline, n ports.Node) *core.Replica {
+	r := &core.Replica{
+		TemplateID:   p.job.TemplateID,
+		NodeID:       n.ID,
+		NodeIP:       n.IP,
+		InstanceType: p.job.InstanceType,
+		Spec:         p.spec,
+		ArtifactID:   p.artifact.ArtifactID,
+		LastJobID:    p.job.JobID,
+	}
+	// The versions describe the snapshot the node holds, so they travel
+	// with its path until a new snapshot replaces both.
+	if prev := p.previous[n.ID]; prev != nil {
+		r.SnapshotPath = prev.SnapshotPath
+		r.GuestImageVersion, r.AgentVersion, r.KernelVersion, r.ShimVersion = prev.GuestImageVersion, prev.AgentVersion, prev.KernelVersion, prev.ShimVersion
+		r.CompatStatus, r.CompatCheckedUnix = prev.CompatStatus, prev.CompatCheckedUnix
+	}
+	return r
+}
+
+// ensureDefinition writes the definition if missing, or points an existing
+// one at this artifact and stored request. An alias from the request that
+// is taken by another template is not applied; the returned note says so
+// (it ends up in the job's message and the definition's last error).
+func (s *Service) ensureDefinition(ctx context.Context, p *pipeline) (aliasNote string, err error) {
+	tpl := s.Store.Templates()
+	tid := p.job.TemplateID
+	alias := p.req.Alias
+	note := func(holder string) string {
+		return fmt.Sprintf("alias %q not applied: already used by template %s", alias, holder)
+	}
+	if alias != "" {
+		if holder, err := tpl.GetDefinitionByAlias(ctx, alias); err == nil && holder.TemplateID != tid {
+			aliasNote, alias = note(holder.TemplateID), ""
+		} else if err != nil && !isNotFound(err) {
+			return "", err
+		}
+	}
+	for range 3 {
+		_, err := tpl.UpdateDefinition(ctx, tid, func(d *core.Definition) error {
+			d.InstanceType = p.job.InstanceType
+			d.Version = core.DefaultTemplateVersion
+			d.Status = core.TemplatePending
+			d.RequestJSON = p.stored
+			d.RootfsArtifactID = p.artifact.ArtifactID
+			if alias != "" && d.Alias == "" {
+				d.Alias = alias
+			}
+			return nil
+		})
+		if err == nil {
+			return aliasNote, nil
+		}
+		if errors.Is(err, core.ErrConflict) && alias != "" {
+			aliasNote, alias = note(s.aliasHolder(ctx, alias)), ""
+			continue
+		}
+		if !isNotFound(err) {
+			return "", fmt.Errorf("update template %s: %w", tid, err)
+		}
+		def := &core.Definition{
+			TemplateID:       tid,
+			InstanceType:     p.job.InstanceType,
+			Version:          core.DefaultTemplateVersion,
+			Status:           core.TemplatePending,
+			RequestJSON:      p.stored,
+			Alias:            alias,
+			RootfsArtifactID: p.artifact.ArtifactID,
+		}
+		err = tpl.CreateDefinition(ctx, def)
+		if err == nil {
+			return aliasNote, nil
+		}
+		if !errors.Is(err, core.ErrConflict) {
+			return "", fmt.Errorf("create template %s: %w", tid, err)
+		}
+		// Either the alias was taken meanwhile or another writer created
+		// the definition: find out which and go round again.
+		if alias != "" {
+			if h, herr := tpl.GetDefinitionByAlias(ctx, alias); herr == nil && h.TemplateID != tid {
+				aliasNote, alias = note(h.TemplateID), ""
+			}
+		}
+	}
+	return "", fmt.Errorf("write template %s: kept conflicting with concurrent writers: %w", tid, core.ErrConflict)
+}
+
+func (s *Service) aliasHolder(ctx context.Context, alias string) string {
+	if h, err := s.Store.Templates().GetDefinitionByAlias(ctx, alias); err == nil {
+		return h.TemplateID
+	}
+	if h, err := s.Store.Templates().GetDefinition(ctx, alias); err == nil {
+		return h.TemplateID
+	}
+	return "another template"
+}
+
+// settleOtherReplicas deals with replica rows outside this run's targets,
+// so that the summary over all rows means something:
+//
+//   - a CREATE replaces the template: rows left by earlier attempts are
+//     removed after their node dropped the template (CleanupTemplate; a
+//     node that is gone has nothing to clean). A row whose cleanup fails
+//     stays, FAILED with cleanup_required.
+//   - a REDO keeps rows that hold this artifact; a row that holds another
+//     artifact (the rebuild produced a new one) no longer matches the
+//     definition and is marked FAILED so the scheduler stops using it.
+func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
+	rows, err := s.Store.Templates().ListReplicas(ctx, p.job.TemplateID)
+	if err != nil {
+		return err
+	}
+	target := map[string]bool{}
+	for _, n := range p.targets {
+		target[n.ID] = true
+	}
+	for _, r := range rows {
+		if target[r.NodeID] {
+			continue
+		}
+		if p.redo {
+			if r.ArtifactID == p.artifact.ArtifactID {
+				continue
+			}
+			r.Status, r.Phase, r.CleanupRequired = core.ReplicaFailed, core.ReplicaPhaseFailed, true
+			r.ErrorMessage = fmt.Sprintf("holds artifact %s, the template now uses %s; redo this node", r.ArtifactID, p.artifact.ArtifactID)
+			if err := s.Store.Templates().UpsertReplica(ctx, r); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.cleanupReplica(ctx, r); err != nil {
+			r.Status, r.Phase, r.CleanupRequired = core.ReplicaFailed, core.ReplicaPhaseFailed, true
+			r.ErrorMessage = "left over from an earlier attempt; cleanup failed: " + err.Error()
+			if uerr := s.Store.Templates().UpsertReplica(ctx, r); uerr != nil {
+				return uerr
+			}
+			continue
+		}
+		if _, err := s.Store.Templates().DeleteReplicas(ctx, r.TemplateID, r.NodeID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanupReplica removes the template from the replica's node. A node the
+// directory no longer knows has nothing left to clean.
+func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
+	n, err := s.Nodes.Get(ctx, r.NodeID)
+	if isNotFound(err) {
+		s.log().Info("replica node is gone; nothing to clean", "template", r.TemplateID, "node", r.NodeID)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %w", r.NodeID, err)
+	}
+	if err := s.Agent.CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
+		return fmt.Errorf("cleanup template %s on node %s: %w", r.TemplateID, r.NodeID, err)
+	}
+	return nil
+}
+
+// snapshot runs AppSnapshot on every node that has the artifact, first
+// dropping a template the node may hold from an earlier run. It returns how
+// many succeeded and the errors in node order.
+func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node) (int, []string) {
+	body, err := json.Marshal(p.gen)
+	if err != nil {
+		return 0, []string{"marshal create request: " + err.Error()}
+	}
+	okCount := 0
+	errs := make([]string, len(nodes))
+	var mu sync.Mutex
+	fanOut(len(nodes), s.cfg().DistributionWorkers, func(i int) {
+		n := nodes[i]
+		rep := s.replica(p, n)
+		res, err := s.snapshotOne(ctx, n, p, body, p.previous[n.ID])
+		if err != nil {
+			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
+			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, err.Error()
+		} else {
+			rep.Status, rep.Phase, rep.SnapshotPath = core.ReplicaReady, core.ReplicaPhaseReady, res.SnapshotPath
+			// A new snapshot: its versions replace the old ones and the
+			// old verdict no longer applies until the next compat scan.
+			rep.GuestImageVersion, rep.AgentVersion, rep.KernelVersion, rep.ShimVersion = res.GuestImageVersion, res.AgentVersion, res.KernelVersion, ""
+			rep.CompatStatus, rep.CompatCheckedUnix = "", 0
+			mu.Lock()
+			okCount++
+			mu.Unlock()
+		}
+		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
+		}
+	})
+	var out []string
+	for _, e := range errs {
+		if e != "" {
+			out = append(out, e)
+		}
+	}
+	return okCount, out
+}
+
+func (s *Service) snapshotOne(ctx context.Context, n ports.Node, p *pipeline, body []byte, prev *core.Replica) (ports.SnapshotResult, error) {
+	if prev != nil && (prev.SnapshotPath != "" || prev.Status == core.ReplicaReady) {
+		if err := s.Agent.CleanupTemplate(ctx, n, p.job.TemplateID, prev.SnapshotPath); err != nil {
+			return ports.SnapshotResult{}, fmt.Errorf("cleanup previous template: %w", err)
+		}
+	}
+	return s.Agent.AppSnapshot(ctx, n, body, s.cfg().SnapshotDir)
+}
+
+// step applies u to the job. A stale update (a replay behind the job's
+// phase) is skipped; errJobFinished when the job is terminal.
+func (s *Service) step(ctx context.Context, jobID string, u core.JobUpdate) (*core.Job, error) {
+	job, applied, err := s.Report(ctx, jobID, u)
+	if err != nil {
+		return nil, err
+	}
+	if !applied && job.Status.Terminal() {
+		return nil, errJobFinished
+	}
+	if applied && s.Progress != nil && !job.Status.Terminal() {
+		if perr := s.Progress.Publish(ctx, jobID, ports.LiveProgress{Phase: job.Phase, Progress: job.Progress, Pull: job.Pull}); perr != nil {
+			s.log().Debug("live progress not published", "job", jobID, "err", perr)
+		}
+	}
+	return job, nil
+}
+
+// fail ends the job FAILED in phase with cause (plus extra fields) and
+// returns cause wrapped with the job id. The write uses a detached context
+// so a cancelled or timed-out pipeline still records why it stopped.
+func (s *Service) fail(ctx context.Context, job *core.Job, phase core.Phase, cause error, extra ...core.JobUpdate) error {
+	wctx, cancel := detached(ctx, 30*time.Second)
+	defer cancel()
+	u := core.Fail(phase, cause.Error())
+	for _, e := range extra {
+		u.ExpectedNodeCount, u.ReadyNodeCount, u.FailedNodeCount = e.ExpectedNodeCount, e.ReadyNodeCount, e.FailedNodeCount
+		if e.TemplateStatus != "" {
+			u.TemplateStatus = e.TemplateStatus
+		}
+	}
+	if _, _, err := s.Report(wctx, job.JobID, u); err != nil {
+		s.log().Error("job failure not recorded", "job", job.JobID, "cause", cause, "err", err)
+	}
+	s.dropProgress(wctx, job.JobID)
+	s.log().Warn("job failed", "job", job.JobID, "template", job.TemplateID, "phase", phase, "err", cause)
+	return fmt.Errorf("job %s: %w", job.JobID, cause)
+}
+
+func (s *Service) dropProgress(ctx context.Context, jobID string) {
+	if s.Progress == nil {
+		return
+	}
+	if err := s.Progress.Delete(ctx, jobID); err != nil {
+		s.log().Debug("live progress not deleted", "job", jobID, "err", err)
+	}
+}
+
+// resultJSON is the job's result_json: the template as it ended up, plus
+// the data plane's BUILT report (kept in result_json while BUILT) under
+// remote_build_report.
+func (s *Service) resultJSON(ctx context.Context, job *core.Job, def *core.Definition, replicas []*core.Replica) (string, error) {
+	cur, err := s.Store.Jobs().Get(ctx, job.JobID)
+	if err != nil {
+		return "", err
+	}
+	info := templateInfo(def, replicas)
+	info.JobID = job.JobID
+	info.ImageInfo = ComposeImageInfo(job.SourceImageRef, job.SourceImageDigest)
+	out := struct {
+		*TemplateInfo
+		RemoteBuildReport json.RawMessage `json:"remote_build_report,omitempty"`
+	}{TemplateInfo: info}
+	if r := strings.TrimSpace(cur.ResultJSON); r != "" && json.Valid([]byte(r)) {
+		out.RemoteBuildReport = json.RawMessage(r)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func withCounts(expected, ready, failed int) core.JobUpdate {
+	return core.JobUpdate{ExpectedNodeCount: &expected, ReadyNodeCount: &ready, FailedNodeCount: &failed}
+}
+
+func intp(v int) *int { return &v }
+
+func firstString(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func joinNonEmpty(sep string, parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, sep)
+}
+
+func derefReplicas(rs []*core.Replica) []core.Replica {
+	out := make([]core.Replica, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// redact hides secret in msg.
+func redact(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "REDACTED")
+}

@@ -1,0 +1,205 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Defaults of Config.
+const (
+	DefaultDistributionWorkers = 4
+	DefaultArtifactTTL         = 7 * 24 * time.Hour
+	DefaultDownloadPath        = "/cube/template/artifact/download"
+	DefaultStaleAfter          = 10 * time.Minute
+	DefaultResumeTimeout       = 30 * time.Minute
+	DefaultBatch               = 200
+)
+
+// Config tunes the Service. Zero values take the defaults above.
+type Config struct {
+	// DistributionWorkers bounds the parallel node RPCs of one job
+	// (CreateImage, AppSnapshot, DestroyImage); upstream uses 4.
+	DistributionWorkers int
+	// ArtifactTTL is how long an artifact without references survives
+	// before GC removes it (gc_deadline = now + ArtifactTTL, renewed
+	// whenever the artifact is used).
+	ArtifactTTL time.Duration
+	// DownloadPath is the artifact download route on DownloadBaseURL.
+	DownloadPath string
+	// DownloadBaseURL, when set, is the base URL nodes download artifacts
+	// from (http://host:port), overriding the base URL recorded from the
+	// create request. Set it when the API address clients use is not one
+	// nodes can reach.
+	DownloadBaseURL string
+	// SnapshotDir is passed to AppSnapshot; "" lets the node choose.
+	SnapshotDir string
+	// StaleAfter is how long an active (or BUILT) job must have gone
+	// without an update before Delete may fail it instead of refusing.
+	StaleAfter time.Duration
+	// ResumeTimeout bounds one asynchronous resume (callback or redo).
+	ResumeTimeout time.Duration
+	// Batch bounds how many rows one GC or sweep pass looks at.
+	Batch int
+	// Envd loads the agent binary injected into templates that opt in with
+	// the cube.master.inject_envd="true" container annotation. Nil means
+	// injection is not available and such requests are refused.
+	Envd func() ([]byte, error)
+	// ArtifactExists reports whether a READY artifact's bytes are still in
+	// the artifact store. Redo uses it to choose between reusing the
+	// artifact and a full rebuild; nil trusts the READY status.
+	ArtifactExists func(ctx context.Context, a *core.Artifact) (bool, error)
+	// Uploader moves artifact bytes into the data plane's store (migrate);
+	// nil means migrate is not available.
+	Uploader ArtifactUploader
+	// LocalArtifact opens the legacy local copy of an artifact on this
+	// master's disk (migrate) and returns its size; an error wrapping
+	// core.ErrNotFound (or a nil hook) means there is none.
+	LocalArtifact func(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error)
+	// RemoveLocal removes that legacy local copy once the store holds the
+	// bytes; nil keeps it. Failures are logged only.
+	RemoveLocal func(ctx context.Context, a *core.Artifact) error
+}
+
+func (c Config) withDefaults() Config {
+	if c.DistributionWorkers <= 0 {
+		c.DistributionWorkers = DefaultDistributionWorkers
+	}
+	if c.ArtifactTTL <= 0 {
+		c.ArtifactTTL = DefaultArtifactTTL
+	}
+	if c.DownloadPath == "" {
+		c.DownloadPath = DefaultDownloadPath
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.ResumeTimeout <= 0 {
+		c.ResumeTimeout = DefaultResumeTimeout
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	return c
+}
+
+// Service is the control plane's template service. Store, Locker, Nodes,
+// Agent, Dispatcher and IDs are required; Clock defaults to the system
+// clock, Progress and Logger are optional. A Service must not be copied
+// after first use (it tracks its background resumes).
+type Service struct {
+	Store      ports.Store
+	Locker     ports.Locker
+	Nodes      ports.NodeDirectory
+	Agent      ports.NodeAgent
+	Dispatcher ports.BuildDispatcher
+	IDs        ports.IDs
+	Clock      ports.Clock
+	Progress   ports.ProgressSink
+	Config     Config
+	Logger     *slog.Logger
+
+	bg sync.WaitGroup
+}
+
+// Wait blocks until every background resume started so far has returned
+// (tests, graceful shutdown) or ctx ends.
+func (s *Service) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Service) cfg() Config { return s.Config.withDefaults() }
+
+func (s *Service) log() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (s *Service) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock.Now()
+	}
+	return time.Now()
+}
+
+// gcDeadline is the unix second an unreferenced artifact may be collected.
+func (s *Service) gcDeadline() int64 { return s.now().Add(s.cfg().ArtifactTTL).Unix() }
+
+// resumeLockName is the per-artifact lock that serializes registration,
+// distribution and cleanup of one artifact across processes, so the
+// callback, the sweeper, redo and delete never interleave on it.
+func resumeLockName(artifactID string) string { return "tc_resume_" + artifactID }
+
+// detached returns a context that survives the caller's cancellation (a
+// finished HTTP request, a resume that hit its timeout) for the few writes
+// that record an outcome, bounded by d.
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// goBackground runs fn on its own goroutine with a detached, bounded
+// context and panic recovery; Wait waits for it.
+func (s *Service) goBackground(ctx context.Context, what string, fn func(ctx context.Context) error) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		bctx, cancel := detached(ctx, s.cfg().ResumeTimeout)
+		defer cancel()
+		defer func() {
+			if r := recover(); r != nil {
+				s.log().Error("background task panicked", "task", what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
+		}()
+		if err := fn(bctx); err != nil {
+			s.log().Warn("background task failed", "task", what, "err", err)
+		}
+	}()
+}
+
+// unlock releases l even when ctx is already done.
+func (s *Service) unlock(ctx context.Context, l ports.Lock) {
+	uctx, cancel := detached(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.Unlock(uctx); err != nil {
+		s.log().Warn("unlock failed", "lock", l.Name(), "err", err)
+	}
+}
+
+// fanOut calls fn for 0..n-1 on at most workers goroutines and waits.
+func fanOut(n, workers int, fn func(i int)) {
+	if workers <= 0 {
+		workers = 1
+	}
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// isNotFound is errors.Is(err, core.ErrNotFound).
+func isNotFound(err error) bool { return errors.Is(err, core.ErrNotFound) }

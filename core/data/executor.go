@@ -1,0 +1,340 @@
+package data
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Defaults of ExecutorConfig.
+const (
+	DefaultMaxConcurrent   = 2
+	DefaultHeartbeatEvery  = 60 * time.Second
+	DefaultLockPoll        = 5 * time.Second
+	DefaultPublishEvery    = 500 * time.Millisecond
+	DefaultGCDeadlineAfter = 7 * 24 * time.Hour
+	DefaultFinalTimeout    = 2 * time.Minute
+)
+
+// LockPrefix starts the name of a build's fingerprint lock.
+const LockPrefix = "tc_build_"
+
+// Runner runs one build; *pipeline.Pipeline is the implementation (with its
+// Store set to the same store as Executor.Artifacts, so that bytes are
+// published before the executor writes the artifact row). A Runner must
+// call in.AfterResolve before fetching layers and return its error
+// unchanged: that is where the executor takes the fingerprint lock and
+// claims or reuses the artifact.
+type Runner interface {
+	Run(ctx context.Context, in pipeline.Input, onEvent func(pipeline.Event)) (*pipeline.Result, error)
+}
+
+// ExecutorConfig tunes the executor. Zero values take the defaults.
+type ExecutorConfig struct {
+	// MaxConcurrent caps builds running at once
+	// (CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS, default 2). Submit
+	// answers core.ErrBusy at the cap instead of queueing.
+	MaxConcurrent int
+	// HeartbeatEvery is how often a running build re-reports its status so
+	// the job's updated_at (the reconciler's staleness clock) keeps moving.
+	HeartbeatEvery time.Duration
+	// LockPoll is how often a build waiting for the fingerprint lock
+	// retries it and looks for a finished artifact to reuse.
+	LockPoll time.Duration
+	// PublishEvery is the least time between two live-progress publishes
+	// within one phase; a phase change is published at once.
+	PublishEvery time.Duration
+	// GCDeadlineAfter sets the artifact row's gc_deadline (default 7 days).
+	GCDeadlineAfter time.Duration
+	// FinalTimeout bounds the terminal report and row writes, which run
+	// even when the build's context was cancelled.
+	FinalTimeout time.Duration
+	// DownloadBaseURL is recorded on built artifacts when the build request
+	// names none (upstream column master_node_ip).
+	DownloadBaseURL string
+	// CABundle, when set, is injected into every image (and so is part of
+	// every fingerprint).
+	CABundle []byte
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnDone, when set, is called once per finished build (for metrics).
+	OnDone func(Outcome)
+}
+
+// Outcome describes a finished build.
+type Outcome struct {
+	JobID      string
+	ArtifactID string
+	// Reused is true when an existing READY artifact was reported instead
+	// of building.
+	Reused bool
+	// Result is the pipeline's result of a fresh build (nil otherwise).
+	Result *pipeline.Result
+	// Phase is the phase the build failed in; Err is nil on success.
+	Phase    core.Phase
+	Err      error
+	Duration time.Duration
+}
+
+// Executor runs the builds this process accepted. Set the fields, then call
+// Submit; the zero ExecutorConfig takes the defaults. It must not be copied after
+// first use.
+type Executor struct {
+	Store     ports.Store
+	Locker    ports.Locker
+	Pipeline  Runner
+	Artifacts ports.ArtifactStore // where Pipeline publishes; used to check bytes before reuse
+	Reporter  ports.StatusReporter
+	Progress  ports.ProgressSink // optional
+	Clock     ports.Clock        // optional; time.Now
+	IDs       ports.IDs          // optional; mints the download token of a fresh build
+	Config    ExecutorConfig
+
+	once     sync.Once
+	conf     ExecutorConfig     // Config with defaults, fixed at first use
+	root     context.Context    // parent of every build; cancelled by Shutdown
+	stop     context.CancelFunc // cancels root
+	final    context.Context    // parent of terminal writes; cancelled when Shutdown gives up
+	hardStop context.CancelFunc
+
+	mu       sync.Mutex
+	inflight map[string]*run
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func (e *Executor) init() {
+	e.once.Do(func() {
+		e.root, e.stop = context.WithCancel(context.Background())
+		e.final, e.hardStop = context.WithCancel(context.Background())
+		e.inflight = map[string]*run{}
+		e.conf = e.cfg()
+	})
+}
+
+func (e *Executor) cfg() ExecutorConfig {
+	c := e.Config
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if c.HeartbeatEvery <= 0 {
+		c.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if c.LockPoll <= 0 {
+		c.LockPoll = DefaultLockPoll
+	}
+	if c.PublishEvery <= 0 {
+		c.PublishEvery = DefaultPublishEvery
+	}
+	if c.GCDeadlineAfter <= 0 {
+		c.GCDeadlineAfter = DefaultGCDeadlineAfter
+	}
+	if c.FinalTimeout <= 0 {
+		c.FinalTimeout = DefaultFinalTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (e *Executor) now() time.Time {
+	if e.Clock != nil {
+		return e.Clock.Now()
+	}
+	return time.Now()
+}
+
+// Submit validates a build the control plane forwards and starts it in the
+// background; it never waits for the build. Errors:
+//
+//   - missing job id or request, a request that does not canonically equal
+//     the job's request_json, bad envd payload: core.ErrInvalidArgument (400);
+//   - the job is already building in this process: core.ErrConflict (409),
+//     checked before the job row (which is RUNNING by then);
+//   - no such job: core.ErrNotFound; a job that is not PENDING:
+//     *NotPendingError, which also matches core.ErrNotFound (404);
+//   - MaxConcurrent builds running: core.ErrBusy (429); ErrShuttingDown
+//     (also core.ErrBusy) after Shutdown;
+//   - a missing dependency or a store failure: other errors (5xx).
+func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
+	e.init()
+	if e.Store == nil || e.Locker == nil || e.Pipeline == nil || e.Artifacts == nil || e.Reporter == nil {
+		return errors.New("build executor is not wired: store, locker, pipeline, artifact store and reporter are required")
+	}
+	if strings.TrimSpace(req.JobID) == "" {
+		return &core.FieldError{Field: "job_id", Reason: "is required"}
+	}
+	if req.Request == nil {
+		return &core.FieldError{Field: "request", Reason: "is required"}
+	}
+	norm, err := normalized(req.Request)
+	if err != nil {
+		return err
+	}
+	if err := checkEnvd(norm, req); err != nil {
+		return err
+	}
+
+	// A build of this job already running here answers "in flight" even
+	// though its job row has moved on to RUNNING.
+	e.mu.Lock()
+	dup := e.inflight[req.JobID] != nil
+	e.mu.Unlock()
+	if dup {
+		return fmt.Errorf("job %s is already building here: %w", req.JobID, core.ErrConflict)
+	}
+
+	job, err := e.Store.Jobs().Get(ctx, req.JobID)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", req.JobID, err)
+	}
+	if job.Status != core.JobPending {
+		return &NotPendingError{JobID: job.JobID, Status: job.Status}
+	}
+	if err := sameRequest(job, norm); err != nil {
+		return err
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return ErrShuttingDown
+	case e.inflight[req.JobID] != nil:
+		return fmt.Errorf("job %s is already building here: %w", req.JobID, core.ErrConflict)
+	case len(e.inflight) >= e.conf.MaxConcurrent:
+		return fmt.Errorf("%d builds running, the limit: %w", len(e.inflight), core.ErrBusy)
+	}
+	r := e.newRun(req, norm)
+	e.inflight[req.JobID] = r
+	e.wg.Add(1)
+	go r.execute()
+	return nil
+}
+
+// normalized returns a normalized copy of the request (the caller's value
+// is not changed). Every failure wraps core.ErrInvalidArgument.
+func normalized(in *core.FromImageRequest) (*core.FromImageRequest, error) {
+	c := *in
+	c.ExposedPorts = slices.Clone(in.ExposedPorts)
+	c.DistributionScope = slices.Clone(in.DistributionScope)
+	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
+		if !errors.Is(err, core.ErrInvalidArgument) {
+			err = fmt.Errorf("request: %w: %w", core.ErrInvalidArgument, err)
+		}
+		return nil, err
+	}
+	return &c, nil
+}
+
+// sameRequest compares canonical forms. The stored side is decoded and
+// normalized again, so a row written by an older writer (another field
+// order, defaults left out) still matches the same request.
+func sameRequest(job *core.Job, req *core.FromImageRequest) error {
+	got, err := core.CanonicalRequestJSON(req)
+	if err != nil {
+		return err
+	}
+	stored, err := core.DecodeRequestJSON(job.RequestJSON)
+	if err != nil {
+		return fmt.Errorf("job %s has an unreadable request_json: %w", job.JobID, err)
+	}
+	storedNorm, err := normalized(stored)
+	if err != nil {
+		return fmt.Errorf("job %s request_json: %w", job.JobID, err)
+	}
+	want, err := core.CanonicalRequestJSON(storedNorm)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return &core.FieldError{Field: "request", Reason: fmt.Sprintf("does not match the request of job %s", job.JobID)}
+	}
+	return nil
+}
+
+// checkEnvd refuses an envd payload that cannot be injected, before the
+// build starts (the pipeline would refuse it too, but only asynchronously).
+func checkEnvd(req *core.FromImageRequest, br ports.BuildRequest) error {
+	if !pipeline.WantsEnvd(req) {
+		return nil
+	}
+	if len(br.EnvdData) == 0 {
+		return &core.FieldError{Field: "envd_data", Reason: "the request opts in to envd injection but no envd binary was sent"}
+	}
+	if len(br.EnvdData) > pipeline.MaxEnvdBytes {
+		return &core.FieldError{Field: "envd_data", Reason: fmt.Sprintf("%d bytes, at most %d", len(br.EnvdData), pipeline.MaxEnvdBytes)}
+	}
+	if c := strings.ToLower(strings.TrimSpace(br.EnvdSHA256)); c != "" {
+		sum := sha256.Sum256(br.EnvdData)
+		if c != hex.EncodeToString(sum[:]) {
+			return &core.FieldError{Field: "envd_sha256", Reason: "does not match the sha256 of envd_data"}
+		}
+	}
+	return nil
+}
+
+// InFlight returns the ids of the jobs building in this process, sorted.
+func (e *Executor) InFlight() []string {
+	e.init()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make([]string, 0, len(e.inflight))
+	for id := range e.inflight {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Running returns how many builds run in this process.
+func (e *Executor) Running() int {
+	e.init()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.inflight)
+}
+
+// Shutdown refuses new builds, cancels the running ones (each reports its
+// job FAILED "template center shutting down", best effort) and waits for
+// them. If ctx ends first, the terminal reports still in progress are
+// abandoned too and ctx's error is returned.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	e.init()
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.stop()
+	done := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		e.hardStop()
+		return nil
+	case <-ctx.Done():
+		e.hardStop()
+		return fmt.Errorf("build executor shutdown: %w", ctx.Err())
+	}
+}
+
+func (e *Executor) finish(r *run) {
+	e.mu.Lock()
+	delete(e.inflight, r.req.JobID)
+	e.mu.Unlock()
+	e.wg.Done()
+}

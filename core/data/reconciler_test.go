@@ -1,0 +1,246 @@
+package data_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func newReconciler(d *db, l *locks, cfg data.ReconcilerConfig) *data.Reconciler {
+	cfg.Logger = quiet
+	return &data.Reconciler{Store: d.store, Locker: l.mock, Clock: d.clock, Config: cfg}
+}
+
+func TestTiersFailJobsJustOverTheirThreshold(t *testing.T) {
+	cfg := data.ReconcilerConfig{PendingStaleAfter: 10 * time.Minute, PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour}
+	cases := []struct {
+		status core.JobStatus
+		phase  core.Phase
+		after  time.Duration
+		msg    string
+	}{
+		{core.JobPending, core.PhasePulling, 10 * time.Minute, "stayed PENDING"},
+		{core.JobPending, "", 10 * time.Minute, "stayed PENDING"},
+		{core.JobRunning, core.PhasePulling, 30 * time.Minute, "while pulling the source image"},
+		{core.JobRunning, core.PhaseUnpacking, time.Hour, "no progress report for 1h0m0s"},
+		{core.JobRunning, core.PhaseBuildingExt4, time.Hour, "no progress report for 1h0m0s"},
+		{core.JobRunning, core.PhaseUploading, time.Hour, "no progress report for 1h0m0s"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/%s", tc.status, tc.phase), func(t *testing.T) {
+			d, l := newDB(t0), newLocks()
+			d.addJob("over", tc.status, tc.phase, t0.Add(-tc.after-time.Second))
+			d.addJob("under", tc.status, tc.phase, t0.Add(-tc.after+time.Second))
+			d.addJob("exactly", tc.status, tc.phase, t0.Add(-tc.after))
+			rep, err := newReconciler(d, l, cfg).RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rep.Failed, []string{"over"}) {
+				t.Fatalf("failed %v, want [over]", rep.Failed)
+			}
+			j := d.job("over")
+			if j.Status != core.JobFailed || j.Phase != tc.phase || j.Progress != 100 || j.ActiveKey != "" || !strings.Contains(j.ErrorMessage, tc.msg) {
+				t.Fatalf("over = %+v, want FAILED in %s with a message containing %q", j, tc.phase, tc.msg)
+			}
+			for _, id := range []string{"under", "exactly"} {
+				if j := d.job(id); j.Status != tc.status || j.ErrorMessage != "" {
+					t.Fatalf("%s was touched: %+v", id, j)
+				}
+			}
+			if len(l.held) != 0 {
+				t.Fatal("reconcile lock not released")
+			}
+		})
+	}
+}
+
+func TestControlPlaneJobsAreNeverSwept(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	old := t0.Add(-30 * 24 * time.Hour)
+	keep := map[string][2]string{
+		"built":             {string(core.JobBuilt), string(core.PhaseReady)},
+		"built-pulling":     {string(core.JobBuilt), string(core.PhasePulling)},
+		"distributing":      {string(core.JobRunning), string(core.PhaseDistributing)},
+		"creating-template": {string(core.JobRunning), string(core.PhaseCreatingTemplate)},
+		"snapshotting":      {string(core.JobRunning), string(core.PhaseSnapshotting)},
+		"registering":       {string(core.JobRunning), string(core.PhaseRegistering)},
+		"running-ready":     {string(core.JobRunning), string(core.PhaseReady)},
+		"migrating":         {string(core.JobRunning), string(core.PhaseMigrating)},
+		"pending-migrate":   {string(core.JobPending), string(core.PhaseMigrating)},
+		"redo-distributing": {string(core.JobPending), string(core.PhaseDistributing)},
+		"ready":             {string(core.JobReady), string(core.PhaseReady)},
+		"failed":            {string(core.JobFailed), string(core.PhasePulling)},
+	}
+	for id, sp := range keep {
+		d.addJob(id, core.JobStatus(sp[0]), core.Phase(sp[1]), old)
+	}
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Failed) != 0 || rep.MovedOn != 0 {
+		t.Fatalf("report %+v, want nothing swept", rep)
+	}
+	for id, sp := range keep {
+		if j := d.job(id); string(j.Status) != sp[0] || !j.UpdatedAt.Equal(old) {
+			t.Fatalf("%s was touched: %+v", id, j)
+		}
+	}
+}
+
+func TestGuardedUpdateLosesToAProgressReport(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		race func(d *db)
+	}{
+		{"report lands between scan and update", func(d *db) {
+			list := d.jobRepo.ListStaleFunc
+			d.jobRepo.ListStaleFunc = func(ctx context.Context, q ports.StaleQuery) ([]*core.Job, error) {
+				out, err := list(ctx, q)
+				if len(out) > 0 {
+					d.mu.Lock()
+					d.jobs["job"].UpdatedAt = d.now // a heartbeat: same status and phase, fresh clock
+					d.mu.Unlock()
+				}
+				return out, err
+			}
+		}},
+		{"report lands during the update", func(d *db) {
+			done := false
+			d.interfere = func(j *core.Job) {
+				if !done {
+					done = true
+					j.UpdatedAt = d.now
+					j.Phase = core.PhaseUnpacking
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, l := newDB(t0), newLocks()
+			d.addJob("job", core.JobRunning, core.PhasePulling, t0.Add(-2*time.Hour))
+			tc.race(d)
+			rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Failed) != 0 || rep.MovedOn != 1 {
+				t.Fatalf("report %+v, want the job skipped as moved on", rep)
+			}
+			if j := d.job("job"); j.Status != core.JobRunning {
+				t.Fatalf("job = %+v, want still RUNNING", j)
+			}
+		})
+	}
+}
+
+func TestScanLimitBoundsATick(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	for i := range 5 {
+		d.addJob(fmt.Sprintf("job-%d", i), core.JobPending, core.PhasePulling, t0.Add(-time.Hour-time.Duration(i)*time.Minute))
+	}
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{ScanLimit: 2}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The oldest first.
+	if !slices.Equal(rep.Failed, []string{"job-4", "job-3"}) {
+		t.Fatalf("failed %v", rep.Failed)
+	}
+}
+
+func TestLockHeldElsewhereSkipsTheTick(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	l.heldElsewhere[data.LockName] = true
+	d.addJob("job", core.JobPending, core.PhasePulling, t0.Add(-time.Hour))
+	d.addArtifact("rfs-1", core.ArtifactCleanupPending, t0.Add(-time.Hour))
+	var deletes int
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{DeleteArtifact: func(context.Context, string) error {
+		deletes++
+		return nil
+	}}).RunOnce(context.Background())
+	if err != nil || !rep.Skipped {
+		t.Fatalf("report %+v, err %v, want skipped", rep, err)
+	}
+	if len(d.listJobs) != 0 || deletes != 0 || d.job("job").Status != core.JobPending {
+		t.Fatal("a skipped tick scanned or changed something")
+	}
+}
+
+func TestCleanupPendingBackstop(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	old, young := t0.Add(-6*time.Minute), t0.Add(-4*time.Minute)
+	d.addArtifact("rfs-old", core.ArtifactCleanupPending, old)
+	d.addArtifact("rfs-young", core.ArtifactCleanupPending, young)
+	d.addArtifact("rfs-referenced", core.ArtifactCleanupPending, old)
+	d.refs["rfs-referenced"] = 1
+	d.addArtifact("rfs-placed", core.ArtifactCleanupPending, old)
+	d.place["rfs-placed"] = []core.Placement{{ArtifactID: "rfs-placed", NodeID: "node-1"}}
+	d.addArtifact("rfs-half-deleted", core.ArtifactDeleting, old)
+	d.addArtifact("rfs-ready", core.ArtifactReady, old)
+	d.addArtifact("rfs-broken", core.ArtifactCleanupPending, old)
+
+	var called []string
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{DeleteArtifact: func(_ context.Context, id string) error {
+		called = append(called, id)
+		if id == "rfs-broken" {
+			return errors.New("s3: 503")
+		}
+		return nil
+	}}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(called)
+	if !slices.Equal(called, []string{"rfs-broken", "rfs-half-deleted", "rfs-old"}) {
+		t.Fatalf("deleter called for %v", called)
+	}
+	slices.Sort(rep.Deleted)
+	if !slices.Equal(rep.Deleted, []string{"rfs-half-deleted", "rfs-old"}) || rep.DeleteErrors != 1 || rep.Kept != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestRunTicksUntilCancelled(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	var ticks atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	list := d.jobRepo.ListStaleFunc
+	d.jobRepo.ListStaleFunc = func(c context.Context, q ports.StaleQuery) ([]*core.Job, error) {
+		if q.Statuses[0] == core.JobPending && ticks.Add(1) == 3 {
+			cancel()
+		}
+		return list(c, q)
+	}
+	done := make(chan error, 1)
+	go func() { done <- newReconciler(d, l, data.ReconcilerConfig{Interval: time.Millisecond}).Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not stop after cancellation")
+	}
+	if ticks.Load() < 3 {
+		t.Fatalf("%d ticks", ticks.Load())
+	}
+
+	// Disabled: returns at once without scanning.
+	d2 := newDB(t0)
+	if err := newReconciler(d2, newLocks(), data.ReconcilerConfig{Disabled: true}).Run(context.Background()); err != nil || len(d2.listJobs) != 0 {
+		t.Fatalf("disabled Run: err %v, %d scans", err, len(d2.listJobs))
+	}
+}

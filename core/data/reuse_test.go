@@ -1,0 +1,322 @@
+package data_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// buildOnce runs job jobID for req on r and returns the outcome.
+func buildOnce(t *testing.T, w *world, r *replica, jobID string, req *core.FromImageRequest) data.Outcome {
+	t.Helper()
+	w.addJob(t, jobID, req)
+	if err := r.exec.Submit(context.Background(), buildReq(jobID, req)); err != nil {
+		t.Fatal(err)
+	}
+	return r.wait(t)
+}
+
+func lastReport(w *world, jobID string) ports.StatusReport {
+	reps := w.reportsOf(jobID)
+	return reps[len(reps)-1].r
+}
+
+func TestReadyArtifactWithBytesIsReused(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+	if first.Err != nil || first.Reused {
+		t.Fatalf("first build: %+v", first)
+	}
+	row, _ := w.artifact(first.ArtifactID)
+
+	// Another template with the same spec: same fingerprint, no build.
+	second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
+	if second.Err != nil || !second.Reused || second.ArtifactID != first.ArtifactID || second.Result != nil {
+		t.Fatalf("second build: %+v", second)
+	}
+	if n := len(r.builder.BuildCalls()); n != 1 {
+		t.Fatalf("builder ran %d times, want 1", n)
+	}
+	if n := len(r.source.FetchLayersCalls()); n != 1 {
+		t.Fatalf("layers fetched %d times; a reuse must not pull", n)
+	}
+	last := lastReport(w, "job-2")
+	if last.Update.Status != core.JobBuilt || last.Update.ArtifactID != first.ArtifactID || last.Artifact == nil || *last.Artifact != row {
+		t.Fatalf("reuse report = %+v / %+v, want BUILT with the existing row %+v", last.Update, last.Artifact, row)
+	}
+	if now, _ := w.artifact(first.ArtifactID); now != row {
+		t.Fatalf("reuse changed the artifact row: %+v -> %+v", row, now)
+	}
+}
+
+func TestReadyArtifactWithoutBytesIsRebuilt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(w *world, key string)
+	}{
+		{"bytes deleted", func(w *world, key string) { delete(w.blobs, key) }},
+		{"bytes truncated", func(w *world, key string) { w.blobs[key] = w.blobs[key][:3] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			r := newReplica(t, w, data.ExecutorConfig{})
+			first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+			key := pipeline.ArtifactKey(first.ArtifactID)
+			good := append([]byte(nil), w.blobs[key]...)
+			w.mu.Lock()
+			tc.break_(w, key)
+			w.mu.Unlock()
+
+			second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
+			if second.Err != nil || second.Reused {
+				t.Fatalf("second build: %+v, want a fresh build", second)
+			}
+			if n := len(r.builder.BuildCalls()); n != 2 {
+				t.Fatalf("builder ran %d times, want 2", n)
+			}
+			a, _ := w.artifact(first.ArtifactID)
+			if a.Status != core.ArtifactReady || string(w.blobs[key]) != string(good) || a.Ext4SizeBytes != int64(len(good)) {
+				t.Fatalf("row %+v, bytes %q", a, w.blobs[key])
+			}
+		})
+	}
+}
+
+func TestArtifactBeingDeletedIsNotBuiltOver(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+	w.mu.Lock()
+	w.arts[first.ArtifactID].Status = core.ArtifactCleanupPending
+	w.mu.Unlock()
+
+	second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
+	if !errors.Is(second.Err, core.ErrConflict) {
+		t.Fatalf("outcome %+v, want a conflict", second)
+	}
+	msg := deref(lastReport(w, "job-2").Update.ErrorMessage)
+	if !strings.Contains(msg, "being deleted") {
+		t.Fatalf("error message %q", msg)
+	}
+	if a, _ := w.artifact(first.ArtifactID); a.Status != core.ArtifactCleanupPending {
+		t.Fatalf("row moved to %s", a.Status)
+	}
+}
+
+// Two template centers share the database, the bucket and the lock table.
+// Both get a job for the same spec: one builds, the other waits on the
+// fingerprint lock and reuses the winner's READY artifact.
+func TestTwoReplicasBuildASpecOnce(t *testing.T) {
+	w := newWorld()
+	a := newReplica(t, w, data.ExecutorConfig{})
+	b := newReplica(t, w, data.ExecutorConfig{})
+	w.addJob(t, "job-a", fromImage("tpl-a"))
+	w.addJob(t, "job-b", fromImage("tpl-b"))
+
+	building := make(chan struct{})
+	for _, r := range []*replica{a, b} {
+		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+			close(building) // a second build would panic here
+			// Hold the build until the other replica has found the lock taken.
+			eventually(t, "the other replica to wait on the lock", func() bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return w.contended > 0
+			})
+			return writeImage(spec)
+		}
+	}
+	ctx := context.Background()
+	if err := a.exec.Submit(ctx, buildReq("job-a", fromImage("tpl-a"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.exec.Submit(ctx, buildReq("job-b", fromImage("tpl-b"))); err != nil {
+		t.Fatal(err)
+	}
+	oa, ob := a.wait(t), b.wait(t)
+	if oa.Err != nil || ob.Err != nil {
+		t.Fatalf("outcomes %+v / %+v", oa, ob)
+	}
+	if oa.Reused == ob.Reused || oa.ArtifactID != ob.ArtifactID {
+		t.Fatalf("want exactly one build and one reuse of the same artifact: %+v / %+v", oa, ob)
+	}
+	if n := len(a.builder.BuildCalls()) + len(b.builder.BuildCalls()); n != 1 {
+		t.Fatalf("%d builds, want 1", n)
+	}
+	row, _ := w.artifact(oa.ArtifactID)
+	for _, id := range []string{"job-a", "job-b"} {
+		if j := w.job(id); j.Status != core.JobBuilt || j.ArtifactID != row.ArtifactID {
+			t.Fatalf("%s = %+v", id, j)
+		}
+		if got := lastReport(w, id).Artifact; got == nil || *got != row {
+			t.Fatalf("%s reported artifact %+v, want %+v", id, got, row)
+		}
+	}
+}
+
+func TestHeartbeatKeepsTheJobFresh(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{HeartbeatEvery: time.Millisecond})
+	pulling := func() int {
+		n := 0
+		for _, x := range w.reportsOf("job-a") {
+			if x.err == nil && x.r.Update.Status == core.JobRunning && x.r.Update.Phase == core.PhasePulling {
+				n++
+			}
+		}
+		return n
+	}
+	var before, after time.Time
+	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+		// A long pull that emits no event: only heartbeats report.
+		before = w.job("job-a").UpdatedAt
+		n := pulling()
+		eventually(t, "three heartbeats during the pull", func() bool { return pulling() >= n+3 })
+		after = w.job("job-a").UpdatedAt
+		return nil, nil
+	}
+	if o := buildOnce(t, w, r, "job-a", fromImage("tpl-a")); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	if !after.After(before) {
+		t.Fatalf("updated_at did not move during the pull: %v -> %v", before, after)
+	}
+	for _, x := range w.reportsOf("job-a") {
+		if x.err != nil {
+			t.Fatalf("report refused: %+v: %v", x.r.Update, x.err)
+		}
+	}
+}
+
+func TestShutdownCancelsRunningBuilds(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	w.addJob(t, "job-a", fromImage("tpl-a"))
+	inBuild := make(chan struct{})
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+		io.Copy(io.Discard, spec.Tree)
+		close(inBuild)
+		<-ctx.Done()
+		return ports.BuildResult{}, ctx.Err()
+	}
+	if err := r.exec.Submit(context.Background(), buildReq("job-a", fromImage("tpl-a"))); err != nil {
+		t.Fatal(err)
+	}
+	<-inBuild
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.exec.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.exec.Running() != 0 {
+		t.Fatal("builds still running after Shutdown returned")
+	}
+	j := w.job("job-a")
+	if j.Status != core.JobFailed || j.ErrorMessage != "template center shutting down" || j.Phase != core.PhaseBuildingExt4 {
+		t.Fatalf("job = %+v", j)
+	}
+	aid, _ := expectedArtifactID(t, fromImage("tpl-a"))
+	if a, _ := w.artifact(aid); a.Status != core.ArtifactFailed {
+		t.Fatalf("artifact = %+v", a)
+	}
+	w.addJob(t, "job-b", fromImage("tpl-b"))
+	if err := r.exec.Submit(context.Background(), buildReq("job-b", fromImage("tpl-b"))); !errors.Is(err, data.ErrShuttingDown) || !errors.Is(err, core.ErrBusy) {
+		t.Fatalf("submit after shutdown: %v", err)
+	}
+}
+
+func TestLiveProgressIsThrottledAndDeletedAfterTheTerminalReport(t *testing.T) {
+	w := newWorld()
+	// A publish interval no test run reaches: only phase changes publish.
+	r := newReplica(t, w, data.ExecutorConfig{PublishEvery: time.Hour})
+	published := func() []ports.LiveProgress {
+		var out []ports.LiveProgress
+		for _, c := range w.progress.PublishCalls() {
+			out = append(out, c.P)
+		}
+		return out
+	}
+	const events = 200
+	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+		for i := 1; i <= events; i++ {
+			progress(ports.PullProgress{TotalBytes: events, DownloadedBytes: int64(i), TotalLayers: 1})
+		}
+		return nil, nil
+	}
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+		eventually(t, "BUILDING_EXT4 published", func() bool {
+			for _, p := range published() {
+				if p.Phase == core.PhaseBuildingExt4 {
+					return true
+				}
+			}
+			return false
+		})
+		return writeImage(spec)
+	}
+	if o := buildOnce(t, w, r, "job-a", fromImage("tpl-a")); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	pubs := published()
+	if len(pubs) == 0 || len(pubs) > 6 {
+		t.Fatalf("%d publishes for %d pull events and 4 phases: %+v", len(pubs), events, pubs)
+	}
+	var sawPull bool
+	for i, p := range pubs {
+		if i > 0 && p.Phase == pubs[i-1].Phase && p.Progress == pubs[i-1].Progress {
+			t.Fatalf("duplicate publish: %+v", pubs)
+		}
+		if p.Phase == core.PhaseBuildingExt4 {
+			sawPull = p.Pull.DownloadedBytes == events
+		}
+	}
+	if !sawPull {
+		t.Fatalf("the BUILDING_EXT4 publish lacks the final pull counters: %+v", pubs)
+	}
+	w.mu.Lock()
+	ev := append([]string(nil), w.events...)
+	w.mu.Unlock()
+	if ev[len(ev)-1] != "delete job-a" || ev[len(ev)-2] != "report BUILT" {
+		t.Fatalf("events end with %v, want the BUILT report then the progress delete", ev[max(0, len(ev)-3):])
+	}
+	if n := len(w.progress.DeleteCalls()); n != 1 {
+		t.Fatalf("%d deletes", n)
+	}
+}
+
+// A panicking adapter must not take the process down or wedge the job.
+func TestPanicInThePipelineFailsTheJob(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	// The builder runs on the build goroutine (the flattener runs on one of
+	// the pipeline's own, where nothing could recover it).
+	r.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
+		return ports.TreeStats{}, nil
+	}
+	r.builder.BuildFunc = func(context.Context, ports.BuildSpec) (ports.BuildResult, error) { panic("builder bug") }
+	o := buildOnce(t, w, r, "job-a", fromImage("tpl-a"))
+	if o.Err == nil || !strings.Contains(o.Err.Error(), "builder bug") {
+		t.Fatalf("outcome %+v", o)
+	}
+	if j := w.job("job-a"); j.Status != core.JobFailed {
+		t.Fatalf("job = %+v", j)
+	}
+	aid, _ := expectedArtifactID(t, fromImage("tpl-a"))
+	if a, _ := w.artifact(aid); a.Status != core.ArtifactFailed {
+		t.Fatalf("artifact = %+v", a)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.locks) != 0 {
+		t.Fatal("lock leaked after a panic")
+	}
+}

@@ -1,0 +1,377 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// buildPhases are the phases a data-plane build reports, in order. The
+// pipeline's final READY event is not among them: the build ends with a
+// BUILT (or FAILED) report, and RUNNING/READY would read as a post-build
+// phase on the control plane.
+var buildPhases = []core.Phase{core.PhasePulling, core.PhaseUnpacking, core.PhaseBuildingExt4, core.PhaseGeneratingJSON, core.PhaseUploading}
+
+// run is one accepted build.
+type run struct {
+	e   *Executor
+	c   ExecutorConfig
+	log *slog.Logger
+	req ports.BuildRequest
+	// norm is the normalized request (the pipeline and the artifact row
+	// read it; the caller's request is never changed).
+	norm  *core.FromImageRequest
+	start time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// changed wakes the report loop after an event (capacity 1).
+	changed chan struct{}
+
+	mu       sync.Mutex
+	st       state
+	lock     ports.Lock     // the fingerprint lock, once held
+	claimed  bool           // this build moved the artifact row to BUILDING
+	artifact *core.Artifact // the row reported with BUILT
+	reused   bool
+}
+
+// state is what the report loop and the terminal report read.
+type state struct {
+	phase          core.Phase
+	progress       int
+	pull           core.PullProgress
+	resolved       *pipeline.Resolved
+	artifactStatus core.ArtifactStatus
+}
+
+func (e *Executor) newRun(req ports.BuildRequest, norm *core.FromImageRequest) *run {
+	c := e.conf
+	ctx, cancel := context.WithCancel(e.root)
+	return &run{
+		e: e, c: c, req: req, norm: norm, start: e.now(),
+		log:     c.Logger.With("job_id", req.JobID, "template_id", norm.TemplateID),
+		ctx:     ctx,
+		cancel:  cancel,
+		changed: make(chan struct{}, 1),
+		st:      state{phase: core.PhasePulling, progress: 5},
+	}
+}
+
+// execute is the build goroutine: report RUNNING, run the pipeline with a
+// report loop beside it, then the terminal report.
+func (r *run) execute() {
+	defer r.e.finish(r)
+	defer r.cancel()
+	var (
+		res *pipeline.Result
+		err error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("build panicked", "panic", p)
+				err = fmt.Errorf("internal error: build panicked: %v", p)
+			}
+		}()
+		// The loop reports RUNNING/PULLING/5 first, then follows the
+		// pipeline; it is stopped (even after a panic) before the terminal
+		// report so that no RUNNING report can follow BUILT or FAILED.
+		loopCtx, stopLoop := context.WithCancel(r.ctx)
+		loopDone := make(chan struct{})
+		go func() {
+			defer close(loopDone)
+			r.loop(loopCtx)
+		}()
+		defer func() {
+			stopLoop()
+			<-loopDone
+		}()
+		res, err = r.e.Pipeline.Run(r.ctx, r.input(), r.onEvent)
+	}()
+
+	var reuse *reuseSignal
+	if errors.As(err, &reuse) {
+		r.mu.Lock()
+		r.artifact, r.reused = reuse.artifact, true
+		r.mu.Unlock()
+		err = nil
+	} else if err == nil {
+		err = r.markReady(res)
+	}
+	if err != nil {
+		// Still under the fingerprint lock, so the next build's claim of
+		// the row cannot be overwritten.
+		r.releaseClaim(err)
+	}
+	r.unlock()
+	if err != nil {
+		r.failed(err)
+	} else {
+		r.built()
+	}
+	r.done(res, err)
+}
+
+func (r *run) input() pipeline.Input {
+	return pipeline.Input{
+		Image: ports.ImageRequest{
+			Ref:      r.norm.SourceImageRef,
+			Platform: r.norm.Platform,
+			Username: r.norm.RegistryUsername,
+			Password: r.norm.RegistryPassword,
+		},
+		Request:      cloneRequest(r.norm),
+		Inject:       r.injection(),
+		AfterResolve: r.afterResolve,
+	}
+}
+
+func (r *run) injection() pipeline.Injection {
+	var in pipeline.Injection
+	if pipeline.WantsEnvd(r.norm) {
+		in.Envd, in.EnvdClaimedSHA256 = r.req.EnvdData, r.req.EnvdSHA256
+	}
+	in.CABundle = r.c.CABundle
+	return in
+}
+
+func cloneRequest(q *core.FromImageRequest) *core.FromImageRequest {
+	c := *q
+	c.ExposedPorts = slices.Clone(q.ExposedPorts)
+	c.DistributionScope = slices.Clone(q.DistributionScope)
+	return &c
+}
+
+// onEvent records pipeline progress and wakes the report loop; it never
+// blocks on the network, so a slow control plane cannot stall the build.
+// The pipeline may call it from several goroutines.
+func (r *run) onEvent(ev pipeline.Event) {
+	r.mu.Lock()
+	if ev.Resolved != nil {
+		res := *ev.Resolved
+		r.st.resolved = &res
+	}
+	if i := slices.Index(buildPhases, ev.Phase); i >= slices.Index(buildPhases, r.st.phase) {
+		r.st.phase = ev.Phase
+		r.st.progress = max(r.st.progress, ev.Progress)
+	}
+	if ev.Pull != (core.PullProgress{}) {
+		r.st.pull = ev.Pull
+	}
+	r.mu.Unlock()
+	r.wake()
+}
+
+func (r *run) wake() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *run) snapshot() state {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// loop reports phase changes, the resolved artifact and a heartbeat to the
+// control plane, and publishes throttled live progress, until ctx ends.
+func (r *run) loop(ctx context.Context) {
+	heartbeat := time.NewTicker(r.c.HeartbeatEvery)
+	defer heartbeat.Stop()
+	var (
+		reported    = state{phase: core.PhasePulling}
+		published   state
+		havePub     bool
+		lastPublish time.Time
+		flush       <-chan time.Time
+	)
+	for first := true; ; first = false {
+		beat, flushed := false, false
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.changed:
+			case <-heartbeat.C:
+				beat = true
+			case <-flush:
+				flush, flushed = nil, true
+			}
+		}
+		st := r.snapshot()
+		newlyResolved := st.resolved != nil && reported.resolved == nil
+		if first || beat || newlyResolved || st.phase != reported.phase || st.artifactStatus != reported.artifactStatus {
+			r.report(ctx, r.runningUpdate(st), nil)
+			reported = st
+		}
+		if r.e.Progress == nil || (havePub && samePublished(st, published)) {
+			continue
+		}
+		now := r.e.now()
+		if !havePub || flushed || st.phase != published.phase || now.Sub(lastPublish) >= r.c.PublishEvery {
+			lp := ports.LiveProgress{Phase: st.phase, Progress: st.progress, Pull: st.pull}
+			if err := r.e.Progress.Publish(ctx, r.req.JobID, lp); err != nil && ctx.Err() == nil {
+				r.log.Warn("publish live progress", "err", err)
+			}
+			published, havePub, lastPublish = st, true, now
+		} else if flush == nil {
+			flush = time.After(r.c.PublishEvery - now.Sub(lastPublish))
+		}
+	}
+}
+
+func samePublished(a, b state) bool {
+	return a.phase == b.phase && a.progress == b.progress && a.pull == b.pull
+}
+
+// runningUpdate is a RUNNING report of st; sent unchanged it is the
+// heartbeat (the store moves updated_at on every applied update).
+func (r *run) runningUpdate(st state) core.JobUpdate {
+	u := core.Progress(core.JobRunning, st.phase, st.progress)
+	if st.resolved != nil {
+		u.ArtifactID = st.resolved.ArtifactID
+		u.Fingerprint = st.resolved.Fingerprint
+		u.SourceImageDigest = st.resolved.ImageDigest
+	}
+	u.ArtifactStatus = string(st.artifactStatus)
+	if st.pull != (core.PullProgress{}) {
+		p := st.pull
+		u.Pull = &p
+	}
+	return u
+}
+
+// report sends one status report; a failure is logged, not fatal (the
+// reporter retries, and the heartbeat or terminal report comes later).
+func (r *run) report(ctx context.Context, u core.JobUpdate, a *core.Artifact) {
+	err := r.e.Reporter.Report(ctx, r.req.JobID, ports.StatusReport{Update: u, Artifact: a})
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("status report failed", "status", u.Status, "phase", u.Phase, "err", err)
+	}
+}
+
+// finalCtx bounds terminal writes. It survives the build's cancellation
+// (a shut-down build still reports FAILED) but not a Shutdown that gave up.
+func (r *run) finalCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.e.final, r.c.FinalTimeout)
+}
+
+func (r *run) built() {
+	st := r.snapshot()
+	r.mu.Lock()
+	a := *r.artifact
+	r.mu.Unlock()
+	digest := a.SourceImageDigest
+	if st.resolved != nil {
+		digest = st.resolved.ImageDigest
+	}
+	p := 100
+	u := core.JobUpdate{
+		Status:            core.JobBuilt,
+		Phase:             core.PhaseReady,
+		Progress:          &p,
+		ArtifactID:        a.ArtifactID,
+		Fingerprint:       a.Fingerprint,
+		SourceImageDigest: digest,
+		ArtifactStatus:    string(core.ArtifactReady),
+	}
+	if st.pull != (core.PullProgress{}) {
+		pp := st.pull
+		u.Pull = &pp
+	}
+	ctx, cancel := r.finalCtx()
+	defer cancel()
+	r.report(ctx, u, &a)
+	r.clearProgress(ctx)
+}
+
+// failureMessage is the job's error_message for err.
+func (r *run) failureMessage(err error) string {
+	if r.e.root.Err() != nil {
+		return "template center shutting down"
+	}
+	return err.Error()
+}
+
+// releaseClaim marks the row this build claimed FAILED.
+func (r *run) releaseClaim(err error) {
+	r.mu.Lock()
+	claimed := r.claimed
+	var id string
+	if r.st.resolved != nil {
+		id = r.st.resolved.ArtifactID
+	}
+	r.mu.Unlock()
+	if !claimed {
+		return
+	}
+	ctx, cancel := r.finalCtx()
+	defer cancel()
+	r.markFailed(ctx, id, r.failureMessage(err))
+}
+
+func (r *run) failed(err error) {
+	st := r.snapshot()
+	msg := r.failureMessage(err)
+	ctx, cancel := r.finalCtx()
+	defer cancel()
+	u := core.Fail(st.phase, msg)
+	if st.resolved != nil {
+		u.ArtifactID = st.resolved.ArtifactID
+		u.Fingerprint = st.resolved.Fingerprint
+		u.SourceImageDigest = st.resolved.ImageDigest
+	}
+	if st.pull != (core.PullProgress{}) {
+		pp := st.pull
+		u.Pull = &pp
+	}
+	r.mu.Lock()
+	if r.claimed {
+		u.ArtifactStatus = string(core.ArtifactFailed)
+	}
+	r.mu.Unlock()
+	r.log.Warn("build failed", "phase", st.phase, "err", err)
+	r.report(ctx, u, nil)
+	r.clearProgress(ctx)
+}
+
+func (r *run) clearProgress(ctx context.Context) {
+	if r.e.Progress == nil {
+		return
+	}
+	if err := r.e.Progress.Delete(ctx, r.req.JobID); err != nil {
+		r.log.Warn("delete live progress", "err", err)
+	}
+}
+
+func (r *run) done(res *pipeline.Result, err error) {
+	if r.c.OnDone == nil {
+		return
+	}
+	st := r.snapshot()
+	o := Outcome{JobID: r.req.JobID, Err: err, Duration: r.e.now().Sub(r.start)}
+	if st.resolved != nil {
+		o.ArtifactID = st.resolved.ArtifactID
+	}
+	r.mu.Lock()
+	o.Reused = r.reused
+	r.mu.Unlock()
+	if err != nil {
+		o.Phase = st.phase
+	} else if !o.Reused {
+		o.Result = res
+	}
+	r.c.OnDone(o)
+}

@@ -1,0 +1,336 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Epoch is the fixed time builders stamp on anything they invent when the
+// image config records no creation time, so that identical inputs give
+// identical images.
+var Epoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// buildTime is the builder's fixed time for an image: its recorded creation
+// time (a property of the digest, like SOURCE_DATE_EPOCH), else Epoch.
+// Builders clamp mtimes to it, so files keep their real mtimes and nothing
+// in the image is newer than the image itself.
+func buildTime(img *ports.ResolvedImage) time.Time {
+	if c := img.Config.Created; c != nil && !c.IsZero() && c.Unix() > 0 {
+		return c.UTC().Truncate(time.Second)
+	}
+	return Epoch
+}
+
+// Pipeline is the data plane's build: one value serves many builds.
+type Pipeline struct {
+	Source    ports.ImageSource
+	Flattener ports.TreeFlattener
+	Builder   ports.RootfsBuilder
+	// Store, when set, receives the artifact under ArtifactKey.
+	Store ports.ArtifactStore
+	Clock ports.Clock
+	// ScratchDir holds per-build scratch directories (removed on exit).
+	ScratchDir     string
+	HeadroomBytes  int64
+	HeadroomInodes int64
+	MaxSizeBytes   int64
+}
+
+// Input is one build.
+type Input struct {
+	Image ports.ImageRequest
+	// Request is the normalized from-image request; its spec fields feed the
+	// fingerprint. Nil means a bare image build with upstream's defaults.
+	Request *core.FromImageRequest
+	Inject  Injection
+	// OutPath, when set, is where the image is kept; otherwise it lives in
+	// scratch only until it is published to Store.
+	OutPath string
+	// AfterResolve, when set, runs once the digest and fingerprint are
+	// known, before any layer is fetched. An error stops the build and Run
+	// returns it unchanged (scratch removed, nothing published). The data
+	// plane uses it to take the fingerprint lock, claim the artifact row,
+	// or skip a build whose artifact already exists.
+	AfterResolve func(ctx context.Context, r Resolved) error
+}
+
+// Result is a finished build.
+type Result struct {
+	Image       *ports.ResolvedImage
+	Fingerprint string
+	ArtifactID  string
+	SHA256      string
+	SizeBytes   int64
+	// Path is the local image (Input.OutPath, or "" when only in Store).
+	Path string
+	// ObjectKey is the artifact store key ("" without a Store).
+	ObjectKey string
+	Layers    int
+	Tree      ports.TreeStats
+	// Phases holds the wall time of each step.
+	Phases map[core.Phase]time.Duration
+}
+
+// Event is a progress report.
+type Event struct {
+	Phase    core.Phase
+	Progress int
+	Pull     core.PullProgress
+	// Resolved is set once, when the image digest and fingerprint are known.
+	Resolved *Resolved
+}
+
+// Resolved is what is known right after resolution.
+type Resolved struct {
+	ImageDigest string
+	Fingerprint string
+	ArtifactID  string
+}
+
+// ArtifactKey is the store key of an artifact's ext4 (upstream's layout
+// <id>/<id>.ext4).
+func ArtifactKey(artifactID string) string { return artifactID + "/" + artifactID + ".ext4" }
+
+// Run executes the build. onEvent may be nil. On any error, nothing is left
+// at OutPath, nothing is published, and scratch space is removed.
+func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
+	if onEvent == nil {
+		onEvent = func(Event) {}
+	}
+	// Everything this build holds (pinned cache entries, child processes)
+	// is tied to this context and released when Run returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := in.Request
+	if req == nil {
+		req = &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}
+	}
+	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
+		return nil, err
+	}
+	if in.Image.Platform == "" {
+		in.Image.Platform = req.Platform
+	}
+	inj, err := in.Inject.digests()
+	if err != nil {
+		return nil, err
+	}
+
+	scratch, err := os.MkdirTemp(p.ScratchDir, "build-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch dir: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+
+	res = &Result{Phases: map[core.Phase]time.Duration{}}
+	timed := func(ph core.Phase, start time.Time) { res.Phases[ph] += p.since(start) }
+
+	// Resolve the tag to a digest before anything else: the digest, never
+	// the tag, decides reuse.
+	start := p.now()
+	onEvent(Event{Phase: core.PhasePulling, Progress: 5})
+	img, err := p.Source.Resolve(ctx, in.Image)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
+	}
+	res.Image = img
+	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caSHA256, inj.envdSHA256))
+	if err != nil {
+		return nil, err
+	}
+	aid, err := core.ArtifactIDFor(fp)
+	if err != nil {
+		return nil, err
+	}
+	res.Fingerprint, res.ArtifactID = fp, aid
+	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid}
+	onEvent(Event{Phase: core.PhasePulling, Progress: 5, Resolved: &resolved})
+	if in.AfterResolve != nil {
+		if err := in.AfterResolve(ctx, resolved); err != nil {
+			return nil, err
+		}
+	}
+
+	local, err := p.Source.FetchLayers(ctx, in.Image, img, func(pp ports.PullProgress) {
+		onEvent(Event{Phase: core.PhasePulling, Progress: 5 + pullShare(pp), Pull: core.PullProgress(pp)})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
+	}
+	timed(core.PhasePulling, start)
+	res.Layers = len(local)
+
+	layers := make([]ports.FlattenLayer, 0, len(local)+1)
+	for _, l := range local {
+		layers = append(layers, ports.FlattenLayer{Path: l.Path, MediaType: l.Descriptor.MediaType, Digest: l.Descriptor.Digest.String()})
+	}
+	if !in.Inject.empty() {
+		f := filepath.Join(scratch, "inject.tar")
+		if err := in.Inject.writeLayer(f, buildTime(img)); err != nil {
+			return nil, err
+		}
+		layers = append(layers, ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"})
+	}
+
+	out := in.OutPath
+	if out == "" {
+		out = filepath.Join(scratch, aid+".ext4")
+	}
+	defer func() {
+		if err != nil && in.OutPath != "" {
+			os.Remove(in.OutPath)
+		}
+	}()
+	start = p.now()
+	onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
+	tree, buildRes, err := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent)
+	if err != nil {
+		return nil, err
+	}
+	// Flattening and the ext4 writer run as one stream; their time is
+	// reported under BUILDING_EXT4.
+	timed(core.PhaseBuildingExt4, start)
+	res.Tree = tree
+
+	start = p.now()
+	sum, size, err := hashFile(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	if size != buildRes.SizeBytes {
+		return nil, fmt.Errorf("builder %s reported %d bytes, file has %d", p.Builder.Name(), buildRes.SizeBytes, size)
+	}
+	timed(core.PhaseGeneratingJSON, start)
+	res.SHA256, res.SizeBytes = sum, size
+	if in.OutPath != "" {
+		res.Path = in.OutPath
+	}
+
+	if p.Store != nil {
+		start = p.now()
+		onEvent(Event{Phase: core.PhaseUploading, Progress: 80})
+		if err := p.publish(ctx, out, aid, sum, size); err != nil {
+			return nil, err
+		}
+		res.ObjectKey = ArtifactKey(aid)
+		timed(core.PhaseUploading, start)
+	}
+	onEvent(Event{Phase: core.PhaseReady, Progress: 100})
+	return res, nil
+}
+
+// errBuilderDone closes the tree pipe once the builder returns, so a
+// flattener still writing stops.
+var errBuilderDone = errors.New("ext4 builder stopped reading the tree")
+
+// flattenAndBuild streams the flattened tree straight into the builder.
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	type flat struct {
+		stats ports.TreeStats
+		err   error
+	}
+	done := make(chan flat, 1)
+	go func() {
+		st, err := p.Flattener.Flatten(ctx, layers, pw)
+		pw.CloseWithError(err)
+		if err != nil {
+			cancel()
+		}
+		done <- flat{st, err}
+	}()
+	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+	br, berr := p.Builder.Build(ctx, ports.BuildSpec{
+		Tree:           pr,
+		OutPath:        out,
+		UUID:           uuidFrom(fp),
+		Time:           at,
+		HeadroomBytes:  p.HeadroomBytes,
+		HeadroomInodes: p.HeadroomInodes,
+		MaxSizeBytes:   p.MaxSizeBytes,
+	})
+	pr.CloseWithError(errBuilderDone)
+	f := <-done
+	switch {
+	case errors.Is(f.err, errBuilderDone) && berr != nil:
+		// The builder stopped reading first; its error is the cause.
+		return f.stats, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+	case f.err != nil:
+		// The flattener's error is the cause; the builder only saw a broken stream.
+		return f.stats, br, fmt.Errorf("flatten layers: %w", f.err)
+	case berr != nil:
+		return f.stats, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+	}
+	return f.stats, br, nil
+}
+
+func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := p.Store.Put(ctx, ArtifactKey(aid), f, ports.ObjectInfo{Size: size, SHA256: sum}); err != nil {
+		return fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
+	}
+	return nil
+}
+
+func hashFile(ctx context.Context, file string) (string, int64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, ctxReader{ctx, f})
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", file, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+// uuidFrom formats the first 128 bits of the fingerprint as a UUID.
+func uuidFrom(fp string) string {
+	return fmt.Sprintf("%s-%s-%s-%s-%s", fp[0:8], fp[8:12], fp[12:16], fp[16:20], fp[20:32])
+}
+
+func pullShare(pp ports.PullProgress) int {
+	if pp.TotalBytes <= 0 {
+		return 0
+	}
+	return int(15 * pp.DownloadedBytes / pp.TotalBytes)
+}
+
+func (p *Pipeline) now() time.Time {
+	if p.Clock != nil {
+		return p.Clock.Now()
+	}
+	return time.Now()
+}
+
+func (p *Pipeline) since(t time.Time) time.Duration { return p.now().Sub(t) }
