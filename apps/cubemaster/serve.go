@@ -129,8 +129,7 @@ func runServe(ctx context.Context, listen string) error {
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
-	sw := &sweeper{svc: svc, interval: cfg.Master.SweepInterval, log: log}
-	go func() { defer close(sweepDone); sw.run(stopSweep) }()
+	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

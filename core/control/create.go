@@ -52,26 +52,6 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	return s.dispatch(ctx, res.Job, req, downloadBaseURL)
 }
 
-// checkAliasFree refuses an alias held by another template (or equal to
-// another template's id). The resume pipeline re-checks when it writes
-// the definition; this early check turns the common case into a clear
-// error instead of a build whose alias is dropped.
-func (s *Service) checkAliasFree(ctx context.Context, templateID, alias string) error {
-	if alias == "" {
-		return nil
-	}
-	tpl := s.Store.Templates()
-	if d, err := tpl.GetDefinitionByAlias(ctx, alias); err == nil && d.TemplateID != templateID {
-		return fmt.Errorf("alias %q is already used by template %s: %w", alias, d.TemplateID, core.ErrConflict)
-	} else if err != nil && !isNotFound(err) {
-		return err
-	}
-	if d, err := tpl.GetDefinition(ctx, alias); err == nil && d.TemplateID != templateID {
-		return fmt.Errorf("alias %q is the id of template %s: %w", alias, d.TemplateID, core.ErrConflict)
-	}
-	return nil
-}
-
 // dispatch forwards a PENDING job to the data plane, failing the job if it
 // cannot. req still carries the registry credentials (they are never
 // stored, so only the submitting call can pass them on).

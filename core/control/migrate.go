@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -283,58 +282,4 @@ func (s *Service) removeLocal(ctx context.Context, a *core.Artifact) {
 	if err := s.Config.RemoveLocal(ctx, a); err != nil && !isNotFound(err) {
 		s.log().Warn("local ext4 not removed after migrate", "artifact", a.ArtifactID, "path", a.Ext4Path, "err", err)
 	}
-}
-
-// DefaultMigrateStaleAfter is how long an active migrate job may go without
-// an update before SweepMigrations fails it.
-const DefaultMigrateStaleAfter = 10 * time.Minute
-
-// errSkipSweep aborts the guarded update of a job that moved on.
-var errSkipSweep = errors.New("job moved on")
-
-// SweepMigrations fails MIGRATE jobs left active (PENDING/RUNNING in
-// MIGRATING) by a process that died, not updated for olderThan. A job whose
-// artifact lock is held (a migrate at work) is skipped, and the update is
-// guarded: a job that became terminal or was updated meanwhile is left
-// alone. It returns how many jobs it failed.
-func (s *Service) SweepMigrations(ctx context.Context, olderThan time.Duration) (int, error) {
-	before := s.now().Add(-olderThan)
-	stale, err := s.Store.Jobs().ListStale(ctx, ports.StaleQuery{
-		Statuses: []core.JobStatus{core.JobPending, core.JobRunning}, Phases: []core.Phase{core.PhaseMigrating},
-		UpdatedBefore: before, Limit: s.cfg().Batch,
-	})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var errs []error
-	for _, j := range stale {
-		if j.Operation != core.OpMigrate {
-			continue
-		}
-		lock, err := s.Locker.TryLock(ctx, resumeLockName(j.ArtifactID))
-		if errors.Is(err, core.ErrLocked) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		msg := fmt.Sprintf("migrate made no progress for %s (its master stopped?); submit migrate again", olderThan)
-		_, err = s.Store.Jobs().Update(ctx, j.JobID, func(cur *core.Job) error {
-			if !cur.Status.Active() || cur.Phase != core.PhaseMigrating || !cur.UpdatedAt.Before(before) {
-				return errSkipSweep
-			}
-			return cur.Apply(core.Fail(core.PhaseMigrating, msg))
-		})
-		s.unlock(ctx, lock)
-		switch {
-		case err == nil:
-			n++
-			s.log().Warn("stale migrate job failed", "job", j.JobID, "template", j.TemplateID)
-		case !errors.Is(err, errSkipSweep) && !isNotFound(err):
-			errs = append(errs, fmt.Errorf("fail stale migrate job %s: %w", j.JobID, err))
-		}
-	}
-	return n, errors.Join(errs...)
 }

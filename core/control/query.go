@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -326,74 +325,4 @@ func (s *Service) GetArtifact(ctx context.Context, artifactID string) (*core.Art
 		return nil, &core.FieldError{Field: "artifact_id", Reason: "is required"}
 	}
 	return s.Store.Artifacts().Get(ctx, artifactID)
-}
-
-// ResolveTemplate turns a template id or an alias into its definition, for
-// sandbox create. The id is tried first, the alias second, so an alias can
-// never shadow a template id. The template must have a READY replica on a
-// healthy node of its instance type (core.ErrTemplateNotReady otherwise).
-func (s *Service) ResolveTemplate(ctx context.Context, idOrAlias string) (*core.Definition, error) {
-	idOrAlias = strings.TrimSpace(idOrAlias)
-	if idOrAlias == "" {
-		return nil, core.ErrTemplateIDRequired
-	}
-	tpl := s.Store.Templates()
-	def, err := tpl.GetDefinition(ctx, idOrAlias)
-	if isNotFound(err) && core.ValidateAlias(idOrAlias) == nil {
-		def, err = tpl.GetDefinitionByAlias(ctx, idOrAlias)
-	}
-	if isNotFound(err) {
-		return nil, fmt.Errorf("template or alias %q: %w", idOrAlias, core.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	replicas, err := tpl.ListReplicas(ctx, def.TemplateID)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := s.Nodes.HealthyNodes(ctx, firstString(def.InstanceType, core.DefaultInstanceType))
-	if err != nil {
-		return nil, fmt.Errorf("list healthy nodes: %w", err)
-	}
-	healthy := map[string]bool{}
-	for _, n := range nodes {
-		healthy[n.ID] = true
-	}
-	for _, r := range replicas {
-		if r.Status == core.ReplicaReady && healthy[r.NodeID] {
-			return def, nil
-		}
-	}
-	return nil, fmt.Errorf("template %s has no READY replica on a healthy node: %w", def.TemplateID, core.ErrTemplateNotReady)
-}
-
-// SetAlias sets or clears (nil, "") a template's alias. An alias held by
-// another template, or equal to another template's id, is core.ErrConflict
-// naming the holder.
-func (s *Service) SetAlias(ctx context.Context, templateID string, alias *string) (*core.Definition, error) {
-	if err := core.ValidateTemplateID(templateID); err != nil {
-		return nil, err
-	}
-	a, err := core.NormalizeAlias(alias)
-	if err != nil {
-		return nil, err
-	}
-	tpl := s.Store.Templates()
-	if a != "" {
-		if other, err := tpl.GetDefinition(ctx, a); err == nil && other.TemplateID != templateID {
-			return nil, fmt.Errorf("alias %q is the id of template %s: %w", a, other.TemplateID, core.ErrConflict)
-		}
-	}
-	def, err := tpl.UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
-		d.Alias = a
-		return nil
-	})
-	if errors.Is(err, core.ErrConflict) {
-		return nil, fmt.Errorf("alias %q is already used by template %s: %w", a, s.aliasHolder(ctx, a), core.ErrConflict)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return def, nil
 }

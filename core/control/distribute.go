@@ -1,0 +1,137 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// distribute sends the artifact to every target in parallel. Each node that
+// got it gets a placement row first (so cleanup can always find the copy)
+// and a DISTRIBUTED replica row; each failure a FAILED replica row. It
+// returns the nodes that have the artifact and the errors, in node order.
+func (s *Service) distribute(ctx context.Context, p *pipeline, ref ArtifactRef) ([]ports.Node, []string) {
+	wls := firstString(p.artifact.WritableLayerSize, p.job.WritableLayerSize)
+	// A node where another template's replica uses this artifact keeps its
+	// copy: destroying it would break that template there.
+	shared := map[string]bool{}
+	if p.destroyFirst {
+		users, err := s.Store.Templates().ListReplicasByArtifact(ctx, ref.ArtifactID)
+		if err != nil {
+			users = nil
+			p.destroyFirst = false // cannot tell: do not destroy anything
+		}
+		for _, r := range users {
+			if r.TemplateID != p.job.TemplateID {
+				shared[r.NodeID] = true
+			}
+		}
+	}
+	ok := make([]bool, len(p.targets))
+	errs := make([]string, len(p.targets))
+	var mu sync.Mutex
+	ready, failed := 0, 0
+	fanOut(len(p.targets), s.cfg().DistributionWorkers, func(i int) {
+		n := p.targets[i]
+		spec := ports.ImageSpec{
+			Image:        ref.ArtifactID,
+			StorageMedia: StorageMediaExt4,
+			InstanceType: p.job.InstanceType,
+			Annotations: map[string]string{
+				AnnotationArtifactID:        ref.ArtifactID,
+				AnnotationArtifactURL:       ref.URL,
+				AnnotationArtifactToken:     ref.Token,
+				AnnotationArtifactSHA256:    ref.SHA256,
+				AnnotationArtifactSizeBytes: strconv.FormatInt(ref.SizeBytes, 10),
+				AnnotationWritableLayerSize: wls,
+				AnnotationSpecFingerprint:   ref.Fingerprint,
+				AnnotationInstanceType:      p.job.InstanceType,
+			},
+		}
+		err := s.distributeOne(ctx, p, n, spec, p.destroyFirst && !shared[n.ID])
+		rep := s.replica(p, n)
+		if err != nil {
+			// Node errors may quote the download URL; the token must not
+			// end up in job or replica messages the API shows.
+			msg := redact(err.Error(), ref.Token)
+			errs[i] = fmt.Sprintf("node %s: %s", n.ID, msg)
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
+			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseDistributing), true, msg
+		} else {
+			ok[i] = true
+			// upstream quirk kept: DISTRIBUTED counts as not ready until
+			// the snapshot succeeds.
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseDistributed
+		}
+		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
+		}
+		mu.Lock()
+		if err != nil {
+			failed++
+		} else {
+			ready++
+		}
+		r, f := ready, failed
+		mu.Unlock()
+		// The counters double as the job's heartbeat during long copies.
+		if _, _, herr := s.Report(ctx, p.job.JobID, core.JobUpdate{ReadyNodeCount: &r, FailedNodeCount: &f}); herr != nil {
+			s.log().Debug("distribution counters not written", "job", p.job.JobID, "err", herr)
+		}
+	})
+	var got []ports.Node
+	var out []string
+	for i, n := range p.targets {
+		if ok[i] {
+			got = append(got, n)
+		} else {
+			out = append(out, errs[i])
+		}
+	}
+	return got, out
+}
+
+func (s *Service) distributeOne(ctx context.Context, p *pipeline, n ports.Node, spec ports.ImageSpec, destroyFirst bool) error {
+	if destroyFirst {
+		if err := s.Agent.DestroyImage(ctx, n, spec.Image); err != nil {
+			return fmt.Errorf("remove old copy before redistributing: %w", err)
+		}
+	}
+	if err := s.Agent.CreateImage(ctx, n, spec); err != nil {
+		return err
+	}
+	err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: spec.Image, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()})
+	if err != nil {
+		// Without the placement row cleanup could not find this copy:
+		// treat the node as failed rather than snapshot on it.
+		return fmt.Errorf("record placement: %w", err)
+	}
+	return nil
+}
+
+// replica is the row of node n for this run. It keeps the previous
+// snapshot path until a new snapshot replaces it, so cleanup can always
+// locate what the node holds.
+func (s *Service) replica(p *pipeline, n ports.Node) *core.Replica {
+	r := &core.Replica{
+		TemplateID:   p.job.TemplateID,
+		NodeID:       n.ID,
+		NodeIP:       n.IP,
+		InstanceType: p.job.InstanceType,
+		Spec:         p.spec,
+		ArtifactID:   p.artifact.ArtifactID,
+		LastJobID:    p.job.JobID,
+	}
+	// The versions describe the snapshot the node holds, so they travel
+	// with its path until a new snapshot replaces both.
+	if prev := p.previous[n.ID]; prev != nil {
+		r.SnapshotPath = prev.SnapshotPath
+		r.GuestImageVersion, r.AgentVersion, r.KernelVersion, r.ShimVersion = prev.GuestImageVersion, prev.AgentVersion, prev.KernelVersion, prev.ShimVersion
+		r.CompatStatus, r.CompatCheckedUnix = prev.CompatStatus, prev.CompatCheckedUnix
+	}
+	return r
+}

@@ -1,0 +1,62 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// snapshot runs AppSnapshot on every node that has the artifact, first
+// dropping a template the node may hold from an earlier run. It returns how
+// many succeeded and the errors in node order.
+func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node) (int, []string) {
+	body, err := json.Marshal(p.gen)
+	if err != nil {
+		return 0, []string{"marshal create request: " + err.Error()}
+	}
+	okCount := 0
+	errs := make([]string, len(nodes))
+	var mu sync.Mutex
+	fanOut(len(nodes), s.cfg().DistributionWorkers, func(i int) {
+		n := nodes[i]
+		rep := s.replica(p, n)
+		res, err := s.snapshotOne(ctx, n, p, body, p.previous[n.ID])
+		if err != nil {
+			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
+			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
+			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, err.Error()
+		} else {
+			rep.Status, rep.Phase, rep.SnapshotPath = core.ReplicaReady, core.ReplicaPhaseReady, res.SnapshotPath
+			// A new snapshot: its versions replace the old ones and the
+			// old verdict no longer applies until the next compat scan.
+			rep.GuestImageVersion, rep.AgentVersion, rep.KernelVersion, rep.ShimVersion = res.GuestImageVersion, res.AgentVersion, res.KernelVersion, ""
+			rep.CompatStatus, rep.CompatCheckedUnix = "", 0
+			mu.Lock()
+			okCount++
+			mu.Unlock()
+		}
+		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
+		}
+	})
+	var out []string
+	for _, e := range errs {
+		if e != "" {
+			out = append(out, e)
+		}
+	}
+	return okCount, out
+}
+
+func (s *Service) snapshotOne(ctx context.Context, n ports.Node, p *pipeline, body []byte, prev *core.Replica) (ports.SnapshotResult, error) {
+	if prev != nil && (prev.SnapshotPath != "" || prev.Status == core.ReplicaReady) {
+		if err := s.Agent.CleanupTemplate(ctx, n, p.job.TemplateID, prev.SnapshotPath); err != nil {
+			return ports.SnapshotResult{}, fmt.Errorf("cleanup previous template: %w", err)
+		}
+	}
+	return s.Agent.AppSnapshot(ctx, n, body, s.cfg().SnapshotDir)
+}
