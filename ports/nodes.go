@@ -1,6 +1,10 @@
 package ports
 
-import "context"
+import (
+	"context"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
 
 // Node is a sandbox host that receives artifacts.
 type Node struct {
@@ -20,14 +24,6 @@ type NodeDirectory interface {
 	Get(ctx context.Context, nodeID string) (Node, error)
 }
 
-// ImageSpec is what CreateImage sends for ext4 distribution.
-type ImageSpec struct {
-	Image        string
-	StorageMedia string
-	Annotations  map[string]string
-	InstanceType string
-}
-
 // SnapshotResult is what AppSnapshot returns.
 type SnapshotResult struct {
 	SandboxID    string
@@ -42,13 +38,17 @@ type SnapshotResult struct {
 
 // NodeAgent speaks to a node (the Cubelet services).
 type NodeAgent interface {
-	CreateImage(ctx context.Context, node Node, spec ImageSpec) error
+	// CreateImage has the node download the artifact, verify its size and
+	// sha256 against art and store it under art.ArtifactID. Storing an
+	// artifact the node already holds with the same sha256 succeeds.
+	CreateImage(ctx context.Context, node Node, art core.NodeArtifact) error
 	// DestroyImage removes the artifact from the node; an image the node
 	// does not have is not an error.
 	DestroyImage(ctx context.Context, node Node, image string) error
 	// AppSnapshot builds the node's local run template from the sandbox
-	// create request (JSON of the generated request).
-	AppSnapshot(ctx context.Context, node Node, createRequestJSON []byte, snapshotDir string) (SnapshotResult, error)
+	// create request; snapshotDir "" lets the node choose. A request the
+	// node's wire format cannot carry is a *core.FieldError.
+	AppSnapshot(ctx context.Context, node Node, req *core.SandboxRequest, snapshotDir string) (SnapshotResult, error)
 	// CleanupTemplate removes the node's template; missing is not an error.
 	CleanupTemplate(ctx context.Context, node Node, templateID, snapshotPath string) error
 }

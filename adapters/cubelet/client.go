@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -156,33 +155,17 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return context.WithTimeout(ctx, d)
 }
 
-// CreateImage asks the node to fetch and store the ext4 artifact described
-// by spec. The instance type travels as the cube.master.instance.type
-// annotation unless spec already carries it; an empty StorageMedia means
-// "ext4", the only medium template distribution uses.
-func (c *Client) CreateImage(ctx context.Context, node ports.Node, spec ports.ImageSpec) error {
-	if spec.Image == "" {
-		return fmt.Errorf("node %s: %w", node.ID, &core.FieldError{Field: "spec.image", Reason: "is required (the artifact id)"})
+// CreateImage asks the node to fetch and store the ext4 artifact art
+// describes (ImageSpecOf maps it onto the wire).
+func (c *Client) CreateImage(ctx context.Context, node ports.Node, art core.NodeArtifact) error {
+	if art.ArtifactID == "" {
+		return fmt.Errorf("node %s: %w", node.ID, &core.FieldError{Field: "artifact_id", Reason: "is required"})
 	}
 	cc, err := c.conn(node)
 	if err != nil {
 		return err
 	}
-	ann := maps.Clone(spec.Annotations)
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	if _, ok := ann[cubeletpb.AnnotationInstanceType]; !ok && spec.InstanceType != "" {
-		ann[cubeletpb.AnnotationInstanceType] = spec.InstanceType
-	}
-	media := spec.StorageMedia
-	if media == "" {
-		media = cubeletpb.StorageMediaExt4
-	}
-	req := &cubeletpb.CreateImageRequest{
-		RequestID: c.opts.NewRequestID(),
-		Spec:      &cubeletpb.ImageSpec{Image: spec.Image, StorageMedia: media, Annotations: ann},
-	}
+	req := &cubeletpb.CreateImageRequest{RequestID: c.opts.NewRequestID(), Spec: ImageSpecOf(art)}
 	ctx, cancel := withTimeout(ctx, c.opts.CreateImageTimeout)
 	defer cancel()
 	start := time.Now()
@@ -190,7 +173,7 @@ func (c *Client) CreateImage(ctx context.Context, node ports.Node, spec ports.Im
 		return cubeletpb.NewImagesClient(cc).CreateImage(ctx, req, o...)
 	})
 	err = c.result(node, "CreateImage", req.RequestID, resp.GetRet(), err)
-	c.log.Debug("CreateImage", "node", node.ID, "addr", node.Addr, "image", spec.Image, "request_id", req.RequestID, "elapsed", time.Since(start), "err", err)
+	c.log.Debug("CreateImage", "node", node.ID, "addr", node.Addr, "image", art.ArtifactID, "request_id", req.RequestID, "elapsed", time.Since(start), "err", err)
 	return err
 }
 
@@ -220,16 +203,12 @@ func (c *Client) DestroyImage(ctx context.Context, node ports.Node, image string
 	return err
 }
 
-// AppSnapshot converts the generated create request (JSON) with
-// RunRequestFromJSON and asks the node to build its local run template.
-// snapshotDir overrides the request's snapshot_dir when not empty.
-func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error) {
-	run, jsonDir, err := RunRequestFromJSON(createRequestJSON)
+// AppSnapshot maps the sandbox create request with RunRequest and asks the
+// node to build its local run template.
+func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, sreq *core.SandboxRequest, snapshotDir string) (ports.SnapshotResult, error) {
+	run, err := RunRequest(sreq)
 	if err != nil {
 		return ports.SnapshotResult{}, fmt.Errorf("node %s: AppSnapshot: %w", node.ID, err)
-	}
-	if snapshotDir == "" {
-		snapshotDir = jsonDir
 	}
 	if run.RequestID == "" {
 		run.RequestID = c.opts.NewRequestID()

@@ -115,8 +115,8 @@ func TestRetCodesBecomeErrors(t *testing.T) {
 	c := quietClient(Options{})
 	defer c.Close()
 	ctx := context.Background()
-	spec := ports.ImageSpec{Image: "rfs-1", StorageMedia: "ext4"}
-	snap := nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox")
+	spec := core.NodeArtifact{ArtifactID: "rfs-1"}
+	snap := nodeagenttest.SandboxRequest("tpl-1", "rfs-1", "cubebox")
 
 	calls := map[string]func() error{
 		"CreateImage":     func() error { return c.CreateImage(ctx, node, spec) },
@@ -180,7 +180,7 @@ func TestTransportErrors(t *testing.T) {
 	if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
 		t.Errorf("DestroyImage with gRPC NotFound: %v", err)
 	}
-	if err := c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"}); !errors.Is(err, core.ErrNotFound) {
+	if err := c.CreateImage(ctx, node, core.NodeArtifact{ArtifactID: "rfs-1"}); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("CreateImage with gRPC NotFound: %v", err)
 	}
 
@@ -208,15 +208,12 @@ func TestRequestsCarryWhatUpstreamSends(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 
-	ann := map[string]string{cubeletpb.AnnotationArtifactURL: "http://x"}
-	if err := c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1", StorageMedia: "ext4", InstanceType: "gpu", Annotations: ann}); err != nil {
+	if err := c.CreateImage(ctx, node, core.NodeArtifact{ArtifactID: "rfs-1", DownloadURL: "http://x", InstanceType: "gpu"}); err != nil {
 		t.Fatal(err)
 	}
-	if f.lastImage.GetAnnotations()[cubeletpb.AnnotationInstanceType] != "gpu" || f.lastImage.GetStorageMedia() != "ext4" || f.lastImage.GetImage() != "rfs-1" {
+	if f.lastImage.GetAnnotations()[core.AnnotationInstanceType] != "gpu" || f.lastImage.GetStorageMedia() != "ext4" || f.lastImage.GetImage() != "rfs-1" ||
+		f.lastImage.GetAnnotations()[core.AnnotationArtifactURL] != "http://x" {
 		t.Errorf("CreateImage spec %v", f.lastImage)
-	}
-	if _, ok := ann[cubeletpb.AnnotationInstanceType]; ok {
-		t.Error("CreateImage changed the caller's annotation map")
 	}
 
 	if err := c.DestroyImage(ctx, node, "rfs-1"); err != nil {
@@ -226,7 +223,7 @@ func TestRequestsCarryWhatUpstreamSends(t *testing.T) {
 		t.Errorf("DestroyImage spec %v, want only the image", f.lastImage)
 	}
 
-	res, err := c.AppSnapshot(ctx, node, nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox"), "/custom")
+	res, err := c.AppSnapshot(ctx, node, nodeagenttest.SandboxRequest("tpl-1", "rfs-1", "cubebox"), "/custom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,11 +246,11 @@ func TestTimeouts(t *testing.T) {
 	f, node := startFake(t)
 	f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
 	ctx := context.Background()
-	snap := nodeagenttest.CreateRequestJSON("tpl-1", "rfs-1", "cubebox")
+	snap := nodeagenttest.SandboxRequest("tpl-1", "rfs-1", "cubebox")
 
 	c := quietClient(Options{})
 	defer c.Close()
-	c.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"})
+	c.CreateImage(ctx, node, core.NodeArtifact{ArtifactID: "rfs-1"})
 	c.DestroyImage(ctx, node, "rfs-1")
 	c.AppSnapshot(ctx, node, snap, "")
 	c.CleanupTemplate(ctx, node, "tpl-1", "")
@@ -272,7 +269,7 @@ func TestTimeouts(t *testing.T) {
 
 	c2 := quietClient(Options{AppSnapshotTimeout: time.Hour, CleanupTemplateTimeout: time.Hour, CreateImageTimeout: 2 * time.Hour})
 	defer c2.Close()
-	c2.CreateImage(ctx, node, ports.ImageSpec{Image: "rfs-1"})
+	c2.CreateImage(ctx, node, core.NodeArtifact{ArtifactID: "rfs-1"})
 	c2.AppSnapshot(ctx, node, snap, "")
 	c2.CleanupTemplate(ctx, node, "tpl-1", "")
 	f.mu.Lock()
@@ -324,10 +321,11 @@ func TestBadArguments(t *testing.T) {
 		want error
 	}{
 		{"no address", c.DestroyImage(ctx, ports.Node{ID: "n1"}, "rfs-1"), core.ErrInvalidArgument},
-		{"no image", c.CreateImage(ctx, node, ports.ImageSpec{}), core.ErrInvalidArgument},
+		{"no image", c.CreateImage(ctx, node, core.NodeArtifact{}), core.ErrInvalidArgument},
 		{"no image to destroy", c.DestroyImage(ctx, node, ""), core.ErrInvalidArgument},
 		{"no template id", c.CleanupTemplate(ctx, node, "", ""), core.ErrTemplateIDRequired},
-		{"bad request json", func() error { _, err := c.AppSnapshot(ctx, node, []byte(`{`), ""); return err }(), core.ErrInvalidArgument},
+		{"no containers", func() error { _, err := c.AppSnapshot(ctx, node, &core.SandboxRequest{}, ""); return err }(), core.ErrInvalidArgument},
+		{"nil request", func() error { _, err := c.AppSnapshot(ctx, node, nil, ""); return err }(), core.ErrInvalidArgument},
 	}
 	for _, tc := range tests {
 		if !errors.Is(tc.err, tc.want) {
@@ -378,7 +376,7 @@ func TestNodeBackAfterOutage(t *testing.T) {
 	cubeletpb.RegisterCubeboxMgrServer(srv, f)
 	go srv.Serve(lis)
 	defer srv.Stop()
-	if err := c.CreateImage(ctx, down, ports.ImageSpec{Image: "rfs-1"}); err != nil {
+	if err := c.CreateImage(ctx, down, core.NodeArtifact{ArtifactID: "rfs-1"}); err != nil {
 		t.Fatalf("first call after the node came back: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -11,57 +12,26 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 )
 
-// The types below mirror the JSON of a sandbox create request as the
-// control plane stores it (upstream's CreateCubeSandboxReq: snake_case keys,
-// camelCase inside cubevs_context and in the id mappings of a mount). They
-// exist only to decode that JSON; RunRequestFromJSON maps them onto the
-// protobuf request field by field. JSON keys with no Cubelet counterpart
-// (timeout, ins_id, ins_ip, env_vars, distribution_scope, image name and
-// token, writable_layer_size on the image) are ignored.
+// A core.SandboxRequest keeps the sub-objects the control plane only passes
+// through as raw JSON (upstream's CreateCubeSandboxReq keys: snake_case,
+// camelCase in the id mappings of a mount). The types below decode those
+// pieces; RunRequest maps them onto the protobuf request field by field.
 
-type createRequestJSON struct {
-	RequestID      string            `json:"requestID"`
-	RequestIDSnake string            `json:"request_id"`
-	SnapshotDir    string            `json:"snapshot_dir"`
-	Volumes        []*volumeJSON     `json:"volumes"`
-	CubeVSContext  *networkJSON      `json:"cubevs_context"`
-	Containers     []*containerJSON  `json:"containers"`
-	Annotations    map[string]string `json:"annotations"`
-	Labels         map[string]string `json:"labels"`
-	InstanceType   string            `json:"instance_type"`
-	NetworkType    string            `json:"network_type"`
-	RuntimeHandler string            `json:"runtime_handler"`
-	Namespace      string            `json:"namespace"`
+type sandboxPathJSON struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
 }
 
-type networkJSON struct {
-	AllowInternetAccess *bool    `json:"allowInternetAccess"`
-	AllowOut            []string `json:"allowOut"`
-	DenyOut             []string `json:"denyOut"`
+type hostDirVolumesJSON struct {
+	VolumeSources []*struct {
+		Name     string `json:"name"`
+		HostPath string `json:"host_path"`
+	} `json:"volume_sources"`
 }
 
-type volumeJSON struct {
-	Name         string `json:"name"`
-	VolumeSource *struct {
-		EmptyDir *struct {
-			Medium    enumJSON `json:"medium"`
-			SizeLimit string   `json:"size_limit"`
-		} `json:"empty_dir"`
-		SandboxPath *struct {
-			Path string `json:"path"`
-			Type string `json:"type"`
-		} `json:"sandbox_path"`
-		HostDirVolumes *struct {
-			VolumeSources []*struct {
-				Name     string `json:"name"`
-				HostPath string `json:"host_path"`
-			} `json:"volume_sources"`
-		} `json:"host_dir_volumes"`
-		Image *struct {
-			Reference  *imageJSON `json:"reference"`
-			PullPolicy enumJSON   `json:"pullPolicy"`
-		} `json:"image"`
-	} `json:"volume_source"`
+type imageVolumeJSON struct {
+	Reference  *imageJSON `json:"reference"`
+	PullPolicy enumJSON   `json:"pullPolicy"`
 }
 
 type imageJSON struct {
@@ -96,115 +66,104 @@ type idMappingJSON struct {
 	Length      uint32 `json:"length"`
 }
 
-type containerJSON struct {
-	Name  string     `json:"name"`
-	ID    string     `json:"id"`
-	Image *imageJSON `json:"image"`
+type volumeMountJSON struct {
+	Name              string           `json:"name"`
+	ContainerPath     string           `json:"container_path"`
+	Readonly          bool             `json:"readonly"`
+	Propagation       enumJSON         `json:"propagation"`
+	UID               string           `json:"uid"`
+	GID               string           `json:"gid"`
+	Exec              bool             `json:"exec"`
+	HostPath          string           `json:"host_path"`
+	UIDMappings       []*idMappingJSON `json:"uidMappings"`
+	GIDMappings       []*idMappingJSON `json:"gidMappings"`
+	RecursiveReadOnly bool             `json:"recursive_read_only"`
+	SelinuxRelabel    bool             `json:"selinux_relabel"`
+	SubPath           string           `json:"sub_path"`
+}
 
-	Command    []string `json:"command"`
-	Args       []string `json:"args"`
-	WorkingDir string   `json:"working_dir"`
-	Envs       []*struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	} `json:"envs"`
-	VolumeMounts []*struct {
-		Name              string           `json:"name"`
-		ContainerPath     string           `json:"container_path"`
-		Readonly          bool             `json:"readonly"`
-		Propagation       enumJSON         `json:"propagation"`
-		UID               string           `json:"uid"`
-		GID               string           `json:"gid"`
-		Exec              bool             `json:"exec"`
-		HostPath          string           `json:"host_path"`
-		UIDMappings       []*idMappingJSON `json:"uidMappings"`
-		GIDMappings       []*idMappingJSON `json:"gidMappings"`
-		RecursiveReadOnly bool             `json:"recursive_read_only"`
-		SelinuxRelabel    bool             `json:"selinux_relabel"`
-		SubPath           string           `json:"sub_path"`
-	} `json:"volume_mounts"`
-	RLimit *struct {
-		NoFile uint64 `json:"no_file"`
-	} `json:"r_limit"`
-	Resources *struct {
-		CPU   string `json:"cpu"`
-		Mem   string `json:"mem"`
-		Limit *struct {
-			CPU string `json:"cpu"`
-			Mem string `json:"mem"`
-		} `json:"limit"`
-	} `json:"resources"`
-	SecurityContext *struct {
-		Capabilities *struct {
-			Add        []string `json:"add_capabilities"`
-			Drop       []string `json:"drop_capabilities"`
-			AddAmbient []string `json:"add_ambient_capabilities"`
-		} `json:"capabilities"`
-		Privileged     bool            `json:"privileged"`
-		RunAsUser      *int64ValueJSON `json:"run_as_user"`
-		NoNewPrivs     bool            `json:"no_new_privs"`
-		RunAsGroup     *int64ValueJSON `json:"run_as_group"`
-		RunAsUsername  string          `json:"run_as_username"`
-		ReadonlyRootfs bool            `json:"readonly_rootfs"`
-	} `json:"security_context"`
-	Probe *struct {
-		ProbeHandler *struct {
-			TCPSocket *struct {
-				Port int32  `json:"port"`
-				Host string `json:"host"`
-			} `json:"tcp_socket"`
-			Ping *struct {
-				UDP bool `json:"udp"`
-			} `json:"ping"`
-			HTTPGet *httpGetJSON `json:"http_get"`
-		} `json:"probe_handler"`
-		InitialDelaySeconds int32 `json:"initial_delay_seconds"`
-		TimeoutSeconds      int32 `json:"timeout_seconds"`
-		InitialDelayMs      int32 `json:"initial_delay_ms"`
-		TimeoutMs           int32 `json:"timeout_ms"`
-		PeriodMs            int32 `json:"period_ms"`
-		SuccessThreshold    int32 `json:"success_threshold"`
-		FailureThreshold    int32 `json:"failure_threshold"`
-		ProbeTimeoutMs      int32 `json:"probe_timeout_ms"`
-	} `json:"probe"`
-	Sysctls  map[string]string `json:"sysctls"`
-	Syscalls []*struct {
-		Names  []string `json:"names"`
-		Action string   `json:"action"`
-		Errno  uint32   `json:"errno"`
-		Args   []*struct {
-			Index    uint32 `json:"index"`
-			Value    uint64 `json:"value"`
-			ValueTwo uint64 `json:"value_two"`
-			Op       string `json:"op"`
-		} `json:"args"`
-	} `json:"syscalls"`
-	DNSConfig *struct {
-		Servers  []string `json:"servers"`
-		Searches []string `json:"searches"`
-		Options  []string `json:"options"`
-	} `json:"dns_config"`
-	Annotations map[string]string `json:"annotations"`
-	HostAliases []*struct {
-		Hostnames []string `json:"hostnames"`
-		IP        string   `json:"ip"`
-	} `json:"host_aliases"`
-	Prestop *struct {
-		TerminationGracePeriodMs int32          `json:"termination_grace_period_ms"`
-		LifecyleHandler          *lifecycleJSON `json:"lifecyle_handler"`
-	} `json:"prestop"`
-	Poststop *struct {
-		TimeoutMs       int32          `json:"timeout_ms"`
-		LifecyleHandler *lifecycleJSON `json:"lifecyle_handler"`
-	} `json:"poststop"`
-	Hooks *struct {
-		Prestart []*struct {
-			Path    string   `json:"path"`
-			Args    []string `json:"args"`
-			Env     []string `json:"env"`
-			Timeout *int32   `json:"timeout"`
-		} `json:"prestart"`
-	} `json:"hooks"`
+type securityContextJSON struct {
+	Capabilities *struct {
+		Add        []string `json:"add_capabilities"`
+		Drop       []string `json:"drop_capabilities"`
+		AddAmbient []string `json:"add_ambient_capabilities"`
+	} `json:"capabilities"`
+	Privileged     bool            `json:"privileged"`
+	RunAsUser      *int64ValueJSON `json:"run_as_user"`
+	NoNewPrivs     bool            `json:"no_new_privs"`
+	RunAsGroup     *int64ValueJSON `json:"run_as_group"`
+	RunAsUsername  string          `json:"run_as_username"`
+	ReadonlyRootfs bool            `json:"readonly_rootfs"`
+}
+
+type probeJSON struct {
+	ProbeHandler *struct {
+		TCPSocket *struct {
+			Port int32  `json:"port"`
+			Host string `json:"host"`
+		} `json:"tcp_socket"`
+		Ping *struct {
+			UDP bool `json:"udp"`
+		} `json:"ping"`
+		HTTPGet *httpGetJSON `json:"http_get"`
+	} `json:"probe_handler"`
+	InitialDelaySeconds int32 `json:"initial_delay_seconds"`
+	TimeoutSeconds      int32 `json:"timeout_seconds"`
+	InitialDelayMs      int32 `json:"initial_delay_ms"`
+	TimeoutMs           int32 `json:"timeout_ms"`
+	PeriodMs            int32 `json:"period_ms"`
+	SuccessThreshold    int32 `json:"success_threshold"`
+	FailureThreshold    int32 `json:"failure_threshold"`
+	ProbeTimeoutMs      int32 `json:"probe_timeout_ms"`
+}
+
+type syscallJSON struct {
+	Names  []string `json:"names"`
+	Action string   `json:"action"`
+	Errno  uint32   `json:"errno"`
+	Args   []*struct {
+		Index    uint32 `json:"index"`
+		Value    uint64 `json:"value"`
+		ValueTwo uint64 `json:"value_two"`
+		Op       string `json:"op"`
+	} `json:"args"`
+}
+
+type hostAliasJSON struct {
+	Hostnames []string `json:"hostnames"`
+	IP        string   `json:"ip"`
+}
+
+type prestopJSON struct {
+	TerminationGracePeriodMs int32          `json:"termination_grace_period_ms"`
+	LifecyleHandler          *lifecycleJSON `json:"lifecyle_handler"`
+}
+
+type poststopJSON struct {
+	TimeoutMs       int32          `json:"timeout_ms"`
+	LifecyleHandler *lifecycleJSON `json:"lifecyle_handler"`
+}
+
+type hooksJSON struct {
+	Prestart []*struct {
+		Path    string   `json:"path"`
+		Args    []string `json:"args"`
+		Env     []string `json:"env"`
+		Timeout *int32   `json:"timeout"`
+	} `json:"prestart"`
+}
+
+// decodeRaw decodes a pass-through sub-object into v; an absent one leaves
+// v alone and reports false.
+func decodeRaw(field string, raw json.RawMessage, v any) (bool, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return false, nil
+	}
+	if err := json.Unmarshal(t, v); err != nil {
+		return false, &core.FieldError{Field: field, Reason: "malformed: " + err.Error()}
+	}
+	return true, nil
 }
 
 // enumJSON accepts a protobuf enum as its number (what upstream writes) or
@@ -238,12 +197,12 @@ func (e enumJSON) resolve(field string, values map[string]int32) (int32, error) 
 	return 0, &core.FieldError{Field: field, Reason: fmt.Sprintf("unknown value %q", e.name)}
 }
 
-// RunRequestFromJSON turns the JSON of a generated sandbox create request
-// into the Cubelet RunCubeSandboxRequest, the way the control plane builds
-// it before AppSnapshot. What maps:
+// RunRequest maps a sandbox create request onto the Cubelet
+// RunCubeSandboxRequest, the way the control plane builds it before
+// AppSnapshot. What maps:
 //
-//   - requestID (or request_id), labels, instance_type, network_type,
-//     runtime_handler, namespace: copied.
+//   - request id, labels, instance_type, network_type, runtime_handler,
+//     namespace: copied.
 //   - annotations: copied whole; com.exposed_ports ("p1:p2") also becomes
 //     exposed_ports.
 //   - cubevs_context {allowInternetAccess, allowOut, denyOut} becomes
@@ -259,27 +218,19 @@ func (e enumJSON) resolve(field string, values map[string]int32) (int32, error) 
 //     host_aliases, prestop/poststop (only with an http_get handler),
 //     hooks.
 //
-// It returns the snapshot_dir the JSON carries (may be empty). Bad input is
-// a *core.FieldError naming the field.
-func RunRequestFromJSON(b []byte) (*cubeletpb.RunCubeSandboxRequest, string, error) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, "", &core.FieldError{Field: "create_request", Reason: "is empty"}
-	}
-	var in createRequestJSON
-	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, "", &core.FieldError{Field: "create_request", Reason: "not valid JSON: " + err.Error()}
+// Bad input is a *core.FieldError naming the field.
+func RunRequest(in *core.SandboxRequest) (*cubeletpb.RunCubeSandboxRequest, error) {
+	if in == nil {
+		return nil, &core.FieldError{Field: "create_request", Reason: "is empty"}
 	}
 	out := &cubeletpb.RunCubeSandboxRequest{
 		RequestID:      in.RequestID,
-		Annotations:    in.Annotations,
-		Labels:         in.Labels,
+		Annotations:    maps.Clone(in.Annotations),
+		Labels:         maps.Clone(in.Labels),
 		InstanceType:   in.InstanceType,
 		NetworkType:    in.NetworkType,
 		RuntimeHandler: in.RuntimeHandler,
 		Namespace:      in.Namespace,
-	}
-	if out.RequestID == "" {
-		out.RequestID = in.RequestIDSnake
 	}
 	if n := in.CubeVSContext; n != nil {
 		out.CubeNetworkConfig = &cubeletpb.CubeNetworkConfig{
@@ -288,37 +239,49 @@ func RunRequestFromJSON(b []byte) (*cubeletpb.RunCubeSandboxRequest, string, err
 			DenyOut:             n.DenyOut,
 		}
 	}
-	if p, ok := in.Annotations[cubeletpb.AnnotationExposedPorts]; ok && p != "" {
+	if p, ok := in.Annotations[core.AnnotationExposedPorts]; ok && p != "" {
 		for _, s := range strings.Split(p, ":") {
 			v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 			if err != nil || v < 1 || v > 65535 {
-				return nil, "", &core.FieldError{Field: "annotations." + cubeletpb.AnnotationExposedPorts, Reason: fmt.Sprintf("%q is not a port list like 8080:9000", p)}
+				return nil, &core.FieldError{Field: "annotations." + core.AnnotationExposedPorts, Reason: fmt.Sprintf("%q is not a port list like 8080:9000", p)}
 			}
 			out.ExposedPorts = append(out.ExposedPorts, v)
 		}
 	}
-	for i, v := range in.Volumes {
-		pv, err := volumeToProto(fmt.Sprintf("volumes[%d]", i), v)
+	for i := range in.Volumes {
+		pv, err := volumeToProto(fmt.Sprintf("volumes[%d]", i), &in.Volumes[i])
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		out.Volumes = append(out.Volumes, pv)
 	}
 	if len(in.Containers) == 0 {
-		return nil, "", &core.FieldError{Field: "containers", Reason: "at least one container is required"}
+		return nil, &core.FieldError{Field: "containers", Reason: "at least one container is required"}
 	}
-	for i, c := range in.Containers {
-		pc, err := containerToProto(fmt.Sprintf("containers[%d]", i), c)
+	for i := range in.Containers {
+		pc, err := containerToProto(fmt.Sprintf("containers[%d]", i), &in.Containers[i])
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		out.Containers = append(out.Containers, pc)
 	}
-	return out, in.SnapshotDir, nil
+	return out, nil
 }
 
-func volumeToProto(field string, v *volumeJSON) (*cubeletpb.Volume, error) {
-	if v == nil || v.Name == "" {
+// RunRequestFromJSON parses the JSON of a sandbox create request and maps
+// it with RunRequest. It returns the snapshot_dir the JSON carries (may be
+// empty).
+func RunRequestFromJSON(b []byte) (*cubeletpb.RunCubeSandboxRequest, string, error) {
+	req, dir, err := core.ParseSandboxRequest(b)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := RunRequest(req)
+	return out, dir, err
+}
+
+func volumeToProto(field string, v *core.Volume) (*cubeletpb.Volume, error) {
+	if v.Name == "" {
 		return nil, &core.FieldError{Field: field + ".name", Reason: "is required"}
 	}
 	if v.VolumeSource == nil {
@@ -327,16 +290,26 @@ func volumeToProto(field string, v *volumeJSON) (*cubeletpb.Volume, error) {
 	src := v.VolumeSource
 	out := &cubeletpb.Volume{Name: v.Name, VolumeSource: &cubeletpb.VolumeSource{}}
 	if e := src.EmptyDir; e != nil {
-		m, err := e.Medium.resolve(field+".volume_source.empty_dir.medium", cubeletpb.StorageMedium_value)
+		var medium enumJSON
+		if _, err := decodeRaw(field+".volume_source.empty_dir.medium", e.Medium, &medium); err != nil {
+			return nil, err
+		}
+		m, err := medium.resolve(field+".volume_source.empty_dir.medium", cubeletpb.StorageMedium_value)
 		if err != nil {
 			return nil, err
 		}
 		out.VolumeSource.EmptyDir = &cubeletpb.EmptyDirVolumeSource{Medium: cubeletpb.StorageMedium(m), SizeLimit: e.SizeLimit}
 	}
-	if s := src.SandboxPath; s != nil {
-		out.VolumeSource.SandboxPath = &cubeletpb.SandboxPathVolumeSource{Path: s.Path, Type: s.Type}
+	var sp sandboxPathJSON
+	if ok, err := decodeRaw(field+".volume_source.sandbox_path", src.SandboxPath, &sp); err != nil {
+		return nil, err
+	} else if ok {
+		out.VolumeSource.SandboxPath = &cubeletpb.SandboxPathVolumeSource{Path: sp.Path, Type: sp.Type}
 	}
-	if h := src.HostDirVolumes; h != nil {
+	var h hostDirVolumesJSON
+	if ok, err := decodeRaw(field+".volume_source.host_dir_volumes", src.HostDirVolumes, &h); err != nil {
+		return nil, err
+	} else if ok {
 		hd := &cubeletpb.HostDirVolumeSources{}
 		for j, s := range h.VolumeSources {
 			f := fmt.Sprintf("%s.volume_source.host_dir_volumes.volume_sources[%d]", field, j)
@@ -350,7 +323,10 @@ func volumeToProto(field string, v *volumeJSON) (*cubeletpb.Volume, error) {
 		}
 		out.VolumeSource.HostDirVolumes = hd
 	}
-	if im := src.Image; im != nil {
+	var im imageVolumeJSON
+	if ok, err := decodeRaw(field+".volume_source.image", src.Image, &im); err != nil {
+		return nil, err
+	} else if ok {
 		pp, err := im.PullPolicy.resolve(field+".volume_source.image.pullPolicy", cubeletpb.PullPolicy_value)
 		if err != nil {
 			return nil, err
@@ -396,10 +372,7 @@ func idMappings(in []*idMappingJSON) []*cubeletpb.IDMapping {
 	return out
 }
 
-func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfig, error) {
-	if c == nil {
-		return nil, &core.FieldError{Field: field, Reason: "is null"}
-	}
+func containerToProto(field string, c *core.Container) (*cubeletpb.ContainerConfig, error) {
 	if c.Image == nil || c.Image.Image == "" {
 		return nil, &core.FieldError{Field: field + ".image.image", Reason: "is required"}
 	}
@@ -409,7 +382,7 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 	out := &cubeletpb.ContainerConfig{
 		Name:        c.Name,
 		Id:          c.ID,
-		Image:       imageToProto(c.Image),
+		Image:       sandboxImageToProto(c.Image),
 		Command:     c.Command,
 		Args:        c.Args,
 		WorkingDir:  c.WorkingDir,
@@ -426,9 +399,12 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 		}
 		out.Envs = append(out.Envs, &cubeletpb.KeyValue{Key: e.Key, Value: e.Value})
 	}
-	for j, m := range c.VolumeMounts {
+	for j, raw := range c.VolumeMounts {
 		f := fmt.Sprintf("%s.volume_mounts[%d]", field, j)
-		if m == nil || m.Name == "" || m.ContainerPath == "" {
+		var m volumeMountJSON
+		if ok, err := decodeRaw(f, raw, &m); err != nil {
+			return nil, err
+		} else if !ok || m.Name == "" || m.ContainerPath == "" {
 			return nil, &core.FieldError{Field: f, Reason: "name and container_path are required"}
 		}
 		prop, err := m.Propagation.resolve(f+".propagation", cubeletpb.MountPropagation_value)
@@ -447,7 +423,10 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 	}
 	// The Cubelet expects a security context on every container.
 	out.SecurityContext = &cubeletpb.ContainerSecurityContext{}
-	if s := c.SecurityContext; s != nil {
+	var s securityContextJSON
+	if ok, err := decodeRaw(field+".security_context", c.SecurityContext, &s); err != nil {
+		return nil, err
+	} else if ok {
 		out.SecurityContext.Privileged = s.Privileged
 		out.SecurityContext.NoNewPrivs = s.NoNewPrivs
 		out.SecurityContext.RunAsUsername = s.RunAsUsername
@@ -462,7 +441,10 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 			out.SecurityContext.Capabilities = &cubeletpb.Capability{AddCapabilities: cp.Add, DropCapabilities: cp.Drop, AddAmbientCapabilities: cp.AddAmbient}
 		}
 	}
-	if p := c.Probe; p != nil {
+	var p probeJSON
+	if ok, err := decodeRaw(field+".probe", c.Probe, &p); err != nil {
+		return nil, err
+	} else if ok {
 		if p.ProbeHandler == nil {
 			return nil, &core.FieldError{Field: field + ".probe.probe_handler", Reason: "is required when probe is set"}
 		}
@@ -493,7 +475,11 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 		}
 		out.Probe = pr
 	}
-	for _, s := range c.Syscalls {
+	var syscalls []*syscallJSON
+	if _, err := decodeRaw(field+".syscalls", c.Syscalls, &syscalls); err != nil {
+		return nil, err
+	}
+	for _, s := range syscalls {
 		if s == nil {
 			continue
 		}
@@ -508,24 +494,39 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 	if d := c.DNSConfig; d != nil {
 		out.DnsConfig = &cubeletpb.DNSConfig{Servers: d.Servers, Searches: d.Searches, Options: d.Options}
 	}
-	for _, a := range c.HostAliases {
+	var aliases []*hostAliasJSON
+	if _, err := decodeRaw(field+".host_aliases", c.HostAliases, &aliases); err != nil {
+		return nil, err
+	}
+	for _, a := range aliases {
 		if a != nil {
 			out.HostAliases = append(out.HostAliases, &cubeletpb.HostAlias{Hostnames: a.Hostnames, Ip: a.IP})
 		}
 	}
-	if p := c.Prestop; p != nil && p.LifecyleHandler != nil && p.LifecyleHandler.HTTPGet != nil {
+	var pre prestopJSON
+	if _, err := decodeRaw(field+".prestop", c.Prestop, &pre); err != nil {
+		return nil, err
+	}
+	if p := pre; p.LifecyleHandler != nil && p.LifecyleHandler.HTTPGet != nil {
 		out.Prestop = &cubeletpb.PreStop{
 			TerminationGracePeriodMs: p.TerminationGracePeriodMs,
 			LifecyleHandler:          &cubeletpb.LifecycleHandler{HttpGet: httpGetToProto(p.LifecyleHandler.HTTPGet)},
 		}
 	}
-	if p := c.Poststop; p != nil && p.LifecyleHandler != nil && p.LifecyleHandler.HTTPGet != nil {
+	var post poststopJSON
+	if _, err := decodeRaw(field+".poststop", c.Poststop, &post); err != nil {
+		return nil, err
+	}
+	if p := post; p.LifecyleHandler != nil && p.LifecyleHandler.HTTPGet != nil {
 		out.Poststop = &cubeletpb.PostStop{
 			TimeoutMs:       p.TimeoutMs,
 			LifecyleHandler: &cubeletpb.LifecycleHandler{HttpGet: httpGetToProto(p.LifecyleHandler.HTTPGet)},
 		}
 	}
-	if h := c.Hooks; h != nil {
+	var h hooksJSON
+	if ok, err := decodeRaw(field+".hooks", c.Hooks, &h); err != nil {
+		return nil, err
+	} else if ok {
 		out.Hooks = &cubeletpb.Hooks{}
 		for _, hk := range h.Prestart {
 			if hk != nil {
@@ -534,4 +535,14 @@ func containerToProto(field string, c *containerJSON) (*cubeletpb.ContainerConfi
 		}
 	}
 	return out, nil
+}
+
+func sandboxImageToProto(im *core.SandboxImage) *cubeletpb.ImageSpec {
+	return &cubeletpb.ImageSpec{
+		Image:          im.Image,
+		Annotations:    im.Annotations,
+		StorageMedia:   im.StorageMedia,
+		Namespace:      im.Namespace,
+		RuntimeHandler: im.RuntimeHandler,
+	}
 }

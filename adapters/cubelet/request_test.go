@@ -57,7 +57,7 @@ func TestRunRequestFromGeneratedJSON(t *testing.T) {
 
 	c := r.Containers[0]
 	if c.Name != "cubebox-name-0" || c.Image.Image != "rfs-abc" || c.Image.StorageMedia != "ext4" ||
-		c.Image.Annotations[cubeletpb.AnnotationArtifactURL] == "" {
+		c.Image.Annotations[core.AnnotationArtifactURL] == "" {
 		t.Errorf("image %v", c.Image)
 	}
 	if !slices.Equal(c.Command, []string{"/docker-entrypoint.sh"}) || len(c.Args) != 3 || c.WorkingDir != "/app" {
@@ -114,7 +114,7 @@ func TestRunRequestFromSuiteRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Annotations[cubeletpb.AnnotationAppSnapshotCreate] != "true" || r.Containers[0].Image.Image != "rfs-1" ||
+	if r.Annotations[core.AnnotationAppSnapshotCreate] != "true" || r.Containers[0].Image.Image != "rfs-1" ||
 		r.Containers[0].SecurityContext == nil || !slices.Equal(r.ExposedPorts, []int64{8080, 32000}) {
 		t.Fatalf("converted %v", r)
 	}

@@ -14,10 +14,6 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 )
 
-// headerArtifactToken carries the download token (the data plane accepts it
-// instead of the query, and headers stay out of access logs).
-const headerArtifactToken = "X-Cube-Artifact-Token"
-
 // artifactProbe answers templates.Config.ArtifactExists for redo by asking
 // the data plane's download route itself: HEAD
 // <TC>/cube/template/artifact/download?artifact_id=A with the artifact's
@@ -55,7 +51,7 @@ func (p *artifactProbe) Exists(ctx context.Context, a *core.Artifact) (bool, err
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set(headerArtifactToken, a.DownloadToken)
+	req.Header.Set(core.DownloadTokenHeader, a.DownloadToken)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("ask the template center whether artifact %s exists: %w", a.ArtifactID, err)

@@ -56,7 +56,7 @@ func TestArtifactProbe(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if r.Method != http.MethodHead || r.URL.Path != cubeapi.PathDownload ||
-			r.URL.Query().Get("artifact_id") != "rfs-1" || r.Header.Get(headerArtifactToken) != "tok" {
+			r.URL.Query().Get("artifact_id") != "rfs-1" || r.Header.Get(core.DownloadTokenHeader) != "tok" {
 			http.Error(w, "unexpected request "+r.Method+" "+r.URL.String(), http.StatusTeapot)
 			return
 		}

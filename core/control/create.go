@@ -36,7 +36,7 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 		return nil, err
 	}
 	if WantsEnvd(req) && s.Config.Envd == nil {
-		return nil, &core.FieldError{Field: "container_overrides.annotations." + AnnotationInjectEnvd,
+		return nil, &core.FieldError{Field: "container_overrides.annotations." + core.AnnotationInjectEnvd,
 			Reason: "envd injection was requested but this control plane has no envd binary configured"}
 	}
 	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
@@ -61,7 +61,7 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 		// would be refused there and wrongly failed here.
 		return job, nil
 	}
-	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: normalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
+	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
 	if WantsEnvd(req) {
 		data, err := s.loadEnvd()
 		if err != nil {

@@ -49,7 +49,7 @@ func ParseCreateTemplateRequest(raw json.RawMessage) (CreateTemplateRequest, err
 	}
 	return CreateTemplateRequest{
 		Raw:               bytes.Clone(raw),
-		TemplateID:        strings.TrimSpace(head.Annotations[AnnotationTemplateID]),
+		TemplateID:        strings.TrimSpace(head.Annotations[core.AnnotationTemplateID]),
 		InstanceType:      firstString(strings.TrimSpace(head.InstanceType), core.DefaultInstanceType),
 		DistributionScope: head.DistributionScope,
 		SnapshotDir:       head.SnapshotDir,
@@ -79,7 +79,7 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 	tid := req.TemplateID
 	if err := core.ValidateTemplateID(tid); err != nil {
 		if errors.Is(err, core.ErrTemplateIDRequired) {
-			return nil, fmt.Errorf("annotation %s: %w", AnnotationTemplateID, err)
+			return nil, fmt.Errorf("annotation %s: %w", core.AnnotationTemplateID, err)
 		}
 		return nil, err
 	}
@@ -89,6 +89,10 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 		return nil, err
 	}
 	snapBody, err := snapshotCreateRequest(req.Raw, tid, instanceType)
+	if err != nil {
+		return nil, err
+	}
+	snapReq, _, err := core.ParseSandboxRequest(snapBody)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +133,7 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 	fanOut(len(targets), s.cfg().DistributionWorkers, func(i int) {
 		n := targets[i]
 		rep := &core.Replica{TemplateID: tid, NodeID: n.ID, NodeIP: n.IP, InstanceType: instanceType, Spec: spec}
-		res, err := s.Agent.AppSnapshot(ctx, n, snapBody, snapDir)
+		res, err := s.Agent.AppSnapshot(ctx, n, snapReq, snapDir)
 		if err != nil {
 			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
@@ -209,10 +213,10 @@ func (s *Service) clearForCreate(ctx context.Context, tid string) error {
 // the per-call fields cleared.
 func storedCreateRequest(raw json.RawMessage, tid, instanceType string) ([]byte, error) {
 	return rewriteCreateRequest(raw, instanceType, func(ann map[string]string) {
-		ann[AnnotationTemplateID] = tid
-		delete(ann, AnnotationAppSnapshotCreate)
-		ann[AnnotationAppSnapshotVersion] = core.DefaultTemplateVersion
-		ann[AnnotationTemplateVersion] = core.DefaultTemplateVersion
+		ann[core.AnnotationTemplateID] = tid
+		delete(ann, core.AnnotationAppSnapshotCreate)
+		ann[core.AnnotationAppSnapshotVersion] = core.DefaultTemplateVersion
+		ann[core.AnnotationTemplateVersion] = core.DefaultTemplateVersion
 	}, "snapshot_dir", "timeout", "ins_id", "ins_ip", "requestID")
 }
 
@@ -220,8 +224,8 @@ func storedCreateRequest(raw json.RawMessage, tid, instanceType string) ([]byte,
 // request marked as a snapshot create of template tid.
 func snapshotCreateRequest(raw json.RawMessage, tid, instanceType string) ([]byte, error) {
 	return rewriteCreateRequest(raw, instanceType, func(ann map[string]string) {
-		ann[AnnotationTemplateID] = tid
-		ann[AnnotationAppSnapshotCreate] = "true"
+		ann[core.AnnotationTemplateID] = tid
+		ann[core.AnnotationAppSnapshotCreate] = "true"
 	})
 }
 
@@ -266,9 +270,9 @@ func rawRequestSpec(raw json.RawMessage) string {
 		} `json:"containers"`
 	}
 	_ = json.Unmarshal(raw, &r)
-	sr := &SandboxRequest{}
+	sr := &core.SandboxRequest{}
 	for _, c := range r.Containers {
-		sr.Containers = append(sr.Containers, Container{Resources: c.Resources})
+		sr.Containers = append(sr.Containers, core.Container{Resources: c.Resources})
 	}
 	return requestSpec(sr)
 }

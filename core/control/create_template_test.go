@@ -15,9 +15,9 @@ import (
 // sandboxCreate is a POST /cube/template body for tid (tid "" leaves the
 // template id annotation out).
 func sandboxCreate(tid string, scope ...string) json.RawMessage {
-	ann := map[string]string{"custom": "kept", control.AnnotationAppSnapshotCreate: "true"}
+	ann := map[string]string{"custom": "kept", core.AnnotationAppSnapshotCreate: "true"}
 	if tid != "" {
-		ann[control.AnnotationTemplateID] = tid
+		ann[core.AnnotationTemplateID] = tid
 	}
 	body := map[string]any{
 		"requestID": "req-1", "timeout": 30, "ins_id": "ins-1", "ins_ip": "1.2.3.4", "snapshot_dir": "/snaps",
@@ -58,16 +58,11 @@ func TestCreateTemplateHappyPath(t *testing.T) {
 
 	for _, c := range e.agent.AppSnapshotCalls() {
 		eq(t, "snapshot dir", c.SnapshotDir, "/snaps")
-		var got map[string]any
-		if err := json.Unmarshal(c.CreateRequestJSON, &got); err != nil {
-			t.Fatal(err)
-		}
-		ann := got["annotations"].(map[string]any)
-		eq(t, "snapshot create annotation", ann[control.AnnotationAppSnapshotCreate], any("true"))
-		eq(t, "snapshot template id", ann[control.AnnotationTemplateID], any("tpl-sync"))
-		if got["unknown_field"] == nil {
-			t.Error("unknown field not passed to the node")
-		}
+		ann := c.Req.Annotations
+		eq(t, "snapshot create annotation", ann[core.AnnotationAppSnapshotCreate], "true")
+		eq(t, "snapshot template id", ann[core.AnnotationTemplateID], "tpl-sync")
+		eq(t, "custom annotation", ann["custom"], "kept")
+		eq(t, "network type", c.Req.NetworkType, "tap")
 	}
 
 	reps := e.replicas("tpl-sync")
@@ -92,13 +87,16 @@ func TestCreateTemplateHappyPath(t *testing.T) {
 			t.Errorf("stored request keeps %s", k)
 		}
 	}
+	if stored["unknown_field"] == nil {
+		t.Error("stored request dropped a field this service does not model")
+	}
 	ann := stored["annotations"].(map[string]any)
-	if _, ok := ann[control.AnnotationAppSnapshotCreate]; ok {
+	if _, ok := ann[core.AnnotationAppSnapshotCreate]; ok {
 		t.Error("stored request keeps the snapshot-create annotation")
 	}
-	eq(t, "stored template id", ann[control.AnnotationTemplateID], any("tpl-sync"))
-	eq(t, "stored version", ann[control.AnnotationAppSnapshotVersion], any("v2"))
-	eq(t, "stored template version", ann[control.AnnotationTemplateVersion], any("v2"))
+	eq(t, "stored template id", ann[core.AnnotationTemplateID], any("tpl-sync"))
+	eq(t, "stored version", ann[core.AnnotationAppSnapshotVersion], any("v2"))
+	eq(t, "stored template version", ann[core.AnnotationTemplateVersion], any("v2"))
 	eq(t, "stored custom annotation", ann["custom"], any("kept"))
 	eq(t, "stored instance type", stored["instance_type"], any(core.DefaultInstanceType))
 	eq(t, "stored network type", stored["network_type"], any("tap"))

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 )
 
@@ -89,7 +88,7 @@ func TestCreateFromImageEnvd(t *testing.T) {
 	sum := sha256.Sum256(binary)
 	optIn := func(tid string) *core.FromImageRequest {
 		r := request(tid)
-		r.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{control.AnnotationInjectEnvd: "true"}}
+		r.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{core.AnnotationInjectEnvd: "true"}}
 		return r
 	}
 
@@ -153,5 +152,5 @@ func TestCreateFromImageRejectsBadInput(t *testing.T) {
 
 // The control plane and the data plane must agree on the opt-in key.
 func TestEnvdAnnotationMatchesBuilder(t *testing.T) {
-	eq(t, "annotation", control.AnnotationInjectEnvd, pipeline.InjectEnvdAnnotation)
+	eq(t, "annotation", core.AnnotationInjectEnvd, pipeline.InjectEnvdAnnotation)
 }

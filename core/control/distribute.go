@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -14,8 +13,7 @@ import (
 // got it gets a placement row first (so cleanup can always find the copy)
 // and a DISTRIBUTED replica row; each failure a FAILED replica row. It
 // returns the nodes that have the artifact and the errors, in node order.
-func (s *Service) distribute(ctx context.Context, p *pipeline, ref ArtifactRef) ([]ports.Node, []string) {
-	wls := firstString(p.artifact.WritableLayerSize, p.job.WritableLayerSize)
+func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArtifact) ([]ports.Node, []string) {
 	// A node where another template's replica uses this artifact keeps its
 	// copy: destroying it would break that template there.
 	shared := map[string]bool{}
@@ -37,22 +35,7 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref ArtifactRef) 
 	ready, failed := 0, 0
 	fanOut(len(p.targets), s.cfg().DistributionWorkers, func(i int) {
 		n := p.targets[i]
-		spec := ports.ImageSpec{
-			Image:        ref.ArtifactID,
-			StorageMedia: StorageMediaExt4,
-			InstanceType: p.job.InstanceType,
-			Annotations: map[string]string{
-				AnnotationArtifactID:        ref.ArtifactID,
-				AnnotationArtifactURL:       ref.URL,
-				AnnotationArtifactToken:     ref.Token,
-				AnnotationArtifactSHA256:    ref.SHA256,
-				AnnotationArtifactSizeBytes: strconv.FormatInt(ref.SizeBytes, 10),
-				AnnotationWritableLayerSize: wls,
-				AnnotationSpecFingerprint:   ref.Fingerprint,
-				AnnotationInstanceType:      p.job.InstanceType,
-			},
-		}
-		err := s.distributeOne(ctx, p, n, spec, p.destroyFirst && !shared[n.ID])
+		err := s.distributeOne(ctx, n, ref, p.destroyFirst && !shared[n.ID])
 		rep := s.replica(p, n)
 		if err != nil {
 			// Node errors may quote the download URL; the token must not
@@ -95,16 +78,16 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref ArtifactRef) 
 	return got, out
 }
 
-func (s *Service) distributeOne(ctx context.Context, p *pipeline, n ports.Node, spec ports.ImageSpec, destroyFirst bool) error {
+func (s *Service) distributeOne(ctx context.Context, n ports.Node, art core.NodeArtifact, destroyFirst bool) error {
 	if destroyFirst {
-		if err := s.Agent.DestroyImage(ctx, n, spec.Image); err != nil {
+		if err := s.Agent.DestroyImage(ctx, n, art.ArtifactID); err != nil {
 			return fmt.Errorf("remove old copy before redistributing: %w", err)
 		}
 	}
-	if err := s.Agent.CreateImage(ctx, n, spec); err != nil {
+	if err := s.Agent.CreateImage(ctx, n, art); err != nil {
 		return err
 	}
-	err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: spec.Image, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()})
+	err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: art.ArtifactID, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()})
 	if err != nil {
 		// Without the placement row cleanup could not find this copy:
 		// treat the node as failed rather than snapshot on it.

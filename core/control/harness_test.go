@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,7 +98,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 		},
 	}
 	e.agent = &portsmock.NodeAgentMock{
-		CreateImageFunc: func(_ context.Context, n ports.Node, spec ports.ImageSpec) error {
+		CreateImageFunc: func(_ context.Context, n ports.Node, art core.NodeArtifact) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			if err := e.createFail[n.ID]; err != nil {
@@ -108,7 +107,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			if e.onNode[n.ID] == nil {
 				e.onNode[n.ID] = map[string]bool{}
 			}
-			e.onNode[n.ID][spec.Image] = true
+			e.onNode[n.ID][art.ArtifactID] = true
 			return nil
 		},
 		DestroyImageFunc: func(_ context.Context, n ports.Node, image string) error {
@@ -120,17 +119,13 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			delete(e.onNode[n.ID], image)
 			return nil
 		},
-		AppSnapshotFunc: func(_ context.Context, n ports.Node, body []byte, _ string) (ports.SnapshotResult, error) {
+		AppSnapshotFunc: func(_ context.Context, n ports.Node, req *core.SandboxRequest, _ string) (ports.SnapshotResult, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			if err := e.snapFail[n.ID]; err != nil {
 				return ports.SnapshotResult{}, err
 			}
-			var req control.SandboxRequest
-			if err := json.Unmarshal(body, &req); err != nil {
-				return ports.SnapshotResult{}, err
-			}
-			tid := req.Annotations[control.AnnotationTemplateID]
+			tid := req.Annotations[core.AnnotationTemplateID]
 			return ports.SnapshotResult{TemplateID: tid, SnapshotPath: "/snap/" + tid + "/" + n.ID, GuestImageVersion: "guest-" + n.ID, KernelVersion: "6.6"}, nil
 		},
 		CleanupTemplateFunc: func(_ context.Context, n ports.Node, _, _ string) error {
@@ -299,7 +294,7 @@ func (e *env) createImageNodes() []string {
 	return callNodes(e.agent.CreateImageCalls(), func(c struct {
 		Ctx  context.Context
 		Node ports.Node
-		Spec ports.ImageSpec
+		Art  core.NodeArtifact
 	}) string {
 		return c.Node.ID
 	})
@@ -307,10 +302,10 @@ func (e *env) createImageNodes() []string {
 
 func (e *env) snapshotNodes() []string {
 	return callNodes(e.agent.AppSnapshotCalls(), func(c struct {
-		Ctx               context.Context
-		Node              ports.Node
-		CreateRequestJSON []byte
-		SnapshotDir       string
+		Ctx         context.Context
+		Node        ports.Node
+		Req         *core.SandboxRequest
+		SnapshotDir string
 	}) string {
 		return c.Node.ID
 	})

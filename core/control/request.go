@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,124 +12,21 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 )
 
-// Annotation keys and fixed values of the generated sandbox request and of
-// the CreateImage spec (upstream wire facts; Cubelet reads them).
+// Fixed values of the generated sandbox request.
 const (
-	AnnotationTemplateID         = "cube.master.appsnapshot.template.id"
-	AnnotationAppSnapshotCreate  = "cube.master.appsnapshot.create"
-	AnnotationAppSnapshotVersion = "cube.master.appsnapshot.version"
-	AnnotationTemplateVersion    = "cube.master.appsnapshot.template.version"
-	AnnotationArtifactID         = "cube.master.rootfs.artifact.id"
-	AnnotationArtifactURL        = "cube.master.rootfs.artifact.url"
-	AnnotationArtifactToken      = "cube.master.rootfs.artifact.token"
-	AnnotationArtifactSHA256     = "cube.master.rootfs.artifact.sha256"
-	AnnotationArtifactSizeBytes  = "cube.master.rootfs.artifact.size_bytes"
-	AnnotationWritableLayerSize  = "cube.master.rootfs.writable_layer_size"
-	AnnotationSpecFingerprint    = "cube.master.template.spec_fingerprint"
-	AnnotationSystemDiskSize     = "cube.master.system_disk_size"
-	AnnotationInstanceType       = "cube.master.instance.type"
-	AnnotationExposedPorts       = "com.exposed_ports"
-	AnnotationInjectEnvd         = "cube.master.inject_envd"
-	InjectEnvdOptIn              = "true"
-	RootfsWritableVolume         = "cube_rootfs_rw"
-	TemplateContainerName        = "cubebox-name-0"
-	StorageMediaExt4             = "ext4"
-	DefaultTemplateCPU           = "2000m"
-	DefaultTemplateMemory        = "2000Mi"
+	RootfsWritableVolume  = "cube_rootfs_rw"
+	TemplateContainerName = "cubebox-name-0"
+	DefaultTemplateCPU    = "2000m"
+	DefaultTemplateMemory = "2000Mi"
 )
 
 // DefaultNoFile is the template container's default open-file limit.
 const DefaultNoFile uint64 = 1000000
 
-// SandboxRequest is the sandbox create request generated for a rootfs
-// template (upstream CreateCubeSandboxReq, the subset this service writes).
-// Its JSON is what AppSnapshot receives and, without the create annotation
-// and request id, what the definition stores as request_json.
-type SandboxRequest struct {
-	RequestID     string              `json:"requestID,omitempty"`
-	Volumes       []Volume            `json:"volumes,omitempty"`
-	CubeVSContext *core.CubeVSContext `json:"cubevs_context,omitempty"`
-	Containers    []Container         `json:"containers,omitempty"`
-	Annotations   map[string]string   `json:"annotations,omitempty"`
-	InstanceType  string              `json:"instance_type,omitempty"`
-	NetworkType   string              `json:"network_type,omitempty"`
-}
-
-// Volume is a sandbox volume.
-type Volume struct {
-	Name         string        `json:"name,omitempty"`
-	VolumeSource *VolumeSource `json:"volume_source,omitempty"`
-}
-
-// VolumeSource says what backs a volume; templates use only empty_dir.
-type VolumeSource struct {
-	EmptyDir *EmptyDirVolumeSource `json:"empty_dir,omitempty"`
-}
-
-// EmptyDirVolumeSource is a scratch volume of at most SizeLimit.
-type EmptyDirVolumeSource struct {
-	SizeLimit string `json:"size_limit,omitempty"`
-}
-
-// ImageSpec names the container image: for templates the ext4 artifact.
-type ImageSpec struct {
-	Image             string            `json:"image,omitempty"`
-	StorageMedia      string            `json:"storage_media,omitempty"`
-	WritableLayerSize string            `json:"writable_layer_size,omitempty"`
-	Annotations       map[string]string `json:"annotations,omitempty"`
-}
-
-// Container is the template's one container. Objects this service only
-// passes through from the overrides (volume mounts, security context,
-// probe) stay raw JSON.
-type Container struct {
-	Name            string            `json:"name,omitempty"`
-	Image           *ImageSpec        `json:"image,omitempty"`
-	Command         []string          `json:"command,omitempty"`
-	Args            []string          `json:"args,omitempty"`
-	WorkingDir      string            `json:"working_dir,omitempty"`
-	Envs            []*core.KeyValue  `json:"envs,omitempty"`
-	VolumeMounts    []json.RawMessage `json:"volume_mounts,omitempty"`
-	RLimit          *core.RLimit      `json:"r_limit,omitempty"`
-	Resources       *core.Resource    `json:"resources,omitempty"`
-	SecurityContext json.RawMessage   `json:"security_context,omitempty"`
-	Probe           json.RawMessage   `json:"probe,omitempty"`
-	DNSConfig       *core.DNSConfig   `json:"dns_config,omitempty"`
-	Annotations     map[string]string `json:"annotations,omitempty"`
-}
-
-// ArtifactRef is what the generated request needs to know about the
-// artifact: identity, integrity and where nodes download it.
-type ArtifactRef struct {
-	ArtifactID  string
-	Fingerprint string
-	SHA256      string
-	SizeBytes   int64
-	Token       string
-	// URL is the full download URL (see DownloadURL).
-	URL string
-}
-
-// DownloadURL is base + path + "?artifact_id=<id>&token=<token>". A base
-// without a scheme gets http://.
-func DownloadURL(base, path, artifactID, token string) string {
-	base = strings.TrimRight(normalizeBaseURL(base), "/")
-	q := url.Values{"artifact_id": {artifactID}, "token": {token}}
-	return base + path + "?" + q.Encode()
-}
-
-func normalizeBaseURL(base string) string {
-	base = strings.TrimSpace(base)
-	if base == "" || strings.Contains(base, "://") {
-		return base
-	}
-	return "http://" + base
-}
-
 // WantsEnvd reports whether the request opted in to agent injection.
 func WantsEnvd(req *core.FromImageRequest) bool {
 	return req != nil && req.ContainerOverrides != nil &&
-		req.ContainerOverrides.Annotations[AnnotationInjectEnvd] == InjectEnvdOptIn
+		req.ContainerOverrides.Annotations[core.AnnotationInjectEnvd] == core.InjectEnvdOptIn
 }
 
 // rootMount is the writable-layer mount every template container gets.
@@ -201,7 +97,7 @@ func overrideMounts(req *core.FromImageRequest) ([]json.RawMessage, error) {
 // and an override always gets readonly_rootfs=false; r_limit defaults to
 // {no_file:1000000}; the writable layer is an empty_dir volume mounted at
 // "/"; system_disk_size is the writable layer size in whole GiB.
-func GenerateSandboxRequest(req *core.FromImageRequest, art ArtifactRef, img core.ImageConfig) (*SandboxRequest, error) {
+func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, img core.ImageConfig) (*core.SandboxRequest, error) {
 	if req == nil {
 		return nil, &core.FieldError{Field: "request", Reason: "is empty"}
 	}
@@ -217,46 +113,46 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art ArtifactRef, img cor
 	}
 	wls := req.WritableLayerSize
 	ann := map[string]string{
-		AnnotationTemplateID:         req.TemplateID,
-		AnnotationAppSnapshotCreate:  "true",
-		AnnotationAppSnapshotVersion: core.DefaultTemplateVersion,
-		AnnotationTemplateVersion:    core.DefaultTemplateVersion,
-		AnnotationArtifactID:         art.ArtifactID,
-		AnnotationWritableLayerSize:  wls,
-		AnnotationSpecFingerprint:    art.Fingerprint,
+		core.AnnotationTemplateID:         req.TemplateID,
+		core.AnnotationAppSnapshotCreate:  "true",
+		core.AnnotationAppSnapshotVersion: core.DefaultTemplateVersion,
+		core.AnnotationTemplateVersion:    core.DefaultTemplateVersion,
+		core.AnnotationArtifactID:         art.ArtifactID,
+		core.AnnotationWritableLayerSize:  wls,
+		core.AnnotationSpecFingerprint:    art.Fingerprint,
 	}
 	if WantsEnvd(req) {
-		ann[AnnotationInjectEnvd] = InjectEnvdOptIn
+		ann[core.AnnotationInjectEnvd] = core.InjectEnvdOptIn
 	}
 	if gi, ok := QuantityToGi(wls); ok && gi > 0 {
-		ann[AnnotationSystemDiskSize] = strconv.FormatInt(gi, 10)
+		ann[core.AnnotationSystemDiskSize] = strconv.FormatInt(gi, 10)
 	}
 	if len(req.ExposedPorts) > 0 {
 		ps := make([]string, len(req.ExposedPorts))
 		for i, p := range req.ExposedPorts {
 			ps[i] = strconv.Itoa(int(p))
 		}
-		ann[AnnotationExposedPorts] = strings.Join(ps, ":")
+		ann[core.AnnotationExposedPorts] = strings.Join(ps, ":")
 	}
 
 	o := req.ContainerOverrides
 	if o == nil {
 		o = &core.ContainerOverrides{}
 	}
-	c := Container{
+	c := core.Container{
 		Name: TemplateContainerName,
-		Image: &ImageSpec{
+		Image: &core.SandboxImage{
 			Image:             art.ArtifactID,
-			StorageMedia:      StorageMediaExt4,
+			StorageMedia:      core.StorageMediaExt4,
 			WritableLayerSize: wls,
 			Annotations: map[string]string{
-				AnnotationArtifactID:        art.ArtifactID,
-				AnnotationArtifactURL:       art.URL,
-				AnnotationArtifactToken:     art.Token,
-				AnnotationArtifactSHA256:    art.SHA256,
-				AnnotationArtifactSizeBytes: strconv.FormatInt(art.SizeBytes, 10),
-				AnnotationWritableLayerSize: wls,
-				AnnotationSpecFingerprint:   art.Fingerprint,
+				core.AnnotationArtifactID:        art.ArtifactID,
+				core.AnnotationArtifactURL:       art.DownloadURL,
+				core.AnnotationArtifactToken:     art.Token,
+				core.AnnotationArtifactSHA256:    art.SHA256,
+				core.AnnotationArtifactSizeBytes: strconv.FormatInt(art.SizeBytes, 10),
+				core.AnnotationWritableLayerSize: wls,
+				core.AnnotationSpecFingerprint:   art.Fingerprint,
 			},
 		},
 		Command:      firstNonEmpty(o.Command, img.Entrypoint),
@@ -290,13 +186,13 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art ArtifactRef, img cor
 		}
 	}
 
-	out := &SandboxRequest{
-		Volumes: []Volume{{
+	out := &core.SandboxRequest{
+		Volumes: []core.Volume{{
 			Name:         RootfsWritableVolume,
-			VolumeSource: &VolumeSource{EmptyDir: &EmptyDirVolumeSource{SizeLimit: wls}},
+			VolumeSource: &core.VolumeSource{EmptyDir: &core.EmptyDirVolumeSource{SizeLimit: wls}},
 		}},
 		CubeVSContext: cloneVS(req.CubeVSContext),
-		Containers:    []Container{c},
+		Containers:    []core.Container{c},
 		Annotations:   ann,
 		InstanceType:  req.InstanceType,
 		NetworkType:   req.NetworkType,
@@ -307,11 +203,11 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art ArtifactRef, img cor
 // StoredRequest is the definition's request_json: the generated request
 // without the snapshot-create annotation and without a request id, the
 // template id annotation forced (upstream normalizeStoredTemplateRequest).
-func StoredRequest(gen *SandboxRequest) *SandboxRequest {
+func StoredRequest(gen *core.SandboxRequest) *core.SandboxRequest {
 	c := *gen
 	c.RequestID = ""
 	c.Annotations = cloneMap(gen.Annotations)
-	delete(c.Annotations, AnnotationAppSnapshotCreate)
+	delete(c.Annotations, core.AnnotationAppSnapshotCreate)
 	return &c
 }
 
@@ -409,7 +305,7 @@ func cloneVS(v *core.CubeVSContext) *core.CubeVSContext {
 
 // requestSpec is the replica's spec column: "cpu=<cpu>,mem=<mem>" of the
 // template container's resources.
-func requestSpec(r *SandboxRequest) string {
+func requestSpec(r *core.SandboxRequest) string {
 	var cpu, mem []string
 	for _, c := range r.Containers {
 		if c.Resources != nil {

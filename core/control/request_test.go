@@ -32,11 +32,11 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-func goldenRef() control.ArtifactRef {
+func goldenRef() core.NodeArtifact {
 	aid := aidOf(fpA)
-	return control.ArtifactRef{
+	return core.NodeArtifact{
 		ArtifactID: aid, Fingerprint: fpA, SHA256: shaExt4, SizeBytes: 134217728, Token: "tok-7",
-		URL: control.DownloadURL("master:8089", control.DefaultDownloadPath, aid, "tok-7"),
+		DownloadURL: core.DownloadURL("master:8089", aid, "tok-7"),
 	}
 }
 
@@ -94,10 +94,10 @@ func TestGeneratedRequestGolden(t *testing.T) {
 			}
 
 			stored := control.StoredRequest(gen)
-			if stored.RequestID != "" || stored.Annotations[control.AnnotationAppSnapshotCreate] != "" {
+			if stored.RequestID != "" || stored.Annotations[core.AnnotationAppSnapshotCreate] != "" {
 				t.Errorf("stored request keeps request id or create annotation: %+v", stored)
 			}
-			if gen.Annotations[control.AnnotationAppSnapshotCreate] != "true" {
+			if gen.Annotations[core.AnnotationAppSnapshotCreate] != "true" {
 				t.Error("StoredRequest modified the generated request")
 			}
 		})
@@ -109,8 +109,8 @@ func TestGeneratedRequestUsesThisTemplatesRequest(t *testing.T) {
 	// (upstream redo reused the first template's generated request).
 	a, _ := control.GenerateSandboxRequest(&core.FromImageRequest{TemplateID: "tpl-a", WritableLayerSize: "1Gi"}, goldenRef(), goldenImage)
 	b, _ := control.GenerateSandboxRequest(&core.FromImageRequest{TemplateID: "tpl-b", WritableLayerSize: "1Gi"}, goldenRef(), goldenImage)
-	eq(t, "a", a.Annotations[control.AnnotationTemplateID], "tpl-a")
-	eq(t, "b", b.Annotations[control.AnnotationTemplateID], "tpl-b")
+	eq(t, "a", a.Annotations[core.AnnotationTemplateID], "tpl-a")
+	eq(t, "b", b.Annotations[core.AnnotationTemplateID], "tpl-b")
 }
 
 func TestGenerateSandboxRequestRejects(t *testing.T) {
@@ -153,11 +153,11 @@ func TestDownloadURL(t *testing.T) {
 		{"https://m", "https://m/cube/template/artifact/download?artifact_id=rfs-1&token=a%2Bb"},
 	}
 	for _, tc := range tests {
-		if got := control.DownloadURL(tc.base, control.DefaultDownloadPath, "rfs-1", "a+b"); got != tc.want {
+		if got := core.DownloadURL(tc.base, "rfs-1", "a+b"); got != tc.want {
 			t.Errorf("DownloadURL(%q) = %s", tc.base, got)
 		}
 	}
-	if !strings.HasPrefix(control.DefaultDownloadPath, "/") {
+	if !strings.HasPrefix(core.DownloadPath, "/") {
 		t.Error("download path must be absolute")
 	}
 }

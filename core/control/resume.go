@@ -103,8 +103,8 @@ type pipeline struct {
 	req      *core.FromImageRequest
 	artifact *core.Artifact
 	img      core.ImageConfig
-	gen      *SandboxRequest // with the create annotation: what AppSnapshot gets
-	stored   string          // the definition's request_json
+	gen      *core.SandboxRequest // with the create annotation: what AppSnapshot gets
+	stored   string               // the definition's request_json
 	spec     string
 	targets  []ports.Node
 	// previous holds the template's replica rows as they were before this
@@ -159,13 +159,15 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 
 	// The request nodes snapshot from, generated from THIS template's
 	// request snapshot (never another template's generated request).
-	ref := ArtifactRef{
-		ArtifactID:  p.artifact.ArtifactID,
-		Fingerprint: firstString(p.artifact.Fingerprint, job.Fingerprint),
-		SHA256:      p.artifact.Ext4SHA256,
-		SizeBytes:   p.artifact.Ext4SizeBytes,
-		Token:       p.artifact.DownloadToken,
-		URL:         DownloadURL(p.artifact.DownloadBaseURL, s.cfg().DownloadPath, p.artifact.ArtifactID, p.artifact.DownloadToken),
+	ref := core.NodeArtifact{
+		ArtifactID:        p.artifact.ArtifactID,
+		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, p.artifact.DownloadToken),
+		Token:             p.artifact.DownloadToken,
+		SHA256:            p.artifact.Ext4SHA256,
+		SizeBytes:         p.artifact.Ext4SizeBytes,
+		WritableLayerSize: firstString(p.artifact.WritableLayerSize, job.WritableLayerSize),
+		Fingerprint:       firstString(p.artifact.Fingerprint, job.Fingerprint),
+		InstanceType:      job.InstanceType,
 	}
 	if p.gen, err = GenerateSandboxRequest(req, ref, p.img); err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, err)

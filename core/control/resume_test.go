@@ -50,14 +50,14 @@ func TestResumeHappyPath(t *testing.T) {
 	def := e.def("tpl-happy")
 	eq(t, "definition status", def.Status, core.TemplateReady)
 	eq(t, "definition artifact", def.RootfsArtifactID, aid)
-	var stored control.SandboxRequest
+	var stored core.SandboxRequest
 	if err := json.Unmarshal([]byte(def.RequestJSON), &stored); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := stored.Annotations[control.AnnotationAppSnapshotCreate]; ok {
+	if _, ok := stored.Annotations[core.AnnotationAppSnapshotCreate]; ok {
 		t.Error("stored request keeps the snapshot-create annotation")
 	}
-	eq(t, "stored template id", stored.Annotations[control.AnnotationTemplateID], "tpl-happy")
+	eq(t, "stored template id", stored.Annotations[core.AnnotationTemplateID], "tpl-happy")
 	eq(t, "stored request id", stored.RequestID, "")
 
 	reps := e.replicas("tpl-happy")
@@ -80,24 +80,20 @@ func TestResumeHappyPath(t *testing.T) {
 
 	// What the nodes were told.
 	for _, c := range e.agent.CreateImageCalls() {
-		an := c.Spec.Annotations
-		eq(t, "CreateImage image", c.Spec.Image, aid)
-		eq(t, "storage media", c.Spec.StorageMedia, "ext4")
-		eq(t, "url", an[control.AnnotationArtifactURL], baseURL+"/cube/template/artifact/download?artifact_id="+aid+"&token=tok-1")
-		eq(t, "token", an[control.AnnotationArtifactToken], "tok-1")
-		eq(t, "sha256", an[control.AnnotationArtifactSHA256], shaExt4)
-		eq(t, "size", an[control.AnnotationArtifactSizeBytes], "67108864")
-		eq(t, "wls", an[control.AnnotationWritableLayerSize], "20Gi")
-		eq(t, "fingerprint", an[control.AnnotationSpecFingerprint], fpA)
-		eq(t, "instance type", an[control.AnnotationInstanceType], "cubebox")
+		a := c.Art
+		eq(t, "CreateImage artifact", a.ArtifactID, aid)
+		eq(t, "url", a.DownloadURL, baseURL+"/cube/template/artifact/download?artifact_id="+aid+"&token=tok-1")
+		eq(t, "token", a.Token, "tok-1")
+		eq(t, "sha256", a.SHA256, shaExt4)
+		eq(t, "size", a.SizeBytes, int64(67108864))
+		eq(t, "wls", a.WritableLayerSize, "20Gi")
+		eq(t, "fingerprint", a.Fingerprint, fpA)
+		eq(t, "instance type", a.InstanceType, "cubebox")
 	}
 	for _, c := range e.agent.AppSnapshotCalls() {
-		var req control.SandboxRequest
-		if err := json.Unmarshal(c.CreateRequestJSON, &req); err != nil {
-			t.Fatal(err)
-		}
-		eq(t, "snapshot create annotation", req.Annotations[control.AnnotationAppSnapshotCreate], "true")
-		eq(t, "snapshot request template", req.Annotations[control.AnnotationTemplateID], "tpl-happy")
+		req := c.Req
+		eq(t, "snapshot create annotation", req.Annotations[core.AnnotationAppSnapshotCreate], "true")
+		eq(t, "snapshot request template", req.Annotations[core.AnnotationTemplateID], "tpl-happy")
 		eq(t, "snapshot request id", req.RequestID, job.JobID)
 	}
 	eqSlice(t, "snapshot nodes", e.snapshotNodes(), []string{"node-1", "node-2"})
@@ -274,7 +270,7 @@ func TestConcurrentResumeRegistersOnce(t *testing.T) {
 	var once sync.Once
 	var mu sync.Mutex
 	calls := 0
-	e.agent.CreateImageFunc = func(context.Context, ports.Node, ports.ImageSpec) error {
+	e.agent.CreateImageFunc = func(context.Context, ports.Node, core.NodeArtifact) error {
 		mu.Lock()
 		calls++
 		if calls == 2 {
@@ -474,7 +470,7 @@ func ptr[T any](v T) *T { return &v }
 func TestResumeTimeoutStillRecordsFailure(t *testing.T) {
 	e := newEnv(t, "node-1")
 	job := e.create(request("tpl-timeout"))
-	e.agent.CreateImageFunc = func(ctx context.Context, _ ports.Node, _ ports.ImageSpec) error {
+	e.agent.CreateImageFunc = func(ctx context.Context, _ ports.Node, _ core.NodeArtifact) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}

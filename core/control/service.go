@@ -18,7 +18,6 @@ import (
 const (
 	DefaultDistributionWorkers = 4
 	DefaultArtifactTTL         = 7 * 24 * time.Hour
-	DefaultDownloadPath        = "/cube/template/artifact/download"
 	DefaultStaleAfter          = 10 * time.Minute
 	DefaultResumeTimeout       = 30 * time.Minute
 	DefaultBatch               = 200
@@ -33,8 +32,6 @@ type Config struct {
 	// before GC removes it (gc_deadline = now + ArtifactTTL, renewed
 	// whenever the artifact is used).
 	ArtifactTTL time.Duration
-	// DownloadPath is the artifact download route on DownloadBaseURL.
-	DownloadPath string
 	// DownloadBaseURL, when set, is the base URL nodes download artifacts
 	// from (http://host:port), overriding the base URL recorded from the
 	// create request. Set it when the API address clients use is not one
@@ -75,9 +72,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArtifactTTL <= 0 {
 		c.ArtifactTTL = DefaultArtifactTTL
-	}
-	if c.DownloadPath == "" {
-		c.DownloadPath = DefaultDownloadPath
 	}
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = DefaultStaleAfter

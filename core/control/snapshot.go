@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -14,17 +13,13 @@ import (
 // dropping a template the node may hold from an earlier run. It returns how
 // many succeeded and the errors in node order.
 func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node) (int, []string) {
-	body, err := json.Marshal(p.gen)
-	if err != nil {
-		return 0, []string{"marshal create request: " + err.Error()}
-	}
 	okCount := 0
 	errs := make([]string, len(nodes))
 	var mu sync.Mutex
 	fanOut(len(nodes), s.cfg().DistributionWorkers, func(i int) {
 		n := nodes[i]
 		rep := s.replica(p, n)
-		res, err := s.snapshotOne(ctx, n, p, body, p.previous[n.ID])
+		res, err := s.snapshotOne(ctx, n, p, p.previous[n.ID])
 		if err != nil {
 			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
@@ -52,11 +47,11 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 	return okCount, out
 }
 
-func (s *Service) snapshotOne(ctx context.Context, n ports.Node, p *pipeline, body []byte, prev *core.Replica) (ports.SnapshotResult, error) {
+func (s *Service) snapshotOne(ctx context.Context, n ports.Node, p *pipeline, prev *core.Replica) (ports.SnapshotResult, error) {
 	if prev != nil && (prev.SnapshotPath != "" || prev.Status == core.ReplicaReady) {
 		if err := s.Agent.CleanupTemplate(ctx, n, p.job.TemplateID, prev.SnapshotPath); err != nil {
 			return ports.SnapshotResult{}, fmt.Errorf("cleanup previous template: %w", err)
 		}
 	}
-	return s.Agent.AppSnapshot(ctx, n, body, s.cfg().SnapshotDir)
+	return s.Agent.AppSnapshot(ctx, n, p.gen, s.cfg().SnapshotDir)
 }

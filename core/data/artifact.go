@@ -86,7 +86,7 @@ func sameSpec(a *core.Artifact, res pipeline.Resolved) bool {
 // bytesExist reports whether the store holds the artifact's object, with
 // the recorded size and digest when the row has them.
 func (r *run) bytesExist(ctx context.Context, a *core.Artifact) (bool, error) {
-	info, err := r.e.Artifacts.Stat(ctx, objectKey(a))
+	info, err := r.e.Artifacts.Stat(ctx, core.ObjectKeyOf(a))
 	if errors.Is(err, core.ErrNotFound) {
 		return false, nil
 	}
@@ -102,13 +102,6 @@ func (r *run) bytesExist(ctx context.Context, a *core.Artifact) (bool, error) {
 		return false, nil
 	}
 	return true, nil
-}
-
-func objectKey(a *core.Artifact) string {
-	if a.ObjectKey != "" {
-		return a.ObjectKey
-	}
-	return pipeline.ArtifactKey(a.ArtifactID)
 }
 
 // claim runs under the fingerprint lock: it returns a READY row whose bytes
@@ -147,7 +140,7 @@ func (r *run) claim(ctx context.Context, res pipeline.Resolved) (*core.Artifact,
 				if ok {
 					return a, true, nil
 				}
-				r.log.Warn("READY artifact has no bytes in the store; rebuilding", "artifact_id", a.ArtifactID, "key", objectKey(a))
+				r.log.Warn("READY artifact has no bytes in the store; rebuilding", "artifact_id", a.ArtifactID, "key", core.ObjectKeyOf(a))
 			}
 			if err := deletionInProgress(a); err != nil {
 				return nil, false, err

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -50,10 +49,7 @@ func (d *Deleter) Delete(ctx context.Context, artifactID string) error {
 		return fmt.Errorf("claim artifact %s for deletion: %w", artifactID, err)
 	}
 
-	key := a.ObjectKey
-	if key == "" {
-		key = pipeline.ArtifactKey(a.ArtifactID)
-	}
+	key := core.ObjectKeyOf(a)
 	if derr := d.Artifacts.Delete(ctx, key); derr != nil {
 		msg := fmt.Sprintf("delete %s from the %s store: %v", key, d.Artifacts.Backend(), derr)
 		uctx := context.WithoutCancel(ctx)

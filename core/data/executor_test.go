@@ -219,10 +219,10 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 	if !ok || last.Artifact == nil || *last.Artifact != a {
 		t.Fatalf("BUILT artifact %+v, row %+v", last.Artifact, a)
 	}
-	blob := w.blobs[pipeline.ArtifactKey(aid)]
+	blob := w.blobs[core.ArtifactObjectKey(aid)]
 	sum := sha256.Sum256(blob)
 	if a.Status != core.ArtifactReady || a.Fingerprint != fp || a.Ext4SHA256 != hex.EncodeToString(sum[:]) ||
-		a.Ext4SizeBytes != int64(len(blob)) || a.ObjectKey != pipeline.ArtifactKey(aid) || a.StorageBackend != "mem" ||
+		a.Ext4SizeBytes != int64(len(blob)) || a.ObjectKey != core.ArtifactObjectKey(aid) || a.StorageBackend != "mem" ||
 		a.SourceImageDigest != testDigest || a.SourceImageRef != req.SourceImageRef || a.WritableLayerSize != "20Gi" ||
 		a.DownloadBaseURL != "http://tc.example:8090" || a.DownloadToken != "tok-1" || a.GCDeadline <= w.now.Unix() {
 		t.Fatalf("artifact row = %+v", a)

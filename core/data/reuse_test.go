@@ -10,7 +10,6 @@ import (
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -70,7 +69,7 @@ func TestReadyArtifactWithoutBytesIsRebuilt(t *testing.T) {
 			w := newWorld()
 			r := newReplica(t, w, data.ExecutorConfig{})
 			first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
-			key := pipeline.ArtifactKey(first.ArtifactID)
+			key := core.ArtifactObjectKey(first.ArtifactID)
 			good := append([]byte(nil), w.blobs[key]...)
 			w.mu.Lock()
 			tc.break_(w, key)

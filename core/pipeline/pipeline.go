@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -96,10 +94,6 @@ type Resolved struct {
 	Fingerprint string
 	ArtifactID  string
 }
-
-// ArtifactKey is the store key of an artifact's ext4 (upstream's layout
-// <id>/<id>.ext4).
-func ArtifactKey(artifactID string) string { return artifactID + "/" + artifactID + ".ext4" }
 
 // Run executes the build. onEvent may be nil. On any error, nothing is left
 // at OutPath, nothing is published, and scratch space is removed.
@@ -222,7 +216,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		if err := p.publish(ctx, out, aid, sum, size); err != nil {
 			return nil, err
 		}
-		res.ObjectKey = ArtifactKey(aid)
+		res.ObjectKey = core.ArtifactObjectKey(aid)
 		timed(core.PhaseUploading, start)
 	}
 	onEvent(Event{Phase: core.PhaseReady, Progress: 100})
@@ -282,7 +276,7 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 		return err
 	}
 	defer f.Close()
-	if err := p.Store.Put(ctx, ArtifactKey(aid), f, ports.ObjectInfo{Size: size, SHA256: sum}); err != nil {
+	if err := p.Store.Put(ctx, core.ArtifactObjectKey(aid), f, ports.ObjectInfo{Size: size, SHA256: sum}); err != nil {
 		return fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
 	}
 	return nil
@@ -294,12 +288,11 @@ func hashFile(ctx context.Context, file string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, ctxReader{ctx, f})
+	sum, n, err := core.SHA256Of(ctxReader{ctx, f})
 	if err != nil {
 		return "", 0, fmt.Errorf("hash %s: %w", file, err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return sum, n, nil
 }
 
 type ctxReader struct {

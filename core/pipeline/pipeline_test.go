@@ -95,9 +95,9 @@ func TestRunPublishesVerifiedArtifact(t *testing.T) {
 	if res.Fingerprint != wantFP || res.ArtifactID != "rfs-"+wantFP[:24] {
 		t.Fatalf("fingerprint %s / %s, want %s", res.Fingerprint, res.ArtifactID, wantFP)
 	}
-	body, ok := f.put[ArtifactKey(res.ArtifactID)]
+	body, ok := f.put[core.ArtifactObjectKey(res.ArtifactID)]
 	if !ok {
-		t.Fatalf("nothing published under %s (have %v)", ArtifactKey(res.ArtifactID), keys(f.put))
+		t.Fatalf("nothing published under %s (have %v)", core.ArtifactObjectKey(res.ArtifactID), keys(f.put))
 	}
 	sum := sha256.Sum256(body)
 	if res.SHA256 != hex.EncodeToString(sum[:]) || res.SizeBytes != int64(len(body)) {

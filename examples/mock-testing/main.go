@@ -16,6 +16,7 @@ import (
 	"log"
 	"os"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
@@ -38,8 +39,8 @@ func run(ctx context.Context, w io.Writer) error {
 		},
 	}
 	agent := &portsmock.NodeAgentMock{
-		CreateImageFunc: func(_ context.Context, n ports.Node, spec ports.ImageSpec) error {
-			fmt.Fprintf(w, "dry run: CreateImage(%s) on %s at %s\n", spec.Image, n.ID, n.Addr)
+		CreateImageFunc: func(_ context.Context, n ports.Node, art core.NodeArtifact) error {
+			fmt.Fprintf(w, "dry run: CreateImage(%s) on %s at %s\n", art.ArtifactID, n.ID, n.Addr)
 			return nil
 		},
 	}

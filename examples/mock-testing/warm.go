@@ -29,14 +29,14 @@ func (w *Warmer) Warm(ctx context.Context, instanceType, artifactID string) (war
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("warm %s on %s nodes: %w", artifactID, instanceType, core.ErrNoTemplateNodes)
 	}
-	spec := ports.ImageSpec{Image: artifactID, StorageMedia: "ext4", InstanceType: instanceType}
+	art := core.NodeArtifact{ArtifactID: artifactID, InstanceType: instanceType}
 	var errs []error
 	for _, n := range nodes {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, fmt.Errorf("warm %s: stopped before node %s: %w", artifactID, n.ID, err))
 			break
 		}
-		if err := w.Agent.CreateImage(ctx, n, spec); err != nil {
+		if err := w.Agent.CreateImage(ctx, n, art); err != nil {
 			errs = append(errs, fmt.Errorf("warm %s on node %s: %w", artifactID, n.ID, err))
 			continue
 		}

@@ -77,7 +77,7 @@ func TestWarm(t *testing.T) {
 				HealthyNodesFunc: func(context.Context, string) ([]ports.Node, error) { return tt.nodes, tt.listErr },
 			}
 			agent := &portsmock.NodeAgentMock{
-				CreateImageFunc: func(_ context.Context, n ports.Node, _ ports.ImageSpec) error {
+				CreateImageFunc: func(_ context.Context, n ports.Node, _ core.NodeArtifact) error {
 					if n.ID == tt.cancelOn {
 						cancel()
 					}
@@ -113,8 +113,8 @@ func TestWarm(t *testing.T) {
 			var got []string
 			for _, c := range agent.CreateImageCalls() {
 				got = append(got, c.Node.ID)
-				if s := c.Spec; s.Image != artifact || s.StorageMedia != "ext4" || s.InstanceType != "cubebox" {
-					t.Errorf("CreateImage on %s with %+v, want image %s, ext4, cubebox", c.Node.ID, s, artifact)
+				if a := c.Art; a.ArtifactID != artifact || a.InstanceType != "cubebox" {
+					t.Errorf("CreateImage on %s with %+v, want artifact %s on cubebox", c.Node.ID, a, artifact)
 				}
 			}
 			if !slices.Equal(got, tt.wantCalls) {

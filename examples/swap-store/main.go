@@ -26,7 +26,6 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -62,7 +61,7 @@ func demoArtifact() (content []byte, sum, id, key string) {
 	h := sha256.Sum256(content)
 	sum = hex.EncodeToString(h[:])
 	id, _ = core.ArtifactIDFor(sum) // cannot fail: sum has 64 characters
-	return content, sum, id, pipeline.ArtifactKey(id)
+	return content, sum, id, core.ArtifactObjectKey(id)
 }
 
 func run(ctx context.Context, w io.Writer, dsn, artifactsURL string) error {

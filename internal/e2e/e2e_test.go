@@ -20,7 +20,6 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/internal/testimage"
 )
@@ -226,7 +225,7 @@ func TestSystem(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		blobs := c.bucket(t)
-		if _, err := blobs.Stat(context.Background(), pipeline.ArtifactKey(artifactID)); !errors.Is(err, core.ErrNotFound) {
+		if _, err := blobs.Stat(context.Background(), core.ArtifactObjectKey(artifactID)); !errors.Is(err, core.ErrNotFound) {
 			t.Fatalf("S3 object of %s after deleting its last template: %v, want not found", artifactID, err)
 		}
 		for _, table := range []string{"t_cube_template_definition", "t_cube_template_replica", "t_cube_template_image_job", "t_cube_artifact_node_placement"} {
@@ -289,7 +288,7 @@ func TestSystem(t *testing.T) {
 		}
 		aid, wantSHA := done.Job.ArtifactID, done.Job.Artifact.SHA256
 		blobs := c.bucket(t)
-		key := pipeline.ArtifactKey(aid)
+		key := core.ArtifactObjectKey(aid)
 
 		// Make it look like an artifact an old master kept on its own disk.
 		local := filepath.Join(c.masterLocalDir, aid, aid+".ext4")

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -38,19 +39,7 @@ type Harness interface {
 // HarnessMaker returns a Harness for one subtest.
 type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
-// Wire facts the suite needs to build an ext4 ImageSpec. They are the
-// Cubelet annotation keys; the suite spells them out rather than import an
-// adapter.
-const (
-	annID       = "cube.master.rootfs.artifact.id"
-	annURL      = "cube.master.rootfs.artifact.url"
-	annToken    = "cube.master.rootfs.artifact.token"
-	annSHA256   = "cube.master.rootfs.artifact.sha256"
-	annSize     = "cube.master.rootfs.artifact.size_bytes"
-	tokenHeader = "X-Cube-Artifact-Token"
-
-	instanceType = "cubebox"
-)
+const instanceType = "cubebox"
 
 // testTimeout bounds each subtest so a hung node fails instead of hanging.
 const testTimeout = 60 * time.Second
@@ -138,7 +127,7 @@ func (s *artifactServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if r.Header.Get(tokenHeader) != a.token || (a.queryToken != "" && r.URL.Query().Get("token") != a.queryToken) {
+	if r.Header.Get(core.DownloadTokenHeader) != a.token || (a.queryToken != "" && r.URL.Query().Get("token") != a.queryToken) {
 		a.badToken.Add(1)
 		http.Error(w, "bad token", http.StatusUnauthorized)
 		return
@@ -205,19 +194,15 @@ func (e *env) publishWithQuery(t *testing.T, size int, queryToken string) *fixtu
 	return f
 }
 
-// spec is the ImageSpec the control plane sends for f.
-func (f *fixture) spec() ports.ImageSpec {
-	return ports.ImageSpec{
-		Image:        f.id,
-		StorageMedia: "ext4",
+// spec is what the control plane tells a node about f.
+func (f *fixture) spec() core.NodeArtifact {
+	return core.NodeArtifact{
+		ArtifactID:   f.id,
+		DownloadURL:  f.url,
+		Token:        f.token,
+		SHA256:       sha(f.data),
+		SizeBytes:    int64(len(f.data)),
 		InstanceType: instanceType,
-		Annotations: map[string]string{
-			annID:     f.id,
-			annURL:    f.url,
-			annToken:  f.token,
-			annSHA256: sha(f.data),
-			annSize:   strconv.Itoa(len(f.data)),
-		},
 	}
 }
 
@@ -258,7 +243,7 @@ func testCreateImageDownloads(t *testing.T, e *env) {
 	f := e.publishWithQuery(t, 300<<10, "q-"+randomHex(4))
 	spec := f.spec()
 	// Digests are compared without regard to case.
-	spec.Annotations[annSHA256] = strings.ToUpper(sha(f.data))
+	spec.SHA256 = strings.ToUpper(sha(f.data))
 	if err := e.agent.CreateImage(e.ctx, e.node, spec); err != nil {
 		t.Fatalf("CreateImage: %v", err)
 	}
@@ -268,7 +253,7 @@ func testCreateImageDownloads(t *testing.T, e *env) {
 	e.checkFile(t, f.id, f.data)
 	// The template run path must find it too.
 	tid := "tpl-" + e.run
-	if _, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON(tid, f.id, instanceType), ""); err != nil {
+	if _, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest(tid, f.id, instanceType), ""); err != nil {
 		t.Fatalf("AppSnapshot after CreateImage: %v", err)
 	}
 	if err := e.agent.CleanupTemplate(e.ctx, e.node, tid, ""); err != nil {
@@ -310,12 +295,12 @@ func testCreateImageConcurrent(t *testing.T, e *env) {
 func testCreateImageWrongSHA(t *testing.T, e *env) {
 	f := e.publish(t, 32<<10)
 	spec := f.spec()
-	spec.Annotations[annSHA256] = sha([]byte("something else"))
+	spec.SHA256 = sha([]byte("something else"))
 	if err := e.agent.CreateImage(e.ctx, e.node, spec); err == nil {
 		t.Fatal("CreateImage with a wrong sha256 succeeded")
 	}
 	e.checkNoFile(t, f.id)
-	if _, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON("tpl-"+e.run, f.id, instanceType), ""); err == nil {
+	if _, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest("tpl-"+e.run, f.id, instanceType), ""); err == nil {
 		t.Fatal("AppSnapshot found an artifact whose download failed verification")
 	}
 }
@@ -324,7 +309,7 @@ func testCreateImageWrongSize(t *testing.T, e *env) {
 	f := e.publish(t, 32<<10)
 	for _, size := range []int{len(f.data) - 1, len(f.data) + 1} {
 		spec := f.spec()
-		spec.Annotations[annSize] = strconv.Itoa(size)
+		spec.SizeBytes = int64(size)
 		if err := e.agent.CreateImage(e.ctx, e.node, spec); err == nil {
 			t.Fatalf("CreateImage with size_bytes %d for %d bytes succeeded", size, len(f.data))
 		}
@@ -335,7 +320,7 @@ func testCreateImageWrongSize(t *testing.T, e *env) {
 func testCreateImage404(t *testing.T, e *env) {
 	f := e.publish(t, 1024)
 	spec := f.spec()
-	spec.Annotations[annURL] = e.srv.URL + "/artifacts/missing-" + e.run
+	spec.DownloadURL = e.srv.URL + "/artifacts/missing-" + e.run
 	err := e.agent.CreateImage(e.ctx, e.node, spec)
 	if err == nil {
 		t.Fatal("CreateImage of a 404 URL succeeded")
@@ -349,7 +334,7 @@ func testCreateImage404(t *testing.T, e *env) {
 func testCreateImageWrongToken(t *testing.T, e *env) {
 	f := e.publish(t, 1024)
 	spec := f.spec()
-	spec.Annotations[annToken] = "wrong-" + randomHex(4)
+	spec.Token = "wrong-" + randomHex(4)
 	err := e.agent.CreateImage(e.ctx, e.node, spec)
 	if err == nil {
 		t.Fatal("CreateImage with a wrong token succeeded")
@@ -357,7 +342,7 @@ func testCreateImageWrongToken(t *testing.T, e *env) {
 	if f.srv.badToken.Load() == 0 {
 		t.Fatal("the artifact server saw no request with the wrong token")
 	}
-	if strings.Contains(err.Error(), spec.Annotations[annToken]) {
+	if strings.Contains(err.Error(), spec.Token) {
 		t.Errorf("the error %q quotes the token", err)
 	}
 	e.checkNoFile(t, f.id)
@@ -366,7 +351,7 @@ func testCreateImageWrongToken(t *testing.T, e *env) {
 func testCreateImageRetry(t *testing.T, e *env) {
 	f := e.publish(t, 16<<10)
 	bad := f.spec()
-	bad.Annotations[annSHA256] = sha(nil)
+	bad.SHA256 = sha(nil)
 	if err := e.agent.CreateImage(e.ctx, e.node, bad); err == nil {
 		t.Fatal("CreateImage with a wrong sha256 succeeded")
 	}
@@ -385,7 +370,7 @@ func testDestroyImage(t *testing.T, e *env) {
 		t.Fatalf("DestroyImage: %v", err)
 	}
 	e.checkNoFile(t, f.id)
-	if _, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON("tpl-"+e.run, f.id, instanceType), ""); err == nil {
+	if _, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest("tpl-"+e.run, f.id, instanceType), ""); err == nil {
 		t.Fatal("AppSnapshot found an artifact after DestroyImage")
 	}
 	if err := e.agent.DestroyImage(e.ctx, e.node, f.id); err != nil {
@@ -408,7 +393,7 @@ func testDestroyImageMissing(t *testing.T, e *env) {
 }
 
 func testAppSnapshotMissingArtifact(t *testing.T, e *env) {
-	_, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON("tpl-"+e.run, "rfs-absent-"+e.run, instanceType), "")
+	_, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest("tpl-"+e.run, "rfs-absent-"+e.run, instanceType), "")
 	if err == nil {
 		t.Fatal("AppSnapshot without the rootfs artifact on the node succeeded")
 	}
@@ -436,7 +421,11 @@ func testAppSnapshotRequiresAnnotations(t *testing.T, e *env) {
 			}
 			tc.edit(req["annotations"].(map[string]any))
 			b, _ := json.Marshal(req)
-			if _, err := e.agent.AppSnapshot(e.ctx, e.node, b, ""); err == nil {
+			sreq, _, err := core.ParseSandboxRequest(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.agent.AppSnapshot(e.ctx, e.node, sreq, ""); err == nil {
 				t.Fatal("AppSnapshot succeeded")
 			}
 		})
@@ -449,7 +438,7 @@ func testAppSnapshotOK(t *testing.T, e *env) {
 		t.Fatalf("CreateImage: %v", err)
 	}
 	tid := "tpl-" + e.run
-	res, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON(tid, f.id, instanceType), "")
+	res, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest(tid, f.id, instanceType), "")
 	if err != nil {
 		t.Fatalf("AppSnapshot: %v", err)
 	}
@@ -462,7 +451,7 @@ func testAppSnapshotOK(t *testing.T, e *env) {
 		}
 	}
 	// A redo snapshots the same template again.
-	again, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON(tid, f.id, instanceType), "")
+	again, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest(tid, f.id, instanceType), "")
 	if err != nil {
 		t.Fatalf("second AppSnapshot: %v", err)
 	}
@@ -480,7 +469,7 @@ func testCleanupTemplate(t *testing.T, e *env) {
 		t.Fatalf("CreateImage: %v", err)
 	}
 	tid := "tpl-" + e.run
-	res, err := e.agent.AppSnapshot(e.ctx, e.node, CreateRequestJSON(tid, f.id, instanceType), "")
+	res, err := e.agent.AppSnapshot(e.ctx, e.node, SandboxRequest(tid, f.id, instanceType), "")
 	if err != nil {
 		t.Fatalf("AppSnapshot: %v", err)
 	}

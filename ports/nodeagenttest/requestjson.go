@@ -2,6 +2,8 @@ package nodeagenttest
 
 import (
 	"encoding/json"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // CreateRequestJSON returns a sandbox create request shaped like the one
@@ -12,15 +14,15 @@ func CreateRequestJSON(templateID, artifactID, instanceType string) []byte {
 	req := map[string]any{
 		"requestID": "req-" + templateID,
 		"annotations": map[string]string{
-			"cube.master.appsnapshot.template.id":      templateID,
-			"cube.master.appsnapshot.create":           "true",
-			"cube.master.appsnapshot.version":          "v2",
-			"cube.master.appsnapshot.template.version": "v2",
-			"cube.master.rootfs.artifact.id":           artifactID,
-			"cube.master.rootfs.writable_layer_size":   "1Gi",
-			"cube.master.template.spec_fingerprint":    "fp-" + templateID,
-			"cube.master.system_disk_size":             "1",
-			"com.exposed_ports":                        "8080:32000",
+			core.AnnotationTemplateID:         templateID,
+			core.AnnotationAppSnapshotCreate:  "true",
+			core.AnnotationAppSnapshotVersion: "v2",
+			core.AnnotationTemplateVersion:    "v2",
+			core.AnnotationArtifactID:         artifactID,
+			core.AnnotationWritableLayerSize:  "1Gi",
+			core.AnnotationSpecFingerprint:    "fp-" + templateID,
+			core.AnnotationSystemDiskSize:     "1",
+			core.AnnotationExposedPorts:       "8080:32000",
 		},
 		"volumes": []any{map[string]any{
 			"name":          "cube_rootfs_rw",
@@ -33,8 +35,8 @@ func CreateRequestJSON(templateID, artifactID, instanceType string) []byte {
 				"storage_media":       "ext4",
 				"writable_layer_size": "1Gi",
 				"annotations": map[string]string{
-					"cube.master.rootfs.artifact.id":         artifactID,
-					"cube.master.rootfs.writable_layer_size": "1Gi",
+					core.AnnotationArtifactID:        artifactID,
+					core.AnnotationWritableLayerSize: "1Gi",
 				},
 			},
 			"command":          []string{"/bin/sh"},
@@ -54,4 +56,14 @@ func CreateRequestJSON(templateID, artifactID, instanceType string) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// SandboxRequest is CreateRequestJSON as the domain request AppSnapshot
+// takes.
+func SandboxRequest(templateID, artifactID, instanceType string) *core.SandboxRequest {
+	r, _, err := core.ParseSandboxRequest(CreateRequestJSON(templateID, artifactID, instanceType))
+	if err != nil {
+		panic(err)
+	}
+	return r
 }

@@ -5,11 +5,12 @@ package portsmock
 
 import (
 	"context"
-	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/ports"
 	"io"
 	"sync"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // Ensure, that StoreMock does implement ports.Store.
@@ -3480,13 +3481,13 @@ var _ ports.NodeAgent = &NodeAgentMock{}
 //
 //		// make and configure a mocked ports.NodeAgent
 //		mockedNodeAgent := &NodeAgentMock{
-//			AppSnapshotFunc: func(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error) {
+//			AppSnapshotFunc: func(ctx context.Context, node ports.Node, req *core.SandboxRequest, snapshotDir string) (ports.SnapshotResult, error) {
 //				panic("mock out the AppSnapshot method")
 //			},
 //			CleanupTemplateFunc: func(ctx context.Context, node ports.Node, templateID string, snapshotPath string) error {
 //				panic("mock out the CleanupTemplate method")
 //			},
-//			CreateImageFunc: func(ctx context.Context, node ports.Node, spec ports.ImageSpec) error {
+//			CreateImageFunc: func(ctx context.Context, node ports.Node, art core.NodeArtifact) error {
 //				panic("mock out the CreateImage method")
 //			},
 //			DestroyImageFunc: func(ctx context.Context, node ports.Node, image string) error {
@@ -3500,13 +3501,13 @@ var _ ports.NodeAgent = &NodeAgentMock{}
 //	}
 type NodeAgentMock struct {
 	// AppSnapshotFunc mocks the AppSnapshot method.
-	AppSnapshotFunc func(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error)
+	AppSnapshotFunc func(ctx context.Context, node ports.Node, req *core.SandboxRequest, snapshotDir string) (ports.SnapshotResult, error)
 
 	// CleanupTemplateFunc mocks the CleanupTemplate method.
 	CleanupTemplateFunc func(ctx context.Context, node ports.Node, templateID string, snapshotPath string) error
 
 	// CreateImageFunc mocks the CreateImage method.
-	CreateImageFunc func(ctx context.Context, node ports.Node, spec ports.ImageSpec) error
+	CreateImageFunc func(ctx context.Context, node ports.Node, art core.NodeArtifact) error
 
 	// DestroyImageFunc mocks the DestroyImage method.
 	DestroyImageFunc func(ctx context.Context, node ports.Node, image string) error
@@ -3519,8 +3520,8 @@ type NodeAgentMock struct {
 			Ctx context.Context
 			// Node is the node argument value.
 			Node ports.Node
-			// CreateRequestJSON is the createRequestJSON argument value.
-			CreateRequestJSON []byte
+			// Req is the req argument value.
+			Req *core.SandboxRequest
 			// SnapshotDir is the snapshotDir argument value.
 			SnapshotDir string
 		}
@@ -3541,8 +3542,8 @@ type NodeAgentMock struct {
 			Ctx context.Context
 			// Node is the node argument value.
 			Node ports.Node
-			// Spec is the spec argument value.
-			Spec ports.ImageSpec
+			// Art is the art argument value.
+			Art core.NodeArtifact
 		}
 		// DestroyImage holds details about calls to the DestroyImage method.
 		DestroyImage []struct {
@@ -3561,25 +3562,25 @@ type NodeAgentMock struct {
 }
 
 // AppSnapshot calls AppSnapshotFunc.
-func (mock *NodeAgentMock) AppSnapshot(ctx context.Context, node ports.Node, createRequestJSON []byte, snapshotDir string) (ports.SnapshotResult, error) {
+func (mock *NodeAgentMock) AppSnapshot(ctx context.Context, node ports.Node, req *core.SandboxRequest, snapshotDir string) (ports.SnapshotResult, error) {
 	if mock.AppSnapshotFunc == nil {
 		panic("NodeAgentMock.AppSnapshotFunc: method is nil but NodeAgent.AppSnapshot was just called")
 	}
 	callInfo := struct {
-		Ctx               context.Context
-		Node              ports.Node
-		CreateRequestJSON []byte
-		SnapshotDir       string
+		Ctx         context.Context
+		Node        ports.Node
+		Req         *core.SandboxRequest
+		SnapshotDir string
 	}{
-		Ctx:               ctx,
-		Node:              node,
-		CreateRequestJSON: createRequestJSON,
-		SnapshotDir:       snapshotDir,
+		Ctx:         ctx,
+		Node:        node,
+		Req:         req,
+		SnapshotDir: snapshotDir,
 	}
 	mock.lockAppSnapshot.Lock()
 	mock.calls.AppSnapshot = append(mock.calls.AppSnapshot, callInfo)
 	mock.lockAppSnapshot.Unlock()
-	return mock.AppSnapshotFunc(ctx, node, createRequestJSON, snapshotDir)
+	return mock.AppSnapshotFunc(ctx, node, req, snapshotDir)
 }
 
 // AppSnapshotCalls gets all the calls that were made to AppSnapshot.
@@ -3587,16 +3588,16 @@ func (mock *NodeAgentMock) AppSnapshot(ctx context.Context, node ports.Node, cre
 //
 //	len(mockedNodeAgent.AppSnapshotCalls())
 func (mock *NodeAgentMock) AppSnapshotCalls() []struct {
-	Ctx               context.Context
-	Node              ports.Node
-	CreateRequestJSON []byte
-	SnapshotDir       string
+	Ctx         context.Context
+	Node        ports.Node
+	Req         *core.SandboxRequest
+	SnapshotDir string
 } {
 	var calls []struct {
-		Ctx               context.Context
-		Node              ports.Node
-		CreateRequestJSON []byte
-		SnapshotDir       string
+		Ctx         context.Context
+		Node        ports.Node
+		Req         *core.SandboxRequest
+		SnapshotDir string
 	}
 	mock.lockAppSnapshot.RLock()
 	calls = mock.calls.AppSnapshot
@@ -3649,23 +3650,23 @@ func (mock *NodeAgentMock) CleanupTemplateCalls() []struct {
 }
 
 // CreateImage calls CreateImageFunc.
-func (mock *NodeAgentMock) CreateImage(ctx context.Context, node ports.Node, spec ports.ImageSpec) error {
+func (mock *NodeAgentMock) CreateImage(ctx context.Context, node ports.Node, art core.NodeArtifact) error {
 	if mock.CreateImageFunc == nil {
 		panic("NodeAgentMock.CreateImageFunc: method is nil but NodeAgent.CreateImage was just called")
 	}
 	callInfo := struct {
 		Ctx  context.Context
 		Node ports.Node
-		Spec ports.ImageSpec
+		Art  core.NodeArtifact
 	}{
 		Ctx:  ctx,
 		Node: node,
-		Spec: spec,
+		Art:  art,
 	}
 	mock.lockCreateImage.Lock()
 	mock.calls.CreateImage = append(mock.calls.CreateImage, callInfo)
 	mock.lockCreateImage.Unlock()
-	return mock.CreateImageFunc(ctx, node, spec)
+	return mock.CreateImageFunc(ctx, node, art)
 }
 
 // CreateImageCalls gets all the calls that were made to CreateImage.
@@ -3675,12 +3676,12 @@ func (mock *NodeAgentMock) CreateImage(ctx context.Context, node ports.Node, spe
 func (mock *NodeAgentMock) CreateImageCalls() []struct {
 	Ctx  context.Context
 	Node ports.Node
-	Spec ports.ImageSpec
+	Art  core.NodeArtifact
 } {
 	var calls []struct {
 		Ctx  context.Context
 		Node ports.Node
-		Spec ports.ImageSpec
+		Art  core.NodeArtifact
 	}
 	mock.lockCreateImage.RLock()
 	calls = mock.calls.CreateImage

@@ -107,7 +107,7 @@ const (
 	PathResolve        = "/cube/template/resolve"
 	PathRootfsArtifact = "/cube/rootfs-artifact"
 	PathCompat         = "/cube/template/compat"
-	PathDownload       = "/cube/template/artifact/download"
+	PathDownload       = core.DownloadPath
 	PathHealth         = "/notify/health"
 	PathMetrics        = "/metrics"
 )

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 )
 
 // BenchmarkDownloadFileStore streams a 64 MiB artifact from a real file
@@ -17,7 +16,7 @@ func BenchmarkDownloadFileStore(b *testing.B) {
 	const size = 64 << 20
 	data := bytes.Repeat([]byte{0xA5, 0x5A, 0x00, 0xFF}, size/4)
 	st := fileStoreB(b)
-	put(b, st, pipeline.ArtifactKey("rfs-bench"), data)
+	put(b, st, core.ArtifactObjectKey("rfs-bench"), data)
 	lookup := &fakeLookup{rows: map[string]*core.Artifact{
 		"rfs-bench": {ArtifactID: "rfs-bench", Status: core.ArtifactReady, DownloadToken: dlToken, Ext4SHA256: sum(data)},
 	}}

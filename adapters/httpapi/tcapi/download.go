@@ -12,17 +12,12 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Download headers.
-const (
-	// HeaderArtifactToken may carry the download token instead of the query
-	// (cubelet sends it; headers stay out of access logs).
-	HeaderArtifactToken = "X-Cube-Artifact-Token"
-	HeaderArtifactID    = "X-Cube-Artifact-Id"
-)
+// HeaderArtifactID names the artifact a download answers for. The token
+// travels in core.DownloadTokenHeader.
+const HeaderArtifactID = "X-Cube-Artifact-Id"
 
 // download is GET|HEAD /cube/template/artifact/download?artifact_id=A&token=T.
 //
@@ -49,7 +44,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "artifact serving is not configured", http.StatusServiceUnavailable)
 		return
 	}
-	token := r.Header.Get(HeaderArtifactToken)
+	token := r.Header.Get(core.DownloadTokenHeader)
 	if token == "" {
 		token = q.Get("token")
 	}
@@ -71,10 +66,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("artifact %s is not ready (%s)", id, a.Status), http.StatusNotFound)
 		return
 	}
-	key := a.ObjectKey
-	if key == "" {
-		key = pipeline.ArtifactKey(id)
-	}
+	key := core.ObjectKeyOf(a)
 	info, err := s.cfg.Store.Stat(ctx, key)
 	switch {
 	case errors.Is(err, core.ErrNotFound):

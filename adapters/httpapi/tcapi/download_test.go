@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -32,7 +31,7 @@ func newDownloadFixture(t *testing.T, store ports.ArtifactStore) *dlFixture {
 	for i := range data {
 		data[i] = byte(r.IntN(256))
 	}
-	put(t, store, pipeline.ArtifactKey("rfs-ready"), data)
+	put(t, store, core.ArtifactObjectKey("rfs-ready"), data)
 	put(t, store, "custom/key.ext4", data[:100])
 	sha := sum(data)
 	lookup := &fakeLookup{rows: map[string]*core.Artifact{
@@ -70,10 +69,10 @@ func TestDownloadFileStore(t *testing.T) {
 		{name: "full GET, query token", method: "GET", target: dlURL("rfs-ready", dlToken), wantStatus: 200, wantBody: f.data,
 			wantHeaders: map[string]string{"Content-Type": "application/octet-stream", "Content-Length": "10000", "ETag": etag,
 				"X-Cube-Artifact-Id": "rfs-ready", "Accept-Ranges": "bytes"}},
-		{name: "header token", method: "GET", target: dlURL("rfs-ready", ""), header: map[string]string{HeaderArtifactToken: dlToken},
+		{name: "header token", method: "GET", target: dlURL("rfs-ready", ""), header: map[string]string{core.DownloadTokenHeader: dlToken},
 			wantStatus: 200, wantBody: f.data},
 		{name: "header token wins over a stale query token", method: "GET", target: dlURL("rfs-ready", "stale"),
-			header: map[string]string{HeaderArtifactToken: dlToken}, wantStatus: 200},
+			header: map[string]string{core.DownloadTokenHeader: dlToken}, wantStatus: 200},
 		{name: "first byte", method: "GET", target: dlURL("rfs-ready", dlToken), header: map[string]string{"Range": "bytes=0-0"},
 			wantStatus: 206, wantBody: f.data[:1], wantHeaders: map[string]string{"Content-Range": "bytes 0-0/10000", "Content-Length": "1"}},
 		{name: "middle range", method: "GET", target: dlURL("rfs-ready", dlToken), header: map[string]string{"Range": "bytes=4096-8191"},

@@ -98,7 +98,7 @@ const (
 
 // Route paths.
 const (
-	PathDownload = "/cube/template/artifact/download"
+	PathDownload = core.DownloadPath
 	PathCompat   = "/cube/template/compat"
 	PathHealth   = "/health"
 	PathMetrics  = "/metrics"

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -61,7 +60,7 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	key := pipeline.ArtifactKey(id)
+	key := core.ArtifactObjectKey(id)
 	resp := wire.UploadResponse{Status: "uploaded", ArtifactID: id, ObjectKey: key,
 		StorageBackend: s.cfg.Store.Backend(), SHA256: sha, SizeBytes: size}
 	info, err := s.cfg.Store.Stat(ctx, key)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/core/pipeline"
 )
 
 func uploadReq(id, sha string, body io.Reader, size string, contentLength int64) *http.Request {
@@ -69,7 +68,7 @@ func TestUpload(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := fileStore(t)
-			key := pipeline.ArtifactKey("rfs-1")
+			key := core.ArtifactObjectKey("rfs-1")
 			if tc.preexist != nil {
 				put(t, st, key, tc.preexist)
 			}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // Config configures an Agent.
@@ -104,7 +105,7 @@ func dropTokenOffHost(req *http.Request, via []*http.Request) error {
 		return errors.New("stopped after 10 redirects")
 	}
 	if req.URL.Host != via[0].URL.Host {
-		req.Header.Del(cubeletpb.HeaderArtifactToken)
+		req.Header.Del(core.DownloadTokenHeader)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // These tests call the services directly (no gRPC) for what the
@@ -74,11 +75,11 @@ func ext4Spec(id, url, token string, data []byte) *cubeletpb.ImageSpec {
 		Image:        id,
 		StorageMedia: "ext4",
 		Annotations: map[string]string{
-			cubeletpb.AnnotationArtifactID:        id,
-			cubeletpb.AnnotationArtifactURL:       url,
-			cubeletpb.AnnotationArtifactToken:     token,
-			cubeletpb.AnnotationArtifactSHA256:    hexSHA(data),
-			cubeletpb.AnnotationArtifactSizeBytes: strconv.Itoa(len(data)),
+			core.AnnotationArtifactID:        id,
+			core.AnnotationArtifactURL:       url,
+			core.AnnotationArtifactToken:     token,
+			core.AnnotationArtifactSHA256:    hexSHA(data),
+			core.AnnotationArtifactSizeBytes: strconv.Itoa(len(data)),
 		},
 	}
 }
@@ -117,16 +118,16 @@ func TestCreateImageRejectsBadSpecs(t *testing.T) {
 		{"docker media", func(s *cubeletpb.ImageSpec) { s.StorageMedia = "docker" }, "storage_media"},
 		{"traversal in image", func(s *cubeletpb.ImageSpec) {
 			s.Image = "../../etc"
-			s.Annotations[cubeletpb.AnnotationArtifactID] = "../../etc"
+			s.Annotations[core.AnnotationArtifactID] = "../../etc"
 		}, "artifact id"},
-		{"id differs from image", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactID] = "rfs-2" }, "does not match"},
-		{"reserved instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationInstanceType] = "templates" }, "reserved"},
-		{"slash in instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationInstanceType] = "a/b" }, "instance type"},
-		{"no url", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, cubeletpb.AnnotationArtifactURL) }, "url is required"},
-		{"file url", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactURL] = "file:///etc/passwd" }, "http(s)"},
-		{"no sha", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, cubeletpb.AnnotationArtifactSHA256) }, "64 hex"},
-		{"short sha", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactSHA256] = "abc" }, "64 hex"},
-		{"bad size", func(s *cubeletpb.ImageSpec) { s.Annotations[cubeletpb.AnnotationArtifactSizeBytes] = "-4" }, "byte count"},
+		{"id differs from image", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactID] = "rfs-2" }, "does not match"},
+		{"reserved instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationInstanceType] = "templates" }, "reserved"},
+		{"slash in instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationInstanceType] = "a/b" }, "instance type"},
+		{"no url", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactURL) }, "url is required"},
+		{"file url", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactURL] = "file:///etc/passwd" }, "http(s)"},
+		{"no sha", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactSHA256) }, "64 hex"},
+		{"short sha", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactSHA256] = "abc" }, "64 hex"},
+		{"bad size", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactSizeBytes] = "-4" }, "byte count"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,14 +188,14 @@ func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
 	var seen []string
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, r.Header.Get(cubeletpb.HeaderArtifactToken))
+		seen = append(seen, r.Header.Get(core.DownloadTokenHeader))
 		mu.Unlock()
 		w.Write(data)
 	}))
 	defer target.Close()
 	// The origin redirects like a data plane handing out a presigned URL.
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(cubeletpb.HeaderArtifactToken) != "tok" {
+		if r.Header.Get(core.DownloadTokenHeader) != "tok" {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
 		}
@@ -238,15 +239,15 @@ func runRequest(tid, aid string) *cubeletpb.RunCubeSandboxRequest {
 	return &cubeletpb.RunCubeSandboxRequest{
 		RequestID: "req-snap",
 		Annotations: map[string]string{
-			cubeletpb.AnnotationAppSnapshotCreate:     "true",
-			cubeletpb.AnnotationAppSnapshotTemplateID: tid,
+			core.AnnotationAppSnapshotCreate: "true",
+			core.AnnotationTemplateID:        tid,
 		},
 		InstanceType: "cubebox",
 		Containers: []*cubeletpb.ContainerConfig{{
 			Name: "cubebox-name-0",
 			Image: &cubeletpb.ImageSpec{Image: aid, StorageMedia: "ext4", Annotations: map[string]string{
-				cubeletpb.AnnotationArtifactID:    aid,
-				cubeletpb.AnnotationArtifactToken: "leaky-token",
+				core.AnnotationArtifactID:    aid,
+				core.AnnotationArtifactToken: "leaky-token",
 			}},
 		}},
 	}
@@ -349,7 +350,7 @@ func TestDestroyImageRemovesEveryInstanceType(t *testing.T) {
 	ta := newTestAgent(t)
 	for _, it := range []string{"cubebox", "other"} {
 		s := ext4Spec("rfs-d", srv.URL+"/a", "", data)
-		s.Annotations[cubeletpb.AnnotationInstanceType] = it
+		s.Annotations[core.AnnotationInstanceType] = it
 		if ret := ta.create(t, s); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 			t.Fatalf("ret %v", ret)
 		}

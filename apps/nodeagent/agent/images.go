@@ -14,11 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 type imagesServer struct {
@@ -43,48 +44,37 @@ func parseArtifact(spec *cubeletpb.ImageSpec) (*artifactJob, error) {
 	if spec == nil {
 		return nil, errors.New("spec is required")
 	}
-	if spec.GetStorageMedia() != cubeletpb.StorageMediaExt4 {
-		return nil, fmt.Errorf("storage_media %q is not supported: this node agent stores %q artifacts only", spec.GetStorageMedia(), cubeletpb.StorageMediaExt4)
+	if spec.GetStorageMedia() != core.StorageMediaExt4 {
+		return nil, fmt.Errorf("storage_media %q is not supported: this node agent stores %q artifacts only", spec.GetStorageMedia(), core.StorageMediaExt4)
 	}
-	ann := spec.GetAnnotations()
-	j := &artifactJob{id: ann[cubeletpb.AnnotationArtifactID], token: ann[cubeletpb.AnnotationArtifactToken], size: -1}
-	if j.id == "" {
-		j.id = spec.GetImage()
+	art, err := cubelet.ArtifactOf(spec)
+	if err != nil {
+		return nil, err
 	}
-	if spec.GetImage() != "" && j.id != spec.GetImage() {
-		return nil, fmt.Errorf("annotation %s=%q does not match image %q", cubeletpb.AnnotationArtifactID, j.id, spec.GetImage())
-	}
+	j := &artifactJob{id: art.ArtifactID, token: art.Token, size: art.SizeBytes, instanceType: art.InstanceType}
 	if err := checkName("artifact id", j.id); err != nil {
 		return nil, err
 	}
-	j.instanceType = ann[cubeletpb.AnnotationInstanceType]
 	if j.instanceType == "" {
-		j.instanceType = cubeletpb.DefaultInstanceType
+		j.instanceType = core.DefaultInstanceType
 	}
 	if err := checkInstanceType(j.instanceType); err != nil {
 		return nil, err
 	}
-	raw := ann[cubeletpb.AnnotationArtifactURL]
+	raw := art.DownloadURL
 	if raw == "" {
-		return nil, fmt.Errorf("annotation %s is required", cubeletpb.AnnotationArtifactURL)
+		return nil, fmt.Errorf("annotation %s is required", core.AnnotationArtifactURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("annotation %s is not an http(s) URL", cubeletpb.AnnotationArtifactURL)
+		return nil, fmt.Errorf("annotation %s is not an http(s) URL", core.AnnotationArtifactURL)
 	}
 	j.url = u
-	sum := ann[cubeletpb.AnnotationArtifactSHA256]
+	sum := art.SHA256
 	if !sha256Pattern.MatchString(sum) {
-		return nil, fmt.Errorf("annotation %s must be 64 hex digits, got %q", cubeletpb.AnnotationArtifactSHA256, sum)
+		return nil, fmt.Errorf("annotation %s must be 64 hex digits, got %q", core.AnnotationArtifactSHA256, sum)
 	}
 	j.sha256 = strings.ToLower(sum)
-	if s := ann[cubeletpb.AnnotationArtifactSizeBytes]; s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("annotation %s=%q is not a byte count", cubeletpb.AnnotationArtifactSizeBytes, s)
-		}
-		j.size = n
-	}
 	return j, nil
 }
 
@@ -173,11 +163,8 @@ func hashFile(p string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	sum, _, err := core.SHA256Of(f)
+	return sum, err
 }
 
 // fetch downloads into final+".download", verifies size and sha256, syncs
@@ -201,7 +188,7 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 		return 0, fmt.Errorf("download %s: %w", redact(j.url), err)
 	}
 	if j.token != "" {
-		req.Header.Set(cubeletpb.HeaderArtifactToken, j.token)
+		req.Header.Set(core.DownloadTokenHeader, j.token)
 	}
 	resp, err := a.cfg.HTTPClient.Do(req)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 type cubeboxServer struct {
@@ -50,7 +51,7 @@ func (s cubeboxServer) AppSnapshot(ctx context.Context, req *cubeletpb.AppSnapsh
 	a := s.a
 	cr := req.GetCreateRequest()
 	resp := &cubeletpb.AppSnapshotResponse{RequestID: cr.GetRequestID()}
-	tid := cr.GetAnnotations()[cubeletpb.AnnotationAppSnapshotTemplateID]
+	tid := cr.GetAnnotations()[core.AnnotationTemplateID]
 	log := a.log.With("rpc", "AppSnapshot", "request_id", cr.GetRequestID(), "template_id", tid)
 	bad := func(format string, args ...any) (*cubeletpb.AppSnapshotResponse, error) {
 		msg := fmt.Sprintf(format, args...)
@@ -61,18 +62,18 @@ func (s cubeboxServer) AppSnapshot(ctx context.Context, req *cubeletpb.AppSnapsh
 	if cr == nil {
 		return bad("create_request is required")
 	}
-	if v := cr.GetAnnotations()[cubeletpb.AnnotationAppSnapshotCreate]; v != "true" {
-		return bad("annotation %s must be \"true\", got %q", cubeletpb.AnnotationAppSnapshotCreate, v)
+	if v := cr.GetAnnotations()[core.AnnotationAppSnapshotCreate]; v != "true" {
+		return bad("annotation %s must be \"true\", got %q", core.AnnotationAppSnapshotCreate, v)
 	}
 	if tid == "" {
-		return bad("annotation %s is required", cubeletpb.AnnotationAppSnapshotTemplateID)
+		return bad("annotation %s is required", core.AnnotationTemplateID)
 	}
 	if err := checkName("template id", tid); err != nil {
 		return bad("%v", err)
 	}
 	instanceType := cr.GetInstanceType()
 	if instanceType == "" {
-		instanceType = cubeletpb.DefaultInstanceType
+		instanceType = core.DefaultInstanceType
 	}
 	if err := checkInstanceType(instanceType); err != nil {
 		return bad("%v", err)
@@ -133,10 +134,10 @@ func rootfsArtifacts(cr *cubeletpb.RunCubeSandboxRequest) ([]string, error) {
 	var out []string
 	for i, c := range cr.GetContainers() {
 		im := c.GetImage()
-		if im.GetStorageMedia() != cubeletpb.StorageMediaExt4 {
+		if im.GetStorageMedia() != core.StorageMediaExt4 {
 			continue
 		}
-		aid := im.GetAnnotations()[cubeletpb.AnnotationArtifactID]
+		aid := im.GetAnnotations()[core.AnnotationArtifactID]
 		if aid == "" {
 			aid = im.GetImage()
 		}
@@ -148,7 +149,7 @@ func rootfsArtifacts(cr *cubeletpb.RunCubeSandboxRequest) ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no container has an %q rootfs image", cubeletpb.StorageMediaExt4)
+		return nil, fmt.Errorf("no container has an %q rootfs image", core.StorageMediaExt4)
 	}
 	return out, nil
 }
@@ -158,8 +159,8 @@ func rootfsArtifacts(cr *cubeletpb.RunCubeSandboxRequest) ([]string, error) {
 func redactTokens(cr *cubeletpb.RunCubeSandboxRequest) *cubeletpb.RunCubeSandboxRequest {
 	c := proto.Clone(cr).(*cubeletpb.RunCubeSandboxRequest)
 	hide := func(m map[string]string) {
-		if _, ok := m[cubeletpb.AnnotationArtifactToken]; ok {
-			m[cubeletpb.AnnotationArtifactToken] = "REDACTED"
+		if _, ok := m[core.AnnotationArtifactToken]; ok {
+			m[core.AnnotationArtifactToken] = "REDACTED"
 		}
 	}
 	hide(c.GetAnnotations())
