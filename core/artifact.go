@@ -85,3 +85,13 @@ type Placement struct {
 	NodeIP     string
 	CreatedAt  time.Time
 }
+
+// UploadedArtifact describes artifact bytes a migrate upload stored and
+// verified in the artifact store.
+type UploadedArtifact struct {
+	ArtifactID     string
+	ObjectKey      string
+	StorageBackend string
+	SHA256         string
+	SizeBytes      int64
+}

@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // CompatStatus is the verdict on a replica's recorded component versions
 // against the release manifest.
@@ -98,4 +101,37 @@ func SummarizeCompat(ss []CompatStatus) CompatStatus {
 		return CompatCompatible
 	}
 	return CompatUnknown
+}
+
+// CompatReport is a compat scan: each template's recorded component
+// versions checked against the release manifest, if one is installed.
+type CompatReport struct {
+	// ManifestSource says where the manifest was looked for; ManifestFound
+	// whether it was there.
+	ManifestSource string
+	ManifestFound  bool
+	// Declared are the component versions the manifest declares.
+	Declared map[string]string
+	// CheckedAt is the newest verdict's time (zero: never scanned).
+	CheckedAt time.Time
+	Templates []TemplateCompat
+}
+
+// TemplateCompat is one template's entry. Components are set when every
+// replica recorded the same versions; Replicas always has the detail.
+type TemplateCompat struct {
+	TemplateID string
+	Components map[string]string
+	Status     CompatStatus
+	Reasons    []string
+	Replicas   []ReplicaCompat
+}
+
+// ReplicaCompat is one node's copy of a template: the versions the node
+// recorded and the last verdict on them.
+type ReplicaCompat struct {
+	NodeID     string
+	Components map[string]string
+	Status     CompatStatus
+	CheckedAt  time.Time
 }

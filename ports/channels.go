@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"io"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -30,14 +31,36 @@ type BuildRequest struct {
 	EnvdData        []byte
 }
 
-// BuildDispatcher is the control plane's client of the data plane.
-type BuildDispatcher interface {
+// StoredObject says where the data plane's artifact store keeps uploaded
+// bytes.
+type StoredObject struct {
+	ObjectKey      string
+	StorageBackend string
+}
+
+// DataPlane is the control plane's client of the data plane (the template
+// center): the only way cubemaster reaches builds and artifact bytes.
+type DataPlane interface {
 	// SubmitBuild hands a PENDING job to the data plane. core.ErrBusy when
-	// the data plane is at capacity, core.ErrConflict when already in flight.
+	// the data plane is at capacity, core.ErrConflict when already in
+	// flight.
 	SubmitBuild(ctx context.Context, req BuildRequest) error
 	// DeleteArtifact asks the data plane to remove the artifact's bytes and
-	// row; idempotent.
+	// row; idempotent (a missing artifact is not an error).
 	DeleteArtifact(ctx context.Context, artifactID string) error
+	// ArtifactExists reports whether a's bytes are in the data plane's
+	// store, asked the way nodes download them. A row that is not READY, or
+	// has no download token, cannot be asked and is reported present (the
+	// data plane deletes bytes and row together). Any answer other than
+	// present or absent is an error, never a guess.
+	ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error)
+	// UploadArtifact moves an artifact's bytes into the data plane's store
+	// (migrate). body yields exactly info.Size bytes whose sha256 is
+	// info.SHA256; the data plane verifies both before anything becomes
+	// visible (a mismatch is an error wrapping core.ErrInvalidArgument or
+	// core.ErrConflict, and nothing is stored) and answers an identical
+	// earlier upload as done.
+	UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ObjectInfo) (StoredObject, error)
 }
 
 // StatusReport is one status callback from the data plane.

@@ -12,7 +12,7 @@
 //     upload, compat, health, metrics).
 //   - cubeapi: the cubemaster router (status callback, public /cube/* template
 //     routes, proxies to templatecenter).
-//   - tcclient: ports.BuildDispatcher over HTTP (cubemaster -> templatecenter).
+//   - tcclient: ports.DataPlane over HTTP (cubemaster -> templatecenter).
 //   - masterclient: ports.StatusReporter over HTTP (templatecenter -> cubemaster).
 //
 // Every package talks to the services through small interfaces it declares

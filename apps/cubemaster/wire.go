@@ -11,6 +11,7 @@ import (
 	"github.com/samber/do/v2"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
+	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
@@ -117,22 +118,22 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		local, err := newLocalArtifacts(cfg.Master.LocalArtifactDirs)
+		legacy, err := hostfiles.NewLegacyArtifacts(cfg.Master.LocalArtifactDirs)
 		if err != nil {
 			return nil, err
 		}
-		return &control.Service{
-			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), Dispatcher: tc,
-			IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
-			Config: control.Config{
-				DownloadBaseURL: w.downloadBase,
-				Envd:            envdLoader(cfg.Master.EnvdHostDir, log),
-				ArtifactExists:  newArtifactProbe(w.tcBase).Exists,
-				Uploader:        tcUploader{tc},
-				LocalArtifact:   local.Open,
-				RemoveLocal:     local.Remove,
-			},
-		}, nil
+		svc := &control.Service{
+			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), DataPlane: tc,
+			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
+			Config: control.Config{DownloadBaseURL: w.downloadBase},
+		}
+		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
+			svc.Envd = envd
+			log.Info("envd injection available", "path", envd.Path)
+		} else {
+			log.Info("envd injection disabled: no envd binary", "dir", cfg.Master.EnvdHostDir)
+		}
+		return svc, nil
 	})
 	do.Provide(i, func(i do.Injector) (http.Handler, error) {
 		svc, err := do.Invoke[*control.Service](i)

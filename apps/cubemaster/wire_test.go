@@ -67,10 +67,10 @@ func TestInjectorBuildsTheService(t *testing.T) {
 	defer i.Shutdown()
 	defer do.MustInvoke[*entstore.Store](i).Close()
 	svc := do.MustInvoke[*control.Service](i)
-	if svc.Config.DownloadBaseURL != w.downloadBase || svc.Config.ArtifactExists == nil || svc.Config.Envd != nil {
+	if svc.Config.DownloadBaseURL != w.downloadBase || svc.Envd != nil || svc.Legacy == nil {
 		t.Fatalf("service config = %+v", svc.Config)
 	}
-	if svc.Store == nil || svc.Locker == nil || svc.Nodes == nil || svc.Agent == nil || svc.Dispatcher == nil ||
+	if svc.Store == nil || svc.Locker == nil || svc.Nodes == nil || svc.Agent == nil || svc.DataPlane == nil ||
 		svc.IDs == nil || svc.Clock == nil || svc.Progress == nil {
 		t.Fatalf("service has unset ports: %+v", svc)
 	}

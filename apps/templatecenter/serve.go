@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
@@ -239,8 +240,9 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 			Deleter:   deleterFunc(do.MustInvoke[*data.Deleter](i).Delete),
 			Artifacts: st.Artifacts(),
 			Store:     blobs,
-			Uploads:   uploadRecorder{st.Artifacts()},
-			Compat:    compatScanner{templates: st.Templates(), manifest: cfg.ReleaseManifest, now: time.Now},
+			Uploads:   data.UploadRecorder{Artifacts: st.Artifacts()},
+			Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: cfg.ReleaseManifest},
+				Clock: system.Clock{}, ManifestSource: cfg.ReleaseManifest},
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			Metrics:   do.MustInvoke[*metrics.Metrics](i),
 			Gatherer:  do.MustInvoke[*prometheus.Registry](i),

@@ -35,7 +35,7 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if err := ValidateOverrides(req); err != nil {
 		return nil, err
 	}
-	if WantsEnvd(req) && s.Config.Envd == nil {
+	if WantsEnvd(req) && s.Envd == nil {
 		return nil, &core.FieldError{Field: "container_overrides.annotations." + core.AnnotationInjectEnvd,
 			Reason: "envd injection was requested but this control plane has no envd binary configured"}
 	}
@@ -63,14 +63,14 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 	}
 	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
 	if WantsEnvd(req) {
-		data, err := s.loadEnvd()
+		data, err := s.loadEnvd(ctx)
 		if err != nil {
 			return s.failDispatch(ctx, job, err)
 		}
 		sum := sha256.Sum256(data)
 		br.EnvdData, br.EnvdSHA256 = data, hex.EncodeToString(sum[:])
 	}
-	err := s.Dispatcher.SubmitBuild(ctx, br)
+	err := s.DataPlane.SubmitBuild(ctx, br)
 	switch {
 	case err == nil:
 		return job, nil
@@ -84,11 +84,11 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 	return s.failDispatch(ctx, job, fmt.Errorf("forward build to the data plane: %w", err))
 }
 
-func (s *Service) loadEnvd() ([]byte, error) {
-	if s.Config.Envd == nil {
+func (s *Service) loadEnvd(ctx context.Context) ([]byte, error) {
+	if s.Envd == nil {
 		return nil, fmt.Errorf("envd injection requested but no envd binary is configured: %w", core.ErrUnsupported)
 	}
-	data, err := s.Config.Envd()
+	data, err := s.Envd.Envd(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load envd binary: %w", err)
 	}

@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 func TestCreateFromImageDispatch(t *testing.T) {
@@ -94,7 +96,7 @@ func TestCreateFromImageEnvd(t *testing.T) {
 
 	t.Run("sent with its sha256", func(t *testing.T) {
 		e := newEnv(t, "node-1")
-		e.svc.Config.Envd = func() ([]byte, error) { return binary, nil }
+		e.svc.Envd = &portsmock.EnvdSourceMock{EnvdFunc: func(context.Context) ([]byte, error) { return binary, nil }}
 		e.create(optIn("tpl-envd"))
 		br := e.disp.SubmitBuildCalls()[0].Req
 		eq(t, "envd data", string(br.EnvdData), string(binary))
@@ -110,7 +112,7 @@ func TestCreateFromImageEnvd(t *testing.T) {
 	})
 	t.Run("load fails", func(t *testing.T) {
 		e := newEnv(t, "node-1")
-		e.svc.Config.Envd = func() ([]byte, error) { return nil, errors.New("no such file") }
+		e.svc.Envd = &portsmock.EnvdSourceMock{EnvdFunc: func(context.Context) ([]byte, error) { return nil, errors.New("no such file") }}
 		job, err := e.svc.CreateFromImage(e.ctx, optIn("tpl-envd"), baseURL)
 		if err == nil || !strings.Contains(err.Error(), "no such file") {
 			t.Fatalf("err = %v", err)

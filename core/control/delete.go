@@ -321,7 +321,7 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 	if !del {
 		return false, nil
 	}
-	if err := s.Dispatcher.DeleteArtifact(ctx, aid); err != nil {
+	if err := s.DataPlane.DeleteArtifact(ctx, aid); err != nil {
 		s.log().Warn("data plane did not delete the artifact; GC retries", "artifact", aid, "err", err)
 	}
 	s.log().Info("artifact cleaned up", "artifact", aid, "copies", len(placements))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ type env struct {
 	locker *fakeLocker
 	dir    *portsmock.NodeDirectoryMock
 	agent  *portsmock.NodeAgentMock
-	disp   *portsmock.BuildDispatcherMock
+	disp   *portsmock.DataPlaneMock
 	svc    *control.Service
 
 	mu          sync.Mutex
@@ -134,7 +135,11 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			return e.cleanupFail[n.ID]
 		},
 	}
-	e.disp = &portsmock.BuildDispatcherMock{
+	e.disp = &portsmock.DataPlaneMock{
+		ArtifactExistsFunc: func(context.Context, *core.Artifact) (bool, error) { return true, nil },
+		UploadArtifactFunc: func(context.Context, string, io.Reader, ports.ObjectInfo) (ports.StoredObject, error) {
+			return ports.StoredObject{}, fmt.Errorf("this data plane takes no uploads: %w", core.ErrUnsupported)
+		},
 		SubmitBuildFunc: func(context.Context, ports.BuildRequest) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -146,7 +151,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 		},
 	}
 	e.svc = &control.Service{
-		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, Dispatcher: e.disp,
+		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
 		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2},
 	}
 	return e

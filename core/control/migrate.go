@@ -2,8 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,14 +16,6 @@ import (
 type MigrateRequest struct {
 	RequestID  string
 	TemplateID string
-}
-
-// ArtifactUploader moves an artifact's bytes into the data plane's artifact
-// store (POST /tc/api/v1/artifact/upload). body yields exactly info.Size
-// bytes whose sha256 is info.SHA256; the data plane verifies both before
-// anything becomes visible, and answers an identical earlier upload as done.
-type ArtifactUploader interface {
-	UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (objectKey, storageBackend string, err error)
 }
 
 // errLocalGone is the migrate failure that no retry of migrate can fix.
@@ -47,15 +37,11 @@ func errLocalGone(aid string, cause error) error {
 //   - one migrate job is active per template: a resubmit while one is
 //     active returns it, and the unique active key decides races.
 //
-// The job runs in the background (GetMigrateJob polls it). Config.Uploader
-// is required (core.ErrUnsupported without it).
+// The job runs in the background (GetMigrateJob polls it).
 func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, error) {
 	tid := strings.TrimSpace(mr.TemplateID)
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
-	}
-	if s.Config.Uploader == nil {
-		return nil, fmt.Errorf("migrate template %s: no artifact uploader is configured: %w", tid, core.ErrUnsupported)
 	}
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
@@ -185,11 +171,9 @@ func (s *Service) migrateArtifact(ctx context.Context, aid string) (string, erro
 		return "", fmt.Errorf("artifact %s is %s, not READY: %w", aid, a.Status, core.ErrInvalidArgument)
 	}
 	if a.ObjectKey != "" {
-		ok := true
-		if s.Config.ArtifactExists != nil {
-			if ok, err = s.Config.ArtifactExists(ctx, a); err != nil {
-				return "", fmt.Errorf("check artifact %s in the store: %w", aid, err)
-			}
+		ok, err := s.DataPlane.ArtifactExists(ctx, a)
+		if err != nil {
+			return "", fmt.Errorf("check artifact %s in the store: %w", aid, err)
 		}
 		if ok {
 			s.removeLocal(ctx, a)
@@ -214,13 +198,13 @@ func (s *Service) migrateArtifact(ctx context.Context, aid string) (string, erro
 		return "", fmt.Errorf("local ext4 of %s has %d bytes, the artifact records %d: %w", aid, size, info.Size, core.ErrInvalidArgument)
 	}
 	info.Size = size
-	key, backend, err := s.Config.Uploader.UploadArtifact(ctx, aid, body, info)
+	obj, err := s.DataPlane.UploadArtifact(ctx, aid, body, info)
 	if err != nil {
 		return "", fmt.Errorf("upload artifact %s: %w", aid, err)
 	}
 	// The row names the object only once the store holds verified bytes.
 	a, err = s.Store.Artifacts().Update(ctx, aid, func(a *core.Artifact) error {
-		a.ObjectKey, a.StorageBackend = key, backend
+		a.ObjectKey, a.StorageBackend = obj.ObjectKey, obj.StorageBackend
 		if a.Ext4SHA256 == "" {
 			a.Ext4SHA256 = info.SHA256
 		}
@@ -245,10 +229,10 @@ func migrateResult(a *core.Artifact, outcome string) string {
 
 // openLocal opens the legacy local copy; a missing one is errLocalGone.
 func (s *Service) openLocal(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
-	if s.Config.LocalArtifact == nil {
+	if s.Legacy == nil {
 		return nil, 0, errLocalGone(a.ArtifactID, nil)
 	}
-	rc, size, err := s.Config.LocalArtifact(ctx, a)
+	rc, size, err := s.Legacy.Open(ctx, a)
 	if isNotFound(err) {
 		return nil, 0, errLocalGone(a.ArtifactID, err)
 	}
@@ -265,21 +249,20 @@ func (s *Service) hashLocal(ctx context.Context, a *core.Artifact) (ports.Object
 		return ports.ObjectInfo{}, err
 	}
 	defer rc.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, rc)
+	sum, n, err := core.SHA256Of(rc)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("hash local ext4 of %s: %w", a.ArtifactID, err)
 	}
-	return ports.ObjectInfo{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return ports.ObjectInfo{Size: n, SHA256: sum}, nil
 }
 
 // removeLocal drops the legacy local copy, best effort: the store copy is
 // what counts now, and a leftover is removed by the next migrate.
 func (s *Service) removeLocal(ctx context.Context, a *core.Artifact) {
-	if s.Config.RemoveLocal == nil {
+	if s.Legacy == nil {
 		return
 	}
-	if err := s.Config.RemoveLocal(ctx, a); err != nil && !isNotFound(err) {
+	if err := s.Legacy.Remove(ctx, a); err != nil && !isNotFound(err) {
 		s.log().Warn("local ext4 not removed after migrate", "artifact", a.ArtifactID, "path", a.Ext4Path, "err", err)
 	}
 }

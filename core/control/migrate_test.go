@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 // migrateFakes plays the master's local disk and the data plane's store.
@@ -32,8 +33,10 @@ type migrateFakes struct {
 
 // withMigrate wires the migrate hooks of e's service to f.
 func (e *env) withMigrate(f *migrateFakes) {
-	e.svc.Config.Uploader = f
-	e.svc.Config.LocalArtifact = func(_ context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
+	e.disp.UploadArtifactFunc = f.UploadArtifact
+	legacy := &portsmock.LegacyArtifactsMock{}
+	e.svc.Legacy = legacy
+	legacy.OpenFunc = func(_ context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		b, ok := f.local[a.ArtifactID]
@@ -42,14 +45,14 @@ func (e *env) withMigrate(f *migrateFakes) {
 		}
 		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 	}
-	e.svc.Config.RemoveLocal = func(_ context.Context, a *core.Artifact) error {
+	legacy.RemoveFunc = func(_ context.Context, a *core.Artifact) error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.removed = append(f.removed, a.ArtifactID)
 		delete(f.local, a.ArtifactID)
 		return nil
 	}
-	e.svc.Config.ArtifactExists = func(context.Context, *core.Artifact) (bool, error) {
+	e.disp.ArtifactExistsFunc = func(context.Context, *core.Artifact) (bool, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.inStore, f.probeErr
@@ -57,25 +60,25 @@ func (e *env) withMigrate(f *migrateFakes) {
 }
 
 // UploadArtifact verifies size and sha256 like the data plane does.
-func (f *migrateFakes) UploadArtifact(_ context.Context, aid string, body io.Reader, info ports.ObjectInfo) (string, string, error) {
+func (f *migrateFakes) UploadArtifact(_ context.Context, aid string, body io.Reader, info ports.ObjectInfo) (ports.StoredObject, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.uploads++
 	if f.upErr != nil {
-		return "", "", f.upErr
+		return ports.StoredObject{}, f.upErr
 	}
 	b, err := io.ReadAll(body)
 	if err != nil {
-		return "", "", err
+		return ports.StoredObject{}, err
 	}
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != info.Size || hex.EncodeToString(sum[:]) != info.SHA256 {
-		return "", "", fmt.Errorf("upload of %s: got %d bytes sha256 %x, declared %d %s", aid, len(b), sum, info.Size, info.SHA256)
+		return ports.StoredObject{}, fmt.Errorf("upload of %s: got %d bytes sha256 %x, declared %d %s", aid, len(b), sum, info.Size, info.SHA256)
 	}
 	key := aid + "/" + aid + ".ext4"
 	f.store[key] = b
 	f.inStore = true
-	return key, "s3", nil
+	return ports.StoredObject{ObjectKey: key, StorageBackend: "s3"}, nil
 }
 
 var legacyBytes = bytes.Repeat([]byte("ext4-bytes;"), 1000)
@@ -332,11 +335,22 @@ func TestMigrateSubmitChecks(t *testing.T) {
 	wantErrIs(t, err, core.ErrNotFound)
 }
 
-func TestMigrateWithoutUploader(t *testing.T) {
+func TestMigrateWhenTheDataPlaneTakesNoUploads(t *testing.T) {
 	e := newEnv(t, "node-1")
-	e.ready("tpl-u", fpA)
-	_, err := e.svc.Migrate(e.ctx, control.MigrateRequest{TemplateID: "tpl-u"})
-	wantErrIs(t, err, core.ErrUnsupported)
+	f := newMigrateFakes()
+	e.withMigrate(f)
+	e.legacyTemplate("tpl-u", fpA, f, true)
+	e.disp.UploadArtifactFunc = func(context.Context, string, io.Reader, ports.ObjectInfo) (ports.StoredObject, error) {
+		return ports.StoredObject{}, fmt.Errorf("no uploads here: %w", core.ErrUnsupported)
+	}
+	job := e.migrate("tpl-u")
+	eq(t, "status", job.Status, core.JobFailed)
+	if !strings.Contains(job.ErrorMessage, "no uploads here") {
+		t.Errorf("error message %q does not say why", job.ErrorMessage)
+	}
+	if a, _ := e.store.Artifacts().Get(e.ctx, aidOf(fpA)); a.ObjectKey != "" {
+		t.Errorf("a failed upload recorded object key %q", a.ObjectKey)
+	}
 }
 
 func TestSweepMigrations(t *testing.T) {

@@ -201,14 +201,12 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	if a.Status != core.ArtifactReady && a.Status != core.ArtifactCleanupPending {
 		return nil, true, nil
 	}
-	if s.Config.ArtifactExists != nil {
-		ok, err := s.Config.ArtifactExists(ctx, a)
-		if err != nil {
-			return nil, false, fmt.Errorf("check artifact %s bytes: %w", a.ArtifactID, err)
-		}
-		if !ok {
-			return nil, true, nil
-		}
+	ok, err := s.DataPlane.ArtifactExists(ctx, a)
+	if err != nil {
+		return nil, false, fmt.Errorf("check artifact %s bytes: %w", a.ArtifactID, err)
+	}
+	if !ok {
+		return nil, true, nil
 	}
 	return a, false, nil
 }

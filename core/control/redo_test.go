@@ -81,7 +81,7 @@ func TestRedoRebuildWhenBytesAreGone(t *testing.T) {
 	e := newEnv(t, "node-1")
 	first := e.ready("tpl-gone", fpA)
 	var asked []string
-	e.svc.Config.ArtifactExists = func(_ context.Context, a *core.Artifact) (bool, error) {
+	e.disp.ArtifactExistsFunc = func(_ context.Context, a *core.Artifact) (bool, error) {
 		asked = append(asked, a.ArtifactID)
 		return false, nil
 	}

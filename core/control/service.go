@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -46,24 +45,6 @@ type Config struct {
 	ResumeTimeout time.Duration
 	// Batch bounds how many rows one GC or sweep pass looks at.
 	Batch int
-	// Envd loads the agent binary injected into templates that opt in with
-	// the cube.master.inject_envd="true" container annotation. Nil means
-	// injection is not available and such requests are refused.
-	Envd func() ([]byte, error)
-	// ArtifactExists reports whether a READY artifact's bytes are still in
-	// the artifact store. Redo uses it to choose between reusing the
-	// artifact and a full rebuild; nil trusts the READY status.
-	ArtifactExists func(ctx context.Context, a *core.Artifact) (bool, error)
-	// Uploader moves artifact bytes into the data plane's store (migrate);
-	// nil means migrate is not available.
-	Uploader ArtifactUploader
-	// LocalArtifact opens the legacy local copy of an artifact on this
-	// master's disk (migrate) and returns its size; an error wrapping
-	// core.ErrNotFound (or a nil hook) means there is none.
-	LocalArtifact func(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error)
-	// RemoveLocal removes that legacy local copy once the store holds the
-	// bytes; nil keeps it. Failures are logged only.
-	RemoveLocal func(ctx context.Context, a *core.Artifact) error
 }
 
 func (c Config) withDefaults() Config {
@@ -86,20 +67,24 @@ func (c Config) withDefaults() Config {
 }
 
 // Service is the control plane's template service. Store, Locker, Nodes,
-// Agent, Dispatcher and IDs are required; Clock defaults to the system
-// clock, Progress and Logger are optional. A Service must not be copied
+// Agent, DataPlane and IDs are required; Clock defaults to the system
+// clock. Progress and Logger are optional; without Envd, requests that opt
+// in to envd injection are refused; without Legacy, migrate finds no local
+// copies. A Service must not be copied
 // after first use (it tracks its background resumes).
 type Service struct {
-	Store      ports.Store
-	Locker     ports.Locker
-	Nodes      ports.NodeDirectory
-	Agent      ports.NodeAgent
-	Dispatcher ports.BuildDispatcher
-	IDs        ports.IDs
-	Clock      ports.Clock
-	Progress   ports.ProgressSink
-	Config     Config
-	Logger     *slog.Logger
+	Store     ports.Store
+	Locker    ports.Locker
+	Nodes     ports.NodeDirectory
+	Agent     ports.NodeAgent
+	DataPlane ports.DataPlane
+	Envd      ports.EnvdSource
+	Legacy    ports.LegacyArtifacts
+	IDs       ports.IDs
+	Clock     ports.Clock
+	Progress  ports.ProgressSink
+	Config    Config
+	Logger    *slog.Logger
 
 	bg sync.WaitGroup
 }

@@ -5,12 +5,11 @@ package portsmock
 
 import (
 	"context"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 	"io"
 	"sync"
 	"time"
-
-	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // Ensure, that StoreMock does implement ports.Store.
@@ -3907,37 +3906,56 @@ func (mock *ProgressSinkMock) PublishCalls() []struct {
 	return calls
 }
 
-// Ensure, that BuildDispatcherMock does implement ports.BuildDispatcher.
+// Ensure, that DataPlaneMock does implement ports.DataPlane.
 // If this is not the case, regenerate this file with moq.
-var _ ports.BuildDispatcher = &BuildDispatcherMock{}
+var _ ports.DataPlane = &DataPlaneMock{}
 
-// BuildDispatcherMock is a mock implementation of ports.BuildDispatcher.
+// DataPlaneMock is a mock implementation of ports.DataPlane.
 //
-//	func TestSomethingThatUsesBuildDispatcher(t *testing.T) {
+//	func TestSomethingThatUsesDataPlane(t *testing.T) {
 //
-//		// make and configure a mocked ports.BuildDispatcher
-//		mockedBuildDispatcher := &BuildDispatcherMock{
+//		// make and configure a mocked ports.DataPlane
+//		mockedDataPlane := &DataPlaneMock{
+//			ArtifactExistsFunc: func(ctx context.Context, a *core.Artifact) (bool, error) {
+//				panic("mock out the ArtifactExists method")
+//			},
 //			DeleteArtifactFunc: func(ctx context.Context, artifactID string) error {
 //				panic("mock out the DeleteArtifact method")
 //			},
 //			SubmitBuildFunc: func(ctx context.Context, req ports.BuildRequest) error {
 //				panic("mock out the SubmitBuild method")
 //			},
+//			UploadArtifactFunc: func(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (ports.StoredObject, error) {
+//				panic("mock out the UploadArtifact method")
+//			},
 //		}
 //
-//		// use mockedBuildDispatcher in code that requires ports.BuildDispatcher
+//		// use mockedDataPlane in code that requires ports.DataPlane
 //		// and then make assertions.
 //
 //	}
-type BuildDispatcherMock struct {
+type DataPlaneMock struct {
+	// ArtifactExistsFunc mocks the ArtifactExists method.
+	ArtifactExistsFunc func(ctx context.Context, a *core.Artifact) (bool, error)
+
 	// DeleteArtifactFunc mocks the DeleteArtifact method.
 	DeleteArtifactFunc func(ctx context.Context, artifactID string) error
 
 	// SubmitBuildFunc mocks the SubmitBuild method.
 	SubmitBuildFunc func(ctx context.Context, req ports.BuildRequest) error
 
+	// UploadArtifactFunc mocks the UploadArtifact method.
+	UploadArtifactFunc func(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (ports.StoredObject, error)
+
 	// calls tracks calls to the methods.
 	calls struct {
+		// ArtifactExists holds details about calls to the ArtifactExists method.
+		ArtifactExists []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// A is the a argument value.
+			A *core.Artifact
+		}
 		// DeleteArtifact holds details about calls to the DeleteArtifact method.
 		DeleteArtifact []struct {
 			// Ctx is the ctx argument value.
@@ -3952,15 +3970,64 @@ type BuildDispatcherMock struct {
 			// Req is the req argument value.
 			Req ports.BuildRequest
 		}
+		// UploadArtifact holds details about calls to the UploadArtifact method.
+		UploadArtifact []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// ArtifactID is the artifactID argument value.
+			ArtifactID string
+			// Body is the body argument value.
+			Body io.Reader
+			// Info is the info argument value.
+			Info ports.ObjectInfo
+		}
 	}
+	lockArtifactExists sync.RWMutex
 	lockDeleteArtifact sync.RWMutex
 	lockSubmitBuild    sync.RWMutex
+	lockUploadArtifact sync.RWMutex
+}
+
+// ArtifactExists calls ArtifactExistsFunc.
+func (mock *DataPlaneMock) ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error) {
+	if mock.ArtifactExistsFunc == nil {
+		panic("DataPlaneMock.ArtifactExistsFunc: method is nil but DataPlane.ArtifactExists was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}{
+		Ctx: ctx,
+		A:   a,
+	}
+	mock.lockArtifactExists.Lock()
+	mock.calls.ArtifactExists = append(mock.calls.ArtifactExists, callInfo)
+	mock.lockArtifactExists.Unlock()
+	return mock.ArtifactExistsFunc(ctx, a)
+}
+
+// ArtifactExistsCalls gets all the calls that were made to ArtifactExists.
+// Check the length with:
+//
+//	len(mockedDataPlane.ArtifactExistsCalls())
+func (mock *DataPlaneMock) ArtifactExistsCalls() []struct {
+	Ctx context.Context
+	A   *core.Artifact
+} {
+	var calls []struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}
+	mock.lockArtifactExists.RLock()
+	calls = mock.calls.ArtifactExists
+	mock.lockArtifactExists.RUnlock()
+	return calls
 }
 
 // DeleteArtifact calls DeleteArtifactFunc.
-func (mock *BuildDispatcherMock) DeleteArtifact(ctx context.Context, artifactID string) error {
+func (mock *DataPlaneMock) DeleteArtifact(ctx context.Context, artifactID string) error {
 	if mock.DeleteArtifactFunc == nil {
-		panic("BuildDispatcherMock.DeleteArtifactFunc: method is nil but BuildDispatcher.DeleteArtifact was just called")
+		panic("DataPlaneMock.DeleteArtifactFunc: method is nil but DataPlane.DeleteArtifact was just called")
 	}
 	callInfo := struct {
 		Ctx        context.Context
@@ -3978,8 +4045,8 @@ func (mock *BuildDispatcherMock) DeleteArtifact(ctx context.Context, artifactID 
 // DeleteArtifactCalls gets all the calls that were made to DeleteArtifact.
 // Check the length with:
 //
-//	len(mockedBuildDispatcher.DeleteArtifactCalls())
-func (mock *BuildDispatcherMock) DeleteArtifactCalls() []struct {
+//	len(mockedDataPlane.DeleteArtifactCalls())
+func (mock *DataPlaneMock) DeleteArtifactCalls() []struct {
 	Ctx        context.Context
 	ArtifactID string
 } {
@@ -3994,9 +4061,9 @@ func (mock *BuildDispatcherMock) DeleteArtifactCalls() []struct {
 }
 
 // SubmitBuild calls SubmitBuildFunc.
-func (mock *BuildDispatcherMock) SubmitBuild(ctx context.Context, req ports.BuildRequest) error {
+func (mock *DataPlaneMock) SubmitBuild(ctx context.Context, req ports.BuildRequest) error {
 	if mock.SubmitBuildFunc == nil {
-		panic("BuildDispatcherMock.SubmitBuildFunc: method is nil but BuildDispatcher.SubmitBuild was just called")
+		panic("DataPlaneMock.SubmitBuildFunc: method is nil but DataPlane.SubmitBuild was just called")
 	}
 	callInfo := struct {
 		Ctx context.Context
@@ -4014,8 +4081,8 @@ func (mock *BuildDispatcherMock) SubmitBuild(ctx context.Context, req ports.Buil
 // SubmitBuildCalls gets all the calls that were made to SubmitBuild.
 // Check the length with:
 //
-//	len(mockedBuildDispatcher.SubmitBuildCalls())
-func (mock *BuildDispatcherMock) SubmitBuildCalls() []struct {
+//	len(mockedDataPlane.SubmitBuildCalls())
+func (mock *DataPlaneMock) SubmitBuildCalls() []struct {
 	Ctx context.Context
 	Req ports.BuildRequest
 } {
@@ -4026,6 +4093,50 @@ func (mock *BuildDispatcherMock) SubmitBuildCalls() []struct {
 	mock.lockSubmitBuild.RLock()
 	calls = mock.calls.SubmitBuild
 	mock.lockSubmitBuild.RUnlock()
+	return calls
+}
+
+// UploadArtifact calls UploadArtifactFunc.
+func (mock *DataPlaneMock) UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (ports.StoredObject, error) {
+	if mock.UploadArtifactFunc == nil {
+		panic("DataPlaneMock.UploadArtifactFunc: method is nil but DataPlane.UploadArtifact was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		ArtifactID string
+		Body       io.Reader
+		Info       ports.ObjectInfo
+	}{
+		Ctx:        ctx,
+		ArtifactID: artifactID,
+		Body:       body,
+		Info:       info,
+	}
+	mock.lockUploadArtifact.Lock()
+	mock.calls.UploadArtifact = append(mock.calls.UploadArtifact, callInfo)
+	mock.lockUploadArtifact.Unlock()
+	return mock.UploadArtifactFunc(ctx, artifactID, body, info)
+}
+
+// UploadArtifactCalls gets all the calls that were made to UploadArtifact.
+// Check the length with:
+//
+//	len(mockedDataPlane.UploadArtifactCalls())
+func (mock *DataPlaneMock) UploadArtifactCalls() []struct {
+	Ctx        context.Context
+	ArtifactID string
+	Body       io.Reader
+	Info       ports.ObjectInfo
+} {
+	var calls []struct {
+		Ctx        context.Context
+		ArtifactID string
+		Body       io.Reader
+		Info       ports.ObjectInfo
+	}
+	mock.lockUploadArtifact.RLock()
+	calls = mock.calls.UploadArtifact
+	mock.lockUploadArtifact.RUnlock()
 	return calls
 }
 
@@ -4104,5 +4215,259 @@ func (mock *StatusReporterMock) ReportCalls() []struct {
 	mock.lockReport.RLock()
 	calls = mock.calls.Report
 	mock.lockReport.RUnlock()
+	return calls
+}
+
+// Ensure, that EnvdSourceMock does implement ports.EnvdSource.
+// If this is not the case, regenerate this file with moq.
+var _ ports.EnvdSource = &EnvdSourceMock{}
+
+// EnvdSourceMock is a mock implementation of ports.EnvdSource.
+//
+//	func TestSomethingThatUsesEnvdSource(t *testing.T) {
+//
+//		// make and configure a mocked ports.EnvdSource
+//		mockedEnvdSource := &EnvdSourceMock{
+//			EnvdFunc: func(ctx context.Context) ([]byte, error) {
+//				panic("mock out the Envd method")
+//			},
+//		}
+//
+//		// use mockedEnvdSource in code that requires ports.EnvdSource
+//		// and then make assertions.
+//
+//	}
+type EnvdSourceMock struct {
+	// EnvdFunc mocks the Envd method.
+	EnvdFunc func(ctx context.Context) ([]byte, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Envd holds details about calls to the Envd method.
+		Envd []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+	}
+	lockEnvd sync.RWMutex
+}
+
+// Envd calls EnvdFunc.
+func (mock *EnvdSourceMock) Envd(ctx context.Context) ([]byte, error) {
+	if mock.EnvdFunc == nil {
+		panic("EnvdSourceMock.EnvdFunc: method is nil but EnvdSource.Envd was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockEnvd.Lock()
+	mock.calls.Envd = append(mock.calls.Envd, callInfo)
+	mock.lockEnvd.Unlock()
+	return mock.EnvdFunc(ctx)
+}
+
+// EnvdCalls gets all the calls that were made to Envd.
+// Check the length with:
+//
+//	len(mockedEnvdSource.EnvdCalls())
+func (mock *EnvdSourceMock) EnvdCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockEnvd.RLock()
+	calls = mock.calls.Envd
+	mock.lockEnvd.RUnlock()
+	return calls
+}
+
+// Ensure, that LegacyArtifactsMock does implement ports.LegacyArtifacts.
+// If this is not the case, regenerate this file with moq.
+var _ ports.LegacyArtifacts = &LegacyArtifactsMock{}
+
+// LegacyArtifactsMock is a mock implementation of ports.LegacyArtifacts.
+//
+//	func TestSomethingThatUsesLegacyArtifacts(t *testing.T) {
+//
+//		// make and configure a mocked ports.LegacyArtifacts
+//		mockedLegacyArtifacts := &LegacyArtifactsMock{
+//			OpenFunc: func(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
+//				panic("mock out the Open method")
+//			},
+//			RemoveFunc: func(ctx context.Context, a *core.Artifact) error {
+//				panic("mock out the Remove method")
+//			},
+//		}
+//
+//		// use mockedLegacyArtifacts in code that requires ports.LegacyArtifacts
+//		// and then make assertions.
+//
+//	}
+type LegacyArtifactsMock struct {
+	// OpenFunc mocks the Open method.
+	OpenFunc func(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error)
+
+	// RemoveFunc mocks the Remove method.
+	RemoveFunc func(ctx context.Context, a *core.Artifact) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Open holds details about calls to the Open method.
+		Open []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// A is the a argument value.
+			A *core.Artifact
+		}
+		// Remove holds details about calls to the Remove method.
+		Remove []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// A is the a argument value.
+			A *core.Artifact
+		}
+	}
+	lockOpen   sync.RWMutex
+	lockRemove sync.RWMutex
+}
+
+// Open calls OpenFunc.
+func (mock *LegacyArtifactsMock) Open(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
+	if mock.OpenFunc == nil {
+		panic("LegacyArtifactsMock.OpenFunc: method is nil but LegacyArtifacts.Open was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}{
+		Ctx: ctx,
+		A:   a,
+	}
+	mock.lockOpen.Lock()
+	mock.calls.Open = append(mock.calls.Open, callInfo)
+	mock.lockOpen.Unlock()
+	return mock.OpenFunc(ctx, a)
+}
+
+// OpenCalls gets all the calls that were made to Open.
+// Check the length with:
+//
+//	len(mockedLegacyArtifacts.OpenCalls())
+func (mock *LegacyArtifactsMock) OpenCalls() []struct {
+	Ctx context.Context
+	A   *core.Artifact
+} {
+	var calls []struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}
+	mock.lockOpen.RLock()
+	calls = mock.calls.Open
+	mock.lockOpen.RUnlock()
+	return calls
+}
+
+// Remove calls RemoveFunc.
+func (mock *LegacyArtifactsMock) Remove(ctx context.Context, a *core.Artifact) error {
+	if mock.RemoveFunc == nil {
+		panic("LegacyArtifactsMock.RemoveFunc: method is nil but LegacyArtifacts.Remove was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}{
+		Ctx: ctx,
+		A:   a,
+	}
+	mock.lockRemove.Lock()
+	mock.calls.Remove = append(mock.calls.Remove, callInfo)
+	mock.lockRemove.Unlock()
+	return mock.RemoveFunc(ctx, a)
+}
+
+// RemoveCalls gets all the calls that were made to Remove.
+// Check the length with:
+//
+//	len(mockedLegacyArtifacts.RemoveCalls())
+func (mock *LegacyArtifactsMock) RemoveCalls() []struct {
+	Ctx context.Context
+	A   *core.Artifact
+} {
+	var calls []struct {
+		Ctx context.Context
+		A   *core.Artifact
+	}
+	mock.lockRemove.RLock()
+	calls = mock.calls.Remove
+	mock.lockRemove.RUnlock()
+	return calls
+}
+
+// Ensure, that ReleaseManifestsMock does implement ports.ReleaseManifests.
+// If this is not the case, regenerate this file with moq.
+var _ ports.ReleaseManifests = &ReleaseManifestsMock{}
+
+// ReleaseManifestsMock is a mock implementation of ports.ReleaseManifests.
+//
+//	func TestSomethingThatUsesReleaseManifests(t *testing.T) {
+//
+//		// make and configure a mocked ports.ReleaseManifests
+//		mockedReleaseManifests := &ReleaseManifestsMock{
+//			ManifestFunc: func(ctx context.Context) (*core.ReleaseManifest, error) {
+//				panic("mock out the Manifest method")
+//			},
+//		}
+//
+//		// use mockedReleaseManifests in code that requires ports.ReleaseManifests
+//		// and then make assertions.
+//
+//	}
+type ReleaseManifestsMock struct {
+	// ManifestFunc mocks the Manifest method.
+	ManifestFunc func(ctx context.Context) (*core.ReleaseManifest, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Manifest holds details about calls to the Manifest method.
+		Manifest []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+	}
+	lockManifest sync.RWMutex
+}
+
+// Manifest calls ManifestFunc.
+func (mock *ReleaseManifestsMock) Manifest(ctx context.Context) (*core.ReleaseManifest, error) {
+	if mock.ManifestFunc == nil {
+		panic("ReleaseManifestsMock.ManifestFunc: method is nil but ReleaseManifests.Manifest was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockManifest.Lock()
+	mock.calls.Manifest = append(mock.calls.Manifest, callInfo)
+	mock.lockManifest.Unlock()
+	return mock.ManifestFunc(ctx)
+}
+
+// ManifestCalls gets all the calls that were made to Manifest.
+// Check the length with:
+//
+//	len(mockedReleaseManifests.ManifestCalls())
+func (mock *ReleaseManifestsMock) ManifestCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockManifest.RLock()
+	calls = mock.calls.Manifest
+	mock.lockManifest.RUnlock()
 	return calls
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // Compat produces the compat report: each template's recorded component
@@ -15,9 +16,9 @@ import (
 // seed §8): the report says so and statuses are UNKNOWN.
 type Compat interface {
 	// Report returns the last scan.
-	Report(ctx context.Context) (*CompatReport, error)
+	Report(ctx context.Context) (*core.CompatReport, error)
 	// Rescan re-reads the manifest and the recorded versions.
-	Rescan(ctx context.Context) (*CompatReport, error)
+	Rescan(ctx context.Context) (*core.CompatReport, error)
 }
 
 // Compat statuses.
@@ -66,7 +67,7 @@ type compatResponse struct {
 var errCompatOff = errors.New("compat scanning is not configured on this template center")
 
 func (s *server) compatReport(w http.ResponseWriter, r *http.Request) {
-	s.compat(w, r, "", func(c Compat) (*CompatReport, error) { return c.Report(r.Context()) })
+	s.compat(w, r, "", func(c Compat) (*core.CompatReport, error) { return c.Report(r.Context()) })
 }
 
 // compatRescan takes an optional {"requestID"} body.
@@ -80,10 +81,10 @@ func (s *server) compatRescan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.compat(w, r, body.RequestID, func(c Compat) (*CompatReport, error) { return c.Rescan(r.Context()) })
+	s.compat(w, r, body.RequestID, func(c Compat) (*core.CompatReport, error) { return c.Rescan(r.Context()) })
 }
 
-func (s *server) compat(w http.ResponseWriter, r *http.Request, requestID string, run func(Compat) (*CompatReport, error)) {
+func (s *server) compat(w http.ResponseWriter, r *http.Request, requestID string, run func(Compat) (*core.CompatReport, error)) {
 	if s.cfg.Compat == nil {
 		envelope.WriteError(w, r, s.log, requestID, errCompatOff)
 		return
@@ -93,5 +94,19 @@ func (s *server) compat(w http.ResponseWriter, r *http.Request, requestID string
 		envelope.WriteError(w, r, s.log, requestID, err)
 		return
 	}
-	envelope.Write(w, compatResponse{Response: envelope.OK(requestID), Data: rep})
+	envelope.Write(w, compatResponse{Response: envelope.OK(requestID), Data: compatView(rep)})
+}
+
+// compatView is the wire form of a compat report.
+func compatView(r *core.CompatReport) *CompatReport {
+	out := &CompatReport{ManifestPath: r.ManifestSource, ManifestFound: r.ManifestFound, Declared: r.Declared,
+		CheckedAt: r.CheckedAt, Templates: make([]TemplateCompat, 0, len(r.Templates))}
+	for _, t := range r.Templates {
+		tc := TemplateCompat{TemplateID: t.TemplateID, Components: t.Components, Status: string(t.Status), Reasons: t.Reasons}
+		for _, rc := range t.Replicas {
+			tc.Replicas = append(tc.Replicas, ReplicaCompat{NodeID: rc.NodeID, Components: rc.Components, Status: string(rc.Status), CheckedAt: rc.CheckedAt})
+		}
+		out.Templates = append(out.Templates, tc)
+	}
+	return out
 }

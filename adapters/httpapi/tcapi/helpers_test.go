@@ -64,10 +64,10 @@ func (f *fakeLookup) Get(_ context.Context, id string) (*core.Artifact, error) {
 
 type fakeRecorder struct {
 	err error
-	got []UploadedArtifact
+	got []core.UploadedArtifact
 }
 
-func (f *fakeRecorder) RecordUpload(_ context.Context, u UploadedArtifact) error {
+func (f *fakeRecorder) RecordUpload(_ context.Context, u core.UploadedArtifact) error {
 	f.got = append(f.got, u)
 	return f.err
 }

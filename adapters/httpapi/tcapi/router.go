@@ -38,21 +38,12 @@ type ArtifactLookup interface {
 	Get(ctx context.Context, artifactID string) (*core.Artifact, error)
 }
 
-// UploadedArtifact describes bytes a migrate upload stored.
-type UploadedArtifact struct {
-	ArtifactID     string
-	ObjectKey      string
-	StorageBackend string
-	SHA256         string
-	SizeBytes      int64
-}
-
 // UploadRecorder records where an uploaded artifact now lives (the artifact
 // row's storage_backend / object_key). Called after the bytes are stored
 // and verified, also when identical bytes were already there, so it must be
 // idempotent.
 type UploadRecorder interface {
-	RecordUpload(ctx context.Context, u UploadedArtifact) error
+	RecordUpload(ctx context.Context, u core.UploadedArtifact) error
 }
 
 // Readiness reports whether the service can serve: the store is attached and

@@ -125,20 +125,20 @@ func TestMetricsRoute(t *testing.T) {
 }
 
 type fakeCompat struct {
-	rep *CompatReport
+	rep *core.CompatReport
 	err error
 	n   int
 }
 
-func (f *fakeCompat) Report(context.Context) (*CompatReport, error) { return f.rep, f.err }
-func (f *fakeCompat) Rescan(context.Context) (*CompatReport, error) {
+func (f *fakeCompat) Report(context.Context) (*core.CompatReport, error) { return f.rep, f.err }
+func (f *fakeCompat) Rescan(context.Context) (*core.CompatReport, error) {
 	f.n++
 	return f.rep, f.err
 }
 
 func TestCompat(t *testing.T) {
-	rep := &CompatReport{ManifestPath: "/etc/cube/release-manifest.json", ManifestFound: false,
-		Templates: []TemplateCompat{{TemplateID: "tpl-1", Status: CompatUnknown}}}
+	rep := &core.CompatReport{ManifestSource: "/etc/cube/release-manifest.json", ManifestFound: false,
+		Templates: []core.TemplateCompat{{TemplateID: "tpl-1", Status: core.CompatUnknown}}}
 	tests := []struct {
 		name     string
 		compat   Compat

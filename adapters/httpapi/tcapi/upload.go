@@ -81,7 +81,7 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.cfg.Uploads != nil {
-		err := s.cfg.Uploads.RecordUpload(ctx, UploadedArtifact{ArtifactID: id, ObjectKey: key,
+		err := s.cfg.Uploads.RecordUpload(ctx, core.UploadedArtifact{ArtifactID: id, ObjectKey: key,
 			StorageBackend: resp.StorageBackend, SHA256: sha, SizeBytes: size})
 		if err != nil {
 			s.internalError(w, r, fmt.Errorf("record upload of %s: %w", id, err))

@@ -99,7 +99,7 @@ func TestUpload(t *testing.T) {
 				t.Fatalf("recorder calls %+v", rec.got)
 			}
 			if tc.wantRecord {
-				want := UploadedArtifact{ArtifactID: "rfs-1", ObjectKey: key, StorageBackend: "file", SHA256: sha, SizeBytes: n}
+				want := core.UploadedArtifact{ArtifactID: "rfs-1", ObjectKey: key, StorageBackend: "file", SHA256: sha, SizeBytes: n}
 				if rec.got[0] != want {
 					t.Fatalf("recorded %+v, want %+v", rec.got[0], want)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/retry"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -49,7 +50,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Client implements ports.BuildDispatcher.
+// Client implements ports.DataPlane.
 type Client struct {
 	cfg  Config
 	base string
@@ -57,7 +58,7 @@ type Client struct {
 	log  *slog.Logger
 }
 
-var _ ports.BuildDispatcher = (*Client)(nil)
+var _ ports.DataPlane = (*Client)(nil)
 
 // New checks cfg and returns a Client.
 func New(cfg Config) (*Client, error) {
@@ -160,10 +161,9 @@ func (c *Client) DeleteArtifact(ctx context.Context, artifactID string) error {
 // info.SHA256; the TC verifies both before anything becomes visible. It is
 // sent once: a stream cannot be replayed, and a repeated upload of the same
 // bytes is answered "exists", so callers may simply call again.
-func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (wire.UploadResponse, error) {
-	var out wire.UploadResponse
+func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ports.ObjectInfo) (ports.StoredObject, error) {
 	if err := wire.ValidateID("artifact_id", artifactID); err != nil {
-		return out, err
+		return ports.StoredObject{}, err
 	}
 	q := url.Values{}
 	q.Set(wire.QueryArtifactID, artifactID)
@@ -171,7 +171,7 @@ func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.
 	q.Set(wire.QuerySize, strconv.FormatInt(info.Size, 10))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+wire.PathArtifactUpload+"?"+q.Encode(), body)
 	if err != nil {
-		return out, err
+		return ports.StoredObject{}, err
 	}
 	req.ContentLength = info.Size
 	req.Header.Set("Content-Type", "application/octet-stream")
@@ -180,16 +180,51 @@ func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.
 	resp, err := c.hc.Do(req)
 	op := "upload artifact " + artifactID
 	if err != nil {
-		return out, fmt.Errorf("%s: %w", op, err)
+		return ports.StoredObject{}, fmt.Errorf("%s: %w", op, err)
 	}
 	defer wire.Drain(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return out, wire.ReadStatusError(op, resp)
+		return ports.StoredObject{}, wire.ReadStatusError(op, resp)
 	}
+	var out wire.UploadResponse
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
-		return out, fmt.Errorf("%s: decode answer: %w", op, err)
+		return ports.StoredObject{}, fmt.Errorf("%s: decode answer: %w", op, err)
 	}
-	return out, nil
+	return ports.StoredObject{ObjectKey: out.ObjectKey, StorageBackend: out.StorageBackend}, nil
+}
+
+// ArtifactExists asks the template center's download route itself, HEAD
+// <TC>/cube/template/artifact/download?artifact_id=A with the artifact's
+// download token. The master has no artifact store of its own (the store
+// may be a directory on the data plane's host), and this route is exactly
+// what nodes use, so its answer is the one that matters: 2xx present, 404
+// absent, anything else (403 after a concurrent token rotation, 5xx, no
+// answer) an error. A row that is not READY or has no token cannot be
+// asked and is reported present (see ports.DataPlane).
+func (c *Client) ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error) {
+	if a.Status != core.ArtifactReady || a.DownloadToken == "" {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SubmitTimeout)
+	defer cancel()
+	u := c.base + core.DownloadPath + "?" + url.Values{"artifact_id": {a.ArtifactID}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u, nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set(core.DownloadTokenHeader, a.DownloadToken)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("ask the template center whether artifact %s exists: %w", a.ArtifactID, err)
+	}
+	wire.Drain(resp)
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return true, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("ask the template center whether artifact %s exists: HEAD answered %s", a.ArtifactID, resp.Status)
 }
 
 func (c *Client) setToken(req *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,12 +218,12 @@ func TestUploadArtifact(t *testing.T) {
 			wire.WriteError(w, http.StatusConflict, "already stored with another sha256")
 			return
 		}
-		wire.WriteJSON(w, 200, wire.UploadResponse{Status: "uploaded", ArtifactID: "rfs-1", SHA256: sha, SizeBytes: int64(len(data))})
+		wire.WriteJSON(w, 200, wire.UploadResponse{Status: "uploaded", ArtifactID: "rfs-1", SHA256: sha, SizeBytes: int64(len(data)), ObjectKey: "rfs-1/rfs-1.ext4", StorageBackend: "s3"})
 	}))
 	defer srv.Close()
 	c := newClient(t, srv.URL, &sleeps{})
 	out, err := c.UploadArtifact(context.Background(), "rfs-1", bytes.NewReader(data), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha})
-	if err != nil || out.Status != "uploaded" {
+	if err != nil || out != (ports.StoredObject{ObjectKey: "rfs-1/rfs-1.ext4", StorageBackend: "s3"}) {
 		t.Fatalf("%+v %v", out, err)
 	}
 	if gotQuery != "artifact_id=rfs-1&sha256="+sha+"&size=10" || !bytes.Equal(gotBody, data) || gotToken != token {
@@ -231,5 +232,63 @@ func TestUploadArtifact(t *testing.T) {
 	_, err = c.UploadArtifact(context.Background(), "rfs-taken", bytes.NewReader(data), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha})
 	if !errors.Is(err, core.ErrConflict) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestArtifactExists checks the probe against a stand-in for the data
+// plane's download route: what it asks (HEAD, id, token header) and how it
+// reads the answers.
+func TestArtifactExists(t *testing.T) {
+	var status atomic.Int32
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.Method != http.MethodHead || r.URL.Path != core.DownloadPath ||
+			r.URL.Query().Get("artifact_id") != "rfs-1" || r.Header.Get(core.DownloadTokenHeader) != "tok" {
+			http.Error(w, "unexpected request "+r.Method+" "+r.URL.String(), http.StatusTeapot)
+			return
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	p := newClient(t, srv.URL, &sleeps{})
+	ready := &core.Artifact{ArtifactID: "rfs-1", Status: core.ArtifactReady, DownloadToken: "tok"}
+
+	cases := []struct {
+		status  int
+		want    bool
+		wantErr bool
+	}{
+		{http.StatusOK, true, false},
+		{http.StatusNotFound, false, false},
+		{http.StatusForbidden, false, true},
+		{http.StatusBadGateway, false, true},
+	}
+	for _, tc := range cases {
+		status.Store(int32(tc.status))
+		got, err := p.ArtifactExists(t.Context(), ready)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("answer %d: Exists = %v, %v; want %v, error %v", tc.status, got, err, tc.want, tc.wantErr)
+		}
+	}
+
+	// Rows the route cannot be asked about are trusted, without a request.
+	before := calls.Load()
+	for _, a := range []*core.Artifact{
+		{ArtifactID: "rfs-1", Status: core.ArtifactCleanupPending, DownloadToken: "tok"},
+		{ArtifactID: "rfs-1", Status: core.ArtifactReady},
+	} {
+		if ok, err := p.ArtifactExists(t.Context(), a); !ok || err != nil {
+			t.Errorf("Exists(%s, token %q) = %v, %v; want trusted", a.Status, a.DownloadToken, ok, err)
+		}
+	}
+	if calls.Load() != before {
+		t.Error("asked the data plane about a row it cannot answer for")
+	}
+
+	// No data plane at all is an error, not "gone".
+	srv.Close()
+	if ok, err := p.ArtifactExists(t.Context(), ready); ok || err == nil {
+		t.Errorf("unreachable data plane: Exists = %v, %v; want an error", ok, err)
 	}
 }

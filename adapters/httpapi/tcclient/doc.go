@@ -1,4 +1,4 @@
-// Package tcclient is ports.BuildDispatcher over HTTP: cubemaster's client of
+// Package tcclient is ports.DataPlane over HTTP: cubemaster's client of
 // the templatecenter internal API at $CUBE_TEMPLATE_CENTER_ADDR, sending the
 // shared token in X-Cube-Template-Callback-Token.
 //

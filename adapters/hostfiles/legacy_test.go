@@ -1,4 +1,4 @@
-package main
+package hostfiles
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestLocalArtifacts(t *testing.T) {
 	if err := os.Symlink(secret, filepath.Join(root, "link.ext4")); err != nil {
 		t.Fatal(err)
 	}
-	l, err := newLocalArtifacts([]string{root})
+	l, err := NewLegacyArtifacts([]string{root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestLocalArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	none, _ := newLocalArtifacts(nil)
+	none, _ := NewLegacyArtifacts(nil)
 	if _, _, err := none.Open(ctx, &core.Artifact{Ext4Path: inside}); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("no roots: %v", err)
 	}

@@ -1,23 +1,25 @@
-package main
+package data
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
-	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// uploadRecorder records a migrate upload on the artifact row: where the
+// UploadRecorder records a migrate upload on the artifact row: where the
 // bytes now live (object_key, storage_backend). Bytes that disagree with
 // the row's recorded sha256 or size are refused (core.ErrConflict), and
 // recording the same upload twice changes nothing.
-type uploadRecorder struct{ artifacts ports.ArtifactRepository }
+type UploadRecorder struct {
+	Artifacts ports.ArtifactRepository
+}
 
-func (r uploadRecorder) RecordUpload(ctx context.Context, u tcapi.UploadedArtifact) error {
-	_, err := r.artifacts.Update(ctx, u.ArtifactID, func(a *core.Artifact) error {
+// RecordUpload applies the rule to u's artifact row.
+func (r UploadRecorder) RecordUpload(ctx context.Context, u core.UploadedArtifact) error {
+	_, err := r.Artifacts.Update(ctx, u.ArtifactID, func(a *core.Artifact) error {
 		if a.Ext4SHA256 != "" && !strings.EqualFold(a.Ext4SHA256, u.SHA256) {
 			return fmt.Errorf("artifact %s records sha256 %s, the upload has %s: %w", a.ArtifactID, a.Ext4SHA256, u.SHA256, core.ErrConflict)
 		}

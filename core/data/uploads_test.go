@@ -1,4 +1,4 @@
-package main
+package data_test
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
 )
 
 func TestUploadRecorder(t *testing.T) {
@@ -31,8 +31,8 @@ func TestUploadRecorder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec := uploadRecorder{st.Artifacts()}
-	up := tcapi.UploadedArtifact{ArtifactID: "rfs-known", ObjectKey: "rfs-known/rfs-known.ext4", StorageBackend: "s3", SHA256: sha, SizeBytes: 10}
+	rec := data.UploadRecorder{Artifacts: st.Artifacts()}
+	up := core.UploadedArtifact{ArtifactID: "rfs-known", ObjectKey: "rfs-known/rfs-known.ext4", StorageBackend: "s3", SHA256: sha, SizeBytes: 10}
 	for range 2 { // idempotent
 		if err := rec.RecordUpload(ctx, up); err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ func TestUploadRecorder(t *testing.T) {
 		t.Fatalf("row after upload = %+v", a)
 	}
 
-	for name, bad := range map[string]tcapi.UploadedArtifact{
+	for name, bad := range map[string]core.UploadedArtifact{
 		"other sha":  {ArtifactID: "rfs-known", ObjectKey: "k", StorageBackend: "s3", SHA256: strings.Repeat("cd", 32), SizeBytes: 10},
 		"other size": {ArtifactID: "rfs-known", ObjectKey: "k", StorageBackend: "s3", SHA256: sha, SizeBytes: 11},
 	} {
@@ -59,13 +59,13 @@ func TestUploadRecorder(t *testing.T) {
 	}
 
 	// A row without sha/size takes them from the verified upload.
-	if err := rec.RecordUpload(ctx, tcapi.UploadedArtifact{ArtifactID: "rfs-blank", ObjectKey: "kb", StorageBackend: "s3", SHA256: sha, SizeBytes: 7}); err != nil {
+	if err := rec.RecordUpload(ctx, core.UploadedArtifact{ArtifactID: "rfs-blank", ObjectKey: "kb", StorageBackend: "s3", SHA256: sha, SizeBytes: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := st.Artifacts().Get(ctx, "rfs-blank"); b.Ext4SHA256 != sha || b.Ext4SizeBytes != 7 || b.ObjectKey != "kb" {
 		t.Fatalf("blank row after upload = %+v", b)
 	}
-	if err := rec.RecordUpload(ctx, tcapi.UploadedArtifact{ArtifactID: "rfs-none", SHA256: sha, SizeBytes: 1}); !errors.Is(err, core.ErrNotFound) {
+	if err := rec.RecordUpload(ctx, core.UploadedArtifact{ArtifactID: "rfs-none", SHA256: sha, SizeBytes: 1}); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("unknown artifact: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package tcapi_test
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
 )
 
 // compatEnv is a SQLite store holding three templates: tpl-ok (two nodes on
@@ -80,7 +82,8 @@ func statuses(rep *tcapi.CompatReport) map[string]string {
 func TestCompatRoutes(t *testing.T) {
 	st, manifest := compatEnv(t)
 	clock := time.Unix(1_800_000_000, 0)
-	h := tcapi.New(tcapi.Config{Compat: compatScanner{templates: st.Templates(), manifest: manifest, now: func() time.Time { return clock }}})
+	h := tcapi.New(tcapi.Config{Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: manifest},
+		Clock: fixedClock(clock), ManifestSource: manifest}})
 	allUnknown := map[string]string{"tpl-ok": "UNKNOWN", "tpl-old": "UNKNOWN", "tpl-blank": "UNKNOWN"}
 
 	// No manifest: not an error, everything UNKNOWN.
@@ -142,3 +145,7 @@ func TestCompatRoutes(t *testing.T) {
 		t.Fatal("a broken manifest was accepted")
 	}
 }
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

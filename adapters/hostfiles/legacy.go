@@ -1,4 +1,4 @@
-package main
+package hostfiles
 
 import (
 	"context"
@@ -10,19 +10,23 @@ import (
 	"path/filepath"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// localArtifacts gives migrate access to legacy artifacts on the master's
-// own disk (templates.Config.LocalArtifact / RemoveLocal). An artifact's
+// LegacyArtifacts is ports.LegacyArtifacts: legacy artifacts on the
+// master's own disk, for migrate. An artifact's
 // ext4_path comes from the database, so it is only ever opened or removed
 // when it lies inside one of the configured roots, and then through an
 // os.Root, so neither ".." nor a symlink can lead outside.
-type localArtifacts struct {
+type LegacyArtifacts struct {
 	roots []string // absolute, cleaned
 }
 
-func newLocalArtifacts(dirs []string) (*localArtifacts, error) {
-	l := &localArtifacts{}
+var _ ports.LegacyArtifacts = (*LegacyArtifacts)(nil)
+
+// NewLegacyArtifacts serves the files under dirs (CUBE_MASTER_LOCAL_ARTIFACT_DIR).
+func NewLegacyArtifacts(dirs []string) (*LegacyArtifacts, error) {
+	l := &LegacyArtifacts{}
 	for _, d := range dirs {
 		abs, err := filepath.Abs(d)
 		if err != nil {
@@ -34,7 +38,7 @@ func newLocalArtifacts(dirs []string) (*localArtifacts, error) {
 }
 
 // locate splits p into a configured root and a path local to it.
-func (l *localArtifacts) locate(p string) (root, rel string, ok bool) {
+func (l *LegacyArtifacts) locate(p string) (root, rel string, ok bool) {
 	if p == "" || !filepath.IsAbs(p) {
 		return "", "", false
 	}
@@ -48,8 +52,8 @@ func (l *localArtifacts) locate(p string) (root, rel string, ok bool) {
 	return "", "", false
 }
 
-// Open implements templates.Config.LocalArtifact.
-func (l *localArtifacts) Open(_ context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
+// Open implements ports.LegacyArtifacts.
+func (l *LegacyArtifacts) Open(_ context.Context, a *core.Artifact) (io.ReadCloser, int64, error) {
 	if len(l.roots) == 0 {
 		return nil, 0, fmt.Errorf("no local artifact dir is configured (CUBE_MASTER_LOCAL_ARTIFACT_DIR): %w", core.ErrNotFound)
 	}
@@ -81,10 +85,10 @@ func (l *localArtifacts) Open(_ context.Context, a *core.Artifact) (io.ReadClose
 	return &rootFile{File: f, root: r}, st.Size(), nil
 }
 
-// Remove implements templates.Config.RemoveLocal. A path outside the roots
+// Remove implements ports.LegacyArtifacts. A path outside the roots
 // is left alone, and so is the copy of an artifact whose store is a
 // directory: its ext4_path may be the store's own object.
-func (l *localArtifacts) Remove(_ context.Context, a *core.Artifact) error {
+func (l *LegacyArtifacts) Remove(_ context.Context, a *core.Artifact) error {
 	if a.StorageBackend == "file" || a.StorageBackend == "local" || a.StorageBackend == "" {
 		return nil
 	}
