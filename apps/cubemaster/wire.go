@@ -142,7 +142,7 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		return cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
-			Reports: svc, Jobs: imageJobs{svc}, Migrations: migrations{svc}, Catalog: catalog{svc}, Artifacts: svc,
+			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			Metrics: do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 )
 
 // fakeMaster answers the public template routes with canned envelopes. Job
@@ -293,7 +295,7 @@ func TestJSONOutput(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		_, global := start(t)
 		r := runCLI(t, global, "tpl", "list", "--json")
-		var resp listResponse
+		var resp cubeview.ListResponse
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &resp) != nil || len(resp.Data) != 2 {
 			t.Fatalf("exit %d, stdout %q", r.code, r.stdout)
 		}
@@ -381,12 +383,12 @@ func TestUnreachableMaster(t *testing.T) {
 
 func TestProgressLine(t *testing.T) {
 	tests := []struct {
-		job  jobInfo
+		job  cubeview.JobInfo
 		want string
 	}{
-		{jobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024, PullTotalLayers: 3, PullCompletedLayers: 1, ExpectedNodeCount: 2},
+		{cubeview.JobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024, PullTotalLayers: 3, PullCompletedLayers: 1, ExpectedNodeCount: 2},
 			"RUNNING PULLING       50% [############------------] pull 1.0KiB/2.0KiB layers 1/3 distribution 0/2 ready, 0 failed"},
-		{jobInfo{Status: "READY", Progress: 140, ReadyNodeCount: 1, ExpectedNodeCount: 2, FailedNodeCount: 1},
+		{cubeview.JobInfo{Status: "READY", Progress: 140, ReadyNodeCount: 1, ExpectedNodeCount: 2, FailedNodeCount: 1},
 			"READY   -            100% [########################] distribution 1/2 ready, 1 failed"},
 	}
 	for _, tc := range tests {

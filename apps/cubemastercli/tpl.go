@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/spf13/cobra"
 )
 
@@ -37,7 +38,7 @@ func (w *waitFlags) register(cmd *cobra.Command, detach bool) {
 
 // submitted handles a freshly created job: prints it when detached, else
 // follows it through pollPath until it ends.
-func (a *app) submitted(cmd *cobra.Command, c *client, raw []byte, job *jobInfo, pollPath string, w waitFlags) error {
+func (a *app) submitted(cmd *cobra.Command, c *client, raw []byte, job *cubeview.JobInfo, pollPath string, w waitFlags) error {
 	if job == nil || job.JobID == "" {
 		return fmt.Errorf("the master answered without a job")
 	}
@@ -53,7 +54,7 @@ func (a *app) submitted(cmd *cobra.Command, c *client, raw []byte, job *jobInfo,
 
 func (a *app) createFromImageCmd() *cobra.Command {
 	var (
-		req   fromImageRequest
+		req   cubeview.FromImageRequest
 		ports []int32
 		w     waitFlags
 	)
@@ -75,7 +76,7 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp jobResponse
+			var resp cubeview.JobResponse
 			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, req, &resp)
 			if err != nil {
 				return err
@@ -112,7 +113,7 @@ func (a *app) statusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp jobResponse
+			var resp cubeview.JobResponse
 			raw, err := c.do(cmd.Context(), http.MethodGet, pathFromImage, url.Values{"job_id": {jobID}}, nil, &resp)
 			if err != nil {
 				return err
@@ -156,7 +157,7 @@ func (a *app) watchCmd() *cobra.Command {
 }
 
 func (a *app) redoCmd() *cobra.Command {
-	var req redoRequest
+	var req cubeview.RedoRequest
 	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "redo",
@@ -171,7 +172,7 @@ func (a *app) redoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp jobResponse
+			var resp cubeview.JobResponse
 			raw, err := c.do(cmd.Context(), http.MethodPost, pathRedo, nil, req, &resp)
 			if err != nil {
 				return err
@@ -187,7 +188,7 @@ func (a *app) redoCmd() *cobra.Command {
 }
 
 func (a *app) mergeCmd() *cobra.Command {
-	var req migrateRequest
+	var req cubeview.MigrateRequest
 	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "merge",
@@ -202,7 +203,7 @@ func (a *app) mergeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp jobResponse
+			var resp cubeview.JobResponse
 			raw, err := c.do(cmd.Context(), http.MethodPost, pathMigrate, nil, req, &resp)
 			if err != nil {
 				return err
@@ -232,7 +233,7 @@ func (a *app) listCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp listResponse
+			var resp cubeview.ListResponse
 			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate, nil, nil, &resp)
 			if err != nil {
 				return err
@@ -282,7 +283,7 @@ func (a *app) infoCmd() *cobra.Command {
 			if includeRequest {
 				q.Set("include_request", "true")
 			}
-			var resp templateResponse
+			var resp cubeview.TemplateResponse
 			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate, q, nil, &resp)
 			if err != nil {
 				return err
@@ -320,7 +321,8 @@ func (a *app) aliasCmd() *cobra.Command {
 				return err
 			}
 			path := pathTemplate + "/" + url.PathEscape(id) + "/alias"
-			raw, err := c.do(cmd.Context(), http.MethodPut, path, nil, aliasRequest{RequestID: newRequestID(), Alias: strings.TrimSpace(alias)}, nil)
+			trimmed := strings.TrimSpace(alias)
+			raw, err := c.do(cmd.Context(), http.MethodPut, path, nil, cubeview.AliasRequest{RequestID: newRequestID(), Alias: &trimmed}, nil)
 			if err != nil {
 				return err
 			}
@@ -356,7 +358,7 @@ func (a *app) deleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, deleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
+			raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, cubeview.DeleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
 			if err != nil {
 				return err
 			}
@@ -387,7 +389,7 @@ func (a *app) buildStatusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var resp buildStatusResponse
+			var resp cubeview.BuildStatus
 			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, &resp)
 			if err != nil {
 				return err

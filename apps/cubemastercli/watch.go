@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 )
 
 const (
@@ -18,13 +20,13 @@ const (
 	barWidth     = 24
 )
 
-func terminal(j *jobInfo) bool { return j.Status == statusReady || j.Status == statusFailed }
+func terminal(j *cubeview.JobInfo) bool { return j.Status == statusReady || j.Status == statusFailed }
 
 // follow polls pollPath?job_id= until the job is READY or FAILED. first,
 // when non-nil, is the job as submission returned it. On a TTY the progress
 // is one rewritten line; otherwise a plain line is printed per change.
 // --json prints only the last raw response.
-func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *jobInfo, w waitFlags) error {
+func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *cubeview.JobInfo, w waitFlags) error {
 	tty := !w.json && stdoutIsTerminal(a.out)
 	var (
 		job     = first
@@ -32,7 +34,7 @@ func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, fir
 		lastKey string
 		drawn   bool
 	)
-	show := func(j *jobInfo) {
+	show := func(j *cubeview.JobInfo) {
 		if w.json {
 			return
 		}
@@ -59,7 +61,7 @@ func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, fir
 				return fmt.Errorf("detached from job %s; follow it with: cubemastercli tpl watch --job-id %s", jobID, jobID)
 			}
 		}
-		var resp jobResponse
+		var resp cubeview.JobResponse
 		r, err := c.do(ctx, http.MethodGet, pollPath, url.Values{"job_id": {jobID}}, nil, &resp)
 		if err != nil {
 			if drawn {
@@ -106,7 +108,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // progressLine is the one-line job view: status, phase, progress with a
 // bar, pull bytes/layers when known and the distribution counts.
-func progressLine(j *jobInfo) string {
+func progressLine(j *cubeview.JobInfo) string {
 	p := min(max(j.Progress, 0), 100)
 	fill := p * barWidth / 100
 	var b strings.Builder
@@ -152,7 +154,7 @@ func kv(w io.Writer, k, v string) {
 }
 
 // printJob prints the job as key: value lines; empty fields are left out.
-func printJob(w io.Writer, j *jobInfo) {
+func printJob(w io.Writer, j *cubeview.JobInfo) {
 	kv(w, "job_id", j.JobID)
 	kv(w, "template_id", j.TemplateID)
 	if j.AttemptNo > 0 {
@@ -181,7 +183,7 @@ func printJob(w io.Writer, j *jobInfo) {
 	kv(w, "error", oneLine(j.ErrorMessage))
 }
 
-func printTemplate(w io.Writer, t *templateResponse) {
+func printTemplate(w io.Writer, t *cubeview.TemplateResponse) {
 	kv(w, "template_id", t.TemplateID)
 	kv(w, "alias", t.Alias)
 	kv(w, "status", t.Status)

@@ -75,7 +75,7 @@ func templateLockName(templateID string) string { return "tc_template_" + templa
 // the definition ends with the summary over all its replicas (READY,
 // PARTIALLY_READY or FAILED) and the joined node errors. A template that
 // failed on every node is returned with status FAILED and a nil error.
-func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest) (*TemplateInfo, error) {
+func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest) (*Template, error) {
 	tid := req.TemplateID
 	if err := core.ValidateTemplateID(tid); err != nil {
 		if errors.Is(err, core.ErrTemplateIDRequired) {
@@ -166,7 +166,7 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 		return nil, fmt.Errorf("create template %s: %w", tid, err)
 	}
 	s.log().Info("template created", "template", tid, "status", status, "nodes", len(targets))
-	return templateInfo(def, replicas), nil
+	return templateOf(def, replicas), nil
 }
 
 // clearForCreate applies the existence rules of a create: an active

@@ -34,7 +34,7 @@ func sandboxCreate(tid string, scope ...string) json.RawMessage {
 	return b
 }
 
-func (e *env) createTemplate(body json.RawMessage) (*control.TemplateInfo, error) {
+func (e *env) createTemplate(body json.RawMessage) (*control.Template, error) {
 	e.t.Helper()
 	req, err := control.ParseCreateTemplateRequest(body)
 	if err != nil {

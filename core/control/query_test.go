@@ -1,12 +1,15 @@
 package control_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 func TestAliasSetClearConflict(t *testing.T) {
@@ -93,7 +96,7 @@ func TestGetTemplateAndList(t *testing.T) {
 	eq(t, "replicas", len(info.Replicas), 1)
 	eq(t, "image info", info.ImageInfo, "registry.local/app:1@"+digestA)
 	var req map[string]any
-	if err := json.Unmarshal(info.CreateRequest, &req); err != nil {
+	if err := json.Unmarshal([]byte(info.CreateRequest), &req); err != nil {
 		t.Fatalf("create_request: %v", err)
 	}
 
@@ -115,42 +118,35 @@ func TestGetTemplateAndList(t *testing.T) {
 	if len(list) != 2 || list[0].TemplateID != "tpl-a" || list[1].TemplateID != "tpl-p" || list[1].Status != "PENDING" {
 		t.Errorf("ListTemplates = %+v", list)
 	}
-	if list[0].Replicas != nil || list[0].CreateRequest != nil {
+	if list[0].Replicas != nil || list[0].CreateRequest != "" {
 		t.Error("list carries replicas or requests")
 	}
 }
 
-func TestGetJobAndBuildStatus(t *testing.T) {
+func TestGetJobAndLiveProgress(t *testing.T) {
 	e := newEnv(t, "node-1")
 	_, err := e.svc.GetJob(e.ctx, "job-unknown")
 	wantErrIs(t, err, core.ErrNotFound)
-	_, err = e.svc.GetBuildStatus(e.ctx, "job-unknown")
+	_, err = e.svc.GetLiveJob(e.ctx, "job-unknown")
 	wantErrIs(t, err, core.ErrNotFound)
 	_, err = e.svc.GetJob(e.ctx, "")
 	wantErrIs(t, err, core.ErrInvalidArgument)
 
 	job := e.create(request("tpl-a"))
-	bs, err := e.svc.GetBuildStatus(e.ctx, job.JobID)
+	live := core.PullProgress{TotalBytes: 2048, DownloadedBytes: 1024, TotalLayers: 2, CompletedLayers: 1}
+	e.svc.Progress = &portsmock.ProgressSinkMock{GetFunc: func(context.Context, string) (ports.LiveProgress, bool, error) {
+		return ports.LiveProgress{Phase: core.PhasePulling, Progress: 20, Pull: live}, true, nil
+	}}
+	got, err := e.svc.GetLiveJob(e.ctx, job.JobID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "building", bs.Status, "building")
-	eq(t, "message", bs.Message, "PULLING")
+	eq(t, "live pull bytes", got.Pull.DownloadedBytes, int64(1024))
+	eq(t, "status", got.Status, core.JobPending)
+	e.svc.Progress = nil
 	e.build(job.JobID, fpA)
 	e.wait()
-	bs, _ = e.svc.GetBuildStatus(e.ctx, job.JobID)
-	eq(t, "ready", bs.Status, "ready")
-	eq(t, "progress", bs.Progress, 100)
-
-	info, err := e.svc.GetJobInfo(e.ctx, job.JobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Artifact == nil || info.Artifact.Ext4SHA256 != shaExt4 || info.Artifact.MasterNodeIP != baseURL {
-		t.Errorf("job info artifact = %+v", info.Artifact)
-	}
-	b, _ := json.Marshal(info)
-	if strings.Contains(string(b), "tok-") {
-		t.Errorf("job info leaks the download token: %s", b)
-	}
+	got, _ = e.svc.GetLiveJob(e.ctx, job.JobID)
+	eq(t, "ready", got.Status, core.JobReady)
+	eq(t, "progress", got.Progress, 100)
 }

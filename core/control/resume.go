@@ -341,6 +341,38 @@ func (s *Service) dropProgress(ctx context.Context, jobID string) {
 	}
 }
 
+// resultTemplate is the stored shape of a finished job's result_json
+// (upstream's TemplateInfo JSON); it is persisted, so its keys never change.
+type resultTemplate struct {
+	TemplateID        string          `json:"template_id"`
+	InstanceType      string          `json:"instance_type,omitempty"`
+	Version           string          `json:"version,omitempty"`
+	Status            string          `json:"status"`
+	Alias             string          `json:"alias,omitempty"`
+	LastError         string          `json:"last_error,omitempty"`
+	CreatedAt         string          `json:"created_at,omitempty"` // RFC 3339, UTC
+	ImageInfo         string          `json:"image_info,omitempty"`
+	JobID             string          `json:"job_id,omitempty"`
+	ArtifactID        string          `json:"artifact_id,omitempty"`
+	Replicas          []resultReplica `json:"replicas,omitempty"`
+	RemoteBuildReport json.RawMessage `json:"remote_build_report,omitempty"`
+}
+
+type resultReplica struct {
+	NodeID          string `json:"node_id"`
+	NodeIP          string `json:"node_ip"`
+	InstanceType    string `json:"instance_type,omitempty"`
+	Spec            string `json:"spec,omitempty"`
+	SnapshotPath    string `json:"snapshot_path,omitempty"`
+	Status          string `json:"status"`
+	Phase           string `json:"phase,omitempty"`
+	ArtifactID      string `json:"artifact_id,omitempty"`
+	LastJobID       string `json:"last_job_id,omitempty"`
+	LastErrorPhase  string `json:"last_error_phase,omitempty"`
+	CleanupRequired bool   `json:"cleanup_required,omitempty"`
+	ErrorMessage    string `json:"error_message,omitempty"`
+}
+
 // resultJSON is the job's result_json: the template as it ended up, plus
 // the data plane's BUILT report (kept in result_json while BUILT) under
 // remote_build_report.
@@ -349,13 +381,23 @@ func (s *Service) resultJSON(ctx context.Context, job *core.Job, def *core.Defin
 	if err != nil {
 		return "", err
 	}
-	info := templateInfo(def, replicas)
-	info.JobID = job.JobID
-	info.ImageInfo = ComposeImageInfo(job.SourceImageRef, job.SourceImageDigest)
-	out := struct {
-		*TemplateInfo
-		RemoteBuildReport json.RawMessage `json:"remote_build_report,omitempty"`
-	}{TemplateInfo: info}
+	out := resultTemplate{
+		TemplateID: def.TemplateID, InstanceType: def.InstanceType, Version: def.Version,
+		Status: string(def.Status), Alias: def.Alias, LastError: def.LastError,
+		ArtifactID: def.RootfsArtifactID, JobID: job.JobID,
+		ImageInfo: ComposeImageInfo(job.SourceImageRef, job.SourceImageDigest),
+	}
+	if !def.CreatedAt.IsZero() {
+		out.CreatedAt = def.CreatedAt.UTC().Format(time.RFC3339)
+	}
+	for _, r := range replicas {
+		out.Replicas = append(out.Replicas, resultReplica{
+			NodeID: r.NodeID, NodeIP: r.NodeIP, InstanceType: r.InstanceType, Spec: r.Spec,
+			SnapshotPath: r.SnapshotPath, Status: string(r.Status), Phase: string(r.Phase),
+			ArtifactID: r.ArtifactID, LastJobID: r.LastJobID, LastErrorPhase: r.LastErrorPhase,
+			CleanupRequired: r.CleanupRequired, ErrorMessage: r.ErrorMessage,
+		})
+	}
 	if r := strings.TrimSpace(cur.ResultJSON); r != "" && json.Valid([]byte(r)) {
 		out.RemoteBuildReport = json.RawMessage(r)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -29,38 +30,40 @@ type StatusReports interface {
 	HandleStatusReport(ctx context.Context, jobID string, r ports.StatusReport) (applied bool, err error)
 }
 
-// ImageJobs serves create-from-image, redo and job reads. baseURL is the
-// download base URL for artifacts built for this request.
+// ImageJobs serves create-from-image, redo and job reads (implemented by
+// *control.Service). baseURL is the download base URL for artifacts built
+// for this request.
 type ImageJobs interface {
-	CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*JobView, error)
-	GetImageJob(ctx context.Context, jobID string) (*JobView, error)
-	Redo(ctx context.Context, req RedoRequest, baseURL string) (*JobView, error)
-	// BuildStatus returns the job a build id names.
-	BuildStatus(ctx context.Context, buildID string) (*core.Job, error)
+	CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*core.Job, error)
+	// GetLiveJob returns the job with its live pull counters.
+	GetLiveJob(ctx context.Context, jobID string) (*core.Job, error)
+	Redo(ctx context.Context, req control.RedoRequest) (*core.Job, error)
+	// GetJob returns the job a build id names.
+	GetJob(ctx context.Context, jobID string) (*core.Job, error)
 }
 
 // Migrations serves migrate (tpl merge) jobs.
 type Migrations interface {
-	Migrate(ctx context.Context, req MigrateRequest) (*JobView, error)
-	GetMigrateJob(ctx context.Context, jobID string) (*JobView, error)
+	Migrate(ctx context.Context, req control.MigrateRequest) (*core.Job, error)
+	GetMigrateJob(ctx context.Context, jobID string) (*core.Job, error)
 }
 
 // Catalog serves template creation, reads, deletion and aliases.
 type Catalog interface {
 	// CreateTemplate creates a template from a sandbox create request
-	// (the raw body of POST /cube/template) and returns it once every
-	// target node has snapshotted it (or failed to).
-	CreateTemplate(ctx context.Context, body json.RawMessage) (*TemplateDetail, error)
-	ListTemplates(ctx context.Context) ([]TemplateSummary, error)
-	GetTemplate(ctx context.Context, templateID string, includeRequest bool) (*TemplateDetail, error)
-	DeleteTemplate(ctx context.Context, req DeleteRequest) error
-	// SetAlias binds alias to the template; "" clears it.
-	SetAlias(ctx context.Context, templateID, alias string) error
+	// and returns it once every target node has snapshotted it (or
+	// failed to).
+	CreateTemplate(ctx context.Context, req control.CreateTemplateRequest) (*control.Template, error)
+	ListTemplates(ctx context.Context) ([]control.Template, error)
+	GetTemplate(ctx context.Context, templateID string) (*control.Template, error)
+	Delete(ctx context.Context, templateID, instanceType string) error
+	// SetAlias binds alias to the template; nil or "" clears it.
+	SetAlias(ctx context.Context, templateID string, alias *string) (*core.Definition, error)
 	// ResolveTemplate turns a template id or alias into the template a
 	// sandbox create would use: core.ErrNotFound when neither names one,
 	// core.ErrTemplateNotReady when it has no READY replica on a healthy
 	// node.
-	ResolveTemplate(ctx context.Context, idOrAlias string) (*ResolvedTemplate, error)
+	ResolveTemplate(ctx context.Context, idOrAlias string) (*core.Definition, error)
 }
 
 // Artifacts reads artifact rows.

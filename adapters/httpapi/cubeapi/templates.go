@@ -8,8 +8,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 var (
@@ -23,7 +25,27 @@ func required(field string) error { return &core.FieldError{Field: field, Reason
 
 type jobResponse struct {
 	envelope.Response
-	Job *jobInfo `json:"job,omitempty"`
+	cubeview.JobResponse
+}
+
+// jobAnswer writes job (with its artifact row, if it has one) or the error.
+func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID string, job *core.Job, err error) {
+	if err != nil {
+		s.fail(w, r, requestID, err)
+		return
+	}
+	var art *core.Artifact
+	if job.ArtifactID != "" && s.cfg.Artifacts != nil {
+		a, aerr := s.cfg.Artifacts.GetArtifact(r.Context(), job.ArtifactID)
+		switch {
+		case aerr == nil:
+			art = a
+		case !errors.Is(aerr, core.ErrNotFound):
+			s.fail(w, r, requestID, aerr)
+			return
+		}
+	}
+	envelope.Write(w, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
 }
 
 // decode reads a JSON body; on failure it answers the envelope itself.
@@ -55,24 +77,20 @@ func (s *server) baseURL(r *http.Request) string {
 
 // createFromImage is POST /cube/template/from-image.
 func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
-	var req core.FromImageRequest
-	if !s.decode(w, r, &req) {
+	var body cubeview.FromImageRequest
+	if !s.decode(w, r, &body) {
 		return
 	}
-	if req.RequestID == "" {
+	if body.RequestID == "" {
 		s.fail(w, r, "", required("requestID"))
 		return
 	}
 	if s.cfg.Jobs == nil {
-		s.fail(w, r, req.RequestID, errJobsOff)
+		s.fail(w, r, body.RequestID, errJobsOff)
 		return
 	}
-	v, err := s.cfg.Jobs.CreateFromImage(r.Context(), &req, s.baseURL(r))
-	if err != nil {
-		s.fail(w, r, req.RequestID, err)
-		return
-	}
-	envelope.Write(w, jobResponse{Response: envelope.OK(req.RequestID), Job: newJobInfo(v)})
+	job, err := s.cfg.Jobs.CreateFromImage(r.Context(), body.Request(), s.baseURL(r))
+	s.jobAnswer(w, r, body.RequestID, job, err)
 }
 
 // getImageJob is GET /cube/template/from-image?job_id=J.
@@ -84,18 +102,14 @@ func (s *server) getImageJob(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Jobs == nil:
 		s.fail(w, r, "", errJobsOff)
 	default:
-		v, err := s.cfg.Jobs.GetImageJob(r.Context(), jobID)
-		if err != nil {
-			s.fail(w, r, "", err)
-			return
-		}
-		envelope.Write(w, jobResponse{Response: envelope.OK(""), Job: newJobInfo(v)})
+		job, err := s.cfg.Jobs.GetLiveJob(r.Context(), jobID)
+		s.jobAnswer(w, r, "", job, err)
 	}
 }
 
 // redo is POST /cube/template/redo.
 func (s *server) redo(w http.ResponseWriter, r *http.Request) {
-	var req RedoRequest
+	var req cubeview.RedoRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
@@ -107,18 +121,17 @@ func (s *server) redo(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Jobs == nil:
 		s.fail(w, r, req.RequestID, errJobsOff)
 	default:
-		v, err := s.cfg.Jobs.Redo(r.Context(), req, s.baseURL(r))
-		if err != nil {
-			s.fail(w, r, req.RequestID, err)
-			return
-		}
-		envelope.Write(w, jobResponse{Response: envelope.OK(req.RequestID), Job: newJobInfo(v)})
+		job, err := s.cfg.Jobs.Redo(r.Context(), control.RedoRequest{
+			RequestID: req.RequestID, TemplateID: req.TemplateID, DistributionScope: req.DistributionScope,
+			FailedOnly: req.FailedOnly, DownloadBaseURL: s.baseURL(r),
+		})
+		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
 }
 
 // migrate is POST /cube/template/migrate.
 func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
-	var req MigrateRequest
+	var req cubeview.MigrateRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
@@ -128,12 +141,8 @@ func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Migrations == nil:
 		s.fail(w, r, req.RequestID, errMigrationsOff)
 	default:
-		v, err := s.cfg.Migrations.Migrate(r.Context(), req)
-		if err != nil {
-			s.fail(w, r, req.RequestID, err)
-			return
-		}
-		envelope.Write(w, jobResponse{Response: envelope.OK(req.RequestID), Job: newJobInfo(v)})
+		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: req.TemplateID})
+		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
 }
 
@@ -146,25 +155,19 @@ func (s *server) getMigrateJob(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Migrations == nil:
 		s.fail(w, r, "", errMigrationsOff)
 	default:
-		v, err := s.cfg.Migrations.GetMigrateJob(r.Context(), jobID)
-		if err != nil {
-			s.fail(w, r, "", err)
-			return
-		}
-		envelope.Write(w, jobResponse{Response: envelope.OK(""), Job: newJobInfo(v)})
+		job, err := s.cfg.Migrations.GetMigrateJob(r.Context(), jobID)
+		s.jobAnswer(w, r, "", job, err)
 	}
 }
 
 type listResponse struct {
 	envelope.Response
-	Data []templateItem `json:"data"`
+	cubeview.ListResponse
 }
 
 type templateResponse struct {
 	envelope.Response
-	templateItem
-	Replicas      []replicaInfo `json:"replicas"`
-	CreateRequest any           `json:"create_request,omitempty"`
+	cubeview.TemplateResponse
 }
 
 // createTemplate is POST /cube/template: a sandbox create request whose
@@ -183,13 +186,17 @@ func (s *server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, head.RequestID, errCatalogOff)
 		return
 	}
-	d, err := s.cfg.Catalog.CreateTemplate(r.Context(), body)
+	req, err := control.ParseCreateTemplateRequest(body)
 	if err != nil {
 		s.fail(w, r, head.RequestID, err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(head.RequestID), templateItem: newTemplateItem(d.TemplateSummary),
-		Replicas: newReplicaInfos(d.Replicas)})
+	t, err := s.cfg.Catalog.CreateTemplate(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, head.RequestID, err)
+		return
+	}
+	envelope.Write(w, templateResponse{Response: envelope.OK(head.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 // getTemplates is GET /cube/template: the list, or one template with
@@ -207,29 +214,25 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, "", err)
 			return
 		}
-		items := make([]templateItem, 0, len(list))
-		for _, t := range list {
-			items = append(items, newTemplateItem(t))
+		items := make([]cubeview.TemplateItem, 0, len(list))
+		for i := range list {
+			items = append(items, cubeview.NewTemplateItem(&list[i]))
 		}
-		envelope.Write(w, listResponse{Response: envelope.OK(""), Data: items})
+		envelope.Write(w, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
 		return
 	}
 	inc := q.Get("include_request")
-	d, err := s.cfg.Catalog.GetTemplate(r.Context(), id, inc == "true" || inc == "1")
+	t, err := s.cfg.Catalog.GetTemplate(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(""), templateItem: newTemplateItem(d.TemplateSummary),
-		Replicas: newReplicaInfos(d.Replicas), CreateRequest: rawOrString(d.CreateRequest)})
+	envelope.Write(w, templateResponse{Response: envelope.OK(""), TemplateResponse: cubeview.NewTemplateResponse(t, inc == "true" || inc == "1")})
 }
 
 type resolveResponse struct {
 	envelope.Response
-	TemplateID    string `json:"template_id"`
-	Alias         string `json:"alias,omitempty"`
-	Status        string `json:"status,omitempty"`
-	CreateRequest any    `json:"create_request,omitempty"`
+	cubeview.ResolveResponse
 }
 
 // resolveTemplate is GET /cube/template/resolve?template=<id-or-alias>: the
@@ -243,24 +246,24 @@ func (s *server) resolveTemplate(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Catalog == nil:
 		s.fail(w, r, "", errCatalogOff)
 	default:
-		t, err := s.cfg.Catalog.ResolveTemplate(r.Context(), key)
+		d, err := s.cfg.Catalog.ResolveTemplate(r.Context(), key)
 		if err != nil {
 			s.fail(w, r, "", err)
 			return
 		}
-		envelope.Write(w, resolveResponse{Response: envelope.OK(""), TemplateID: t.TemplateID, Alias: t.Alias,
-			Status: t.Status, CreateRequest: rawOrString(t.CreateRequest)})
+		envelope.Write(w, resolveResponse{Response: envelope.OK(""), ResolveResponse: cubeview.ResolveResponse{
+			TemplateID: d.TemplateID, Alias: d.Alias, Status: string(d.Status), CreateRequest: cubeview.RawOrString(d.RequestJSON)}})
 	}
 }
 
 type deleteResponse struct {
 	envelope.Response
-	TemplateID string `json:"template_id"`
+	cubeview.DeleteResponse
 }
 
 // deleteTemplate is DELETE /cube/template.
 func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	var req DeleteRequest
+	var req cubeview.DeleteRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
@@ -270,18 +273,17 @@ func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Catalog == nil:
 		s.fail(w, r, req.RequestID, errCatalogOff)
 	default:
-		if err := s.cfg.Catalog.DeleteTemplate(r.Context(), req); err != nil {
+		if err := s.cfg.Catalog.Delete(r.Context(), req.TemplateID, req.InstanceType); err != nil {
 			s.fail(w, r, req.RequestID, err)
 			return
 		}
-		envelope.Write(w, deleteResponse{Response: envelope.OK(req.RequestID), TemplateID: req.TemplateID})
+		envelope.Write(w, deleteResponse{Response: envelope.OK(req.RequestID), DeleteResponse: cubeview.DeleteResponse{TemplateID: req.TemplateID}})
 	}
 }
 
 type aliasResponse struct {
 	envelope.Response
-	TemplateID string `json:"template_id"`
-	Alias      string `json:"alias"`
+	cubeview.AliasResponse
 }
 
 // setAlias is PUT /cube/template/{template_id}/alias with {"alias": ...};
@@ -289,10 +291,7 @@ type aliasResponse struct {
 // also a clear.
 func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "template_id")
-	var req struct {
-		RequestID string  `json:"requestID"`
-		Alias     *string `json:"alias"`
-	}
+	var req cubeview.AliasRequest
 	if r.ContentLength != 0 && !s.decode(w, r, &req) {
 		return
 	}
@@ -304,22 +303,16 @@ func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, errCatalogOff)
 		return
 	}
-	if err := s.cfg.Catalog.SetAlias(r.Context(), id, alias); err != nil {
+	if _, err := s.cfg.Catalog.SetAlias(r.Context(), id, &alias); err != nil {
 		s.fail(w, r, req.RequestID, err)
 		return
 	}
-	envelope.Write(w, aliasResponse{Response: envelope.OK(req.RequestID), TemplateID: id, Alias: alias})
+	envelope.Write(w, aliasResponse{Response: envelope.OK(req.RequestID), AliasResponse: cubeview.AliasResponse{TemplateID: id, Alias: alias}})
 }
 
 type buildStatusResponse struct {
 	envelope.Response
-	BuildID      string `json:"build_id"`
-	TemplateID   string `json:"template_id"`
-	AttemptNo    int    `json:"attempt_no"`
-	RetryOfJobID string `json:"retry_of_job_id,omitempty"`
-	Status       string `json:"status"`
-	Progress     int    `json:"progress"`
-	Message      string `json:"message"`
+	cubeview.BuildStatus
 }
 
 // buildStatus is GET /cube/template/build/{build_id}/status.
@@ -329,26 +322,17 @@ func (s *server) buildStatus(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", errJobsOff)
 		return
 	}
-	j, err := s.cfg.Jobs.BuildStatus(r.Context(), id)
+	j, err := s.cfg.Jobs.GetJob(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
 	}
-	msg := j.ErrorMessage
-	if msg == "" {
-		msg = string(j.Phase)
-	}
-	envelope.Write(w, buildStatusResponse{Response: envelope.OK(""), BuildID: id, TemplateID: j.TemplateID,
-		AttemptNo: j.AttemptNo, RetryOfJobID: j.RetryOfJobID, Status: buildState(j.Status), Progress: j.Progress, Message: msg})
+	envelope.Write(w, buildStatusResponse{Response: envelope.OK(""), BuildStatus: cubeview.NewBuildStatus(id, j)})
 }
 
 type rootfsResponse struct {
 	envelope.Response
-	Job struct {
-		ArtifactID     string        `json:"artifact_id"`
-		ArtifactStatus string        `json:"artifact_status"`
-		Artifact       *artifactInfo `json:"artifact"`
-	} `json:"job"`
+	cubeview.RootfsArtifactResponse
 }
 
 // rootfsArtifact is GET /cube/rootfs-artifact?artifact_id=A.
@@ -366,7 +350,7 @@ func (s *server) rootfsArtifact(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp := rootfsResponse{Response: envelope.OK("")}
-		resp.Job.ArtifactID, resp.Job.ArtifactStatus, resp.Job.Artifact = a.ArtifactID, string(a.Status), newArtifactInfo(a)
+		resp.Job.ArtifactID, resp.Job.ArtifactStatus, resp.Job.Artifact = a.ArtifactID, string(a.Status), cubeview.NewArtifactInfo(a)
 		envelope.Write(w, resp)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 func TestPublicRoutes(t *testing.T) {
@@ -64,7 +65,7 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "job unknown is 130404", method: "GET", target: PathFromImage + "?job_id=x", err: fmt.Errorf("job x: %w", core.ErrNotFound), wantCode: 130404, wantCall: "GetImageJob"},
 		{name: "redo", method: "POST", target: PathRedo, body: `{"requestID":"r","template_id":"tpl-1","failed_only":true,"distribution_scope":["n1"]}`,
 			wantCode: 200, wantCall: "Redo", check: func(t *testing.T, _ map[string]any, svc *services) {
-				if req := svc.last.(RedoRequest); !req.FailedOnly || req.DistributionScope[0] != "n1" {
+				if req := svc.last.(control.RedoRequest); !req.FailedOnly || req.DistributionScope[0] != "n1" {
 					t.Fatalf("redo %+v", req)
 				}
 			}},
@@ -83,7 +84,7 @@ func TestPublicRoutes(t *testing.T) {
 			}},
 		{name: "get one", method: "GET", target: PathTemplate + "?template_id=tpl-1", wantCode: 200, wantCall: "GetTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
-				if svc.last != "tpl-1false" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" {
+				if svc.last != "tpl-1" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" {
 					t.Fatalf("body %v", b)
 				}
 			}},

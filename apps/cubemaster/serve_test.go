@@ -4,9 +4,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 func TestDownloadBaseURL(t *testing.T) {
@@ -34,15 +31,5 @@ func TestDownloadBaseURL(t *testing.T) {
 		if _, err := downloadBaseURL(bad, ":8089", bound); err == nil || !strings.Contains(err.Error(), "CUBE_MASTER_DOWNLOAD_BASE_URL") {
 			t.Errorf("downloadBaseURL(%q) err = %v, want one naming the variable", bad, err)
 		}
-	}
-}
-
-func TestSummaryKeepsCreatedAt(t *testing.T) {
-	s := summary(&control.TemplateInfo{TemplateID: "t", Status: "READY", CreatedAt: "2026-01-02T03:04:05Z", ImageInfo: "r@sha256:x"})
-	if !s.CreatedAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || s.ImageInfo != "r@sha256:x" || s.Status != "READY" {
-		t.Fatalf("summary = %+v", s)
-	}
-	if s := summary(&control.TemplateInfo{TemplateID: "t"}); !s.CreatedAt.IsZero() {
-		t.Fatalf("empty created_at gave %v", s.CreatedAt)
 	}
 }

@@ -1,80 +1,15 @@
-package cubeapi
+package cubeview
 
 import (
 	"encoding/json"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
-// JobView is a job with its artifact row, if it has one.
-type JobView struct {
-	Job      *core.Job
-	Artifact *core.Artifact
-}
-
-// TemplateSummary is one template in a listing. Templates that have no
-// definition yet (in-flight first builds) are summarised from their latest
-// job by the service.
-type TemplateSummary struct {
-	TemplateID   string
-	InstanceType string
-	Version      string
-	Status       string
-	LastError    string
-	Alias        string
-	CreatedAt    time.Time
-	// ImageInfo is "ref@sha256:..." of the source image.
-	ImageInfo string
-}
-
-// TemplateDetail is one template with its replicas.
-type TemplateDetail struct {
-	TemplateSummary
-	Replicas []*core.Replica
-	// CreateRequest is the stored sandbox create request (JSON), filled
-	// only when include_request was asked for.
-	CreateRequest string
-}
-
-// ResolvedTemplate is the template an id or alias resolves to.
-type ResolvedTemplate struct {
-	TemplateID string
-	Alias      string
-	Status     string
-	// CreateRequest is the stored sandbox create request (JSON).
-	CreateRequest string
-}
-
-// RedoRequest is the body of POST /cube/template/redo.
-type RedoRequest struct {
-	RequestID         string   `json:"requestID"`
-	TemplateID        string   `json:"template_id"`
-	DistributionScope []string `json:"distribution_scope,omitempty"`
-	FailedOnly        bool     `json:"failed_only,omitempty"`
-	Wait              bool     `json:"wait,omitempty"` // ignored, as upstream
-}
-
-// MigrateRequest is the body of POST /cube/template/migrate (tpl merge).
-type MigrateRequest struct {
-	RequestID  string `json:"requestID"`
-	TemplateID string `json:"template_id"`
-	// Backend is the target store kind ("s3"); empty means the configured
-	// default.
-	Backend string `json:"backend,omitempty"`
-}
-
-// DeleteRequest is the body of DELETE /cube/template. Upstream spells the
-// request id "RequestID" here (encoding/json also accepts "requestID").
-type DeleteRequest struct {
-	RequestID    string `json:"RequestID"`
-	TemplateID   string `json:"template_id"`
-	InstanceType string `json:"instance_type,omitempty"`
-	Sync         bool   `json:"sync,omitempty"` // ignored, as upstream
-}
-
-// jobInfo is upstream's TemplateImageJobInfo; every field is omitempty.
-type jobInfo struct {
+// JobInfo is upstream's TemplateImageJobInfo; every field is omitempty.
+type JobInfo struct {
 	JobID                   string        `json:"job_id,omitempty"`
 	TemplateID              string        `json:"template_id,omitempty"`
 	AttemptNo               int           `json:"attempt_no,omitempty"`
@@ -99,12 +34,12 @@ type jobInfo struct {
 	PullTotalLayers         int           `json:"pull_total_layers,omitempty"`
 	PullCompletedLayers     int           `json:"pull_completed_layers,omitempty"`
 	PullSpeedBPS            int64         `json:"pull_speed_bps,omitempty"`
-	Artifact                *artifactInfo `json:"artifact,omitempty"`
+	Artifact                *ArtifactInfo `json:"artifact,omitempty"`
 }
 
-// artifactInfo is upstream's RootfsArtifactInfo. The download token is never
-// shown.
-type artifactInfo struct {
+// ArtifactInfo is upstream's RootfsArtifactInfo. The download token is
+// never shown.
+type ArtifactInfo struct {
 	ArtifactID              string `json:"artifact_id,omitempty"`
 	TemplateSpecFingerprint string `json:"template_spec_fingerprint,omitempty"`
 	SourceImageRef          string `json:"source_image_ref,omitempty"`
@@ -121,12 +56,12 @@ type artifactInfo struct {
 	ObjectKey               string `json:"object_key,omitempty"`
 }
 
-func newJobInfo(v *JobView) *jobInfo {
-	if v == nil || v.Job == nil {
+// NewJobInfo is the view of a job and, if known, its artifact.
+func NewJobInfo(j *core.Job, a *core.Artifact) *JobInfo {
+	if j == nil {
 		return nil
 	}
-	j := v.Job
-	return &jobInfo{
+	return &JobInfo{
 		JobID: j.JobID, TemplateID: j.TemplateID, AttemptNo: j.AttemptNo, RetryOfJobID: j.RetryOfJobID,
 		Operation: string(j.Operation), RedoMode: string(j.RedoMode), RedoScope: j.RedoScope,
 		ResumePhase: string(j.ResumePhase), ArtifactID: j.ArtifactID, TemplateSpecFingerprint: j.Fingerprint,
@@ -135,15 +70,16 @@ func newJobInfo(v *JobView) *jobInfo {
 		TemplateStatus: j.TemplateStatus, ArtifactStatus: j.ArtifactStatus,
 		PullTotalBytes: j.Pull.TotalBytes, PullDownloadedBytes: j.Pull.DownloadedBytes, PullTotalLayers: j.Pull.TotalLayers,
 		PullCompletedLayers: j.Pull.CompletedLayers, PullSpeedBPS: j.Pull.SpeedBPS,
-		Artifact: newArtifactInfo(v.Artifact),
+		Artifact: NewArtifactInfo(a),
 	}
 }
 
-func newArtifactInfo(a *core.Artifact) *artifactInfo {
+// NewArtifactInfo is the view of an artifact row (nil for nil).
+func NewArtifactInfo(a *core.Artifact) *ArtifactInfo {
 	if a == nil {
 		return nil
 	}
-	return &artifactInfo{
+	return &ArtifactInfo{
 		ArtifactID: a.ArtifactID, TemplateSpecFingerprint: a.Fingerprint, SourceImageRef: a.SourceImageRef,
 		SourceImageDigest: a.SourceImageDigest, MasterNodeID: a.MasterNodeID, MasterNodeIP: a.DownloadBaseURL,
 		Ext4Path: a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
@@ -152,7 +88,13 @@ func newArtifactInfo(a *core.Artifact) *artifactInfo {
 	}
 }
 
-type templateItem struct {
+// JobResponse is what the job routes answer beside the envelope.
+type JobResponse struct {
+	Job *JobInfo `json:"job,omitempty"`
+}
+
+// TemplateItem is one template in a listing.
+type TemplateItem struct {
 	TemplateID   string `json:"template_id"`
 	InstanceType string `json:"instance_type,omitempty"`
 	Version      string `json:"version,omitempty"`
@@ -163,16 +105,23 @@ type templateItem struct {
 	ImageInfo    string `json:"image_info,omitempty"`
 }
 
-func newTemplateItem(s TemplateSummary) templateItem {
-	it := templateItem{TemplateID: s.TemplateID, InstanceType: s.InstanceType, Version: s.Version, Status: s.Status,
-		LastError: s.LastError, Alias: s.Alias, ImageInfo: s.ImageInfo}
-	if !s.CreatedAt.IsZero() {
-		it.CreatedAt = s.CreatedAt.UTC().Format(time.RFC3339)
+// NewTemplateItem is the listing view of a template.
+func NewTemplateItem(t *control.Template) TemplateItem {
+	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
+		LastError: t.LastError, Alias: t.Alias, ImageInfo: t.ImageInfo}
+	if !t.CreatedAt.IsZero() {
+		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
 	return it
 }
 
-type replicaInfo struct {
+// ListResponse is GET /cube/template without a template id.
+type ListResponse struct {
+	Data []TemplateItem `json:"data"`
+}
+
+// ReplicaInfo is one node's copy of a template.
+type ReplicaInfo struct {
 	NodeID          string `json:"node_id"`
 	NodeIP          string `json:"node_ip,omitempty"`
 	InstanceType    string `json:"instance_type,omitempty"`
@@ -187,19 +136,97 @@ type replicaInfo struct {
 	CleanupRequired bool   `json:"cleanup_required,omitempty"`
 }
 
-func newReplicaInfos(rs []*core.Replica) []replicaInfo {
-	out := make([]replicaInfo, 0, len(rs))
+// NewReplicaInfos is the view of a template's replicas (never nil).
+func NewReplicaInfos(rs []*core.Replica) []ReplicaInfo {
+	out := make([]ReplicaInfo, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, replicaInfo{NodeID: r.NodeID, NodeIP: r.NodeIP, InstanceType: r.InstanceType, Spec: r.Spec,
+		out = append(out, ReplicaInfo{NodeID: r.NodeID, NodeIP: r.NodeIP, InstanceType: r.InstanceType, Spec: r.Spec,
 			SnapshotPath: r.SnapshotPath, Status: string(r.Status), Phase: string(r.Phase), ArtifactID: r.ArtifactID,
 			LastJobID: r.LastJobID, LastErrorPhase: r.LastErrorPhase, ErrorMessage: r.ErrorMessage, CleanupRequired: r.CleanupRequired})
 	}
 	return out
 }
 
-// rawOrString returns stored JSON as an embedded object, or as a string if
-// it is not valid JSON (legacy rows).
-func rawOrString(s string) any {
+// TemplateResponse is one template with its replicas (GET /cube/template
+// with a template id, POST /cube/template). CreateRequest is set only when
+// asked for.
+type TemplateResponse struct {
+	TemplateItem
+	Replicas      []ReplicaInfo `json:"replicas"`
+	CreateRequest any           `json:"create_request,omitempty"`
+}
+
+// NewTemplateResponse is the detail view of t; withRequest adds its stored
+// create request.
+func NewTemplateResponse(t *control.Template, withRequest bool) TemplateResponse {
+	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas)}
+	if withRequest {
+		out.CreateRequest = RawOrString(t.CreateRequest)
+	}
+	return out
+}
+
+// ResolveResponse is GET /cube/template/resolve.
+type ResolveResponse struct {
+	TemplateID    string `json:"template_id"`
+	Alias         string `json:"alias,omitempty"`
+	Status        string `json:"status,omitempty"`
+	CreateRequest any    `json:"create_request,omitempty"`
+}
+
+// DeleteResponse is DELETE /cube/template.
+type DeleteResponse struct {
+	TemplateID string `json:"template_id"`
+}
+
+// AliasResponse is PUT /cube/template/{template_id}/alias.
+type AliasResponse struct {
+	TemplateID string `json:"template_id"`
+	Alias      string `json:"alias"`
+}
+
+// BuildStatus is GET /cube/template/build/{build_id}/status. Status is
+// "building", "ready" or "error"; Message the job's error, else its phase.
+type BuildStatus struct {
+	BuildID      string `json:"build_id"`
+	TemplateID   string `json:"template_id"`
+	AttemptNo    int    `json:"attempt_no"`
+	RetryOfJobID string `json:"retry_of_job_id,omitempty"`
+	Status       string `json:"status"`
+	Progress     int    `json:"progress"`
+	Message      string `json:"message"`
+}
+
+// NewBuildStatus is the build-status view of a job (upstream
+// handleTemplateBuildStatusAction).
+func NewBuildStatus(buildID string, j *core.Job) BuildStatus {
+	msg := j.ErrorMessage
+	if msg == "" {
+		msg = string(j.Phase)
+	}
+	st := "building"
+	switch j.Status {
+	case core.JobReady:
+		st = "ready"
+	case core.JobFailed:
+		st = "error"
+	}
+	return BuildStatus{BuildID: buildID, TemplateID: j.TemplateID, AttemptNo: j.AttemptNo, RetryOfJobID: j.RetryOfJobID,
+		Status: st, Progress: j.Progress, Message: msg}
+}
+
+// RootfsArtifactResponse is GET /cube/rootfs-artifact.
+type RootfsArtifactResponse struct {
+	Job struct {
+		ArtifactID     string        `json:"artifact_id"`
+		ArtifactStatus string        `json:"artifact_status"`
+		Artifact       *ArtifactInfo `json:"artifact"`
+	} `json:"job"`
+}
+
+// RawOrString returns stored JSON as an embedded object, or as a string if
+// it is not valid JSON (legacy rows); nil for "".
+func RawOrString(s string) any {
 	if s == "" {
 		return nil
 	}
@@ -207,15 +234,4 @@ func rawOrString(s string) any {
 		return json.RawMessage(s)
 	}
 	return s
-}
-
-// buildState maps a job status to the build-status route's vocabulary.
-func buildState(s core.JobStatus) string {
-	switch s {
-	case core.JobReady:
-		return "ready"
-	case core.JobFailed:
-		return "error"
-	}
-	return "building"
 }

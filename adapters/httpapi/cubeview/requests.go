@@ -1,0 +1,68 @@
+package cubeview
+
+import "github.com/cubesandbox/templatecenter/core"
+
+// FromImageRequest is the body of POST /cube/template/from-image (upstream
+// CreateTemplateFromImageReq).
+type FromImageRequest struct {
+	RequestID          string                   `json:"requestID"`
+	SourceImageRef     string                   `json:"source_image_ref"`
+	RegistryUsername   string                   `json:"registry_username,omitempty"`
+	RegistryPassword   string                   `json:"registry_password,omitempty"`
+	TemplateID         string                   `json:"template_id,omitempty"`
+	Alias              string                   `json:"alias,omitempty"`
+	InstanceType       string                   `json:"instance_type,omitempty"`
+	NetworkType        string                   `json:"network_type,omitempty"`
+	CubeVSContext      *core.CubeVSContext      `json:"cubevs_context,omitempty"`
+	WritableLayerSize  string                   `json:"writable_layer_size,omitempty"`
+	ExposedPorts       []int32                  `json:"exposed_ports,omitempty"`
+	DistributionScope  []string                 `json:"distribution_scope,omitempty"`
+	ContainerOverrides *core.ContainerOverrides `json:"container_overrides,omitempty"`
+	Platform           string                   `json:"platform,omitempty"`
+	Wait               bool                     `json:"wait,omitempty"`
+}
+
+// Request is the domain request the body asks for.
+func (r *FromImageRequest) Request() *core.FromImageRequest {
+	return &core.FromImageRequest{
+		RequestID: r.RequestID, SourceImageRef: r.SourceImageRef, RegistryUsername: r.RegistryUsername,
+		RegistryPassword: r.RegistryPassword, TemplateID: r.TemplateID, Alias: r.Alias, InstanceType: r.InstanceType,
+		NetworkType: r.NetworkType, CubeVSContext: r.CubeVSContext, WritableLayerSize: r.WritableLayerSize,
+		ExposedPorts: r.ExposedPorts, DistributionScope: r.DistributionScope, ContainerOverrides: r.ContainerOverrides,
+		Platform: r.Platform, Wait: r.Wait,
+	}
+}
+
+// RedoRequest is the body of POST /cube/template/redo.
+type RedoRequest struct {
+	RequestID         string   `json:"requestID"`
+	TemplateID        string   `json:"template_id"`
+	DistributionScope []string `json:"distribution_scope,omitempty"`
+	FailedOnly        bool     `json:"failed_only,omitempty"`
+	Wait              bool     `json:"wait,omitempty"` // ignored, as upstream
+}
+
+// MigrateRequest is the body of POST /cube/template/migrate (tpl merge).
+type MigrateRequest struct {
+	RequestID  string `json:"requestID"`
+	TemplateID string `json:"template_id"`
+	// Backend is the target store kind ("s3"); empty means the configured
+	// default.
+	Backend string `json:"backend,omitempty"`
+}
+
+// DeleteRequest is the body of DELETE /cube/template. Upstream spells the
+// request id "RequestID" here (encoding/json also accepts "requestID").
+type DeleteRequest struct {
+	RequestID    string `json:"RequestID"`
+	TemplateID   string `json:"template_id"`
+	InstanceType string `json:"instance_type,omitempty"`
+	Sync         bool   `json:"sync,omitempty"` // ignored, as upstream
+}
+
+// AliasRequest is the body of PUT /cube/template/{template_id}/alias; an
+// absent, null or empty alias clears it.
+type AliasRequest struct {
+	RequestID string  `json:"requestID"`
+	Alias     *string `json:"alias"`
+}

@@ -1,0 +1,87 @@
+package cubeview
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
+)
+
+func TestArtifactViewHidesTheToken(t *testing.T) {
+	a := &core.Artifact{ArtifactID: "rfs-1", Ext4SHA256: "abc", DownloadToken: "tok-secret", DownloadBaseURL: "http://m:8089", Status: core.ArtifactReady}
+	b, err := json.Marshal(NewJobInfo(&core.Job{JobID: "j", ArtifactID: "rfs-1"}, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "tok-secret") {
+		t.Fatalf("the view leaks the download token: %s", b)
+	}
+	if v := NewArtifactInfo(a); v.MasterNodeIP != "http://m:8089" || v.Ext4SHA256 != "abc" {
+		t.Fatalf("artifact view %+v", v)
+	}
+	if NewJobInfo(nil, a) != nil || NewArtifactInfo(nil) != nil {
+		t.Fatal("nil rows gave views")
+	}
+}
+
+func TestTemplateItemTimes(t *testing.T) {
+	at := time.Date(2026, 1, 2, 4, 4, 5, 0, time.FixedZone("x", 3600))
+	if got := NewTemplateItem(&control.Template{TemplateID: "t", CreatedAt: at}).CreatedAt; got != "2026-01-02T03:04:05Z" {
+		t.Fatalf("created_at %q, want UTC RFC 3339", got)
+	}
+	if got := NewTemplateItem(&control.Template{TemplateID: "t"}).CreatedAt; got != "" {
+		t.Fatalf("zero time gave %q", got)
+	}
+}
+
+func TestTemplateResponseRequest(t *testing.T) {
+	tpl := &control.Template{TemplateID: "t", CreateRequest: `{"a":1}`}
+	if r := NewTemplateResponse(tpl, false); r.CreateRequest != nil || r.Replicas == nil {
+		t.Fatalf("without request: %+v", r)
+	}
+	if r := NewTemplateResponse(tpl, true); string(r.CreateRequest.(json.RawMessage)) != `{"a":1}` {
+		t.Fatalf("with request: %+v", r)
+	}
+	if RawOrString("not json") != "not json" || RawOrString("") != nil {
+		t.Fatal("RawOrString")
+	}
+}
+
+func TestBuildStatus(t *testing.T) {
+	tests := []struct {
+		job        core.Job
+		state, msg string
+	}{
+		{core.Job{Status: core.JobPending, Phase: core.PhasePulling}, "building", "PULLING"},
+		{core.Job{Status: core.JobReady, Phase: core.PhaseReady, Progress: 100}, "ready", "READY"},
+		{core.Job{Status: core.JobFailed, Phase: core.PhasePulling, ErrorMessage: "manifest unknown"}, "error", "manifest unknown"},
+	}
+	for _, tc := range tests {
+		got := NewBuildStatus("b-1", &tc.job)
+		if got.Status != tc.state || got.Message != tc.msg || got.BuildID != "b-1" {
+			t.Errorf("%s/%s: %+v", tc.job.Status, tc.job.Phase, got)
+		}
+	}
+}
+
+func TestFromImageRequestKeepsEveryField(t *testing.T) {
+	body := `{"requestID":"r","source_image_ref":"nginx:1","registry_username":"u","registry_password":"p","template_id":"t",
+	"alias":"a","instance_type":"gpu","network_type":"tap","cubevs_context":{"allowOut":["10.0.0.0/8"]},"writable_layer_size":"1Gi",
+	"exposed_ports":[80],"distribution_scope":["n1"],"container_overrides":{"command":["/bin/sh"]},"platform":"linux/arm64","wait":true}`
+	var v FromImageRequest
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(v.Request())
+	var want core.FromImageRequest
+	if err := json.Unmarshal([]byte(body), &want); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON, _ := json.Marshal(&want)
+	if string(got) != string(wantJSON) {
+		t.Fatalf("the view dropped a field:\n got %s\nwant %s", got, wantJSON)
+	}
+}
