@@ -7,10 +7,13 @@ import "context"
 // Locks are an optimisation that keeps duplicate work away; correctness
 // still comes from unique keys and guarded updates in the Store.
 //
-// Names are compared byte for byte; an empty name is refused with an error
-// wrapping core.ErrInvalidArgument. Adapters may shorten long names (MySQL
-// allows 64 characters) but two different names never share a lock in
-// practice (the shortened form keeps a hash of the whole name).
+// Names are compared byte for byte: names that differ only in case,
+// accents, trailing spaces or Unicode normalisation are different locks.
+// An empty name is refused with an error wrapping core.ErrInvalidArgument.
+// Adapters may map names onto what their server accepts (MySQL allows 64
+// characters and may compare names case-insensitively), but two different
+// names never share a lock in practice: a mapped form that is not the name
+// itself keeps a hash of the whole name.
 type Locker interface {
 	// Lock blocks until this caller holds name or ctx ends (then it returns
 	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Starts (or stops) the real servers the integration tests use, on loopback:
-# MariaDB, PostgreSQL, Redis, an OCI registry and an S3-protocol server
-# (MinIO, run as an external tool only). Installs missing packages on a new
+# MariaDB, PostgreSQL, Redis, an OCI registry, an S3-protocol server (MinIO)
+# and a GCS emulator (fake-gcs-server); the last two are Go programs built
+# with `go install` and run as external tools, never imported. Installs
+# missing packages on a new
 # Debian machine. Prints the environment the tests read; `source` the file it
 # writes ($CUBE_TEST_SERVERS_DIR/env) to use them.
 #
 #   scripts/testservers.sh start [SERVICE...]  # install what is missing, start all
-#                                              # (or: mariadb postgres redis registry minio), write env
+#                                              # (or: mariadb postgres redis registry minio fakegcs), write env
 #   scripts/testservers.sh stop    # stop what start started (by pid file)
 set -Eeuo pipefail
 
@@ -16,7 +18,9 @@ PG_PORT=${CUBE_TEST_PG_PORT:-35432}
 REDIS_PORT=${CUBE_TEST_REDIS_PORT:-36379}
 REGISTRY_PORT=${CUBE_TEST_REGISTRY_PORT:-35000}
 S3_PORT=${CUBE_TEST_S3_PORT:-39000}
+GCS_PORT=${CUBE_TEST_GCS_PORT:-34443}
 MINIO_VERSION=${CUBE_TEST_MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}
+FAKE_GCS_VERSION=${CUBE_TEST_FAKE_GCS_VERSION:-v1.56.1}
 GOBIN_DIR=$(go env GOPATH 2>/dev/null || echo /root/go)/bin
 
 log() { echo "testservers: $*" >&2; }
@@ -56,6 +60,10 @@ install_missing() {
   if [ -z "${SKIP_MINIO:-}" ] && [ ! -x "$GOBIN_DIR/minio" ] && ! command -v minio >/dev/null; then
     log "building minio $MINIO_VERSION (external test tool, never imported)"
     GOFLAGS=-buildvcs=false go install "github.com/minio/minio@$MINIO_VERSION"
+  fi
+  if [ -z "${SKIP_FAKEGCS:-}" ] && [ ! -x "$GOBIN_DIR/fake-gcs-server" ] && ! command -v fake-gcs-server >/dev/null; then
+    log "building fake-gcs-server $FAKE_GCS_VERSION (external test tool, never imported)"
+    GOFLAGS=-buildvcs=false go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
   fi
 }
 
@@ -133,6 +141,23 @@ start_minio() {
     "http://127.0.0.1:$S3_PORT/cube-test" >/dev/null 2>&1 || true
 }
 
+# start_fakegcs runs the GCS emulator over plain HTTP with an in-memory
+# backend. Its public host is its own address, so signed URLs (path style,
+# host from STORAGE_EMULATOR_HOST) are served by it too.
+start_fakegcs() {
+  local d=$DIR/fakegcs bin
+  bin=$(command -v fake-gcs-server || echo "$GOBIN_DIR/fake-gcs-server")
+  if [ -f "$d/fakegcs.pid" ] && kill -0 "$(cat "$d/fakegcs.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$d"
+  "$bin" -scheme http -host 127.0.0.1 -port "$GCS_PORT" -backend memory \
+    -public-host "127.0.0.1:$GCS_PORT" -external-url "http://127.0.0.1:$GCS_PORT" -log-level warn \
+    >"$d/fakegcs.log" 2>&1 &
+  echo $! >"$d/fakegcs.pid"
+  wait_for fake-gcs-server 100 curl -fsS "http://127.0.0.1:$GCS_PORT/storage/v1/b"
+  curl -fsS -X POST -H 'Content-Type: application/json' -d '{"name":"cube-test"}' \
+    "http://127.0.0.1:$GCS_PORT/storage/v1/b?project=cube-test" >/dev/null 2>&1 || true
+}
+
 write_env() {
   cat >"$DIR/env" <<ENV
 export CUBE_TEST_MYSQL_DSN='cube:cube@tcp(127.0.0.1:$MYSQL_PORT)/cube?parseTime=true'
@@ -143,13 +168,15 @@ export CUBE_TEST_S3_ENDPOINT='http://127.0.0.1:$S3_PORT'
 export CUBE_TEST_S3_BUCKET='cube-test'
 export CUBE_TEST_S3_ACCESS_KEY='minioadmin'
 export CUBE_TEST_S3_SECRET_KEY='minioadmin'
+export CUBE_TEST_GCS_ENDPOINT='http://127.0.0.1:$GCS_PORT'
+export CUBE_TEST_GCS_BUCKET='cube-test'
 ENV
   cat "$DIR/env"
 }
 
 stop_all() {
   local f
-  for f in "$DIR/registry/registry.pid" "$DIR/minio/minio.pid" "$DIR/redis/redis.pid" "$DIR/mariadb/mysqld.pid"; do
+  for f in "$DIR/registry/registry.pid" "$DIR/minio/minio.pid" "$DIR/fakegcs/fakegcs.pid" "$DIR/redis/redis.pid" "$DIR/mariadb/mysqld.pid"; do
     [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
   done
   if [ -f "$DIR/postgres/data/postmaster.pid" ]; then
@@ -161,10 +188,12 @@ case "${1:-start}" in
   start)
     shift || true
     services=("$@")
-    [ ${#services[@]} -gt 0 ] || services=(mariadb postgres redis registry minio)
+    [ ${#services[@]} -gt 0 ] || services=(mariadb postgres redis registry minio fakegcs)
     mkdir -p "$DIR"
     chmod 0755 "$DIR" # the postgres user must reach its data dir
-    if [[ " ${services[*]} " == *" minio "* ]]; then install_missing; else SKIP_MINIO=1 install_missing; fi
+    [[ " ${services[*]} " == *" minio "* ]] || export SKIP_MINIO=1
+    [[ " ${services[*]} " == *" fakegcs "* ]] || export SKIP_FAKEGCS=1
+    install_missing
     for s in "${services[@]}"; do "start_$s"; done
     write_env
     ;;

@@ -22,14 +22,13 @@ type urlHarness struct {
 	stores []*Store
 }
 
-func (h *urlHarness) MakeStore(ctx context.Context, t *testing.T) ports.ArtifactStore {
-	t.Helper()
+func (h *urlHarness) MakeStore(ctx context.Context) (ports.ArtifactStore, error) {
 	s, err := Open(ctx, h.url)
 	if err != nil {
-		t.Fatalf("Open(%s): %v", h.url, err)
+		return nil, err
 	}
 	h.stores = append(h.stores, s)
-	return s
+	return s, nil
 }
 
 func (h *urlHarness) SupportsSignedURL() bool { return h.signed }
@@ -41,20 +40,20 @@ func (h *urlHarness) Close() {
 }
 
 func TestConformanceFile(t *testing.T) {
-	artifactstoretest.RunConformanceTests(t, func(_ context.Context, t *testing.T) artifactstoretest.Harness {
-		return &urlHarness{url: "file://" + t.TempDir()}
+	artifactstoretest.RunConformanceTests(t, func(_ context.Context, t *testing.T) (artifactstoretest.Harness, error) {
+		return &urlHarness{url: "file://" + t.TempDir()}, nil
 	})
 }
 
 func TestConformanceFileWithPrefix(t *testing.T) {
-	artifactstoretest.RunConformanceTests(t, func(_ context.Context, t *testing.T) artifactstoretest.Harness {
-		return &urlHarness{url: "file://" + t.TempDir() + "/made/here?create_dir=true&prefix=" + url.QueryEscape("tenant/a")}
+	artifactstoretest.RunConformanceTests(t, func(_ context.Context, t *testing.T) (artifactstoretest.Harness, error) {
+		return &urlHarness{url: "file://" + t.TempDir() + "/made/here?create_dir=true&prefix=" + url.QueryEscape("tenant/a")}, nil
 	})
 }
 
 func TestConformanceMem(t *testing.T) {
-	artifactstoretest.RunConformanceTests(t, func(_ context.Context, t *testing.T) artifactstoretest.Harness {
-		return &urlHarness{url: "mem://?prefix=p"}
+	artifactstoretest.RunConformanceTests(t, func(context.Context, *testing.T) (artifactstoretest.Harness, error) {
+		return &urlHarness{url: "mem://?prefix=p"}, nil
 	})
 }
 
@@ -66,8 +65,8 @@ type s3Harness struct {
 	stores []*Store
 }
 
-func newS3Harness(_ context.Context, t *testing.T) artifactstoretest.Harness {
-	return &s3Harness{t: t, cfg: testS3Config(t)}
+func newS3Harness(_ context.Context, t *testing.T) (artifactstoretest.Harness, error) {
+	return &s3Harness{t: t, cfg: testS3Config(t)}, nil
 }
 
 func testS3Config(t *testing.T) S3Config {
@@ -82,14 +81,13 @@ func testS3Config(t *testing.T) S3Config {
 	}
 }
 
-func (h *s3Harness) MakeStore(ctx context.Context, t *testing.T) ports.ArtifactStore {
-	t.Helper()
+func (h *s3Harness) MakeStore(ctx context.Context) (ports.ArtifactStore, error) {
 	s, err := OpenS3(ctx, h.cfg)
 	if err != nil {
-		t.Fatalf("OpenS3: %v", err)
+		return nil, err
 	}
 	h.stores = append(h.stores, s)
-	return s
+	return s, nil
 }
 
 func (h *s3Harness) SupportsSignedURL() bool { return true }

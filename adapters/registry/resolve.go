@@ -262,7 +262,7 @@ func (s *Source) resolve(ctx context.Context, req ports.ImageRequest) (*ports.Re
 	}
 	if cfg.OS != "" || cfg.Architecture != "" {
 		got := platform.Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant}
-		if !platform.Compatible(plat, got) {
+		if !sameOS(plat, got) || !platform.Compatible(plat, got) {
 			return nil, fmt.Errorf("image %s is for %s, not %s: %w", name, got, plat, core.ErrNotFound)
 		}
 	}
@@ -280,7 +280,8 @@ func (s *Source) resolve(ctx context.Context, req ports.ImageRequest) (*ports.Re
 }
 
 // selectPlatform picks the best manifest for want from an index. Entries
-// without a platform (attestations, artifacts) never match.
+// without a platform (artifacts), attestations and entries for another OS
+// never match.
 func selectPlatform(idx ocispec.Index, want platform.Platform) (ocispec.Descriptor, error) {
 	comp := platform.NewCompare(want)
 	var best ocispec.Descriptor
@@ -288,7 +289,7 @@ func selectPlatform(idx ocispec.Index, want platform.Platform) (ocispec.Descript
 	found := false
 	var avail []string
 	for _, d := range idx.Manifests {
-		if d.Platform == nil {
+		if d.Platform == nil || isAttestation(d) {
 			continue
 		}
 		switch d.MediaType {
@@ -299,6 +300,11 @@ func selectPlatform(idx ocispec.Index, want platform.Platform) (ocispec.Descript
 		p := platform.Platform{OS: d.Platform.OS, Architecture: d.Platform.Architecture,
 			Variant: d.Platform.Variant, OSVersion: d.Platform.OSVersion, OSFeatures: d.Platform.OSFeatures}
 		avail = append(avail, p.String())
+		// regclient counts linux images as compatible with windows hosts;
+		// a root filesystem must be for the OS asked for.
+		if !sameOS(p, want) {
+			continue
+		}
 		if comp.Better(p, bestPlat) {
 			best, bestPlat, found = d, p, true
 		}
@@ -312,6 +318,17 @@ func selectPlatform(idx ocispec.Index, want platform.Platform) (ocispec.Descript
 	}
 	return best, nil
 }
+
+// isAttestation reports whether an index entry is an attestation manifest
+// (BuildKit lists them with platform unknown/unknown): never a root
+// filesystem, whatever platform is asked for.
+func isAttestation(d ocispec.Descriptor) bool {
+	return d.Annotations["vnd.docker.reference.type"] == "attestation-manifest" ||
+		(d.Platform.OS == "unknown" && d.Platform.Architecture == "unknown")
+}
+
+// sameOS reports whether two platforms name the same operating system.
+func sameOS(a, b platform.Platform) bool { return strings.EqualFold(a.OS, b.OS) }
 
 // checkLayers enforces the rules on layer descriptors and returns clean
 // copies (media type, digest, size, annotations only).

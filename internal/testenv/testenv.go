@@ -20,6 +20,10 @@ const (
 	S3Bucket    = "CUBE_TEST_S3_BUCKET"
 	S3AccessKey = "CUBE_TEST_S3_ACCESS_KEY"
 	S3SecretKey = "CUBE_TEST_S3_SECRET_KEY"
+	// GCSEndpoint is fake-gcs-server's base URL (http://127.0.0.1:port);
+	// GCSBucket is a bucket that exists there.
+	GCSEndpoint = "CUBE_TEST_GCS_ENDPOINT"
+	GCSBucket   = "CUBE_TEST_GCS_BUCKET"
 	RequireFlag = "CUBE_TEST_REQUIRE_SERVERS"
 )
 

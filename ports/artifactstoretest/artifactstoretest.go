@@ -23,9 +23,9 @@ import (
 
 // Harness makes stores for one adapter.
 type Harness interface {
-	// MakeStore returns a store, failing t if it cannot. Stores of one
-	// harness may share a bucket; the suite uses keys unique to each run.
-	MakeStore(ctx context.Context, t *testing.T) ports.ArtifactStore
+	// MakeStore returns a store. Stores of one harness may share a bucket;
+	// the suite uses keys unique to each run.
+	MakeStore(ctx context.Context) (ports.ArtifactStore, error)
 	// SupportsSignedURL reports whether SignedURL should mint URLs (true) or
 	// return core.ErrUnsupported (false).
 	SupportsSignedURL() bool
@@ -33,8 +33,16 @@ type Harness interface {
 	Close()
 }
 
+// SignedURLClient is an optional Harness capability: the HTTP client the
+// suite fetches signed URLs with. An emulator signs URLs for the real
+// service's scheme and host; its harness supplies a client that reaches the
+// emulator instead. Without it the suite uses http.DefaultClient.
+type SignedURLClient interface {
+	SignedURLClient() *http.Client
+}
+
 // HarnessMaker returns a fresh Harness for one subtest.
-type HarnessMaker func(ctx context.Context, t *testing.T) Harness
+type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
 // LargeObjectSize is the size of the object that exercises multipart
 // uploads (more than two 16 MiB parts).
@@ -83,9 +91,15 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			t.Cleanup(cancel)
-			h := newHarness(ctx, t)
+			h, err := newHarness(ctx, t)
+			if err != nil {
+				t.Fatalf("new harness: %v", err)
+			}
 			t.Cleanup(h.Close)
-			s := h.MakeStore(ctx, t)
+			s, err := h.MakeStore(ctx)
+			if err != nil {
+				t.Fatalf("MakeStore: %v", err)
+			}
 			tc.fn(t, &env{ctx: ctx, h: h, s: s, prefix: "conformance-" + run + "/" + strings.ToLower(tc.name) + "/"})
 		})
 	}
@@ -511,11 +525,15 @@ func testSignedURL(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("SignedURL: %v", err)
 	}
-	status, body, _ := get(t, e.ctx, u, "")
+	client := http.DefaultClient
+	if c, ok := e.h.(SignedURLClient); ok {
+		client = c.SignedURLClient()
+	}
+	status, body, _ := get(t, e.ctx, client, u, "")
 	if status != http.StatusOK || !bytes.Equal(body, data) {
 		t.Fatalf("GET signed URL: status %d, %d bytes; want 200 and %d bytes", status, len(body), len(data))
 	}
-	status, body, header := get(t, e.ctx, u, "bytes=100-199")
+	status, body, header := get(t, e.ctx, client, u, "bytes=100-199")
 	if status != http.StatusPartialContent || !bytes.Equal(body, data[100:200]) {
 		t.Fatalf("Range GET signed URL: status %d, %d bytes; want 206 and bytes 100-199", status, len(body))
 	}
@@ -528,7 +546,7 @@ func testSignedURL(t *testing.T, e *env) {
 	}
 }
 
-func get(t *testing.T, ctx context.Context, u, rangeHeader string) (int, []byte, http.Header) {
+func get(t *testing.T, ctx context.Context, client *http.Client, u, rangeHeader string) (int, []byte, http.Header) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -537,7 +555,7 @@ func get(t *testing.T, ctx context.Context, u, rangeHeader string) (int, []byte,
 	if rangeHeader != "" {
 		req.Header.Set("Range", rangeHeader)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET signed URL: %v", err)
 	}

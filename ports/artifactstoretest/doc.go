@@ -10,4 +10,8 @@
 // Beyond the port's doc comments the suite pins two edge cases so every
 // adapter agrees: Open at offset == size yields an empty reader, and an
 // offset past the end is an error wrapping core.ErrInvalidArgument.
+//
+// Adapters run it through a Harness (the gocloud drivertest shape); a
+// harness for an emulator may also implement SignedURLClient so that the
+// signed URLs it mints for the real service reach the emulator.
 package artifactstoretest

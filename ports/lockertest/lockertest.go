@@ -67,6 +67,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"UnlockWithDeadContextNeverLeaks", testUnlockWithDeadContext},
 		{"Contention", testContention},
 		{"LongNames", testLongNames},
+		{"NamesCompareByteForByte", testByteForByte},
 		{"EmptyName", testEmptyName},
 	}
 	run := randomHex(4)
@@ -398,5 +399,40 @@ func testEmptyName(t *testing.T, e *env) {
 	}
 	if _, err := a.Lock(e.ctx, ""); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("Lock(\"\"): %v, want one wrapping core.ErrInvalidArgument", err)
+	}
+}
+
+// testByteForByte: names are compared byte for byte, so names a database
+// collation would call equal (case, accents, trailing spaces, Unicode
+// normalisation) are different locks, short or long.
+func testByteForByte(t *testing.T, e *env) {
+	a, b := e.locker(t), e.locker(t)
+	long := strings.Repeat("l", 70)
+	for _, tc := range []struct {
+		name        string
+		first, then string
+	}{
+		{"case", "tpl-A", "tpl-a"},
+		{"case of a whole name", "TPL-ABC", "tpl-abc"},
+		{"accent", "tpl-é", "tpl-e"},
+		{"trailing space", "tpl-x", "tpl-x "},
+		{"composed and decomposed", "tpl-\u00e9", "tpl-e\u0301"},
+		{"german sharp s", "tpl-ß", "tpl-ss"},
+		{"case in a long name", long + "-A", long + "-a"},
+		{"case in the kept part of a long name", "A-" + long, "a-" + long},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first, then := e.name(tc.first), e.name(tc.then)
+			k1 := mustTryLock(t, e.ctx, a, first)
+			k2, err := b.TryLock(e.ctx, then)
+			if err != nil {
+				_ = k1.Unlock(e.ctx)
+				t.Fatalf("TryLock(%q) while only %q is held: %v; the two names share a lock", then, first, err)
+			}
+			wantLocked(t, e.ctx, b, first)
+			wantLocked(t, e.ctx, a, then)
+			mustUnlock(t, e.ctx, k1)
+			mustUnlock(t, e.ctx, k2)
+		})
 	}
 }

@@ -36,21 +36,44 @@ func New(db *sql.DB) *Locker { return &Locker{db: db} }
 
 var _ ports.Locker = (*Locker)(nil)
 
-// NormalizeName maps name to a valid lock name of at most 64 bytes. Names
-// that fit are used as they are; longer ones become their first 47 bytes,
-// "_", and the first 16 hex characters of sha256(name) (the same rule as
-// upstream CubeSandbox, so both see the same lock for the same name). The
-// cut backs off to a UTF-8 boundary so the result stays valid text.
+// NormalizeName maps name to a GET_LOCK key of at most 64 bytes that no
+// other name maps to, even on a server that compares lock names loosely.
+//
+// The port compares names byte for byte, but servers may not: MySQL's
+// manual and MariaDB's knowledge base call lock names case-insensitive,
+// and collations can ignore accents and trailing spaces, so "tpl-A" and
+// "tpl-a" could share a lock. Only plain names (at most 64 bytes of
+// lowercase ASCII letters, digits and "_-.:/", which no server folds) are
+// used as they are. Every other name becomes its first 47 bytes, "_", and
+// the first 16 hex characters of sha256(name): the hash tells apart names
+// that fold alike and the prefix keeps the key readable. For names longer
+// than 64 bytes this is upstream CubeSandbox's rule, so both see the same
+// lock for the same long name. The cut backs off to a UTF-8 boundary so the
+// result stays valid text.
 func NormalizeName(name string) string {
-	if len(name) <= MaxNameLen {
+	if len(name) <= MaxNameLen && isPlain(name) {
 		return name
 	}
-	cut := keepLen
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
+	cut := min(keepLen, len(name))
+	for cut > 0 && cut < len(name) && !utf8.RuneStart(name[cut]) {
 		cut--
 	}
 	sum := sha256.Sum256([]byte(name))
 	return name[:cut] + "_" + hex.EncodeToString(sum[:])[:16]
+}
+
+// isPlain reports whether s holds only bytes that every server compares
+// exactly: folding case, accents or padding changes none of them.
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '_' || c == '-' || c == '.' || c == ':' || c == '/':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Lock waits until name is free or ctx ends.

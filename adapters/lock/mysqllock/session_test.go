@@ -27,6 +27,10 @@ func TestNormalizeName(t *testing.T) {
 		{"64 kept", strings.Repeat("a", 64), strings.Repeat("a", 64)},
 		// Golden value computed outside Go: printf %s NAME | sha256sum.
 		{"build lock", "tc_build_" + fp, "tc_build_0123456789abcdef0123456789abcdef012345_82be2dba7afe5e6d"},
+		// Short names that are not plain carry the hash too (golden value
+		// likewise from sha256sum).
+		{"mixed case", "tc_template_tpl-A", "tc_template_tpl-A_c97200e6a9134e7f"},
+		{"plain template", "tc_template_tpl-a", "tc_template_tpl-a"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +57,42 @@ func TestNormalizeName(t *testing.T) {
 	nu := NormalizeName(u)
 	if !utf8.ValidString(nu) || len(nu) > MaxNameLen || !strings.HasPrefix(nu, strings.Repeat("a", 46)+"_") {
 		t.Errorf("NormalizeName(%q) = %q, want valid UTF-8 cut before the rune", u, nu)
+	}
+}
+
+// serverFold is how a server may compare lock names instead of byte for
+// byte: MySQL's documentation and MariaDB's knowledge base both call lock
+// names case-insensitive, and a PAD SPACE collation ignores trailing
+// spaces. (MariaDB 10.11 compares the bytes; the keys must not depend on
+// that.)
+func serverFold(key string) string { return strings.ToLower(strings.TrimRight(key, " ")) }
+
+// TestNormalizeNameSurvivesServerFolding: names that differ only where a
+// server might fold them (case, trailing spaces, accents) get keys that
+// stay different after folding, short names as well as long ones.
+func TestNormalizeNameSurvivesServerFolding(t *testing.T) {
+	long := strings.Repeat("l", 70)
+	tests := []struct{ a, b string }{
+		{"tpl-A", "tpl-a"},
+		{"tc_template_TPL", "tc_template_tpl"},
+		{"tpl-x", "tpl-x "},
+		{"tpl-é", "tpl-É"},
+		{"tpl-\u00e9", "tpl-e\u0301"},
+		{long + "A", long + "a"},
+		{"A" + long, "a" + long},
+	}
+	for _, tc := range tests {
+		t.Run(tc.a, func(t *testing.T) {
+			ka, kb := NormalizeName(tc.a), NormalizeName(tc.b)
+			if serverFold(ka) == serverFold(kb) {
+				t.Fatalf("NormalizeName(%q) = %q and NormalizeName(%q) = %q: one lock on a case-folding server", tc.a, ka, tc.b, kb)
+			}
+			for _, k := range []string{ka, kb} {
+				if len(k) > MaxNameLen || !utf8.ValidString(k) {
+					t.Fatalf("key %q: %d bytes or invalid UTF-8", k, len(k))
+				}
+			}
+		})
 	}
 }
 

@@ -6,27 +6,56 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/progresstest"
 )
 
-func newSink(t *testing.T, ttl time.Duration) *Sink {
+// harness gives every sink its own client, as separate replicas would
+// have, all under one key prefix unique to the harness.
+type harness struct {
+	addr    string
+	prefix  string
+	clients []rueidis.Client
+}
+
+func (h *harness) MakeSink(context.Context) (ports.ProgressSink, error) {
+	c, err := Dial(h.addr)
+	if err != nil {
+		return nil, err
+	}
+	h.clients = append(h.clients, c)
+	return New(c, Options{Prefix: h.prefix}), nil
+}
+
+// HonoursContext: every call is a Redis round trip.
+func (h *harness) HonoursContext() bool { return true }
+
+func (h *harness) Close() {
+	for _, c := range h.clients {
+		c.Close()
+	}
+}
+
+func testPrefix() string { return fmt.Sprintf("test:%d:", time.Now().UnixNano()) }
+
+func TestConformance(t *testing.T) {
+	addr := testenv.Get(t, testenv.RedisAddr)
+	progresstest.RunConformanceTests(t, func(context.Context, *testing.T) (progresstest.Harness, error) {
+		return &harness{addr: addr, prefix: testPrefix()}, nil
+	})
+}
+
+func TestProgressExpires(t *testing.T) {
 	c, err := Dial(testenv.Get(t, testenv.RedisAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return New(c, Options{Prefix: fmt.Sprintf("test:%d:", time.Now().UnixNano()), TTL: ttl})
-}
-
-func TestConformance(t *testing.T) {
-	progresstest.RunConformanceTests(t, func(t *testing.T) ports.ProgressSink { return newSink(t, 0) })
-}
-
-func TestProgressExpires(t *testing.T) {
-	s := newSink(t, time.Second)
+	s := New(c, Options{Prefix: testPrefix(), TTL: time.Second})
 	ctx := context.Background()
 	if err := s.Publish(ctx, "j", ports.LiveProgress{Phase: core.PhasePulling, Progress: 5}); err != nil {
 		t.Fatal(err)
