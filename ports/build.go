@@ -63,8 +63,21 @@ type ImageSource interface {
 // BuildSpec is one ext4 build.
 type BuildSpec struct {
 	// Tree is the flattened root filesystem as a tar stream: whiteouts
-	// already applied, every path clean and relative, parents before
-	// children, hard links pointing at earlier entries.
+	// already applied, every path clean and relative (a directory may
+	// carry one trailing "/"; "." is the root), parents before children,
+	// hard links pointing at earlier regular files, ending with the tar
+	// end-of-archive marker. No entry lies below a symlink, and no name
+	// appears twice except a directory declared after it was implied by a
+	// child.
+	//
+	// A builder refuses a tree that breaks the contract with an error
+	// wrapping core.ErrInvalidArgument whose message holds
+	// `entry "<name>" rejected: <rule>`, using the rule names of
+	// ports/flattenertest (path-traversal, absolute-name, unclean-name,
+	// parent-symlink, parent-not-dir, duplicate-entry, whiteout-in-tree,
+	// hardlink-target-missing, corrupt-archive, ...). It never writes
+	// outside its scratch and output directories and never creates device
+	// nodes on the host.
 	Tree io.Reader
 	// OutPath is where the image is written; the builder writes a temporary
 	// file beside it and renames it into place only on success.
@@ -139,10 +152,17 @@ type TreeStats struct {
 }
 
 // TreeFlattener applies layers in order and writes the resulting root
-// filesystem as one tar stream in the BuildSpec.Tree format. Hostile input
-// fails with an error wrapping core.ErrInvalidArgument that names the layer,
-// the entry and the rule; nothing outside the flattener's own scratch space
-// is written.
+// filesystem as one tar stream in the BuildSpec.Tree format, siblings
+// sorted by name bytes so that the same layers give the same bytes.
+// Layers apply with OCI semantics: whiteouts and opaque markers hide lower
+// layers only, a directory over a directory merges, anything else replaces
+// the path and its subtree.
+//
+// Hostile input fails with an error wrapping core.ErrInvalidArgument whose
+// message names the layer, the entry and the rule (`layer <i> (<digest>):
+// entry "<name>" rejected: <rule>`, rule names as in ports/flattenertest);
+// nothing outside the flattener's own scratch space is written, and no
+// scratch outlives the call. ports/flattenertest is the conformance suite.
 type TreeFlattener interface {
 	Flatten(ctx context.Context, layers []FlattenLayer, w io.Writer) (TreeStats, error)
 }

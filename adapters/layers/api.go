@@ -134,6 +134,8 @@ const (
 	RuleWhiteoutInPath     = "whiteout-in-path"    // ".wh." prefix on a parent component
 	RuleWhiteoutInTree     = "whiteout-in-tree"    // whiteout handed to Extract
 	RuleDuplicateEntry     = "duplicate-entry"     // same name twice in a tree handed to Extract
+	RuleAbsoluteName       = "absolute-name"       // absolute name or hard link target in a tree handed to Extract
+	RuleUncleanName        = "unclean-name"        // name or hard link target of a tree that is not path.Clean
 	RuleCorruptArchive     = "corrupt-archive"     // tar or compression stream broken or truncated
 	RuleMediaType          = "media-type"          // unsupported layer media type
 	RuleMediaTypeMismatch  = "media-type-mismatch" // bytes do not match the declared media type

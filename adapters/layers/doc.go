@@ -52,8 +52,14 @@
 //     block and FIFO are refused by name (PAX global headers are skipped).
 //   - A declared media type must match the magic bytes.
 //
-// Extract re-validates every entry with the same rules, refuses whiteouts
-// and duplicate names, and creates nothing through symlinks: every
+// Extract takes a flattened tree, not a layer, and holds it to the
+// BuildSpec.Tree contract: every entry is re-validated with the same
+// rules, names and hard link targets must already be clean and relative
+// (absolute-name, unclean-name), whiteouts and duplicate names are
+// refused, an entry below a symlink is refused (parent-symlink: the tree
+// must be resolved already), and a stream without the end-of-archive
+// marker is truncated (corrupt-archive). It creates nothing through
+// symlinks: every
 // operation is relative to a directory handle opened with
 // openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV) (an O_NOFOLLOW
 // walk on old kernels) and names a single component without following it.

@@ -194,6 +194,54 @@ func cleanName(raw string, lim Limits) (string, *rejection) {
 	return p, nil
 }
 
+// checkTreeName holds a name of a flattened tree (Extract's input) to the
+// BuildSpec.Tree contract, stricter than a layer: it must already be clean
+// and relative (one trailing "/" is tolerated, "." and "./" are the root)
+// and no component may be a whiteout. Hard link targets (link) follow the
+// same rules, with their own rule for "..".
+func checkTreeName(raw string, link bool) *rejection {
+	what := "name"
+	if link {
+		what = "hard link target"
+	}
+	switch {
+	case raw == "" && link:
+		return reject(RuleHardlinkMissing, "empty hard link target")
+	case raw == "":
+		return reject(RuleEmptyName, "empty name")
+	case strings.IndexByte(raw, 0) >= 0:
+		return reject(RuleNulInName, "NUL byte in %s", what)
+	}
+	for rest := raw; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		if c == ".." && link {
+			return reject(RuleHardlinkEscape, "target %q leaves the root", raw)
+		}
+		if c == ".." {
+			return reject(RulePathTraversal, "\"..\" component")
+		}
+	}
+	if strings.HasPrefix(raw, "/") {
+		return reject(RuleAbsoluteName, "absolute %s %q in a flattened tree", what, raw)
+	}
+	n := strings.TrimSuffix(raw, "/")
+	if n == "." || n == "" {
+		return nil
+	}
+	if path.Clean(n) != n {
+		return reject(RuleUncleanName, "%s %q is not clean (%q)", what, raw, path.Clean(n))
+	}
+	for rest := n; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		if strings.HasPrefix(c, whPrefix) {
+			return reject(RuleWhiteoutInTree, "a flattened tree has no whiteouts")
+		}
+	}
+	return nil
+}
+
 // cleanLinkTarget cleans a hard link target. Absolute targets mean the
 // image root, as tar writers such as kaniko emit them.
 func cleanLinkTarget(raw string, lim Limits) (string, *rejection) {

@@ -66,13 +66,17 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 	}
 	defer x.close()
 
-	tr := tar.NewReader(tree)
+	src := &eofReader{r: tree}
+	tr := tar.NewReader(src)
 	entries := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
 		}
 		hdr, err := tr.Next()
+		if err == io.EOF && src.eof {
+			return x.res, x.reject("", reject(RuleCorruptArchive, "the tree ended without the tar end-of-archive marker (truncated?)"))
+		}
 		if err == io.EOF {
 			break
 		}
@@ -85,6 +89,16 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		}
 		if entries++; entries > lim.MaxEntries {
 			return x.res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
+		}
+		if hdr.Typeflag != tar.TypeXGlobalHeader {
+			if rj := checkTreeName(hdr.Name, false); rj != nil {
+				return x.res, x.reject(hdr.Name, rj)
+			}
+			if hdr.Typeflag == tar.TypeLink {
+				if rj := checkTreeName(hdr.Linkname, true); rj != nil {
+					return x.res, x.reject(hdr.Name, rj)
+				}
+			}
 		}
 		e, rj := parseHeader(hdr, lim)
 		if rj != nil {
@@ -104,6 +118,23 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		return x.res, err
 	}
 	return x.res, nil
+}
+
+// eofReader notes whether the tree ran dry. archive/tar takes a stream
+// that stops at an entry boundary for a clean end; a whole tree ends with
+// the two zero blocks and is never read past them, so reaching EOF means
+// it was cut short.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if n == 0 && err == io.EOF {
+		e.eof = true
+	}
+	return n, err
 }
 
 // kindImplied marks a directory Extract created for a missing parent.

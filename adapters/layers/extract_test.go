@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 const capValue = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
@@ -24,18 +25,18 @@ const capValue = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x
 func richImage(t *testing.T) []byte {
 	return mustFlatten(t,
 		[]ent{
-			dir("bin"), reg("bin/su", "su").with(func(h *tar.Header) { h.Mode = 0o4755 }),
-			reg("bin/sudo-user", "x").with(func(h *tar.Header) { h.Mode = 0o6750; h.Uid, h.Gid = 1000, 1001 }),
-			reg("bin/ping", "ping").with(xattrs("security.capability", capValue, "user.comment", "c", "trusted.meta", "t")),
+			dir("bin"), reg("bin/su", "su").With(func(h *tar.Header) { h.Mode = 0o4755 }),
+			reg("bin/sudo-user", "x").With(func(h *tar.Header) { h.Mode = 0o6750; h.Uid, h.Gid = 1000, 1001 }),
+			reg("bin/ping", "ping").With(xattrs("security.capability", capValue, "user.comment", "c", "trusted.meta", "t")),
 			hard("bin/ping6", "bin/ping"),
-			dir("tmp").with(func(h *tar.Header) { h.Mode = 0o1777 }),
-			dir("locked").with(func(h *tar.Header) { h.Mode = 0o000; h.Uid = 42 }), reg("locked/inside", "i"),
-			dir("var"), sym("var/run", "/run"), sym("rel", "bin/su").with(func(h *tar.Header) { h.Uid, h.Gid = 5, 6 }),
-			sym("tagged", "x").with(xattrs("trusted.link", "l")),
-			fifo("run/initctl").with(func(h *tar.Header) { h.Mode = 0o620; h.Uid = 3 }),
+			dir("tmp").With(func(h *tar.Header) { h.Mode = 0o1777 }),
+			dir("locked").With(func(h *tar.Header) { h.Mode = 0o000; h.Uid = 42 }), reg("locked/inside", "i"),
+			dir("var"), sym("var/run", "/run"), sym("rel", "bin/su").With(func(h *tar.Header) { h.Uid, h.Gid = 5, 6 }),
+			sym("tagged", "x").With(xattrs("trusted.link", "l")),
+			fifo("run/initctl").With(func(h *tar.Header) { h.Mode = 0o620; h.Uid = 3 }),
 			dev("dev/null", tar.TypeChar, 1, 3), dev("dev/loop0", tar.TypeBlock, 7, 0),
 			reg("deep/implied/file", "f"),
-			dir("home/u").with(func(h *tar.Header) { h.Uid, h.Gid = 1000, 1000; h.Mode = 0o700 }).with(xattrs("user.d", "dir")),
+			dir("home/u").With(func(h *tar.Header) { h.Uid, h.Gid = 1000, 1000; h.Mode = 0o700 }).With(xattrs("user.d", "dir")),
 		},
 	)
 }
@@ -162,7 +163,7 @@ func TestExtractRootMustBeEmpty(t *testing.T) {
 func TestExtractRootEntry(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
-	stream := mkTar(t, dir("./").with(func(h *tar.Header) { h.Mode = 0o750; h.Uid = 7 }), reg("a", "a"))
+	stream := mkTar(t, dir("./").With(func(h *tar.Header) { h.Mode = 0o750; h.Uid = 7 }), reg("a", "a"))
 	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestExtractImpliedThenDeclared(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
 	// A child before its parent: the parent is implied, then declared.
-	stream := mkTar(t, reg("a/b", "b"), dir("a").with(func(h *tar.Header) { h.Mode = 0o711; h.Uid = 9 }))
+	stream := mkTar(t, reg("a/b", "b"), dir("a").With(func(h *tar.Header) { h.Mode = 0o711; h.Uid = 9 }))
 	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,17 +211,17 @@ func TestExtractSyscallFence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			noOpenat2.Store(fallback)
 			defer noOpenat2.Store(false)
-			v := newVictim(t)
-			if err := os.Symlink(v.dir, filepath.Join(v.root, "etc")); err != nil {
+			v := flattenertest.NewVictim(t)
+			if err := os.Symlink(v.Dir, filepath.Join(v.Root, "etc")); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Mkdir(filepath.Join(v.root, "d"), 0o755); err != nil {
+			if err := os.Mkdir(filepath.Join(v.Root, "d"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink("../../victim", filepath.Join(v.root, "d", "up")); err != nil {
+			if err := os.Symlink("../../victim", filepath.Join(v.Root, "d", "up")); err != nil {
 				t.Fatal(err)
 			}
-			fd, err := unix.Open(v.root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			fd, err := unix.Open(v.Root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,8 +256,8 @@ func TestExtractSyscallFence(t *testing.T) {
 					t.Errorf("dirMeta %s went through a symlink", p)
 				}
 			}
-			os.Remove(filepath.Join(v.root, "etc"))
-			v.check(t)
+			os.Remove(filepath.Join(v.Root, "etc"))
+			v.Check(t)
 		})
 	}
 }
@@ -276,7 +277,7 @@ func TestExtractCancel(t *testing.T) {
 func TestExtractHardlinkCarriesNoMetadata(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
-	stream := mkTar(t, reg("a", "a"), hard("b", "a").with(func(h *tar.Header) { h.Mode = 0o4777; h.Uid, h.Gid = 1234, 1234 }))
+	stream := mkTar(t, reg("a", "a"), hard("b", "a").With(func(h *tar.Header) { h.Mode = 0o4777; h.Uid, h.Gid = 1234, 1234 }))
 	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,59 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
+
+// harness runs the port's suite against Flattener; accepted trees are
+// materialized with Extract, as the mkfs builder stages them.
+type harness struct{}
+
+func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) { return Flattener{}, nil }
+
+func (harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limits) (ports.TreeFlattener, error) {
+	return Flattener{Limits: limitsOf(lim)}, nil
+}
+
+func (harness) Materialize(ctx context.Context, tree io.Reader, dest string) error {
+	if !isRoot() {
+		return nil // Extract applies owners and trusted.* xattrs
+	}
+	_, err := Extract(ctx, tree, dest, ExtractOptions{SkipDevices: true})
+	return err
+}
+
+func (harness) Close() {}
+
+func limitsOf(l flattenertest.Limits) Limits {
+	return Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes, MaxFileBytes: l.MaxFileBytes,
+		MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}
+}
+
+func TestConformance(t *testing.T) {
+	flattenertest.RunConformanceTests(t, func(context.Context, *testing.T) (flattenertest.Harness, error) {
+		return harness{}, nil
+	})
+}
+
+// TestExtractTreeCorpus holds Extract, the mkfs builder's staging, to the
+// tree-level corpus.
+func TestExtractTreeCorpus(t *testing.T) {
+	needRoot(t)
+	extract := func(lim Limits) flattenertest.TreeConsumer {
+		return func(ctx context.Context, tree io.Reader, dest string) error {
+			_, err := Extract(ctx, tree, dest, ExtractOptions{SkipDevices: true, Limits: lim})
+			return err
+		}
+	}
+	flattenertest.RunTreeCorpus(t, extract(Limits{}), flattenertest.TreeOptions{
+		WithLimits: func(l flattenertest.Limits) flattenertest.TreeConsumer { return extract(limitsOf(l)) },
+	})
+}
 
 func TestFlattenerPort(t *testing.T) {
 	ls := plainLayers(t, []ent{reg("a", "abc"), dir("d")}, []ent{reg("../x", "")})

@@ -1,35 +1,22 @@
 package layers
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // fuzzLimits keep each iteration small and fast.
 var fuzzLimits = Limits{MaxEntries: 2000, MaxTotalBytes: 8 << 20, MaxFileBytes: 4 << 20, MaxZstdWindow: 8 << 20, MaxPathDepth: 32}
 
 func fuzzSeeds(f *testing.F) {
-	v := &victim{root: "/fuzz/dest", dir: "/fuzz/victim", evil: "/fuzz/dest-evil", hostTmp: "cube-layers-fuzz"}
-	f.Add(mkTar(f, dir("etc"), reg("etc/passwd", "root"), sym("var/run", "/run"), hard("x", "etc/passwd"), fifo("p")))
-	f.Add(gz(f, mkTar(f, reg("a/.wh..wh..opq", ""), reg(".wh.etc", ""), reg("a/b", "b"))))
-	f.Add(zst(f, mkTar(f, dev("dev/null", 'c', 1, 3), dir("tmp").with(xattrs("user.x", "y")))))
-	f.Add(sparseBomb())
-	f.Add(zstdWindowFrame(mkTar(f, reg("f", "x")), 31))
-	for _, tc := range hostileCases() {
-		if tc.layers == nil || tc.name == "deep-nesting-5000" || tc.name == "long-path" {
-			continue
-		}
-		var all []ent
-		for _, l := range tc.layers(v) {
-			all = append(all, l...)
-		}
-		f.Add(mkTar(f, all...))
+	for _, s := range flattenertest.Seeds(f) {
+		f.Add(s)
 	}
 }
 
@@ -53,15 +40,15 @@ func FuzzFlatten(f *testing.F) {
 			}
 			return
 		}
-		checkInvariants(t, out.Bytes())
+		flattenertest.CheckTree(t, out.Bytes())
 		if !isRoot() {
 			return
 		}
-		v := newVictim(t)
-		if _, err := Extract(context.Background(), &out, v.root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits}); err != nil {
+		v := flattenertest.NewVictim(t)
+		if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits}); err != nil {
 			t.Fatalf("Extract refused Flatten output: %v", err)
 		}
-		v.check(t)
+		v.Check(t)
 	})
 }
 
@@ -73,91 +60,50 @@ func FuzzExtract(f *testing.F) {
 		if !isRoot() {
 			t.Skip("needs root")
 		}
-		v := newVictim(t)
-		_, err := Extract(context.Background(), bytes.NewReader(data), v.root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits})
+		v := flattenertest.NewVictim(t)
+		_, err := Extract(context.Background(), bytes.NewReader(data), v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits})
 		_ = err // any outcome is fine; only the outside matters
-		v.check(t)
+		v.Check(t)
 	})
 }
 
-// FuzzTreeOps is structure-aware: each 4 bytes of input become one tar
-// entry built from a hostile alphabet (".." components, whiteouts,
-// symlinks at the victim, hard links out of the root, ...), split into up
-// to three layers. The layers go through Flatten, whose output must meet
-// the contract and extract cleanly; the concatenated entries go straight to
-// Extract. Either way nothing outside the root may change.
+// FuzzTreeOps is structure-aware (flattenertest.TreeOps): the layers go
+// through Flatten, whose output must meet the contract and extract
+// cleanly; the concatenated entries go straight to Extract. Either way
+// nothing outside the root may change.
 func FuzzTreeOps(f *testing.F) {
-	f.Add([]byte{0, 0, 1, 2, 2, 3, 0, 0, 7, 3, 0, 4})
-	f.Add([]byte{2, 0, 9, 0, 7, 0, 0, 0, 0, 0, 1, 0})
-	f.Add([]byte{1, 5, 0, 0, 6, 0, 0, 0, 3, 1, 1, 1, 4, 2, 0, 3})
-	comps := []string{"a", "b", "etc", "..", ".", ".wh.a", ".wh..wh..opq", ".wh..", "victim", "dest-evil", "hello", ""}
+	for _, s := range flattenertest.TreeOpsSeeds {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > 4*40 {
+		v := flattenertest.NewVictim(t)
+		layers := flattenertest.TreeOps(data, v)
+		if layers == nil {
 			return
-		}
-		v := newVictim(t)
-		targets := []string{"a", "a/b", "/etc", "..", "../victim", "../../victim/hello", v.dir, filepath.Join(v.dir, "hello"), "/", "etc/hello", "b"}
-		layers := [][]ent{nil}
-		for i := 0; i+4 <= len(data); i += 4 {
-			op, c1, c2, c3 := data[i], data[i+1], data[i+2], data[i+3]
-			name := comps[int(c1)%len(comps)]
-			if c2%4 != 0 {
-				name += "/" + comps[int(c2/4)%len(comps)]
-			}
-			if c3&0x80 != 0 {
-				name = "/" + name
-			}
-			target := targets[int(c3&0x7f)%len(targets)]
-			var e ent
-			switch op % 8 {
-			case 0:
-				e = reg(name, "content")
-			case 1:
-				e = dir(name)
-			case 2:
-				e = sym(name, target)
-			case 3:
-				e = hard(name, target)
-			case 4:
-				e = fifo(name)
-			case 5:
-				e = dev(name, tar.TypeChar, 1, 3)
-			case 6:
-				e = reg(name, "x").with(func(h *tar.Header) { h.Mode = 0o4777; h.Uid = 1000 })
-			case 7:
-				if len(layers) < 3 {
-					layers = append(layers, nil)
-				}
-				continue
-			}
-			if strings.HasSuffix(name, "/") && e.h.Typeflag != tar.TypeDir {
-				continue // archive/tar cannot write it
-			}
-			layers[len(layers)-1] = append(layers[len(layers)-1], e)
 		}
 		var out bytes.Buffer
 		_, err := Flatten(context.Background(), plainLayers(t, layers...), &out, fuzzLimits)
 		if err != nil && !errors.Is(err, ErrRejected) {
 			t.Fatalf("non-rejection error: %v", err)
 		}
+		if err == nil {
+			flattenertest.CheckTree(t, out.Bytes())
+		}
 		if !isRoot() {
 			return
 		}
 		if err == nil {
-			checkInvariants(t, out.Bytes())
-			if _, err := Extract(context.Background(), &out, v.root, ExtractOptions{SkipDevices: true}); err != nil {
+			if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true}); err != nil {
 				t.Fatalf("Extract refused Flatten output: %v", err)
 			}
-			v.check(t)
-			os.RemoveAll(v.root)
-			os.Mkdir(v.root, 0o755)
-			v.before = v.snapshot(t) // the reset itself touched base
+			v.Check(t)
+			v.Reset(t)
 		}
 		var all []ent
 		for _, l := range layers {
 			all = append(all, l...)
 		}
-		Extract(context.Background(), bytes.NewReader(mkTar(t, all...)), v.root, ExtractOptions{SkipDevices: true})
-		v.check(t)
+		Extract(context.Background(), bytes.NewReader(mkTar(t, all...)), v.Root, ExtractOptions{SkipDevices: true})
+		v.Check(t)
 	})
 }

@@ -1,7 +1,11 @@
 // Package buildertest is the fidelity suite every ports.RootfsBuilder runs.
 //
-// RunConformanceTests builds images from a multi-layer input (three layers,
-// gzip, plain tar and zstd, passed through layers.Flatten) that holds
+// RunConformanceTests takes a HarnessMaker (gocloud drivertest style): a
+// Harness makes the builder under test, the flattener that feeds it in
+// production, and reports the builder's optional Capabilities.
+//
+// The suite builds images from a multi-layer input (three layers, gzip,
+// plain tar and zstd, passed through the harness's flattener) that holds
 // regular, empty, large (20 MiB) and sparse files, directories with odd
 // modes, fast and slow, relative, absolute and dangling symlinks, hard links
 // (also across layers), character and block devices (old and new device
@@ -21,7 +25,9 @@
 // The suite also checks: e2fsck -fn is clean, 4 KiB blocks, a size that is a
 // multiple of 2 MiB and within a documented bound of the content, byte
 // reproducibility, headroom (or core.ErrUnsupported when the builder says it
-// has none), and that a failed or cancelled build leaves nothing behind.
+// has none), that a failed or cancelled build leaves nothing behind, and
+// (TreeCorpus) that the builder refuses, with the contract's rule, every
+// tree of the tree-level hostile corpus of ports/flattenertest.
 //
 // The pieces are exported for other tests: FidelityInput gives the layers
 // and the expected Tree, ReadImage and ReadDir read an ext4 image and a

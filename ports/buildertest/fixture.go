@@ -2,7 +2,6 @@ package buildertest
 
 import (
 	"archive/tar"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -19,7 +18,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/cubesandbox/templatecenter/adapters/layers"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // FixtureTime is later than every mtime in the fixtures; the suite passes
@@ -247,16 +246,16 @@ var layerMediaTypes = [3]string{
 
 // FidelityInput writes the fidelity layers into dir and returns them, in
 // order, with the Tree a faithful builder must produce from them.
-func FidelityInput(t testing.TB, dir string) ([]layers.Layer, Tree) {
+func FidelityInput(t testing.TB, dir string) ([]ports.FlattenLayer, Tree) {
 	t.Helper()
 	ls := fidelityLayers()
-	var out []layers.Layer
+	var out []ports.FlattenLayer
 	for i, ops := range ls {
 		p := filepath.Join(dir, fmt.Sprintf("layer%d", i))
 		if err := writeLayer(p, ops, layerMediaTypes[i]); err != nil {
 			t.Fatalf("write layer %d: %v", i, err)
 		}
-		out = append(out, layers.Layer{Path: p, MediaType: layerMediaTypes[i], Digest: fmt.Sprintf("fidelity-layer-%d", i)})
+		out = append(out, ports.FlattenLayer{Path: p, MediaType: layerMediaTypes[i], Digest: fmt.Sprintf("fidelity-layer-%d", i)})
 	}
 	return out, expectedTree(ls[:])
 }
@@ -302,16 +301,6 @@ func writeTar(w io.Writer, ops []op) error {
 		}
 	}
 	return tw.Close()
-}
-
-// treeTar returns ops as one uncompressed tar, for tests that feed a
-// builder directly without Flatten.
-func treeTar(ops []op) []byte {
-	var b bytes.Buffer
-	if err := writeTar(&b, ops); err != nil {
-		panic(err)
-	}
-	return b.Bytes()
 }
 
 // expectedTree applies the layers with the suite's own model of the OCI

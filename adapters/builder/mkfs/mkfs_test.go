@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/builder/mkfs"
+	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -32,11 +33,31 @@ func needRoot(t testing.TB) {
 	}
 }
 
+// harness makes mkfs builders with a private work directory per subtest,
+// fed by the layers flattener.
+type harness struct{ work string }
+
+func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) {
+	return mkfs.New(mkfs.Options{WorkDir: h.work}), nil
+}
+
+func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
+	return layers.Flattener{}, nil
+}
+
+func (harness) Capabilities() buildertest.Capabilities {
+	return buildertest.Capabilities{Headroom: true, SparseFiles: true}
+}
+
+func (harness) Close() {}
+
+func newHarness(_ context.Context, t *testing.T) (buildertest.Harness, error) {
+	return harness{work: t.TempDir()}, nil
+}
+
 func TestConformance(t *testing.T) {
 	needRoot(t)
-	buildertest.RunConformanceTests(t, func(t *testing.T) ports.RootfsBuilder {
-		return mkfs.New(mkfs.Options{WorkDir: t.TempDir()})
-	}, buildertest.Capabilities{Headroom: true, SparseFiles: true})
+	buildertest.RunConformanceTests(t, newHarness)
 }
 
 // entry is one tar entry of the hand-written trees below.
@@ -200,8 +221,9 @@ func TestTimesClamped(t *testing.T) {
 func TestEmptyTree(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "img")
+	empty := make([]byte, 1024) // an empty tar: just the end-of-archive marker
 	res, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(),
-		ports.BuildSpec{Tree: bytes.NewReader(nil), OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime})
+		ports.BuildSpec{Tree: bytes.NewReader(empty), OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime})
 	if err != nil {
 		t.Fatal(err)
 	}

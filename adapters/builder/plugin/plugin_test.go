@@ -17,6 +17,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
+	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -90,9 +91,23 @@ func load(t *testing.T) *Builder {
 // checks as in-process (plugins/ext4stream/ext4build), across go-plugin.
 func TestConformance(t *testing.T) {
 	b := load(t)
-	buildertest.RunConformanceTests(t, func(*testing.T) ports.RootfsBuilder { return b },
-		buildertest.Capabilities{Headroom: false})
+	buildertest.RunConformanceTests(t, func(context.Context, *testing.T) (buildertest.Harness, error) {
+		return harness{b}, nil
+	})
 }
+
+// harness shares one plugin process: the suite's builds are sequential.
+type harness struct{ b *Builder }
+
+func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { return h.b, nil }
+
+func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
+	return layers.Flattener{}, nil
+}
+
+func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }
+
+func (harness) Close() {}
 
 func TestLoad(t *testing.T) {
 	b := load(t)

@@ -1,15 +1,30 @@
 package ext4build
 
 import (
+	"context"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
 )
 
-// The shared fidelity suite, in process. adapters/builder/plugin runs it
-// again through the plugin binary.
+// harness runs the builder in process, fed by the layers flattener.
+// adapters/builder/plugin runs the suite again through the plugin binary.
+type harness struct{}
+
+func (harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { return New(), nil }
+
+func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
+	return layers.Flattener{}, nil
+}
+
+func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }
+
+func (harness) Close() {}
+
 func TestConformance(t *testing.T) {
-	buildertest.RunConformanceTests(t, func(*testing.T) ports.RootfsBuilder { return New() },
-		buildertest.Capabilities{Headroom: false})
+	buildertest.RunConformanceTests(t, func(context.Context, *testing.T) (buildertest.Harness, error) {
+		return harness{}, nil
+	})
 }

@@ -3,8 +3,14 @@
 //
 // The tree streams through a validating re-encoder (feed.go) into hcsshim's
 // tar2ext4, which writes file data as it arrives and the metadata at the
-// end into a temporary file beside BuildSpec.OutPath. A post-processing
-// pass (fixup.go) then repairs what tar2ext4 leaves wrong or unset:
+// end into a temporary file beside BuildSpec.OutPath. The feed holds the
+// tree to the BuildSpec.Tree contract with the staging extractor's rules
+// and rule names (reject.go): clean relative names, nothing below a
+// symlink or a file, no duplicates or whiteouts, hard links to earlier
+// regular files, the xattr allow-list, owner and device ranges, the
+// end-of-archive marker; ports/flattenertest's tree corpus checks it. A
+// post-processing pass (fixup.go) then repairs what tar2ext4 leaves wrong
+// or unset:
 //
 //   - the padding bits at the end of each inode bitmap, without which
 //     `e2fsck -fn` exits 4;

@@ -45,7 +45,7 @@ type feed struct {
 	done      bool
 	err       error
 
-	seen    map[string]bool // entry name -> is a directory
+	kinds   map[string]byte // entry name -> its type, or kindImplied
 	entries int64           // entries passed on, for error messages
 	buf     bytes.Buffer
 }
@@ -59,7 +59,8 @@ func newFeed(ctx context.Context, tree io.Reader, when time.Time) *feed {
 		src:  src,
 		tr:   tar.NewReader(src),
 		when: when,
-		seen: map[string]bool{".": true, "lost+found": true},
+		// The invented entries may be declared once by the tree.
+		kinds: map[string]byte{".": kindImplied, "lost+found": kindImplied},
 	}
 }
 
@@ -151,8 +152,8 @@ func (f *feed) next() error {
 	for {
 		hdr, err := f.tr.Next()
 		if err == io.EOF && f.src.eof {
-			return fmt.Errorf("read tree after %d entries: the stream ended without the tar "+
-				"end-of-archive marker (truncated?): %w", f.entries, core.ErrInvalidArgument)
+			return reject("", ruleCorruptArchive, "read tree after %d entries: the stream ended without the tar "+
+				"end-of-archive marker (truncated?)", f.entries)
 		}
 		if err == io.EOF {
 			f.buf.Write(zeroBlock[:]) // end-of-archive marker
@@ -171,7 +172,7 @@ func (f *feed) next() error {
 		}
 		f.entries++
 		if err := tar.NewWriter(&f.buf).WriteHeader(out); err != nil {
-			return entryErr(out.Name, "cannot re-encode header: "+err.Error())
+			return reject(out.Name, ruleCorruptArchive, "cannot re-encode header: %v", err)
 		}
 		if out.Typeflag == tar.TypeReg {
 			f.remaining = out.Size
@@ -191,43 +192,36 @@ func (f *feed) readErr(err error) error {
 		return ctxErr
 	}
 	if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("read tree after %d entries: %w: %w", f.entries, err, core.ErrInvalidArgument)
+		return reject("", ruleCorruptArchive, "read tree after %d entries: %v", f.entries, err)
 	}
 	return fmt.Errorf("read tree after %d entries: %w", f.entries, err)
 }
 
-func entryErr(name, reason string) error {
-	return fmt.Errorf("tree entry %q: %s: %w", name, reason, core.ErrInvalidArgument)
-}
-
-// convert checks one header and returns what tar2ext4 should see, or nil
-// for headers that carry no file.
+// convert checks one header against the BuildSpec.Tree contract and
+// returns what tar2ext4 should see, or nil for headers that carry no file.
+// The checks and their rule names are those of the staging extractor
+// (layers.Extract); ports/flattenertest holds both to one corpus.
 func (f *feed) convert(in *tar.Header) (*tar.Header, error) {
 	typ := in.Typeflag
 	switch typ {
 	case tar.TypeReg, tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
-	case tar.TypeCont, tar.TypeGNUSparse:
+	case tar.TypeGNUSparse:
 		typ = tar.TypeReg // data is read back expanded by archive/tar
 	case tar.TypeXGlobalHeader:
 		return nil, nil
 	default:
-		return nil, entryErr(in.Name, fmt.Sprintf("unsupported tar entry type %q", typ))
+		return nil, reject(in.Name, ruleUnsupportedType, "tar entry type %q", typ)
 	}
-	name, err := cleanName(in.Name)
-	if err != nil {
-		return nil, entryErr(in.Name, err.Error())
+	name, rj := treeName(in.Name, false)
+	if rj != nil {
+		return nil, rj
 	}
-	isDir := typ == tar.TypeDir
-	if prev, ok := f.seen[name]; ok && !(prev && isDir) {
-		if name == "." || name == "lost+found" {
-			return nil, entryErr(in.Name, "must be a directory")
-		}
-		return nil, entryErr(in.Name, "appears twice")
-	}
-	if name != "." {
-		if err := f.checkParents(name); err != nil {
-			return nil, entryErr(in.Name, err.Error())
-		}
+	switch {
+	case in.Mode < 0 || in.Mode > 1<<32-1:
+		return nil, reject(in.Name, ruleBadMode, "mode %#o", in.Mode)
+	case in.Uid < 0 || in.Gid < 0 || int64(in.Uid) >= 0xFFFFFFFF || int64(in.Gid) >= 0xFFFFFFFF:
+		// (uid_t)-1 means "unchanged" to chown: refused like any other out-of-range id.
+		return nil, reject(in.Name, ruleBadOwner, "uid %d gid %d", in.Uid, in.Gid)
 	}
 	out := &tar.Header{
 		Typeflag:   typ,
@@ -240,13 +234,10 @@ func (f *feed) convert(in *tar.Header) (*tar.Header, error) {
 		ChangeTime: clampTime(in.ChangeTime),
 		Format:     tar.FormatPAX,
 	}
-	if in.Uid < 0 || in.Gid < 0 || int64(in.Uid) > 0xFFFFFFFF || int64(in.Gid) > 0xFFFFFFFF {
-		return nil, entryErr(in.Name, fmt.Sprintf("uid/gid %d/%d out of range", in.Uid, in.Gid))
-	}
 	switch typ {
 	case tar.TypeReg:
 		if in.Size < 0 {
-			return nil, entryErr(in.Name, "negative size")
+			return nil, reject(in.Name, ruleCorruptArchive, "negative size")
 		}
 		if in.Size > maxFileSize {
 			return nil, fmt.Errorf("tree entry %q: %d bytes; this builder writes files up to %d bytes: %w",
@@ -254,75 +245,173 @@ func (f *feed) convert(in *tar.Header) (*tar.Header, error) {
 		}
 		out.Size = in.Size
 	case tar.TypeLink:
-		target, err := cleanName(in.Linkname)
-		if err != nil {
-			return nil, entryErr(in.Name, "hard link target: "+err.Error())
+		target, rj := treeName(in.Linkname, true)
+		if rj != nil {
+			return nil, reject(in.Name, rj.rule, "hard link target %q: %s", in.Linkname, rj.detail)
 		}
-		if isDir, ok := f.seen[target]; !ok || isDir {
-			return nil, entryErr(in.Name, fmt.Sprintf("hard link target %q is not an earlier non-directory entry", in.Linkname))
+		if target == name {
+			return nil, reject(in.Name, ruleHardlinkSelf, "links to itself")
 		}
 		out.Linkname = target
 	case tar.TypeSymlink:
-		if in.Linkname == "" || len(in.Linkname) >= 4096 || strings.IndexByte(in.Linkname, 0) >= 0 {
-			return nil, entryErr(in.Name, "symlink target must be 1..4095 bytes without NUL")
+		if in.Linkname == "" || len(in.Linkname) >= maxPath || strings.IndexByte(in.Linkname, 0) >= 0 {
+			return nil, reject(in.Name, ruleSymlinkTarget, "target of %d bytes (1..%d without NUL)", len(in.Linkname), maxPath-1)
 		}
 		out.Linkname = in.Linkname
 	case tar.TypeChar, tar.TypeBlock:
 		if in.Devmajor < 0 || in.Devminor < 0 || in.Devmajor > 0xFFF || in.Devminor > 0xFFFFF {
-			return nil, entryErr(in.Name, fmt.Sprintf("device %d:%d out of range", in.Devmajor, in.Devminor))
+			return nil, reject(in.Name, ruleBadDevice, "device %d:%d", in.Devmajor, in.Devminor)
 		}
 		out.Devmajor, out.Devminor = in.Devmajor, in.Devminor
 	}
-	for k, v := range in.PAXRecords {
-		if strings.HasPrefix(k, xattrPAXPrefix) && len(k) > len(xattrPAXPrefix) {
-			if out.PAXRecords == nil {
-				out.PAXRecords = make(map[string]string)
+	if name == "." && typ != tar.TypeDir {
+		return nil, reject(in.Name, ruleRootNotDir, "root entry of type %q", typ)
+	}
+	if err := copyXattrs(in, out, typ); err != nil {
+		return nil, err
+	}
+	if prev, ok := f.kinds[name]; ok {
+		if prev != kindImplied || typ != tar.TypeDir {
+			if name == "lost+found" {
+				return nil, reject(in.Name, ruleReservedName, "lost+found must be a directory, named at most once")
 			}
-			out.PAXRecords[k] = v
+			return nil, reject(in.Name, ruleDuplicateEntry, "%q already exists", name)
 		}
 	}
-	f.seen[name] = isDir
+	if name != "." {
+		if err := f.checkParents(in.Name, name); err != nil {
+			return nil, err
+		}
+	}
+	kind := typ
+	if typ == tar.TypeLink {
+		switch k, ok := f.kinds[out.Linkname]; {
+		case !ok:
+			return nil, reject(in.Name, ruleHardlinkMissing, "target %q is not an earlier entry", out.Linkname)
+		case k == tar.TypeDir || k == kindImplied:
+			return nil, reject(in.Name, ruleHardlinkDir, "target %q is a directory", out.Linkname)
+		case k != tar.TypeReg:
+			return nil, reject(in.Name, ruleHardlinkNotRegular, "target %q is of type %q", out.Linkname, k)
+		}
+		kind = tar.TypeReg
+	}
+	f.kinds[name] = kind
 	return out, nil
 }
 
-// checkParents enforces that every ancestor that exists is a directory. A
-// missing ancestor is created by tar2ext4 with the root's owner and mode
-// (mkdir -p), as tar -x would; the contract says parents come first, so
-// this is only leniency.
-func (f *feed) checkParents(name string) error {
-	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-		isDir, ok := f.seen[dir]
-		if ok {
-			if !isDir {
-				return fmt.Errorf("parent %q is not a directory", dir)
-			}
-			return nil // its own ancestors were checked when it was added
+// copyXattrs keeps the SCHILY.xattr.* records of in that pass the
+// namespace allow-list and the kernel's size limits.
+func copyXattrs(in, out *tar.Header, typ byte) error {
+	for k, v := range in.PAXRecords {
+		name, ok := strings.CutPrefix(k, xattrPAXPrefix)
+		if !ok || typ == tar.TypeLink {
+			continue // a hard link shares its target's inode and xattrs
 		}
-		f.seen[dir] = true
+		if len(name) > 255 || len(v) > 64<<10 {
+			return reject(in.Name, ruleXattrTooLarge, "xattr %q: name %d bytes, value %d bytes", name, len(name), len(v))
+		}
+		if !xattrAllowed(name, typ) {
+			return reject(in.Name, ruleXattrForbidden, "xattr %q", name)
+		}
+		if out.PAXRecords == nil {
+			out.PAXRecords = make(map[string]string)
+		}
+		out.PAXRecords[k] = v
 	}
 	return nil
 }
 
-// cleanName accepts the names the contract allows (clean and relative),
-// tolerating a leading "./" and a trailing "/", and returns "." for the root.
-func cleanName(name string) (string, error) {
-	n := strings.TrimPrefix(name, "./")
-	n = strings.TrimSuffix(n, "/")
+// xattrAllowed is the staging extractor's namespace allow-list: overlay
+// control attributes are refused (overlayfs would act on them if the image
+// became a lower layer), and the kernel allows user.* only on files and
+// directories.
+func xattrAllowed(name string, typ byte) bool {
+	ns, rest, ok := strings.Cut(name, ".")
+	if !ok || rest == "" {
+		return false
+	}
+	switch ns {
+	case "user":
+		return !strings.HasPrefix(rest, "overlay.") && (typ == tar.TypeReg || typ == tar.TypeDir)
+	case "trusted":
+		return !strings.HasPrefix(rest, "overlay.")
+	case "security":
+		return true
+	case "system":
+		return rest == "posix_acl_access" || (rest == "posix_acl_default" && typ == tar.TypeDir)
+	}
+	return false
+}
+
+// checkParents enforces that every ancestor that exists is a directory:
+// never a symlink (a tree is already resolved; nothing is written through
+// a link) and never a file. A missing ancestor is created by tar2ext4 with
+// the root's owner and mode (mkdir -p), as tar -x would; the contract says
+// parents come first, so this is only leniency.
+func (f *feed) checkParents(raw, name string) error {
+	var missing []string
+	dir := path.Dir(name)
+	for ; dir != "."; dir = path.Dir(dir) {
+		if _, ok := f.kinds[dir]; ok {
+			break // its own ancestors were checked when it was added
+		}
+		missing = append(missing, dir)
+	}
+	switch k := f.kinds[dir]; {
+	case k == tar.TypeSymlink:
+		return reject(raw, ruleParentSymlink, "%q is a symlink", dir)
+	case k != tar.TypeDir && k != kindImplied:
+		return reject(raw, ruleParentNotDir, "%q is not a directory", dir)
+	}
+	for _, d := range missing {
+		f.kinds[d] = kindImplied
+	}
+	return nil
+}
+
+// maxPath is PATH_MAX: no longer name or symlink target can be used.
+const maxPath = 4096
+
+// treeName accepts the names the contract allows: clean and relative, one
+// trailing "/" tolerated, "." (or "./") for the root, no whiteouts, no
+// component over 255 bytes. Hard link targets (link) follow the same
+// rules, with their own rule for "..".
+func treeName(raw string, link bool) (string, *rejectError) {
 	switch {
-	case n == "" || n == ".":
+	case raw == "" && link:
+		return "", reject(raw, ruleHardlinkMissing, "empty hard link target")
+	case raw == "":
+		return "", reject(raw, ruleEmptyName, "empty name")
+	case strings.IndexByte(raw, 0) >= 0:
+		return "", reject(raw, ruleNulInName, "NUL byte")
+	}
+	for _, c := range strings.Split(raw, "/") {
+		if c == ".." && link {
+			return "", reject(raw, ruleHardlinkEscape, "target leaves the root")
+		}
+		if c == ".." {
+			return "", reject(raw, rulePathTraversal, "\"..\" component")
+		}
+	}
+	if strings.HasPrefix(raw, "/") {
+		return "", reject(raw, ruleAbsoluteName, "absolute name in a flattened tree")
+	}
+	n := strings.TrimSuffix(raw, "/")
+	if n == "." || n == "" {
 		return ".", nil
-	case strings.IndexByte(n, 0) >= 0:
-		return "", errors.New("name contains NUL")
-	case path.IsAbs(n):
-		return "", errors.New("name is absolute")
-	case path.Clean(n) != n:
-		return "", errors.New("name is not clean")
-	case n == ".." || strings.HasPrefix(n, "../"):
-		return "", errors.New("name leaves the root")
+	}
+	if path.Clean(n) != n {
+		return "", reject(raw, ruleUncleanName, "not clean (%q)", path.Clean(n))
+	}
+	if len(n) > maxPath {
+		return "", reject(raw, rulePathTooLong, "%d bytes > %d", len(n), maxPath)
 	}
 	for _, c := range strings.Split(n, "/") {
+		if strings.HasPrefix(c, ".wh.") {
+			return "", reject(raw, ruleWhiteoutInTree, "a flattened tree has no whiteouts")
+		}
 		if len(c) > 255 {
-			return "", fmt.Errorf("name component of %d bytes exceeds 255", len(c))
+			return "", reject(raw, ruleNameTooLong, "component of %d bytes > 255", len(c))
 		}
 	}
 	return n, nil
