@@ -28,7 +28,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
-	"github.com/cubesandbox/templatecenter/apps/nodeagent/agent"
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 	"github.com/cubesandbox/templatecenter/core"
 )
 

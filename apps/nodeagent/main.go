@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/cubesandbox/templatecenter/apps/nodeagent/agent"
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 )
 
 const usageText = `Usage: nodeagent [flags]

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
-	"github.com/cubesandbox/templatecenter/apps/nodeagent/agent"
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/nodeagenttest"
 )
