@@ -178,7 +178,7 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 		t.Fatalf("job row after BUILT: %+v (%v)", got, err)
 	}
 
-	// The master rotates the download token when it registers the artifact.
+	// The master mints the download token when it first registers the artifact.
 	if _, err := st.Artifacts().Update(ctx, a.ArtifactID, func(x *core.Artifact) error { x.DownloadToken = "tok-123"; return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,7 @@ var errJobFinished = errors.New("job already finished")
 // artifact at once. Under the lock it re-reads the job and runs only when
 // the job still needs it:
 //
-//   - BUILT (the data plane finished; first run: the download token is
-//     rotated);
+//   - BUILT (the data plane finished);
 //   - PENDING REDO job in a post-build phase (a redo that reuses the
 //     artifact);
 //   - RUNNING in a post-build phase: a previous run died mid-way (it held
@@ -130,10 +129,10 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	}
 	p.req = req
 
-	// 1. Register: claim the artifact row. A first run after BUILT mints a
-	// new download token; replays and redo keep the current one so copies
-	// in flight stay valid.
-	if p.artifact, err = s.claimArtifact(ctx, job, job.Status == core.JobBuilt); err != nil {
+	// 1. Register: claim the artifact row. Its download token is minted
+	// once and then kept: every template that uses the artifact hands it
+	// to its nodes, so changing it would break the others.
+	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
 	if p.img, err = core.ParseImageConfigJSON(p.artifact.ImageConfigJSON); err != nil {
@@ -260,10 +259,10 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	return nil
 }
 
-// claimArtifact makes the artifact row READY for distribution: a fresh
-// download token when rotate is set (or none exists), the download base
-// URL, and a renewed GC deadline.
-func (s *Service) claimArtifact(ctx context.Context, job *core.Job, rotate bool) (*core.Artifact, error) {
+// claimArtifact makes the artifact row READY for distribution: a download
+// token if it has none yet, the download base URL, and a renewed GC
+// deadline.
+func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artifact, error) {
 	base := s.cfg().DownloadBaseURL
 	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
 		if a.Status != core.ArtifactReady {
@@ -280,7 +279,7 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job, rotate bool)
 		if a.DownloadBaseURL == "" {
 			return fmt.Errorf("artifact %s: no download base URL (neither recorded nor configured): %w", a.ArtifactID, core.ErrInvalidArgument)
 		}
-		if rotate || a.DownloadToken == "" {
+		if a.DownloadToken == "" {
 			a.DownloadToken = s.IDs.NewToken()
 		}
 		a.GCDeadline = s.gcDeadline()
