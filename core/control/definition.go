@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -91,7 +92,7 @@ func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
 		return err
 	}
 	target := map[string]bool{}
-	for _, n := range p.targets {
+	for _, n := range append(slices.Clone(p.targets), p.down...) {
 		target[n.ID] = true
 	}
 	for _, r := range rows {

@@ -118,3 +118,21 @@ func (s *Service) replica(p *pipeline, n ports.Node) *core.Replica {
 	}
 	return r
 }
+
+// recordDown writes a FAILED replica for every target that went down after
+// the job was submitted and returns their errors. Nothing was sent to them,
+// so there is nothing to clean up.
+func (s *Service) recordDown(ctx context.Context, p *pipeline) []string {
+	var errs []string
+	for _, n := range p.down {
+		msg := fmt.Sprintf("node %s is not healthy; it gets the template when it is back", n.ID)
+		rep := s.replica(p, n)
+		rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
+		rep.LastErrorPhase, rep.ErrorMessage = string(core.PhaseDistributing), msg
+		if err := s.Store.Templates().UpsertReplica(ctx, rep); err != nil {
+			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", err)
+		}
+		errs = append(errs, msg)
+	}
+	return errs
+}

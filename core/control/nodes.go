@@ -58,3 +58,63 @@ func sortNodes(ns []ports.Node) []ports.Node {
 	slices.SortFunc(out, func(a, b ports.Node) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
+
+// resolveTargets is resolveNodes for a resume: a scope entry naming a node
+// the directory knows but does not list as healthy (it went down after the
+// job was submitted) is returned in down instead of failing the job, so
+// the other nodes still get the template and the down node's replica is
+// recorded FAILED. Unknown entries and no healthy node at all fail as in
+// resolveNodes.
+func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope []string) (healthy, down []ports.Node, err error) {
+	healthy, err = s.resolveNodes(ctx, instanceType, scope)
+	if err == nil || len(scope) == 0 {
+		return healthy, nil, err
+	}
+	if instanceType == "" {
+		instanceType = core.DefaultInstanceType
+	}
+	up, herr := s.Nodes.HealthyNodes(ctx, instanceType)
+	if herr != nil {
+		return nil, nil, fmt.Errorf("list healthy %s nodes: %w", instanceType, herr)
+	}
+	seen := map[string]bool{}
+	var missing []string
+	for _, want := range scope {
+		if i := slices.IndexFunc(up, func(n ports.Node) bool { return n.ID == want || (n.IP != "" && n.IP == want) }); i >= 0 {
+			if !seen[up[i].ID] {
+				seen[up[i].ID] = true
+				healthy = append(healthy, up[i])
+			}
+			continue
+		}
+		n, gerr := s.Nodes.Get(ctx, want)
+		switch {
+		case gerr == nil:
+			if !seen[n.ID] {
+				seen[n.ID] = true
+				down = append(down, n)
+			}
+		case isNotFound(gerr):
+			missing = append(missing, want)
+		default:
+			return nil, nil, fmt.Errorf("node %s: %w", want, gerr)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		missing = slices.Compact(missing)
+		return nil, nil, fmt.Errorf("target nodes are not healthy or not found: %s: %w", strings.Join(missing, ","), core.ErrNoTemplateNodes)
+	}
+	if len(healthy) == 0 {
+		return nil, nil, fmt.Errorf("no target node is healthy (down: %s): %w", nodeIDs(down), core.ErrNoTemplateNodes)
+	}
+	return sortNodes(healthy), sortNodes(down), nil
+}
+
+func nodeIDs(ns []ports.Node) string {
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i] = n.ID
+	}
+	return strings.Join(ids, ",")
+}

@@ -213,3 +213,42 @@ func TestRedoNeverDestroysACopyAnotherTemplateUses(t *testing.T) {
 		t.Errorf("tpl-a broken: %v", err)
 	}
 }
+
+// TestRedoWhenANodeDropsBeforeTheResume: a mode-ALL redo resolved both
+// nodes; node-2 goes down before the resume runs. The redo must still
+// bring node-1 up and record node-2's replica FAILED, not fail the job.
+func TestRedoWhenANodeDropsBeforeTheResume(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2")
+	e.snapFail["node-1"] = errors.New("boot timeout")
+	e.ready("tpl-drop", fpA)
+	delete(e.snapFail, "node-1")
+
+	// Hold the artifact's lock so the redo's resume waits while node-2
+	// leaves the directory.
+	lock, err := e.locker.Lock(e.ctx, "tc_resume_"+aidOf(fpA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := e.svc.Redo(e.ctx, control.RedoRequest{TemplateID: "tpl-drop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eqSlice(t, "scope", job.RedoScope, []string{"node-1", "node-2"})
+	e.setHealthy("node-1")
+	if err := lock.Unlock(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.wait()
+
+	j := e.job(job.JobID)
+	eq(t, "redo status", j.Status, core.JobReady)
+	eq(t, "template status", j.TemplateStatus, string(core.TemplatePartiallyReady))
+	reps := e.replicas("tpl-drop")
+	eq(t, "node-1", reps["node-1"].Status, core.ReplicaReady)
+	eq(t, "node-2", reps["node-2"].Status, core.ReplicaFailed)
+	if !strings.Contains(reps["node-2"].ErrorMessage, "not healthy") {
+		t.Errorf("node-2 replica says %q", reps["node-2"].ErrorMessage)
+	}
+	eq(t, "expected nodes", j.ExpectedNodeCount, 2)
+	eq(t, "failed nodes", j.FailedNodeCount, 1)
+}

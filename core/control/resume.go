@@ -106,6 +106,9 @@ type pipeline struct {
 	stored   string               // the definition's request_json
 	spec     string
 	targets  []ports.Node
+	// down are target nodes that went down after the job was submitted:
+	// they get FAILED replicas and the template when they are back.
+	down []ports.Node
 	// previous holds the template's replica rows as they were before this
 	// run, by node id: their snapshot paths locate what a node must drop
 	// before it snapshots again.
@@ -149,10 +152,11 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		scope = job.RedoScope
 		p.destroyFirst = firstRun && job.ResumePhase == core.PhaseDistributing
 	}
-	if p.targets, err = s.resolveNodes(ctx, job.InstanceType, scope); err != nil {
+	if p.targets, p.down, err = s.resolveTargets(ctx, job.InstanceType, scope); err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
-	if _, err := s.step(ctx, job.JobID, core.JobUpdate{ExpectedNodeCount: intp(len(p.targets))}); err != nil {
+	expected := len(p.targets) + len(p.down)
+	if _, err := s.step(ctx, job.JobID, core.JobUpdate{ExpectedNodeCount: intp(expected)}); err != nil {
 		return err
 	}
 
@@ -188,13 +192,14 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		p.previous[r.NodeID] = r
 	}
 	got, distErrs := s.distribute(ctx, p, ref)
+	distErrs = append(distErrs, s.recordDown(ctx, p)...)
 	if len(got) == 0 {
 		first := ""
 		if len(distErrs) > 0 {
 			first = ": " + distErrs[0]
 		}
-		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("artifact distribution failed on all %d nodes%s", len(p.targets), first),
-			withCounts(len(p.targets), 0, len(p.targets)))
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("artifact distribution failed on all %d nodes%s", expected, first),
+			withCounts(expected, 0, expected))
 	}
 
 	// 4. Definition (before any snapshot, so a replica never exists
@@ -231,7 +236,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseSnapshotting, err)
 	}
-	counts := withCounts(len(p.targets), snapped, len(p.targets)-snapped)
+	counts := withCounts(expected, snapped, expected-snapped)
 	if status == core.TemplateFailed {
 		msg := "template snapshot failed on every node"
 		if lastErr != "" {
@@ -255,7 +260,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		return err
 	}
 	s.dropProgress(ctx, job.JobID)
-	s.log().Info("template ready", "template", job.TemplateID, "job", job.JobID, "status", status, "nodes", len(p.targets), "ready", snapped)
+	s.log().Info("template ready", "template", job.TemplateID, "job", job.JobID, "status", status, "nodes", expected, "ready", snapped)
 	return nil
 }
 
