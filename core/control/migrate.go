@@ -135,11 +135,13 @@ func (s *Service) GetMigrateJob(ctx context.Context, jobID string) (*core.Job, e
 // lock (so resume, redo and delete never interleave with it) and ends the
 // job READY or FAILED with the reason.
 func (s *Service) runMigrate(ctx context.Context, job *core.Job) error {
-	lock, err := s.Locker.Lock(ctx, resumeLockName(job.ArtifactID))
+	lock, err := s.lockArtifact(ctx, job.ArtifactID, false)
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseMigrating, fmt.Errorf("lock artifact %s: %w", job.ArtifactID, err))
 	}
 	defer s.unlock(ctx, lock)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
+	defer cancel()
 	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseMigrating, 10)); err != nil {
 		if errors.Is(err, errJobFinished) {
 			return nil

@@ -57,17 +57,13 @@ func (s *Service) resume(ctx context.Context, jobID string, try bool) (ran bool,
 	if job.ArtifactID == "" {
 		return true, s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("job %s reached %s without an artifact id: %w", jobID, job.Status, core.ErrInvalidArgument))
 	}
-	name := resumeLockName(job.ArtifactID)
-	var lock ports.Lock
-	if try {
-		lock, err = s.Locker.TryLock(ctx, name)
-	} else {
-		lock, err = s.Locker.Lock(ctx, name)
-	}
+	lock, err := s.lockArtifact(ctx, job.ArtifactID, try)
 	if err != nil {
 		return false, fmt.Errorf("resume job %s: %w", jobID, err)
 	}
 	defer s.unlock(ctx, lock)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
+	defer cancel()
 
 	if job, err = s.Store.Jobs().Get(ctx, jobID); err != nil {
 		return false, fmt.Errorf("resume job %s: %w", jobID, err)

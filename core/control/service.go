@@ -19,6 +19,7 @@ const (
 	DefaultArtifactTTL         = 7 * 24 * time.Hour
 	DefaultStaleAfter          = 10 * time.Minute
 	DefaultResumeTimeout       = 30 * time.Minute
+	DefaultLockWait            = 30 * time.Minute
 	DefaultBatch               = 200
 )
 
@@ -41,8 +42,13 @@ type Config struct {
 	// StaleAfter is how long an active (or BUILT) job must have gone
 	// without an update before Delete may fail it instead of refusing.
 	StaleAfter time.Duration
-	// ResumeTimeout bounds one asynchronous resume (callback or redo).
+	// ResumeTimeout bounds the work of one resume or migrate job. The
+	// budget starts when the work does: once the job holds its artifact's
+	// lock, never shared with other jobs of a sweep pass.
 	ResumeTimeout time.Duration
+	// LockWait bounds how long a background job waits for its artifact's
+	// lock (another template may be distributing the same artifact).
+	LockWait time.Duration
 	// Batch bounds how many rows one GC or sweep pass looks at.
 	Batch int
 }
@@ -59,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResumeTimeout <= 0 {
 		c.ResumeTimeout = DefaultResumeTimeout
+	}
+	if c.LockWait <= 0 {
+		c.LockWait = DefaultLockWait
 	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
@@ -139,7 +148,9 @@ func (s *Service) goBackground(ctx context.Context, what string, fn func(ctx con
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		bctx, cancel := detached(ctx, s.cfg().ResumeTimeout)
+		// The job applies its own budgets (lock wait, then work); this
+		// bound only stops a runaway.
+		bctx, cancel := detached(ctx, s.cfg().LockWait+s.cfg().ResumeTimeout)
 		defer cancel()
 		defer func() {
 			if r := recover(); r != nil {
@@ -182,3 +193,15 @@ func fanOut(n, workers int, fn func(i int)) {
 
 // isNotFound is errors.Is(err, core.ErrNotFound).
 func isNotFound(err error) bool { return errors.Is(err, core.ErrNotFound) }
+
+// lockArtifact takes the artifact's lock: at once or not at all with try,
+// else waiting at most Config.LockWait.
+func (s *Service) lockArtifact(ctx context.Context, artifactID string, try bool) (ports.Lock, error) {
+	name := resumeLockName(artifactID)
+	if try {
+		return s.Locker.TryLock(ctx, name)
+	}
+	lctx, cancel := context.WithTimeout(ctx, s.cfg().LockWait)
+	defer cancel()
+	return s.Locker.Lock(lctx, name)
+}

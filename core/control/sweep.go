@@ -136,10 +136,10 @@ func (s *Service) RunSweeps(stop <-chan struct{}, interval time.Duration) {
 }
 
 // SweepOnce runs one pass of every sweep: BUILT replay, stale migrates and
-// artifact GC, each logged.
+// artifact GC, each logged. The pass itself has no deadline: every job it
+// replays gets its own budget when its work starts (Config.ResumeTimeout),
+// and every node call is bounded by the node agent.
 func (s *Service) SweepOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
-	defer cancel()
 	n, err := s.SweepBuilt(ctx, sweepStaleAfter)
 	switch {
 	case err != nil:
