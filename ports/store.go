@@ -125,8 +125,10 @@ type ArtifactRepository interface {
 	// is older than updatedBefore (zero time: no age filter).
 	ListByStatus(ctx context.Context, status core.ArtifactStatus, updatedBefore time.Time, limit int) ([]*core.Artifact, error)
 	// CountReferences counts what still needs the artifact: replicas bound
-	// to it, active jobs naming it and definitions whose rootfs artifact it
-	// is, leaving out rows of excludeTemplateID.
+	// to it, jobs naming it that are not yet terminal (PENDING, RUNNING and
+	// BUILT: a BUILT job's resume pipeline still distributes the artifact)
+	// and definitions whose rootfs artifact it is, leaving out rows of
+	// excludeTemplateID (an empty one leaves out nothing).
 	CountReferences(ctx context.Context, artifactID, excludeTemplateID string) (int, error)
 }
 

@@ -96,6 +96,11 @@ func testArtifactCRUD(t *testing.T, e *env) {
 	mustErrIs(t, err, core.ErrNotFound, "Update of a missing artifact")
 	_, err = ar.Update(e.ctx, a.ArtifactID, func(x *core.Artifact) error { x.Status = "BOGUS"; return nil })
 	mustErrIs(t, err, core.ErrInvalidArgument, "Update to an unknown status")
+	bogus := newArtifact()
+	bogus.Status = "BOGUS"
+	mustErrIs(t, ar.Create(e.ctx, bogus), core.ErrInvalidArgument, "Create with an unknown status")
+	_, err = ar.Get(e.ctx, bogus.ArtifactID)
+	mustErrIs(t, err, core.ErrNotFound, "Get of the refused artifact")
 
 	must(t, ar.Delete(e.ctx, a.ArtifactID), "delete")
 	_, err = ar.Get(e.ctx, a.ArtifactID)
@@ -149,7 +154,11 @@ func testArtifactUpdateConcurrent(t *testing.T, e *env) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := ar.Update(e.ctx, a.ArtifactID, func(x *core.Artifact) error { x.Ext4SizeBytes++; return nil })
+			_, err := ar.Update(e.ctx, a.ArtifactID, func(x *core.Artifact) error {
+				x.Ext4SizeBytes++
+				time.Sleep(fnPause) // so writers overlap between read and write
+				return nil
+			})
 			errs <- err
 		}()
 	}
@@ -223,24 +232,29 @@ func testCountReferences(t *testing.T, e *env) {
 		t.Fatalf("fresh artifact has %d references", n)
 	}
 	tplA, tplB, tplC := uniq("tpl-a-"), uniq("tpl-b-"), uniq("tpl-c-")
+	tplD, tplE := uniq("tpl-d-"), uniq("tpl-e-")
 
 	// Replicas bound to it: two of A, one of B; one of C bound elsewhere.
 	must(t, e.s.Templates().UpsertReplica(e.ctx, newReplica(tplA, "n1", id)), "replica")
 	must(t, e.s.Templates().UpsertReplica(e.ctx, newReplica(tplA, "n2", id)), "replica")
 	must(t, e.s.Templates().UpsertReplica(e.ctx, newReplica(tplB, "n1", id)), "replica")
 	must(t, e.s.Templates().UpsertReplica(e.ctx, newReplica(tplC, "n1", "rfs-elsewhere")), "replica")
-	// Jobs naming it: active ones count, terminal ones do not.
-	mkJob := func(tpl string, attempt int, st core.JobStatus) {
+	// Jobs naming it: those not yet terminal count (a BUILT job's resume
+	// pipeline still distributes the artifact), READY and FAILED do not.
+	mkJob := func(tpl string, attempt int, st core.JobStatus, artifactID string) {
 		j := newJob(tpl, attempt)
-		j.ArtifactID, j.Status = id, st
-		if !st.Active() {
+		j.ArtifactID, j.Status = artifactID, st
+		if st.Terminal() {
 			j.ActiveKey = ""
 		}
 		createJob(t, e, j)
 	}
-	mkJob(tplC, 1, core.JobRunning)
-	mkJob(tplC, 2, core.JobFailed)
-	mkJob(tplB, 1, core.JobReady)
+	mkJob(tplC, 1, core.JobRunning, id)
+	mkJob(tplC, 2, core.JobFailed, id)
+	mkJob(tplB, 1, core.JobReady, id)
+	mkJob(tplD, 1, core.JobPending, id)
+	mkJob(tplE, 1, core.JobBuilt, id)
+	mkJob(tplA, 1, core.JobRunning, "rfs-elsewhere")
 	// Definitions whose rootfs it is.
 	dc := newDef(tplC, "")
 	dc.RootfsArtifactID = id
@@ -249,14 +263,22 @@ func testCountReferences(t *testing.T, e *env) {
 	do.RootfsArtifactID = "rfs-elsewhere"
 	must(t, e.s.Templates().CreateDefinition(e.ctx, do), "other definition")
 
-	if n := count(""); n != 5 {
-		t.Fatalf("CountReferences = %d, want 5 (3 replicas + 1 active job + 1 definition)", n)
+	cases := []struct {
+		exclude string
+		want    int
+		why     string
+	}{
+		{"", 7, "3 replicas + RUNNING, PENDING and BUILT jobs + 1 definition"},
+		{tplA, 5, "A's two replicas left out"},
+		{tplB, 6, "B's replica left out"},
+		{tplC, 5, "C's job and definition left out"},
+		{tplE, 6, "E's BUILT job left out"},
+		{uniq("tpl-none-"), 7, "nothing to leave out"},
 	}
-	if n := count(tplA); n != 3 {
-		t.Fatalf("CountReferences excluding A = %d, want 3", n)
-	}
-	if n := count(tplC); n != 3 {
-		t.Fatalf("CountReferences excluding C = %d, want 3 (its job and definition left out)", n)
+	for _, c := range cases {
+		if n := count(c.exclude); n != c.want {
+			t.Fatalf("CountReferences excluding %q = %d, want %d (%s)", c.exclude, n, c.want, c.why)
+		}
 	}
 	if n, err := e.s.Artifacts().CountReferences(e.ctx, "rfs-unknown", ""); err != nil || n != 0 {
 		t.Fatalf("CountReferences of an unknown artifact = %d, %v", n, err)

@@ -187,6 +187,7 @@ func testJobUpdateFnError(t *testing.T, e *env) {
 	_, err := e.s.Jobs().Update(e.ctx, j.JobID, func(x *core.Job) error {
 		x.Status = core.JobFailed
 		x.ActiveKey = ""
+		x.RedoScope[0] = "changed in place" // fn works on a copy
 		return boom
 	})
 	if err != boom {
@@ -232,6 +233,7 @@ func testJobUpdateConcurrent(t *testing.T, e *env) {
 			_, err := e.s.Jobs().Update(e.ctx, j.JobID, func(x *core.Job) error {
 				x.Progress++
 				x.ReadyNodeCount++
+				time.Sleep(fnPause) // so writers overlap between read and write
 				return nil
 			})
 			errs <- err
@@ -411,9 +413,34 @@ func testJobDeleteByTemplate(t *testing.T, e *env) {
 }
 
 func testClosedStore(t *testing.T, e *env) {
+	// A row to aim at, so no call fails for a reason other than the close.
+	j := createJob(t, e, newJob(uniq("tpl-"), 1))
 	must(t, e.s.Close(), "Close")
-	_, err := e.s.Jobs().Get(e.ctx, ids.NewJobID())
-	mustErrIs(t, err, core.ErrStoreNotInitialized, "Get on a closed store")
-	err = e.s.Tx(e.ctx, func(ctxx context.Context, r ports.Repos) error { return nil })
-	mustErrIs(t, err, core.ErrStoreNotInitialized, "Tx on a closed store")
+	noop := func(context.Context, ports.Repos) error { return nil }
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Jobs().Get", func() error { _, err := e.s.Jobs().Get(e.ctx, j.JobID); return err }},
+		{"Jobs().Create", func() error { return e.s.Jobs().Create(e.ctx, newJob(uniq("tpl-"), 1)) }},
+		{"Jobs().Update", func() error {
+			_, err := e.s.Jobs().Update(e.ctx, j.JobID, func(*core.Job) error { return nil })
+			return err
+		}},
+		{"Jobs().ListStale", func() error { _, err := e.s.Jobs().ListStale(e.ctx, ports.StaleQuery{}); return err }},
+		{"Templates().ListDefinitions", func() error { _, err := e.s.Templates().ListDefinitions(e.ctx); return err }},
+		{"Templates().UpdateDefinition", func() error {
+			_, err := e.s.Templates().UpdateDefinition(e.ctx, "tpl", func(*core.Definition) error { return nil })
+			return err
+		}},
+		{"Templates().UpsertReplica", func() error { return e.s.Templates().UpsertReplica(e.ctx, newReplica("tpl", "n1", "rfs-x")) }},
+		{"Artifacts().Create", func() error { return e.s.Artifacts().Create(e.ctx, newArtifact()) }},
+		{"Artifacts().CountReferences", func() error { _, err := e.s.Artifacts().CountReferences(e.ctx, "rfs-x", ""); return err }},
+		{"Placements().List", func() error { _, err := e.s.Placements().List(e.ctx, "rfs-x"); return err }},
+		{"Nodes().Upsert", func() error { return e.s.Nodes().Upsert(e.ctx, ports.NodeRecord{NodeID: "n1"}) }},
+		{"Tx", func() error { return e.s.Tx(e.ctx, noop) }},
+	}
+	for _, c := range calls {
+		mustErrIs(t, c.call(), core.ErrStoreNotInitialized, c.name+" on a closed store")
+	}
 }

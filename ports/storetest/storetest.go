@@ -2,27 +2,36 @@ package storetest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Harness gives one subtest its store.
+// Harness makes stores for one subtest.
 type Harness interface {
-	// Store returns a fresh, migrated, empty store. The harness releases it
-	// when the test ends (t.Cleanup); the suite may Close it earlier.
-	Store() ports.Store
+	// MakeStore returns a fresh, migrated, empty store. The suite may Close
+	// it before the harness's Close, which must cope with that.
+	MakeStore(ctx context.Context) (ports.Store, error)
+	// Close releases what the harness opened, the stores it made included.
+	Close()
 }
+
+// HarnessMaker returns a fresh Harness for one subtest.
+type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
 // testTimeout bounds each subtest, so a lost wakeup fails instead of hangs.
 const testTimeout = 2 * time.Minute
+
+// fnPause is how long the fns of the concurrent update tests take, long
+// enough that a store without compare-and-set or row locks loses updates.
+const fnPause = time.Millisecond
 
 type test struct {
 	name string
@@ -35,40 +44,63 @@ type env struct {
 	s   ports.Store
 }
 
-// RunConformanceTests runs every check against stores made by newHarness,
-// one fresh store per subtest.
-func RunConformanceTests(t *testing.T, newHarness func(t *testing.T) Harness) {
+// RunConformanceTests runs every check against stores made by the harnesses
+// newHarness returns, one fresh harness and store per subtest.
+func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 	t.Helper()
 	var all []test
 	all = append(all, jobTests...)
+	all = append(all, activeKeyTests...)
 	all = append(all, templateTests...)
 	all = append(all, artifactTests...)
 	all = append(all, placementTests...)
 	all = append(all, nodeTests...)
 	all = append(all, txTests...)
-	all = append(all, submitTests...)
+	all = append(all, copyTests...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			h := newHarness(t)
-			tc.fn(t, &env{ctx: ctx, s: h.Store()})
+			h, err := newHarness(ctx, t)
+			if err != nil {
+				t.Fatalf("new harness: %v", err)
+			}
+			t.Cleanup(h.Close)
+			s, err := h.MakeStore(ctx)
+			if err != nil {
+				t.Fatalf("MakeStore: %v", err)
+			}
+			tc.fn(t, &env{ctx: ctx, s: s})
 		})
 	}
 }
 
-// IDs is a ports.IDs for tests, backed by random UUIDs.
+// IDs is a ports.IDs for tests, backed by crypto/rand.
 type IDs struct{}
 
 // NewJobID returns a UUIDv4.
-func (IDs) NewJobID() string { return uuid.NewString() }
+func (IDs) NewJobID() string {
+	b := randomBytes(16)
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
 
 // NewHex returns 32 random lowercase hex characters.
-func (IDs) NewHex() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
+func (IDs) NewHex() string { return hex.EncodeToString(randomBytes(16)) }
 
 // NewToken returns a random token.
-func (IDs) NewToken() string { return uuid.NewString() }
+func (IDs) NewToken() string { return hex.EncodeToString(randomBytes(24)) }
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return b
+}
 
 var ids IDs
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports/storetest"
 )
@@ -293,7 +294,7 @@ func TestI1Child(t *testing.T) {
 			done.Add(1)
 			go func() {
 				defer done.Done()
-				req := storetest.FromImageRequest(tpl, "1.0")
+				req := fromImageRequest(tpl)
 				ready.Done()
 				<-start
 				res, err := svc.SubmitFromImage(ctx, req)
@@ -331,6 +332,19 @@ func TestI1Child(t *testing.T) {
 		if err := os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("result-%d-%s.json", r, id))); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// fromImageRequest returns a valid request for templateID; every call
+// differs only in the request id, which is not part of the idempotency key.
+func fromImageRequest(templateID string) *core.FromImageRequest {
+	return &core.FromImageRequest{
+		RequestID:         storetest.IDs{}.NewJobID(),
+		SourceImageRef:    "registry.example/team/app:1.0",
+		RegistryPassword:  "secret",
+		TemplateID:        templateID,
+		WritableLayerSize: "1Gi",
+		ExposedPorts:      []int32{8080, 9000},
 	}
 }
 
