@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
+	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -40,9 +42,9 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	clock  *fakeClock
-	store  *fakeStore
+	store  *memstore.Store
 	ids    *fakeIDs
-	locker *fakeLocker
+	locker *memlock.Locker
 	dir    *portsmock.NodeDirectoryMock
 	agent  *portsmock.NodeAgentMock
 	disp   *portsmock.DataPlaneMock
@@ -67,7 +69,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 	t.Helper()
 	clock := &fakeClock{t: t0}
 	e := &env{
-		t: t, ctx: context.Background(), clock: clock, store: newFakeStore(clock), ids: &fakeIDs{}, locker: newFakeLocker(),
+		t: t, ctx: context.Background(), clock: clock, store: memstore.New(memstore.WithClock(clock)), ids: &fakeIDs{}, locker: memlock.New(),
 		known: map[string]ports.Node{}, createFail: map[string]error{}, snapFail: map[string]error{},
 		destroyFail: map[string]error{}, cleanupFail: map[string]error{}, onNode: map[string]map[string]bool{},
 	}

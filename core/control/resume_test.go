@@ -372,10 +372,12 @@ func TestResumeReplaysAfterCrash(t *testing.T) {
 	e.wait()
 	// Pretend the process died after snapshotting: push the job back to
 	// RUNNING/SNAPSHOTTING (as it was mid-run) by rewriting the row.
-	e.store.mu.Lock()
-	j := e.store.st.jobs[job.JobID]
-	j.Status, j.Phase, j.Progress, j.ActiveKey = core.JobRunning, core.PhaseSnapshotting, 90, core.ActiveKeyFromImage("tpl-crash")
-	e.store.mu.Unlock()
+	if _, err := e.store.Jobs().Update(e.ctx, job.JobID, func(j *core.Job) error {
+		j.Status, j.Phase, j.Progress, j.ActiveKey = core.JobRunning, core.PhaseSnapshotting, 90, core.ActiveKeyFromImage("tpl-crash")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	delete(e.snapFail, "node-2")
 	token := e.artifact(aidOf(fpA)).DownloadToken
 

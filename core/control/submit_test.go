@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -14,93 +16,34 @@ import (
 
 const testHex = "00112233445566778899aabbccddeeff"
 
-// submitStore keeps rows in maps behind the moq mocks, with the store
-// contract's key rules (unique active key, ErrNotFound), so the tests see
-// the service's reads and writes rather than scripted answers.
+// submitStore is the memory store (the store contract's real semantics)
+// with a few seams: it counts Create and GetActive calls and every repo
+// access, can stage an insert race before a Create, and can inject
+// errors into reads.
 type submitStore struct {
-	defs map[string]*core.Definition
-	jobs map[string]*core.Job
+	*memstore.Store
 	// beforeCreate, if set, runs at the start of every Create; a non-nil
 	// result is returned instead of inserting (to stage insert races).
 	beforeCreate func(n int, job *core.Job) error
+	getDefErr    error // GetDefinition fails with it
+	getErr       error // Jobs().Get fails with it
+	// update, if set, replaces Jobs().Update.
+	update func(ctx context.Context, id string, fn func(*core.Job) error) (*core.Job, error)
 
-	jobRepo *portsmock.JobRepositoryMock
-	tplRepo *portsmock.TemplateRepositoryMock
-	store   *portsmock.StoreMock
-	ids     *portsmock.IDsMock
-	nextJob int
-	creates int
+	ids *portsmock.IDsMock
+
+	mu                          sync.Mutex
+	nextJob, creates, getActive int
+	touched                     int // Jobs() and Templates() calls
 }
 
 func newSubmitStore() *submitStore {
-	f := &submitStore{defs: map[string]*core.Definition{}, jobs: map[string]*core.Job{}}
-	f.tplRepo = &portsmock.TemplateRepositoryMock{
-		GetDefinitionFunc: func(_ context.Context, id string) (*core.Definition, error) {
-			d, ok := f.defs[id]
-			if !ok {
-				return nil, fmt.Errorf("definition %s: %w", id, core.ErrNotFound)
-			}
-			c := *d
-			return &c, nil
-		},
-	}
-	f.jobRepo = &portsmock.JobRepositoryMock{
-		GetFunc: func(_ context.Context, id string) (*core.Job, error) {
-			j, ok := f.jobs[id]
-			if !ok {
-				return nil, fmt.Errorf("job %s: %w", id, core.ErrNotFound)
-			}
-			return j.Clone(), nil
-		},
-		GetActiveFunc: func(_ context.Context, key string) (*core.Job, error) {
-			for _, j := range f.jobs {
-				if j.ActiveKey == key {
-					return j.Clone(), nil
-				}
-			}
-			return nil, fmt.Errorf("active %s: %w", key, core.ErrNotFound)
-		},
-		LatestFunc: func(_ context.Context, tid string) (*core.Job, error) {
-			var latest *core.Job
-			for _, j := range f.jobs {
-				if j.TemplateID == tid && (latest == nil || j.AttemptNo > latest.AttemptNo) {
-					latest = j
-				}
-			}
-			if latest == nil {
-				return nil, fmt.Errorf("latest of %s: %w", tid, core.ErrNotFound)
-			}
-			return latest.Clone(), nil
-		},
-		CreateFunc: func(_ context.Context, job *core.Job) error {
-			f.creates++
-			if f.beforeCreate != nil {
-				if err := f.beforeCreate(f.creates, job); err != nil {
-					return err
-				}
-			}
-			return f.insert(job)
-		},
-		UpdateFunc: func(_ context.Context, id string, fn func(*core.Job) error) (*core.Job, error) {
-			j, ok := f.jobs[id]
-			if !ok {
-				return nil, fmt.Errorf("job %s: %w", id, core.ErrNotFound)
-			}
-			c := j.Clone()
-			if err := fn(c); err != nil {
-				return nil, err
-			}
-			f.jobs[id] = c
-			return c.Clone(), nil
-		},
-	}
-	f.store = &portsmock.StoreMock{
-		JobsFunc:      func() ports.JobRepository { return f.jobRepo },
-		TemplatesFunc: func() ports.TemplateRepository { return f.tplRepo },
-	}
+	f := &submitStore{Store: memstore.New()}
 	f.ids = &portsmock.IDsMock{
 		NewHexFunc: func() string { return testHex },
 		NewJobIDFunc: func() string {
+			f.mu.Lock()
+			defer f.mu.Unlock()
 			f.nextJob++
 			return fmt.Sprintf("job-%d", f.nextJob)
 		},
@@ -108,18 +51,106 @@ func newSubmitStore() *submitStore {
 	return f
 }
 
-func (f *submitStore) insert(job *core.Job) error {
-	for _, j := range f.jobs {
-		if j.JobID == job.JobID || (job.ActiveKey != "" && j.ActiveKey == job.ActiveKey) ||
-			(j.TemplateID == job.TemplateID && j.AttemptNo == job.AttemptNo) {
-			return fmt.Errorf("insert job %s: %w", job.JobID, core.ErrConflict)
-		}
-	}
-	f.jobs[job.JobID] = job.Clone()
-	return nil
+func (f *submitStore) Jobs() ports.JobRepository {
+	f.mu.Lock()
+	f.touched++
+	f.mu.Unlock()
+	return submitJobs{JobRepository: f.Store.Jobs(), f: f}
 }
 
-func (f *submitStore) service() *control.Service { return &control.Service{Store: f.store, IDs: f.ids} }
+func (f *submitStore) Templates() ports.TemplateRepository {
+	f.mu.Lock()
+	f.touched++
+	f.mu.Unlock()
+	return submitTemplates{TemplateRepository: f.Store.Templates(), f: f}
+}
+
+type submitJobs struct {
+	ports.JobRepository
+	f *submitStore
+}
+
+func (r submitJobs) Create(ctx context.Context, job *core.Job) error {
+	r.f.mu.Lock()
+	r.f.creates++
+	n, hook := r.f.creates, r.f.beforeCreate
+	r.f.mu.Unlock()
+	if hook != nil {
+		if err := hook(n, job); err != nil {
+			return err
+		}
+	}
+	return r.JobRepository.Create(ctx, job)
+}
+
+func (r submitJobs) GetActive(ctx context.Context, key string) (*core.Job, error) {
+	r.f.mu.Lock()
+	r.f.getActive++
+	r.f.mu.Unlock()
+	return r.JobRepository.GetActive(ctx, key)
+}
+
+func (r submitJobs) Get(ctx context.Context, id string) (*core.Job, error) {
+	if r.f.getErr != nil {
+		return nil, r.f.getErr
+	}
+	return r.JobRepository.Get(ctx, id)
+}
+
+func (r submitJobs) Update(ctx context.Context, id string, fn func(*core.Job) error) (*core.Job, error) {
+	if r.f.update != nil {
+		return r.f.update(ctx, id, fn)
+	}
+	return r.JobRepository.Update(ctx, id, fn)
+}
+
+type submitTemplates struct {
+	ports.TemplateRepository
+	f *submitStore
+}
+
+func (r submitTemplates) GetDefinition(ctx context.Context, id string) (*core.Definition, error) {
+	if r.f.getDefErr != nil {
+		return nil, r.f.getDefErr
+	}
+	return r.TemplateRepository.GetDefinition(ctx, id)
+}
+
+// putJob stores a seed row directly (not counted), filling the fields
+// every stored job has.
+func (f *submitStore) putJob(t *testing.T, j *core.Job) {
+	t.Helper()
+	if j.Operation == "" {
+		j.Operation = core.OpCreate
+	}
+	if j.Phase == "" {
+		j.Phase = core.PhasePulling
+	}
+	if err := f.Store.Jobs().Create(context.Background(), j); err != nil {
+		t.Fatalf("seed job %s: %v", j.JobID, err)
+	}
+}
+
+func (f *submitStore) putDef(t *testing.T, d *core.Definition) {
+	t.Helper()
+	if d.InstanceType == "" {
+		d.InstanceType = core.DefaultInstanceType
+	}
+	if err := f.Store.Templates().CreateDefinition(context.Background(), d); err != nil {
+		t.Fatalf("seed definition %s: %v", d.TemplateID, err)
+	}
+}
+
+func (f *submitStore) job(t *testing.T, id string) *core.Job {
+	t.Helper()
+	j, err := f.Store.Jobs().Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("job %s: %v", id, err)
+	}
+	return j
+}
+
+func (f *submitStore) service() *control.Service { return &control.Service{Store: f, IDs: f.ids} }
 
 func submitRequest(tid string) *core.FromImageRequest {
 	return &core.FromImageRequest{
@@ -166,16 +197,14 @@ func TestSubmitCreatesFirstAttempt(t *testing.T) {
 	if j.RequestJSON != canonical(t, submitRequest("")) {
 		t.Errorf("RequestJSON = %s", j.RequestJSON)
 	}
-	if _, ok := f.jobs[j.JobID]; !ok {
-		t.Error("job not stored")
-	}
+	f.job(t, j.JobID)
 }
 
 func TestSubmitAgainstExistingDefinition(t *testing.T) {
 	for _, st := range []core.TemplateStatus{core.TemplatePending, core.TemplateReady, core.TemplatePartiallyReady} {
 		t.Run(string(st), func(t *testing.T) {
 			f := newSubmitStore()
-			f.defs["tpl-a"] = &core.Definition{TemplateID: "tpl-a", Status: st}
+			f.putDef(t, &core.Definition{TemplateID: "tpl-a", Status: st})
 			_, err := f.service().SubmitFromImage(context.Background(), submitRequest("tpl-a"))
 			if !errors.Is(err, core.ErrDuplicateTemplate) {
 				t.Fatalf("got %v, want ErrDuplicateTemplate", err)
@@ -187,7 +216,7 @@ func TestSubmitAgainstExistingDefinition(t *testing.T) {
 	}
 	t.Run("FAILED may be rebuilt", func(t *testing.T) {
 		f := newSubmitStore()
-		f.defs["tpl-a"] = &core.Definition{TemplateID: "tpl-a", Status: core.TemplateFailed}
+		f.putDef(t, &core.Definition{TemplateID: "tpl-a", Status: core.TemplateFailed})
 		res, err := f.service().SubmitFromImage(context.Background(), submitRequest("tpl-a"))
 		if err != nil || !res.Created {
 			t.Fatalf("got %+v, %v; want a new job", res, err)
@@ -196,7 +225,7 @@ func TestSubmitAgainstExistingDefinition(t *testing.T) {
 	t.Run("store error", func(t *testing.T) {
 		f := newSubmitStore()
 		boom := errors.New("db down")
-		f.tplRepo.GetDefinitionFunc = func(context.Context, string) (*core.Definition, error) { return nil, boom }
+		f.getDefErr = boom
 		if _, err := f.service().SubmitFromImage(context.Background(), submitRequest("tpl-a")); !errors.Is(err, boom) {
 			t.Fatalf("got %v, want the store error", err)
 		}
@@ -209,7 +238,7 @@ func TestSubmitWithActiveJob(t *testing.T) {
 			f := newSubmitStore()
 			active := &core.Job{JobID: "job-old", TemplateID: "tpl-a", AttemptNo: 1, Status: st,
 				ActiveKey: core.ActiveKeyFromImage("tpl-a"), RequestJSON: canonical(t, submitRequest("tpl-a"))}
-			f.jobs[active.JobID] = active
+			f.putJob(t, active)
 			// Same request up to the fields the idempotency key ignores.
 			again := submitRequest("tpl-a")
 			again.RequestID, again.RegistryPassword, again.Wait = "req-2", "other", true
@@ -227,8 +256,8 @@ func TestSubmitWithActiveJob(t *testing.T) {
 		})
 		t.Run(string(st)+" different request", func(t *testing.T) {
 			f := newSubmitStore()
-			f.jobs["job-old"] = &core.Job{JobID: "job-old", TemplateID: "tpl-a", AttemptNo: 1, Status: st,
-				ActiveKey: core.ActiveKeyFromImage("tpl-a"), RequestJSON: canonical(t, submitRequest("tpl-a"))}
+			f.putJob(t, &core.Job{JobID: "job-old", TemplateID: "tpl-a", AttemptNo: 1, Status: st,
+				ActiveKey: core.ActiveKeyFromImage("tpl-a"), RequestJSON: canonical(t, submitRequest("tpl-a"))})
 			other := submitRequest("tpl-a")
 			other.WritableLayerSize = "40Gi"
 			_, err := f.service().SubmitFromImage(context.Background(), other)
@@ -250,9 +279,9 @@ func TestSubmitWithActiveJob(t *testing.T) {
 // (PENDING); an identical resubmit must still get the running job back.
 func TestSubmitDuringResumeReturnsRunningJob(t *testing.T) {
 	f := newSubmitStore()
-	f.defs["tpl-a"] = &core.Definition{TemplateID: "tpl-a", Status: core.TemplatePending}
-	f.jobs["job-old"] = &core.Job{JobID: "job-old", TemplateID: "tpl-a", AttemptNo: 1, Status: core.JobRunning, Phase: core.PhaseDistributing,
-		ActiveKey: core.ActiveKeyFromImage("tpl-a"), RequestJSON: canonical(t, submitRequest("tpl-a"))}
+	f.putDef(t, &core.Definition{TemplateID: "tpl-a", Status: core.TemplatePending})
+	f.putJob(t, &core.Job{JobID: "job-old", TemplateID: "tpl-a", AttemptNo: 1, Status: core.JobRunning, Phase: core.PhaseDistributing,
+		ActiveKey: core.ActiveKeyFromImage("tpl-a"), RequestJSON: canonical(t, submitRequest("tpl-a"))})
 	res, err := f.service().SubmitFromImage(context.Background(), submitRequest("tpl-a"))
 	if err != nil || res.Created || res.Job.JobID != "job-old" {
 		t.Fatalf("got %+v, %v; want the running job-old", res, err)
@@ -261,12 +290,12 @@ func TestSubmitDuringResumeReturnsRunningJob(t *testing.T) {
 
 func TestSubmitRetryFollowsLatestAttempt(t *testing.T) {
 	f := newSubmitStore()
-	f.defs["tpl-a"] = &core.Definition{TemplateID: "tpl-a", Status: core.TemplateFailed}
+	f.putDef(t, &core.Definition{TemplateID: "tpl-a", Status: core.TemplateFailed})
 	for i, st := range []core.JobStatus{core.JobFailed, core.JobFailed, core.JobReady} {
 		id := fmt.Sprintf("job-old-%d", i+1)
-		f.jobs[id] = &core.Job{JobID: id, TemplateID: "tpl-a", AttemptNo: i + 1, Status: st}
+		f.putJob(t, &core.Job{JobID: id, TemplateID: "tpl-a", AttemptNo: i + 1, Status: st})
 	}
-	f.jobs["job-other"] = &core.Job{JobID: "job-other", TemplateID: "tpl-b", AttemptNo: 7, Status: core.JobFailed}
+	f.putJob(t, &core.Job{JobID: "job-other", TemplateID: "tpl-b", AttemptNo: 7, Status: core.JobFailed})
 	res, err := f.service().SubmitFromImage(context.Background(), submitRequest("tpl-a"))
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +314,7 @@ func TestSubmitLosesInsertRace(t *testing.T) {
 		f := newSubmitStore()
 		f.beforeCreate = func(n int, _ *core.Job) error {
 			if n == 1 { // another submitter commits first
-				f.jobs["job-winner"] = winner(t, submitRequest("tpl-a"))
+				f.putJob(t, winner(t, submitRequest("tpl-a")))
 				return fmt.Errorf("duplicate active key: %w", core.ErrConflict)
 			}
 			return nil
@@ -297,8 +326,8 @@ func TestSubmitLosesInsertRace(t *testing.T) {
 		if res.Created || res.Job.JobID != "job-winner" {
 			t.Errorf("got %s Created=%v, want job-winner Created=false", res.Job.JobID, res.Created)
 		}
-		if f.creates != 1 || len(f.jobRepo.GetActiveCalls()) != 2 {
-			t.Errorf("creates=%d GetActive calls=%d, want 1 and 2 (one re-read)", f.creates, len(f.jobRepo.GetActiveCalls()))
+		if f.creates != 1 || f.getActive != 2 {
+			t.Errorf("creates=%d GetActive calls=%d, want 1 and 2 (one re-read)", f.creates, f.getActive)
 		}
 	})
 	t.Run("different request names the winner", func(t *testing.T) {
@@ -307,7 +336,7 @@ func TestSubmitLosesInsertRace(t *testing.T) {
 			if n == 1 {
 				other := submitRequest("tpl-a")
 				other.WritableLayerSize = "1Gi"
-				f.jobs["job-winner"] = winner(t, other)
+				f.putJob(t, winner(t, other))
 				return fmt.Errorf("duplicate active key: %w", core.ErrConflict)
 			}
 			return nil
@@ -324,7 +353,7 @@ func TestSubmitLosesInsertRace(t *testing.T) {
 			if n == 1 { // the winner failed before we re-read: insert again
 				w := winner(t, submitRequest("tpl-a"))
 				w.Status, w.ActiveKey = core.JobFailed, ""
-				f.jobs["job-winner"] = w
+				f.putJob(t, w)
 				return fmt.Errorf("duplicate attempt: %w", core.ErrConflict)
 			}
 			return nil
@@ -365,7 +394,7 @@ func TestSubmitRejectsBadRequest(t *testing.T) {
 	if _, err := f.service().SubmitFromImage(context.Background(), r); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Fatalf("got %v, want ErrInvalidArgument", err)
 	}
-	if n := len(f.store.JobsCalls()) + len(f.store.TemplatesCalls()); n != 0 {
+	if n := f.touched; n != 0 {
 		t.Errorf("store touched %d times for an invalid request", n)
 	}
 }
@@ -400,7 +429,7 @@ func TestReport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSubmitStore()
 			tc.from.JobID, tc.from.TemplateID = "job-1", "tpl-a"
-			f.jobs["job-1"] = tc.from
+			f.putJob(t, tc.from)
 			job, applied, err := f.service().Report(context.Background(), "job-1", tc.u)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
@@ -415,7 +444,7 @@ func TestReport(t *testing.T) {
 			if tc.wantErr == nil && (job == nil || job.Status != tc.wantStatus || job.Phase != tc.wantPhase) {
 				t.Errorf("returned job %+v, want %s/%s", job, tc.wantStatus, tc.wantPhase)
 			}
-			if st := f.jobs["job-1"]; st.Status != tc.wantStatus || st.Phase != tc.wantPhase {
+			if st := f.job(t, "job-1"); st.Status != tc.wantStatus || st.Phase != tc.wantPhase {
 				t.Errorf("stored job %s/%s, want %s/%s", st.Status, st.Phase, tc.wantStatus, tc.wantPhase)
 			}
 		})
@@ -434,18 +463,21 @@ func TestReport(t *testing.T) {
 	// and the second round finds the report stale: nothing applied, no error.
 	t.Run("CAS lost to a terminal writer", func(t *testing.T) {
 		f := newSubmitStore()
-		f.jobs["job-1"] = &core.Job{JobID: "job-1", Status: core.JobRunning, Phase: core.PhaseDistributing}
-		f.jobRepo.UpdateFunc = func(_ context.Context, id string, fn func(*core.Job) error) (*core.Job, error) {
-			if err := fn(f.jobs[id].Clone()); err != nil {
-				return nil, err
-			}
-			f.jobs[id] = &core.Job{JobID: "job-1", Status: core.JobReady, Phase: core.PhaseReady} // concurrent writer
-			c := f.jobs[id].Clone()
-			if err := fn(c); err != nil {
-				return nil, err
-			}
-			f.jobs[id] = c
-			return c.Clone(), nil
+		f.putJob(t, &core.Job{JobID: "job-1", TemplateID: "tpl-a", Status: core.JobRunning, Phase: core.PhaseDistributing})
+		f.update = func(ctx context.Context, id string, fn func(*core.Job) error) (*core.Job, error) {
+			raced := false
+			return f.Store.Jobs().Update(ctx, id, func(j *core.Job) error {
+				if !raced { // a concurrent writer commits while this round runs
+					raced = true
+					if _, err := f.Store.Jobs().Update(ctx, id, func(w *core.Job) error {
+						w.Status, w.Phase = core.JobReady, core.PhaseReady
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+				return fn(j)
+			})
 		}
 		job, applied, err := f.service().Report(context.Background(), "job-1", core.Progress(core.JobRunning, core.PhaseSnapshotting, 90))
 		if err != nil || applied || job == nil || job.Status != core.JobReady {
@@ -457,9 +489,9 @@ func TestReport(t *testing.T) {
 	// error, not a silent success.
 	t.Run("stale and re-read fails", func(t *testing.T) {
 		f := newSubmitStore()
-		f.jobs["job-1"] = &core.Job{JobID: "job-1", Status: core.JobReady, Phase: core.PhaseReady}
+		f.putJob(t, &core.Job{JobID: "job-1", TemplateID: "tpl-a", Status: core.JobReady, Phase: core.PhaseReady})
 		boom := errors.New("db down")
-		f.jobRepo.GetFunc = func(context.Context, string) (*core.Job, error) { return nil, boom }
+		f.getErr = boom
 		_, applied, err := f.service().Report(context.Background(), "job-1", core.JobUpdate{})
 		if !errors.Is(err, boom) || applied {
 			t.Fatalf("got applied=%v err=%v, want the read error", applied, err)

@@ -1,51 +1,94 @@
 package data_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
-	"github.com/cubesandbox/templatecenter/ports/portsmock"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
-func newDeleter(d *db, objects map[string]bool, fail error) (*data.Deleter, *portsmock.ArtifactStoreMock) {
-	blob := &portsmock.ArtifactStoreMock{
-		BackendFunc: func() string { return "s3" },
-		DeleteFunc: func(_ context.Context, key string) error {
-			if fail != nil {
-				return fail
-			}
-			delete(objects, key) // a missing object is not an error
-			return nil
-		},
+// deleteCounter is the memory artifact store counting deletes; fail, when
+// set, fails them.
+type deleteCounter struct {
+	ports.ArtifactStore
+	mu      sync.Mutex
+	deletes int
+	fail    error
+}
+
+func (c *deleteCounter) Delete(ctx context.Context, key string) error {
+	c.mu.Lock()
+	c.deletes++
+	fail := c.fail
+	c.mu.Unlock()
+	if fail != nil {
+		return fail
 	}
-	return &data.Deleter{Store: d.store, Artifacts: blob}, blob
+	return c.ArtifactStore.Delete(ctx, key)
+}
+
+func (c *deleteCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deletes
+}
+
+// newDeleter returns a deleter over d and a memory bucket holding objects.
+func newDeleter(t *testing.T, d *db, objects []string, fail error) (*data.Deleter, *deleteCounter) {
+	t.Helper()
+	mem, err := artifactstore.Open(context.Background(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range objects {
+		b := []byte("ext4 of " + key)
+		sum := sha256.Sum256(b)
+		if err := mem.Put(context.Background(), key, bytes.NewReader(b), ports.ObjectInfo{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blob := &deleteCounter{ArtifactStore: mem, fail: fail}
+	return &data.Deleter{Store: d, Artifacts: blob}, blob
+}
+
+func exists(t *testing.T, s ports.ArtifactStore, key string) bool {
+	t.Helper()
+	_, err := s.Stat(context.Background(), key)
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
 }
 
 func TestDeleterRemovesBytesThenRow(t *testing.T) {
 	for _, st := range []core.ArtifactStatus{core.ArtifactCleanupPending, core.ArtifactDeleting, core.ArtifactFailed} {
 		t.Run(string(st), func(t *testing.T) {
 			d := newDB(t0)
-			d.addArtifact("rfs-1", st, t0)
-			objects := map[string]bool{"rfs-1/rfs-1.ext4": true, "rfs-2/rfs-2.ext4": true}
-			del, blob := newDeleter(d, objects, nil)
+			d.addArtifact(t, "rfs-1", st, t0)
+			del, blob := newDeleter(t, d, []string{"rfs-1/rfs-1.ext4", "rfs-2/rfs-2.ext4"}, nil)
 			if err := del.Delete(context.Background(), "rfs-1"); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := d.artifact("rfs-1"); ok || objects["rfs-1/rfs-1.ext4"] || !objects["rfs-2/rfs-2.ext4"] {
-				t.Fatalf("row left %v, objects %v", ok, objects)
+			if _, ok := d.artifact("rfs-1"); ok || exists(t, blob, "rfs-1/rfs-1.ext4") || !exists(t, blob, "rfs-2/rfs-2.ext4") {
+				t.Fatalf("row left %v, or the wrong objects deleted", ok)
 			}
 			// Idempotent: the second call finds no row and touches nothing.
 			if err := del.Delete(context.Background(), "rfs-1"); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(blob.DeleteCalls()); n != 1 {
+			if n := blob.count(); n != 1 {
 				t.Fatalf("%d object deletes, want 1", n)
 			}
 		})
@@ -56,13 +99,13 @@ func TestDeleterLeavesLiveRowsAlone(t *testing.T) {
 	for _, st := range []core.ArtifactStatus{core.ArtifactReady, core.ArtifactPending, core.ArtifactBuilding} {
 		t.Run(string(st), func(t *testing.T) {
 			d := newDB(t0)
-			d.addArtifact("rfs-1", st, t0)
-			del, blob := newDeleter(d, map[string]bool{}, nil)
+			d.addArtifact(t, "rfs-1", st, t0)
+			del, blob := newDeleter(t, d, nil, nil)
 			if err := del.Delete(context.Background(), "rfs-1"); err != nil {
 				t.Fatal(err)
 			}
-			if a, ok := d.artifact("rfs-1"); !ok || a.Status != st || len(blob.DeleteCalls()) != 0 {
-				t.Fatalf("row %+v (exists %v), %d object deletes", a, ok, len(blob.DeleteCalls()))
+			if a, ok := d.artifact("rfs-1"); !ok || a.Status != st || blob.count() != 0 {
+				t.Fatalf("row %+v (exists %v), %d object deletes", a, ok, blob.count())
 			}
 		})
 	}
@@ -70,9 +113,9 @@ func TestDeleterLeavesLiveRowsAlone(t *testing.T) {
 
 func TestDeleterDataErrorPutsTheRowBack(t *testing.T) {
 	d := newDB(t0)
-	d.addArtifact("rfs-1", core.ArtifactCleanupPending, t0)
+	d.addArtifact(t, "rfs-1", core.ArtifactCleanupPending, t0)
 	s3down := errors.New("s3: connection refused")
-	del, _ := newDeleter(d, map[string]bool{"rfs-1/rfs-1.ext4": true}, s3down)
+	del, _ := newDeleter(t, d, []string{"rfs-1/rfs-1.ext4"}, s3down)
 	err := del.Delete(context.Background(), "rfs-1")
 	if !errors.Is(err, s3down) {
 		t.Fatalf("err = %v", err)
@@ -147,7 +190,7 @@ func TestRunOnceSweepsScratchEvenWhenTheLockIsElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, l := newDB(t0), newLocks()
-	l.heldElsewhere[data.LockName] = true
+	l.holdElsewhere(t, data.LockName)
 	rep, err := newReconciler(d, l, data.ReconcilerConfig{ScratchDir: dir}).RunOnce(context.Background())
 	if err != nil || !rep.Skipped || rep.ScratchRemoved != 1 {
 		t.Fatalf("report %+v, err %v", rep, err)

@@ -27,7 +27,7 @@ func TestSubmitValidation(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		setup func(w *world)
+		setup func(t *testing.T, w *world)
 		req   ports.BuildRequest
 		want  []error // every one must match; nil means accepted
 	}{
@@ -39,8 +39,10 @@ func TestSubmitValidation(t *testing.T) {
 				r.InstanceType = "cubebox"
 				return r
 			}()), nil},
-		{"accepted against a stored request written by an older writer", func(w *world) {
-			w.jobs["job-a"].RequestJSON = `{"writable_layer_size":"20Gi","source_image_ref":"registry.example/app:v1","registry_username":"bob","template_id":"tpl-a","exposed_ports":[9000,8080]}`
+		{"accepted against a stored request written by an older writer", func(t *testing.T, w *world) {
+			w.setJob(t, "job-a", func(j *core.Job) {
+				j.RequestJSON = `{"writable_layer_size":"20Gi","source_image_ref":"registry.example/app:v1","registry_username":"bob","template_id":"tpl-a","exposed_ports":[9000,8080]}`
+			})
 		}, buildReq("job-a", fromImage("tpl-a")), nil},
 		{"missing job id", nil, ports.BuildRequest{Request: fromImage("tpl-a")}, []error{core.ErrInvalidArgument}},
 		{"missing request", nil, ports.BuildRequest{JobID: "job-a"}, []error{core.ErrInvalidArgument}},
@@ -54,16 +56,18 @@ func TestSubmitValidation(t *testing.T) {
 			return r
 		}()), []error{core.ErrInvalidArgument}},
 		{"unknown job", nil, buildReq("job-x", fromImage("tpl-a")), []error{core.ErrNotFound}},
-		{"job not pending", func(w *world) { w.jobs["job-a"].Status = core.JobRunning },
+		{"job not pending", func(t *testing.T, w *world) { w.setJob(t, "job-a", func(j *core.Job) { j.Status = core.JobRunning }) },
 			buildReq("job-a", fromImage("tpl-a")), []error{data.ErrNotPending, core.ErrNotFound}},
-		{"built job is not rebuilt", func(w *world) { w.jobs["job-a"].Status = core.JobBuilt },
+		{"built job is not rebuilt", func(t *testing.T, w *world) {
+			w.setJob(t, "job-a", func(j *core.Job) { j.Status, j.Phase, j.ActiveKey = core.JobBuilt, core.PhaseReady, "" })
+		},
 			buildReq("job-a", fromImage("tpl-a")), []error{data.ErrNotPending}},
 		{"request differs from the job's", nil, buildReq("job-a", func() *core.FromImageRequest {
 			r := fromImage("tpl-a")
 			r.SourceImageRef = "registry.example/app:v2"
 			return r
 		}()), []error{core.ErrInvalidArgument}},
-		{"envd opt-in without the binary", func(w *world) {}, buildReq("job-e", withEnvd()), []error{core.ErrInvalidArgument}},
+		{"envd opt-in without the binary", func(*testing.T, *world) {}, buildReq("job-e", withEnvd()), []error{core.ErrInvalidArgument}},
 		{"envd sha mismatch", nil, ports.BuildRequest{JobID: "job-e", Request: withEnvd(), EnvdData: envd, EnvdSHA256: strings.Repeat("0", 64)}, []error{core.ErrInvalidArgument}},
 		{"envd accepted", nil, ports.BuildRequest{JobID: "job-e", Request: withEnvd(), EnvdData: envd, EnvdSHA256: hex.EncodeToString(sum[:])}, nil},
 	}
@@ -73,7 +77,7 @@ func TestSubmitValidation(t *testing.T) {
 			w.addJob(t, "job-a", fromImage("tpl-a"))
 			w.addJob(t, "job-e", withEnvd())
 			if tc.setup != nil {
-				tc.setup(w)
+				tc.setup(t, w)
 			}
 			r := newReplica(t, w, data.ExecutorConfig{})
 			var before core.FromImageRequest
@@ -219,7 +223,7 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 	if !ok || last.Artifact == nil || *last.Artifact != a {
 		t.Fatalf("BUILT artifact %+v, row %+v", last.Artifact, a)
 	}
-	blob := w.blobs[core.ArtifactObjectKey(aid)]
+	blob, _ := w.object(t, core.ArtifactObjectKey(aid))
 	sum := sha256.Sum256(blob)
 	if a.Status != core.ArtifactReady || a.Fingerprint != fp || a.Ext4SHA256 != hex.EncodeToString(sum[:]) ||
 		a.Ext4SizeBytes != int64(len(blob)) || a.ObjectKey != core.ArtifactObjectKey(aid) || a.StorageBackend != "mem" ||
@@ -239,8 +243,8 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 	if img := r.source.ResolveCalls()[0].Req; img.Username != "bob" || img.Password != "secret" || img.Platform != core.DefaultPlatform {
 		t.Fatalf("image request = %+v", img)
 	}
-	if len(w.locks) != 0 {
-		t.Fatalf("locks still held: %v", w.locks)
+	if held := w.locker.heldNames(); len(held) != 0 {
+		t.Fatalf("locks still held: %v", held)
 	}
 }
 
@@ -268,12 +272,11 @@ func TestBuildFailureReportsPhaseAndFailsTheArtifact(t *testing.T) {
 			}
 		}, core.PhaseBuildingExt4, "layer 0 (sha256:abcd) entry ../../etc/passwd: path escapes the root", true, false},
 		{"publish", func(r *replica, w *world) {
-			w.blob.PutFunc = func(context.Context, string, io.Reader, ports.ObjectInfo) error { return boom }
+			w.blob.putErr = boom
 		}, core.PhaseUploading, "registry said 503", true, false},
 		{"artifact row cannot be made READY", func(r *replica, w *world) {
-			orig := w.artRepo.UpdateFunc
-			w.artRepo.UpdateFunc = func(ctx context.Context, id string, fn func(*core.Artifact) error) (*core.Artifact, error) {
-				return orig(ctx, id, func(a *core.Artifact) error {
+			w.store.artifactUpdate = func(orig ports.ArtifactRepository, ctx context.Context, id string, fn func(*core.Artifact) error) (*core.Artifact, error) {
+				return orig.Update(ctx, id, func(a *core.Artifact) error {
 					if err := fn(a); err != nil {
 						return err
 					}
@@ -316,10 +319,10 @@ func TestBuildFailureReportsPhaseAndFailsTheArtifact(t *testing.T) {
 			case !tc.claimed && ok:
 				t.Fatalf("artifact row created by a build that failed before the claim: %+v", a)
 			}
-			if !tc.published && len(w.blobs) != 0 {
-				t.Fatalf("bytes published by a failed build: %v", w.blobs)
+			if _, ok := w.object(t, core.ArtifactObjectKey(aid)); !tc.published && ok {
+				t.Fatal("bytes published by a failed build")
 			}
-			if len(w.locks) != 0 {
+			if len(w.locker.heldNames()) != 0 {
 				t.Fatal("lock leaked")
 			}
 		})

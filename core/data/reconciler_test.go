@@ -19,7 +19,7 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func newReconciler(d *db, l *locks, cfg data.ReconcilerConfig) *data.Reconciler {
 	cfg.Logger = quiet
-	return &data.Reconciler{Store: d.store, Locker: l.mock, Clock: d.clock, Config: cfg}
+	return &data.Reconciler{Store: d, Locker: l, Clock: d.clock, Config: cfg}
 }
 
 func TestTiersFailJobsJustOverTheirThreshold(t *testing.T) {
@@ -40,9 +40,9 @@ func TestTiersFailJobsJustOverTheirThreshold(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s", tc.status, tc.phase), func(t *testing.T) {
 			d, l := newDB(t0), newLocks()
-			d.addJob("over", tc.status, tc.phase, t0.Add(-tc.after-time.Second))
-			d.addJob("under", tc.status, tc.phase, t0.Add(-tc.after+time.Second))
-			d.addJob("exactly", tc.status, tc.phase, t0.Add(-tc.after))
+			d.addJob(t, "over", tc.status, tc.phase, t0.Add(-tc.after-time.Second))
+			d.addJob(t, "under", tc.status, tc.phase, t0.Add(-tc.after+time.Second))
+			d.addJob(t, "exactly", tc.status, tc.phase, t0.Add(-tc.after))
 			rep, err := newReconciler(d, l, cfg).RunOnce(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -59,9 +59,7 @@ func TestTiersFailJobsJustOverTheirThreshold(t *testing.T) {
 					t.Fatalf("%s was touched: %+v", id, j)
 				}
 			}
-			if len(l.held) != 0 {
-				t.Fatal("reconcile lock not released")
-			}
+			l.released(t, data.LockName)
 		})
 	}
 }
@@ -84,7 +82,7 @@ func TestControlPlaneJobsAreNeverSwept(t *testing.T) {
 		"failed":            {string(core.JobFailed), string(core.PhasePulling)},
 	}
 	for id, sp := range keep {
-		d.addJob(id, core.JobStatus(sp[0]), core.Phase(sp[1]), old)
+		d.addJob(t, id, core.JobStatus(sp[0]), core.Phase(sp[1]), old)
 	}
 	rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
 	if err != nil {
@@ -103,35 +101,36 @@ func TestControlPlaneJobsAreNeverSwept(t *testing.T) {
 func TestGuardedUpdateLosesToAProgressReport(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		race func(d *db)
+		race func(t *testing.T, d *db)
 	}{
-		{"report lands between scan and update", func(d *db) {
-			list := d.jobRepo.ListStaleFunc
-			d.jobRepo.ListStaleFunc = func(ctx context.Context, q ports.StaleQuery) ([]*core.Job, error) {
-				out, err := list(ctx, q)
-				if len(out) > 0 {
-					d.mu.Lock()
-					d.jobs["job"].UpdatedAt = d.now // a heartbeat: same status and phase, fresh clock
-					d.mu.Unlock()
+		{"report lands between scan and update", func(t *testing.T, d *db) {
+			d.listStale = func(orig ports.JobRepository, ctx context.Context, q ports.StaleQuery) ([]*core.Job, error) {
+				out, err := orig.ListStale(ctx, q)
+				if len(out) > 0 { // a heartbeat: same status and phase, fresh updated_at
+					if _, herr := orig.Update(ctx, "job", func(*core.Job) error { return nil }); herr != nil {
+						t.Error(herr)
+					}
 				}
 				return out, err
 			}
 		}},
-		{"report lands during the update", func(d *db) {
+		{"report lands during the update", func(t *testing.T, d *db) {
 			done := false
-			d.interfere = func(j *core.Job) {
-				if !done {
-					done = true
-					j.UpdatedAt = d.now
-					j.Phase = core.PhaseUnpacking
+			d.interfere = func(ctx context.Context, jobs ports.JobRepository, id string) {
+				if done {
+					return
+				}
+				done = true
+				if _, err := jobs.Update(ctx, id, func(j *core.Job) error { j.Phase = core.PhaseUnpacking; return nil }); err != nil {
+					t.Error(err)
 				}
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, l := newDB(t0), newLocks()
-			d.addJob("job", core.JobRunning, core.PhasePulling, t0.Add(-2*time.Hour))
-			tc.race(d)
+			d.addJob(t, "job", core.JobRunning, core.PhasePulling, t0.Add(-2*time.Hour))
+			tc.race(t, d)
 			rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -149,7 +148,7 @@ func TestGuardedUpdateLosesToAProgressReport(t *testing.T) {
 func TestScanLimitBoundsATick(t *testing.T) {
 	d, l := newDB(t0), newLocks()
 	for i := range 5 {
-		d.addJob(fmt.Sprintf("job-%d", i), core.JobPending, core.PhasePulling, t0.Add(-time.Hour-time.Duration(i)*time.Minute))
+		d.addJob(t, fmt.Sprintf("job-%d", i), core.JobPending, core.PhasePulling, t0.Add(-time.Hour-time.Duration(i)*time.Minute))
 	}
 	rep, err := newReconciler(d, l, data.ReconcilerConfig{ScanLimit: 2}).RunOnce(context.Background())
 	if err != nil {
@@ -163,9 +162,9 @@ func TestScanLimitBoundsATick(t *testing.T) {
 
 func TestLockHeldElsewhereSkipsTheTick(t *testing.T) {
 	d, l := newDB(t0), newLocks()
-	l.heldElsewhere[data.LockName] = true
-	d.addJob("job", core.JobPending, core.PhasePulling, t0.Add(-time.Hour))
-	d.addArtifact("rfs-1", core.ArtifactCleanupPending, t0.Add(-time.Hour))
+	l.holdElsewhere(t, data.LockName)
+	d.addJob(t, "job", core.JobPending, core.PhasePulling, t0.Add(-time.Hour))
+	d.addArtifact(t, "rfs-1", core.ArtifactCleanupPending, t0.Add(-time.Hour))
 	var deletes int
 	rep, err := newReconciler(d, l, data.ReconcilerConfig{DeleteArtifact: func(context.Context, string) error {
 		deletes++
@@ -174,7 +173,7 @@ func TestLockHeldElsewhereSkipsTheTick(t *testing.T) {
 	if err != nil || !rep.Skipped {
 		t.Fatalf("report %+v, err %v, want skipped", rep, err)
 	}
-	if len(d.listJobs) != 0 || deletes != 0 || d.job("job").Status != core.JobPending {
+	if d.scans() != 0 || deletes != 0 || d.job("job").Status != core.JobPending {
 		t.Fatal("a skipped tick scanned or changed something")
 	}
 }
@@ -182,15 +181,15 @@ func TestLockHeldElsewhereSkipsTheTick(t *testing.T) {
 func TestCleanupPendingBackstop(t *testing.T) {
 	d, l := newDB(t0), newLocks()
 	old, young := t0.Add(-6*time.Minute), t0.Add(-4*time.Minute)
-	d.addArtifact("rfs-old", core.ArtifactCleanupPending, old)
-	d.addArtifact("rfs-young", core.ArtifactCleanupPending, young)
-	d.addArtifact("rfs-referenced", core.ArtifactCleanupPending, old)
-	d.refs["rfs-referenced"] = 1
-	d.addArtifact("rfs-placed", core.ArtifactCleanupPending, old)
-	d.place["rfs-placed"] = []core.Placement{{ArtifactID: "rfs-placed", NodeID: "node-1"}}
-	d.addArtifact("rfs-half-deleted", core.ArtifactDeleting, old)
-	d.addArtifact("rfs-ready", core.ArtifactReady, old)
-	d.addArtifact("rfs-broken", core.ArtifactCleanupPending, old)
+	d.addArtifact(t, "rfs-old", core.ArtifactCleanupPending, old)
+	d.addArtifact(t, "rfs-young", core.ArtifactCleanupPending, young)
+	d.addArtifact(t, "rfs-referenced", core.ArtifactCleanupPending, old)
+	d.addReference(t, "rfs-referenced")
+	d.addArtifact(t, "rfs-placed", core.ArtifactCleanupPending, old)
+	d.addPlacement(t, "rfs-placed", "node-1")
+	d.addArtifact(t, "rfs-half-deleted", core.ArtifactDeleting, old)
+	d.addArtifact(t, "rfs-ready", core.ArtifactReady, old)
+	d.addArtifact(t, "rfs-broken", core.ArtifactCleanupPending, old)
 
 	var called []string
 	rep, err := newReconciler(d, l, data.ReconcilerConfig{DeleteArtifact: func(_ context.Context, id string) error {
@@ -217,12 +216,11 @@ func TestRunTicksUntilCancelled(t *testing.T) {
 	d, l := newDB(t0), newLocks()
 	var ticks atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
-	list := d.jobRepo.ListStaleFunc
-	d.jobRepo.ListStaleFunc = func(c context.Context, q ports.StaleQuery) ([]*core.Job, error) {
+	d.listStale = func(orig ports.JobRepository, c context.Context, q ports.StaleQuery) ([]*core.Job, error) {
 		if q.Statuses[0] == core.JobPending && ticks.Add(1) == 3 {
 			cancel()
 		}
-		return list(c, q)
+		return orig.ListStale(c, q)
 	}
 	done := make(chan error, 1)
 	go func() { done <- newReconciler(d, l, data.ReconcilerConfig{Interval: time.Millisecond}).Run(ctx) }()
@@ -240,7 +238,7 @@ func TestRunTicksUntilCancelled(t *testing.T) {
 
 	// Disabled: returns at once without scanning.
 	d2 := newDB(t0)
-	if err := newReconciler(d2, newLocks(), data.ReconcilerConfig{Disabled: true}).Run(context.Background()); err != nil || len(d2.listJobs) != 0 {
-		t.Fatalf("disabled Run: err %v, %d scans", err, len(d2.listJobs))
+	if err := newReconciler(d2, newLocks(), data.ReconcilerConfig{Disabled: true}).Run(context.Background()); err != nil || d2.scans() != 0 {
+		t.Fatalf("disabled Run: err %v, %d scans", err, d2.scans())
 	}
 }

@@ -60,20 +60,25 @@ func TestReadyArtifactWithBytesIsReused(t *testing.T) {
 func TestReadyArtifactWithoutBytesIsRebuilt(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		break_ func(w *world, key string)
+		break_ func(t *testing.T, w *world, key string)
 	}{
-		{"bytes deleted", func(w *world, key string) { delete(w.blobs, key) }},
-		{"bytes truncated", func(w *world, key string) { w.blobs[key] = w.blobs[key][:3] }},
+		{"bytes deleted", func(t *testing.T, w *world, key string) {
+			if err := w.blob.Delete(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"bytes truncated", func(t *testing.T, w *world, key string) {
+			b, _ := w.object(t, key)
+			w.putObject(t, key, b[:3])
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld()
 			r := newReplica(t, w, data.ExecutorConfig{})
 			first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
 			key := core.ArtifactObjectKey(first.ArtifactID)
-			good := append([]byte(nil), w.blobs[key]...)
-			w.mu.Lock()
-			tc.break_(w, key)
-			w.mu.Unlock()
+			good, _ := w.object(t, key)
+			tc.break_(t, w, key)
 
 			second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
 			if second.Err != nil || second.Reused {
@@ -83,8 +88,8 @@ func TestReadyArtifactWithoutBytesIsRebuilt(t *testing.T) {
 				t.Fatalf("builder ran %d times, want 2", n)
 			}
 			a, _ := w.artifact(first.ArtifactID)
-			if a.Status != core.ArtifactReady || string(w.blobs[key]) != string(good) || a.Ext4SizeBytes != int64(len(good)) {
-				t.Fatalf("row %+v, bytes %q", a, w.blobs[key])
+			if got, _ := w.object(t, key); a.Status != core.ArtifactReady || string(got) != string(good) || a.Ext4SizeBytes != int64(len(good)) {
+				t.Fatalf("row %+v, bytes %q", a, got)
 			}
 		})
 	}
@@ -94,9 +99,7 @@ func TestArtifactBeingDeletedIsNotBuiltOver(t *testing.T) {
 	w := newWorld()
 	r := newReplica(t, w, data.ExecutorConfig{})
 	first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
-	w.mu.Lock()
-	w.arts[first.ArtifactID].Status = core.ArtifactCleanupPending
-	w.mu.Unlock()
+	w.setArtifact(t, first.ArtifactID, func(a *core.Artifact) { a.Status = core.ArtifactCleanupPending })
 
 	second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
 	if !errors.Is(second.Err, core.ErrConflict) {
@@ -126,11 +129,7 @@ func TestTwoReplicasBuildASpecOnce(t *testing.T) {
 		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 			close(building) // a second build would panic here
 			// Hold the build until the other replica has found the lock taken.
-			eventually(t, "the other replica to wait on the lock", func() bool {
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				return w.contended > 0
-			})
+			eventually(t, "the other replica to wait on the lock", func() bool { return w.locker.contention() > 0 })
 			return writeImage(spec)
 		}
 	}
@@ -313,9 +312,7 @@ func TestPanicInThePipelineFailsTheJob(t *testing.T) {
 	if a, _ := w.artifact(aid); a.Status != core.ArtifactFailed {
 		t.Fatalf("artifact = %+v", a)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.locks) != 0 {
+	if len(w.locker.heldNames()) != 0 {
 		t.Fatal("lock leaked after a panic")
 	}
 }

@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,9 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
+	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
@@ -25,24 +29,20 @@ import (
 const testDigest = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 
 // world is what several template-center replicas share in the tests: one
-// database (job and artifact rows with the store contract's key rules), one
-// bucket, one lock table, and the control plane that receives reports and
-// applies them to job rows with the job state machine.
+// database (the memory store, with the store contract's real semantics),
+// one bucket (the memory artifact store), one lock table (the in-process
+// locker), and the control plane that receives reports and applies them to
+// job rows with the job state machine.
 type world struct {
-	mu        sync.Mutex
-	now       time.Time
-	jobs      map[string]*core.Job
-	arts      map[string]*core.Artifact
-	blobs     map[string][]byte
-	locks     map[string]bool
-	contended int // TryLock calls that found the lock held
-	reports   []report
-	events    []string // reports, publishes and deletes in order, for ordering checks
+	mu      sync.Mutex
+	now     time.Time
+	reports []report
+	events  []string // reports, publishes and deletes in order, for ordering checks
 
-	store    *portsmock.StoreMock
-	artRepo  *portsmock.ArtifactRepositoryMock
-	blob     *portsmock.ArtifactStoreMock
-	locker   *portsmock.LockerMock
+	db       *memstore.Store
+	store    *faultStore
+	blob     *faultBlobs
+	locker   *countingLocker
 	reporter *portsmock.StatusReporterMock
 	progress *portsmock.ProgressSinkMock
 	clock    *portsmock.ClockMock
@@ -55,135 +55,138 @@ type report struct {
 	err   error // the control plane's verdict (ErrStaleUpdate for a backward report)
 }
 
+// faultStore is the shared database with one seam: artifactUpdate, when
+// set, wraps every artifact row update (to make one fail).
+type faultStore struct {
+	*memstore.Store
+	mu             sync.Mutex
+	artifactUpdate func(orig ports.ArtifactRepository, ctx context.Context, id string, fn func(*core.Artifact) error) (*core.Artifact, error)
+}
+
+func (f *faultStore) Artifacts() ports.ArtifactRepository {
+	return faultArtifacts{ArtifactRepository: f.Store.Artifacts(), f: f}
+}
+
+type faultArtifacts struct {
+	ports.ArtifactRepository
+	f *faultStore
+}
+
+func (r faultArtifacts) Update(ctx context.Context, id string, fn func(*core.Artifact) error) (*core.Artifact, error) {
+	r.f.mu.Lock()
+	hook := r.f.artifactUpdate
+	r.f.mu.Unlock()
+	if hook != nil {
+		return hook(r.ArtifactRepository, ctx, id, fn)
+	}
+	return r.ArtifactRepository.Update(ctx, id, fn)
+}
+
+// faultBlobs is the shared bucket; putErr, when set, fails every Put.
+type faultBlobs struct {
+	ports.ArtifactStore
+	mu     sync.Mutex
+	putErr error
+}
+
+func (b *faultBlobs) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+	b.mu.Lock()
+	err := b.putErr
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return b.ArtifactStore.Put(ctx, key, r, want)
+}
+
+// countingLocker is the in-process locker; it counts TryLock calls that
+// found the lock held and knows which locks are held.
+type countingLocker struct {
+	*memlock.Locker
+	mu        sync.Mutex
+	contended int
+	held      map[string]int
+}
+
+func (l *countingLocker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	k, err := l.Locker.TryLock(ctx, name)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if errors.Is(err, core.ErrLocked) {
+		l.contended++
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.held[name]++
+	return &countedLock{Lock: k, l: l}, nil
+}
+
+func (l *countingLocker) Lock(ctx context.Context, name string) (ports.Lock, error) {
+	k, err := l.Locker.Lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.held[name]++
+	l.mu.Unlock()
+	return &countedLock{Lock: k, l: l}, nil
+}
+
+func (l *countingLocker) contention() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.contended
+}
+
+func (l *countingLocker) heldNames() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for n, c := range l.held {
+		if c > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+type countedLock struct {
+	ports.Lock
+	l    *countingLocker
+	once sync.Once
+}
+
+func (k *countedLock) Unlock(ctx context.Context) error {
+	err := k.Lock.Unlock(ctx)
+	k.once.Do(func() {
+		k.l.mu.Lock()
+		k.l.held[k.Name()]--
+		k.l.mu.Unlock()
+	})
+	return err
+}
+
 func newWorld() *world {
-	w := &world{
-		now:   time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC),
-		jobs:  map[string]*core.Job{},
-		arts:  map[string]*core.Artifact{},
-		blobs: map[string][]byte{},
-		locks: map[string]bool{},
+	w := &world{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	w.clock = &portsmock.ClockMock{NowFunc: func() time.Time {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.now
+	}}
+	w.db = memstore.New(memstore.WithClock(w.clock))
+	w.store = &faultStore{Store: w.db}
+	mem, err := artifactstore.Open(context.Background(), "mem://")
+	if err != nil {
+		panic(err)
 	}
-	jobs := &portsmock.JobRepositoryMock{
-		GetFunc: func(_ context.Context, id string) (*core.Job, error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			j, ok := w.jobs[id]
-			if !ok {
-				return nil, fmt.Errorf("job %s: %w", id, core.ErrNotFound)
-			}
-			return j.Clone(), nil
-		},
-	}
-	arts := &portsmock.ArtifactRepositoryMock{
-		GetFunc: func(_ context.Context, id string) (*core.Artifact, error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			a, ok := w.arts[id]
-			if !ok {
-				return nil, fmt.Errorf("artifact %s: %w", id, core.ErrNotFound)
-			}
-			c := *a
-			return &c, nil
-		},
-		CreateFunc: func(_ context.Context, a *core.Artifact) error {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			for _, o := range w.arts {
-				if o.ArtifactID == a.ArtifactID || (a.Fingerprint != "" && o.Fingerprint == a.Fingerprint) {
-					return fmt.Errorf("artifact %s: %w", a.ArtifactID, core.ErrConflict)
-				}
-			}
-			c := *a
-			c.CreatedAt, c.UpdatedAt = w.tick(), w.now
-			w.arts[a.ArtifactID] = &c
-			return nil
-		},
-		UpdateFunc: func(_ context.Context, id string, fn func(*core.Artifact) error) (*core.Artifact, error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			a, ok := w.arts[id]
-			if !ok {
-				return nil, fmt.Errorf("artifact %s: %w", id, core.ErrNotFound)
-			}
-			c := *a
-			if err := fn(&c); err != nil {
-				return nil, err
-			}
-			c.UpdatedAt = w.tick()
-			w.arts[id] = &c
-			out := c
-			return &out, nil
-		},
-	}
-	w.artRepo = arts
-	w.store = &portsmock.StoreMock{
-		JobsFunc:      func() ports.JobRepository { return jobs },
-		ArtifactsFunc: func() ports.ArtifactRepository { return arts },
-	}
-	w.blob = &portsmock.ArtifactStoreMock{
-		BackendFunc: func() string { return "mem" },
-		PutFunc: func(_ context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
-			b, err := io.ReadAll(r)
-			if err != nil {
-				return err
-			}
-			sum := sha256.Sum256(b)
-			if hex.EncodeToString(sum[:]) != want.SHA256 || int64(len(b)) != want.Size {
-				return errors.New("verification failed")
-			}
-			w.mu.Lock()
-			w.blobs[key] = b
-			w.mu.Unlock()
-			return nil
-		},
-		StatFunc: func(_ context.Context, key string) (ports.ObjectInfo, error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			b, ok := w.blobs[key]
-			if !ok {
-				return ports.ObjectInfo{}, fmt.Errorf("object %s: %w", key, core.ErrNotFound)
-			}
-			sum := sha256.Sum256(b)
-			return ports.ObjectInfo{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}, nil
-		},
-	}
-	w.locker = &portsmock.LockerMock{
-		TryLockFunc: func(ctx context.Context, name string) (ports.Lock, error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.locks[name] {
-				w.contended++
-				return nil, fmt.Errorf("lock %s: %w", name, core.ErrLocked)
-			}
-			w.locks[name] = true
-			var once sync.Once
-			return &portsmock.LockMock{
-				NameFunc: func() string { return name },
-				UnlockFunc: func(context.Context) error {
-					once.Do(func() {
-						w.mu.Lock()
-						delete(w.locks, name)
-						w.mu.Unlock()
-					})
-					return nil
-				},
-			}, nil
-		},
-	}
+	w.blob = &faultBlobs{ArtifactStore: mem}
+	w.locker = &countingLocker{Locker: memlock.New(), held: map[string]int{}}
 	w.reporter = &portsmock.StatusReporterMock{
-		ReportFunc: func(_ context.Context, jobID string, r ports.StatusReport) error {
+		ReportFunc: func(ctx context.Context, jobID string, r ports.StatusReport) error {
+			_, err := w.db.Jobs().Update(ctx, jobID, func(j *core.Job) error { return j.Apply(r.Update) })
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			var err error
-			if j, ok := w.jobs[jobID]; !ok {
-				err = core.ErrNotFound
-			} else {
-				c := j.Clone()
-				if err = c.Apply(r.Update); err == nil {
-					c.UpdatedAt = w.tick()
-					w.jobs[jobID] = c
-				}
-			}
 			w.reports = append(w.reports, report{jobID, r, err})
 			w.events = append(w.events, "report "+string(r.Update.Status))
 			return nil
@@ -203,20 +206,51 @@ func newWorld() *world {
 			return nil
 		},
 	}
-	w.clock = &portsmock.ClockMock{NowFunc: func() time.Time {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.now
-	}}
 	w.ids = &portsmock.IDsMock{NewTokenFunc: func() string { return "tok-1" }}
 	return w
 }
 
-// tick advances the clock by a millisecond (callers hold w.mu) so that
-// every write gets a later updated_at.
-func (w *world) tick() time.Time {
-	w.now = w.now.Add(time.Millisecond)
-	return w.now
+// setJob edits a stored job row.
+func (w *world) setJob(t *testing.T, id string, fn func(*core.Job)) {
+	t.Helper()
+	if _, err := w.db.Jobs().Update(context.Background(), id, func(j *core.Job) error { fn(j); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setArtifact edits a stored artifact row.
+func (w *world) setArtifact(t *testing.T, id string, fn func(*core.Artifact)) {
+	t.Helper()
+	if _, err := w.db.Artifacts().Update(context.Background(), id, func(a *core.Artifact) error { fn(a); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// object returns the bytes stored under key, if any.
+func (w *world) object(t *testing.T, key string) ([]byte, bool) {
+	t.Helper()
+	rc, err := w.blob.Open(context.Background(), key, 0, -1)
+	if errors.Is(err, core.ErrNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, true
+}
+
+// putObject replaces the bytes under key (to damage a published artifact).
+func (w *world) putObject(t *testing.T, key string, b []byte) {
+	t.Helper()
+	sum := sha256.Sum256(b)
+	if err := w.blob.ArtifactStore.Put(context.Background(), key, bytes.NewReader(b), ports.ObjectInfo{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // addJob inserts a PENDING job for req, storing its canonical request as
@@ -231,24 +265,23 @@ func (w *world) addJob(t *testing.T, jobID string, req *core.FromImageRequest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.jobs[jobID] = &core.Job{JobID: jobID, TemplateID: c.TemplateID, AttemptNo: 1, Operation: core.OpCreate,
-		Status: core.JobPending, Phase: core.PhasePulling, RequestJSON: js, ActiveKey: core.ActiveKeyFromImage(c.TemplateID),
-		CreatedAt: w.tick(), UpdatedAt: w.now}
+	if err := w.db.Jobs().Create(context.Background(), &core.Job{JobID: jobID, TemplateID: c.TemplateID, AttemptNo: 1, Operation: core.OpCreate,
+		Status: core.JobPending, Phase: core.PhasePulling, RequestJSON: js, ActiveKey: core.ActiveKeyFromImage(c.TemplateID)}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (w *world) job(id string) *core.Job {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.jobs[id].Clone()
+	j, err := w.db.Jobs().Get(context.Background(), id)
+	if err != nil {
+		panic(fmt.Sprintf("job %s: %v", id, err))
+	}
+	return j
 }
 
 func (w *world) artifact(id string) (core.Artifact, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	a, ok := w.arts[id]
-	if !ok {
+	a, err := w.db.Artifacts().Get(context.Background(), id)
+	if err != nil {
 		return core.Artifact{}, false
 	}
 	return *a, true
