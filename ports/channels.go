@@ -40,10 +40,17 @@ type StoredObject struct {
 
 // DataPlane is the control plane's client of the data plane (the template
 // center): the only way cubemaster reaches builds and artifact bytes.
+//
+// Job and artifact ids are 1 to 128 letters, digits, '.', '_' and '-',
+// starting with a letter or digit (they become store keys and URL parts);
+// SubmitBuild, DeleteArtifact and UploadArtifact refuse any other id with
+// an error wrapping core.ErrInvalidArgument before anything is sent. No
+// error carries a secret (the shared token, a download token, a registry
+// password).
 type DataPlane interface {
 	// SubmitBuild hands a PENDING job to the data plane. core.ErrBusy when
 	// the data plane is at capacity, core.ErrConflict when already in
-	// flight.
+	// flight (also at capacity); a refused build is not taken.
 	SubmitBuild(ctx context.Context, req BuildRequest) error
 	// DeleteArtifact asks the data plane to remove the artifact's bytes and
 	// row; idempotent (a missing artifact is not an error).
@@ -59,7 +66,9 @@ type DataPlane interface {
 	// info.SHA256; the data plane verifies both before anything becomes
 	// visible (a mismatch is an error wrapping core.ErrInvalidArgument or
 	// core.ErrConflict, and nothing is stored) and answers an identical
-	// earlier upload as done.
+	// earlier upload as done. A body shorter or longer than info.Size is a
+	// mismatch, and so are bytes other than those the artifact records or
+	// already has stored, which are never replaced.
 	UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ObjectInfo) (StoredObject, error)
 }
 
