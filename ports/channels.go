@@ -74,12 +74,33 @@ type DataPlane interface {
 
 // StatusReport is one status callback from the data plane.
 type StatusReport struct {
+	// Update is what the data plane knows of the job. Status, Phase,
+	// Progress (0-100), ErrorMessage (nil leaves it, "" clears it),
+	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus and Pull
+	// are delivered; TemplateStatus, ResultJSON and the node counts are the
+	// control plane's and are not.
 	Update core.JobUpdate
-	// Artifact carries the built artifact's metadata with a BUILT report.
+	// Artifact carries the built artifact's metadata with a BUILT report:
+	// ArtifactID, Fingerprint, SourceImageRef, SourceImageDigest,
+	// DownloadBaseURL, Ext4Path, Ext4SHA256 (lowercase hex), Ext4SizeBytes,
+	// ImageConfigJSON, WritableLayerSize, Status, StorageBackend and
+	// ObjectKey. The rest (download token, master node id, generated
+	// request, row bookkeeping) is the control plane's and is not
+	// delivered. Its ids and fingerprint agree with Update's.
 	Artifact *core.Artifact
 }
 
 // StatusReporter is the data plane's client of the control plane callback.
 type StatusReporter interface {
+	// Report delivers r for the job. A failure retrying may fix (no
+	// answer, a control plane that fails or is overloaded) is retried a
+	// bounded number of times while ctx lasts; a refusal is returned after
+	// one attempt: an unknown job (an error wrapping core.ErrNotFound), a
+	// report the job's state machine refuses, a malformed report, a refused
+	// token. A duplicate or late report the control plane acknowledges
+	// without applying is success. Once ctx ends Report returns an error
+	// wrapping ctx's. A job id outside the DataPlane id alphabet is refused
+	// with an error wrapping core.ErrInvalidArgument before anything is
+	// sent; no error carries the token.
 	Report(ctx context.Context, jobID string, r StatusReport) error
 }
