@@ -40,10 +40,17 @@ type StoredObject struct {
 
 // DataPlane is the control plane's client of the data plane (the template
 // center): the only way cubemaster reaches builds and artifact bytes.
+//
+// Job and artifact ids are 1 to 128 letters, digits, '.', '_' and '-',
+// starting with a letter or digit (they become store keys and URL parts);
+// SubmitBuild, DeleteArtifact and UploadArtifact refuse any other id with
+// an error wrapping core.ErrInvalidArgument before anything is sent. No
+// error carries a secret (the shared token, a download token, a registry
+// password).
 type DataPlane interface {
 	// SubmitBuild hands a PENDING job to the data plane. core.ErrBusy when
 	// the data plane is at capacity, core.ErrConflict when already in
-	// flight.
+	// flight (also at capacity); a refused build is not taken.
 	SubmitBuild(ctx context.Context, req BuildRequest) error
 	// DeleteArtifact asks the data plane to remove the artifact's bytes and
 	// row; idempotent (a missing artifact is not an error).
@@ -59,18 +66,41 @@ type DataPlane interface {
 	// info.SHA256; the data plane verifies both before anything becomes
 	// visible (a mismatch is an error wrapping core.ErrInvalidArgument or
 	// core.ErrConflict, and nothing is stored) and answers an identical
-	// earlier upload as done.
+	// earlier upload as done. A body shorter or longer than info.Size is a
+	// mismatch, and so are bytes other than those the artifact records or
+	// already has stored, which are never replaced.
 	UploadArtifact(ctx context.Context, artifactID string, body io.Reader, info ObjectInfo) (StoredObject, error)
 }
 
 // StatusReport is one status callback from the data plane.
 type StatusReport struct {
+	// Update is what the data plane knows of the job. Status, Phase,
+	// Progress (0-100), ErrorMessage (nil leaves it, "" clears it),
+	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus and Pull
+	// are delivered; TemplateStatus, ResultJSON and the node counts are the
+	// control plane's and are not.
 	Update core.JobUpdate
-	// Artifact carries the built artifact's metadata with a BUILT report.
+	// Artifact carries the built artifact's metadata with a BUILT report:
+	// ArtifactID, Fingerprint, SourceImageRef, SourceImageDigest,
+	// DownloadBaseURL, Ext4Path, Ext4SHA256 (lowercase hex), Ext4SizeBytes,
+	// ImageConfigJSON, WritableLayerSize, Status, StorageBackend and
+	// ObjectKey. The rest (download token, master node id, generated
+	// request, row bookkeeping) is the control plane's and is not
+	// delivered. Its ids and fingerprint agree with Update's.
 	Artifact *core.Artifact
 }
 
 // StatusReporter is the data plane's client of the control plane callback.
 type StatusReporter interface {
+	// Report delivers r for the job. A failure retrying may fix (no
+	// answer, a control plane that fails or is overloaded) is retried a
+	// bounded number of times while ctx lasts; a refusal is returned after
+	// one attempt: an unknown job (an error wrapping core.ErrNotFound), a
+	// report the job's state machine refuses, a malformed report, a refused
+	// token. A duplicate or late report the control plane acknowledges
+	// without applying is success. Once ctx ends Report returns an error
+	// wrapping ctx's. A job id outside the DataPlane id alphabet is refused
+	// with an error wrapping core.ErrInvalidArgument before anything is
+	// sent; no error carries the token.
 	Report(ctx context.Context, jobID string, r StatusReport) error
 }

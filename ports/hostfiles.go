@@ -24,11 +24,16 @@ type EnvdSource interface {
 type LegacyArtifacts interface {
 	// Open returns the local copy of a (located by a.Ext4Path) and its
 	// size; an error wrapping core.ErrNotFound when there is none or the
-	// path lies outside every root.
+	// path lies outside every root (an empty or relative path, and one
+	// whose ".." climbs out, lie outside). A path inside a root that leads
+	// outside through a symbolic link is refused with an error that need
+	// not wrap core.ErrNotFound.
 	Open(ctx context.Context, a *core.Artifact) (io.ReadCloser, int64, error)
 	// Remove deletes the local copy once the artifact store holds the
 	// bytes. A missing copy, a path outside the roots and a copy that may
-	// be the store's own object (a file store) are left alone without an
+	// be the store's own object (a.StorageBackend "file", "local" or "")
+	// are left alone without an error. Through a symbolic link leading
+	// outside nothing outside is removed; that may be refused with an
 	// error.
 	Remove(ctx context.Context, a *core.Artifact) error
 }
@@ -38,6 +43,8 @@ type LegacyArtifacts interface {
 type ReleaseManifests interface {
 	// Manifest returns the manifest, or nil and no error when none is
 	// installed. A manifest that is present but unreadable or malformed is
-	// an error: it means a broken install rather than an absent one.
+	// an error: it means a broken install rather than an absent one. It is
+	// read at each call, so a rescan sees a manifest installed, replaced or
+	// removed since.
 	Manifest(ctx context.Context) (*core.ReleaseManifest, error)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,7 +170,8 @@ func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.
 	q.Set(wire.QueryArtifactID, artifactID)
 	q.Set(wire.QuerySHA256, info.SHA256)
 	q.Set(wire.QuerySize, strconv.FormatInt(info.Size, 10))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+wire.PathArtifactUpload+"?"+q.Encode(), body)
+	sized := &exactBody{r: body, left: info.Size, size: info.Size}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+wire.PathArtifactUpload+"?"+q.Encode(), sized)
 	if err != nil {
 		return ports.StoredObject{}, err
 	}
@@ -180,6 +182,9 @@ func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.
 	resp, err := c.hc.Do(req)
 	op := "upload artifact " + artifactID
 	if err != nil {
+		if sized.mismatch != nil {
+			return ports.StoredObject{}, fmt.Errorf("%s: %w", op, sized.mismatch)
+		}
 		return ports.StoredObject{}, fmt.Errorf("%s: %w", op, err)
 	}
 	defer wire.Drain(resp)
@@ -192,6 +197,65 @@ func (c *Client) UploadArtifact(ctx context.Context, artifactID string, body io.
 	}
 	return ports.StoredObject{ObjectKey: out.ObjectKey, StorageBackend: out.StorageBackend}, nil
 }
+
+// exactBody passes an upload body through and fails it when it does not
+// yield exactly size bytes. The last byte is held back until the body is
+// known to end there, so the TC never receives a complete request for a
+// longer body (it would verify and store its first size bytes); a short
+// body ends the request early. Either way the caller gets an error wrapping
+// core.ErrInvalidArgument instead of a transport error.
+type exactBody struct {
+	r          io.Reader
+	size, left int64
+	mismatch   error // set when the body's length is wrong
+	err        error // returned by every later Read
+}
+
+func (b *exactBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.left == 0 {
+		if b.size == 0 && b.longer() {
+			return 0, b.err
+		}
+		return 0, io.EOF
+	}
+	// Stop one byte short of the end: that byte is only passed on once the
+	// body is known to have nothing after it.
+	if room := b.left - 1; int64(len(p)) > room {
+		p = p[:max(room, 1)]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	switch {
+	case b.left == 0 && b.longer():
+		return 0, b.err
+	case b.left == 0:
+		return n, io.EOF
+	case errors.Is(err, io.EOF):
+		b.fail(fmt.Errorf("body ended after %d of the declared %d bytes: %w", b.size-b.left, b.size, core.ErrInvalidArgument))
+		return 0, b.err
+	}
+	return n, err
+}
+
+// longer reports whether the body goes on past size (then b.err is set).
+func (b *exactBody) longer() bool {
+	var one [1]byte
+	n, err := io.ReadFull(b.r, one[:])
+	switch {
+	case n > 0:
+		b.fail(fmt.Errorf("body is longer than the declared %d bytes: %w", b.size, core.ErrInvalidArgument))
+		return true
+	case err != nil && !errors.Is(err, io.EOF):
+		b.err = fmt.Errorf("read upload body: %w", err)
+		return true
+	}
+	return false
+}
+
+func (b *exactBody) fail(err error) { b.mismatch, b.err = err, err }
 
 // ArtifactExists asks the template center's download route itself, HEAD
 // <TC>/cube/template/artifact/download?artifact_id=A with the artifact's

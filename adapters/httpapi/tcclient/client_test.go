@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
@@ -232,6 +233,61 @@ func TestUploadArtifact(t *testing.T) {
 	_, err = c.UploadArtifact(context.Background(), "rfs-taken", bytes.NewReader(data), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha})
 	if !errors.Is(err, core.ErrConflict) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestUploadArtifactWrongSize: a body shorter or longer than the declared
+// size is the caller's mismatch (core.ErrInvalidArgument, not a broken
+// connection), and the data plane never receives a complete body for it,
+// so it cannot store the first Size bytes of a longer one.
+func TestUploadArtifactWrongSize(t *testing.T) {
+	data := []byte("0123456789")
+	s := sha256.Sum256(data)
+	sha := hex.EncodeToString(s[:])
+	var mu sync.Mutex
+	var complete []int // lengths of bodies received whole
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return // the client aborted the body: nothing to store
+		}
+		mu.Lock()
+		complete = append(complete, len(b))
+		mu.Unlock()
+		wire.WriteJSON(w, 200, wire.UploadResponse{Status: "uploaded", ObjectKey: "k", StorageBackend: "file"})
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, &sleeps{})
+	for _, body := range [][]byte{data[:9], nil, append(bytes.Clone(data), 'x'), append(bytes.Clone(data), data...)} {
+		_, err := c.UploadArtifact(context.Background(), "rfs-1", bytes.NewReader(body), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha})
+		if !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("body of %d bytes for a declared %d: %v, want an error wrapping core.ErrInvalidArgument", len(body), len(data), err)
+		}
+		if err != nil && strings.Contains(err.Error(), token) {
+			t.Errorf("error %q contains the token", err)
+		}
+	}
+	mu.Lock()
+	if len(complete) != 0 {
+		t.Fatalf("the data plane received whole bodies of %v bytes for uploads whose bodies did not match", complete)
+	}
+	mu.Unlock()
+
+	// Bodies of the right length go through whole, however their reader
+	// splits them.
+	for name, r := range map[string]func() io.Reader{
+		"one byte at a time": func() io.Reader { return iotest.OneByteReader(bytes.NewReader(data)) },
+		"EOF with the data":  func() io.Reader { return iotest.DataErrReader(bytes.NewReader(data)) },
+		"half reads":         func() io.Reader { return iotest.HalfReader(bytes.NewReader(data)) },
+	} {
+		if _, err := c.UploadArtifact(context.Background(), "rfs-1", r(), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(complete, []int{10, 10, 10}) {
+		t.Fatalf("the data plane received bodies of %v bytes, want three of 10", complete)
 	}
 }
 
