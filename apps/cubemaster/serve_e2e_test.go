@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
-	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 	"github.com/cubesandbox/templatecenter/core"
 )
 
