@@ -3,30 +3,14 @@ package control_test
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
-
-// signalLocker tells the test when someone starts waiting for a lock once
-// armed, so a test can order "callback waits on the lock" before letting
-// the holder go.
-type signalLocker struct {
-	ports.Locker
-	armed   atomic.Bool
-	entered chan string
-}
-
-func (l *signalLocker) Lock(ctx context.Context, name string) (ports.Lock, error) {
-	if l.armed.Load() {
-		l.entered <- name
-	}
-	return l.Locker.Lock(ctx, name)
-}
 
 // startBuild creates tpl and reports it RUNNING without naming an artifact
 // (a data plane that finds the artifact already built names it only in
@@ -43,21 +27,27 @@ func (e *env) startBuild(tid string) *core.Job {
 func builtReport(fp string) ports.StatusReport {
 	u := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	u.ArtifactID, u.ArtifactStatus, u.Fingerprint = aidOf(fp), "READY", fp
+	u.ResultJSON = `{"status":"BUILT","artifact_id":"` + aidOf(fp) + `"}`
 	return ports.StatusReport{Update: u, Artifact: artifactMeta(fp)}
 }
 
-// refusedBuild checks that a BUILT report was refused for an artifact being
-// deleted: a conflict, the job FAILED with the reason, nothing bound.
-func (e *env) refusedBuild(jobID string, applied bool, err error) {
+// refusedBuild checks a BUILT report for an artifact being deleted: the
+// callback is answered (recorded, applied), and the resume then fails the
+// job with the reason and binds nothing.
+func (e *env) refusedBuild(tid, jobID string, applied bool, err error) {
 	e.t.Helper()
-	wantErrIs(e.t, err, core.ErrConflict)
-	eq(e.t, "applied", applied, false)
+	if err != nil || !applied {
+		e.t.Fatalf("BUILT report: applied=%v err=%v, want it recorded", applied, err)
+	}
+	e.wait()
 	j := e.job(jobID)
 	eq(e.t, "job status", j.Status, core.JobFailed)
 	if !strings.Contains(j.ErrorMessage, "being deleted; redo to rebuild") {
 		e.t.Errorf("job error = %q, want the being-deleted reason", j.ErrorMessage)
 	}
-	eq(e.t, "job artifact", j.ArtifactID, "")
+	if n := len(e.replicas(tid)); n != 0 {
+		e.t.Errorf("%d replicas of %s bound", n, tid)
+	}
 }
 
 func TestBuiltReportForArtifactBeingDeletedIsRefused(t *testing.T) {
@@ -72,30 +62,93 @@ func TestBuiltReportForArtifactBeingDeletedIsRefused(t *testing.T) {
 
 	job := e.startBuild("tpl-b")
 	ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, builtReport(fpA))
-	e.refusedBuild(job.JobID, ok, err)
-	e.wait()
+	e.refusedBuild("tpl-b", job.JobID, ok, err)
 	eq(t, "artifact status", e.artifact(aid).Status, core.ArtifactCleanupPending)
 	eq(t, "CreateImage calls", len(e.createImageNodes()), 1) // tpl-a's only
-	if n := len(e.replicas("tpl-b")); n != 0 {
-		t.Errorf("%d replicas of tpl-b bound", n)
-	}
 
 	// Without metadata (the row holds it) the answer is the same.
 	job2 := e.startBuild("tpl-c")
 	u := builtReport(fpA)
 	u.Artifact = nil
 	ok, err = e.svc.HandleStatusReport(e.ctx, job2.JobID, u)
-	e.refusedBuild(job2.JobID, ok, err)
+	e.refusedBuild("tpl-c", job2.JobID, ok, err)
 }
 
-func TestBuiltReportWaitsForDeleteAndSeesItsOutcome(t *testing.T) {
+// noLockLocker fails the test when the status callback itself asks for a
+// lock: the callback path must never wait on one. (The resume it starts
+// takes the artifact's lock on its own goroutine; that is allowed.)
+type noLockLocker struct {
+	ports.Locker
+	t *testing.T
+}
+
+func (l *noLockLocker) check(name string) {
+	if strings.Contains(string(debug.Stack()), ".HandleStatusReport(") {
+		l.t.Errorf("the status callback asked for lock %s", name)
+	}
+}
+
+func (l *noLockLocker) Lock(ctx context.Context, name string) (ports.Lock, error) {
+	l.check(name)
+	return l.Locker.Lock(ctx, name)
+}
+
+func (l *noLockLocker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	l.check(name)
+	return l.Locker.TryLock(ctx, name)
+}
+
+// TestBuiltReportIsAnsweredWhileAnotherTemplateHoldsTheArtifact: template A
+// is distributing artifact X (its resume holds X's lock for minutes) when
+// template B, built from the same spec, reports BUILT with X. The report
+// must be recorded and answered without waiting for the lock (before, it
+// waited up to 10 s — as long as the data plane's own request timeout — and
+// either timed out unbound or bound after the data plane had given up), and
+// B's resume runs once A's lets go.
+func TestBuiltReportIsAnsweredWhileAnotherTemplateHoldsTheArtifact(t *testing.T) {
+	e := newEnv(t, "node-1")
+	aid := aidOf(fpA)
+	held, err := e.locker.Lock(e.ctx, "tc_resume_"+aid) // template A's long distribution
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc.Locker = &noLockLocker{Locker: e.locker, t: t}
+	job := e.startBuild("tpl-b")
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	ok, err := e.svc.HandleStatusReport(ctx, job.JobID, builtReport(fpA))
+	cancel() // the data plane's request ends right after the answer
+	if err != nil || !ok {
+		t.Fatalf("BUILT report: applied=%v err=%v", ok, err)
+	}
+	j := e.job(job.JobID)
+	eq(t, "job status after the answer", j.Status, core.JobBuilt)
+	eq(t, "job artifact", j.ArtifactID, aid)
+
+	if err := held.Unlock(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.wait()
+	j = e.job(job.JobID)
+	eq(t, "job status", j.Status, core.JobReady)
+	a := e.artifact(aid)
+	eq(t, "artifact sha256 from the report", a.Ext4SHA256, shaExt4)
+	eq(t, "artifact status", a.Status, core.ArtifactReady)
+	if !strings.Contains(j.ResultJSON, "remote_build_report") {
+		t.Errorf("result_json %s lost the data plane's report", j.ResultJSON)
+	}
+}
+
+// TestBuiltReportDuringDeleteIsAnsweredAtOnce: a delete of another
+// template holds the artifact's lock in its phase 2 and ends it
+// CLEANUP_PENDING. The BUILT report is answered at once; B's resume runs
+// after the delete and finds the artifact being deleted.
+func TestBuiltReportDuringDeleteIsAnsweredAtOnce(t *testing.T) {
 	e := newEnv(t, "node-1", "node-2")
 	e.ready("tpl-a", fpA)
 	aid := aidOf(fpA)
 	job := e.startBuild("tpl-b")
 
-	sl := &signalLocker{Locker: e.locker, entered: make(chan string, 1)}
-	e.svc.Locker = sl
 	inDestroy, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	e.agent.DestroyImageFunc = func(_ context.Context, n ports.Node, _ string) error {
@@ -106,31 +159,20 @@ func TestBuiltReportWaitsForDeleteAndSeesItsOutcome(t *testing.T) {
 		<-release
 		return nil
 	}
-
 	delErr := make(chan error, 1)
 	go func() { delErr <- e.svc.Delete(e.ctx, "tpl-a", "") }()
 	<-inDestroy // phase 2, artifact lock held
-	sl.armed.Store(true)
-	type result struct {
-		ok  bool
-		err error
+
+	e.svc.Locker = &noLockLocker{Locker: e.locker, t: t}
+	ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, builtReport(fpA))
+	if err != nil || !ok {
+		t.Fatalf("BUILT report: applied=%v err=%v", ok, err)
 	}
-	cb := make(chan result, 1)
-	go func() {
-		ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, builtReport(fpA))
-		cb <- result{ok, err}
-	}()
-	if name := <-sl.entered; !strings.Contains(name, aid) {
-		t.Fatalf("callback waited for lock %q, want the artifact's", name)
-	}
-	sl.armed.Store(false)
 	close(release)
 	if err := <-delErr; err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	r := <-cb
-	e.refusedBuild(job.JobID, r.ok, r.err)
-	e.wait()
+	e.refusedBuild("tpl-b", job.JobID, ok, err)
 	eq(t, "artifact status", e.artifact(aid).Status, core.ArtifactCleanupPending)
 }
 

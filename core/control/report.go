@@ -2,10 +2,11 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
-	"time"
+	"strings"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -29,12 +30,8 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // HandleStatusReport returns at once. An unknown job is core.ErrNotFound,
 // a malformed report a *core.FieldError.
 //
-// A BUILT report binds the artifact under the artifact's lock
-// (resumeLockName) when it can get it within builtLockWait, so it waits for
-// a delete or GC of the same artifact and then sees its final state. An artifact that is being deleted
-// (CLEANUP_PENDING or DELETING) is not bound: the job is FAILED with
-// "artifact is being deleted; redo to rebuild" and the report is refused
-// with an error wrapping core.ErrConflict (the data plane gets a 409).
+// A BUILT report is recorded with the job's move to BUILT and answered at
+// once (see reportBuilt); the resume binds the artifact under its lock.
 func (s *Service) HandleStatusReport(ctx context.Context, jobID string, r ports.StatusReport) (applied bool, err error) {
 	u, err := dataPlaneUpdate(r.Update)
 	if err != nil {
@@ -95,60 +92,138 @@ func dataPlaneUpdate(in core.JobUpdate) (core.JobUpdate, error) {
 	return u, nil
 }
 
-// recordBuiltArtifact writes a BUILT report's artifact metadata into the
-// artifact row (creating it if the data plane did not). skip is true when
-// the report would not apply to the job (late or duplicate): then nothing
-// is written.
-//
-// The caller holds the artifact's lock (see reportBuilt).
-func (s *Service) recordBuiltArtifact(ctx context.Context, job *core.Job, u *core.JobUpdate, meta *core.Artifact) (skip bool, err error) {
+// builtMeta checks a BUILT report's artifact metadata and completes it from
+// the job; nil meta means the report carries none, and then the artifact
+// row must already hold the sha256 and size (read, not locked: the resume
+// re-checks under the artifact's lock). skip is true when the report would
+// not apply to the job (late or duplicate).
+func (s *Service) builtMeta(ctx context.Context, job *core.Job, u *core.JobUpdate, meta *core.Artifact) (m *core.Artifact, skip bool, err error) {
 	if err := job.Clone().Apply(*u); err != nil {
 		if errors.Is(err, core.ErrStaleUpdate) {
-			return true, nil
+			return nil, true, nil
 		}
-		return false, err
+		return nil, false, err
 	}
 	aid := u.ArtifactID
 	if meta == nil {
 		a, err := s.Store.Artifacts().Get(ctx, aid)
 		if isNotFound(err) {
-			return false, &core.FieldError{Field: "artifact", Reason: fmt.Sprintf("a BUILT report must carry the metadata of artifact %s (no row holds it)", aid)}
+			return nil, false, &core.FieldError{Field: "artifact", Reason: fmt.Sprintf("a BUILT report must carry the metadata of artifact %s (no row holds it)", aid)}
 		}
 		if err != nil {
-			return false, err
+			return nil, false, err
 		}
-		if beingDeleted(a.Status) {
-			return false, fmt.Errorf("artifact %s is %s: %w", aid, a.Status, errArtifactDeleting)
+		if !beingDeleted(a.Status) && (a.Ext4SHA256 == "" || a.Ext4SizeBytes <= 0) {
+			return nil, false, &core.FieldError{Field: "artifact", Reason: fmt.Sprintf("artifact %s has no sha256/size; the BUILT report must carry them", aid)}
 		}
-		if a.Ext4SHA256 == "" || a.Ext4SizeBytes <= 0 {
-			return false, &core.FieldError{Field: "artifact", Reason: fmt.Sprintf("artifact %s has no sha256/size; the BUILT report must carry them", aid)}
-		}
-		return false, nil
+		return nil, false, nil
 	}
-	m := *meta
-	if m.ArtifactID != "" && m.ArtifactID != aid {
-		return false, &core.FieldError{Field: "artifact.artifact_id", Reason: fmt.Sprintf("%q differs from the job's artifact %q", m.ArtifactID, aid)}
+	c := *meta
+	if c.ArtifactID != "" && c.ArtifactID != aid {
+		return nil, false, &core.FieldError{Field: "artifact.artifact_id", Reason: fmt.Sprintf("%q differs from the job's artifact %q", c.ArtifactID, aid)}
 	}
-	m.ArtifactID = aid
-	m.Fingerprint = firstString(m.Fingerprint, u.Fingerprint, job.Fingerprint)
-	if m.Fingerprint != "" {
-		if want, err := core.ArtifactIDFor(m.Fingerprint); err != nil || want != aid {
-			return false, &core.FieldError{Field: "artifact.template_spec_fingerprint", Reason: fmt.Sprintf("%q does not give artifact id %q", m.Fingerprint, aid)}
+	c.ArtifactID = aid
+	c.Fingerprint = firstString(c.Fingerprint, u.Fingerprint, job.Fingerprint)
+	if c.Fingerprint != "" {
+		if want, err := core.ArtifactIDFor(c.Fingerprint); err != nil || want != aid {
+			return nil, false, &core.FieldError{Field: "artifact.template_spec_fingerprint", Reason: fmt.Sprintf("%q does not give artifact id %q", c.Fingerprint, aid)}
 		}
 	}
-	if !sha256Hex.MatchString(m.Ext4SHA256) {
-		return false, &core.FieldError{Field: "artifact.ext4_sha256", Reason: "must be 64 lowercase hex characters"}
+	if !sha256Hex.MatchString(c.Ext4SHA256) {
+		return nil, false, &core.FieldError{Field: "artifact.ext4_sha256", Reason: "must be 64 lowercase hex characters"}
 	}
-	if m.Ext4SizeBytes <= 0 {
-		return false, &core.FieldError{Field: "artifact.ext4_size_bytes", Reason: "must be positive"}
+	if c.Ext4SizeBytes <= 0 {
+		return nil, false, &core.FieldError{Field: "artifact.ext4_size_bytes", Reason: "must be positive"}
 	}
-	if _, err := core.ParseImageConfigJSON(m.ImageConfigJSON); err != nil {
-		return false, err
+	if _, err := core.ParseImageConfigJSON(c.ImageConfigJSON); err != nil {
+		return nil, false, err
 	}
-	m.SourceImageRef = firstString(m.SourceImageRef, job.SourceImageRef)
-	m.SourceImageDigest = firstString(m.SourceImageDigest, u.SourceImageDigest, job.SourceImageDigest)
-	m.WritableLayerSize = firstString(m.WritableLayerSize, job.WritableLayerSize)
-	return false, s.upsertArtifact(ctx, &m)
+	c.SourceImageRef = firstString(c.SourceImageRef, job.SourceImageRef)
+	c.SourceImageDigest = firstString(c.SourceImageDigest, u.SourceImageDigest, job.SourceImageDigest)
+	c.WritableLayerSize = firstString(c.WritableLayerSize, job.WritableLayerSize)
+	return &c, false, nil
+}
+
+// builtRecord is what a BUILT job keeps in result_json until its resume
+// has bound the artifact: the checked metadata (nil when the report
+// carried none) and the data plane's report as received. It is written in
+// the same update that makes the job BUILT, so a master that dies right
+// after answering the callback loses nothing.
+type builtRecord struct {
+	Artifact *builtArtifact  `json:"built_artifact,omitempty"`
+	Report   json.RawMessage `json:"remote_build_report,omitempty"`
+}
+
+// builtArtifact is the persisted form of a BUILT report's artifact
+// metadata (its keys never change: rows carry them across upgrades).
+type builtArtifact struct {
+	ArtifactID        string `json:"artifact_id"`
+	Fingerprint       string `json:"template_spec_fingerprint,omitempty"`
+	SourceImageRef    string `json:"source_image_ref,omitempty"`
+	SourceImageDigest string `json:"source_image_digest,omitempty"`
+	MasterNodeID      string `json:"master_node_id,omitempty"`
+	DownloadBaseURL   string `json:"download_base_url,omitempty"`
+	Ext4Path          string `json:"ext4_path,omitempty"`
+	Ext4SHA256        string `json:"ext4_sha256"`
+	Ext4SizeBytes     int64  `json:"ext4_size_bytes"`
+	ImageConfigJSON   string `json:"image_config_json,omitempty"`
+	WritableLayerSize string `json:"writable_layer_size,omitempty"`
+	StorageBackend    string `json:"storage_backend,omitempty"`
+	ObjectKey         string `json:"object_key,omitempty"`
+}
+
+func encodeBuilt(meta *core.Artifact, report string) (string, error) {
+	rec := builtRecord{}
+	if r := strings.TrimSpace(report); r != "" && json.Valid([]byte(r)) {
+		rec.Report = json.RawMessage(r)
+	}
+	if m := meta; m != nil {
+		rec.Artifact = &builtArtifact{
+			ArtifactID: m.ArtifactID, Fingerprint: m.Fingerprint, SourceImageRef: m.SourceImageRef,
+			SourceImageDigest: m.SourceImageDigest, MasterNodeID: m.MasterNodeID, DownloadBaseURL: m.DownloadBaseURL,
+			Ext4Path: m.Ext4Path, Ext4SHA256: m.Ext4SHA256, Ext4SizeBytes: m.Ext4SizeBytes, ImageConfigJSON: m.ImageConfigJSON,
+			WritableLayerSize: m.WritableLayerSize, StorageBackend: m.StorageBackend, ObjectKey: m.ObjectKey,
+		}
+	}
+	b, err := json.Marshal(rec)
+	return string(b), err
+}
+
+// decodeBuilt reads a BUILT job's result_json. A row written before the
+// record existed holds the data plane's report alone: that becomes the
+// report, with no metadata.
+func decodeBuilt(resultJSON string) (meta *core.Artifact, report json.RawMessage) {
+	r := strings.TrimSpace(resultJSON)
+	if r == "" || !json.Valid([]byte(r)) {
+		return nil, nil
+	}
+	var rec builtRecord
+	if err := json.Unmarshal([]byte(r), &rec); err != nil || (rec.Artifact == nil && rec.Report == nil) {
+		return nil, json.RawMessage(r)
+	}
+	if b := rec.Artifact; b != nil {
+		meta = &core.Artifact{
+			ArtifactID: b.ArtifactID, Fingerprint: b.Fingerprint, SourceImageRef: b.SourceImageRef,
+			SourceImageDigest: b.SourceImageDigest, MasterNodeID: b.MasterNodeID, DownloadBaseURL: b.DownloadBaseURL,
+			Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes, ImageConfigJSON: b.ImageConfigJSON,
+			WritableLayerSize: b.WritableLayerSize, StorageBackend: b.StorageBackend, ObjectKey: b.ObjectKey,
+		}
+	}
+	return meta, rec.Report
+}
+
+// bindBuilt writes a BUILT job's artifact metadata into the artifact row
+// (creating it if the data plane did not) before the resume claims it. The
+// caller holds the artifact's lock.
+func (s *Service) bindBuilt(ctx context.Context, job *core.Job) error {
+	meta, _ := decodeBuilt(job.ResultJSON)
+	if meta == nil {
+		return nil
+	}
+	if meta.ArtifactID != job.ArtifactID {
+		return fmt.Errorf("the BUILT record names artifact %s, the job %s: %w", meta.ArtifactID, job.ArtifactID, core.ErrInvalidArgument)
+	}
+	return s.upsertArtifact(ctx, meta)
 }
 
 // upsertArtifact creates the row from m (READY: the data plane just said
@@ -213,16 +288,15 @@ func beingDeleted(st core.ArtifactStatus) bool {
 	return st == core.ArtifactCleanupPending || st == core.ArtifactDeleting
 }
 
-// reportBuilt applies a BUILT report: it binds the artifact and moves the
-// job to BUILT while holding the artifact's lock, so the bind serializes
-// with delete, GC and resume of the same artifact (the job, once BUILT and
-// naming the artifact, counts as a reference for a later cleanup). The
-// job is read again under the lock: a delete may have failed or removed it
-// meanwhile. An artifact being deleted fails the job and returns the
-// refusal.
-// builtLockWait bounds how long a BUILT report waits for its artifact's lock.
-const builtLockWait = 10 * time.Second
-
+// reportBuilt applies a BUILT report: it checks the report and records it
+// with the job's move to BUILT in one compare-and-set update, and answers.
+// It never waits for the artifact's lock: another template's resume may
+// hold it for a long distribution, and the data plane's report must not
+// time out behind it. Binding the artifact row happens in the resume,
+// under the lock (bindBuilt); an artifact that is being deleted then fails
+// the job with "artifact is being deleted; redo to rebuild". Once BUILT,
+// the job counts as a reference, so a delete that has not yet counted the
+// artifact's references keeps it.
 func (s *Service) reportBuilt(ctx context.Context, jobID string, u core.JobUpdate, meta *core.Artifact) (*core.Job, bool, error) {
 	job, err := s.Store.Jobs().Get(ctx, jobID)
 	if err != nil {
@@ -236,38 +310,12 @@ func (s *Service) reportBuilt(ctx context.Context, jobID string, u core.JobUpdat
 		return nil, false, &core.FieldError{Field: "artifact_id", Reason: "a BUILT report must name the artifact"}
 	}
 	u.ArtifactID = aid
-	// Wait a bounded time for the artifact's lock. A delete holds it for a
-	// few node calls; a resume of another template on this artifact may hold
-	// it for a long distribution, and while it does no delete can run, so
-	// binding without the lock is then safe — the status check below still
-	// refuses an artifact that is being deleted. Blocking longer would make
-	// the data plane's report time out and be lost.
-	lctx, lcancel := context.WithTimeout(ctx, builtLockWait)
-	lock, lerr := s.Locker.Lock(lctx, resumeLockName(aid))
-	lcancel()
-	switch {
-	case lerr == nil:
-		defer s.unlock(ctx, lock)
-	case ctx.Err() != nil:
-		return nil, false, fmt.Errorf("artifact %s: %w", aid, ctx.Err())
-	default:
-		s.log().Info("binding BUILT artifact without its lock (held by a long operation)", "artifact_id", aid, "job", jobID)
-	}
-	if job, err = s.Store.Jobs().Get(ctx, jobID); err != nil {
-		return nil, false, err
-	}
-	skip, err := s.recordBuiltArtifact(ctx, job, &u, meta)
-	if errors.Is(err, errArtifactDeleting) {
-		failed, applied, ferr := s.Report(ctx, jobID, core.Fail(job.Phase, err.Error()))
-		if ferr != nil {
-			s.log().Warn("job not failed after refused BUILT report", "job", jobID, "err", ferr)
-		} else if applied && failed.Status.Terminal() {
-			s.dropProgress(ctx, jobID)
-		}
-		return nil, false, err
-	}
+	checked, skip, err := s.builtMeta(ctx, job, &u, meta)
 	if err != nil || skip {
 		return nil, false, err
+	}
+	if u.ResultJSON, err = encodeBuilt(checked, u.ResultJSON); err != nil {
+		return nil, false, fmt.Errorf("record BUILT report of job %s: %w", jobID, err)
 	}
 	return s.Report(ctx, jobID, u)
 }

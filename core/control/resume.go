@@ -128,9 +128,15 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	}
 	p.req = req
 
-	// 1. Register: claim the artifact row. Its download token is minted
+	// 1. Register: bind a BUILT report's metadata, then claim the artifact
+	// row. Its download token is minted
 	// once and then kept: every template that uses the artifact hands it
 	// to its nodes, so changing it would break the others.
+	if job.Status == core.JobBuilt {
+		if err := s.bindBuilt(ctx, job); err != nil {
+			return s.fail(ctx, job, core.PhaseDistributing, err)
+		}
+	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
@@ -260,16 +266,20 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	return nil
 }
 
-// claimArtifact makes the artifact row READY for distribution: a download
+// claimArtifact takes a READY artifact row for distribution: a download
 // token if it has none yet, the download base URL, and a renewed GC
-// deadline.
+// deadline. Any other status fails: bytes being deleted, half-written or
+// absent are never distributed. The caller holds the artifact's lock.
 func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artifact, error) {
 	base := s.cfg().DownloadBaseURL
 	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
-		if a.Status != core.ArtifactReady {
-			if err := a.MoveTo(core.ArtifactReady); err != nil {
-				return fmt.Errorf("artifact %s cannot be used: %w", a.ArtifactID, err)
-			}
+		switch {
+		case beingDeleted(a.Status):
+			return fmt.Errorf("artifact %s is %s: %w", a.ArtifactID, a.Status, errArtifactDeleting)
+		case a.Status != core.ArtifactReady:
+			// PENDING or BUILDING bytes may be half-written; FAILED ones
+			// are not there.
+			return fmt.Errorf("artifact %s is %s, not READY; redo to rebuild: %w", a.ArtifactID, a.Status, core.ErrConflict)
 		}
 		if a.Ext4SHA256 == "" || a.Ext4SizeBytes <= 0 {
 			return fmt.Errorf("artifact %s has no sha256/size recorded: %w", a.ArtifactID, core.ErrInvalidArgument)
@@ -398,9 +408,7 @@ func (s *Service) resultJSON(ctx context.Context, job *core.Job, def *core.Defin
 			CleanupRequired: r.CleanupRequired, ErrorMessage: r.ErrorMessage,
 		})
 	}
-	if r := strings.TrimSpace(cur.ResultJSON); r != "" && json.Valid([]byte(r)) {
-		out.RemoteBuildReport = json.RawMessage(r)
-	}
+	_, out.RemoteBuildReport = decodeBuilt(cur.ResultJSON)
 	b, err := json.Marshal(out)
 	if err != nil {
 		return "", err
