@@ -9,9 +9,10 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// distribute sends the artifact to every target in parallel. Each node that
-// got it gets a placement row first (so cleanup can always find the copy)
-// and a DISTRIBUTED replica row; each failure a FAILED replica row. It
+// distribute sends the artifact to every target in parallel. Each node gets
+// a placement row before the call (so cleanup can always find a copy, even
+// one whose answer was lost), then a DISTRIBUTED replica row, or a FAILED
+// one when the call failed. It
 // returns the nodes that have the artifact and the errors, in node order.
 func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArtifact) ([]ports.Node, []string) {
 	// A node where another template's replica uses this artifact keeps its
@@ -84,16 +85,13 @@ func (s *Service) distributeOne(ctx context.Context, n ports.Node, art core.Node
 			return fmt.Errorf("remove old copy before redistributing: %w", err)
 		}
 	}
-	if err := s.Agent.CreateImage(ctx, n, art); err != nil {
-		return err
-	}
-	err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: art.ArtifactID, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()})
-	if err != nil {
-		// Without the placement row cleanup could not find this copy:
-		// treat the node as failed rather than snapshot on it.
+	// The placement is recorded before the call, as an intent: a node may
+	// store the bytes and lose the answer, and cleanup must still find the
+	// copy (destroying one that is not there is harmless).
+	if err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: art.ArtifactID, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()}); err != nil {
 		return fmt.Errorf("record placement: %w", err)
 	}
-	return nil
+	return s.Agent.CreateImage(ctx, n, art)
 }
 
 // replica is the row of node n for this run. It keeps the previous
