@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/core"
@@ -104,7 +105,7 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc := &control.Service{Store: st, IDs: system.IDs{}}
+	svc := &control.Service{Store: st, Locker: memlock.New(), IDs: system.IDs{}}
 	master := &fakeMaster{t: t, jobs: svc, seen: map[string][]ports.StatusReport{}, token: "e2e-secret"}
 	ms := httptest.NewServer(master)
 	defer ms.Close()

@@ -43,6 +43,10 @@ func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, er
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
 	}
+	lock, err := s.lockTemplate(ctx, tid)
+	if err != nil {
+		return nil, fmt.Errorf("migrate template %s: %w", tid, err)
+	}
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        core.ActiveKeyMigrate(tid),
@@ -51,6 +55,7 @@ func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, er
 			return s.newMigrateJob(ctx, tid, latest)
 		},
 	})
+	s.unlock(ctx, lock)
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", tid, err)
 	}

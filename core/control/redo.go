@@ -63,31 +63,55 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 		}
 		scope = append(scope, e)
 	}
+	// The template's lock keeps a delete of the same template from
+	// interleaving: a delete finishes before the redo reads the template,
+	// and none starts while the redo writes its job.
+	lock, err := s.lockTemplate(ctx, tid)
+	if err != nil {
+		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+	}
+	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr)
+	s.unlock(ctx, lock)
+	if err != nil {
+		return nil, err
+	}
+	if rebuild {
+		req.RegistryUsername, req.RegistryPassword = rr.RegistryUsername, rr.RegistryPassword
+		req.RequestID = rr.RequestID
+		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
+	}
+	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
+	return job, nil
+}
+
+// submitRedo decides what the redo does and writes its job; the caller
+// holds the template's lock.
+func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
-		return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
+		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
 	} else if !isNotFound(err) {
-		return nil, err
+		return nil, nil, false, err
 	}
 	latest, err := s.Store.Jobs().Latest(ctx, tid)
 	if isNotFound(err) {
-		return nil, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
+		return nil, nil, false, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	if strings.TrimSpace(latest.RequestJSON) == "" {
-		return nil, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
+		return nil, nil, false, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	if req.TemplateID != tid {
-		return nil, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
+		return nil, nil, false, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
 	}
 	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
-		return nil, fmt.Errorf("stored request of %s: %w", tid, err)
+		return nil, nil, false, fmt.Errorf("stored request of %s: %w", tid, err)
 	}
 	if len(scope) == 0 {
 		scope = req.DistributionScope
@@ -95,12 +119,12 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 	replicas, err := s.Store.Templates().ListReplicas(ctx, tid)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	phase := DetermineRedoResumePhase(latest.Phase, replicas)
 	artifact, rebuild, err := s.reusableArtifact(ctx, latest, phase)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	if rebuild {
 		phase = core.PhaseBuildingExt4
@@ -115,11 +139,11 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	}
 	targets, err := s.resolveNodes(ctx, req.InstanceType, scope)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	if rr.FailedOnly {
 		if targets = failedTargets(targets, replicas); len(targets) == 0 {
-			return nil, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
+			return nil, nil, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
 		}
 	}
 	ids := make([]string, len(targets))
@@ -129,7 +153,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 	requestJSON, err := core.CanonicalRequestJSON(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
@@ -170,18 +194,11 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+		return nil, nil, false, fmt.Errorf("redo template %s: %w", tid, err)
 	}
-	job := res.Job
-	s.log().Info("redo submitted", "template", tid, "job", job.JobID, "mode", mode, "resume_phase", phase, "targets", ids, "rebuild", rebuild)
+	s.log().Info("redo submitted", "template", tid, "job", res.Job.JobID, "mode", mode, "resume_phase", phase, "targets", ids, "rebuild", rebuild)
 
-	if rebuild {
-		req.RegistryUsername, req.RegistryPassword = rr.RegistryUsername, rr.RegistryPassword
-		req.RequestID = rr.RequestID
-		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
-	}
-	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
-	return job, nil
+	return res.Job, req, rebuild, nil
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's

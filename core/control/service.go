@@ -205,3 +205,12 @@ func (s *Service) lockArtifact(ctx context.Context, artifactID string, try bool)
 	defer cancel()
 	return s.Locker.Lock(lctx, name)
 }
+
+// lockTemplate takes the template's lock (waiting at most Config.LockWait):
+// it serializes everything that writes a template's jobs, definition and
+// replicas as a whole (create, redo, migrate, synchronous create, delete).
+func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lock, error) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg().LockWait)
+	defer cancel()
+	return s.Locker.Lock(lctx, templateLockName(templateID))
+}

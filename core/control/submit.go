@@ -89,7 +89,8 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 //
 // The active job is checked first: while the resume pipeline of an
 // identical request runs, its definition already exists, and the resubmit
-// must still get the running job back.
+// must still get the running job back. The template's lock keeps a delete
+// of the same template from interleaving with the submit.
 func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageRequest) (SubmitResult, error) {
 	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
 		return SubmitResult{}, err
@@ -99,6 +100,11 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 		return SubmitResult{}, err
 	}
 	tid := req.TemplateID
+	lock, err := s.lockTemplate(ctx, tid)
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("submit template %s: %w", tid, err)
+	}
+	defer s.unlock(ctx, lock)
 	return s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        core.ActiveKeyFromImage(tid),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
@@ -150,7 +151,9 @@ func (f *submitStore) job(t *testing.T, id string) *core.Job {
 	return j
 }
 
-func (f *submitStore) service() *control.Service { return &control.Service{Store: f, IDs: f.ids} }
+func (f *submitStore) service() *control.Service {
+	return &control.Service{Store: f, Locker: memlock.New(), IDs: f.ids}
+}
 
 func submitRequest(tid string) *core.FromImageRequest {
 	return &core.FromImageRequest{

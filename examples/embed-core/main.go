@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/core"
@@ -56,7 +57,7 @@ func run(ctx context.Context, w io.Writer, dbPath string) error {
 	}
 	fmt.Fprintf(w, "store: %s, %d migrations applied\n", store.Dialect(), len(applied))
 
-	svc := &control.Service{Store: store, IDs: system.IDs{}}
+	svc := &control.Service{Store: store, Locker: memlock.New(), IDs: system.IDs{}}
 
 	// 1. A new request creates a PENDING job.
 	first, err := svc.SubmitFromImage(ctx, request("1Gi"))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
@@ -283,7 +284,7 @@ func TestI1Child(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	svc := &control.Service{Store: s, IDs: storetest.IDs{}}
+	svc := &control.Service{Store: s, Locker: memlock.New(), IDs: storetest.IDs{}}
 
 	for r, tpl := range plan.Templates {
 		results := make([]i1Result, storetest.Submitters)
