@@ -84,9 +84,10 @@ func (t *tree) place(idx int, e *entry) *rejection {
 	}
 
 	var target *node
+	var targetDir resolved
 	if e.typ == tar.TypeLink {
 		var rj *rejection
-		if target, rj = t.linkTarget(e); rj != nil {
+		if target, targetDir, rj = t.linkTarget(e); rj != nil {
 			return rj
 		}
 	}
@@ -95,6 +96,10 @@ func (t *tree) place(idx int, e *entry) *rejection {
 		return rj
 	}
 	old := parent.kids[base]
+	if target != nil && old != nil && slices.ContainsFunc(targetDir.path, func(s step) bool { return s.n == old }) {
+		// Replacing old removes the target with it, as it would on disk.
+		return reject(RuleHardlinkMissing, "target %q lies below %q, which the link replaces", e.link, base)
+	}
 	switch e.typ {
 	case tar.TypeDir:
 		if old != nil && old.typ == tar.TypeDir {
@@ -115,13 +120,14 @@ func (t *tree) place(idx int, e *entry) *rejection {
 	return nil
 }
 
-// linkTarget finds the regular file a hard link names: its directory
-// resolves like any other, its last component is not followed.
-func (t *tree) linkTarget(e *entry) (*node, *rejection) {
+// linkTarget finds the regular file a hard link names, and its resolved
+// directory: the directory resolves like any other, the last component is
+// not followed.
+func (t *tree) linkTarget(e *entry) (*node, resolved, *rejection) {
 	dir, base := path.Split(e.link)
 	r, rj := t.resolveDir(dir)
 	if rj != nil {
-		return nil, rj
+		return nil, r, rj
 	}
 	var target *node
 	if r.dir != nil {
@@ -129,13 +135,13 @@ func (t *tree) linkTarget(e *entry) (*node, *rejection) {
 	}
 	switch {
 	case target == nil:
-		return nil, reject(RuleHardlinkMissing, "target %q does not exist earlier in this or a lower layer", e.link)
+		return nil, r, reject(RuleHardlinkMissing, "target %q does not exist earlier in this or a lower layer", e.link)
 	case target.typ == tar.TypeDir:
-		return nil, reject(RuleHardlinkDir, "target %q is a directory", e.link)
+		return nil, r, reject(RuleHardlinkDir, "target %q is a directory", e.link)
 	case target.typ != tar.TypeReg:
-		return nil, reject(RuleHardlinkNotRegular, "target %q is of type %q", e.link, target.typ)
+		return nil, r, reject(RuleHardlinkNotRegular, "target %q is of type %q", e.link, target.typ)
 	}
-	return target, nil
+	return target, r, nil
 }
 
 // hide removes from n what layers below idx put there and reports whether

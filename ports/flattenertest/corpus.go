@@ -252,6 +252,10 @@ func resolveCases() []Case {
 			Limits: Limits{MaxPathDepth: 128}, Flatten: RulePathTooDeep, Tree: RuleParentSymlink},
 		{Name: "resolve-result-too-long", Layers: one(Sym("l", strings.Repeat(strings.Repeat("p", 200)+"/", 20)), Reg("l/"+strings.Repeat("q", 100), "x")),
 			Flatten: RulePathTooLong, Tree: RuleParentSymlink},
+		{Name: "hardlink-replaces-its-target-dir", Layers: one(Dir("d"), Reg("d/f", "x"), Hard("d", "d/f")),
+			Flatten: RuleHardlinkMissing, Tree: RuleDuplicateEntry},
+		{Name: "hardlink-replaces-its-target-dir-via-symlink", Layers: one(Dir("d"), Reg("d/f", "x"), Sym("l", "d"), Hard("d", "l/f")),
+			Flatten: RuleHardlinkMissing, Tree: RuleDuplicateEntry},
 		{Name: "resolve-hardlink-to-self", Layers: one(Sym("l", "."), Reg("a", "x"), Hard("a", "l/a")), Flatten: RuleHardlinkSelf, Tree: RuleDuplicateEntry},
 		{Name: "resolve-hardlink-through-symlink-to-symlink", Layers: func(v *Victim) [][]Entry {
 			// The last component is never followed: a link to "d/s" names
