@@ -2,6 +2,7 @@ package buildertest
 
 import (
 	"os"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,18 +13,35 @@ import (
 // order of magnitude faster than a disk filesystem.
 const shm = "/dev/shm"
 
+var (
+	shmOnce sync.Once
+	shmOK   bool
+)
+
 // fastScratch returns the parent for scratch directories: shm when it is a
-// writable tmpfs, else "" (os.TempDir).
+// writable tmpfs that keeps user.* xattrs (Linux 6.6 and later; staged
+// trees and unpacked images carry them), else "" (os.TempDir).
 func fastScratch() string {
-	var st unix.Statfs_t
-	if unix.Statfs(shm, &st) != nil || st.Type != unix.TMPFS_MAGIC || unix.Access(shm, unix.W_OK) != nil {
-		return ""
+	shmOnce.Do(func() {
+		var st unix.Statfs_t
+		if unix.Statfs(shm, &st) != nil || st.Type != unix.TMPFS_MAGIC {
+			return
+		}
+		d, err := os.MkdirTemp(shm, "buildertest-probe-")
+		if err != nil {
+			return
+		}
+		defer os.Remove(d)
+		shmOK = unix.Setxattr(d, "user.buildertest", []byte("1"), 0) == nil
+	})
+	if shmOK {
+		return shm
 	}
-	return shm
+	return ""
 }
 
-// FastTempDir is t.TempDir on tmpfs when the host has one (see shm),
-// removed when t ends.
+// FastTempDir is t.TempDir on tmpfs when the host has a suitable one (see
+// fastScratch), removed when t ends.
 func FastTempDir(t testing.TB) string {
 	t.Helper()
 	parent := fastScratch()

@@ -2,8 +2,6 @@ package fidelity
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -15,28 +13,6 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
 )
-
-// pluginBin is the ext4stream plugin, built once by TestMain.
-var pluginBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fidelity-plugin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if gobin, err := exec.LookPath("go"); err == nil {
-		pluginBin = filepath.Join(dir, "ext4stream")
-		cmd := exec.Command(gobin, "build", "-o", pluginBin, "github.com/cubesandbox/templatecenter/plugins/ext4stream")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build plugins/ext4stream: %v\n%s", err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // harness feeds a builder from the layers flattener, as production does.
 type harness struct {
@@ -52,14 +28,10 @@ func (h harness) Capabilities() buildertest.Capabilities { return h.caps }
 func (harness) Close()                                   {}
 
 func TestMatchesUmociUnpack(t *testing.T) {
-	if pluginBin == "" {
-		testenv.Tool(t, "go")
+	if testing.Short() {
+		t.Skip("builds real images; skipped with -short")
 	}
-	ext4stream, err := plugin.Load(context.Background(), pluginBin, plugin.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ext4stream.Close()
+	ext4stream := loadPlugin(t)
 	buildertest.RunUpstreamCorpus(t, map[string]buildertest.HarnessMaker{
 		"mkfs": func(_ context.Context, t *testing.T) (buildertest.Harness, error) {
 			return harness{mkfs.New(mkfs.Options{WorkDir: buildertest.FastTempDir(t)}), buildertest.Capabilities{Headroom: true, SparseFiles: true}}, nil
@@ -68,4 +40,21 @@ func TestMatchesUmociUnpack(t *testing.T) {
 			return harness{b: ext4stream}, nil
 		},
 	})
+}
+
+// loadPlugin builds the ext4stream plugin and starts it as production
+// does.
+func loadPlugin(t *testing.T) *plugin.Builder {
+	t.Helper()
+	gobin := testenv.Tool(t, "go")
+	bin := filepath.Join(t.TempDir(), "ext4stream")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/cubesandbox/templatecenter/plugins/ext4stream").CombinedOutput(); err != nil {
+		t.Fatalf("build plugins/ext4stream: %v\n%s", err, out)
+	}
+	b, err := plugin.Load(context.Background(), bin, plugin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
