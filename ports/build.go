@@ -66,9 +66,10 @@ type BuildSpec struct {
 	// already applied, every path clean and relative (a directory may
 	// carry one trailing "/"; "." is the root), parents before children,
 	// hard links pointing at earlier regular files, ending with the tar
-	// end-of-archive marker. No entry lies below a symlink, and no name
-	// appears twice except a directory declared after it was implied by a
-	// child.
+	// end-of-archive marker. It is resolved: no entry lies below a symlink
+	// (the flattener has placed writes through symlinked parents where they
+	// resolve inside the root), and no name appears twice except a
+	// directory declared after it was implied by a child.
 	//
 	// A builder refuses a tree that breaks the contract with an error
 	// wrapping core.ErrInvalidArgument whose message holds
@@ -156,7 +157,11 @@ type TreeStats struct {
 // sorted by name bytes so that the same layers give the same bytes.
 // Layers apply with OCI semantics: whiteouts and opaque markers hide lower
 // layers only, a directory over a directory merges, anything else replaces
-// the path and its subtree.
+// the path and its subtree. Parent components resolve through symlinks as
+// if the image were the root (absolute targets restart there, ".." stops
+// there, more than 40 symlinks are a loop); the last component is never
+// followed. The same rule places whiteouts, opaque markers and hard link
+// targets, and the output names the resolved paths.
 //
 // Hostile input fails with an error wrapping core.ErrInvalidArgument whose
 // message names the layer, the entry and the rule (`layer <i> (<digest>):

@@ -122,7 +122,9 @@ const (
 	RuleXattrTooLarge      = "xattr-too-large"    // xattrs above MaxXattrBytes or kernel limits
 	RuleXattrForbidden     = "xattr-forbidden"    // namespace not allowed (trusted.overlay.*, unknown, user.* on special files)
 	RuleSymlinkTarget      = "symlink-target"     // empty, NUL or over-long symlink target
-	RuleParentSymlink      = "parent-symlink"     // a parent path component is a symlink
+	RuleParentSymlink      = "parent-symlink"     // a parent of a tree entry handed to Extract is a symlink
+	RuleSymlinkLoop        = "symlink-loop"       // resolving a parent follows more than 40 symlinks
+	RuleSymlinkBudget      = "symlink-budget"     // resolving parents costs far more than real images need
 	RuleParentNotDir       = "parent-not-dir"     // a parent path component is a file or special file
 	RuleRootNotDir         = "root-not-dir"       // an entry would replace the root with a non-directory
 	RuleHardlinkEscape     = "hardlink-escape"    // hard link target with ".." components

@@ -22,21 +22,30 @@
 //     MaxPathDepth are refused. Other bytes (non-UTF-8, "\", newlines) are
 //     kept verbatim; messages quote them.
 //   - Symlinks may point anywhere (var/run -> /run must work in the guest)
-//     and are stored verbatim, but nothing is ever written through one: an
-//     entry whose parent path is a symlink, in the same or a lower layer, is
-//     refused (parent-symlink) rather than resolved chroot-style. Real layers
-//     are diffs of real directories and never need it, and refusing leaves
-//     no resolver to get wrong. A parent that is a file is refused too
-//     (parent-not-dir); missing parents are synthesized (0755, root:root,
-//     mtime 0).
+//     and are stored verbatim. An entry below a symlink is placed where its
+//     parent resolves with the image as the root (resolve.go, the one
+//     placement rule for every builder): symlinks in parent components are
+//     followed, absolute targets restart at the image root, ".." stops at
+//     it, missing directories are created there (0755, root:root, mtime 0),
+//     more than 40 symlinks are a loop (symlink-loop); the last component
+//     is never followed, so an entry replaces a symlink of its name. So
+//     "var/run/app.pid" over "var/run -> /run" is emitted as "run/app.pid",
+//     as umoci, containerd and Docker unpack it, and nothing is ever placed
+//     outside the root. A parent that is a file, device or FIFO is refused
+//     (parent-not-dir). The output is therefore resolved: no entry lies
+//     below a symlink.
 //   - Layers apply in order with overlay semantics: a directory over a
 //     directory merges (later metadata wins), anything else replaces the
 //     path and its subtree. Within a layer entries replay in archive order,
-//     so duplicates end with the last one. Whiteouts and opaque markers only
-//     hide lower layers (image-spec), and are refused when malformed
-//     (".wh.", ".wh..", ".wh...", ".wh..wh.x", ".wh." parent components).
-//   - Hard links share an inode. The target must be a regular file named
-//     earlier in the same layer or present in a lower one; directories,
+//     so duplicates end with the last one and each entry resolves against
+//     the entries before it. Whiteouts and opaque markers act on their
+//     resolved directory and only hide what lower layers put there
+//     (image-spec), wherever their own layer's entries stand in the
+//     archive; they are refused when malformed (".wh.", ".wh..", ".wh...",
+//     ".wh..wh.x", ".wh." parent components).
+//   - Hard links share an inode. The target (its directory resolved like
+//     any parent, its last component not followed) must be a regular file
+//     named earlier in the same layer or present in a lower one; directories,
 //     symlinks, devices, FIFOs, missing or later targets, ".." targets and
 //     self links are refused. If the target name is later whited out or
 //     replaced, the link keeps the old content (as on any filesystem), so it
@@ -59,8 +68,7 @@
 // refused, an entry below a symlink is refused (parent-symlink: the tree
 // must be resolved already), and a stream without the end-of-archive
 // marker is truncated (corrupt-archive). It creates nothing through
-// symlinks: every
-// operation is relative to a directory handle opened with
+// symlinks: every operation is relative to a directory handle opened with
 // openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV) (an O_NOFOLLOW
 // walk on old kernels) and names a single component without following it.
 // os.Root is not used because it follows symlinks inside the root and lacks

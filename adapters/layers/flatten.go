@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,10 +37,11 @@ func Flatten(ctx context.Context, layers []Layer, w io.Writer, lim Limits) (Stat
 		return Stats{}, err
 	}
 
-	t := &tree{root: newDir(nil), lim: lim}
+	var entries int64
 	for _, d := range data {
-		t.nodes += int64(len(d.entries))
+		entries += int64(len(d.entries))
 	}
+	t := newTree(lim, entries)
 	for i, d := range data {
 		if err := ctx.Err(); err != nil {
 			return Stats{}, err
@@ -297,221 +297,6 @@ func newSpool() (*os.File, error) {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	return f, nil
-}
-
-// node is one path of the tree. Hard links are TypeReg nodes sharing an inode.
-type node struct {
-	typ  byte
-	e    *entry           // metadata; nil for a directory nobody declared
-	ino  *inode           // TypeReg
-	kids map[string]*node // TypeDir
-
-	// Only meaningful while the node belongs to a layer being applied.
-	opaque    bool     // hide every lower child (opaque marker, or a non-directory replaced in this layer)
-	whiteouts []string // lower children to hide
-	impliedBy string   // entry that made this directory exist, for messages
-}
-
-// inode is the file a regular entry and its hard links share. Content and
-// metadata come from e; emitted is the first name written, which later
-// names link to.
-type inode struct {
-	e       *entry
-	emitted string
-}
-
-func newDir(e *entry) *node { return &node{typ: tar.TypeDir, e: e, kids: map[string]*node{}} }
-
-type tree struct {
-	root  *node
-	lim   Limits
-	nodes int64 // entries plus implied directories, against MaxEntries
-}
-
-// apply merges one layer onto the tree. The layer is first built into its
-// own tree, replaying its entries in archive order (a later duplicate wins,
-// a non-directory over a directory drops its subtree, and the other way
-// round hides the lower directory); whiteouts are recorded on their parent.
-// The merge then hides the lower entries the layer whites out and puts the
-// layer's entries on top, so whiteouts never hit entries of their own layer,
-// as the image spec requires.
-func (t *tree) apply(idx int, digest string, entries []*entry) error {
-	rej := func(entry string, rj *rejection) error {
-		return &RejectError{Layer: idx, Digest: digest, Entry: entry, Rule: rj.rule, Detail: rj.detail}
-	}
-	up := newDir(nil)
-	for _, e := range entries {
-		if rj := t.addUpper(up, e); rj != nil {
-			return rej(e.raw, rj)
-		}
-	}
-	return t.merge(t.root, up, "", rej)
-}
-
-func (t *tree) addUpper(up *node, e *entry) *rejection {
-	if e.name == "." {
-		if e.wh == whNone {
-			up.e = e
-		}
-		return nil
-	}
-	dir, base := path.Split(e.name)
-	parent, rj := t.walkUpper(up, dir, e)
-	if rj != nil {
-		return rj
-	}
-	switch e.wh {
-	case whOpaque:
-		parent.opaque = true
-		return nil
-	case whFile:
-		parent.whiteouts = append(parent.whiteouts, e.whName)
-		return nil
-	}
-	old := parent.kids[base]
-	switch e.typ {
-	case tar.TypeDir:
-		if old != nil && old.typ == tar.TypeDir {
-			old.e = e // directory over directory: merge, later metadata wins
-			return nil
-		}
-		n := newDir(e)
-		n.opaque = old != nil // replaced a non-directory of this layer
-		parent.kids[base] = n
-	case tar.TypeReg:
-		parent.kids[base] = &node{typ: tar.TypeReg, e: e, ino: &inode{e: e}}
-	case tar.TypeLink:
-		target := lookup(up, e.link)
-		if target == nil {
-			target = lookup(t.root, e.link)
-		}
-		switch {
-		case target == nil:
-			return reject(RuleHardlinkMissing, "target %q does not exist earlier in this or a lower layer", e.link)
-		case target.typ == tar.TypeDir:
-			return reject(RuleHardlinkDir, "target %q is a directory", e.link)
-		case target.typ != tar.TypeReg:
-			return reject(RuleHardlinkNotRegular, "target %q is of type %q", e.link, target.typ)
-		}
-		parent.kids[base] = &node{typ: tar.TypeReg, e: e, ino: target.ino}
-	default:
-		parent.kids[base] = &node{typ: e.typ, e: e}
-	}
-	return nil
-}
-
-// walkUpper finds or implies the directory dir in the layer's tree.
-func (t *tree) walkUpper(up *node, dir string, e *entry) (*node, *rejection) {
-	cur, done := up, ""
-	for rest := dir; rest != ""; {
-		var c string
-		c, rest, _ = cutSlash(rest)
-		if c == "" {
-			continue
-		}
-		done = path.Join(done, c)
-		k := cur.kids[c]
-		switch {
-		case k == nil:
-			if t.nodes++; t.nodes > int64(t.lim.MaxEntries) {
-				return nil, reject(RuleTooManyEntries, "more than %d entries with implied directories", t.lim.MaxEntries)
-			}
-			k = newDir(nil)
-			k.impliedBy = e.raw
-			cur.kids[c] = k
-		case k.typ == tar.TypeSymlink:
-			return nil, reject(RuleParentSymlink, "%q is a symlink in the same layer", done)
-		case k.typ != tar.TypeDir:
-			return nil, reject(RuleParentNotDir, "%q is not a directory in the same layer", done)
-		}
-		cur = k
-	}
-	return cur, nil
-}
-
-func cutSlash(s string) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-// lookup walks a clean path literally: only directories are descended, a
-// symlink on the way means "not found".
-func lookup(root *node, p string) *node {
-	cur := root
-	for rest := p; rest != ""; {
-		var c string
-		c, rest, _ = cutSlash(rest)
-		if cur.typ != tar.TypeDir {
-			return nil
-		}
-		if cur = cur.kids[c]; cur == nil {
-			return nil
-		}
-	}
-	return cur
-}
-
-// merge puts the layer directory u onto the tree directory l at path p.
-func (t *tree) merge(l, u *node, p string, rej func(string, *rejection) error) error {
-	if u.opaque {
-		clear(l.kids)
-	}
-	for _, w := range u.whiteouts {
-		delete(l.kids, w)
-	}
-	if u.e != nil {
-		l.e = u.e
-	}
-	for _, name := range sortedKeys(u.kids) {
-		c, lc, cp := u.kids[name], l.kids[name], path.Join(p, name)
-		if c.typ != tar.TypeDir {
-			l.kids[name] = c // replaces whatever was there, with its subtree
-			continue
-		}
-		if lc != nil && lc.typ == tar.TypeDir {
-			if err := t.merge(lc, c, cp, rej); err != nil {
-				return err
-			}
-			continue
-		}
-		if c.e == nil && lc != nil {
-			// The layer writes below cp without declaring it, but a lower
-			// layer made cp something else. Through a symlink that is the
-			// classic escape; through a file it is ENOTDIR.
-			if lc.typ == tar.TypeSymlink {
-				return rej(c.impliedBy, reject(RuleParentSymlink, "%q is a symlink in a lower layer", cp))
-			}
-			return rej(c.impliedBy, reject(RuleParentNotDir, "%q is not a directory in a lower layer", cp))
-		}
-		// A new directory, or one replacing a non-directory. Merged into a
-		// fresh node rather than grafted so that directories the layer
-		// only implied to hold whiteouts (".wh.foo" next to
-		// "foo/.wh.bar", or a whiteout of something absent) vanish instead
-		// of appearing empty.
-		nd := newDir(nil)
-		if err := t.merge(nd, c, cp, rej); err != nil {
-			return err
-		}
-		if nd.e != nil || len(nd.kids) > 0 {
-			l.kids[name] = nd
-		} else if lc != nil {
-			delete(l.kids, name) // unreachable today: an implied c over lc was refused above
-		}
-	}
-	return nil
-}
-
-func sortedKeys(m map[string]*node) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // contentBytes sums the declared sizes of the tree's inodes, each once.

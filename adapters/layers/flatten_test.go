@@ -105,7 +105,8 @@ func TestFlattenGolden(t *testing.T) {
 			reg("etc/.wh.shadow", ""), reg("usr/lib/.wh..wh..opq", ""), reg("usr/lib/libc.so.6", "elf6"),
 			reg("bin/sh", "#!dash").With(func(h *tar.Header) { h.Mode = 0o4755 }), dir("tmp").With(func(h *tar.Header) { h.Mode = 0o1777 }),
 		)), MediaType: mtZstd},
-		{Data: mkTar(t, reg("home/user/.profile", "export X").With(func(h *tar.Header) { h.Uid, h.Gid = 1000, 1000 })), MediaType: mtTar},
+		{Data: mkTar(t, reg("home/user/.profile", "export X").With(func(h *tar.Header) { h.Uid, h.Gid = 1000, 1000 }),
+			reg("var/run/app.pid", "42")), MediaType: mtTar}, // resolved through var/run -> /run
 	}
 	out, _, err := flatten(t, writeLayers(t, layers...), DefaultLimits())
 	if err != nil {

@@ -145,6 +145,7 @@ func TestReadImageMatchesKernel(t *testing.T) {
 	must(os.Link(filepath.Join(src, "d/file"), filepath.Join(src, "d/sub/link")))
 	must(os.Symlink("short", filepath.Join(src, "fast")))
 	must(os.Symlink(longTarget, filepath.Join(src, "slow")))
+	must(os.Symlink("new\nline", filepath.Join(src, "nl-target")))
 	must(unix.Mknod(filepath.Join(src, "d/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
 	must(unix.Mknod(filepath.Join(src, "d/big"), unix.S_IFBLK|0o600, int(unix.Mkdev(300, 70000))))
 	must(unix.Mkfifo(filepath.Join(src, "fifo"), 0o600))
@@ -154,6 +155,9 @@ func TestReadImageMatchesKernel(t *testing.T) {
 	must(unix.Lsetxattr(filepath.Join(src, "big"), "user.note", []byte("n\x00te"), 0))
 	must(unix.Lsetxattr(filepath.Join(src, "d"), "trusted.t", []byte("x"), 0))
 	must(os.WriteFile(filepath.Join(src, strings.Repeat("é", 127)), []byte("long name\n"), 0o644))
+	for _, odd := range []string{"new\nline", "trailing\n", "\nleading", "two\n\nblank", "with space", "caf\xe9", `back\slash`} {
+		must(os.WriteFile(filepath.Join(src, "d", odd), []byte(odd), 0o644))
+	}
 
 	want, err := ReadDir(src)
 	if err != nil {
@@ -174,5 +178,21 @@ func TestReadImageMatchesKernel(t *testing.T) {
 	}
 	if e := got["d/big"]; e == nil || e.Major != 300 || e.Minor != 70000 {
 		t.Errorf("d/big read as %+v", e)
+	}
+}
+
+func TestLsRecords(t *testing.T) {
+	cases := []struct {
+		in, want []string
+	}{
+		{[]string{"/2/040755/0/0/.//", "/12/100644/0/0/a/1/", ""}, []string{"/2/040755/0/0/.//", "/12/100644/0/0/a/1/", ""}},
+		{[]string{"/14/100644/0/0/new", "line/1/"}, []string{"/14/100644/0/0/new\nline/1/"}},
+		{[]string{"/14/100644/0/0/end", "/1/"}, []string{"/14/100644/0/0/end\n/1/"}},
+		{[]string{"/14/100644/0/0/a", "", "b/1/", "/15/100644/0/0/c/2/"}, []string{"/14/100644/0/0/a\n\nb/1/", "/15/100644/0/0/c/2/"}},
+	}
+	for _, c := range cases {
+		if got := lsRecords(c.in); strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("lsRecords(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

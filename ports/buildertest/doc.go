@@ -29,7 +29,21 @@
 // (TreeCorpus) that the builder refuses, with the contract's rule, every
 // tree of the tree-level hostile corpus of ports/flattenertest.
 //
+// HostileLayers builds every case of ports/flattenertest's hostile corpus
+// that the flattener accepts (writes through symlinks, contained in the
+// root) and compares the image with the flattened tree.
+//
+// RunUpstreamCorpus is the realistic part, run once for all builders by
+// adapters/builder/fidelity: images that umoci unpacks (a debootstrap
+// merged-/usr Debian base with a layer writing through lib/, bin/ and
+// var/run/, a busybox-style hard link farm, more than 25,000 entries,
+// sparse files, odd names, a directory replaced by a symlink before writes
+// beneath it), each compared entry by entry with `umoci unpack` (or GNU
+// tar, for the old GNU sparse format umoci refuses). It is skipped with
+// -short.
+//
 // The pieces are exported for other tests: FidelityInput gives the layers
 // and the expected Tree, ReadImage and ReadDir read an ext4 image and a
-// directory into a Tree, and Diff compares two Trees.
+// directory into a Tree, TreeOf reads a flattened tree into the Tree a
+// builder must make of it, and Diff compares two Trees.
 package buildertest

@@ -27,7 +27,7 @@ import (
 // directory tree with `ls -l -p`, each inode with `stat`, xattr values with
 // `ea_get -f` and file contents and slow symlink targets with `dump`.
 func ReadImage(ctx context.Context, img string) (Tree, error) {
-	scratch, err := os.MkdirTemp("", "buildertest-read-")
+	scratch, err := os.MkdirTemp(fastScratch(), "buildertest-read-")
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func ReadImage(ctx context.Context, img string) (Tree, error) {
 		}
 		var next []dirRef
 		for i, d := range queue {
-			for _, line := range sections[i] {
+			for _, line := range lsRecords(sections[i]) {
 				e, err := parseLsLine(line)
 				if err != nil {
 					return nil, fmt.Errorf("ls of %s: %w", d.path, err)
@@ -244,6 +244,29 @@ func nonBanner(stderr string) string {
 // quote quotes a debugfs argument.
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
+// lsRecords joins the lines of `ls -l -p` output into records: debugfs
+// prints names raw, so a name holding a newline spans lines. A record is
+// complete at its eighth "/"-separated field, since names hold no "/".
+func lsRecords(lines []string) []string {
+	var out []string
+	pending := ""
+	for _, l := range lines {
+		if pending != "" {
+			l = pending + "\n" + l
+		}
+		if l != "" && strings.Count(l, "/") < 7 {
+			pending = l
+			continue
+		}
+		pending = ""
+		out = append(out, l)
+	}
+	if pending != "" {
+		out = append(out, pending) // parseLsLine reports it
+	}
+	return out
+}
+
 // parseLsLine parses one line of `ls -l -p`: /ino/mode/uid/gid/name/size/.
 // It returns nil for "." and "..", and for blank lines.
 func parseLsLine(line string) (*Entry, error) {
@@ -310,7 +333,8 @@ func parseStat(lines []string) (*inodeStat, error) {
 	st := &inodeStat{}
 	seen := map[string]bool{}
 	inXattrs := false
-	for _, l := range lines {
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
 		if inXattrs {
 			if m := statXattr.FindStringSubmatch(l); m != nil {
 				st.xattrNames = append(st.xattrNames, m[1])
@@ -347,7 +371,13 @@ func parseStat(lines []string) (*inodeStat, error) {
 			st.mtime = sec
 			seen["mtime"] = true
 		case strings.HasPrefix(l, "Fast link dest: "):
+			// The target is printed raw and quoted; a newline in it
+			// continues on the next lines, up to the size stat printed.
 			v := strings.TrimPrefix(l, "Fast link dest: ")
+			for int64(len(v)) < st.size+2 && i+1 < len(lines) {
+				i++
+				v += "\n" + lines[i]
+			}
 			if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 				return nil, fmt.Errorf("odd fast link line %q", l)
 			}

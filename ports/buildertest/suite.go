@@ -147,6 +147,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("CanceledBeforeStart", func(t *testing.T) { testCanceledBeforeStart(t, fx) })
 	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
+	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx, fl) })
 }
 
 func flattenTo(t testing.TB, fl ports.TreeFlattener, ls []ports.FlattenLayer, out string) {
@@ -480,6 +481,48 @@ func testTreeCorpus(t *testing.T, fx *fixture) {
 		_, err := fx.newBuilder(t).Build(ctx, baseSpec(tree, filepath.Join(dest, "rootfs.ext4")))
 		return err
 	}, flattenertest.TreeOptions{CleansUp: true})
+}
+
+// testHostileLayers builds every case of the hostile corpus that the
+// flattener accepts: each one keeps its writes inside the root (through
+// symlinks, they land where the symlinks resolve in the image), so the
+// builder must build exactly the flattened tree, and nothing outside the
+// output directory changes.
+func testHostileLayers(t *testing.T, fx *fixture, fl ports.TreeFlattener) {
+	built := 0
+	for _, c := range flattenertest.Cases() {
+		if c.Flatten != "" || c.Layers == nil || !c.Limits.IsZero() {
+			continue
+		}
+		built++
+		t.Run(c.Name, func(t *testing.T) {
+			v := flattenertest.NewVictim(t)
+			var tree bytes.Buffer
+			if _, err := fl.Flatten(context.Background(), flattenertest.WriteLayers(t, c.LayerBlobs(t, v, flattenertest.MediaTar)...), &tree); err != nil {
+				t.Fatalf("flatten: %v", err)
+			}
+			want, err := TreeOf(bytes.NewReader(tree.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			img := filepath.Join(v.Root, "rootfs.ext4")
+			if _, err := fx.newBuilder(t).Build(context.Background(), baseSpec(bytes.NewReader(tree.Bytes()), img)); err != nil {
+				t.Fatalf("Build of a flattened tree: %v", err)
+			}
+			v.Check(t)
+			if err := Fsck(context.Background(), img); err != nil {
+				t.Error(err)
+			}
+			got, err := ReadImage(context.Background(), img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareTree(t, "debugfs", want, got)
+		})
+	}
+	if built < 15 {
+		t.Errorf("only %d accepted hostile cases to build", built)
+	}
 }
 
 // assertNothingAt checks a failed build left neither the image nor any

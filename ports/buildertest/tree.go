@@ -86,6 +86,9 @@ type DiffOptions struct {
 	// AllowExtra lists paths that got may hold and want may lack
 	// ("lost+found", which mke2fs always creates).
 	AllowExtra []string
+	// IgnoreMTime lists paths whose mtime is not compared (directories an
+	// unpacker creates at extraction time).
+	IgnoreMTime []string
 }
 
 // Diff lists every difference between want and got, one line each, sorted
@@ -115,7 +118,7 @@ func Diff(want, got Tree, opt DiffOptions) []string {
 		if w.UID != g.UID || w.GID != g.GID {
 			add(p, "owner %d:%d, want %d:%d", g.UID, g.GID, w.UID, w.GID)
 		}
-		if w.MTime != g.MTime && !(p == "." && opt.IgnoreRootMTime) {
+		if w.MTime != g.MTime && !(p == "." && opt.IgnoreRootMTime) && !slices.Contains(opt.IgnoreMTime, p) {
 			add(p, "mtime %d, want %d", g.MTime, w.MTime)
 		}
 		switch w.Type {

@@ -43,6 +43,8 @@ type Case struct {
 	// (Describe format).
 	Flatten string
 	Want    func(v *Victim) []string
+	// Gone lists names the accepted output must not hold.
+	Gone []string
 	// Tree is the rule a tree consumer refuses Stream with; TreeOK says it
 	// must accept Stream instead. A case with neither attacks the layer
 	// encoding (compression, media type), which trees do not have.
@@ -105,6 +107,7 @@ func Cases() []Case {
 	var cs []Case
 	cs = append(cs, nameCases()...)
 	cs = append(cs, symlinkCases()...)
+	cs = append(cs, resolveCases()...)
 	cs = append(cs, hardlinkCases()...)
 	cs = append(cs, whiteoutCases()...)
 	cs = append(cs, metadataCases()...)
@@ -152,36 +155,42 @@ func nameCases() []Case {
 }
 
 func symlinkCases() []Case {
+	// Symlinks may point anywhere and are stored verbatim. A flattener
+	// resolves parents through them inside the root (the image is the
+	// root: absolute targets restart there, ".." stops there), so every
+	// write below one lands inside the image; a tree consumer refuses them
+	// (the tree must be resolved already).
 	return []Case{
-		// Any target may be stored; none may be written through.
 		{Name: "symlink-write-through-same-layer", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("etc", v.Dir), Reg("etc/hello", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: victimFile("hello"), Tree: RuleParentSymlink},
 		{Name: "symlink-write-through-across-layers", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("etc", v.Dir)}, {Reg("etc/hello", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: victimFile("hello"), Tree: RuleParentSymlink},
 		{Name: "symlink-relative-up-and-out", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("up", "../../../../../../../../.."+v.Dir)}, {Reg("up/hello", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: victimFile("hello"), Tree: RuleParentSymlink},
 		{Name: "symlink-chain-two-hops", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Dir("inner"), Sym("inner/go_up", ".."), Sym("inner/go_up/escape", "../victim"), Reg("inner/go_up/escape/newfile", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: lines("escape 2 -> ../victim", "inner/go_up 2 -> ..", "victim/newfile 0 =pwned"), Tree: RuleParentSymlink},
 		{Name: "symlink-override-path", Layers: func(v *Victim) [][]Entry {
 			// containerd SymlinkOverridePath: dir, then "foo -> /", then a
 			// write below it aimed at the host /tmp.
 			return [][]Entry{{Dir("foo"), Reg("foo/f", "x"), Sym("foo", "/"), Reg("foo/tmp/"+v.HostTmp, "pwned"), Dir("foo")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleDuplicateEntry},
+		}, Want: func(v *Victim) []string { return []string{"foo 5", "tmp/" + v.HostTmp + " 0 =pwned"} },
+			Gone: []string{"foo/f"}, Tree: RuleDuplicateEntry},
 		{Name: "symlink-override-path-across-layers", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Dir("foo"), Reg("foo/f", "x")}, {Sym("foo", "/")}, {Reg("foo/tmp/"+v.HostTmp, "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleDuplicateEntry},
+		}, Want: func(v *Victim) []string { return []string{"foo 2 -> /", "tmp/" + v.HostTmp + " 0 =pwned"} },
+			Gone: []string{"foo/f"}, Tree: RuleDuplicateEntry},
 		{Name: "symlink-named-dotdot", Layers: one(Sym("..", "/")), Flatten: RulePathTraversal, Tree: RulePathTraversal},
-		{Name: "symlink-loop-write", Layers: one(Sym("a", "b"), Sym("b", "a"), Reg("a/x", "x")), Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		{Name: "symlink-loop-write", Layers: one(Sym("a", "b"), Sym("b", "a"), Reg("a/x", "x")), Flatten: RuleSymlinkLoop, Tree: RuleParentSymlink},
 		{Name: "relative-escape-before-absolute", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("escape", ".."), Sym("absolute", v.Dir), Reg("escape/absolute/hello", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: victimFile("hello"), Tree: RuleParentSymlink},
 		{Name: "absolute-symlink-deep-write", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Dir("var"), Sym("var/run", v.Dir)}, {Reg("var/run/sub/deep", "pwned")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleParentSymlink},
+		}, Want: victimFile("sub/deep"), Tree: RuleParentSymlink},
 		{Name: "symlink-target-too-long", Layers: one(Sym("l", strings.Repeat("t", 4096))), Flatten: RuleSymlinkTarget, Tree: RuleSymlinkTarget},
 		{Name: "symlink-empty-target", Layers: one(Sym("l", "")), Flatten: RuleSymlinkTarget, Tree: RuleSymlinkTarget},
 		{Name: "escaping-symlinks-stored-as-data", Layers: func(v *Victim) [][]Entry {
@@ -196,6 +205,66 @@ func symlinkCases() []Case {
 	}
 }
 
+// resolveCases attack the resolution of parents through symlinks.
+func resolveCases() []Case {
+	chain := func(n int) []Entry { // s0 -> s1 -> ... -> s<n-1> -> d, then s0/x
+		es := []Entry{Dir("d")}
+		for i := range n {
+			next := "s" + itoa(i+1)
+			if i == n-1 {
+				next = "d"
+			}
+			es = append(es, Sym("s"+itoa(i), next))
+		}
+		return append(es, Reg("s0/x", "x"))
+	}
+	return []Case{
+		{Name: "resolve-chain-escapes-by-dotdot", Layers: one(Sym("a", "b/../../../../"), Sym("b", "c/d"), Sym("c", "../../.."), Reg("a/x", "pwned")),
+			Want: lines("x 0 =pwned"), Gone: []string{"d"}, Tree: RuleParentSymlink},
+		{Name: "resolve-absolute-dotdot-target", Layers: one(Sym("l", "/../../../../etc"), Reg("l/passwd", "pwned")),
+			Want: lines("etc 5", "etc/passwd 0 =pwned"), Tree: RuleParentSymlink},
+		{Name: "resolve-symlink-to-root-write", Layers: func(v *Victim) [][]Entry {
+			return [][]Entry{{Sym("r", "/")}, {Reg("r/"+v.InRoot(v.Dir)+"/hello", "pwned")}}
+		}, Want: victimFile("hello"), Tree: RuleParentSymlink},
+		{Name: "resolve-loop-self", Layers: one(Sym("a", "a"), Reg("a/x", "x")), Flatten: RuleSymlinkLoop, Tree: RuleParentSymlink},
+		{Name: "resolve-loop-through-dir", Layers: one(Dir("d"), Sym("d/l", "../d/l"), Reg("d/l/x", "x")), Flatten: RuleSymlinkLoop, Tree: RuleParentSymlink},
+		{Name: "resolve-loop-absolute", Layers: one(Dir("d"), Sym("d/l", "/d/m"), Sym("d/m", "/d/l"), Reg("d/l/x", "x")), Flatten: RuleSymlinkLoop, Tree: RuleParentSymlink},
+		{Name: "resolve-40-hops", Layers: one(chain(40)...), Want: lines("d/x 0 =x"), Tree: RuleParentSymlink},
+		{Name: "resolve-41-hops", Layers: one(chain(41)...), Flatten: RuleSymlinkLoop, Tree: RuleParentSymlink},
+		{Name: "resolve-hardlink-target-loop", Layers: one(Sym("a", "b"), Sym("b", "a"), Hard("x", "a/f")), Flatten: RuleSymlinkLoop, Tree: RuleHardlinkMissing},
+		{Name: "resolve-whiteout-loop", Layers: func(*Victim) [][]Entry {
+			return [][]Entry{{Sym("a", "b"), Sym("b", "a")}, {Whiteout("a", "x")}}
+		}, Flatten: RuleSymlinkLoop, Tree: RuleWhiteoutInTree},
+		{Name: "symlink-replaces-dir-then-write", Layers: func(v *Victim) [][]Entry {
+			return [][]Entry{{Dir("d"), Reg("d/f", "lower")}, {Sym("d", v.Dir)}, {Reg("d/f2", "pwned")}}
+		}, Want: func(v *Victim) []string { return []string{"d 2 -> " + v.Dir, v.InRoot(v.Dir) + "/f2 0 =pwned"} },
+			Gone: []string{"d/f"}, Tree: RuleDuplicateEntry},
+		{Name: "symlink-replaces-dir-relative-escape", Layers: func(*Victim) [][]Entry {
+			return [][]Entry{{Dir("d"), Reg("d/f", "lower")}, {Sym("d", "../../..")}, {Reg("d/etc/passwd", "pwned")}}
+		}, Want: lines("d 2 -> ../../..", "etc 5", "etc/passwd 0 =pwned"), Gone: []string{"d/f"}, Tree: RuleDuplicateEntry},
+		{Name: "resolve-through-symlink-to-file", Layers: one(Reg("f", "x"), Sym("l", "f"), Reg("l/x", "y")), Flatten: RuleParentNotDir, Tree: RuleParentSymlink},
+		{Name: "resolve-through-symlink-to-device", Layers: one(Dev("null", tar.TypeChar, 1, 3), Sym("l", "/null"), Reg("l/x", "y")), Flatten: RuleParentNotDir, Tree: RuleParentSymlink},
+		{Name: "resolve-dangling-then-dotdot", Layers: one(Dir("etc"), Sym("l", "missing/../etc"), Reg("l/x", "x")),
+			Want: lines("etc 5", "etc/x 0 =x", "l 2 -> missing/../etc"), Gone: []string{"missing"}, Tree: RuleParentSymlink},
+		{Name: "resolve-target-whiteout-component", Layers: one(Sym("l", ".wh.x"), Reg("l/f", "x")), Flatten: RuleWhiteoutInPath, Tree: RuleParentSymlink},
+		{Name: "resolve-target-long-component", Layers: one(Sym("l", strings.Repeat("c", 300)), Reg("l/f", "x")), Flatten: RuleNameTooLong, Tree: RuleParentSymlink},
+		{Name: "resolve-target-too-deep", Layers: one(Sym("l", strings.Repeat("a/", 200)), Reg("l/f", "x")),
+			Limits: Limits{MaxPathDepth: 128}, Flatten: RulePathTooDeep, Tree: RuleParentSymlink},
+		{Name: "resolve-result-too-long", Layers: one(Sym("l", strings.Repeat(strings.Repeat("p", 200)+"/", 20)), Reg("l/"+strings.Repeat("q", 100), "x")),
+			Flatten: RulePathTooLong, Tree: RuleParentSymlink},
+		{Name: "hardlink-replaces-its-target-dir", Layers: one(Dir("d"), Reg("d/f", "x"), Hard("d", "d/f")),
+			Flatten: RuleHardlinkMissing, Tree: RuleDuplicateEntry},
+		{Name: "hardlink-replaces-its-target-dir-via-symlink", Layers: one(Dir("d"), Reg("d/f", "x"), Sym("l", "d"), Hard("d", "l/f")),
+			Flatten: RuleHardlinkMissing, Tree: RuleDuplicateEntry},
+		{Name: "resolve-hardlink-to-self", Layers: one(Sym("l", "."), Reg("a", "x"), Hard("a", "l/a")), Flatten: RuleHardlinkSelf, Tree: RuleDuplicateEntry},
+		{Name: "resolve-hardlink-through-symlink-to-symlink", Layers: func(v *Victim) [][]Entry {
+			// The last component is never followed: a link to "d/s" names
+			// the symlink s, which points at a host file.
+			return [][]Entry{{Dir("d"), Sym("d/s", v.Dir+"/hello"), Sym("l", "d"), Hard("x", "l/s")}}
+		}, Flatten: RuleHardlinkNotRegular, Tree: RuleHardlinkMissing},
+	}
+}
+
 func hardlinkCases() []Case {
 	return []Case{
 		{Name: "hardlink-relative-out", Layers: func(v *Victim) [][]Entry {
@@ -206,6 +275,8 @@ func hardlinkCases() []Case {
 			return [][]Entry{{Hard("lnk", filepath.Join(v.Dir, "hello"))}}
 		}, Flatten: RuleHardlinkMissing, Tree: RuleAbsoluteName},
 		{Name: "hardlink-sibling-prefix", Layers: one(Hard("lnk", "../dest-evil/secret")), Flatten: RuleHardlinkEscape, Tree: RuleHardlinkEscape},
+		// The target's directory resolves inside the root: root/<victim
+		// path>/hello does not exist.
 		{Name: "hardlink-through-symlink-parent", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("d1", v.Dir), Hard("lnk", "d1/hello")}}
 		}, Flatten: RuleHardlinkMissing, Tree: RuleHardlinkMissing},
@@ -241,12 +312,17 @@ func whiteoutCases() []Case {
 		{Name: "whiteout-relative-path", Layers: one(Reg("dne/../.wh.etc", "")), Flatten: RulePathTraversal, Tree: RulePathTraversal},
 		{Name: "whiteout-of-whiteout", Layers: one(Reg(".wh..wh.foo", "")), Flatten: RuleWhiteoutInvalid, Tree: RuleWhiteoutInTree},
 		{Name: "whiteout-dir-component", Layers: one(Dir(".wh.etc"), Reg(".wh.etc/somefile", "x")), Flatten: RuleWhiteoutInPath, Tree: RuleWhiteoutInTree},
+		// Through a symlink a whiteout acts on the resolved directory, here
+		// one the image does not have: a no-op, never the host's.
 		{Name: "whiteout-through-symlink", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("localetc", v.Dir)}, {Whiteout("localetc", "hello")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleWhiteoutInTree},
+		}, Want: func(v *Victim) []string { return []string{"localetc 2 -> " + v.Dir} }, Tree: RuleWhiteoutInTree},
 		{Name: "opaque-through-symlink", Layers: func(v *Victim) [][]Entry {
 			return [][]Entry{{Sym("l", v.Dir)}, {Opaque("l")}}
-		}, Flatten: RuleParentSymlink, Tree: RuleWhiteoutInTree},
+		}, Want: func(v *Victim) []string { return []string{"l 2 -> " + v.Dir} }, Tree: RuleWhiteoutInTree},
+		{Name: "whiteout-through-dangling-symlink", Layers: func(v *Victim) [][]Entry {
+			return [][]Entry{{Dir("etc"), Reg("etc/keep", "k"), Sym("localetc", "/dne")}, {Whiteout("localetc", "etc")}}
+		}, Want: lines("etc/keep 0 =k", "localetc 2 -> /dne"), Gone: []string{"dne"}, Tree: RuleWhiteoutInTree},
 		{Name: "opaque-below-file", Layers: one(Reg("f", "x"), Opaque("f")), Flatten: RuleParentNotDir, Tree: RuleWhiteoutInTree},
 		{Name: "whiteout-below-file-across-layers", Layers: func(*Victim) [][]Entry { return [][]Entry{{Reg("f", "x")}, {Whiteout("f", "x")}} },
 			Flatten: RuleParentNotDir, Tree: RuleWhiteoutInTree},
@@ -367,6 +443,12 @@ func encodingCases() []Case {
 }
 
 func lines(l ...string) func(*Victim) []string { return func(*Victim) []string { return l } }
+
+// victimFile is the line of a file "pwned" aimed at the victim's file p,
+// resolved inside the root.
+func victimFile(p string) func(v *Victim) []string {
+	return func(v *Victim) []string { return []string{v.InRoot(v.Dir) + "/" + p + " 0 =pwned"} }
+}
 
 func nulPAXPath() []byte {
 	return append(RawPAXEntry("x", tar.TypeReg, []byte("x"), "path", "ok\x00/../../evil"), EndOfArchive()...)

@@ -236,6 +236,89 @@ func Semantics() []Semantic {
 			},
 			Want: []string{`back\slash 0 =b`, "caf\xe9 0 =latin1", "new\nline 0 =n", "with space 0 =s"},
 		},
+		// Parents resolve through symlinks inside the root; the last
+		// component is never followed.
+		{
+			Name: "write through an absolute symlink lands where it points",
+			Layers: [][]Entry{
+				{Dir("run"), Dir("var"), Sym("var/run", "/run")},
+				{Reg("var/run/app.pid", "1")},
+			},
+			Want: []string{"run 5", "run/app.pid 0 =1", "var 5", "var/run 2 -> /run"},
+		},
+		{
+			Name: "write through a dangling symlink creates its target directory",
+			Layers: [][]Entry{
+				{Dir("var"), Sym("var/run", "/run")},
+				{Reg("var/run/lock/app.lock", "l")},
+			},
+			Want: []string{"run 5", "run/lock 5", "run/lock/app.lock 0 =l", "var 5", "var/run 2 -> /run"},
+		},
+		{
+			Name: "merged /usr: writes through lib, bin and sbin",
+			Layers: [][]Entry{
+				{Dir("usr"), Dir("usr/bin"), Dir("usr/lib"), Dir("usr/sbin"), Sym("bin", "usr/bin"), Sym("lib", "usr/lib"), Sym("sbin", "usr/sbin")},
+				{Reg("bin/tool", "t"), Dir("lib/x86_64-linux-gnu"), Reg("lib/x86_64-linux-gnu/libcube.so.1", "so"), Sym("lib/x86_64-linux-gnu/libcube.so", "libcube.so.1"), Reg("sbin/init", "i")},
+			},
+			Want: []string{"bin 2 -> usr/bin", "lib 2 -> usr/lib", "sbin 2 -> usr/sbin", "usr 5", "usr/bin 5", "usr/bin/tool 0 =t",
+				"usr/lib 5", "usr/lib/x86_64-linux-gnu 5", "usr/lib/x86_64-linux-gnu/libcube.so 2 -> libcube.so.1",
+				"usr/lib/x86_64-linux-gnu/libcube.so.1 0 =so", "usr/sbin 5", "usr/sbin/init 0 =i"},
+		},
+		{
+			Name: "relative symlink resolves from its own directory",
+			Layers: [][]Entry{
+				{Dir("usr"), Dir("usr/lib"), Sym("usr/lib64", "lib"), Dir("opt"), Sym("opt/up", "../usr/lib")},
+				{Reg("usr/lib64/ld.so", "ld"), Reg("opt/up/libc.so", "c")},
+			},
+			Want: []string{"opt 5", "opt/up 2 -> ../usr/lib", "usr 5", "usr/lib 5", "usr/lib/ld.so 0 =ld", "usr/lib/libc.so 0 =c", "usr/lib64 2 -> lib"},
+		},
+		{
+			Name: "a symlink made earlier in the same layer is followed",
+			Layers: [][]Entry{
+				{Dir("real"), Sym("alias", "real"), Reg("alias/f", "f")},
+			},
+			Want: []string{"alias 2 -> real", "real 5", "real/f 0 =f"},
+		},
+		{
+			Name: "an entry named like a symlink replaces it",
+			Layers: [][]Entry{
+				{Dir("usr"), Dir("usr/lib"), Reg("usr/lib/a", "a"), Sym("lib", "usr/lib")},
+				{Dir("lib"), Reg("lib/b", "b")},
+			},
+			Want: []string{"lib 5", "lib/b 0 =b", "usr 5", "usr/lib 5", "usr/lib/a 0 =a"},
+		},
+		{
+			Name: "a symlink that replaced a directory takes the later writes",
+			Layers: [][]Entry{
+				{Dir("data"), Reg("data/old", "o"), Dir("srv")},
+				{Sym("data", "/srv")},
+				{Reg("data/new", "n")},
+			},
+			Want: []string{"data 2 -> /srv", "srv 5", "srv/new 0 =n"},
+		},
+		{
+			Name: "whiteout and opaque marker through a symlink act on the resolved directory",
+			Layers: [][]Entry{
+				{Dir("etc"), Reg("etc/a", "a"), Reg("etc/b", "b"), Dir("etc/d"), Reg("etc/d/x", "x"), Sym("le", "/etc")},
+				{Whiteout("le", "a"), Opaque("le/d"), Reg("le/d/y", "y")},
+			},
+			Want: []string{"etc 5", "etc/b 0 =b", "etc/d 5", "etc/d/y 0 =y", "le 2 -> /etc"},
+		},
+		{
+			Name: "hard link names and targets resolve through symlinks",
+			Layers: [][]Entry{
+				{Dir("usr"), Dir("usr/lib"), Reg("usr/lib/a", "shared"), Sym("lib", "usr/lib")},
+				{Hard("lib/b", "lib/a"), Hard("c", "/lib/a")},
+			},
+			Want: []string{"c 0 =shared", "lib 2 -> usr/lib", "usr 5", "usr/lib 5", "usr/lib/a 1 -> c", "usr/lib/b 1 -> c"},
+		},
+		{
+			Name: "dotdot in a target stops at the root",
+			Layers: [][]Entry{
+				{Sym("up", "../../../.."), Reg("up/top", "t")},
+			},
+			Want: []string{"top 0 =t", "up 2 -> ../../../.."},
+		},
 		{
 			Name: "pax global headers are ignored",
 			Layers: [][]Entry{

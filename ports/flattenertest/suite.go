@@ -173,6 +173,13 @@ func testHostile(t *testing.T, h Harness) {
 						}
 					}
 				}
+				for _, g := range c.Gone {
+					for _, l := range got {
+						if l == g || strings.HasPrefix(l, g+" ") || strings.HasPrefix(l, g+"/") {
+							t.Errorf("%s: output holds %q", form, l)
+						}
+					}
+				}
 				if m, ok := h.(MaterializeHarness); ok {
 					if err := m.Materialize(context.Background(), bytes.NewReader(out), v.Root); err != nil {
 						t.Fatalf("%s: the flattened tree does not materialize: %v", form, err)
