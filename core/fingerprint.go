@@ -30,6 +30,9 @@ type SpecInput struct {
 	Platform string
 	// BuilderFormat is BuilderFormatVersion; "" keeps upstream's value.
 	BuilderFormat string
+	// Builder is the builder's Format (ports.RootfsBuilder): which
+	// builder, at which output version, writes the bytes.
+	Builder string
 }
 
 // fingerprintShape is upstream's marshaled struct: field order and tags must
@@ -46,6 +49,7 @@ type fingerprintShape struct {
 	EnvdSHA256         string              `json:"envd_binary_sha256,omitempty"`
 	Platform           string              `json:"target_platform,omitempty"`
 	BuilderFormat      string              `json:"builder_format_version,omitempty"`
+	Builder            string              `json:"builder,omitempty"`
 }
 
 // Fingerprint returns the template spec fingerprint: lowercase hex sha256 of
@@ -71,6 +75,7 @@ func Fingerprint(in SpecInput) (string, error) {
 		EnvdSHA256:         in.EnvdSHA256,
 		Platform:           platform,
 		BuilderFormat:      in.BuilderFormat,
+		Builder:            in.Builder,
 	})
 	if err != nil {
 		return "", fmt.Errorf("marshal fingerprint: %w", err)
@@ -87,9 +92,9 @@ func ArtifactIDFor(fingerprint string) (string, error) {
 	return "rfs-" + fingerprint[:24], nil
 }
 
-// SpecInputFor collects the fingerprint input from a normalized request and
-// what the build resolved.
-func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256 string) SpecInput {
+// SpecInputFor collects the fingerprint input from a normalized request,
+// what the build resolved and the builder's format.
+func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256, builderFormat string) SpecInput {
 	return SpecInput{
 		SourceImageDigest:  digest,
 		WritableLayerSize:  req.WritableLayerSize,
@@ -101,5 +106,6 @@ func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256 strin
 		EnvdSHA256:         envdSHA256,
 		Platform:           req.Platform,
 		BuilderFormat:      BuilderFormatVersion,
+		Builder:            builderFormat,
 	}
 }

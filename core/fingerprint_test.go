@@ -139,7 +139,7 @@ func normalizedSpec(t *testing.T, mutate func(*core.FromImageRequest)) core.Spec
 	if err := core.NormalizeFromImageRequest(r, fixedHex); err != nil {
 		t.Fatal(err)
 	}
-	return core.SpecInputFor(r, digestA, "ca-fp", envdSHA)
+	return core.SpecInputFor(r, digestA, "ca-fp", envdSHA, "")
 }
 
 func mustFingerprint(t *testing.T, s core.SpecInput) string {
@@ -207,6 +207,7 @@ func TestFingerprintCoversIncludedFields(t *testing.T) {
 		{"envd sha", func(s *core.SpecInput) { s.EnvdSHA256 = strings.Repeat("2", 64) }},
 		{"ca fingerprint", func(s *core.SpecInput) { s.CAFingerprint = "other-ca" }},
 		{"builder format", func(s *core.SpecInput) { s.BuilderFormat = "2" }},
+		{"builder", func(s *core.SpecInput) { s.Builder = "ext4stream/1" }},
 	}
 	seen := map[string]string{baseFP: "base"}
 	for _, tc := range tests {

@@ -106,6 +106,12 @@ type BuildResult struct {
 type RootfsBuilder interface {
 	// Name identifies the builder ("mkfs", or a plugin's name).
 	Name() string
+	// Format identifies the bytes the builder writes for a given input:
+	// its name and every version that changes its output (its own format
+	// version, the tools it runs). It is part of the artifact id, so two
+	// builders, or one builder before and after an upgrade that changes
+	// its output, never publish different bytes under one id.
+	Format() string
 	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
 	// image uses 4 KiB blocks, is sized to the content plus headroom and is
 	// a multiple of 2 MiB.

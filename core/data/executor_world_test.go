@@ -343,7 +343,8 @@ func newReplica(t *testing.T, w *world, cfg data.ExecutorConfig) *replica {
 		},
 	}
 	r.builder = &portsmock.RootfsBuilderMock{
-		NameFunc: func() string { return "fake" },
+		NameFunc:   func() string { return "fake" },
+		FormatFunc: func() string { return "fake/1" },
 		BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 			return writeImage(spec)
 		},
@@ -418,7 +419,7 @@ func expectedArtifactID(t *testing.T, req *core.FromImageRequest) (string, strin
 	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
 		t.Fatal(err)
 	}
-	fp, err := core.Fingerprint(core.SpecInputFor(&c, testDigest, "", ""))
+	fp, err := core.Fingerprint(core.SpecInputFor(&c, testDigest, "", "", "fake/1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
 	}
 	res.Image = img
-	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caSHA256, inj.envdSHA256))
+	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caSHA256, inj.envdSHA256, p.Builder.Format()))
 	if err != nil {
 		return nil, err
 	}

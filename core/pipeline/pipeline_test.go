@@ -51,7 +51,8 @@ func newFixture(t *testing.T) *fixture {
 		},
 	}
 	f.builder = &portsmock.RootfsBuilderMock{
-		NameFunc: func() string { return "fake" },
+		NameFunc:   func() string { return "fake" },
+		FormatFunc: func() string { return "fake/1" },
 		BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 			b, err := io.ReadAll(spec.Tree)
 			if err != nil {
@@ -91,7 +92,7 @@ func TestRunPublishesVerifiedArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFP, _ := core.Fingerprint(core.SpecInputFor(normalized(t, request()), testDigest, "", ""))
+	wantFP, _ := core.Fingerprint(core.SpecInputFor(normalized(t, request()), testDigest, "", "", "fake/1"))
 	if res.Fingerprint != wantFP || res.ArtifactID != "rfs-"+wantFP[:24] {
 		t.Fatalf("fingerprint %s / %s, want %s", res.Fingerprint, res.ArtifactID, wantFP)
 	}
@@ -318,5 +319,27 @@ func TestAfterResolveRunsBeforeFetchAndCanStopTheBuild(t *testing.T) {
 		AfterResolve: func(context.Context, Resolved) error { return nil }}, nil)
 	if err != nil || res.SHA256 == "" {
 		t.Fatalf("res=%+v err=%v", res, err)
+	}
+}
+
+// TestArtifactIDNamesTheBuilder: the same image and spec built by two
+// builders (or one builder before and after an output change) must not
+// share an artifact id, or two replicas configured differently would
+// publish different bytes under one id (before, the id ignored the builder).
+func TestArtifactIDNamesTheBuilder(t *testing.T) {
+	ids := map[string]string{}
+	for _, format := range []string{"mkfs/1/e2fsprogs-1.47.0", "ext4stream/1", "mkfs/1/e2fsprogs-1.47.2"} {
+		f := newFixture(t)
+		f.builder.FormatFunc = func() string { return format }
+		res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for other, id := range ids {
+			if id == res.ArtifactID {
+				t.Fatalf("builders %s and %s share artifact id %s", other, format, id)
+			}
+		}
+		ids[format] = res.ArtifactID
 	}
 }

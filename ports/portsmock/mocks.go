@@ -2913,6 +2913,9 @@ var _ ports.RootfsBuilder = &RootfsBuilderMock{}
 //			BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 //				panic("mock out the Build method")
 //			},
+//			FormatFunc: func() string {
+//				panic("mock out the Format method")
+//			},
 //			NameFunc: func() string {
 //				panic("mock out the Name method")
 //			},
@@ -2926,6 +2929,9 @@ type RootfsBuilderMock struct {
 	// BuildFunc mocks the Build method.
 	BuildFunc func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error)
 
+	// FormatFunc mocks the Format method.
+	FormatFunc func() string
+
 	// NameFunc mocks the Name method.
 	NameFunc func() string
 
@@ -2938,12 +2944,16 @@ type RootfsBuilderMock struct {
 			// Spec is the spec argument value.
 			Spec ports.BuildSpec
 		}
+		// Format holds details about calls to the Format method.
+		Format []struct {
+		}
 		// Name holds details about calls to the Name method.
 		Name []struct {
 		}
 	}
-	lockBuild sync.RWMutex
-	lockName  sync.RWMutex
+	lockBuild  sync.RWMutex
+	lockFormat sync.RWMutex
+	lockName   sync.RWMutex
 }
 
 // Build calls BuildFunc.
@@ -2979,6 +2989,33 @@ func (mock *RootfsBuilderMock) BuildCalls() []struct {
 	mock.lockBuild.RLock()
 	calls = mock.calls.Build
 	mock.lockBuild.RUnlock()
+	return calls
+}
+
+// Format calls FormatFunc.
+func (mock *RootfsBuilderMock) Format() string {
+	if mock.FormatFunc == nil {
+		panic("RootfsBuilderMock.FormatFunc: method is nil but RootfsBuilder.Format was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockFormat.Lock()
+	mock.calls.Format = append(mock.calls.Format, callInfo)
+	mock.lockFormat.Unlock()
+	return mock.FormatFunc()
+}
+
+// FormatCalls gets all the calls that were made to Format.
+// Check the length with:
+//
+//	len(mockedRootfsBuilder.FormatCalls())
+func (mock *RootfsBuilderMock) FormatCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockFormat.RLock()
+	calls = mock.calls.Format
+	mock.lockFormat.RUnlock()
 	return calls
 }
 

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,7 +44,14 @@ type Options struct {
 // use; every Build has its own work directory.
 type Builder struct {
 	opts Options
+
+	formatOnce sync.Once
+	format     string
 }
+
+// FormatVersion is the version of this builder's own layout choices
+// (sizing, features, the pinned mke2fs.conf); bump it when they change.
+const FormatVersion = "1"
 
 var _ ports.RootfsBuilder = (*Builder)(nil)
 
@@ -51,6 +61,32 @@ func New(opts Options) *Builder { return &Builder{opts: opts} }
 
 // Name implements ports.RootfsBuilder.
 func (b *Builder) Name() string { return "mkfs" }
+
+// Format implements ports.RootfsBuilder: "mkfs/<FormatVersion>/e2fsprogs-<v>",
+// with the version mke2fs reports, since another e2fsprogs may lay out the
+// same tree differently.
+func (b *Builder) Format() string {
+	b.formatOnce.Do(func() {
+		b.format = "mkfs/" + FormatVersion + "/e2fsprogs-" + e2fsprogsVersion(b.opts.Mkfs)
+	})
+	return b.format
+}
+
+// e2fsprogsVersion is the version in `mkfs.ext4 -V` ("mke2fs 1.47.0
+// (5-Feb-2023)"), or "unknown" when the tool cannot tell.
+func e2fsprogsVersion(mkfs string) string {
+	if mkfs == "" {
+		mkfs = "mkfs.ext4"
+	}
+	out, _ := exec.Command(mkfs, "-V").CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "mke2fs" {
+			return f[1]
+		}
+	}
+	return "unknown"
+}
 
 // Build implements ports.RootfsBuilder. See the package documentation for
 // the steps, the filesystem choices and the sizing rule.

@@ -41,6 +41,7 @@ type Builder struct {
 	client *goplugin.Client
 	rpc    *pluginproto.Client
 	name   string
+	format string
 	api    string
 }
 
@@ -115,7 +116,13 @@ func handshake(ctx context.Context, client *goplugin.Client) (*Builder, error) {
 	if info.Name == "" {
 		return nil, errors.New("plugin reports an empty name")
 	}
-	return &Builder{client: client, rpc: rpc, name: info.Name, api: api}, nil
+	format := info.Format
+	if format == "" {
+		// A plugin that does not say: its name and API version are all
+		// that is known about its output.
+		format = info.Name + "/api-" + api
+	}
+	return &Builder{client: client, rpc: rpc, name: info.Name, format: format, api: api}, nil
 }
 
 // negotiate returns the host's most preferred version the plugin also
@@ -131,6 +138,9 @@ func negotiate(host, plugin []string) string {
 
 // Name is the name the plugin reported.
 func (b *Builder) Name() string { return b.name }
+
+// Format is the output format the plugin reported (ports.RootfsBuilder).
+func (b *Builder) Format() string { return b.format }
 
 // APIVersion is the negotiated API version.
 func (b *Builder) APIVersion() string { return b.api }

@@ -57,7 +57,8 @@ func TestMain(m *testing.M) {
 // nameOnly is a builder that only has a name.
 type nameOnly struct{}
 
-func (nameOnly) Name() string { return "helper" }
+func (nameOnly) Name() string   { return "helper" }
+func (nameOnly) Format() string { return "helper/1" }
 func (nameOnly) Build(context.Context, ports.BuildSpec) (ports.BuildResult, error) {
 	return ports.BuildResult{}, errors.New("not a real builder")
 }

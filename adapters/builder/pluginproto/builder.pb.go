@@ -59,9 +59,12 @@ func (*PluginInfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type PluginInfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	ApiVersions   []string               `protobuf:"bytes,2,rep,name=api_versions,json=apiVersions,proto3" json:"api_versions,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ApiVersions []string               `protobuf:"bytes,2,rep,name=api_versions,json=apiVersions,proto3" json:"api_versions,omitempty"`
+	// format identifies the bytes the plugin writes for a given input (see
+	// ports.RootfsBuilder.Format); empty from plugins that predate it.
+	Format        string `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +111,13 @@ func (x *PluginInfoResponse) GetApiVersions() []string {
 		return x.ApiVersions
 	}
 	return nil
+}
+
+func (x *PluginInfoResponse) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
 }
 
 type BuildRequest struct {
@@ -423,10 +433,11 @@ var File_builder_proto protoreflect.FileDescriptor
 const file_builder_proto_rawDesc = "" +
 	"\n" +
 	"\rbuilder.proto\x12\x0fcube.builder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n" +
-	"\x11PluginInfoRequest\"K\n" +
+	"\x11PluginInfoRequest\"c\n" +
 	"\x12PluginInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fapi_versions\x18\x02 \x03(\tR\vapiVersions\"_\n" +
+	"\fapi_versions\x18\x02 \x03(\tR\vapiVersions\x12\x16\n" +
+	"\x06format\x18\x03 \x01(\tR\x06format\"_\n" +
 	"\fBuildRequest\x120\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.cube.builder.v1.BuildSpecH\x00R\x04spec\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +

@@ -24,6 +24,8 @@ const CancelGrace = 30 * time.Second
 type Info struct {
 	Name        string
 	APIVersions []string
+	// Format is the plugin's output format; "" from older plugins.
+	Format string
 }
 
 // Client talks to a builder plugin (host side). It is safe for concurrent
@@ -42,7 +44,7 @@ func (c *Client) PluginInfo(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, fromStatus(err)
 	}
-	return Info{Name: resp.GetName(), APIVersions: resp.GetApiVersions()}, nil
+	return Info{Name: resp.GetName(), APIVersions: resp.GetApiVersions(), Format: resp.GetFormat()}, nil
 }
 
 // Build streams spec.Tree to the plugin, which writes spec.OutPath. Errors

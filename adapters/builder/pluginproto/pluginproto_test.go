@@ -32,7 +32,8 @@ type fakeBuilder struct {
 	treeLen int64
 }
 
-func (f *fakeBuilder) Name() string { return "fake" }
+func (f *fakeBuilder) Name() string   { return "fake" }
+func (f *fakeBuilder) Format() string { return "fake/1" }
 
 func (f *fakeBuilder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 	if f.build != nil {

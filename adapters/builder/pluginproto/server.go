@@ -26,7 +26,7 @@ type server struct {
 }
 
 func (s *server) PluginInfo(context.Context, *PluginInfoRequest) (*PluginInfoResponse, error) {
-	return &PluginInfoResponse{Name: s.impl.Name(), ApiVersions: s.versions}, nil
+	return &PluginInfoResponse{Name: s.impl.Name(), ApiVersions: s.versions, Format: s.impl.Format()}, nil
 }
 
 func (s *server) Cancel(_ context.Context, req *CancelRequest) (*CancelResponse, error) {

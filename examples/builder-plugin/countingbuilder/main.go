@@ -32,6 +32,9 @@ type countingBuilder struct {
 // and metrics there.
 func (b *countingBuilder) Name() string { return "counting-" + b.inner.Name() }
 
+// Format is the inner builder's: counting changes no byte.
+func (b *countingBuilder) Format() string { return b.inner.Format() }
+
 // Build counts the tree's entries while the inner builder consumes it: a
 // tee hands every byte the inner builder reads to a tar reader running in
 // another goroutine, so the tree is still streamed exactly once.

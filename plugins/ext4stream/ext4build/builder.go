@@ -43,6 +43,13 @@ var _ ports.RootfsBuilder = (*Builder)(nil)
 // Name implements ports.RootfsBuilder.
 func (*Builder) Name() string { return Name }
 
+// FormatVersion is the version of the bytes this builder writes; bump it
+// whenever the output for the same tree changes.
+const FormatVersion = "1"
+
+// Format implements ports.RootfsBuilder.
+func (*Builder) Format() string { return Name + "/" + FormatVersion }
+
 // Build implements ports.RootfsBuilder. Headroom is not supported: tar2ext4
 // writes a file system with exactly the inodes and blocks the tree needs.
 // An empty spec.UUID gives the nil UUID; a zero spec.Time leaves invented
