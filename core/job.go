@@ -168,6 +168,10 @@ type Job struct {
 	// ActiveKey is non-empty exactly while the job is active. The store keeps
 	// it in a nullable unique column, which is what enforces invariant I1.
 	ActiveKey string
+	// RegistryAuth is the request's registry credentials, sealed by a
+	// ports.Sealer (opaque here); "" when there are none or nothing could
+	// seal them. A redo that rebuilds a private image opens it.
+	RegistryAuth string
 
 	Pull PullProgress
 

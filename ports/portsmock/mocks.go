@@ -31,6 +31,9 @@ var _ ports.Store = &StoreMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NamesFunc: func() ports.NameRepository {
+//				panic("mock out the Names method")
+//			},
 //			NodesFunc: func() ports.NodeRepository {
 //				panic("mock out the Nodes method")
 //			},
@@ -59,6 +62,9 @@ type StoreMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NamesFunc mocks the Names method.
+	NamesFunc func() ports.NameRepository
+
 	// NodesFunc mocks the Nodes method.
 	NodesFunc func() ports.NodeRepository
 
@@ -82,6 +88,9 @@ type StoreMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Names holds details about calls to the Names method.
+		Names []struct {
+		}
 		// Nodes holds details about calls to the Nodes method.
 		Nodes []struct {
 		}
@@ -102,6 +111,7 @@ type StoreMock struct {
 	lockArtifacts  sync.RWMutex
 	lockClose      sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
@@ -186,6 +196,33 @@ func (mock *StoreMock) JobsCalls() []struct {
 	mock.lockJobs.RLock()
 	calls = mock.calls.Jobs
 	mock.lockJobs.RUnlock()
+	return calls
+}
+
+// Names calls NamesFunc.
+func (mock *StoreMock) Names() ports.NameRepository {
+	if mock.NamesFunc == nil {
+		panic("StoreMock.NamesFunc: method is nil but Store.Names was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNames.Lock()
+	mock.calls.Names = append(mock.calls.Names, callInfo)
+	mock.lockNames.Unlock()
+	return mock.NamesFunc()
+}
+
+// NamesCalls gets all the calls that were made to Names.
+// Check the length with:
+//
+//	len(mockedStore.NamesCalls())
+func (mock *StoreMock) NamesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNames.RLock()
+	calls = mock.calls.Names
+	mock.lockNames.RUnlock()
 	return calls
 }
 
@@ -322,6 +359,9 @@ var _ ports.Repos = &ReposMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NamesFunc: func() ports.NameRepository {
+//				panic("mock out the Names method")
+//			},
 //			NodesFunc: func() ports.NodeRepository {
 //				panic("mock out the Nodes method")
 //			},
@@ -344,6 +384,9 @@ type ReposMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NamesFunc mocks the Names method.
+	NamesFunc func() ports.NameRepository
+
 	// NodesFunc mocks the Nodes method.
 	NodesFunc func() ports.NodeRepository
 
@@ -361,6 +404,9 @@ type ReposMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Names holds details about calls to the Names method.
+		Names []struct {
+		}
 		// Nodes holds details about calls to the Nodes method.
 		Nodes []struct {
 		}
@@ -373,6 +419,7 @@ type ReposMock struct {
 	}
 	lockArtifacts  sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
@@ -429,6 +476,33 @@ func (mock *ReposMock) JobsCalls() []struct {
 	mock.lockJobs.RLock()
 	calls = mock.calls.Jobs
 	mock.lockJobs.RUnlock()
+	return calls
+}
+
+// Names calls NamesFunc.
+func (mock *ReposMock) Names() ports.NameRepository {
+	if mock.NamesFunc == nil {
+		panic("ReposMock.NamesFunc: method is nil but Repos.Names was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNames.Lock()
+	mock.calls.Names = append(mock.calls.Names, callInfo)
+	mock.lockNames.Unlock()
+	return mock.NamesFunc()
+}
+
+// NamesCalls gets all the calls that were made to Names.
+// Check the length with:
+//
+//	len(mockedRepos.NamesCalls())
+func (mock *ReposMock) NamesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNames.RLock()
+	calls = mock.calls.Names
+	mock.lockNames.RUnlock()
 	return calls
 }
 
@@ -2268,6 +2342,196 @@ func (mock *NodeRepositoryMock) UpsertCalls() []struct {
 	mock.lockUpsert.RLock()
 	calls = mock.calls.Upsert
 	mock.lockUpsert.RUnlock()
+	return calls
+}
+
+// Ensure, that NameRepositoryMock does implement ports.NameRepository.
+// If this is not the case, regenerate this file with moq.
+var _ ports.NameRepository = &NameRepositoryMock{}
+
+// NameRepositoryMock is a mock implementation of ports.NameRepository.
+//
+//	func TestSomethingThatUsesNameRepository(t *testing.T) {
+//
+//		// make and configure a mocked ports.NameRepository
+//		mockedNameRepository := &NameRepositoryMock{
+//			ClaimFunc: func(ctx context.Context, name string, templateID string, kind core.NameKind) error {
+//				panic("mock out the Claim method")
+//			},
+//			HolderFunc: func(ctx context.Context, name string) (string, core.NameKind, error) {
+//				panic("mock out the Holder method")
+//			},
+//			ReleaseFunc: func(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
+//				panic("mock out the Release method")
+//			},
+//		}
+//
+//		// use mockedNameRepository in code that requires ports.NameRepository
+//		// and then make assertions.
+//
+//	}
+type NameRepositoryMock struct {
+	// ClaimFunc mocks the Claim method.
+	ClaimFunc func(ctx context.Context, name string, templateID string, kind core.NameKind) error
+
+	// HolderFunc mocks the Holder method.
+	HolderFunc func(ctx context.Context, name string) (string, core.NameKind, error)
+
+	// ReleaseFunc mocks the Release method.
+	ReleaseFunc func(ctx context.Context, templateID string, kind core.NameKind) (int, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Claim holds details about calls to the Claim method.
+		Claim []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// Kind is the kind argument value.
+			Kind core.NameKind
+		}
+		// Holder holds details about calls to the Holder method.
+		Holder []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+		}
+		// Release holds details about calls to the Release method.
+		Release []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// Kind is the kind argument value.
+			Kind core.NameKind
+		}
+	}
+	lockClaim   sync.RWMutex
+	lockHolder  sync.RWMutex
+	lockRelease sync.RWMutex
+}
+
+// Claim calls ClaimFunc.
+func (mock *NameRepositoryMock) Claim(ctx context.Context, name string, templateID string, kind core.NameKind) error {
+	if mock.ClaimFunc == nil {
+		panic("NameRepositoryMock.ClaimFunc: method is nil but NameRepository.Claim was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		Name       string
+		TemplateID string
+		Kind       core.NameKind
+	}{
+		Ctx:        ctx,
+		Name:       name,
+		TemplateID: templateID,
+		Kind:       kind,
+	}
+	mock.lockClaim.Lock()
+	mock.calls.Claim = append(mock.calls.Claim, callInfo)
+	mock.lockClaim.Unlock()
+	return mock.ClaimFunc(ctx, name, templateID, kind)
+}
+
+// ClaimCalls gets all the calls that were made to Claim.
+// Check the length with:
+//
+//	len(mockedNameRepository.ClaimCalls())
+func (mock *NameRepositoryMock) ClaimCalls() []struct {
+	Ctx        context.Context
+	Name       string
+	TemplateID string
+	Kind       core.NameKind
+} {
+	var calls []struct {
+		Ctx        context.Context
+		Name       string
+		TemplateID string
+		Kind       core.NameKind
+	}
+	mock.lockClaim.RLock()
+	calls = mock.calls.Claim
+	mock.lockClaim.RUnlock()
+	return calls
+}
+
+// Holder calls HolderFunc.
+func (mock *NameRepositoryMock) Holder(ctx context.Context, name string) (string, core.NameKind, error) {
+	if mock.HolderFunc == nil {
+		panic("NameRepositoryMock.HolderFunc: method is nil but NameRepository.Holder was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Name string
+	}{
+		Ctx:  ctx,
+		Name: name,
+	}
+	mock.lockHolder.Lock()
+	mock.calls.Holder = append(mock.calls.Holder, callInfo)
+	mock.lockHolder.Unlock()
+	return mock.HolderFunc(ctx, name)
+}
+
+// HolderCalls gets all the calls that were made to Holder.
+// Check the length with:
+//
+//	len(mockedNameRepository.HolderCalls())
+func (mock *NameRepositoryMock) HolderCalls() []struct {
+	Ctx  context.Context
+	Name string
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Name string
+	}
+	mock.lockHolder.RLock()
+	calls = mock.calls.Holder
+	mock.lockHolder.RUnlock()
+	return calls
+}
+
+// Release calls ReleaseFunc.
+func (mock *NameRepositoryMock) Release(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
+	if mock.ReleaseFunc == nil {
+		panic("NameRepositoryMock.ReleaseFunc: method is nil but NameRepository.Release was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		TemplateID string
+		Kind       core.NameKind
+	}{
+		Ctx:        ctx,
+		TemplateID: templateID,
+		Kind:       kind,
+	}
+	mock.lockRelease.Lock()
+	mock.calls.Release = append(mock.calls.Release, callInfo)
+	mock.lockRelease.Unlock()
+	return mock.ReleaseFunc(ctx, templateID, kind)
+}
+
+// ReleaseCalls gets all the calls that were made to Release.
+// Check the length with:
+//
+//	len(mockedNameRepository.ReleaseCalls())
+func (mock *NameRepositoryMock) ReleaseCalls() []struct {
+	Ctx        context.Context
+	TemplateID string
+	Kind       core.NameKind
+} {
+	var calls []struct {
+		Ctx        context.Context
+		TemplateID string
+		Kind       core.NameKind
+	}
+	mock.lockRelease.RLock()
+	calls = mock.calls.Release
+	mock.lockRelease.RUnlock()
 	return calls
 }
 

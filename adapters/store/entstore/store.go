@@ -122,6 +122,9 @@ func (s *Store) Placements() ports.PlacementRepository { return placementRepo{s.
 // Nodes returns the node repository.
 func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
 
+// Names returns the template name repository.
+func (s *Store) Names() ports.NameRepository { return nameRepo{s.root()} }
+
 func (s *Store) root() scope { return scope{s: s, c: s.client} }
 
 // Tx runs fn in one transaction, retried as a whole after a deadlock or
@@ -237,3 +240,4 @@ func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo(r)
 func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r) }
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
 func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
+func (r txRepos) Names() ports.NameRepository           { return nameRepo(r) }
