@@ -57,6 +57,10 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 		return err
 	}
 	if def == nil && len(replicas) == 0 && len(jobList) == 0 {
+		// Names a submit claimed before its job could be written.
+		if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
+			return err
+		}
 		return fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
 	}
 	for _, j := range jobList {
@@ -110,6 +114,10 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 		return err
 	}
 	if _, err := s.Store.Jobs().DeleteByTemplate(ctx, templateID); err != nil {
+		return err
+	}
+	// Last: the names stay reserved until nothing of the template is left.
+	if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
 		return err
 	}
 	for _, j := range jobList {
