@@ -89,8 +89,6 @@ type submitJobs struct {
 	f *submitStore
 }
 
-
-
 func (r submitJobs) Create(ctx context.Context, job *core.Job) error {
 	r.f.mu.Lock()
 	r.f.creates++
