@@ -18,6 +18,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
+	"github.com/cubesandbox/templatecenter/adapters/sealer"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
@@ -126,6 +127,15 @@ func newInjector(w wiring) *do.RootScope {
 			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase},
+		}
+		// Registry credentials are sealed with a key derived from the
+		// callback token every master replica shares.
+		if cfg.CallbackToken != "" {
+			if sl, err := sealer.FromSecret(cfg.CallbackToken); err == nil {
+				svc.Sealer = sl
+			} else {
+				log.Warn("registry credentials are not kept for redo: the callback token is too short to derive a sealing key", "err", err)
+			}
 		}
 		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
 			svc.Envd = envd

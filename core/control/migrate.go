@@ -107,6 +107,7 @@ func (s *Service) newMigrateJob(ctx context.Context, tid string, latest *core.Jo
 		job.SourceImageRef, job.SourceImageDigest = latest.SourceImageRef, latest.SourceImageDigest
 		job.WritableLayerSize, job.InstanceType, job.NetworkType = latest.WritableLayerSize, latest.InstanceType, latest.NetworkType
 		job.Fingerprint = latest.Fingerprint
+		job.RegistryAuth = latest.RegistryAuth
 	}
 	if job.InstanceType == "" {
 		job.InstanceType = def.InstanceType

@@ -70,13 +70,28 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redo template %s: %w", tid, err)
 	}
-	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr)
+	// New credentials given to the redo become the template's.
+	newAuth, err := s.sealAuth(&core.FromImageRequest{RegistryUsername: rr.RegistryUsername, RegistryPassword: rr.RegistryPassword})
+	if err != nil {
+		s.unlock(ctx, lock)
+		return nil, err
+	}
+	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
 	s.unlock(ctx, lock)
 	if err != nil {
 		return nil, err
 	}
 	if rebuild {
-		req.RegistryUsername, req.RegistryPassword = rr.RegistryUsername, rr.RegistryPassword
+		// The rebuild pulls with the template's own credentials (its
+		// stored request keeps the username; the password is sealed on
+		// the job), unless the redo call brings new ones.
+		if rr.RegistryUsername != "" || rr.RegistryPassword != "" {
+			req.RegistryUsername, req.RegistryPassword = firstString(rr.RegistryUsername, req.RegistryUsername), rr.RegistryPassword
+		} else if auth, err := s.openAuth(job.RegistryAuth); err != nil {
+			return s.failDispatch(ctx, job, err)
+		} else {
+			req.RegistryUsername, req.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+		}
 		req.RequestID = rr.RequestID
 		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
 	}
@@ -86,7 +101,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
 		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
@@ -181,6 +196,8 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 				Status:            core.JobPending,
 				Phase:             phase,
 				RequestJSON:       requestJSON,
+				// The template's own credentials travel with its jobs.
+				RegistryAuth: firstString(newAuth, latest.RegistryAuth),
 			}
 			if rebuild {
 				job.Phase = core.PhasePulling

@@ -89,11 +89,14 @@ type Service struct {
 	DataPlane ports.DataPlane
 	Envd      ports.EnvdSource
 	Legacy    ports.LegacyArtifacts
-	IDs       ports.IDs
-	Clock     ports.Clock
-	Progress  ports.ProgressSink
-	Config    Config
-	Logger    *slog.Logger
+	// Sealer seals the registry credentials of a request so that a redo
+	// can rebuild a private image; without it they are not kept.
+	Sealer   ports.Sealer
+	IDs      ports.IDs
+	Clock    ports.Clock
+	Progress ports.ProgressSink
+	Config   Config
+	Logger   *slog.Logger
 
 	bg sync.WaitGroup
 }

@@ -126,6 +126,10 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 		return SubmitResult{}, err
 	}
 	tid := req.TemplateID
+	auth, err := s.sealAuth(req)
+	if err != nil {
+		return SubmitResult{}, err
+	}
 	lock, err := s.lockTemplate(ctx, tid)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("submit template %s: %w", tid, err)
@@ -160,6 +164,7 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 				Status:            core.JobPending,
 				Phase:             core.PhasePulling,
 				RequestJSON:       requestJSON,
+				RegistryAuth:      auth,
 			}, nil
 		},
 	})

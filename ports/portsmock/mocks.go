@@ -2760,6 +2760,116 @@ func (mock *LockMock) UnlockCalls() []struct {
 	return calls
 }
 
+// Ensure, that SealerMock does implement ports.Sealer.
+// If this is not the case, regenerate this file with moq.
+var _ ports.Sealer = &SealerMock{}
+
+// SealerMock is a mock implementation of ports.Sealer.
+//
+//	func TestSomethingThatUsesSealer(t *testing.T) {
+//
+//		// make and configure a mocked ports.Sealer
+//		mockedSealer := &SealerMock{
+//			OpenFunc: func(sealed string) ([]byte, error) {
+//				panic("mock out the Open method")
+//			},
+//			SealFunc: func(plaintext []byte) (string, error) {
+//				panic("mock out the Seal method")
+//			},
+//		}
+//
+//		// use mockedSealer in code that requires ports.Sealer
+//		// and then make assertions.
+//
+//	}
+type SealerMock struct {
+	// OpenFunc mocks the Open method.
+	OpenFunc func(sealed string) ([]byte, error)
+
+	// SealFunc mocks the Seal method.
+	SealFunc func(plaintext []byte) (string, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Open holds details about calls to the Open method.
+		Open []struct {
+			// Sealed is the sealed argument value.
+			Sealed string
+		}
+		// Seal holds details about calls to the Seal method.
+		Seal []struct {
+			// Plaintext is the plaintext argument value.
+			Plaintext []byte
+		}
+	}
+	lockOpen sync.RWMutex
+	lockSeal sync.RWMutex
+}
+
+// Open calls OpenFunc.
+func (mock *SealerMock) Open(sealed string) ([]byte, error) {
+	if mock.OpenFunc == nil {
+		panic("SealerMock.OpenFunc: method is nil but Sealer.Open was just called")
+	}
+	callInfo := struct {
+		Sealed string
+	}{
+		Sealed: sealed,
+	}
+	mock.lockOpen.Lock()
+	mock.calls.Open = append(mock.calls.Open, callInfo)
+	mock.lockOpen.Unlock()
+	return mock.OpenFunc(sealed)
+}
+
+// OpenCalls gets all the calls that were made to Open.
+// Check the length with:
+//
+//	len(mockedSealer.OpenCalls())
+func (mock *SealerMock) OpenCalls() []struct {
+	Sealed string
+} {
+	var calls []struct {
+		Sealed string
+	}
+	mock.lockOpen.RLock()
+	calls = mock.calls.Open
+	mock.lockOpen.RUnlock()
+	return calls
+}
+
+// Seal calls SealFunc.
+func (mock *SealerMock) Seal(plaintext []byte) (string, error) {
+	if mock.SealFunc == nil {
+		panic("SealerMock.SealFunc: method is nil but Sealer.Seal was just called")
+	}
+	callInfo := struct {
+		Plaintext []byte
+	}{
+		Plaintext: plaintext,
+	}
+	mock.lockSeal.Lock()
+	mock.calls.Seal = append(mock.calls.Seal, callInfo)
+	mock.lockSeal.Unlock()
+	return mock.SealFunc(plaintext)
+}
+
+// SealCalls gets all the calls that were made to Seal.
+// Check the length with:
+//
+//	len(mockedSealer.SealCalls())
+func (mock *SealerMock) SealCalls() []struct {
+	Plaintext []byte
+} {
+	var calls []struct {
+		Plaintext []byte
+	}
+	mock.lockSeal.RLock()
+	calls = mock.calls.Seal
+	mock.lockSeal.RUnlock()
+	return calls
+}
+
 // Ensure, that ClockMock does implement ports.Clock.
 // If this is not the case, regenerate this file with moq.
 var _ ports.Clock = &ClockMock{}
