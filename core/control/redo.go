@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -219,8 +220,9 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's
-// artifact: it must be named, its row READY (or only marked for cleanup),
-// and its bytes present. Anything else means a rebuild.
+// artifact: it must be named, its row READY and its bytes present.
+// Anything else means a rebuild. The resume re-checks under the artifact's
+// lock and rebuilds if the artifact went away meanwhile (rebuildInstead).
 func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase core.Phase) (*core.Artifact, bool, error) {
 	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
 		return nil, true, nil
@@ -232,7 +234,9 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	if err != nil {
 		return nil, false, err
 	}
-	if a.Status != core.ArtifactReady && a.Status != core.ArtifactCleanupPending {
+	if a.Status != core.ArtifactReady {
+		// CLEANUP_PENDING bytes are on their way out; PENDING or BUILDING
+		// ones may be half-written.
 		return nil, true, nil
 	}
 	ok, err := s.DataPlane.ArtifactExists(ctx, a)
@@ -280,4 +284,62 @@ func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node 
 		}
 	}
 	return out
+}
+
+// rebuildInstead turns a PENDING redo whose artifact went away after the
+// redo chose to reuse it into a rebuild: the job goes back to PULLING with
+// no artifact, and the data plane builds it from the template's own request
+// and credentials. The caller holds the artifact's lock.
+func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.FromImageRequest, why error) error {
+	base, err := s.downloadBaseFor(ctx, job)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
+	}
+	auth, err := s.openAuth(job.RegistryAuth)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
+	}
+	updated, err := s.Store.Jobs().Update(ctx, job.JobID, func(j *core.Job) error {
+		if j.Status != core.JobPending || j.Operation != core.OpRedo {
+			return errJobFinished
+		}
+		j.Phase, j.ResumePhase, j.Progress = core.PhasePulling, core.PhaseBuildingExt4, 0
+		j.ArtifactID, j.Fingerprint, j.ArtifactStatus, j.SourceImageDigest = "", "", "", ""
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
+	rebuild := *req
+	rebuild.RegistryUsername, rebuild.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+	_, err = s.dispatch(ctx, updated, &rebuild, base)
+	return err
+}
+
+// downloadBaseFor is the base URL nodes download a rebuilt artifact from:
+// the configured one, else the one the template's nodes use today (the
+// artifact URL in its stored request).
+func (s *Service) downloadBaseFor(ctx context.Context, job *core.Job) (string, error) {
+	if b := s.cfg().DownloadBaseURL; b != "" {
+		return b, nil
+	}
+	def, err := s.Store.Templates().GetDefinition(ctx, job.TemplateID)
+	if err != nil {
+		return "", fmt.Errorf("no download base URL configured and template %s has no definition to take it from: %w", job.TemplateID, err)
+	}
+	var stored core.SandboxRequest
+	if err := json.Unmarshal([]byte(def.RequestJSON), &stored); err == nil {
+		for _, c := range stored.Containers {
+			if c.Image == nil {
+				continue
+			}
+			if u := c.Image.Annotations[core.AnnotationArtifactURL]; u != "" {
+				if i := strings.Index(u, core.DownloadPath); i > 0 {
+					return u[:i], nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no download base URL configured or recorded for template %s: %w", job.TemplateID, core.ErrInvalidArgument)
 }

@@ -138,6 +138,11 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		}
 	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
+		if p.redo && job.Status == core.JobPending {
+			// The redo chose to reuse the artifact, which is gone, being
+			// deleted or being rebuilt by now: build it again instead.
+			return s.rebuildInstead(ctx, job, req, err)
+		}
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
 	if p.img, err = core.ParseImageConfigJSON(p.artifact.ImageConfigJSON); err != nil {
