@@ -62,7 +62,7 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		return startup.Locker(st), nil
+		return startup.Locker(st, cfg.Master.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (*nodedir.Directory, error) {
 		st, err := do.Invoke[*entstore.Store](i)

@@ -142,7 +142,7 @@ func provideServe(i do.Injector, cfg config.Config, log *slog.Logger) {
 		if err != nil {
 			return nil, err
 		}
-		return startup.Locker(st), nil
+		return startup.Locker(st, cfg.DBDSN)
 	})
 	do.Provide(i, func(do.Injector) (*artifactstore.Store, error) {
 		return openArtifactStore(context.Background(), cfg)
