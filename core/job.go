@@ -172,6 +172,9 @@ type Job struct {
 	// ports.Sealer (opaque here); "" when there are none or nothing could
 	// seal them. A redo that rebuilds a private image opens it.
 	RegistryAuth string
+	// RequestID is the id of the API request that submitted the job
+	// (request_id; convergence marks its redo jobs with it).
+	RequestID string
 
 	Pull PullProgress
 

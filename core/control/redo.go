@@ -199,6 +199,7 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 				RequestJSON:       requestJSON,
 				// The template's own credentials travel with its jobs.
 				RegistryAuth: firstString(newAuth, latest.RegistryAuth),
+				RequestID:    rr.RequestID,
 			}
 			if rebuild {
 				job.Phase = core.PhasePulling

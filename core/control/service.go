@@ -21,6 +21,8 @@ const (
 	DefaultResumeTimeout       = 30 * time.Minute
 	DefaultLockWait            = 30 * time.Minute
 	DefaultBatch               = 200
+	DefaultConvergeBackoff     = 10 * time.Minute
+	DefaultConvergeAtOnce      = 4
 )
 
 // Config tunes the Service. Zero values take the defaults above.
@@ -46,6 +48,15 @@ type Config struct {
 	// budget starts when the work does: once the job holds its artifact's
 	// lock, never shared with other jobs of a sweep pass.
 	ResumeTimeout time.Duration
+	// ConvergeDisabled turns off convergence: READY templates no longer
+	// reach healthy in-scope nodes that lack them on their own (a node
+	// that was down, or one that joined later); redo still does.
+	ConvergeDisabled bool
+	// ConvergeBackoff is how long convergence leaves a template alone
+	// after one of its convergence jobs failed.
+	ConvergeBackoff time.Duration
+	// ConvergeAtOnce bounds the convergence jobs one pass starts.
+	ConvergeAtOnce int
 	// LockWait bounds how long a background job waits for its artifact's
 	// lock (another template may be distributing the same artifact).
 	LockWait time.Duration
@@ -68,6 +79,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LockWait <= 0 {
 		c.LockWait = DefaultLockWait
+	}
+	if c.ConvergeBackoff <= 0 {
+		c.ConvergeBackoff = DefaultConvergeBackoff
+	}
+	if c.ConvergeAtOnce <= 0 {
+		c.ConvergeAtOnce = DefaultConvergeAtOnce
 	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch

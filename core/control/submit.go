@@ -165,6 +165,7 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 				Phase:             core.PhasePulling,
 				RequestJSON:       requestJSON,
 				RegistryAuth:      auth,
+				RequestID:         req.RequestID,
 			}, nil
 		},
 	})

@@ -135,8 +135,8 @@ func (s *Service) RunSweeps(stop <-chan struct{}, interval time.Duration) {
 	}
 }
 
-// SweepOnce runs one pass of every sweep: BUILT replay, stale migrates and
-// artifact GC, each logged. The pass itself has no deadline: every job it
+// SweepOnce runs one pass of every sweep: BUILT replay, stale migrates,
+// artifact GC and convergence, each logged. The pass itself has no deadline: every job it
 // replays gets its own budget when its work starts (Config.ResumeTimeout),
 // and every node call is bounded by the node agent.
 func (s *Service) SweepOnce(ctx context.Context) {
@@ -160,5 +160,12 @@ func (s *Service) SweepOnce(ctx context.Context) {
 		s.log().Warn("artifact GC finished with failures", "deleted", n, "err", err)
 	case n > 0:
 		s.log().Info("artifact GC deleted artifacts", "deleted", n)
+	}
+	started, err := s.Converge(ctx)
+	switch {
+	case err != nil:
+		s.log().Warn("convergence pass finished with failures", "started", len(started), "err", err)
+	case len(started) > 0:
+		s.log().Info("convergence started jobs", "started", len(started))
 	}
 }

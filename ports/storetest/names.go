@@ -159,12 +159,12 @@ func testNamesRejectEmpty(t *testing.T, e *env) {
 
 func testJobRegistryAuth(t *testing.T, e *env) {
 	j := newJob(uniq("tpl-"), 1)
-	j.RegistryAuth = "sealed:opaque-bytes"
+	j.RegistryAuth, j.RequestID = "sealed:opaque-bytes", "req-"+uniq("")
 	must(t, e.s.Jobs().Create(e.ctx, j), "create")
 	got, err := e.s.Jobs().Get(e.ctx, j.JobID)
 	must(t, err, "get")
-	if got.RegistryAuth != j.RegistryAuth {
-		t.Fatalf("registry auth %q, want %q", got.RegistryAuth, j.RegistryAuth)
+	if got.RegistryAuth != j.RegistryAuth || got.RequestID != j.RequestID {
+		t.Fatalf("registry auth %q, request id %q; want %q, %q", got.RegistryAuth, got.RequestID, j.RegistryAuth, j.RequestID)
 	}
 	got, err = e.s.Jobs().Update(e.ctx, j.JobID, func(x *core.Job) error { x.RegistryAuth = ""; return nil })
 	must(t, err, "update")

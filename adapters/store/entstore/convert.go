@@ -79,6 +79,7 @@ func jobFromEnt(e *ent.TemplateImageJob) (*core.Job, error) {
 		j.ActiveKey = *e.ActiveKey
 	}
 	j.RegistryAuth = e.RegistryAuth
+	j.RequestID = e.RequestID
 	return j, nil
 }
 
@@ -124,6 +125,7 @@ func setJob(m *ent.TemplateImageJobMutation, j *core.Job, forUpdate bool) error 
 	m.SetPullCompletedLayers(j.Pull.CompletedLayers)
 	m.SetPullSpeedBps(j.Pull.SpeedBPS)
 	m.SetRegistryAuth(j.RegistryAuth)
+	m.SetRequestID(j.RequestID)
 	switch {
 	case j.ActiveKey != "":
 		m.SetActiveKey(j.ActiveKey)
