@@ -242,3 +242,36 @@ func TestRunTicksUntilCancelled(t *testing.T) {
 		t.Fatalf("disabled Run: err %v, %d scans", err, d2.scans())
 	}
 }
+
+// TestAbandonedBuildingArtifactsAreFailed: a template center died while
+// building an artifact and left its row BUILDING. The reconciler must fail
+// the row once no build holds its fingerprint lock (before, only a later
+// build of the same spec reclaimed it, and GC never saw it). A row whose
+// build is alive (lock held) or that is young is left alone.
+func TestAbandonedBuildingArtifactsAreFailed(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	old := t0.Add(-2 * time.Hour)
+	d.addArtifact(t, "rfs-dead", core.ArtifactBuilding, old)
+	d.addArtifact(t, "rfs-alive", core.ArtifactBuilding, old)
+	l.holdElsewhere(t, data.LockPrefix+"fp-rfs-alive")
+	d.addArtifact(t, "rfs-young", core.ArtifactBuilding, t0.Add(-time.Minute))
+	d.addArtifact(t, "rfs-pending", core.ArtifactPending, old)
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rep.AbandonedArtifacts)
+	if !slices.Equal(rep.AbandonedArtifacts, []string{"rfs-dead", "rfs-pending"}) {
+		t.Fatalf("abandoned %v, want rfs-dead and rfs-pending", rep.AbandonedArtifacts)
+	}
+	for id, want := range map[string]core.ArtifactStatus{"rfs-dead": core.ArtifactFailed, "rfs-pending": core.ArtifactFailed,
+		"rfs-alive": core.ArtifactBuilding, "rfs-young": core.ArtifactBuilding} {
+		a, _ := d.artifact(id)
+		if a.Status != want {
+			t.Errorf("%s is %s, want %s", id, a.Status, want)
+		}
+	}
+	if a, _ := d.artifact("rfs-dead"); !strings.Contains(a.LastError, "abandoned") {
+		t.Errorf("last error %q", a.LastError)
+	}
+}
