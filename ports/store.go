@@ -20,6 +20,11 @@ type Store interface {
 	Tx(ctx context.Context, fn func(ctx context.Context, r Repos) error) error
 	// Close releases the connection pool.
 	Close() error
+	// Now is the store's clock: the time created_at and updated_at are
+	// stamped with (the database's, for a database). Ages of rows are
+	// judged against it, never against a host's own clock, so hosts whose
+	// clocks disagree still agree on which jobs are stale.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Repos groups the repositories of one transaction scope.

@@ -71,7 +71,7 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 		return nil, nil
 	}
 	if latest.Operation == core.OpRedo && latest.Status == core.JobFailed && strings.HasPrefix(latest.RequestID, ConvergeRequestPrefix) &&
-		s.now().Sub(latest.UpdatedAt) < s.cfg().ConvergeBackoff {
+		s.storeNow(ctx).Sub(latest.UpdatedAt) < s.cfg().ConvergeBackoff {
 		return nil, nil
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)

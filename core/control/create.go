@@ -57,7 +57,7 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	// while is forwarded again: the master that wrote it may have died
 	// before forwarding it, and a data plane that already has it answers
 	// "in flight", which is fine. A fresh one is being forwarded now.
-	if !res.Created && s.now().Sub(res.Job.UpdatedAt) < redispatchAfter {
+	if !res.Created && s.storeNow(ctx).Sub(res.Job.UpdatedAt) < redispatchAfter {
 		return res.Job, nil
 	}
 	return s.dispatch(ctx, res.Job, req, downloadBaseURL)

@@ -134,7 +134,7 @@ var errJobMoved = errors.New("job moved")
 // returns *core.ActiveJobError if it does.
 func (s *Service) abandonStale(ctx context.Context, j *core.Job) error {
 	busy := &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
-	age := s.now().Sub(j.UpdatedAt)
+	age := s.storeNow(ctx).Sub(j.UpdatedAt)
 	if age < s.cfg().StaleAfter {
 		return busy
 	}

@@ -140,6 +140,16 @@ func (s *Service) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// storeNow is the store's clock, which stamps every row: ages of rows are
+// judged against it, not against this host's clock (see ports.Store.Now).
+// If the store cannot tell, this host's clock stands in.
+func (s *Service) storeNow(ctx context.Context) time.Time {
+	if t, err := s.Store.Now(ctx); err == nil {
+		return t
+	}
+	return s.now()
+}
+
 func (s *Service) now() time.Time {
 	if s.Clock != nil {
 		return s.Clock.Now()

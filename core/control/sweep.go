@@ -18,7 +18,7 @@ import (
 // errors of failed resumes are joined (those jobs are FAILED with the
 // reason).
 func (s *Service) SweepBuilt(ctx context.Context, olderThan time.Duration) (int, error) {
-	before := s.now().Add(-olderThan)
+	before := s.storeNow(ctx).Add(-olderThan)
 	batch := s.cfg().Batch
 	built, err := s.Store.Jobs().ListStale(ctx, ports.StaleQuery{Statuses: []core.JobStatus{core.JobBuilt}, UpdatedBefore: before, Limit: batch})
 	if err != nil {
@@ -68,7 +68,7 @@ var errSkipSweep = errors.New("job moved on")
 // guarded: a job that became terminal or was updated meanwhile is left
 // alone. It returns how many jobs it failed.
 func (s *Service) SweepMigrations(ctx context.Context, olderThan time.Duration) (int, error) {
-	before := s.now().Add(-olderThan)
+	before := s.storeNow(ctx).Add(-olderThan)
 	stale, err := s.Store.Jobs().ListStale(ctx, ports.StaleQuery{
 		Statuses: []core.JobStatus{core.JobPending, core.JobRunning}, Phases: []core.Phase{core.PhaseMigrating},
 		UpdatedBefore: before, Limit: s.cfg().Batch,

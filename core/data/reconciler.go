@@ -173,7 +173,12 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		}
 	}()
 
+	// Ages are judged against the store's clock, which stamped the rows;
+	// the reconciler's host may run ahead of or behind it.
 	now := r.now()
+	if t, err := r.Store.Now(ctx); err == nil {
+		now = t
+	}
 	for _, t := range r.tiers(c) {
 		if err := r.sweepTier(ctx, c, t, now, &rep); err != nil {
 			return rep, err

@@ -13,6 +13,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -273,5 +274,24 @@ func TestAbandonedBuildingArtifactsAreFailed(t *testing.T) {
 	}
 	if a, _ := d.artifact("rfs-dead"); !strings.Contains(a.LastError, "abandoned") {
 		t.Errorf("last error %q", a.LastError)
+	}
+}
+
+// TestStalenessUsesTheStoresClock: the reconciler's host clock runs two
+// hours ahead of the database's. A job the data plane reported a minute
+// ago (by the database's clock, which stamps every row) is not stale;
+// before, the host's clock made it look two hours old and it was failed.
+func TestStalenessUsesTheStoresClock(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	d.addJob(t, "fresh", core.JobRunning, core.PhaseUnpacking, t0.Add(-time.Minute))
+	d.addJob(t, "stale", core.JobRunning, core.PhaseUnpacking, t0.Add(-2*time.Hour))
+	rec := newReconciler(d, l, data.ReconcilerConfig{})
+	rec.Clock = &portsmock.ClockMock{NowFunc: func() time.Time { return t0.Add(2 * time.Hour) }}
+	rep, err := rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Failed, []string{"stale"}) {
+		t.Fatalf("failed %v, want only the job that is stale by the store's clock", rep.Failed)
 	}
 }

@@ -37,6 +37,9 @@ var _ ports.Store = &StoreMock{}
 //			NodesFunc: func() ports.NodeRepository {
 //				panic("mock out the Nodes method")
 //			},
+//			NowFunc: func(ctx context.Context) (time.Time, error) {
+//				panic("mock out the Now method")
+//			},
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
 //			},
@@ -68,6 +71,9 @@ type StoreMock struct {
 	// NodesFunc mocks the Nodes method.
 	NodesFunc func() ports.NodeRepository
 
+	// NowFunc mocks the Now method.
+	NowFunc func(ctx context.Context) (time.Time, error)
+
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
 
@@ -94,6 +100,11 @@ type StoreMock struct {
 		// Nodes holds details about calls to the Nodes method.
 		Nodes []struct {
 		}
+		// Now holds details about calls to the Now method.
+		Now []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
 		}
@@ -113,6 +124,7 @@ type StoreMock struct {
 	lockJobs       sync.RWMutex
 	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
+	lockNow        sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
 	lockTx         sync.RWMutex
@@ -250,6 +262,38 @@ func (mock *StoreMock) NodesCalls() []struct {
 	mock.lockNodes.RLock()
 	calls = mock.calls.Nodes
 	mock.lockNodes.RUnlock()
+	return calls
+}
+
+// Now calls NowFunc.
+func (mock *StoreMock) Now(ctx context.Context) (time.Time, error) {
+	if mock.NowFunc == nil {
+		panic("StoreMock.NowFunc: method is nil but Store.Now was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockNow.Lock()
+	mock.calls.Now = append(mock.calls.Now, callInfo)
+	mock.lockNow.Unlock()
+	return mock.NowFunc(ctx)
+}
+
+// NowCalls gets all the calls that were made to Now.
+// Check the length with:
+//
+//	len(mockedStore.NowCalls())
+func (mock *StoreMock) NowCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockNow.RLock()
+	calls = mock.calls.Now
+	mock.lockNow.RUnlock()
 	return calls
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -19,6 +20,7 @@ var nameTests = []test{
 	{"Name/TxRollback", testNamesTxRollback},
 	{"Name/RejectsEmpty", testNamesRejectEmpty},
 	{"Job/RegistryAuthRoundTrip", testJobRegistryAuth},
+	{"Store/NowStampsRows", testStoreNowStampsRows},
 }
 
 func wantTaken(t *testing.T, err error, holder string, kind core.NameKind, what string) {
@@ -170,5 +172,21 @@ func testJobRegistryAuth(t *testing.T, e *env) {
 	must(t, err, "update")
 	if got.RegistryAuth != "" {
 		t.Fatal("registry auth not cleared")
+	}
+}
+
+func testStoreNowStampsRows(t *testing.T, e *env) {
+	before, err := e.s.Now(e.ctx)
+	must(t, err, "Now")
+	j := newJob(uniq("tpl-"), 1)
+	must(t, e.s.Jobs().Create(e.ctx, j), "create")
+	after, err := e.s.Now(e.ctx)
+	must(t, err, "Now")
+	got, err := e.s.Jobs().Get(e.ctx, j.JobID)
+	must(t, err, "get")
+	// Stamped with the store's clock, which the rows and Now share (a
+	// microsecond of slack for the strictly increasing stamps).
+	if got.UpdatedAt.Before(before.Add(-time.Microsecond)) || got.UpdatedAt.After(after.Add(time.Microsecond)) {
+		t.Fatalf("updated_at %v outside the store's clock readings [%v, %v]", got.UpdatedAt, before, after)
 	}
 }

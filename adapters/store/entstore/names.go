@@ -34,7 +34,7 @@ func (r nameRepo) Claim(ctx context.Context, name, templateID string, kind core.
 		case !ent.IsNotFound(err):
 			return err
 		}
-		return c.TemplateName.Create().SetName(name).SetTemplateID(templateID).SetKind(string(kind)).SetCreatedAt(now()).Exec(ctx)
+		return c.TemplateName.Create().SetName(name).SetTemplateID(templateID).SetKind(string(kind)).SetCreatedAt(r.sc.s.now()).Exec(ctx)
 	})
 	if taken != nil {
 		return fmt.Errorf("claim name %q for %s: %w", name, templateID, taken)

@@ -367,3 +367,11 @@ func required(field, v string) error {
 	}
 	return nil
 }
+
+// Now implements ports.Store: the store's clock (see WithClock).
+func (s *Store) Now(context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, errClosed
+	}
+	return s.now(), nil
+}
