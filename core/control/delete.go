@@ -200,6 +200,8 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 		return false, fmt.Errorf("artifact %s: %w", aid, err)
 	}
 	defer s.unlock(ctx, lock)
+	ctx, release := whileHeld(ctx, lock)
+	defer release()
 
 	deadline := s.gcDeadline()
 	// Phase 1.

@@ -244,3 +244,23 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	defer cancel()
 	return s.Locker.Lock(lctx, templateLockName(templateID))
 }
+
+// errLockLost is why work stops when the lock protecting it is lost.
+var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+
+// whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
+// lost: the work it protects stops before it writes anything more.
+func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(errLockLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// lockLost reports whether ctx was cancelled because its lock was lost.
+func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }

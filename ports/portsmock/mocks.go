@@ -2711,6 +2711,9 @@ var _ ports.Lock = &LockMock{}
 //
 //		// make and configure a mocked ports.Lock
 //		mockedLock := &LockMock{
+//			LostFunc: func() <-chan struct{} {
+//				panic("mock out the Lost method")
+//			},
 //			NameFunc: func() string {
 //				panic("mock out the Name method")
 //			},
@@ -2724,6 +2727,9 @@ var _ ports.Lock = &LockMock{}
 //
 //	}
 type LockMock struct {
+	// LostFunc mocks the Lost method.
+	LostFunc func() <-chan struct{}
+
 	// NameFunc mocks the Name method.
 	NameFunc func() string
 
@@ -2732,6 +2738,9 @@ type LockMock struct {
 
 	// calls tracks calls to the methods.
 	calls struct {
+		// Lost holds details about calls to the Lost method.
+		Lost []struct {
+		}
 		// Name holds details about calls to the Name method.
 		Name []struct {
 		}
@@ -2741,8 +2750,36 @@ type LockMock struct {
 			Ctx context.Context
 		}
 	}
+	lockLost   sync.RWMutex
 	lockName   sync.RWMutex
 	lockUnlock sync.RWMutex
+}
+
+// Lost calls LostFunc.
+func (mock *LockMock) Lost() <-chan struct{} {
+	if mock.LostFunc == nil {
+		panic("LockMock.LostFunc: method is nil but Lock.Lost was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockLost.Lock()
+	mock.calls.Lost = append(mock.calls.Lost, callInfo)
+	mock.lockLost.Unlock()
+	return mock.LostFunc()
+}
+
+// LostCalls gets all the calls that were made to Lost.
+// Check the length with:
+//
+//	len(mockedLock.LostCalls())
+func (mock *LockMock) LostCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockLost.RLock()
+	calls = mock.calls.Lost
+	mock.lockLost.RUnlock()
+	return calls
 }
 
 // Name calls NameFunc.

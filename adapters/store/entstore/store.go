@@ -187,7 +187,6 @@ func pause(ctx context.Context, attempt int) error {
 	}
 }
 
-
 // now is the database's clock: ours corrected by the last measured
 // offset (see clock.go), to the microsecond the columns keep.
 func (s *Store) now() time.Time {

@@ -64,3 +64,6 @@ func Migrate(ctx context.Context, st *entstore.Store, log *slog.Logger) error {
 	log.Info("schema ready", "dialect", st.Dialect(), "applied", applied)
 	return nil
 }
+
+// Unwrap returns the adapter behind the pool.
+func (l *poolLocker) Unwrap() ports.Locker { return l.Locker }
