@@ -174,7 +174,7 @@ func (c Config) Backend() string {
 }
 
 // Defaults are used for anything neither the file nor the environment sets.
-// Paths are under the user's state and cache directories (see UserDirs), so
+// Paths are under the user's state directory (see UserDirs), so
 // a service and a one-shot build run by different users never share a
 // directory one of them cannot write.
 func Defaults() Config { return DefaultsFor(UserDirs()) }
@@ -185,7 +185,6 @@ func DefaultsFor(d Dirs) Config {
 		DBDSN:               "sqlite://" + d.State + "/tc.db",
 		ArtifactStoreDir:    d.State + "/artifacts",
 		WorkDir:             d.State + "/work",
-		LayerCacheDir:       d.Cache + "/layers",
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,

@@ -47,7 +47,7 @@ var OtherVariables = []struct{ Env, Doc string }{
 
 // ReferenceDirs are the placeholders the reference shows for per-user
 // directories.
-var ReferenceDirs = Dirs{State: "$STATE_DIR", Cache: "$CACHE_DIR"}
+var ReferenceDirs = Dirs{State: "$STATE_DIR"}
 
 // Reference writes docs/configuration.md: one table of every setting.
 func Reference(w io.Writer) error {
@@ -66,9 +66,10 @@ is reported at start-up with the nearest known name. ` + "`templatecenter serve 
 ` + "`cubemaster serve --print-config`" + ` print the effective values (secrets redacted) and where each
 came from.
 
-` + "`$STATE_DIR`" + ` is ` + "`/var/lib/cubetemplatecenter`" + ` for root and ` + "`${XDG_STATE_HOME:-~/.local/state}/cubetemplatecenter`" + `
-for other users; ` + "`$CACHE_DIR`" + ` is ` + "`/var/cache/cubetemplatecenter`" + ` for root and
-` + "`${XDG_CACHE_HOME:-~/.cache}/cubetemplatecenter`" + ` otherwise. Durations are Go durations
+` + "`$STATE_DIR`" + ` is ` + "`$XDG_STATE_HOME/cubetemplatecenter`" + ` when XDG_STATE_HOME is set, else
+` + "`/var/lib/cubetemplatecenter`" + ` for root and ` + "`~/.local/state/cubetemplatecenter`" + ` for other users:
+per user, so a build run by one user never meets a directory another user's build
+left unwritable. Durations are Go durations
 (` + "`90s`, `10m`, `1h`" + `); lists are comma-separated.
 
 | variable | YAML key | default | service | meaning | legacy names |

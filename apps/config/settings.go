@@ -82,7 +82,7 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", Legacy: []string{"CUBEMASTER_ROOTFS_ARTIFACT_DIR"}, YAML: "artifact_work_dir", Service: DataPlane,
 			Doc:   "Build scratch space (one directory per build, removed after it).",
 			Field: func(c *Config) any { return &c.WorkDir }},
-		{Env: "CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR", YAML: "layer_cache_dir", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR", YAML: "layer_cache_dir", Service: DataPlane, Default: "<CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR>/layer-cache",
 			Doc:   "Verified, content-addressed cache of image layers shared by builds.",
 			Field: func(c *Config) any { return &c.LayerCacheDir }},
 		{Env: "CUBE_TEMPLATE_CENTER_LAYER_CACHE_MAX_BYTES", YAML: "layer_cache_max_bytes", Service: DataPlane,
@@ -218,33 +218,28 @@ func Lookup(env string) (Setting, bool) {
 
 // Dirs are the per-user directories defaults live in.
 type Dirs struct {
-	State string // databases, artifacts, scratch
-	Cache string // the layer cache
+	State string // databases, artifacts, scratch and the layer cache
 }
 
-// UserDirs are the state and cache directories of the user running the
-// process: /var/lib/cubetemplatecenter and /var/cache/cubetemplatecenter
-// for root (a service), else $XDG_STATE_HOME (~/.local/state) and
-// $XDG_CACHE_HOME (~/.cache) with a cubetemplatecenter subdirectory. They
-// are per user so that a later build by another user never meets a
-// directory it cannot write.
+// UserDirs is the state directory of the user running the process:
+// /var/lib/cubetemplatecenter for root (a service), else
+// $XDG_STATE_HOME/cubetemplatecenter (~/.local/state/cubetemplatecenter).
+// It is per user so that a later build by another user never meets a
+// directory it cannot write (as a shared /tmp cache did).
 func UserDirs() Dirs {
-	if os.Geteuid() == 0 && os.Getenv("XDG_STATE_HOME") == "" {
-		return Dirs{State: "/var/lib/cubetemplatecenter", Cache: "/var/cache/cubetemplatecenter"}
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = filepath.Join(os.TempDir(), fmt.Sprintf("cubetemplatecenter-%d", os.Geteuid()))
-	}
 	state := os.Getenv("XDG_STATE_HOME")
-	if state == "" {
+	switch {
+	case state != "":
+	case os.Geteuid() == 0:
+		return Dirs{State: "/var/lib/cubetemplatecenter"}
+	default:
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			home = filepath.Join(os.TempDir(), fmt.Sprintf("cubetemplatecenter-%d", os.Geteuid()))
+		}
 		state = filepath.Join(home, ".local", "state")
 	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		cache = filepath.Join(home, ".cache")
-	}
-	return Dirs{State: filepath.Join(state, "cubetemplatecenter"), Cache: filepath.Join(cache, "cubetemplatecenter")}
+	return Dirs{State: filepath.Join(state, "cubetemplatecenter")}
 }
 
 // Value renders the setting's current value in c (secrets redacted).

@@ -221,8 +221,8 @@ func TestRedactDSN(t *testing.T) {
 }
 
 func TestDefaultsArePerUserAndLoopback(t *testing.T) {
-	d := DefaultsFor(Dirs{State: "/s", Cache: "/c"})
-	if d.DBDSN != "sqlite:///s/tc.db" || d.ArtifactStoreDir != "/s/artifacts" || d.LayerCacheDir != "/c/layers" || d.WorkDir != "/s/work" {
+	d := DefaultsFor(Dirs{State: "/s"})
+	if d.DBDSN != "sqlite:///s/tc.db" || d.ArtifactStoreDir != "/s/artifacts" || d.WorkDir != "/s/work" {
 		t.Errorf("paths not under the user's dirs: %+v", d)
 	}
 	for _, addr := range []string{d.Listen, d.Master.Listen} {
