@@ -49,4 +49,3 @@ func OpenStore(ctx context.Context, setting, dsn string) (*entstore.Store, error
 	}
 	return st, nil
 }
-
