@@ -85,3 +85,11 @@ func MarkFlag(c *config.Config, env, flag string) {
 	}
 	c.Sources[env] = "flag --" + flag
 }
+
+// NoArgs is cobra.NoArgs with a message that names the stray argument.
+func NoArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q (%s takes flags only; see --help)", args[0], cmd.CommandPath())
+	}
+	return nil
+}
