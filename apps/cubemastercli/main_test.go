@@ -405,7 +405,7 @@ func TestProgressLinesFitTheTerminal(t *testing.T) {
 	}
 	got := pullLine(&job, 100)
 	fill, empty := strings.Count(got, "#"), strings.Count(got, "-")
-	if fill == 0 || fill < empty-1 || fill > empty+1 || !strings.Contains(got, "pull 1.0KiB/2.0KiB layers 1/3 4.0KiB/s") {
+	if fill == 0 || fill < empty-1 || fill > empty+1 || !strings.Contains(got, "pull 50% 1.0KiB/2.0KiB layers 1/3 4.0KiB/s") {
 		t.Errorf("pull line %q: want a half-full bar and the counters", got)
 	}
 	if got := distributionLine(&job, 100); !strings.Contains(got, "1/2 ready, 0 failed") || !strings.Contains(got, "[####") {

@@ -136,7 +136,11 @@ func pullLine(j *cubeview.JobInfo, width int) string {
 	head := fmt.Sprintf("%-7s %-13s %3d%%", j.Status, dash(j.Phase), p)
 	tail := ""
 	if j.PullTotalBytes > 0 || j.PullTotalLayers > 0 {
-		tail = fmt.Sprintf(" pull %s/%s layers %d/%d", humanBytes(j.PullDownloadedBytes), humanBytes(j.PullTotalBytes),
+		pct := int64(0)
+		if j.PullTotalBytes > 0 {
+			pct = 100 * min(j.PullDownloadedBytes, j.PullTotalBytes) / j.PullTotalBytes
+		}
+		tail = fmt.Sprintf(" pull %d%% %s/%s layers %d/%d", pct, humanBytes(j.PullDownloadedBytes), humanBytes(j.PullTotalBytes),
 			j.PullCompletedLayers, j.PullTotalLayers)
 		if j.PullSpeedBPS > 0 {
 			tail += " " + humanBytes(j.PullSpeedBPS) + "/s"
