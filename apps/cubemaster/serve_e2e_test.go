@@ -385,7 +385,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 
 	m.stop()
-	if !strings.Contains(m.logs.String(), `"msg":"stopped"`) {
+	if !strings.Contains(m.logs.String(), `"msg":"cubemaster stopped"`) {
 		t.Fatalf("no structured JSON \"stopped\" log line")
 	}
 
