@@ -481,3 +481,12 @@ func (r *reader) fail(err error) {
 		r.err = err
 	}
 }
+
+// Known reports whether the apps read a variable of this name (a setting,
+// a legacy name, a node agent flag's variable or one of OtherVariables).
+func Known(name string) bool {
+	if _, ok := slices.BinarySearch(knownNames(), name); ok {
+		return true
+	}
+	return slices.ContainsFunc(OtherVariables, func(v struct{ Env, Doc string }) bool { return v.Env == name })
+}
