@@ -3,14 +3,15 @@ package config
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
-// Config is what the apps read at start-up.
+// Config is what the apps read at start-up. Every field a user can set is
+// listed in Settings (settings.go), which is also the source of
+// docs/configuration.md; a field without a setting fails the tests.
 type Config struct {
 	ConfigPath string `yaml:"-"`
 
@@ -34,6 +35,9 @@ type Config struct {
 	RegistryAllowPrivate  bool     `yaml:"registry_allow_private"`
 	RegistryAllowLoopback bool     `yaml:"registry_allow_loopback"`
 	TrustedRegistries     []string `yaml:"trusted_registries"`
+	// RegistryTimeout fails a registry connection that moves no byte for
+	// this long, and bounds resolving a tag.
+	RegistryTimeout time.Duration `yaml:"registry_timeout"`
 	// Builder is "mkfs" or the name of a builder plugin under PluginDir.
 	Builder        string `yaml:"builder"`
 	PluginDir      string `yaml:"plugin_dir"`
@@ -53,6 +57,9 @@ type Config struct {
 	MasterAddr string `yaml:"master_addr"`
 	RedisAddr  string `yaml:"redis_addr"`
 
+	// Log is the data plane's logging (the master has its own, Master.Log).
+	Log Log `yaml:"log"`
+
 	Reconcile Reconcile `yaml:"reconcile"`
 
 	// Master holds cubemaster's own settings; it shares the token, the
@@ -62,7 +69,20 @@ type Config struct {
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
+	// Warnings are deprecations and unknown variables found by Load.
 	Warnings []string `yaml:"-"`
+	// Sources says where each setting's value came from, by variable name:
+	// "default", "file", "env" or "env (legacy NAME)". Settings absent from
+	// the map kept their default.
+	Sources map[string]string `yaml:"-"`
+}
+
+// Log holds a service's logging settings.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is json or text.
+	Format string `yaml:"format"`
 }
 
 // S3 holds the shared CUBE_S3_* settings; S3 is enabled only when endpoint,
@@ -123,6 +143,8 @@ type Master struct {
 	// legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR). Migrate reads and removes
 	// an artifact's ext4_path only inside one of them. Optional.
 	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
+	// Log is the master's logging.
+	Log Log `yaml:"log"`
 }
 
 // DefaultReleaseManifest is where the one-click bundle installs its release
@@ -137,29 +159,52 @@ func (s S3) Enabled() bool {
 	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
 }
 
+// Backend names the artifact store kind the data plane writes to: "s3",
+// "gs", "mem" or "file".
+func (c Config) Backend() string {
+	if u := c.ArtifactStoreURL; u != "" {
+		if i := strings.Index(u, "://"); i > 0 {
+			return u[:i]
+		}
+	}
+	if c.S3.Enabled() {
+		return "s3"
+	}
+	return "file"
+}
+
 // Defaults are used for anything neither the file nor the environment sets.
-func Defaults() Config {
+// Paths are under the user's state directory (see UserDirs), so
+// a service and a one-shot build run by different users never share a
+// directory one of them cannot write.
+func Defaults() Config { return DefaultsFor(UserDirs()) }
+
+// DefaultsFor is Defaults for the given directories (docs use placeholders).
+func DefaultsFor(d Dirs) Config {
 	return Config{
-		DBDSN:               "sqlite:///var/lib/cubetemplatecenter/tc.db",
-		ArtifactStoreDir:    "/data/CubeTemplateCenter/storage",
-		WorkDir:             os.TempDir(),
+		DBDSN:               "sqlite://" + d.State + "/tc.db",
+		ArtifactStoreDir:    d.State + "/artifacts",
+		WorkDir:             d.State + "/work",
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
+		RegistryTimeout:     60 * time.Second,
 		Builder:             "mkfs",
 		ReleaseManifest:     DefaultReleaseManifest,
-		Listen:              ":8090",
-		MasterAddr:          "http://localhost:8089",
+		Listen:              "127.0.0.1:8090",
+		MasterAddr:          "http://127.0.0.1:8089",
+		Log:                 Log{Level: "info", Format: "json"},
 		Reconcile: Reconcile{
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
 		},
 		S3: S3{Region: "us-east-1", UsePathStyle: true},
 		Master: Master{
-			Listen:             ":8089",
+			Listen:             "127.0.0.1:8089",
 			TemplateCenterAddr: "http://127.0.0.1:8090",
 			SweepInterval:      time.Minute,
 			NodeProbeInterval:  10 * time.Second,
 			EnvdHostDir:        DefaultEnvdHostDir,
+			Log:                Log{Level: "info", Format: "json"},
 		},
 	}
 }
@@ -168,17 +213,28 @@ func Defaults() Config {
 type Env func(name string) (string, bool)
 
 // Load reads the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH (legacy
-// CUBE_MASTER_CONFIG_PATH), if any, then the environment.
+// CUBE_MASTER_CONFIG_PATH), if any, then the environment. With a nil env it
+// reads the process environment and also warns about unknown
+// CUBE_TEMPLATE_CENTER_* / CUBE_MASTER_* variables.
 func Load(env Env) (Config, error) {
+	var environ []string
 	if env == nil {
 		env = os.LookupEnv
+		environ = os.Environ()
 	}
+	return LoadFrom(env, environ)
+}
+
+// LoadFrom is Load with the variable names to check for typos given
+// explicitly (environ holds NAME=value entries, as os.Environ).
+func LoadFrom(env Env, environ []string) (Config, error) {
 	c := Defaults()
-	r := reader{env: env}
-	if p, ok := r.lookup("CUBE_TEMPLATE_CENTER_CONFIG_PATH", "CUBE_MASTER_CONFIG_PATH"); ok && p != "" {
+	c.Sources = map[string]string{}
+	r := reader{env: env, sources: c.Sources}
+	if p, ok := r.lookup(PathVariable, LegacyPathVariable); ok && p != "" {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return c, fmt.Errorf("read config file %s: %w", p, err)
+			return c, fmt.Errorf("read config file %s (%s): %w", p, PathVariable, err)
 		}
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
@@ -186,67 +242,67 @@ func Load(env Env) (Config, error) {
 			return c, fmt.Errorf("parse config file %s: %w", p, err)
 		}
 		c.ConfigPath = p
+		markFileSources(&c, b)
 	}
-	r.str(&c.DBDSN, "CUBE_TEMPLATE_CENTER_DB_DSN")
-	r.str(&c.ArtifactStoreDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR")
-	r.str(&c.ArtifactStoreURL, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL")
-	r.str(&c.WorkDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_DIR")
-	r.str(&c.LayerCacheDir, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR")
-	r.int64(&c.LayerCacheMaxBytes, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_MAX_BYTES")
-	r.int(&c.MaxConcurrentBuilds, "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS")
-	r.list(&c.InsecureRegistries, "CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES")
-	r.bool(&c.AllowLocalLayouts, "CUBE_TEMPLATE_CENTER_ALLOW_LOCAL_LAYOUTS")
-	r.bool(&c.RegistryAllowPrivate, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_PRIVATE")
-	r.bool(&c.RegistryAllowLoopback, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_LOOPBACK")
-	r.list(&c.TrustedRegistries, "CUBE_TEMPLATE_CENTER_TRUSTED_REGISTRIES")
-	r.str(&c.Builder, "CUBE_TEMPLATE_CENTER_BUILDER")
-	r.str(&c.PluginDir, "CUBE_TEMPLATE_CENTER_PLUGIN_DIR")
-	r.int64(&c.HeadroomBytes, "CUBE_TEMPLATE_CENTER_HEADROOM_BYTES")
-	r.int64(&c.HeadroomInodes, "CUBE_TEMPLATE_CENTER_HEADROOM_INODES")
-	r.int64(&c.MaxImageBytes, "CUBE_TEMPLATE_CENTER_MAX_IMAGE_BYTES")
-	r.str(&c.ReleaseManifest, "CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST")
-	r.str(&c.S3.Endpoint, "CUBE_S3_ENDPOINT")
-	r.str(&c.S3.Bucket, "CUBE_S3_BUCKET")
-	r.str(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY")
-	r.str(&c.S3.SecretKey, "CUBE_S3_SECRET_KEY")
-	r.str(&c.S3.Region, "CUBE_S3_REGION")
-	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
-	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
-	r.str(&c.S3.Prefix, "CUBE_S3_ARTIFACT_PREFIX")
-	r.str(&c.Listen, "CUBE_TEMPLATE_CENTER_LISTEN")
-	r.str(&c.MasterAddr, "CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT")
-	r.str(&c.RedisAddr, "CUBE_TEMPLATE_CENTER_REDIS_ADDR")
-	r.bool(&c.Reconcile.Disabled, "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED")
-	r.duration(&c.Reconcile.Interval, "CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL")
-	r.duration(&c.Reconcile.StaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_STALE_AFTER", "CUBE_TC_RECONCILE_STALE_AFTER")
-	r.duration(&c.Reconcile.PendingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER", "CUBE_TC_RECONCILE_PENDING_STALE_AFTER")
-	r.duration(&c.Reconcile.PullingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER", "CUBE_TC_RECONCILE_PULLING_STALE_AFTER")
-	r.duration(&c.Reconcile.RunningStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER", "CUBE_TC_RECONCILE_RUNNING_STALE_AFTER")
-	r.str(&c.CallbackToken, "CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN")
-	r.bool(&c.CallbackInsecureNoToken, "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN")
-	r.str(&c.Master.Listen, "CUBE_MASTER_LISTEN")
-	r.str(&c.Master.DBDSN, "CUBE_MASTER_DB_DSN")
-	r.str(&c.Master.TemplateCenterAddr, "CUBE_TEMPLATE_CENTER_ADDR")
-	r.str(&c.Master.Nodes, "CUBE_MASTER_NODES")
-	r.duration(&c.Master.NodeProbeInterval, "CUBE_MASTER_NODE_PROBE_INTERVAL")
-	r.str(&c.Master.DownloadBaseURL, "CUBE_MASTER_DOWNLOAD_BASE_URL")
-	r.duration(&c.Master.SweepInterval, "CUBE_MASTER_SWEEP_INTERVAL")
-	r.str(&c.Master.EnvdHostDir, "CUBE_MASTER_ENVD_HOST_DIR")
-	r.list(&c.Master.LocalArtifactDirs, "CUBE_MASTER_LOCAL_ARTIFACT_DIR")
-	if v, ok := r.env("CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
+	for _, s := range Settings() {
+		r.apply(&c, s)
+	}
+	if v, ok := r.env(legacyStoreDir); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
 		// The legacy store dir is where old masters kept artifacts. The
-		// data plane's setting above already warns about the legacy name.
+		// data plane's setting already warns about the legacy name.
 		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
+		c.Sources["CUBE_MASTER_LOCAL_ARTIFACT_DIR"] = "env (legacy " + legacyStoreDir + ")"
 	}
 	if c.Master.DBDSN == "" {
 		// One database for both processes (not a legacy fallback: no warning).
 		c.Master.DBDSN = c.DBDSN
+		if src, ok := c.Sources["CUBE_TEMPLATE_CENTER_DB_DSN"]; ok {
+			c.Sources["CUBE_MASTER_DB_DSN"] = src + " (CUBE_TEMPLATE_CENTER_DB_DSN)"
+		}
 	}
+	r.warnings = append(r.warnings, UnknownVariables(environ)...)
 	c.Warnings = r.warnings
 	if r.err != nil {
 		return c, r.err
 	}
 	return c, c.validate()
+}
+
+// The config file's variable and its pre-rename spelling.
+const (
+	PathVariable       = "CUBE_TEMPLATE_CENTER_CONFIG_PATH"
+	LegacyPathVariable = "CUBE_MASTER_CONFIG_PATH"
+	legacyStoreDir     = "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"
+)
+
+// markFileSources records "file" for every setting whose YAML key the file
+// sets.
+func markFileSources(c *Config, b []byte) {
+	var tree map[string]any
+	if yaml.Unmarshal(b, &tree) != nil {
+		return
+	}
+	for _, s := range Settings() {
+		if s.YAML == "" {
+			continue
+		}
+		node := any(tree)
+		for _, part := range strings.Split(s.YAML, ".") {
+			m, ok := node.(map[string]any)
+			if !ok {
+				node = nil
+				break
+			}
+			node, ok = m[part]
+			if !ok {
+				node = nil
+				break
+			}
+		}
+		if node != nil {
+			c.Sources[s.Env] = "file"
+		}
+	}
 }
 
 func (c Config) validate() error {
@@ -259,6 +315,9 @@ func (c Config) validate() error {
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
 	}
+	if c.RegistryTimeout <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)
+	}
 	for _, v := range []struct {
 		name string
 		n    int64
@@ -268,100 +327,24 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s: %d, must not be negative", v.name, v.n)
 		}
 	}
+	if err := c.Log.Check("CUBE_TEMPLATE_CENTER_LOG_LEVEL", "CUBE_TEMPLATE_CENTER_LOG_FORMAT"); err != nil {
+		return err
+	}
+	return c.Master.Log.Check("CUBE_MASTER_LOG_LEVEL", "CUBE_MASTER_LOG_FORMAT")
+}
+
+// Check validates the level and format; errors name the setting
+// (levelName, formatName: a variable or a flag).
+func (l Log) Check(levelName, formatName string) error {
+	switch strings.ToLower(l.Level) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		return fmt.Errorf("%s: %q, want debug, info, warn or error", levelName, l.Level)
+	}
+	switch strings.ToLower(l.Format) {
+	case "json", "text":
+	default:
+		return fmt.Errorf("%s: %q, want json or text", formatName, l.Format)
+	}
 	return nil
-}
-
-type reader struct {
-	env      Env
-	warnings []string
-	err      error
-}
-
-// lookup returns the first set name; a legacy name (any after the first)
-// adds a deprecation warning.
-func (r *reader) lookup(name string, legacy ...string) (string, bool) {
-	if v, ok := r.env(name); ok {
-		for _, l := range legacy {
-			if _, lok := r.env(l); lok {
-				r.warnings = append(r.warnings, fmt.Sprintf("both %s and legacy %s are set; using %s", name, l, name))
-			}
-		}
-		return v, true
-	}
-	for _, l := range legacy {
-		if v, ok := r.env(l); ok {
-			r.warnings = append(r.warnings, fmt.Sprintf("%s is deprecated; use %s", l, name))
-			return v, true
-		}
-	}
-	return "", false
-}
-
-func (r *reader) str(dst *string, name string, legacy ...string) {
-	if v, ok := r.lookup(name, legacy...); ok {
-		*dst = strings.TrimSpace(v)
-	}
-}
-
-func (r *reader) list(dst *[]string, name string, legacy ...string) {
-	if v, ok := r.lookup(name, legacy...); ok {
-		*dst = nil
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				*dst = append(*dst, s)
-			}
-		}
-	}
-}
-
-func (r *reader) int(dst *int, name string, legacy ...string) {
-	var n int64 = int64(*dst)
-	r.int64(&n, name, legacy...)
-	*dst = int(n)
-}
-
-func (r *reader) int64(dst *int64, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %q is not an integer", name, v))
-		return
-	}
-	*dst = n
-}
-
-func (r *reader) bool(dst *bool, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %q is not a boolean", name, v))
-		return
-	}
-	*dst = b
-}
-
-// duration reads a positive Go duration ("90s", "10m").
-func (r *reader) duration(dst *time.Duration, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d <= 0 {
-		r.fail(fmt.Errorf("%s: %q is not a positive Go duration", name, v))
-		return
-	}
-	*dst = d
-}
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
 }

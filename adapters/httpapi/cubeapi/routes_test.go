@@ -23,6 +23,8 @@ var wantRoutes = []string{
 	"GET /cube/template/resolve",
 	"GET /metrics",
 	"GET /notify/health",
+	"GET /openapi.json",
+	"GET /ready",
 	"HEAD /cube/template/artifact/download",
 	"POST /cube/template",
 	"POST /cube/template/compat",

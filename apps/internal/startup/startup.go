@@ -1,6 +1,7 @@
-// Package startup holds the start-up steps both services share: choosing the
-// lock adapter for the metadata store's dialect and applying the schema
-// migrations.
+// Package startup holds the start-up steps both services share: opening the
+// metadata store (creating a SQLite file's directory), choosing the lock
+// adapter for its dialect, applying the schema migrations, and logging the
+// effective settings.
 package startup
 
 import (
@@ -55,10 +56,14 @@ type poolLocker struct {
 // down).
 func (l *poolLocker) Shutdown() error { return l.db.Close() }
 
-// Migrate applies pending schema migrations and logs what it did.
-func Migrate(ctx context.Context, st *entstore.Store, log *slog.Logger) error {
+// Migrate applies pending schema migrations and logs what it did. dsn is
+// the store's DSN, so that an error can name a SQLite file.
+func Migrate(ctx context.Context, st *entstore.Store, dsn string, log *slog.Logger) error {
 	applied, err := st.Migrate(ctx)
 	if err != nil {
+		if file := sqlitePath(dsn); file != "" {
+			return fmt.Errorf("migrate SQLite database %s (is its directory writable?): %w", file, err)
+		}
 		return fmt.Errorf("migrate %s store: %w", st.Dialect(), err)
 	}
 	log.Info("schema ready", "dialect", st.Dialect(), "applied", applied)
