@@ -405,3 +405,4 @@ type openLock string
 
 func (l openLock) Name() string               { return string(l) }
 func (openLock) Unlock(context.Context) error { return nil }
+func (openLock) Lost() <-chan struct{}        { return nil }
