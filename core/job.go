@@ -189,6 +189,20 @@ func (j *Job) Clone() *Job {
 	return &c
 }
 
+// MaxRequestIDLen is the width of the request_id column.
+const MaxRequestIDLen = 128
+
+// DistinctRequestID is the request id stored for a job whose request id
+// another job of the same operation already has: the job id appended
+// (upstream's normalization), the request id cut so the whole fits.
+func DistinctRequestID(requestID, jobID string) string {
+	suffix := "#" + jobID
+	if keep := MaxRequestIDLen - len(suffix); len(requestID) > keep {
+		requestID = requestID[:max(keep, 0)]
+	}
+	return requestID + suffix
+}
+
 // ActiveKeyFromImage is the I1 key of from-image (CREATE and REDO) jobs.
 func ActiveKeyFromImage(templateID string) string { return "image/" + templateID }
 

@@ -14,7 +14,6 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -30,8 +29,6 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
-	// ArtifactNodePlacement is the client for interacting with the ArtifactNodePlacement builders.
-	ArtifactNodePlacement *ArtifactNodePlacementClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
@@ -55,7 +52,6 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
-	c.ArtifactNodePlacement = NewArtifactNodePlacementClient(c.config)
 	c.RootfsArtifact = NewRootfsArtifactClient(c.config)
 	c.TemplateDefinition = NewTemplateDefinitionClient(c.config)
 	c.TemplateImageJob = NewTemplateImageJobClient(c.config)
@@ -152,15 +148,14 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:                   ctx,
-		config:                cfg,
-		ArtifactNodePlacement: NewArtifactNodePlacementClient(cfg),
-		RootfsArtifact:        NewRootfsArtifactClient(cfg),
-		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
-		TemplateImageJob:      NewTemplateImageJobClient(cfg),
-		TemplateName:          NewTemplateNameClient(cfg),
-		TemplateNode:          NewTemplateNodeClient(cfg),
-		TemplateReplica:       NewTemplateReplicaClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		RootfsArtifact:     NewRootfsArtifactClient(cfg),
+		TemplateDefinition: NewTemplateDefinitionClient(cfg),
+		TemplateImageJob:   NewTemplateImageJobClient(cfg),
+		TemplateName:       NewTemplateNameClient(cfg),
+		TemplateNode:       NewTemplateNodeClient(cfg),
+		TemplateReplica:    NewTemplateReplicaClient(cfg),
 	}, nil
 }
 
@@ -178,22 +173,21 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:                   ctx,
-		config:                cfg,
-		ArtifactNodePlacement: NewArtifactNodePlacementClient(cfg),
-		RootfsArtifact:        NewRootfsArtifactClient(cfg),
-		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
-		TemplateImageJob:      NewTemplateImageJobClient(cfg),
-		TemplateName:          NewTemplateNameClient(cfg),
-		TemplateNode:          NewTemplateNodeClient(cfg),
-		TemplateReplica:       NewTemplateReplicaClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		RootfsArtifact:     NewRootfsArtifactClient(cfg),
+		TemplateDefinition: NewTemplateDefinitionClient(cfg),
+		TemplateImageJob:   NewTemplateImageJobClient(cfg),
+		TemplateName:       NewTemplateNameClient(cfg),
+		TemplateNode:       NewTemplateNodeClient(cfg),
+		TemplateReplica:    NewTemplateReplicaClient(cfg),
 	}, nil
 }
 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		ArtifactNodePlacement.
+//		RootfsArtifact.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -216,8 +210,8 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
-		c.TemplateImageJob, c.TemplateName, c.TemplateNode, c.TemplateReplica,
+		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
+		c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Use(hooks...)
 	}
@@ -227,8 +221,8 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
-		c.TemplateImageJob, c.TemplateName, c.TemplateNode, c.TemplateReplica,
+		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
+		c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -237,8 +231,6 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
-	case *ArtifactNodePlacementMutation:
-		return c.ArtifactNodePlacement.mutate(ctx, m)
 	case *RootfsArtifactMutation:
 		return c.RootfsArtifact.mutate(ctx, m)
 	case *TemplateDefinitionMutation:
@@ -253,139 +245,6 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TemplateReplica.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
-	}
-}
-
-// ArtifactNodePlacementClient is a client for the ArtifactNodePlacement schema.
-type ArtifactNodePlacementClient struct {
-	config
-}
-
-// NewArtifactNodePlacementClient returns a client for the ArtifactNodePlacement from the given config.
-func NewArtifactNodePlacementClient(c config) *ArtifactNodePlacementClient {
-	return &ArtifactNodePlacementClient{config: c}
-}
-
-// Use adds a list of mutation hooks to the hooks stack.
-// A call to `Use(f, g, h)` equals to `artifactnodeplacement.Hooks(f(g(h())))`.
-func (c *ArtifactNodePlacementClient) Use(hooks ...Hook) {
-	c.hooks.ArtifactNodePlacement = append(c.hooks.ArtifactNodePlacement, hooks...)
-}
-
-// Intercept adds a list of query interceptors to the interceptors stack.
-// A call to `Intercept(f, g, h)` equals to `artifactnodeplacement.Intercept(f(g(h())))`.
-func (c *ArtifactNodePlacementClient) Intercept(interceptors ...Interceptor) {
-	c.inters.ArtifactNodePlacement = append(c.inters.ArtifactNodePlacement, interceptors...)
-}
-
-// Create returns a builder for creating a ArtifactNodePlacement entity.
-func (c *ArtifactNodePlacementClient) Create() *ArtifactNodePlacementCreate {
-	mutation := newArtifactNodePlacementMutation(c.config, OpCreate)
-	return &ArtifactNodePlacementCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// CreateBulk returns a builder for creating a bulk of ArtifactNodePlacement entities.
-func (c *ArtifactNodePlacementClient) CreateBulk(builders ...*ArtifactNodePlacementCreate) *ArtifactNodePlacementCreateBulk {
-	return &ArtifactNodePlacementCreateBulk{config: c.config, builders: builders}
-}
-
-// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
-// a builder and applies setFunc on it.
-func (c *ArtifactNodePlacementClient) MapCreateBulk(slice any, setFunc func(*ArtifactNodePlacementCreate, int)) *ArtifactNodePlacementCreateBulk {
-	rv := reflect.ValueOf(slice)
-	if rv.Kind() != reflect.Slice {
-		return &ArtifactNodePlacementCreateBulk{err: fmt.Errorf("calling to ArtifactNodePlacementClient.MapCreateBulk with wrong type %T, need slice", slice)}
-	}
-	builders := make([]*ArtifactNodePlacementCreate, rv.Len())
-	for i := 0; i < rv.Len(); i++ {
-		builders[i] = c.Create()
-		setFunc(builders[i], i)
-	}
-	return &ArtifactNodePlacementCreateBulk{config: c.config, builders: builders}
-}
-
-// Update returns an update builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Update() *ArtifactNodePlacementUpdate {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdate)
-	return &ArtifactNodePlacementUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOne returns an update builder for the given entity.
-func (c *ArtifactNodePlacementClient) UpdateOne(_m *ArtifactNodePlacement) *ArtifactNodePlacementUpdateOne {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdateOne, withArtifactNodePlacement(_m))
-	return &ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOneID returns an update builder for the given id.
-func (c *ArtifactNodePlacementClient) UpdateOneID(id int) *ArtifactNodePlacementUpdateOne {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdateOne, withArtifactNodePlacementID(id))
-	return &ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// Delete returns a delete builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Delete() *ArtifactNodePlacementDelete {
-	mutation := newArtifactNodePlacementMutation(c.config, OpDelete)
-	return &ArtifactNodePlacementDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// DeleteOne returns a builder for deleting the given entity.
-func (c *ArtifactNodePlacementClient) DeleteOne(_m *ArtifactNodePlacement) *ArtifactNodePlacementDeleteOne {
-	return c.DeleteOneID(_m.ID)
-}
-
-// DeleteOneID returns a builder for deleting the given entity by its id.
-func (c *ArtifactNodePlacementClient) DeleteOneID(id int) *ArtifactNodePlacementDeleteOne {
-	builder := c.Delete().Where(artifactnodeplacement.ID(id))
-	builder.mutation.id = &id
-	builder.mutation.op = OpDeleteOne
-	return &ArtifactNodePlacementDeleteOne{builder}
-}
-
-// Query returns a query builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Query() *ArtifactNodePlacementQuery {
-	return &ArtifactNodePlacementQuery{
-		config: c.config,
-		ctx:    &QueryContext{Type: TypeArtifactNodePlacement},
-		inters: c.Interceptors(),
-	}
-}
-
-// Get returns a ArtifactNodePlacement entity by its id.
-func (c *ArtifactNodePlacementClient) Get(ctx context.Context, id int) (*ArtifactNodePlacement, error) {
-	return c.Query().Where(artifactnodeplacement.ID(id)).Only(ctx)
-}
-
-// GetX is like Get, but panics if an error occurs.
-func (c *ArtifactNodePlacementClient) GetX(ctx context.Context, id int) *ArtifactNodePlacement {
-	obj, err := c.Get(ctx, id)
-	if err != nil {
-		panic(err)
-	}
-	return obj
-}
-
-// Hooks returns the client hooks.
-func (c *ArtifactNodePlacementClient) Hooks() []Hook {
-	return c.hooks.ArtifactNodePlacement
-}
-
-// Interceptors returns the client interceptors.
-func (c *ArtifactNodePlacementClient) Interceptors() []Interceptor {
-	return c.inters.ArtifactNodePlacement
-}
-
-func (c *ArtifactNodePlacementClient) mutate(ctx context.Context, m *ArtifactNodePlacementMutation) (Value, error) {
-	switch m.Op() {
-	case OpCreate:
-		return (&ArtifactNodePlacementCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdate:
-		return (&ArtifactNodePlacementUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdateOne:
-		return (&ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpDelete, OpDeleteOne:
-		return (&ArtifactNodePlacementDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
-	default:
-		return nil, fmt.Errorf("ent: unknown ArtifactNodePlacement mutation op: %q", m.Op())
 	}
 }
 
@@ -1190,12 +1049,12 @@ func (c *TemplateReplicaClient) mutate(ctx context.Context, m *TemplateReplicaMu
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
-		TemplateName, TemplateNode, TemplateReplica []ent.Hook
+		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
+		TemplateNode, TemplateReplica []ent.Hook
 	}
 	inters struct {
-		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
-		TemplateName, TemplateNode, TemplateReplica []ent.Interceptor
+		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
+		TemplateNode, TemplateReplica []ent.Interceptor
 	}
 )
 

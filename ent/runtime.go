@@ -3,7 +3,6 @@
 package ent
 
 import (
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -17,50 +16,6 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
-	artifactnodeplacementFields := schema.ArtifactNodePlacement{}.Fields()
-	_ = artifactnodeplacementFields
-	// artifactnodeplacementDescArtifactID is the schema descriptor for artifact_id field.
-	artifactnodeplacementDescArtifactID := artifactnodeplacementFields[0].Descriptor()
-	// artifactnodeplacement.ArtifactIDValidator is a validator for the "artifact_id" field. It is called by the builders before save.
-	artifactnodeplacement.ArtifactIDValidator = func() func(string) error {
-		validators := artifactnodeplacementDescArtifactID.Validators
-		fns := [...]func(string) error{
-			validators[0].(func(string) error),
-			validators[1].(func(string) error),
-		}
-		return func(artifact_id string) error {
-			for _, fn := range fns {
-				if err := fn(artifact_id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}()
-	// artifactnodeplacementDescNodeID is the schema descriptor for node_id field.
-	artifactnodeplacementDescNodeID := artifactnodeplacementFields[1].Descriptor()
-	// artifactnodeplacement.NodeIDValidator is a validator for the "node_id" field. It is called by the builders before save.
-	artifactnodeplacement.NodeIDValidator = func() func(string) error {
-		validators := artifactnodeplacementDescNodeID.Validators
-		fns := [...]func(string) error{
-			validators[0].(func(string) error),
-			validators[1].(func(string) error),
-		}
-		return func(node_id string) error {
-			for _, fn := range fns {
-				if err := fn(node_id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}()
-	// artifactnodeplacementDescNodeIP is the schema descriptor for node_ip field.
-	artifactnodeplacementDescNodeIP := artifactnodeplacementFields[2].Descriptor()
-	// artifactnodeplacement.DefaultNodeIP holds the default value on creation for the node_ip field.
-	artifactnodeplacement.DefaultNodeIP = artifactnodeplacementDescNodeIP.Default.(string)
-	// artifactnodeplacement.NodeIPValidator is a validator for the "node_ip" field. It is called by the builders before save.
-	artifactnodeplacement.NodeIPValidator = artifactnodeplacementDescNodeIP.Validators[0].(func(string) error)
 	rootfsartifactFields := schema.RootfsArtifact{}.Fields()
 	_ = rootfsartifactFields
 	// rootfsartifactDescArtifactID is the schema descriptor for artifact_id field.
@@ -197,6 +152,10 @@ func init() {
 	rootfsartifact.DefaultCubeEgressCaFingerprint = rootfsartifactDescCubeEgressCaFingerprint.Default.(string)
 	// rootfsartifact.CubeEgressCaFingerprintValidator is a validator for the "cube_egress_ca_fingerprint" field. It is called by the builders before save.
 	rootfsartifact.CubeEgressCaFingerprintValidator = rootfsartifactDescCubeEgressCaFingerprint.Validators[0].(func(string) error)
+	// rootfsartifactDescCubeEgressCaTargetsWritten is the schema descriptor for cube_egress_ca_targets_written field.
+	rootfsartifactDescCubeEgressCaTargetsWritten := rootfsartifactFields[24].Descriptor()
+	// rootfsartifact.DefaultCubeEgressCaTargetsWritten holds the default value on creation for the cube_egress_ca_targets_written field.
+	rootfsartifact.DefaultCubeEgressCaTargetsWritten = rootfsartifactDescCubeEgressCaTargetsWritten.Default.(int64)
 	templatedefinitionFields := schema.TemplateDefinition{}.Fields()
 	_ = templatedefinitionFields
 	// templatedefinitionDescTemplateID is the schema descriptor for template_id field.

@@ -54,7 +54,11 @@ type JobRepository interface {
 	// Create inserts job. CreatedAt/UpdatedAt are set by the store. If
 	// job.ActiveKey is not empty and another row holds the same active key,
 	// or job id or (template id, attempt) is taken, it returns an error
-	// wrapping core.ErrConflict and writes nothing.
+	// wrapping core.ErrConflict and writes nothing. (request id, operation)
+	// names one job, as upstream keys idempotency on it: an empty request id
+	// is stored as the job id, and one another job of the operation already
+	// has as core.DistinctRequestID; job.RequestID is set to what was
+	// stored.
 	Create(ctx context.Context, job *core.Job) error
 	// Get returns the job or core.ErrNotFound.
 	Get(ctx context.Context, jobID string) (*core.Job, error)
@@ -85,7 +89,10 @@ type TemplateRepository interface {
 	// GetDefinition returns the definition or core.ErrNotFound.
 	GetDefinition(ctx context.Context, templateID string) (*core.Definition, error)
 	// GetDefinitionByAlias returns the definition holding alias or
-	// core.ErrNotFound. Aliases compare byte for byte.
+	// core.ErrNotFound. Aliases compare byte for byte, but two aliases that
+	// differ only in letter case cannot both exist (upstream keeps aliases
+	// behind a case-folded unique key): the second one's create or update
+	// fails with core.ErrConflict. (Core accepts lowercase aliases only.)
 	GetDefinitionByAlias(ctx context.Context, alias string) (*core.Definition, error)
 	// ListDefinitions returns all definitions ordered by template id.
 	ListDefinitions(ctx context.Context) ([]*core.Definition, error)

@@ -6,9 +6,6 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
-// ArtifactNodePlacement is the predicate function for artifactnodeplacement builders.
-type ArtifactNodePlacement func(*sql.Selector)
-
 // RootfsArtifact is the predicate function for rootfsartifact builders.
 type RootfsArtifact func(*sql.Selector)
 

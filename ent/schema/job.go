@@ -35,7 +35,8 @@ func (TemplateImageJob) Fields() []ent.Field {
 		str("resume_phase", 64),
 		// Cleanup locators of commit jobs (upstream); unused by this service.
 		str("node_id", 128),
-		str("node_ip", 64),
+		// As wide as upstream's column.
+		str("node_ip", 256),
 		str("snapshot_path", 1024),
 		str("artifact_id", 128),
 		str("template_spec_fingerprint", 128),
@@ -85,5 +86,9 @@ func (TemplateImageJob) Indexes() []ent.Index {
 		index.Fields("status", "updated_at").StorageKey("idx_template_image_status"),
 		index.Fields("active_key").Unique().StorageKey("idx_template_image_active_key"),
 		index.Fields("artifact_id").StorageKey("idx_template_image_artifact"),
+		// Upstream's indexes. A request id names one job per operation.
+		index.Fields("request_id", "operation").Unique().StorageKey("idx_template_image_request_operation"),
+		index.Fields("sandbox_id", "status").StorageKey("idx_template_image_sandbox_status"),
+		index.Fields("resource_id", "status").StorageKey("idx_template_image_resource_status"),
 	}
 }

@@ -58,6 +58,9 @@ func (r artifactRepo) Create(ctx context.Context, a *core.Artifact) error {
 	row := *a
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
+		if err := r.sc.purgeSoftDeleted(ctx, c, "t_cube_rootfs_artifact", "artifact_id = ? OR template_spec_fingerprint = ?", a.ArtifactID, a.Fingerprint); err != nil {
+			return err
+		}
 		b := c.RootfsArtifact.Create().SetArtifactID(a.ArtifactID).SetCreatedAt(t)
 		setArtifact(b.Mutation(), &row)
 		return b.Exec(ctx)

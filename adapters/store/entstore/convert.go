@@ -147,11 +147,20 @@ func definitionFromEnt(e *ent.TemplateDefinition) *core.Definition {
 		CreatedAt:        e.CreatedAt.UTC(),
 		UpdatedAt:        e.UpdatedAt.UTC(),
 	}
-	if e.Alias != nil {
+	switch {
+	case e.Alias != nil:
 		d.Alias = *e.Alias
+	case e.Kind == kindTemplate && e.DisplayName != "":
+		// A template aliased by an upstream master, which keeps the alias
+		// in display_name only.
+		d.Alias = e.DisplayName
 	}
 	return d
 }
+
+// kindTemplate is upstream's definition kind of templates (the other is
+// "snapshot", whose display_name is a label, not an alias).
+const kindTemplate = "template"
 
 func setDefinition(m *ent.TemplateDefinitionMutation, d *core.Definition, forUpdate bool) {
 	m.SetUpdatedAt(d.UpdatedAt)
@@ -161,11 +170,14 @@ func setDefinition(m *ent.TemplateDefinitionMutation, d *core.Definition, forUpd
 	m.SetRequestJSON(d.RequestJSON)
 	m.SetLastError(d.LastError)
 	m.SetRootfsArtifactID(d.RootfsArtifactID)
+	// The alias is kept where upstream's master reads it too.
 	switch {
 	case d.Alias != "":
 		m.SetAlias(d.Alias)
+		m.SetDisplayName(d.Alias)
 	case forUpdate:
 		m.ClearAlias()
+		m.SetDisplayName("")
 	}
 }
 

@@ -64,6 +64,7 @@ func New(db *sql.DB, dialect string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, client: ent.NewClient(ent.Driver(entsql.OpenDB(ed, db))), dialect: d}
+	hideSoftDeleted(s.client)
 	s.measureClock(context.Background())
 	return s, nil
 }
