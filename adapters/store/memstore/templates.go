@@ -21,7 +21,7 @@ func (st *state) aliasClash(d *core.Definition, self string) error {
 		return nil
 	}
 	for id, row := range st.defs {
-		if id != self && strings.ToLower(row.def.Alias) == strings.ToLower(d.Alias) {
+		if id != self && strings.EqualFold(row.def.Alias, d.Alias) {
 			return fmt.Errorf("alias %s is taken by template %s: %w", d.Alias, id, core.ErrConflict)
 		}
 	}
