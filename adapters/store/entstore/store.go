@@ -79,6 +79,16 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	return migrations.Migrate(ctx, s.db, s.dialect)
 }
 
+// Plan returns, changing nothing, the statements Migrate would run now and
+// notes for a reader (pending files, or an adoption of upstream's schema
+// and what of theirs it keeps).
+func (s *Store) Plan(ctx context.Context) (statements, notes []string, err error) {
+	if err := s.check(); err != nil {
+		return nil, nil, err
+	}
+	return migrations.Plan(ctx, s.db, s.dialect)
+}
+
 // MigrateDSN is the standalone migrate step: open dsn, apply the pending
 // migrations, close. It returns the versions it applied.
 func MigrateDSN(ctx context.Context, dsn string) ([]string, error) {

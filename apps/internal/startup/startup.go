@@ -8,12 +8,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/ent/migrate/migrations"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -72,3 +74,42 @@ func Migrate(ctx context.Context, st *entstore.Store, dsn string, log *slog.Logg
 
 // Unwrap returns the adapter behind the pool.
 func (l *poolLocker) Unwrap() ports.Locker { return l.Locker }
+
+// MigrateCommand runs the migrate subcommand on st: with plan, it prints
+// (as SQL, notes as comments) what a migration would run and changes
+// nothing; otherwise it migrates and prints what was applied. dsnVar and
+// dsn name the database in errors (its password redacted by the caller).
+func MigrateCommand(ctx context.Context, out io.Writer, st *entstore.Store, plan bool, dsnVar, dsn string) error {
+	if plan {
+		stmts, notes, err := st.Plan(ctx)
+		if err != nil {
+			return fmt.Errorf("plan %s migration (%s %s): %w", st.Dialect(), dsnVar, dsn, err)
+		}
+		for _, n := range notes {
+			fmt.Fprintln(out, "-- "+n)
+		}
+		for _, s := range stmts {
+			fmt.Fprintln(out, s+";")
+		}
+		if len(stmts) == 0 {
+			fmt.Fprintf(out, "-- %s schema is up to date\n", st.Dialect())
+		}
+		return nil
+	}
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s store (%s %s): %w", st.Dialect(), dsnVar, dsn, err)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(out, "%s schema is up to date\n", st.Dialect())
+		return nil
+	}
+	for _, v := range applied {
+		if v == migrations.Adopted {
+			fmt.Fprintf(out, "adopted upstream's %s schema (additions only)\n", st.Dialect())
+			continue
+		}
+		fmt.Fprintf(out, "applied %s migration %s\n", st.Dialect(), v)
+	}
+	return nil
+}
