@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // Config is what the apps read at start-up.
@@ -62,7 +60,60 @@ type Config struct {
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
+	// NodeIP is this host's routable address
+	// (CUBE_TEMPLATE_CENTER_NODE_IP, else CUBE_SANDBOX_NODE_IP, as
+	// upstream): logged as the data plane's identity, and the listen
+	// address narrows to it when none was chosen explicitly and the address
+	// is this host's (TemplateCenterListen).
+	NodeIP string `yaml:"node_ip"`
+	// AutoMigrate applies schema migrations when a service starts
+	// (CUBE_AUTO_MIGRATION, default true; false leaves the DDL to an
+	// out-of-band migrate, as upstream).
+	AutoMigrate bool `yaml:"auto_migration"`
+	// UpstreamMaster says the master is upstream's CubeMaster
+	// (CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER): BUILT reports then carry the
+	// ext4_path of a file store and a presigned artifact_url of an object
+	// store, which upstream distributes itself. Leave it off with our
+	// master, which mints download URLs when nodes ask.
+	UpstreamMaster bool `yaml:"upstream_master"`
+	// Strict refuses unknown settings in the file instead of warning
+	// (--strict-config, CUBE_TEMPLATE_CENTER_STRICT_CONFIG).
+	Strict bool `yaml:"-"`
+
 	Warnings []string `yaml:"-"`
+
+	// listenFromBind is the upstream http_bind the data plane's listen
+	// address came from; listenExplicit that one was chosen explicitly.
+	listenFromBind string
+	listenExplicit bool
+}
+
+// RequestSettings shape the sandbox requests the master sends to nodes
+// (upstream conf.yaml cubelet_conf, extra_conf and log.region).
+type RequestSettings struct {
+	// EnableExposedPort sends exposed ports: a request's com.exposed_ports
+	// annotation, else ExposedPortList (CUBE_MASTER_ENABLE_EXPOSED_PORT,
+	// CUBE_MASTER_EXPOSED_PORTS; upstream cubelet_conf
+	// enable_exposed_port, exposed_port_list; default on with port 80, as
+	// upstream ships).
+	EnableExposedPort bool     `yaml:"enable_exposed_port"`
+	ExposedPortList   []string `yaml:"exposed_port_list"`
+	// BlkQos and FsQos are the cube.master.blk.qos / .fs.qos annotations;
+	// the maps by instance type win (upstream extra_conf).
+	BlkQos    string            `yaml:"blk_qos"`
+	BlkQosMap map[string]string `yaml:"blk_qos_map"`
+	FsQos     string            `yaml:"fs_qos"`
+	FsQosMap  map[string]string `yaml:"fs_qos_map"`
+	// Region fills cube.master.instance.region when a request has none
+	// (CUBE_MASTER_REGION; upstream log.region).
+	Region string `yaml:"region"`
+	// HostMountPrefixes bound host-dir volume paths
+	// (CUBE_MASTER_HOST_MOUNT_PREFIXES; default /data/shared/).
+	HostMountPrefixes []string `yaml:"host_mount_prefixes"`
+	// CreateImageTimeout bounds one CreateImage call
+	// (CUBE_MASTER_CREATE_IMAGE_TIMEOUT, a Go duration; upstream
+	// cubelet_conf create_image_timeout_insec; default 300s).
+	CreateImageTimeout time.Duration `yaml:"create_image_timeout"`
 }
 
 // S3 holds the shared CUBE_S3_* settings; S3 is enabled only when endpoint,
@@ -123,6 +174,11 @@ type Master struct {
 	// legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR). Migrate reads and removes
 	// an artifact's ext4_path only inside one of them. Optional.
 	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
+	// Request shapes the sandbox requests sent to nodes.
+	Request RequestSettings `yaml:"request"`
+	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
+	// (CUBE_MASTER_CA_DIR, default /etc/cube/ca, upstream's path).
+	CADir string `yaml:"ca_dir"`
 }
 
 // DefaultReleaseManifest is where the one-click bundle installs its release
@@ -153,13 +209,19 @@ func Defaults() Config {
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
 		},
-		S3: S3{Region: "us-east-1", UsePathStyle: true},
+		S3:          S3{Region: "us-east-1", UsePathStyle: true},
+		AutoMigrate: true,
 		Master: Master{
 			Listen:             ":8089",
 			TemplateCenterAddr: "http://127.0.0.1:8090",
 			SweepInterval:      time.Minute,
 			NodeProbeInterval:  10 * time.Second,
 			EnvdHostDir:        DefaultEnvdHostDir,
+			Request: RequestSettings{
+				EnableExposedPort: true, ExposedPortList: []string{"80"},
+				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
+			},
+			CADir: "/etc/cube/ca",
 		},
 	}
 }
@@ -168,22 +230,23 @@ func Defaults() Config {
 type Env func(name string) (string, bool)
 
 // Load reads the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH (legacy
-// CUBE_MASTER_CONFIG_PATH), if any, then the environment.
+// CUBE_MASTER_CONFIG_PATH), if any, then the environment. The file may be
+// ours, upstream's conf.yaml (common.http_bind/http_port,
+// common.template_center_addr, common.master_addr, instance_db_config,
+// cubelet_conf, extra_conf, log.region; see upstream.go) or both; our own
+// keys win over upstream's, the environment over both. Unknown keys are
+// warned about by name, or refused with CUBE_TEMPLATE_CENTER_STRICT_CONFIG
+// (--strict-config).
 func Load(env Env) (Config, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
 	c := Defaults()
 	r := reader{env: env}
+	r.bool(&c.Strict, "CUBE_TEMPLATE_CENTER_STRICT_CONFIG")
 	if p, ok := r.lookup("CUBE_TEMPLATE_CENTER_CONFIG_PATH", "CUBE_MASTER_CONFIG_PATH"); ok && p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return c, fmt.Errorf("read config file %s: %w", p, err)
-		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
-			return c, fmt.Errorf("parse config file %s: %w", p, err)
+		if err := c.loadFile(p, &r); err != nil {
+			return c, err
 		}
 		c.ConfigPath = p
 	}
@@ -213,6 +276,9 @@ func Load(env Env) (Config, error) {
 	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
 	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
 	r.str(&c.S3.Prefix, "CUBE_S3_ARTIFACT_PREFIX")
+	if _, ok := r.env("CUBE_TEMPLATE_CENTER_LISTEN"); ok {
+		c.listenExplicit = true
+	}
 	r.str(&c.Listen, "CUBE_TEMPLATE_CENTER_LISTEN")
 	r.str(&c.MasterAddr, "CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT")
 	r.str(&c.RedisAddr, "CUBE_TEMPLATE_CENTER_REDIS_ADDR")
@@ -238,6 +304,7 @@ func Load(env Env) (Config, error) {
 		// data plane's setting above already warns about the legacy name.
 		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
 	}
+	r.readUpstreamEnv(&c)
 	if c.Master.DBDSN == "" {
 		// One database for both processes (not a legacy fallback: no warning).
 		c.Master.DBDSN = c.DBDSN

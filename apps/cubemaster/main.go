@@ -37,6 +37,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cubesandbox/templatecenter/apps/config"
 )
 
 func main() {
@@ -48,6 +50,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	config.AddStrictFlag(root)
 	root.AddCommand(serveCommand(), migrateCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "cubemaster: "+oneLine(err))

@@ -92,8 +92,12 @@ func runServe(ctx context.Context, listen string) error {
 		return err
 	}
 	defer st.Close()
-	if err := startup.Migrate(ctx, st, log); err != nil {
-		return err
+	if cfg.AutoMigrate {
+		if err := startup.Migrate(ctx, st, log); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `cubemaster migrate` out of band")
 	}
 
 	dir, err := do.Invoke[*nodedir.Directory](i)

@@ -20,6 +20,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cubesandbox/templatecenter/apps/config"
 )
 
 func main() {
@@ -31,6 +33,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	config.AddStrictFlag(root)
 	root.AddCommand(buildCommand(), migrateCommand(), serveCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "templatecenter: "+oneLine(err))

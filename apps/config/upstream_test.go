@@ -1,0 +1,148 @@
+package config
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestUpstreamMasterConf(t *testing.T) {
+	for _, strict := range []string{"false", "true"} {
+		c, err := Load(mapEnv(map[string]string{"CUBE_MASTER_CONFIG_PATH": "testdata/upstream-cubemaster.yaml", "CUBE_TEMPLATE_CENTER_STRICT_CONFIG": strict}))
+		if err != nil {
+			t.Fatalf("strict=%s: %v", strict, err)
+		}
+		if c.Master.Listen != "0.0.0.0:8089" || c.Master.TemplateCenterAddr != "http://127.0.0.1:8090" {
+			t.Errorf("listen %q, template center %q", c.Master.Listen, c.Master.TemplateCenterAddr)
+		}
+		if want := "mysql://cube:p@ss@tcp(127.0.0.1:3306)/cube_mysql?parseTime=true&readTimeout=5s&timeout=5s&writeTimeout=5s"; c.DBDSN != want || c.Master.DBDSN != want {
+			t.Errorf("DSN %q / %q, want %q", c.DBDSN, c.Master.DBDSN, want)
+		}
+		r := c.Master.Request
+		if !r.EnableExposedPort || !slices.Equal(r.ExposedPortList, []string{"80"}) || r.Region != "ap-guangzhou" || r.CreateImageTimeout != 300*time.Second {
+			t.Errorf("request settings %+v", r)
+		}
+		// Upstream settings not used are named, never refused; upstream's
+		// legacy config path name warns as before.
+		w := strings.Join(c.Warnings, "\n")
+		for _, want := range []string{"CUBE_MASTER_CONFIG_PATH is deprecated", "common.http_readtimeout", "cubelet_conf.grpc", "redis", "scheduler"} {
+			if !strings.Contains(w, want) {
+				t.Errorf("strict=%s: warnings do not mention %s:\n%s", strict, want, w)
+			}
+		}
+		if strings.Contains(w, "unknown setting") {
+			t.Errorf("an upstream key was taken for an unknown one:\n%s", w)
+		}
+	}
+}
+
+func TestUpstreamTemplateCenterConfAndEnvironment(t *testing.T) {
+	c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": "testdata/upstream-templatecenter.yaml"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "0.0.0.0:8090" || c.MasterAddr != "http://127.0.0.1:8089" {
+		t.Errorf("listen %q, master %q", c.Listen, c.MasterAddr)
+	}
+	if c.DBDSN != "postgres://cube:pw@localhost:5432/cube?connect_timeout=3" {
+		t.Errorf("DSN %q", c.DBDSN)
+	}
+	// The environment wins, as upstream's does.
+	c, err = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": "testdata/upstream-templatecenter.yaml",
+		"CUBE_MASTER_ADDR": "http://m:1", "CUBE_TEMPLATE_CENTER_LISTEN": ":9000", "CUBE_TEMPLATE_CENTER_DB_DSN": "sqlite:///x.db"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MasterAddr != "http://m:1" || c.Listen != ":9000" || c.DBDSN != "sqlite:///x.db" {
+		t.Errorf("environment lost: %q %q %q", c.MasterAddr, c.Listen, c.DBDSN)
+	}
+}
+
+func TestOurKeysWinOverUpstreamKeys(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "conf.yaml")
+	body := "listen: \":7000\"\nmaster_addr: http://ours:1\ndb_dsn: sqlite:///ours.db\nmaster:\n  request:\n    region: ours\n" +
+		"common:\n  http_port: 8090\n  master_addr: http://theirs:1\nlog:\n  region: theirs\ninstance_db_config:\n  addr: h:1\n  db_name: d\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":7000" || c.MasterAddr != "http://ours:1" || c.DBDSN != "sqlite:///ours.db" || c.Master.Request.Region != "ours" {
+		t.Errorf("got %q %q %q %q", c.Listen, c.MasterAddr, c.DBDSN, c.Master.Request.Region)
+	}
+	if c.Master.Listen != ":8090" {
+		t.Errorf("master listen %q: an upstream key fills what ours leave unset", c.Master.Listen)
+	}
+}
+
+func TestUpstreamEnvironmentNames(t *testing.T) {
+	c, err := Load(mapEnv(map[string]string{
+		"CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED": "true", "CUBE_SANDBOX_NODE_IP": "10.1.2.3", "CUBE_AUTO_MIGRATION": "false",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeIP != "10.1.2.3" || c.AutoMigrate {
+		t.Errorf("node ip %q, auto migrate %v", c.NodeIP, c.AutoMigrate)
+	}
+	w := strings.Join(c.Warnings, "\n")
+	if !strings.Contains(w, "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED is ignored because") || !strings.Contains(w, "CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED is deprecated") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	c, _ = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_NODE_IP": "10.9.9.9", "CUBE_SANDBOX_NODE_IP": "10.1.2.3"}))
+	if c.NodeIP != "10.9.9.9" {
+		t.Errorf("node ip %q, want the template center's own name first", c.NodeIP)
+	}
+	if d, _ := Load(nil); !d.AutoMigrate {
+		t.Error("auto migration off by default")
+	}
+}
+
+func TestTemplateCenterListenNarrowsToTheNodeIP(t *testing.T) {
+	local := func(ip net.IP) bool { return ip.Equal(net.ParseIP("10.1.2.3")) }
+	conf := filepath.Join(t.TempDir(), "conf.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		file string
+		env  map[string]string
+		want string
+	}{
+		{"no node ip", "", nil, ":8090"},
+		{"node ip of this host", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "10.1.2.3:8090"},
+		{"http_bind 0.0.0.0 is not a choice", "common:\n  http_bind: 0.0.0.0\n  http_port: 8091\n", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "10.1.2.3:8091"},
+		{"explicit http_bind wins", "common:\n  http_bind: 127.0.0.1\n  http_port: 8091\n", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "127.0.0.1:8091"},
+		{"explicit listen wins", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3", "CUBE_TEMPLATE_CENTER_LISTEN": ":7000"}, ":7000"},
+		{"not this host's (a pod)", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.9.9.9"}, ":8090"},
+		{"not an IP", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "node-a"}, ":8090"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			if tc.file != "" {
+				write(tc.file)
+				env["CUBE_TEMPLATE_CENTER_CONFIG_PATH"] = conf
+			}
+			c, err := Load(mapEnv(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := c.TemplateCenterListen(local); got != tc.want {
+				t.Errorf("listen %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
