@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,12 +56,14 @@ func (a *app) createFromImageCmd() *cobra.Command {
 		req   cubeview.FromImageRequest
 		ports []int32
 		w     waitFlags
+		extra fromImageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create-from-image",
 		Short: "Build a template from an OCI image and distribute it (waits by default)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		// Upstream accepts "--allow-internet-access false" with a space.
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlag("image", req.SourceImageRef); err != nil {
 				return err
 			}
@@ -71,7 +72,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			}
 			req.RequestID = newRequestID()
 			req.ExposedPorts = ports
-			req.RegistryPassword = os.Getenv("CUBE_REGISTRY_PASSWORD")
+			if err := extra.apply(cmd, args, &req, cmd.InOrStdin()); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -92,8 +95,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 	f.StringVar(&req.NetworkType, "network-type", "tap", "network type")
 	f.StringArrayVar(&req.DistributionScope, "node", nil, "target node id or IP (repeatable; default all nodes)")
 	f.Int32SliceVar(&ports, "expose-port", nil, "port to expose (repeatable)")
-	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user; the password comes from $CUBE_REGISTRY_PASSWORD")
+	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user (password: $CUBE_REGISTRY_PASSWORD, --registry-password-stdin or a prompt)")
 	f.StringVar(&req.Alias, "alias", "", "alias to bind to the template")
+	extra.register(cmd)
 	w.register(cmd, true)
 	return cmd
 }
