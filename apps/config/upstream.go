@@ -325,6 +325,10 @@ func (r *reader) readUpstreamEnv(c *Config) {
 		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED is ignored because no builder here loop-mounts an image: "+
 			"both write the ext4 straight from the layer stream, without root or a loop device")
 	}
+	if v, ok := r.lookup("CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API", "CUBE_TC_SERVE_TEMPLATE_API"); ok && upstreamTruthy(v) {
+		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API is ignored because the public /cube/template routes are always served by cubemaster: "+
+			"a second writer of the template tables is what upstream's default (false) avoids too")
+	}
 	m := &c.Master
 	r.bool(&m.Request.EnableExposedPort, "CUBE_MASTER_ENABLE_EXPOSED_PORT")
 	r.list(&m.Request.ExposedPortList, "CUBE_MASTER_EXPOSED_PORTS")
@@ -376,3 +380,13 @@ func IsLocalIP(ip net.IP) bool {
 }
 
 func secondsDuration(s int) time.Duration { return time.Duration(s) * time.Second }
+
+// upstreamTruthy is upstream tcconfig's reading of a switch: 1, true, yes
+// or on, any case; anything else is off.
+func upstreamTruthy(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}

@@ -84,6 +84,7 @@ func TestOurKeysWinOverUpstreamKeys(t *testing.T) {
 func TestUpstreamEnvironmentNames(t *testing.T) {
 	c, err := Load(mapEnv(map[string]string{
 		"CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED": "true", "CUBE_SANDBOX_NODE_IP": "10.1.2.3", "CUBE_AUTO_MIGRATION": "false",
+		"CUBE_TC_SERVE_TEMPLATE_API": "yes",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +94,9 @@ func TestUpstreamEnvironmentNames(t *testing.T) {
 	}
 	w := strings.Join(c.Warnings, "\n")
 	if !strings.Contains(w, "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED is ignored because") || !strings.Contains(w, "CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED is deprecated") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	if !strings.Contains(w, "CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API is ignored because") {
 		t.Errorf("warnings %q", c.Warnings)
 	}
 	c, _ = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_NODE_IP": "10.9.9.9", "CUBE_SANDBOX_NODE_IP": "10.1.2.3"}))
