@@ -127,6 +127,10 @@ type S3 struct {
 	UsePathStyle bool   `yaml:"use_path_style"`
 	UseSSL       bool   `yaml:"use_ssl"`
 	Prefix       string `yaml:"artifact_prefix"`
+	// Off turns S3 off even when it is fully configured: upstream's
+	// CUBE_ARTIFACT_STORE_BACKEND=fs (the CUBE_S3_* settings are then for
+	// the volume plugins only).
+	Off bool `yaml:"-"`
 }
 
 // Reconcile holds the data plane's reconciler settings
@@ -188,9 +192,9 @@ const DefaultReleaseManifest = "/usr/local/services/cubetoolbox/release-manifest
 // DefaultEnvdHostDir is where upstream installs the envd binary.
 const DefaultEnvdHostDir = "/usr/local/share/cubesandbox-envd"
 
-// Enabled reports whether S3 is fully configured.
+// Enabled reports whether S3 is fully configured and not turned off.
 func (s S3) Enabled() bool {
-	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
+	return !s.Off && s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
 }
 
 // Defaults are used for anything neither the file nor the environment sets.
@@ -270,8 +274,10 @@ func Load(env Env) (Config, error) {
 	r.str(&c.ReleaseManifest, "CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST")
 	r.str(&c.S3.Endpoint, "CUBE_S3_ENDPOINT")
 	r.str(&c.S3.Bucket, "CUBE_S3_BUCKET")
-	r.str(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY")
-	r.str(&c.S3.SecretKey, "CUBE_S3_SECRET_KEY")
+	// Two spellings each, neither deprecated here: the _ID ones are
+	// upstream's canonical names (shared with the volume plugins) and win.
+	r.synonym(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY_ID", "CUBE_S3_ACCESS_KEY")
+	r.synonym(&c.S3.SecretKey, "CUBE_S3_SECRET_ACCESS_KEY", "CUBE_S3_SECRET_KEY")
 	r.str(&c.S3.Region, "CUBE_S3_REGION")
 	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
 	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
@@ -362,6 +368,24 @@ func (r *reader) lookup(name string, legacy ...string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// synonym reads a setting with two current names: first wins when both are
+// set (a disagreement is warned about, without the values: they may be
+// secrets); an empty value counts as unset, as upstream reads these.
+func (r *reader) synonym(dst *string, first, second string) {
+	a, _ := r.env(first)
+	b, _ := r.env(second)
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	switch {
+	case a != "":
+		if b != "" && b != a {
+			r.warnings = append(r.warnings, fmt.Sprintf("%s and %s disagree; using %s", first, second, first))
+		}
+		*dst = a
+	case b != "":
+		*dst = b
+	}
 }
 
 func (r *reader) str(dst *string, name string, legacy ...string) {

@@ -325,6 +325,7 @@ func (r *reader) readUpstreamEnv(c *Config) {
 		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED is ignored because no builder here loop-mounts an image: "+
 			"both write the ext4 straight from the layer stream, without root or a loop device")
 	}
+	r.readUpstreamStore(c)
 	if v, ok := r.lookup("CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API", "CUBE_TC_SERVE_TEMPLATE_API"); ok && upstreamTruthy(v) {
 		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API is ignored because the public /cube/template routes are always served by cubemaster: "+
 			"a second writer of the template tables is what upstream's default (false) avoids too")
@@ -389,4 +390,32 @@ func upstreamTruthy(v string) bool {
 		return true
 	}
 	return false
+}
+
+// readUpstreamStore reads upstream's artifact-store switches.
+// CUBE_ARTIFACT_STORE_FS_ROOT is the store directory unless this service's
+// own CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR names one (ours wins, as for
+// every key); it beats the legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR, as
+// upstream's ResolveArtifactFSRoot does. CUBE_ARTIFACT_STORE_BACKEND=fs turns
+// S3 off; any other value is upstream's default, S3 when fully configured.
+func (r *reader) readUpstreamStore(c *Config) {
+	if root, ok := r.env("CUBE_ARTIFACT_STORE_FS_ROOT"); ok && strings.TrimSpace(root) != "" {
+		root = strings.TrimSpace(root)
+		if own, ok := r.env("CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR"); ok && strings.TrimSpace(own) != "" {
+			if strings.TrimSpace(own) != root {
+				r.warnings = append(r.warnings, fmt.Sprintf("CUBE_ARTIFACT_STORE_FS_ROOT=%q is ignored because CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR=%q is set", root, strings.TrimSpace(own)))
+			}
+		} else {
+			c.ArtifactStoreDir = root
+		}
+	}
+	if v, ok := r.env("CUBE_ARTIFACT_STORE_BACKEND"); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "fs":
+			c.S3.Off = true
+		case "", "s3":
+		default:
+			r.warnings = append(r.warnings, fmt.Sprintf("CUBE_ARTIFACT_STORE_BACKEND=%q is read as s3, as upstream reads an unknown value", v))
+		}
+	}
 }

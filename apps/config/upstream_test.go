@@ -150,3 +150,47 @@ func TestTemplateCenterListenNarrowsToTheNodeIP(t *testing.T) {
 		})
 	}
 }
+
+func TestUpstreamArtifactStoreEnvironment(t *testing.T) {
+	s3 := map[string]string{"CUBE_S3_ENDPOINT": "http://s3", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY_ID": "k", "CUBE_S3_SECRET_ACCESS_KEY": "s"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range s3 {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		s3      bool
+		dir     string
+		warning string
+	}{
+		{name: "canonical key names", env: s3, s3: true, dir: "/data/CubeTemplateCenter/storage"},
+		{name: "short key names", env: map[string]string{"CUBE_S3_ENDPOINT": "http://s3", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY": "k", "CUBE_S3_SECRET_KEY": "s"}, s3: true, dir: "/data/CubeTemplateCenter/storage"},
+		{name: "names disagree", env: with(map[string]string{"CUBE_S3_ACCESS_KEY": "other"}), s3: true, dir: "/data/CubeTemplateCenter/storage", warning: "CUBE_S3_ACCESS_KEY_ID and CUBE_S3_ACCESS_KEY disagree"},
+		{name: "backend fs turns s3 off", env: with(map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "FS", "CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store"}), dir: "/srv/store"},
+		{name: "fs root beats the legacy dir", env: map[string]string{"CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/old"}, dir: "/srv/store", warning: "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR is deprecated"},
+		{name: "our dir beats the fs root", env: map[string]string{"CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store", "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/ours"}, dir: "/ours", warning: "CUBE_ARTIFACT_STORE_FS_ROOT=\"/srv/store\" is ignored because"},
+		{name: "unknown backend reads as s3", env: with(map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "gcs"}), s3: true, dir: "/data/CubeTemplateCenter/storage", warning: "is read as s3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(mapEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.S3.Enabled() != tc.s3 || c.ArtifactStoreDir != tc.dir {
+				t.Errorf("s3 %v dir %q, want %v %q", c.S3.Enabled(), c.ArtifactStoreDir, tc.s3, tc.dir)
+			}
+			w := strings.Join(c.Warnings, "\n")
+			if tc.warning == "" && w != "" || !strings.Contains(w, tc.warning) {
+				t.Errorf("warnings %q, want %q", w, tc.warning)
+			}
+		})
+	}
+}
