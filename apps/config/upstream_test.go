@@ -194,3 +194,44 @@ func TestUpstreamArtifactStoreEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestCompatibilityEnvironment pins the environment rows of
+// docs/compatibility.md that no other test reads.
+func TestCompatibilityEnvironment(t *testing.T) {
+	c, err := Load(mapEnv(map[string]string{
+		"CUBE_TEMPLATE_CALLBACK_TOKEN":             "s3cret",
+		"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN": "true",
+		"CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER":     "true",
+		"CUBE_TC_MAX_CONCURRENT_BUILDS":            "3",
+		"CUBE_MASTER_ENABLE_EXPOSED_PORT":          "false",
+		"CUBE_MASTER_EXPOSED_PORTS":                "80,8080",
+		"CUBE_MASTER_REGION":                       "ap-shanghai",
+		"CUBE_MASTER_HOST_MOUNT_PREFIXES":          "/data/shared/,/srv/",
+		"CUBE_MASTER_CREATE_IMAGE_TIMEOUT":         "90s",
+		"CUBE_MASTER_CA_DIR":                       "/srv/ca",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Master.Request
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"callback token", c.CallbackToken == "s3cret"},
+		{"insecure opt-out", c.CallbackInsecureNoToken},
+		{"upstream master", c.UpstreamMaster},
+		{"legacy build concurrency", c.MaxConcurrentBuilds == 3},
+		{"exposed port switch", !r.EnableExposedPort},
+		{"exposed ports", strings.Join(r.ExposedPortList, ",") == "80,8080"},
+		{"region", r.Region == "ap-shanghai"},
+		{"host mount prefixes", strings.Join(r.HostMountPrefixes, ",") == "/data/shared/,/srv/"},
+		{"create image timeout", r.CreateImageTimeout == 90*time.Second},
+		{"ca dir", c.Master.CADir == "/srv/ca"},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			t.Errorf("%s not read from the environment: %+v", ch.name, c)
+		}
+	}
+}
