@@ -8,17 +8,37 @@ PKGS    ?= ./...
 # tests build and run binaries and talk to servers, which the test cache
 # cannot see, so their results must never be reused.
 TESTFLAGS ?= -p 2 -count=1 -timeout 30m
+# --version prints these (apps/internal/version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/cubesandbox/templatecenter/apps/internal/version.Version=$(VERSION) \
+           -X github.com/cubesandbox/templatecenter/apps/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build test test-short db-report lint generate bench servers servers-stop clean
+.PHONY: all build demo test test-short db-report lint generate docs tools bench servers servers-stop clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./apps/... ./plugins/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./apps/... ./plugins/...
 
-test: build
+# demo: cubemaster dev on a fresh data dir, the example image built into a
+# template and distributed to the embedded node, its sha256 checked there,
+# a summary printed, dev stopped. Offline; needs only Go.
+demo: build
+	$(GO) run ./internal/demo --bin $(BIN)
+
+test: build tools
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# tools installs what some tests run as external programs (helm, for the
+# chart tests), with the Go toolchain only.
+tools:
+	bash scripts/tools.sh
+
+# docs regenerates docs/configuration.md from apps/config.
+docs:
+	$(GO) test ./apps/config -run TestConfigurationReference -update
 
 # db-report reruns the store and lock conformance suites and the
 # multi-process I1 tests verbosely, keeping one line per database, so a CI

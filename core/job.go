@@ -168,6 +168,13 @@ type Job struct {
 	// ActiveKey is non-empty exactly while the job is active. The store keeps
 	// it in a nullable unique column, which is what enforces invariant I1.
 	ActiveKey string
+	// RegistryAuth is the request's registry credentials, sealed by a
+	// ports.Sealer (opaque here); "" when there are none or nothing could
+	// seal them. A redo that rebuilds a private image opens it.
+	RegistryAuth string
+	// RequestID is the id of the API request that submitted the job
+	// (request_id; convergence marks its redo jobs with it).
+	RequestID string
 
 	Pull PullProgress
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -138,3 +139,27 @@ func NormalizeAlias(alias *string) (string, error) {
 	}
 	return *alias, nil
 }
+
+// NameKind says what a name in the template namespace is.
+type NameKind string
+
+// Name kinds.
+const (
+	NameID    NameKind = "id"
+	NameAlias NameKind = "alias"
+)
+
+// NameTakenError refuses a template id or alias already held by another
+// template (or by this one as the other kind). It wraps ErrConflict.
+type NameTakenError struct {
+	Name       string
+	Holder     string // the template that holds it
+	HolderKind NameKind
+}
+
+func (e *NameTakenError) Error() string {
+	return fmt.Sprintf("%q is already the %s of template %s", e.Name, e.HolderKind, e.Holder)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *NameTakenError) Unwrap() error { return ErrConflict }

@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -82,6 +83,7 @@ func checkColumn(t, c string) error {
 			rootfsartifact.Table:        rootfsartifact.ValidColumn,
 			templatedefinition.Table:    templatedefinition.ValidColumn,
 			templateimagejob.Table:      templateimagejob.ValidColumn,
+			templatename.Table:          templatename.ValidColumn,
 			templatenode.Table:          templatenode.ValidColumn,
 			templatereplica.Table:       templatereplica.ValidColumn,
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -33,6 +34,7 @@ const (
 	TypeRootfsArtifact        = "RootfsArtifact"
 	TypeTemplateDefinition    = "TemplateDefinition"
 	TypeTemplateImageJob      = "TemplateImageJob"
+	TypeTemplateName          = "TemplateName"
 	TypeTemplateNode          = "TemplateNode"
 	TypeTemplateReplica       = "TemplateReplica"
 )
@@ -4089,6 +4091,7 @@ type TemplateImageJobMutation struct {
 	pull_speed_bps            *int64
 	addpull_speed_bps         *int64
 	active_key                *string
+	registry_auth             *string
 	clearedFields             map[string]struct{}
 	done                      bool
 	oldValue                  func(context.Context) (*TemplateImageJob, error)
@@ -5983,6 +5986,55 @@ func (m *TemplateImageJobMutation) ResetActiveKey() {
 	delete(m.clearedFields, templateimagejob.FieldActiveKey)
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (m *TemplateImageJobMutation) SetRegistryAuth(s string) {
+	m.registry_auth = &s
+}
+
+// RegistryAuth returns the value of the "registry_auth" field in the mutation.
+func (m *TemplateImageJobMutation) RegistryAuth() (r string, exists bool) {
+	v := m.registry_auth
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRegistryAuth returns the old "registry_auth" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldRegistryAuth(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRegistryAuth is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRegistryAuth requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRegistryAuth: %w", err)
+	}
+	return oldValue.RegistryAuth, nil
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (m *TemplateImageJobMutation) ClearRegistryAuth() {
+	m.registry_auth = nil
+	m.clearedFields[templateimagejob.FieldRegistryAuth] = struct{}{}
+}
+
+// RegistryAuthCleared returns if the "registry_auth" field was cleared in this mutation.
+func (m *TemplateImageJobMutation) RegistryAuthCleared() bool {
+	_, ok := m.clearedFields[templateimagejob.FieldRegistryAuth]
+	return ok
+}
+
+// ResetRegistryAuth resets all changes to the "registry_auth" field.
+func (m *TemplateImageJobMutation) ResetRegistryAuth() {
+	m.registry_auth = nil
+	delete(m.clearedFields, templateimagejob.FieldRegistryAuth)
+}
+
 // Where appends a list predicates to the TemplateImageJobMutation builder.
 func (m *TemplateImageJobMutation) Where(ps ...predicate.TemplateImageJob) {
 	m.predicates = append(m.predicates, ps...)
@@ -6017,7 +6069,7 @@ func (m *TemplateImageJobMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateImageJobMutation) Fields() []string {
-	fields := make([]string, 0, 42)
+	fields := make([]string, 0, 43)
 	if m.created_at != nil {
 		fields = append(fields, templateimagejob.FieldCreatedAt)
 	}
@@ -6144,6 +6196,9 @@ func (m *TemplateImageJobMutation) Fields() []string {
 	if m.active_key != nil {
 		fields = append(fields, templateimagejob.FieldActiveKey)
 	}
+	if m.registry_auth != nil {
+		fields = append(fields, templateimagejob.FieldRegistryAuth)
+	}
 	return fields
 }
 
@@ -6236,6 +6291,8 @@ func (m *TemplateImageJobMutation) Field(name string) (ent.Value, bool) {
 		return m.PullSpeedBps()
 	case templateimagejob.FieldActiveKey:
 		return m.ActiveKey()
+	case templateimagejob.FieldRegistryAuth:
+		return m.RegistryAuth()
 	}
 	return nil, false
 }
@@ -6329,6 +6386,8 @@ func (m *TemplateImageJobMutation) OldField(ctx context.Context, name string) (e
 		return m.OldPullSpeedBps(ctx)
 	case templateimagejob.FieldActiveKey:
 		return m.OldActiveKey(ctx)
+	case templateimagejob.FieldRegistryAuth:
+		return m.OldRegistryAuth(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6632,6 +6691,13 @@ func (m *TemplateImageJobMutation) SetField(name string, value ent.Value) error 
 		}
 		m.SetActiveKey(v)
 		return nil
+	case templateimagejob.FieldRegistryAuth:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRegistryAuth(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6803,6 +6869,9 @@ func (m *TemplateImageJobMutation) ClearedFields() []string {
 	if m.FieldCleared(templateimagejob.FieldActiveKey) {
 		fields = append(fields, templateimagejob.FieldActiveKey)
 	}
+	if m.FieldCleared(templateimagejob.FieldRegistryAuth) {
+		fields = append(fields, templateimagejob.FieldRegistryAuth)
+	}
 	return fields
 }
 
@@ -6834,6 +6903,9 @@ func (m *TemplateImageJobMutation) ClearField(name string) error {
 		return nil
 	case templateimagejob.FieldActiveKey:
 		m.ClearActiveKey()
+		return nil
+	case templateimagejob.FieldRegistryAuth:
+		m.ClearRegistryAuth()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob nullable field %s", name)
@@ -6969,6 +7041,9 @@ func (m *TemplateImageJobMutation) ResetField(name string) error {
 	case templateimagejob.FieldActiveKey:
 		m.ResetActiveKey()
 		return nil
+	case templateimagejob.FieldRegistryAuth:
+		m.ResetRegistryAuth()
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -7019,6 +7094,494 @@ func (m *TemplateImageJobMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TemplateImageJobMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TemplateImageJob edge %s", name)
+}
+
+// TemplateNameMutation represents an operation that mutates the TemplateName nodes in the graph.
+type TemplateNameMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	name          *string
+	template_id   *string
+	kind          *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*TemplateName, error)
+	predicates    []predicate.TemplateName
+}
+
+var _ ent.Mutation = (*TemplateNameMutation)(nil)
+
+// templatenameOption allows management of the mutation configuration using functional options.
+type templatenameOption func(*TemplateNameMutation)
+
+// newTemplateNameMutation creates new mutation for the TemplateName entity.
+func newTemplateNameMutation(c config, op Op, opts ...templatenameOption) *TemplateNameMutation {
+	m := &TemplateNameMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTemplateName,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTemplateNameID sets the ID field of the mutation.
+func withTemplateNameID(id int) templatenameOption {
+	return func(m *TemplateNameMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TemplateName
+		)
+		m.oldValue = func(ctx context.Context) (*TemplateName, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TemplateName.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTemplateName sets the old TemplateName of the mutation.
+func withTemplateName(node *TemplateName) templatenameOption {
+	return func(m *TemplateNameMutation) {
+		m.oldValue = func(context.Context) (*TemplateName, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TemplateNameMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TemplateNameMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TemplateNameMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TemplateNameMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TemplateName.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *TemplateNameMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *TemplateNameMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *TemplateNameMutation) ResetName() {
+	m.name = nil
+}
+
+// SetTemplateID sets the "template_id" field.
+func (m *TemplateNameMutation) SetTemplateID(s string) {
+	m.template_id = &s
+}
+
+// TemplateID returns the value of the "template_id" field in the mutation.
+func (m *TemplateNameMutation) TemplateID() (r string, exists bool) {
+	v := m.template_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTemplateID returns the old "template_id" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldTemplateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTemplateID: %w", err)
+	}
+	return oldValue.TemplateID, nil
+}
+
+// ResetTemplateID resets all changes to the "template_id" field.
+func (m *TemplateNameMutation) ResetTemplateID() {
+	m.template_id = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *TemplateNameMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *TemplateNameMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *TemplateNameMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TemplateNameMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TemplateNameMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TemplateNameMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the TemplateNameMutation builder.
+func (m *TemplateNameMutation) Where(ps ...predicate.TemplateName) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TemplateNameMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TemplateNameMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TemplateName, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TemplateNameMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TemplateNameMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TemplateName).
+func (m *TemplateNameMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TemplateNameMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.name != nil {
+		fields = append(fields, templatename.FieldName)
+	}
+	if m.template_id != nil {
+		fields = append(fields, templatename.FieldTemplateID)
+	}
+	if m.kind != nil {
+		fields = append(fields, templatename.FieldKind)
+	}
+	if m.created_at != nil {
+		fields = append(fields, templatename.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TemplateNameMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case templatename.FieldName:
+		return m.Name()
+	case templatename.FieldTemplateID:
+		return m.TemplateID()
+	case templatename.FieldKind:
+		return m.Kind()
+	case templatename.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TemplateNameMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case templatename.FieldName:
+		return m.OldName(ctx)
+	case templatename.FieldTemplateID:
+		return m.OldTemplateID(ctx)
+	case templatename.FieldKind:
+		return m.OldKind(ctx)
+	case templatename.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNameMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case templatename.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case templatename.FieldTemplateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTemplateID(v)
+		return nil
+	case templatename.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case templatename.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TemplateNameMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TemplateNameMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNameMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown TemplateName numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TemplateNameMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TemplateNameMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TemplateNameMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TemplateName nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TemplateNameMutation) ResetField(name string) error {
+	switch name {
+	case templatename.FieldName:
+		m.ResetName()
+		return nil
+	case templatename.FieldTemplateID:
+		m.ResetTemplateID()
+		return nil
+	case templatename.FieldKind:
+		m.ResetKind()
+		return nil
+	case templatename.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TemplateNameMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TemplateNameMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TemplateNameMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TemplateNameMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TemplateNameMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TemplateNameMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TemplateNameMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TemplateName unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TemplateNameMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TemplateName edge %s", name)
 }
 
 // TemplateNodeMutation represents an operation that mutates the TemplateNode nodes in the graph.

@@ -8,6 +8,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -496,6 +497,62 @@ func init() {
 	templateimagejobDescActiveKey := templateimagejobFields[38].Descriptor()
 	// templateimagejob.ActiveKeyValidator is a validator for the "active_key" field. It is called by the builders before save.
 	templateimagejob.ActiveKeyValidator = templateimagejobDescActiveKey.Validators[0].(func(string) error)
+	templatenameFields := schema.TemplateName{}.Fields()
+	_ = templatenameFields
+	// templatenameDescName is the schema descriptor for name field.
+	templatenameDescName := templatenameFields[0].Descriptor()
+	// templatename.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	templatename.NameValidator = func() func(string) error {
+		validators := templatenameDescName.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(name string) error {
+			for _, fn := range fns {
+				if err := fn(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// templatenameDescTemplateID is the schema descriptor for template_id field.
+	templatenameDescTemplateID := templatenameFields[1].Descriptor()
+	// templatename.TemplateIDValidator is a validator for the "template_id" field. It is called by the builders before save.
+	templatename.TemplateIDValidator = func() func(string) error {
+		validators := templatenameDescTemplateID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(template_id string) error {
+			for _, fn := range fns {
+				if err := fn(template_id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// templatenameDescKind is the schema descriptor for kind field.
+	templatenameDescKind := templatenameFields[2].Descriptor()
+	// templatename.KindValidator is a validator for the "kind" field. It is called by the builders before save.
+	templatename.KindValidator = func() func(string) error {
+		validators := templatenameDescKind.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(kind string) error {
+			for _, fn := range fns {
+				if err := fn(kind); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
 	templatenodeFields := schema.TemplateNode{}.Fields()
 	_ = templatenodeFields
 	// templatenodeDescNodeID is the schema descriptor for node_id field.

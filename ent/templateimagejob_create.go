@@ -578,6 +578,20 @@ func (_c *TemplateImageJobCreate) SetNillableActiveKey(v *string) *TemplateImage
 	return _c
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (_c *TemplateImageJobCreate) SetRegistryAuth(v string) *TemplateImageJobCreate {
+	_c.mutation.SetRegistryAuth(v)
+	return _c
+}
+
+// SetNillableRegistryAuth sets the "registry_auth" field if the given value is not nil.
+func (_c *TemplateImageJobCreate) SetNillableRegistryAuth(v *string) *TemplateImageJobCreate {
+	if v != nil {
+		_c.SetRegistryAuth(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_c *TemplateImageJobCreate) Mutation() *TemplateImageJobMutation {
 	return _c.mutation
@@ -1172,6 +1186,10 @@ func (_c *TemplateImageJobCreate) createSpec() (*TemplateImageJob, *sqlgraph.Cre
 	if value, ok := _c.mutation.ActiveKey(); ok {
 		_spec.SetField(templateimagejob.FieldActiveKey, field.TypeString, value)
 		_node.ActiveKey = &value
+	}
+	if value, ok := _c.mutation.RegistryAuth(); ok {
+		_spec.SetField(templateimagejob.FieldRegistryAuth, field.TypeString, value)
+		_node.RegistryAuth = value
 	}
 	return _node, _spec
 }
@@ -1786,6 +1804,24 @@ func (u *TemplateImageJobUpsert) UpdateActiveKey() *TemplateImageJobUpsert {
 // ClearActiveKey clears the value of the "active_key" field.
 func (u *TemplateImageJobUpsert) ClearActiveKey() *TemplateImageJobUpsert {
 	u.SetNull(templateimagejob.FieldActiveKey)
+	return u
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsert) SetRegistryAuth(v string) *TemplateImageJobUpsert {
+	u.Set(templateimagejob.FieldRegistryAuth, v)
+	return u
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsert) UpdateRegistryAuth() *TemplateImageJobUpsert {
+	u.SetExcluded(templateimagejob.FieldRegistryAuth)
+	return u
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsert) ClearRegistryAuth() *TemplateImageJobUpsert {
+	u.SetNull(templateimagejob.FieldRegistryAuth)
 	return u
 }
 
@@ -2495,6 +2531,27 @@ func (u *TemplateImageJobUpsertOne) UpdateActiveKey() *TemplateImageJobUpsertOne
 func (u *TemplateImageJobUpsertOne) ClearActiveKey() *TemplateImageJobUpsertOne {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.ClearActiveKey()
+	})
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsertOne) SetRegistryAuth(v string) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetRegistryAuth(v)
+	})
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertOne) UpdateRegistryAuth() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateRegistryAuth()
+	})
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsertOne) ClearRegistryAuth() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearRegistryAuth()
 	})
 }
 
@@ -3370,6 +3427,27 @@ func (u *TemplateImageJobUpsertBulk) UpdateActiveKey() *TemplateImageJobUpsertBu
 func (u *TemplateImageJobUpsertBulk) ClearActiveKey() *TemplateImageJobUpsertBulk {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.ClearActiveKey()
+	})
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsertBulk) SetRegistryAuth(v string) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetRegistryAuth(v)
+	})
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertBulk) UpdateRegistryAuth() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateRegistryAuth()
+	})
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsertBulk) ClearRegistryAuth() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearRegistryAuth()
 	})
 }
 

@@ -22,6 +22,8 @@ type Tx struct {
 	TemplateDefinition *TemplateDefinitionClient
 	// TemplateImageJob is the client for interacting with the TemplateImageJob builders.
 	TemplateImageJob *TemplateImageJobClient
+	// TemplateName is the client for interacting with the TemplateName builders.
+	TemplateName *TemplateNameClient
 	// TemplateNode is the client for interacting with the TemplateNode builders.
 	TemplateNode *TemplateNodeClient
 	// TemplateReplica is the client for interacting with the TemplateReplica builders.
@@ -161,6 +163,7 @@ func (tx *Tx) init() {
 	tx.RootfsArtifact = NewRootfsArtifactClient(tx.config)
 	tx.TemplateDefinition = NewTemplateDefinitionClient(tx.config)
 	tx.TemplateImageJob = NewTemplateImageJobClient(tx.config)
+	tx.TemplateName = NewTemplateNameClient(tx.config)
 	tx.TemplateNode = NewTemplateNodeClient(tx.config)
 	tx.TemplateReplica = NewTemplateReplicaClient(tx.config)
 }

@@ -32,4 +32,11 @@ type Lock interface {
 	// cannot be confirmed, the session behind the lock is destroyed rather
 	// than reused, so the lock can never leak to another caller.
 	Unlock(ctx context.Context) error
+	// Lost is closed when the lock can no longer be trusted: the session
+	// behind it died or stopped answering, so another caller may hold it
+	// now. A holder must stop writing what the lock protects once it is
+	// closed. A lock whose holder's process or host dies is freed within a
+	// bounded time (an adapter keeps its session alive only while the
+	// holder runs), never left held for hours.
+	Lost() <-chan struct{}
 }

@@ -174,9 +174,14 @@ func (s *Source) fetchLayers(ctx context.Context, req ports.ImageRequest, img *p
 // ensureBlob returns the cached path of d, downloading it if needed with
 // retries that resume from the bytes already on disk.
 func (s *Source) ensureBlob(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress) (string, error) {
-	if p, ok, err := s.opts.Cache.Get(d.Digest); err != nil {
+	p, ok, err := s.opts.Cache.Get(d.Digest)
+	if err != nil {
 		return "", err
-	} else if ok {
+	}
+	if s.opts.Observer != nil {
+		s.opts.Observer.LayerCacheLookup(ok)
+	}
+	if ok {
 		s.log.DebugContext(ctx, "layer cache hit", "digest", d.Digest.String())
 		prog.set(d.Digest, d.Size, 0)
 		return p, nil
@@ -262,6 +267,9 @@ func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r re
 			}
 			cur += int64(n)
 			prog.set(d.Digest, cur, int64(n))
+			if s.opts.Observer != nil {
+				s.opts.Observer.LayerBytesPulled(int64(n))
+			}
 		}
 		if rerr == io.EOF {
 			break

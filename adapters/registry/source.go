@@ -68,6 +68,18 @@ type Options struct {
 	Resolver Resolver
 	// UserAgent is sent to registries (default "cube-templatecenter").
 	UserAgent string
+	// Observer, when set, is told of every layer cache lookup and of the
+	// layer bytes downloaded from registries (the apps count them as
+	// metrics).
+	Observer Observer
+}
+
+// Observer receives layer cache lookups and downloaded byte counts. It is
+// called from the download goroutines, so it must be safe for concurrent
+// use and quick.
+type Observer interface {
+	LayerCacheLookup(hit bool)
+	LayerBytesPulled(n int64)
 }
 
 // Limits bound what an image may contain. Zero values mean the defaults.

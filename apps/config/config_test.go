@@ -131,7 +131,7 @@ func TestMasterSettings(t *testing.T) {
 		check func(Master) bool
 	}{
 		{"defaults", nil, func(m Master) bool {
-			return m.Listen == ":8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
+			return m.Listen == "127.0.0.1:8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
 				m.EnvdHostDir == DefaultEnvdHostDir && m.Nodes == "" && m.DownloadBaseURL == "" && m.NodeProbeInterval == 10*time.Second &&
 				m.DBDSN == Defaults().DBDSN
 		}},

@@ -120,8 +120,19 @@ func splitFile(doc *yaml.Node, strict bool) (fileKeys, []string, error) {
 	var unknown, notes []string
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
+		ourField := fieldByTag(ourType, k.Value)
 		switch {
-		case fieldByTag(ourType, k.Value) != nil:
+		case ourField != nil && slices.Contains(upstreamSections, k.Value):
+			// A section both files have (log): our keys are ours, the
+			// rest upstream's.
+			mine, theirs := splitMapping(v, ourField.Type)
+			fk.ours.Content = append(fk.ours.Content, k, mine)
+			markSet(fk.set, k.Value, mine, ourField.Type)
+			fk.upstream.Content = append(fk.upstream.Content, k, theirs)
+			if extra := unknownKeys(theirs, upstreamSectionType(k.Value), k.Value); len(extra) > 0 {
+				notes = append(notes, fmt.Sprintf("conf.yaml: upstream settings not used by this service: %s", strings.Join(extra, ", ")))
+			}
+		case ourField != nil:
 			fk.ours.Content = append(fk.ours.Content, k, v)
 			markSet(fk.set, k.Value, v, fieldByTag(ourType, k.Value).Type)
 			unknown = append(unknown, unknownKeys(v, fieldByTag(ourType, k.Value).Type, k.Value)...)
@@ -143,6 +154,24 @@ func splitFile(doc *yaml.Node, strict bool) (fileKeys, []string, error) {
 		warnings = append(warnings, fmt.Sprintf("conf.yaml: unknown setting %q ignored", k))
 	}
 	return fk, append(warnings, notes...), nil
+}
+
+// splitMapping splits mapping node n into the keys struct type t has a
+// field for and the others. A node that is not a mapping is all t's (the
+// decoder then names the mismatch).
+func splitMapping(n *yaml.Node, t reflect.Type) (mine, theirs *yaml.Node) {
+	mine, theirs = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	if n.Kind != yaml.MappingNode {
+		return n, theirs
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if fieldByTag(t, n.Content[i].Value) != nil {
+			mine.Content = append(mine.Content, n.Content[i], n.Content[i+1])
+		} else {
+			theirs.Content = append(theirs.Content, n.Content[i], n.Content[i+1])
+		}
+	}
+	return mine, theirs
 }
 
 // upstreamSectionType is the type this service decodes an upstream
@@ -214,23 +243,28 @@ func markSet(set map[string]bool, key string, v *yaml.Node, t reflect.Type) {
 }
 
 // applyUpstream fills this service's settings from upstream's keys where
-// the file does not set ours.
+// the file does not set ours, recording where each value came from.
 func (c *Config) applyUpstream(u upstreamFile, set map[string]bool) error {
+	from := func(env, key string) { c.Sources[env] = "file (upstream " + key + ")" }
 	if listen := upstreamListen(u.Common.HTTPBind, u.Common.HTTPPort); listen != "" {
 		// Each upstream process reads its own file, so the address is the
 		// one of whichever service reads this file.
 		if !set["listen"] {
 			c.Listen, c.listenFromBind = listen, strings.TrimSpace(u.Common.HTTPBind)
+			from("CUBE_TEMPLATE_CENTER_LISTEN", "common.http_bind/http_port")
 		}
 		if !set["master.listen"] {
 			c.Master.Listen = listen
+			from("CUBE_MASTER_LISTEN", "common.http_bind/http_port")
 		}
 	}
 	if v := strings.TrimSpace(u.Common.TemplateCenterAddr); v != "" && !set["master.template_center_addr"] {
 		c.Master.TemplateCenterAddr = v
+		from("CUBE_TEMPLATE_CENTER_ADDR", "common.template_center_addr")
 	}
 	if v := strings.TrimSpace(u.Common.MasterAddr); v != "" && !set["master_addr"] {
 		c.MasterAddr = v
+		from("CUBE_MASTER_ADDR", "common.master_addr")
 	}
 	if u.InstanceDB != nil && !set["db_dsn"] {
 		dsn, err := u.InstanceDB.DSN()
@@ -238,31 +272,40 @@ func (c *Config) applyUpstream(u upstreamFile, set map[string]bool) error {
 			return err
 		}
 		c.DBDSN = dsn
+		from("CUBE_TEMPLATE_CENTER_DB_DSN", "instance_db_config")
 	}
 	r := &c.Master.Request
 	if v := u.CubeletConf.EnableExposedPort; v != nil && !set["master.request.enable_exposed_port"] {
 		r.EnableExposedPort = *v
+		from("CUBE_MASTER_ENABLE_EXPOSED_PORT", "cubelet_conf.enable_exposed_port")
 	}
 	if u.CubeletConf.ExposedPortList != nil && !set["master.request.exposed_port_list"] {
 		r.ExposedPortList = u.CubeletConf.ExposedPortList
+		from("CUBE_MASTER_EXPOSED_PORTS", "cubelet_conf.exposed_port_list")
 	}
 	if s := u.CubeletConf.CreateImageTimeoutInSec; s > 0 && !set["master.request.create_image_timeout"] {
 		r.CreateImageTimeout = secondsDuration(s)
+		from("CUBE_MASTER_CREATE_IMAGE_TIMEOUT", "cubelet_conf.create_image_timeout_insec")
 	}
 	if v := u.ExtraConf.BlkQos; v != "" && !set["master.request.blk_qos"] {
 		r.BlkQos = v
+		from("CUBE_MASTER_BLK_QOS", "extra_conf.blk_qos")
 	}
 	if u.ExtraConf.BlkQosMap != nil && !set["master.request.blk_qos_map"] {
 		r.BlkQosMap = u.ExtraConf.BlkQosMap
+		from("CUBE_MASTER_BLK_QOS_MAP", "extra_conf.blk_qos_map")
 	}
 	if v := u.ExtraConf.FsQos; v != "" && !set["master.request.fs_qos"] {
 		r.FsQos = v
+		from("CUBE_MASTER_FS_QOS", "extra_conf.fs_qos")
 	}
 	if u.ExtraConf.FsQosMap != nil && !set["master.request.fs_qos_map"] {
 		r.FsQosMap = u.ExtraConf.FsQosMap
+		from("CUBE_MASTER_FS_QOS_MAP", "extra_conf.fs_qos_map")
 	}
 	if v := u.Log.Region; v != "" && !set["master.request.region"] {
 		r.Region = v
+		from("CUBE_MASTER_REGION", "log.region")
 	}
 	return nil
 }
@@ -281,7 +324,7 @@ func upstreamListen(bind string, port int) string {
 func (c *Config) loadFile(path string, r *reader) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("read config file %s: %w", path, err)
+		return fmt.Errorf("read config file %s (%s): %w", path, PathVariable, err)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -299,6 +342,7 @@ func (c *Config) loadFile(path string, r *reader) error {
 	if err := fk.upstream.Decode(&u); err != nil {
 		return fmt.Errorf("parse config file %s (upstream settings): %w", path, err)
 	}
+	markFileSources(c, b)
 	if err := c.applyUpstream(u, fk.set); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
@@ -308,35 +352,23 @@ func (c *Config) loadFile(path string, r *reader) error {
 	return nil
 }
 
-// readUpstreamEnv reads the upstream environment names with no setting of
-// their own here, and the settings added for upstream's conf.yaml.
+// readUpstreamEnv applies what upstream's environment means beyond the
+// settings' values: the variables accepted and ignored (IgnoredVariables)
+// are logged, and CUBE_ARTIFACT_STORE_BACKEND=fs turns S3 off; any other
+// value is upstream's default, S3 when fully configured.
 func (r *reader) readUpstreamEnv(c *Config) {
-	r.str(&c.NodeIP, "CUBE_TEMPLATE_CENTER_NODE_IP")
-	if c.NodeIP == "" {
-		// Upstream's installer sets this one for every unit; reusing it is
-		// intended, not a deprecated spelling.
-		if v, ok := r.env("CUBE_SANDBOX_NODE_IP"); ok {
-			c.NodeIP = strings.TrimSpace(v)
+	for _, v := range IgnoredVariables() {
+		if val, ok := r.lookup(v.Env, v.Legacy...); ok && v.active(val) {
+			r.warnings = append(r.warnings, v.Env+" is ignored because "+v.Reason)
 		}
 	}
-	r.bool(&c.AutoMigrate, "CUBE_AUTO_MIGRATION")
-	r.bool(&c.UpstreamMaster, "CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER")
-	if v, ok := r.lookup("CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED", "CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED"); ok && strings.TrimSpace(v) != "" {
-		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED is ignored because no builder here loop-mounts an image: "+
-			"both write the ext4 straight from the layer stream, without root or a loop device")
+	switch strings.ToLower(strings.TrimSpace(c.ArtifactStoreBackend)) {
+	case "fs":
+		c.S3.Off = true
+	case "", "s3":
+	default:
+		r.warnings = append(r.warnings, fmt.Sprintf("CUBE_ARTIFACT_STORE_BACKEND=%q is read as s3, as upstream reads an unknown value", c.ArtifactStoreBackend))
 	}
-	r.readUpstreamStore(c)
-	if v, ok := r.lookup("CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API", "CUBE_TC_SERVE_TEMPLATE_API"); ok && upstreamTruthy(v) {
-		r.warnings = append(r.warnings, "CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API is ignored because the public /cube/template routes are always served by cubemaster: "+
-			"a second writer of the template tables is what upstream's default (false) avoids too")
-	}
-	m := &c.Master
-	r.bool(&m.Request.EnableExposedPort, "CUBE_MASTER_ENABLE_EXPOSED_PORT")
-	r.list(&m.Request.ExposedPortList, "CUBE_MASTER_EXPOSED_PORTS")
-	r.str(&m.Request.Region, "CUBE_MASTER_REGION")
-	r.list(&m.Request.HostMountPrefixes, "CUBE_MASTER_HOST_MOUNT_PREFIXES")
-	r.duration(&m.Request.CreateImageTimeout, "CUBE_MASTER_CREATE_IMAGE_TIMEOUT")
-	r.str(&m.CADir, "CUBE_MASTER_CA_DIR")
 }
 
 // TemplateCenterListen is the data plane's listen address, narrowed to
@@ -390,32 +422,4 @@ func upstreamTruthy(v string) bool {
 		return true
 	}
 	return false
-}
-
-// readUpstreamStore reads upstream's artifact-store switches.
-// CUBE_ARTIFACT_STORE_FS_ROOT is the store directory unless this service's
-// own CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR names one (ours wins, as for
-// every key); it beats the legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR, as
-// upstream's ResolveArtifactFSRoot does. CUBE_ARTIFACT_STORE_BACKEND=fs turns
-// S3 off; any other value is upstream's default, S3 when fully configured.
-func (r *reader) readUpstreamStore(c *Config) {
-	if root, ok := r.env("CUBE_ARTIFACT_STORE_FS_ROOT"); ok && strings.TrimSpace(root) != "" {
-		root = strings.TrimSpace(root)
-		if own, ok := r.env("CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR"); ok && strings.TrimSpace(own) != "" {
-			if strings.TrimSpace(own) != root {
-				r.warnings = append(r.warnings, fmt.Sprintf("CUBE_ARTIFACT_STORE_FS_ROOT=%q is ignored because CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR=%q is set", root, strings.TrimSpace(own)))
-			}
-		} else {
-			c.ArtifactStoreDir = root
-		}
-	}
-	if v, ok := r.env("CUBE_ARTIFACT_STORE_BACKEND"); ok {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "fs":
-			c.S3.Off = true
-		case "", "s3":
-		default:
-			r.warnings = append(r.warnings, fmt.Sprintf("CUBE_ARTIFACT_STORE_BACKEND=%q is read as s3, as upstream reads an unknown value", v))
-		}
-	}
 }

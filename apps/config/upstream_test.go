@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,10 +27,22 @@ func TestUpstreamMasterConf(t *testing.T) {
 		if !r.EnableExposedPort || !slices.Equal(r.ExposedPortList, []string{"80"}) || r.Region != "ap-guangzhou" || r.CreateImageTimeout != 300*time.Second {
 			t.Errorf("request settings %+v", r)
 		}
+		// log is a section of both files: level is ours (the data plane's),
+		// region upstream's, the rest listed as not used.
+		if c.Log.Level != "info" || c.Master.Log.Level != "info" {
+			t.Errorf("log levels %q / %q", c.Log.Level, c.Master.Log.Level)
+		}
+		// --print-config says which upstream key a value came from.
+		if src := c.Sources["CUBE_MASTER_LISTEN"]; src != "file (upstream common.http_bind/http_port)" {
+			t.Errorf("CUBE_MASTER_LISTEN source %q", src)
+		}
+		if src := c.Sources["CUBE_MASTER_REGION"]; src != "file (upstream log.region)" {
+			t.Errorf("CUBE_MASTER_REGION source %q", src)
+		}
 		// Upstream settings not used are named, never refused; upstream's
 		// legacy config path name warns as before.
 		w := strings.Join(c.Warnings, "\n")
-		for _, want := range []string{"CUBE_MASTER_CONFIG_PATH is deprecated", "common.http_readtimeout", "cubelet_conf.grpc", "redis", "scheduler"} {
+		for _, want := range []string{"CUBE_MASTER_CONFIG_PATH is deprecated", "common.http_readtimeout", "cubelet_conf.grpc", "redis", "scheduler", "log.module", "log.file_size"} {
 			if !strings.Contains(w, want) {
 				t.Errorf("strict=%s: warnings do not mention %s:\n%s", strict, want, w)
 			}
@@ -122,13 +135,13 @@ func TestTemplateCenterListenNarrowsToTheNodeIP(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"no node ip", "", nil, ":8090"},
+		{"no node ip", "", nil, "127.0.0.1:8090"},
 		{"node ip of this host", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "10.1.2.3:8090"},
 		{"http_bind 0.0.0.0 is not a choice", "common:\n  http_bind: 0.0.0.0\n  http_port: 8091\n", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "10.1.2.3:8091"},
 		{"explicit http_bind wins", "common:\n  http_bind: 127.0.0.1\n  http_port: 8091\n", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3"}, "127.0.0.1:8091"},
 		{"explicit listen wins", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.1.2.3", "CUBE_TEMPLATE_CENTER_LISTEN": ":7000"}, ":7000"},
-		{"not this host's (a pod)", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.9.9.9"}, ":8090"},
-		{"not an IP", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "node-a"}, ":8090"},
+		{"not this host's (a pod)", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "10.9.9.9"}, "127.0.0.1:8090"},
+		{"not an IP", "", map[string]string{"CUBE_SANDBOX_NODE_IP": "node-a"}, "127.0.0.1:8090"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,6 +176,7 @@ func TestUpstreamArtifactStoreEnvironment(t *testing.T) {
 		}
 		return m
 	}
+	def := Defaults().ArtifactStoreDir
 	cases := []struct {
 		name    string
 		env     map[string]string
@@ -170,13 +184,13 @@ func TestUpstreamArtifactStoreEnvironment(t *testing.T) {
 		dir     string
 		warning string
 	}{
-		{name: "canonical key names", env: s3, s3: true, dir: "/data/CubeTemplateCenter/storage"},
-		{name: "short key names", env: map[string]string{"CUBE_S3_ENDPOINT": "http://s3", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY": "k", "CUBE_S3_SECRET_KEY": "s"}, s3: true, dir: "/data/CubeTemplateCenter/storage"},
-		{name: "names disagree", env: with(map[string]string{"CUBE_S3_ACCESS_KEY": "other"}), s3: true, dir: "/data/CubeTemplateCenter/storage", warning: "CUBE_S3_ACCESS_KEY_ID and CUBE_S3_ACCESS_KEY disagree"},
+		{name: "canonical key names", env: s3, s3: true, dir: def},
+		{name: "short key names", env: map[string]string{"CUBE_S3_ENDPOINT": "http://s3", "CUBE_S3_BUCKET": "b", "CUBE_S3_ACCESS_KEY": "k", "CUBE_S3_SECRET_KEY": "s"}, s3: true, dir: def},
+		{name: "names disagree", env: with(map[string]string{"CUBE_S3_ACCESS_KEY": "other"}), s3: true, dir: def, warning: "CUBE_S3_ACCESS_KEY_ID and CUBE_S3_ACCESS_KEY disagree"},
 		{name: "backend fs turns s3 off", env: with(map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "FS", "CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store"}), dir: "/srv/store"},
 		{name: "fs root beats the legacy dir", env: map[string]string{"CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR": "/old"}, dir: "/srv/store", warning: "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR is deprecated"},
 		{name: "our dir beats the fs root", env: map[string]string{"CUBE_ARTIFACT_STORE_FS_ROOT": "/srv/store", "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/ours"}, dir: "/ours", warning: "CUBE_ARTIFACT_STORE_FS_ROOT=\"/srv/store\" is ignored because"},
-		{name: "unknown backend reads as s3", env: with(map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "gcs"}), s3: true, dir: "/data/CubeTemplateCenter/storage", warning: "is read as s3"},
+		{name: "unknown backend reads as s3", env: with(map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "gcs"}), s3: true, dir: def, warning: "is read as s3"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,3 +249,57 @@ func TestCompatibilityEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestCompatibilityDocNamesExistingTests: every test docs/compatibility.md
+// names (a trailing * is a prefix) is a test function of the repository.
+func TestCompatibilityDocNamesExistingTests(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/compatibility.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	err = filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range testFunc.FindAllSubmatch(b, -1) {
+			defined[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := testName.FindAllString(string(doc), -1)
+	if len(named) < 40 {
+		t.Fatalf("found only %d test names in docs/compatibility.md", len(named))
+	}
+	for _, n := range named {
+		if prefix, ok := strings.CutSuffix(n, "*"); ok {
+			found := false
+			for d := range defined {
+				found = found || strings.HasPrefix(d, prefix)
+			}
+			if !found {
+				t.Errorf("docs/compatibility.md names %s, which matches no test", n)
+			}
+		} else if !defined[n] {
+			t.Errorf("docs/compatibility.md names %s, which is not a test", n)
+		}
+	}
+}
+
+var (
+	testFunc = regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	testName = regexp.MustCompile(`\bTest[A-Z][A-Za-z0-9_]*\*?`)
+)

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 )
 
 func migrateCommand() *cobra.Command {
@@ -23,7 +23,7 @@ func migrateCommand() *cobra.Command {
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
 			}
-			st, err := entstore.Open(cmd.Context(), cfg.Master.DBDSN)
+			st, err := startup.OpenStore(cmd.Context(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
 			if err != nil {
 				return err
 			}

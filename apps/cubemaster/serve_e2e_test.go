@@ -385,7 +385,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 
 	m.stop()
-	if !strings.Contains(m.logs.String(), `"msg":"stopped"`) {
+	if !strings.Contains(m.logs.String(), `"msg":"cubemaster stopped"`) {
 		t.Fatalf("no structured JSON \"stopped\" log line")
 	}
 
@@ -558,4 +558,41 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestPrintConfigAndVersion: --print-config shows the effective settings
+// with their sources and no secret; an unknown variable is reported with
+// the nearest known name; --version says what was built.
+func TestPrintConfigAndVersion(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", "--print-config", "--listen", "127.0.0.1:7001")
+	cmd.Env = cleanEnv("CUBE_TEMPLATE_CALLBACK_TOKEN=very-secret-token", "CUBE_MASTER_NODE=node-1=127.0.0.1:1",
+		"CUBE_MASTER_DB_DSN=postgres://cube:dbpass@127.0.0.1:5432/cube")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("--print-config: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{"CUBE_MASTER_LISTEN", "127.0.0.1:7001", "flag --listen", "<redacted>",
+		"postgres://cube:<redacted>@127.0.0.1:5432/cube", "CUBE_MASTER_SWEEP_INTERVAL"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("--print-config lacks %q:\n%s", want, s)
+		}
+	}
+	for _, secret := range []string{"very-secret-token", "dbpass"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("--print-config shows %q", secret)
+		}
+	}
+	// The unknown variable is warned about when serving.
+	cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0")
+	cmd.Env = cleanEnv("CUBE_MASTER_NODE=x", "CUBE_MASTER_DB_DSN=sqlite://"+filepath.Join(t.TempDir(), "m.db"))
+	out, _ = cmd.CombinedOutput() // refuses: no token
+	if !strings.Contains(string(out), "did you mean CUBE_MASTER_NODES?") {
+		t.Errorf("no warning for CUBE_MASTER_NODE:\n%s", out)
+	}
+	out, err = exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "cubemaster ") || !strings.Contains(string(out), "go1.") {
+		t.Errorf("--version: %v %q", err, out)
+	}
 }

@@ -12,16 +12,21 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
 // run executes one command line in-process and returns the exit code.
+// run executes one command line with no input (tests).
 func run(args []string, stdout, stderr io.Writer) int {
-	return runContext(context.Background(), args, stdout, stderr)
+	return runContext(context.Background(), args, strings.NewReader(""), stdout, stderr)
 }
 
-func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout)
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -49,12 +54,7 @@ func (a *app) client() (*client, error) {
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	a := &app{out: stdout}
-	root := &cobra.Command{
-		Use:           "cubemastercli",
-		Short:         "Operate the cubemaster template API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := cmdutil.Root("cubemastercli", "Operate the cubemaster template API")
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.address, "address", "a", "127.0.0.1", "comma-separated master hosts; one is picked at random")
 	pf.IntVarP(&a.port, "port", "p", 8089, "master port")
@@ -67,7 +67,8 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 // tplCmd is the template command group, also spelled `template`, as
 // upstream does; it is registered at the top level and under cubebox.
 func (a *app) tplCmd() *cobra.Command {
-	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates"}
+	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates (ids and aliases are accepted wherever a template is named)"}
+	cmdutil.Group(tpl)
 	tpl.AddCommand(
 		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
 		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
@@ -95,11 +96,19 @@ var stdoutIsTerminal = isTerminal
 // isTerminal reports whether w is a character device (a TTY).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && fileIsTerminal(f)
+}
+
+func isTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && fileIsTerminal(f)
+}
+
+// fileIsTerminal asks the terminal driver: /dev/null is a character
+// device too, but not a terminal.
+func fileIsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func requireFlag(name, value string) error {

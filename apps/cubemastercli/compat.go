@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
+	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 	"github.com/cubesandbox/templatecenter/core"
 )
 
@@ -199,14 +199,12 @@ func (a *app) buildWatchCmd() *cobra.Command {
 	var interval time.Duration
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "build-watch [build-id]",
-		Short: "Follow a build's status until it is ready or failed",
+		Use:   "build-watch BUILD_ID|TEMPLATE",
+		Short: "Follow a build's status until it is ready or failed; a template id or alias follows its last job",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if id == "" && len(args) == 1 {
-				id = args[0]
-			}
-			if err := requireFlag("build-id", id); err != nil {
+			id, err := idArg(args, id, "build-id", "BUILD_ID")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -216,10 +214,12 @@ func (a *app) buildWatchCmd() *cobra.Command {
 			last := ""
 			for {
 				var st cubeview.BuildStatus
-				raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, &st)
+				raw, job, err := a.buildStatus(cmd.Context(), c, id, &st)
 				if err != nil {
 					return err
 				}
+				// A template names its last job once; follow that job.
+				id = job
 				done := st.Status == "ready" || st.Status == "error"
 				if line := fmt.Sprintf("build %s: %s %d%% %s", st.BuildID, st.Status, st.Progress, st.Message); !asJSON && line != last {
 					fmt.Fprintln(a.out, strings.TrimSpace(line))
@@ -380,6 +380,7 @@ func formatPolicy(p *core.CubeVSContext) string {
 // the template commands.
 func cubeboxCmd(tpl *cobra.Command) *cobra.Command {
 	c := &cobra.Command{Use: "cubebox", Short: "Sandbox commands (here: only templates, as `cubebox template`)"}
+	cmdutil.Group(c)
 	c.AddCommand(tpl)
 	return c
 }

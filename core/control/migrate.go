@@ -107,6 +107,7 @@ func (s *Service) newMigrateJob(ctx context.Context, tid string, latest *core.Jo
 		job.SourceImageRef, job.SourceImageDigest = latest.SourceImageRef, latest.SourceImageDigest
 		job.WritableLayerSize, job.InstanceType, job.NetworkType = latest.WritableLayerSize, latest.InstanceType, latest.NetworkType
 		job.Fingerprint = latest.Fingerprint
+		job.RegistryAuth = latest.RegistryAuth
 	}
 	if job.InstanceType == "" {
 		job.InstanceType = def.InstanceType
@@ -147,6 +148,8 @@ func (s *Service) runMigrate(ctx context.Context, job *core.Job) error {
 	defer s.unlock(ctx, lock)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
 	defer cancel()
+	ctx, release := whileHeld(ctx, lock)
+	defer release()
 	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseMigrating, 10)); err != nil {
 		if errors.Is(err, errJobFinished) {
 			return nil

@@ -21,6 +21,8 @@ const (
 	DefaultResumeTimeout       = 30 * time.Minute
 	DefaultLockWait            = 30 * time.Minute
 	DefaultBatch               = 200
+	DefaultConvergeBackoff     = 10 * time.Minute
+	DefaultConvergeAtOnce      = 4
 )
 
 // Config tunes the Service. Zero values take the defaults above.
@@ -46,6 +48,15 @@ type Config struct {
 	// budget starts when the work does: once the job holds its artifact's
 	// lock, never shared with other jobs of a sweep pass.
 	ResumeTimeout time.Duration
+	// ConvergeDisabled turns off convergence: READY templates no longer
+	// reach healthy in-scope nodes that lack them on their own (a node
+	// that was down, or one that joined later); redo still does.
+	ConvergeDisabled bool
+	// ConvergeBackoff is how long convergence leaves a template alone
+	// after one of its convergence jobs failed.
+	ConvergeBackoff time.Duration
+	// ConvergeAtOnce bounds the convergence jobs one pass starts.
+	ConvergeAtOnce int
 	// LockWait bounds how long a background job waits for its artifact's
 	// lock (another template may be distributing the same artifact).
 	LockWait time.Duration
@@ -69,6 +80,12 @@ func (c Config) withDefaults() Config {
 	if c.LockWait <= 0 {
 		c.LockWait = DefaultLockWait
 	}
+	if c.ConvergeBackoff <= 0 {
+		c.ConvergeBackoff = DefaultConvergeBackoff
+	}
+	if c.ConvergeAtOnce <= 0 {
+		c.ConvergeAtOnce = DefaultConvergeAtOnce
+	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
@@ -89,11 +106,14 @@ type Service struct {
 	DataPlane ports.DataPlane
 	Envd      ports.EnvdSource
 	Legacy    ports.LegacyArtifacts
-	IDs       ports.IDs
-	Clock     ports.Clock
-	Progress  ports.ProgressSink
-	Config    Config
-	Logger    *slog.Logger
+	// Sealer seals the registry credentials of a request so that a redo
+	// can rebuild a private image; without it they are not kept.
+	Sealer   ports.Sealer
+	IDs      ports.IDs
+	Clock    ports.Clock
+	Progress ports.ProgressSink
+	Config   Config
+	Logger   *slog.Logger
 
 	bg sync.WaitGroup
 }
@@ -118,6 +138,16 @@ func (s *Service) log() *slog.Logger {
 		return s.Logger
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// storeNow is the store's clock, which stamps every row: ages of rows are
+// judged against it, not against this host's clock (see ports.Store.Now).
+// If the store cannot tell, this host's clock stands in.
+func (s *Service) storeNow(ctx context.Context) time.Time {
+	if t, err := s.Store.Now(ctx); err == nil {
+		return t
+	}
+	return s.now()
 }
 
 func (s *Service) now() time.Time {
@@ -214,3 +244,23 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	defer cancel()
 	return s.Locker.Lock(lctx, templateLockName(templateID))
 }
+
+// errLockLost is why work stops when the lock protecting it is lost.
+var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+
+// whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
+// lost: the work it protects stops before it writes anything more.
+func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(errLockLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// lockLost reports whether ctx was cancelled because its lock was lost.
+func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }

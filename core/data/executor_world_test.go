@@ -184,7 +184,9 @@ func newWorld() *world {
 	w.locker = &countingLocker{Locker: memlock.New(), held: map[string]int{}}
 	w.reporter = &portsmock.StatusReporterMock{
 		ReportFunc: func(ctx context.Context, jobID string, r ports.StatusReport) error {
-			_, err := w.db.Jobs().Update(ctx, jobID, func(j *core.Job) error { return j.Apply(r.Update) })
+			// The control plane applies what it received; the data plane
+			// giving up on the answer does not undo it.
+			_, err := w.db.Jobs().Update(context.WithoutCancel(ctx), jobID, func(j *core.Job) error { return j.Apply(r.Update) })
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.reports = append(w.reports, report{jobID, r, err})

@@ -57,6 +57,18 @@ func (f TemplateImageJobFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.V
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TemplateImageJobMutation", m)
 }
 
+// The TemplateNameFunc type is an adapter to allow the use of ordinary
+// function as TemplateName mutator.
+type TemplateNameFunc func(context.Context, *ent.TemplateNameMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TemplateNameFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TemplateNameMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TemplateNameMutation", m)
+}
+
 // The TemplateNodeFunc type is an adapter to allow the use of ordinary
 // function as TemplateNode mutator.
 type TemplateNodeFunc func(context.Context, *ent.TemplateNodeMutation) (ent.Value, error)

@@ -182,6 +182,7 @@ var (
 		{Name: "pull_completed_layers", Type: field.TypeInt, Default: 0},
 		{Name: "pull_speed_bps", Type: field.TypeInt64, Default: 0},
 		{Name: "active_key", Type: field.TypeString, Nullable: true, Size: 191},
+		{Name: "registry_auth", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// TCubeTemplateImageJobTable holds the schema information for the "t_cube_template_image_job" table.
 	TCubeTemplateImageJobTable = &schema.Table{
@@ -218,6 +219,32 @@ var (
 				Name:    "idx_template_image_artifact",
 				Unique:  false,
 				Columns: []*schema.Column{TCubeTemplateImageJobColumns[15]},
+			},
+		},
+	}
+	// TCubeTemplateNameColumns holds the columns for the "t_cube_template_name" table.
+	TCubeTemplateNameColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString, Size: 128},
+		{Name: "template_id", Type: field.TypeString, Size: 128},
+		{Name: "kind", Type: field.TypeString, Size: 16},
+		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+	}
+	// TCubeTemplateNameTable holds the schema information for the "t_cube_template_name" table.
+	TCubeTemplateNameTable = &schema.Table{
+		Name:       "t_cube_template_name",
+		Columns:    TCubeTemplateNameColumns,
+		PrimaryKey: []*schema.Column{TCubeTemplateNameColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_template_name",
+				Unique:  true,
+				Columns: []*schema.Column{TCubeTemplateNameColumns[1]},
+			},
+			{
+				Name:    "idx_template_name_template",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateNameColumns[2]},
 			},
 		},
 	}
@@ -301,6 +328,7 @@ var (
 		TCubeRootfsArtifactTable,
 		TCubeTemplateDefinitionTable,
 		TCubeTemplateImageJobTable,
+		TCubeTemplateNameTable,
 		TCubeTemplateNodeTable,
 		TCubeTemplateReplicaTable,
 	}
@@ -324,6 +352,11 @@ func init() {
 	}
 	TCubeTemplateImageJobTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_template_image_job",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
+	TCubeTemplateNameTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_template_name",
 		Charset:   "utf8mb4",
 		Collation: "utf8mb4_bin",
 	}

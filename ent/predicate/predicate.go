@@ -18,6 +18,9 @@ type TemplateDefinition func(*sql.Selector)
 // TemplateImageJob is the predicate function for templateimagejob builders.
 type TemplateImageJob func(*sql.Selector)
 
+// TemplateName is the predicate function for templatename builders.
+type TemplateName func(*sql.Selector)
+
 // TemplateNode is the predicate function for templatenode builders.
 type TemplateNode func(*sql.Selector)
 

@@ -69,6 +69,10 @@ func (TemplateImageJob) Fields() []ent.Field {
 		// index (many NULLs allowed) is what enforces invariant I1: at most
 		// one active job per key, decided by the database, not by a lock.
 		field.String("active_key").MaxLen(191).Optional().Nillable(),
+		// registry_auth holds the registry credentials of the job's request,
+		// sealed (encrypted and authenticated) by the control plane, so a
+		// redo can rebuild a private image; never shown, never logged.
+		text("registry_auth"),
 	}
 }
 

@@ -95,6 +95,8 @@ const (
 	FieldPullSpeedBps = "pull_speed_bps"
 	// FieldActiveKey holds the string denoting the active_key field in the database.
 	FieldActiveKey = "active_key"
+	// FieldRegistryAuth holds the string denoting the registry_auth field in the database.
+	FieldRegistryAuth = "registry_auth"
 	// Table holds the table name of the templateimagejob in the database.
 	Table = "t_cube_template_image_job"
 )
@@ -144,6 +146,7 @@ var Columns = []string{
 	FieldPullCompletedLayers,
 	FieldPullSpeedBps,
 	FieldActiveKey,
+	FieldRegistryAuth,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -489,4 +492,9 @@ func ByPullSpeedBps(opts ...sql.OrderTermOption) OrderOption {
 // ByActiveKey orders the results by the active_key field.
 func ByActiveKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldActiveKey, opts...).ToFunc()
+}
+
+// ByRegistryAuth orders the results by the registry_auth field.
+func ByRegistryAuth(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRegistryAuth, opts...).ToFunc()
 }

@@ -433,3 +433,22 @@ func (c *cluster) waitJob(jobID string, timeout time.Duration) envelope {
 func (c *cluster) nodeArtifact(node int, artifactID string) string {
 	return filepath.Join(c.nodeDirs[node], "cubebox", artifactID, artifactID+".ext4")
 }
+
+// waitTemplateStatus polls GET /cube/template until the template has status.
+func (c *cluster) waitTemplateStatus(templateID, status string, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var raw []byte
+	for time.Now().Before(deadline) {
+		e := c.call(http.MethodGet, "/cube/template?template_id="+templateID, nil)
+		raw = e.Raw
+		var t struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(e.Raw, &t) == nil && t.Status == status {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.t.Fatalf("template %s not %s after %v: %s", templateID, status, timeout, raw)
+}

@@ -69,6 +69,8 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"LongNames", testLongNames},
 		{"NamesCompareByteForByte", testByteForByte},
 		{"EmptyName", testEmptyName},
+		{"HeldLockIsNotLost", testHeldLockIsNotLost},
+		{"LostWhenTheSessionDies", testLostWhenTheSessionDies},
 	}
 	run := randomHex(4)
 	for _, tc := range tests {
@@ -434,5 +436,54 @@ func testByteForByte(t *testing.T, e *env) {
 			mustUnlock(t, e.ctx, k1)
 			mustUnlock(t, e.ctx, k2)
 		})
+	}
+}
+
+// SessionKiller is an optional Harness capability: end the server session
+// holding name's lock, as a crashed holder's session ends.
+type SessionKiller interface {
+	KillHolder(ctx context.Context, name string) error
+}
+
+func testHeldLockIsNotLost(t *testing.T, e *env) {
+	k, err := e.locker(t).Lock(e.ctx, e.name("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Unlock(context.WithoutCancel(e.ctx))
+	select {
+	case <-k.Lost():
+		t.Fatal("a held lock whose session is fine reports itself lost")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func testLostWhenTheSessionDies(t *testing.T, e *env) {
+	killer, ok := e.h.(SessionKiller)
+	if !ok {
+		t.Skip("the harness cannot end a lock's session (in-process locks die with their process)")
+	}
+	name := e.name("killed")
+	k, err := e.locker(t).Lock(e.ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := killer.KillHolder(e.ctx, name); err != nil {
+		t.Fatalf("kill holder: %v", err)
+	}
+	select {
+	case <-k.Lost():
+	case <-e.ctx.Done():
+		t.Fatal("the lock does not report losing its session")
+	}
+	// The name is free again for another holder, and the lost lock's
+	// Unlock does not fail the caller's cleanup path.
+	other, err := e.locker(t).TryLock(e.ctx, name)
+	if err != nil {
+		t.Fatalf("take the name after its holder's session died: %v", err)
+	}
+	_ = k.Unlock(context.WithoutCancel(e.ctx))
+	if err := other.Unlock(e.ctx); err != nil {
+		t.Fatal(err)
 	}
 }

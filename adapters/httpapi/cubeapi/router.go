@@ -13,6 +13,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
@@ -109,6 +110,13 @@ type Config struct {
 	// (DefaultCADir when empty).
 	CADir string
 
+	// Readiness lists what GET /ready checks (the data plane, the
+	// database, the nodes); none means always ready.
+	Readiness []Check
+	// StorageBackend is the data plane's artifact store kind ("file",
+	// "s3", "gs"); a migrate asking for another one is refused.
+	StorageBackend string
+
 	Metrics  *metrics.Metrics
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -131,7 +139,9 @@ const (
 	PathCompat         = "/cube/template/compat"
 	PathDownload       = core.DownloadPath
 	PathHealth         = "/notify/health"
+	PathReady          = "/ready"
 	PathMetrics        = "/metrics"
+	PathOpenAPI        = "/openapi.json"
 )
 
 // CubeMasterRoutes is every route New registers.
@@ -159,7 +169,9 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathOpenAPI, Kind: routes.Ops},
 	}
 }
 
@@ -216,10 +228,18 @@ func New(cfg Config) (chi.Router, error) {
 	r.Method(http.MethodGet, PathDownload, s.download)
 	r.Method(http.MethodHead, PathDownload, s.download)
 
+	// Dependency-free on purpose: it says the process is up; /ready says
+	// whether what it depends on is.
 	r.Get(PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	doc, err := OpenAPI()
+	if err != nil {
+		return nil, err
+	}
+	r.Method(http.MethodGet, PathOpenAPI, openapi.Handler(doc))
 	return r, nil
 }
 
@@ -230,6 +250,7 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	metrics.RecordRetCode(r, envelope.CodeNotFound)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
 	_ = json.NewEncoder(w).Encode(envelope.Response{Ret: envelope.Ret{Code: envelope.CodeNotFound, Msg: "Not Found"}})

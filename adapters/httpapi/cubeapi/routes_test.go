@@ -24,6 +24,8 @@ var wantRoutes = []string{
 	"GET /cube/template/resolve",
 	"GET /metrics",
 	"GET /notify/health",
+	"GET /openapi.json",
+	"GET /ready",
 	"HEAD /cube/ca/{filename}",
 	"HEAD /cube/template/artifact/download",
 	"POST /cube/sandbox/preview",

@@ -3,6 +3,7 @@ package cubeapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 )
@@ -51,13 +53,23 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 // decode reads a JSON body; on failure it answers the envelope itself.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, dst any) bool {
 	if err := envelope.Decode(w, r, s.cfg.MaxBodyBytes, dst); err != nil {
-		envelope.WriteError(w, r, s.log, "", err)
+		s.fail(w, r, "", err)
 		return false
 	}
 	return true
 }
 
+// fail answers the envelope for err and counts it in the error metric. An
+// internal error whose cause the master knows (the data plane refused or
+// is unreachable) says so instead of a bare "internal error".
 func (s *server) fail(w http.ResponseWriter, r *http.Request, requestID string, err error) {
+	metrics.RecordRetCode(r, envelope.CodeFor(err))
+	if msg, ok := s.publicCause(err); ok {
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+			"request_id", requestID, "ret_code", envelope.CodeInternal, "err", err)
+		envelope.Write(w, envelope.Response{RequestID: requestID, Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: msg}})
+		return
+	}
 	envelope.WriteError(w, r, s.log, requestID, err)
 }
 
@@ -140,6 +152,10 @@ func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, core.ErrTemplateIDRequired)
 	case s.cfg.Migrations == nil:
 		s.fail(w, r, req.RequestID, errMigrationsOff)
+	case !s.backendConfigured(req.Backend):
+		s.fail(w, r, req.RequestID, &core.FieldError{Field: "backend", Reason: fmt.Sprintf(
+			"%q is not this deployment's artifact store (%s); for s3 set CUBE_S3_ENDPOINT, CUBE_S3_BUCKET, "+
+				"CUBE_S3_ACCESS_KEY and CUBE_S3_SECRET_KEY on both services", req.Backend, s.backend())})
 	default:
 		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: req.TemplateID})
 		s.jobAnswer(w, r, req.RequestID, job, err)
@@ -371,4 +387,30 @@ func (s *server) rootfsArtifact(w http.ResponseWriter, r *http.Request) {
 		resp.Job.ArtifactID, resp.Job.ArtifactStatus, resp.Job.Artifact = a.ArtifactID, string(a.Status), cubeview.NewArtifactInfo(a)
 		envelope.Write(w, resp)
 	}
+}
+
+// backend is the artifact store kind migrate writes to ("file" unless
+// configured).
+func (s *server) backend() string {
+	if s.cfg.StorageBackend == "" {
+		return "file"
+	}
+	return s.cfg.StorageBackend
+}
+
+// backendConfigured reports whether a migrate's requested backend is the
+// one this deployment stores artifacts in ("" means whatever it is).
+// Migrate can only move bytes into the data plane's store: a request for
+// another kind would otherwise answer READY without doing what it asked.
+func (s *server) backendConfigured(want string) bool {
+	want = strings.ToLower(strings.TrimSpace(want))
+	switch want {
+	case "":
+		return true
+	case "local", "filesystem":
+		want = "file"
+	case "gcs":
+		want = "gs"
+	}
+	return want == s.backend()
 }

@@ -73,7 +73,7 @@ func TestPublicRoutes(t *testing.T) {
 			}},
 		{name: "redo without template", method: "POST", target: PathRedo, body: `{"requestID":"r"}`, wantCode: 130400},
 		{name: "redo in progress", method: "POST", target: PathRedo, body: `{"requestID":"r","template_id":"t"}`, err: core.ErrAttemptInProgress, wantCode: 130409, wantCall: "Redo"},
-		{name: "migrate", method: "POST", target: PathMigrate, body: `{"requestID":"r","template_id":"tpl-1","backend":"s3"}`, wantCode: 200, wantCall: "Migrate"},
+		{name: "migrate", method: "POST", target: PathMigrate, body: `{"requestID":"r","template_id":"tpl-1"}`, wantCode: 200, wantCall: "Migrate"},
 		{name: "migrate not ready", method: "POST", target: PathMigrate, body: `{"template_id":"t"}`, err: core.ErrTemplateNotReady, wantCode: 130400, wantCall: "Migrate"},
 		{name: "migrate get", method: "GET", target: PathMigrate + "?job_id=j", wantCode: 200, wantCall: "GetMigrateJob"},
 		{name: "migrate get without id", method: "GET", target: PathMigrate, wantCode: 130400},

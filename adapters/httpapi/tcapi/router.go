@@ -11,6 +11,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
@@ -100,7 +101,9 @@ const (
 	PathDownload = core.DownloadPath
 	PathCompat   = "/cube/template/compat"
 	PathHealth   = "/health"
+	PathReady    = "/ready"
 	PathMetrics  = "/metrics"
+	PathOpenAPI  = "/openapi.json"
 )
 
 // TemplateCenterRoutes is every route New registers.
@@ -114,7 +117,9 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathOpenAPI, Kind: routes.Ops},
 	}
 }
 
@@ -157,7 +162,13 @@ func New(cfg Config) chi.Router {
 	r.Get(PathCompat, s.compatReport)
 	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)
+	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	doc, err := OpenAPI()
+	if err != nil {
+		panic(err) // a static document: a failure is a bug caught by the tests
+	}
+	r.Method(http.MethodGet, PathOpenAPI, openapi.Handler(doc))
 	return r
 }
 
@@ -190,4 +201,22 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ready is GET /ready: /health's checks, each named.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) {
+	resp := ReadyResponse{Status: "ready", Checks: map[string]string{"artifact_store": "ok", "database": "ok"}}
+	if s.cfg.Store == nil {
+		resp.Status, resp.Checks["artifact_store"] = "unavailable", "not attached"
+	}
+	if s.cfg.Readiness != nil {
+		if err := s.cfg.Readiness(r.Context()); err != nil {
+			resp.Status, resp.Checks["database"] = "unavailable", err.Error()
+		}
+	}
+	code := http.StatusOK
+	if resp.Status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	wire.WriteJSON(w, code, resp)
 }

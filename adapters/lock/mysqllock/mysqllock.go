@@ -8,7 +8,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -28,11 +31,18 @@ const waitSeconds = 1
 
 // Locker hands out GET_LOCK locks, each on its own pinned connection.
 type Locker struct {
-	db *sql.DB
+	db      *sql.DB
+	timeout time.Duration
 }
 
 // New returns a Locker that takes connections from db.
-func New(db *sql.DB) *Locker { return &Locker{db: db} }
+func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeout) }
+
+// NewWithTimeout is New with the idle timeout of a held lock's session: a
+// holder that stops pinging (its host died) loses the lock after it.
+func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+}
 
 var _ ports.Locker = (*Locker)(nil)
 
@@ -116,7 +126,16 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Loc
 			discard(conn)
 			return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
 		case got.Int64 == 1:
-			return &lock{name: name, key: key, conn: conn}, nil
+			// The session now dies after timeout without traffic; the
+			// watcher's pings are that traffic while the holder lives.
+			secs := int(l.timeout / time.Second)
+			if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
+				discard(conn)
+				return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
+			}
+			k := &lock{name: name, key: key, conn: conn}
+			k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
+			return k, nil
 		case !wait:
 			_ = conn.Close() // GET_LOCK said no: the session holds nothing
 			return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
@@ -130,12 +149,16 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Loc
 
 type lock struct {
 	name, key string
+	watch     *keepalive.Watch
 
 	mu   sync.Mutex
 	conn *sql.Conn // nil after Unlock
 }
 
 func (k *lock) Name() string { return k.name }
+
+// Lost implements ports.Lock.
+func (k *lock) Lost() <-chan struct{} { return k.watch.Lost() }
 
 // Unlock releases the lock on the session that took it. If the server does
 // not confirm the release (an error, or a result other than 1), the
@@ -145,15 +168,20 @@ func (k *lock) Name() string { return k.name }
 // the normal path can keep the connection.
 func (k *lock) Unlock(ctx context.Context) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	conn := k.conn
+	k.conn = nil
+	k.mu.Unlock()
 	if conn == nil {
 		return nil
 	}
-	k.conn = nil
+	k.watch.Stop()
 	var res sql.NullInt64
 	err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", k.key).Scan(&res)
 	if err == nil && res.Valid && res.Int64 == 1 {
+		if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+			discard(conn)
+			return nil
+		}
 		_ = conn.Close() // back to the pool, holding no lock
 		return nil
 	}

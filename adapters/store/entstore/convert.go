@@ -78,6 +78,8 @@ func jobFromEnt(e *ent.TemplateImageJob) (*core.Job, error) {
 	if e.ActiveKey != nil {
 		j.ActiveKey = *e.ActiveKey
 	}
+	j.RegistryAuth = e.RegistryAuth
+	j.RequestID = e.RequestID
 	return j, nil
 }
 
@@ -122,6 +124,8 @@ func setJob(m *ent.TemplateImageJobMutation, j *core.Job, forUpdate bool) error 
 	m.SetPullTotalLayers(j.Pull.TotalLayers)
 	m.SetPullCompletedLayers(j.Pull.CompletedLayers)
 	m.SetPullSpeedBps(j.Pull.SpeedBPS)
+	m.SetRegistryAuth(j.RegistryAuth)
+	m.SetRequestID(j.RequestID)
 	switch {
 	case j.ActiveKey != "":
 		m.SetActiveKey(j.ActiveKey)

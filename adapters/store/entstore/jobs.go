@@ -22,7 +22,7 @@ func (r jobRepo) Create(ctx context.Context, job *core.Job) error {
 	if job == nil {
 		return fmt.Errorf("create job: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	row := job.Clone()
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
@@ -163,7 +163,7 @@ func (r jobRepo) Update(ctx context.Context, jobID string, fn func(*core.Job) er
 		}
 		// Identity is not fn's to change.
 		next.JobID, next.TemplateID, next.CreatedAt = cur.JobID, cur.TemplateID, cur.CreatedAt
-		next.UpdatedAt = after(cur.UpdatedAt)
+		next.UpdatedAt = r.sc.s.after(cur.UpdatedAt)
 
 		var n int
 		err = r.sc.do(ctx, func(c *ent.Client) error {

@@ -12,7 +12,7 @@ import (
 type placementRepo struct{ sc scope }
 
 func (r placementRepo) Add(ctx context.Context, p core.Placement) error {
-	t := now()
+	t := r.sc.s.now()
 	err := r.sc.do(ctx, func(c *ent.Client) error {
 		return c.ArtifactNodePlacement.Create().
 			SetCreatedAt(t).

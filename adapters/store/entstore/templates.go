@@ -69,7 +69,7 @@ func (r templateRepo) CreateDefinition(ctx context.Context, def *core.Definition
 	if def == nil {
 		return fmt.Errorf("create template: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	row := *def
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
@@ -99,7 +99,7 @@ func (r templateRepo) UpdateDefinition(ctx context.Context, templateID string, f
 			return err
 		}
 		next.TemplateID, next.CreatedAt = cur.TemplateID, cur.CreatedAt
-		next.UpdatedAt = after(cur.UpdatedAt)
+		next.UpdatedAt = r.sc.s.after(cur.UpdatedAt)
 		u := sc.c.TemplateDefinition.UpdateOneID(e.ID)
 		setDefinition(u.Mutation(), &next, true)
 		if err := u.Exec(ctx); err != nil {
@@ -126,7 +126,7 @@ func (r templateRepo) UpsertReplica(ctx context.Context, rp *core.Replica) error
 	if rp == nil {
 		return fmt.Errorf("upsert replica: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	err := r.sc.do(ctx, func(c *ent.Client) error {
 		// created_at, template_id and node_id are immutable, so the upsert's
 		// update part leaves them as they were.

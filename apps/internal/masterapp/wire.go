@@ -1,9 +1,11 @@
-package main
+package masterapp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -18,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
+	"github.com/cubesandbox/templatecenter/adapters/sealer"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
@@ -28,7 +31,7 @@ import (
 )
 
 // wiring is what the injector needs beyond the config: values checked or
-// derived at start-up.
+// derived at start-up, and parts handed in by Options.
 type wiring struct {
 	cfg   config.Config
 	log   *slog.Logger
@@ -37,6 +40,10 @@ type wiring struct {
 	// URL nodes download artifacts from.
 	tcBase       string
 	downloadBase string
+
+	store    *entstore.Store
+	locker   ports.Locker
+	progress ports.ProgressSink
 }
 
 // redisSink closes its client when the injector shuts down.
@@ -48,21 +55,27 @@ type redisSink struct {
 func (s redisSink) Shutdown() error { s.client.Close(); return nil }
 
 // newInjector wires the control plane's adapters with samber/do. Providers
-// are lazy: nothing is opened until runServe invokes it.
+// are lazy: nothing is opened until Run invokes it.
 func newInjector(w wiring) *do.RootScope {
 	cfg, log := w.cfg, w.log
 	i := do.New()
 	do.ProvideValue(i, cfg)
 	do.ProvideValue(i, log)
 	do.Provide(i, func(do.Injector) (*entstore.Store, error) {
-		return entstore.Open(context.Background(), cfg.Master.DBDSN)
+		if w.store != nil {
+			return w.store, nil
+		}
+		return startup.OpenStore(context.Background(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
+		if w.locker != nil {
+			return w.locker, nil
+		}
 		st, err := do.Invoke[*entstore.Store](i)
 		if err != nil {
 			return nil, err
 		}
-		return startup.Locker(st), nil
+		return startup.Locker(st, cfg.Master.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (*nodedir.Directory, error) {
 		st, err := do.Invoke[*entstore.Store](i)
@@ -82,12 +95,15 @@ func newInjector(w wiring) *do.RootScope {
 		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
 	})
 	do.Provide(i, func(do.Injector) (ports.ProgressSink, error) {
+		if w.progress != nil {
+			return w.progress, nil
+		}
 		if cfg.RedisAddr == "" {
 			return memprogress.New(), nil
 		}
 		c, err := redisprogress.Dial(cfg.RedisAddr)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
 		}
 		return redisSink{Sink: redisprogress.New(c, redisprogress.Options{}), client: c}, nil
 	})
@@ -97,7 +113,7 @@ func newInjector(w wiring) *do.RootScope {
 		return reg, nil
 	})
 	do.Provide(i, func(i do.Injector) (*metrics.Metrics, error) {
-		return metrics.New(do.MustInvoke[*prometheus.Registry](i))
+		return metrics.New(do.MustInvoke[*prometheus.Registry](i), metrics.ControlPlane)
 	})
 	do.Provide(i, func(i do.Injector) (*control.Service, error) {
 		st, err := do.Invoke[*entstore.Store](i)
@@ -124,10 +140,20 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
+		agent := meteredAgent{NodeAgent: do.MustInvoke[*cubelet.Client](i), m: do.MustInvoke[*metrics.Metrics](i)}
 		svc := &control.Service{
-			Store: st, Locker: locker, Nodes: dir, Agent: do.MustInvoke[*cubelet.Client](i), DataPlane: tc,
+			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase},
+		}
+		// Registry credentials are sealed with a key derived from the
+		// callback token every master replica shares.
+		if cfg.CallbackToken != "" {
+			if sl, err := sealer.FromSecret(cfg.CallbackToken); err == nil {
+				svc.Sealer = sl
+			} else {
+				log.Warn("registry credentials are not kept for redo: the callback token is too short to derive a sealing key", "err", err)
+			}
 		}
 		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
 			svc.Envd = envd
@@ -142,12 +168,16 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
+		st := do.MustInvoke[*entstore.Store](i)
+		dir := do.MustInvoke[*nodedir.Directory](i)
 		return cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
 			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
-			Metrics: do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
+			Readiness:      readiness(st, dir, w.tcBase),
+			StorageBackend: cfg.Backend(),
+			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,
 		})
 	})
@@ -168,4 +198,47 @@ func requestOptions(r config.RequestSettings) cubelet.RequestOptions {
 // Cubelet request, as upstream's preview marshals it.
 func renderCubelet(o cubelet.RequestOptions) cubeapi.CubeletRenderer {
 	return func(req *core.SandboxRequest) (any, error) { return o.RunRequest(req) }
+}
+
+// readiness is what /ready checks: the database answers, the data plane's
+// /health answers 200, and at least one node is healthy.
+func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cubeapi.Check {
+	hc := &http.Client{Timeout: 3 * time.Second}
+	return []cubeapi.Check{
+		{Name: "database", Run: func(ctx context.Context) (string, error) {
+			return st.Dialect(), st.DB().PingContext(ctx)
+		}},
+		{Name: "data_plane", Run: func(ctx context.Context) (string, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, tcBase+"/health", nil)
+			if err != nil {
+				return tcBase, err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return tcBase, fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return tcBase, fmt.Errorf("GET %s/health answered %s", tcBase, resp.Status)
+			}
+			return tcBase, nil
+		}},
+		{Name: "nodes", Run: func(context.Context) (string, error) {
+			all := dir.Statuses()
+			healthy := 0
+			for _, s := range all {
+				if s.Healthy {
+					healthy++
+				}
+			}
+			detail := fmt.Sprintf("%d/%d healthy", healthy, len(all))
+			switch {
+			case len(all) == 0:
+				return detail, fmt.Errorf("no nodes: set CUBE_MASTER_NODES or add rows to t_cube_template_node")
+			case healthy == 0:
+				return detail, fmt.Errorf("no node is healthy")
+			}
+			return detail, nil
+		}},
+	}
 }
