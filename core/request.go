@@ -64,11 +64,18 @@ type ContainerOverrides struct {
 	RLimit          *RLimit           `json:"r_limit,omitempty"`
 }
 
-// CubeVSContext is the sandbox network policy (not part of the fingerprint).
+// CubeVSContext is the sandbox network policy (not part of the fingerprint):
+// upstream's cubevs_context, renamed cube_network_config in newer masters,
+// which added the L7 rules and the ingress-only fields.
 type CubeVSContext struct {
-	AllowInternetAccess *bool    `json:"allowInternetAccess,omitempty"`
-	AllowOut            []string `json:"allowOut,omitempty"`
-	DenyOut             []string `json:"denyOut,omitempty"`
+	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+	// AllowPublicTraffic and MaskRequestHost concern ingress (the proxy);
+	// they are kept in stored requests but never sent to a node.
+	AllowPublicTraffic *bool         `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string      `json:"allowOut,omitempty"`
+	DenyOut            []string      `json:"denyOut,omitempty"`
+	Rules              []*EgressRule `json:"rules,omitempty"`
+	MaskRequestHost    *string       `json:"maskRequestHost,omitempty"`
 }
 
 // FromImageRequest is the body of POST /cube/template/from-image

@@ -69,12 +69,69 @@ type Config struct {
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
+	// NodeIP is this host's routable address
+	// (CUBE_TEMPLATE_CENTER_NODE_IP, else CUBE_SANDBOX_NODE_IP, as
+	// upstream): logged as the data plane's identity, and the listen
+	// address becomes it when none was chosen explicitly and the address
+	// is this host's (TemplateCenterListen).
+	NodeIP string `yaml:"node_ip"`
+	// AutoMigrate applies schema migrations when a service starts
+	// (CUBE_AUTO_MIGRATION, default true; false leaves the DDL to an
+	// out-of-band migrate, as upstream).
+	AutoMigrate bool `yaml:"auto_migration"`
+	// UpstreamMaster says the master is upstream's CubeMaster
+	// (CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER): BUILT reports then carry the
+	// ext4_path of a file store and a presigned artifact_url of an object
+	// store, which upstream distributes itself. Leave it off with our
+	// master, which mints download URLs when nodes ask.
+	UpstreamMaster bool `yaml:"upstream_master"`
+	// ArtifactStoreBackend is upstream's CUBE_ARTIFACT_STORE_BACKEND: "fs"
+	// turns S3 off (S3.Off) even when it is fully configured; "" or "s3"
+	// is upstream's default, S3 when fully configured.
+	ArtifactStoreBackend string `yaml:"artifact_store_backend"`
+	// Strict refuses unknown settings in the file instead of warning
+	// (--strict-config, CUBE_TEMPLATE_CENTER_STRICT_CONFIG).
+	Strict bool `yaml:"-"`
+
 	// Warnings are deprecations and unknown variables found by Load.
 	Warnings []string `yaml:"-"`
 	// Sources says where each setting's value came from, by variable name:
 	// "default", "file", "env" or "env (legacy NAME)". Settings absent from
 	// the map kept their default.
 	Sources map[string]string `yaml:"-"`
+
+	// listenFromBind is the upstream http_bind the data plane's listen
+	// address came from; listenExplicit that one was chosen explicitly.
+	listenFromBind string
+	listenExplicit bool
+}
+
+// RequestSettings shape the sandbox requests the master sends to nodes
+// (upstream conf.yaml cubelet_conf, extra_conf and log.region).
+type RequestSettings struct {
+	// EnableExposedPort sends exposed ports: a request's com.exposed_ports
+	// annotation, else ExposedPortList (CUBE_MASTER_ENABLE_EXPOSED_PORT,
+	// CUBE_MASTER_EXPOSED_PORTS; upstream cubelet_conf
+	// enable_exposed_port, exposed_port_list; default on with port 80, as
+	// upstream ships).
+	EnableExposedPort bool     `yaml:"enable_exposed_port"`
+	ExposedPortList   []string `yaml:"exposed_port_list"`
+	// BlkQos and FsQos are the cube.master.blk.qos / .fs.qos annotations;
+	// the maps by instance type win (upstream extra_conf).
+	BlkQos    string            `yaml:"blk_qos"`
+	BlkQosMap map[string]string `yaml:"blk_qos_map"`
+	FsQos     string            `yaml:"fs_qos"`
+	FsQosMap  map[string]string `yaml:"fs_qos_map"`
+	// Region fills cube.master.instance.region when a request has none
+	// (CUBE_MASTER_REGION; upstream log.region).
+	Region string `yaml:"region"`
+	// HostMountPrefixes bound host-dir volume paths
+	// (CUBE_MASTER_HOST_MOUNT_PREFIXES; default /data/shared/).
+	HostMountPrefixes []string `yaml:"host_mount_prefixes"`
+	// CreateImageTimeout bounds one CreateImage call
+	// (CUBE_MASTER_CREATE_IMAGE_TIMEOUT, a Go duration; upstream
+	// cubelet_conf create_image_timeout_insec; default 300s).
+	CreateImageTimeout time.Duration `yaml:"create_image_timeout"`
 }
 
 // Log holds a service's logging settings.
@@ -96,6 +153,10 @@ type S3 struct {
 	UsePathStyle bool   `yaml:"use_path_style"`
 	UseSSL       bool   `yaml:"use_ssl"`
 	Prefix       string `yaml:"artifact_prefix"`
+	// Off turns S3 off even when it is fully configured: Load sets it from
+	// upstream's CUBE_ARTIFACT_STORE_BACKEND=fs (the CUBE_S3_* settings are
+	// then for the volume plugins only).
+	Off bool `yaml:"-"`
 }
 
 // Reconcile holds the data plane's reconciler settings
@@ -145,6 +206,11 @@ type Master struct {
 	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
 	// Log is the master's logging.
 	Log Log `yaml:"log"`
+	// Request shapes the sandbox requests sent to nodes.
+	Request RequestSettings `yaml:"request"`
+	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
+	// (CUBE_MASTER_CA_DIR, default /etc/cube/ca, upstream's path).
+	CADir string `yaml:"ca_dir"`
 }
 
 // DefaultReleaseManifest is where the one-click bundle installs its release
@@ -154,9 +220,9 @@ const DefaultReleaseManifest = "/usr/local/services/cubetoolbox/release-manifest
 // DefaultEnvdHostDir is where upstream installs the envd binary.
 const DefaultEnvdHostDir = "/usr/local/share/cubesandbox-envd"
 
-// Enabled reports whether S3 is fully configured.
+// Enabled reports whether S3 is fully configured and not turned off.
 func (s S3) Enabled() bool {
-	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
+	return !s.Off && s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
 }
 
 // Backend names the artifact store kind the data plane writes to: "s3",
@@ -197,7 +263,8 @@ func DefaultsFor(d Dirs) Config {
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
 		},
-		S3: S3{Region: "us-east-1", UsePathStyle: true},
+		S3:          S3{Region: "us-east-1", UsePathStyle: true},
+		AutoMigrate: true,
 		Master: Master{
 			Listen:             "127.0.0.1:8089",
 			TemplateCenterAddr: "http://127.0.0.1:8090",
@@ -205,6 +272,11 @@ func DefaultsFor(d Dirs) Config {
 			NodeProbeInterval:  10 * time.Second,
 			EnvdHostDir:        DefaultEnvdHostDir,
 			Log:                Log{Level: "info", Format: "json"},
+			Request: RequestSettings{
+				EnableExposedPort: true, ExposedPortList: []string{"80"},
+				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
+			},
+			CADir: "/etc/cube/ca",
 		},
 	}
 }
@@ -213,9 +285,15 @@ func DefaultsFor(d Dirs) Config {
 type Env func(name string) (string, bool)
 
 // Load reads the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH (legacy
-// CUBE_MASTER_CONFIG_PATH), if any, then the environment. With a nil env it
-// reads the process environment and also warns about unknown
-// CUBE_TEMPLATE_CENTER_* / CUBE_MASTER_* variables.
+// CUBE_MASTER_CONFIG_PATH), if any, then the environment. The file may be
+// ours, upstream's conf.yaml (common.http_bind/http_port,
+// common.template_center_addr, common.master_addr, instance_db_config,
+// cubelet_conf, extra_conf, log.region; see upstream.go) or both; our own
+// keys win over upstream's, the environment over both. Unknown keys are
+// warned about by name, or refused with CUBE_TEMPLATE_CENTER_STRICT_CONFIG
+// (--strict-config). With a nil env it reads the process environment and
+// also warns about unknown CUBE_TEMPLATE_CENTER_* / CUBE_MASTER_*
+// variables.
 func Load(env Env) (Config, error) {
 	var environ []string
 	if env == nil {
@@ -231,21 +309,25 @@ func LoadFrom(env Env, environ []string) (Config, error) {
 	c := Defaults()
 	c.Sources = map[string]string{}
 	r := reader{env: env, sources: c.Sources}
-	if p, ok := r.lookup(PathVariable, LegacyPathVariable); ok && p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return c, fmt.Errorf("read config file %s (%s): %w", p, PathVariable, err)
+	// Read before the file, which they name or govern.
+	for _, s := range Settings() {
+		if s.Env == StrictVariable {
+			r.apply(&c, s)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
-			return c, fmt.Errorf("parse config file %s: %w", p, err)
+	}
+	if p, ok := r.lookup(PathVariable, LegacyPathVariable); ok && p != "" {
+		if err := c.loadFile(p, &r); err != nil {
+			return c, err
 		}
 		c.ConfigPath = p
-		markFileSources(&c, b)
 	}
 	for _, s := range Settings() {
-		r.apply(&c, s)
+		if s.Env != PathVariable && s.Env != StrictVariable {
+			r.apply(&c, s)
+		}
+	}
+	if _, ok := r.env("CUBE_TEMPLATE_CENTER_LISTEN"); ok {
+		c.listenExplicit = true
 	}
 	if v, ok := r.env(legacyStoreDir); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
 		// The legacy store dir is where old masters kept artifacts. The
@@ -253,6 +335,7 @@ func LoadFrom(env Env, environ []string) (Config, error) {
 		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
 		c.Sources["CUBE_MASTER_LOCAL_ARTIFACT_DIR"] = "env (legacy " + legacyStoreDir + ")"
 	}
+	r.readUpstreamEnv(&c)
 	if c.Master.DBDSN == "" {
 		// One database for both processes (not a legacy fallback: no warning).
 		c.Master.DBDSN = c.DBDSN
@@ -268,10 +351,12 @@ func LoadFrom(env Env, environ []string) (Config, error) {
 	return c, c.validate()
 }
 
-// The config file's variable and its pre-rename spelling.
+// The config file's variable and its pre-rename spelling, and the switch
+// that makes unknown keys in it an error.
 const (
 	PathVariable       = "CUBE_TEMPLATE_CENTER_CONFIG_PATH"
 	LegacyPathVariable = "CUBE_MASTER_CONFIG_PATH"
+	StrictVariable     = "CUBE_TEMPLATE_CENTER_STRICT_CONFIG"
 	legacyStoreDir     = "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"
 )
 

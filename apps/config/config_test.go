@@ -77,11 +77,20 @@ func TestLoadFileThenEnvironment(t *testing.T) {
 	if c.Builder != "ext4stream" || c.S3.Bucket != "from-file" || c.MaxConcurrentBuilds != 3 {
 		t.Fatalf("got %+v", c)
 	}
-	if err := os.WriteFile(p, []byte("no_such_key: 1\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("no_such_key: 1\ns3:\n  bukket: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p})); err == nil || !strings.Contains(err.Error(), "no_such_key") {
-		t.Fatalf("unknown key accepted: %v", err)
+	// Unknown keys are named in warnings, or refused in strict mode.
+	c, err = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(c.Warnings, "\n"); !strings.Contains(w, `"no_such_key"`) || !strings.Contains(w, `"s3.bukket"`) || len(c.Warnings) != 2 {
+		t.Fatalf("warnings %q", c.Warnings)
+	}
+	_, err = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p, "CUBE_TEMPLATE_CENTER_STRICT_CONFIG": "true"}))
+	if err == nil || !strings.Contains(err.Error(), "no_such_key") || !strings.Contains(err.Error(), "s3.bukket") {
+		t.Fatalf("strict mode accepted unknown keys: %v", err)
 	}
 }
 

@@ -41,7 +41,7 @@ func NodeAgentSettings() []NodeAgentSetting {
 // OtherVariables are variables read outside Config: by the one-shot build
 // and the CLI.
 var OtherVariables = []struct{ Env, Doc string }{
-	{"CUBE_REGISTRY_PASSWORD", "Registry password for `templatecenter build --registry-username` and `cubemastercli tpl create-from-image --registry-username` (never a flag, so it stays out of process listings)."},
+	{"CUBE_REGISTRY_PASSWORD", "Registry password for `templatecenter build --registry-username` and `cubemastercli tpl create-from-image --registry-username`, kept out of process listings. The CLI also takes `--registry-password-stdin` or asks on a terminal; its `--registry-password` flag (upstream's) works with a warning."},
 	{"CUBE_ROOTFS_BUILDER_PLUGIN", "Handshake cookie the data plane sets for the builder plugins it starts (hashicorp/go-plugin); a plugin run without it only explains what it is. Never set it yourself."},
 }
 
@@ -55,14 +55,22 @@ func Reference(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`# Configuration reference
 
-<!-- Generated from apps/config (Settings, NodeAgentSettings) by
+<!-- Generated from apps/config (Settings, IgnoredVariables, NodeAgentSettings) by
      go test ./apps/config -run TestConfigurationReference -update; do not edit. -->
 
 Both services read the YAML file named by ` + "`CUBE_TEMPLATE_CENTER_CONFIG_PATH`" + ` first,
 then the environment, which wins; command-line flags (` + "`--listen`, `--log-level`, `--insecure-registry`" + `,
 ...) win over both. A legacy name still works, with a warning at start-up; when both
 names are set the new one wins. An unknown ` + "`CUBE_TEMPLATE_CENTER_*`" + ` or ` + "`CUBE_MASTER_*`" + ` variable
-is reported at start-up with the nearest known name. ` + "`templatecenter serve --print-config`" + ` and
+is reported at start-up with the nearest known name.
+
+The file may also be upstream's ` + "`conf.yaml`" + `: the keys in the "upstream" column fill a
+setting when the file does not set ours, and upstream's other variable names (also in
+that column) are read without a warning, after ours. Unknown keys in the file are
+warned about by name (` + "`--strict-config`" + ` refuses them); keys of upstream's sections
+that no setting reads are listed once. docs/compatibility.md has the details.
+
+` + "`templatecenter serve --print-config`" + ` and
 ` + "`cubemaster serve --print-config`" + ` print the effective values (secrets redacted) and where each
 came from.
 
@@ -70,10 +78,11 @@ came from.
 ` + "`/var/lib/cubetemplatecenter`" + ` for root and ` + "`~/.local/state/cubetemplatecenter`" + ` for other users:
 per user, so a build run by one user never meets a directory another user's build
 left unwritable. Durations are Go durations
-(` + "`90s`, `10m`, `1h`" + `); lists are comma-separated.
+(` + "`90s`, `10m`, `1h`" + `); lists are comma-separated; maps are JSON objects in the
+environment.
 
-| variable | YAML key | default | service | meaning | legacy names |
-|---|---|---|---|---|---|
+| variable | YAML key | default | service | meaning | upstream | legacy names |
+|---|---|---|---|---|---|---|
 `)
 	for _, s := range Settings() {
 		d := s.Default
@@ -98,7 +107,38 @@ left unwritable. Durations are Go durations
 		if len(s.Legacy) > 0 {
 			legacy = "`" + strings.Join(s.Legacy, "`, `") + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", s.Env, yamlKey, d, s.Service, cell(s.Doc), legacy)
+		var up []string
+		if len(s.Aliases) > 0 {
+			up = append(up, "`"+strings.Join(s.Aliases, "`, `")+"`")
+		}
+		if len(s.Upstream) > 0 {
+			up = append(up, "conf.yaml `"+strings.Join(s.Upstream, "`, `")+"`")
+		}
+		upstream := "—"
+		if len(up) > 0 {
+			upstream = strings.Join(up, "; ")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s |\n", s.Env, yamlKey, d, s.Service, cell(s.Doc), upstream, legacy)
+	}
+	b.WriteString(`
+## Accepted and ignored
+
+Upstream variables this service reads only to say, at start-up, that they have no
+effect here. They are never reported as unknown.
+
+| variable | legacy names | logged when | why |
+|---|---|---|---|
+`)
+	for _, v := range IgnoredVariables() {
+		legacy := "—"
+		if len(v.Legacy) > 0 {
+			legacy = "`" + strings.Join(v.Legacy, "`, `") + "`"
+		}
+		when := "set to anything"
+		if v.WhenTrue {
+			when = "true (`1`, `true`, `yes`, `on`)"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.Env, legacy, when, cell(v.Reason))
 	}
 	b.WriteString(`
 ## Node agent

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -18,19 +19,28 @@ const (
 	Both         = "both"
 )
 
-// Setting is one configuration variable: its environment name, its
-// pre-rename spellings (read with a deprecation warning), its key in the
-// YAML file, what it means and which service reads it. Field returns a
-// pointer into a Config (a *string, *[]string, *int, *int64, *bool or
+// Setting is one configuration variable: its environment name, its other
+// current spellings (upstream's, read without a warning), its pre-rename
+// spellings (read with a deprecation warning), its key in the YAML file,
+// the keys of upstream's conf.yaml that also fill it, what it means and
+// which service reads it. Field returns a pointer into a Config (a
+// *string, *[]string, *map[string]string, *int, *int64, *bool or
 // *time.Duration), which is how Load sets it and how the reference finds
 // its default.
 type Setting struct {
-	Env     string
+	Env string
+	// Aliases are read after Env, in order, before Legacy: an empty value
+	// counts as unset, and when several are set with different values the
+	// first wins and a warning names the one ignored.
+	Aliases []string
 	Legacy  []string
 	YAML    string // dotted key; "" for secrets, which only the environment sets
-	Doc     string
-	Service string
-	Secret  bool
+	// Upstream are the keys of upstream's conf.yaml that fill the setting
+	// when the file does not set YAML (see upstream.go).
+	Upstream []string
+	Doc      string
+	Service  string
+	Secret   bool
 	// Default, when set, is what the reference shows instead of the
 	// default value (for defaults derived from another setting).
 	Default string
@@ -43,26 +53,40 @@ type Setting struct {
 func Settings() []Setting {
 	return []Setting{
 		{Env: PathVariable, Legacy: []string{LegacyPathVariable}, Service: Both, Default: "none",
-			Doc:   "YAML file read before the environment (the environment wins). Keys are the YAML column.",
+			Doc: "YAML file read before the environment (the environment wins). Keys are the YAML column; upstream's conf.yaml keys " +
+				"(the upstream column) are read too, ours winning over them. Unknown keys are warned about by name.",
 			Field: func(c *Config) any { return &c.ConfigPath }},
-		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Service: Both,
+		{Env: StrictVariable, Service: Both,
+			Doc:   "`true` refuses unknown keys in the config file instead of warning about them (upstream sections' unused keys are only listed). `--strict-config` on either service sets it.",
+			Field: func(c *Config) any { return &c.Strict }},
+		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Upstream: []string{"instance_db_config"}, Service: Both,
 			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` or `postgres://user:pass@host:5432/db`. Both services share one database.",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
 			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN.",
 			Field: func(c *Config) any { return &c.Master.DBDSN }},
-		{Env: "CUBE_TEMPLATE_CENTER_LISTEN", YAML: "listen", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_LISTEN", YAML: "listen", Upstream: []string{"common.http_bind", "common.http_port"}, Service: DataPlane,
 			Doc:   "Data plane HTTP address (internal API, downloads, /health, /ready, /metrics). Loopback by default: only the master and nodes need it; `serve --listen` wins.",
 			Field: func(c *Config) any { return &c.Listen }},
-		{Env: "CUBE_MASTER_ADDR", Legacy: []string{"CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"}, YAML: "master_addr", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_NODE_IP", Aliases: []string{"CUBE_SANDBOX_NODE_IP"}, YAML: "node_ip", Service: DataPlane,
+			Doc: "This host's routable address (upstream's installer sets CUBE_SANDBOX_NODE_IP on every unit), logged as the data plane's identity. " +
+				"When no listen address was chosen (no CUBE_TEMPLATE_CENTER_LISTEN, `listen`, `--listen`, or an `http_bind` other than 0.0.0.0 or ::) and the IP is on this host, the data plane listens on it, as upstream's ResolveHTTPBind.",
+			Field: func(c *Config) any { return &c.NodeIP }},
+		{Env: "CUBE_MASTER_ADDR", Legacy: []string{"CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"}, YAML: "master_addr", Upstream: []string{"common.master_addr"}, Service: DataPlane,
 			Doc:   "Where the data plane sends status callbacks: the master's base URL.",
 			Field: func(c *Config) any { return &c.MasterAddr }},
+		{Env: "CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER", YAML: "upstream_master", Service: DataPlane,
+			Doc:   "`true` when the master is upstream's CubeMaster: BUILT reports then carry the `ext4_path` of a file store (which must be the master's own artifact directory) and a presigned `artifact_url` of an object store. Leave it off with our master.",
+			Field: func(c *Config) any { return &c.UpstreamMaster }},
 		{Env: "CUBE_TEMPLATE_CALLBACK_TOKEN", Legacy: []string{"CUBE_TC_CALLBACK_TOKEN"}, Service: Both, Secret: true,
 			Doc:   "Shared secret of the internal routes (build submits, status callbacks). Required, the same on both services: `openssl rand -hex 32`.",
 			Field: func(c *Config) any { return &c.CallbackToken }},
 		{Env: "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN", YAML: "callback_insecure_no_token", Service: Both,
 			Doc:   "`true` lets a service start without a token, leaving the internal routes open. Never in production.",
 			Field: func(c *Config) any { return &c.CallbackInsecureNoToken }},
+		{Env: "CUBE_AUTO_MIGRATION", YAML: "auto_migration", Service: Both,
+			Doc:   "`false` skips the schema migrations at start-up, leaving them to `templatecenter migrate` / `cubemaster migrate` run out of band (as upstream).",
+			Field: func(c *Config) any { return &c.AutoMigrate }},
 		{Env: "CUBE_TEMPLATE_CENTER_REDIS_ADDR", YAML: "redis_addr", Service: Both,
 			Doc:   "Redis `host:port` for live build progress shared between processes; unset keeps it in memory (one data plane and master in one process, or no live pull counters across processes).",
 			Field: func(c *Config) any { return &c.RedisAddr }},
@@ -73,12 +97,15 @@ func Settings() []Setting {
 			Doc:   "Data plane log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Log.Format }},
 
-		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", Legacy: []string{legacyStoreDir}, YAML: "artifact_store_dir", Service: DataPlane,
-			Doc:   "Directory of the local (`file://`) artifact store, used unless CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL or S3 is set.",
+		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", Aliases: []string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, Legacy: []string{legacyStoreDir}, YAML: "artifact_store_dir", Service: DataPlane,
+			Doc:   "Directory of the local (`file://`) artifact store, used unless CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL or S3 is set. Upstream's CUBE_ARTIFACT_STORE_FS_ROOT names it after ours and before the legacy name.",
 			Field: func(c *Config) any { return &c.ArtifactStoreDir }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
 			Doc:   "Artifact store as a gocloud URL (`file:///dir`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
+		{Env: "CUBE_ARTIFACT_STORE_BACKEND", YAML: "artifact_store_backend", Service: Both,
+			Doc:   "Upstream's store switch: `fs` turns S3 off even when CUBE_S3_* are all set (they are then the volume plugins'); empty or `s3` is S3 when fully configured. Another value is read as `s3`, with a warning.",
+			Field: func(c *Config) any { return &c.ArtifactStoreBackend }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", Legacy: []string{"CUBEMASTER_ROOTFS_ARTIFACT_DIR"}, YAML: "artifact_work_dir", Service: DataPlane,
 			Doc:   "Build scratch space (one directory per build, removed after it).",
 			Field: func(c *Config) any { return &c.WorkDir }},
@@ -135,11 +162,11 @@ func Settings() []Setting {
 		{Env: "CUBE_S3_BUCKET", YAML: "s3.bucket", Service: Both,
 			Doc:   "S3 bucket of the artifacts.",
 			Field: func(c *Config) any { return &c.S3.Bucket }},
-		{Env: "CUBE_S3_ACCESS_KEY", Service: Both, Secret: true,
-			Doc:   "S3 access key.",
+		{Env: "CUBE_S3_ACCESS_KEY_ID", Aliases: []string{"CUBE_S3_ACCESS_KEY"}, Service: Both, Secret: true,
+			Doc:   "S3 access key (upstream's name, shared with the volume plugins; CUBE_S3_ACCESS_KEY also works, and loses when both are set).",
 			Field: func(c *Config) any { return &c.S3.AccessKey }},
-		{Env: "CUBE_S3_SECRET_KEY", Service: Both, Secret: true,
-			Doc:   "S3 secret key.",
+		{Env: "CUBE_S3_SECRET_ACCESS_KEY", Aliases: []string{"CUBE_S3_SECRET_KEY"}, Service: Both, Secret: true,
+			Doc:   "S3 secret key (upstream's name; CUBE_S3_SECRET_KEY also works, and loses when both are set).",
 			Field: func(c *Config) any { return &c.S3.SecretKey }},
 		{Env: "CUBE_S3_REGION", YAML: "s3.region", Service: Both,
 			Doc:   "S3 region.",
@@ -173,10 +200,10 @@ func Settings() []Setting {
 			Doc:   "When set, replaces CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER (the pre-split name of the same bound).",
 			Field: func(c *Config) any { return &c.Reconcile.StaleAfter }},
 
-		{Env: "CUBE_MASTER_LISTEN", YAML: "master.listen", Service: ControlPlane,
+		{Env: "CUBE_MASTER_LISTEN", YAML: "master.listen", Upstream: []string{"common.http_bind", "common.http_port"}, Service: ControlPlane,
 			Doc:   "Public API address (/cube/*, callbacks, /notify/health, /ready, /metrics). Loopback by default; set `0.0.0.0:8089` to serve other machines. `serve --listen` wins.",
 			Field: func(c *Config) any { return &c.Master.Listen }},
-		{Env: "CUBE_TEMPLATE_CENTER_ADDR", YAML: "master.template_center_addr", Service: ControlPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_ADDR", YAML: "master.template_center_addr", Upstream: []string{"common.template_center_addr"}, Service: ControlPlane,
 			Doc:   "The data plane's base URL: build submits, artifact deletes, proxied compat and downloads.",
 			Field: func(c *Config) any { return &c.Master.TemplateCenterAddr }},
 		{Env: "CUBE_MASTER_NODES", YAML: "master.nodes", Service: ControlPlane,
@@ -203,6 +230,66 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_LOG_FORMAT", YAML: "master.log.format", Service: ControlPlane,
 			Doc:   "Master log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Master.Log.Format }},
+		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
+			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
+			Field: func(c *Config) any { return &c.Master.CADir }},
+
+		{Env: "CUBE_MASTER_ENABLE_EXPOSED_PORT", YAML: "master.request.enable_exposed_port", Upstream: []string{"cubelet_conf.enable_exposed_port"}, Service: ControlPlane,
+			Doc:   "Sandbox requests sent to nodes expose ports: a request's `com.exposed_ports` annotation, else CUBE_MASTER_EXPOSED_PORTS. Off exposes only envd's port.",
+			Field: func(c *Config) any { return &c.Master.Request.EnableExposedPort }},
+		{Env: "CUBE_MASTER_EXPOSED_PORTS", YAML: "master.request.exposed_port_list", Upstream: []string{"cubelet_conf.exposed_port_list"}, Service: ControlPlane,
+			Doc:   "Ports exposed when a request names none.",
+			Field: func(c *Config) any { return &c.Master.Request.ExposedPortList }},
+		{Env: "CUBE_MASTER_BLK_QOS", YAML: "master.request.blk_qos", Upstream: []string{"extra_conf.blk_qos"}, Service: ControlPlane,
+			Doc:   "The `cube.master.blk.qos` annotation of requests sent to nodes.",
+			Field: func(c *Config) any { return &c.Master.Request.BlkQos }},
+		{Env: "CUBE_MASTER_BLK_QOS_MAP", YAML: "master.request.blk_qos_map", Upstream: []string{"extra_conf.blk_qos_map"}, Service: ControlPlane,
+			Doc:   "`cube.master.blk.qos` by instance type (a JSON object in the environment); wins over CUBE_MASTER_BLK_QOS for the types it names.",
+			Field: func(c *Config) any { return &c.Master.Request.BlkQosMap }},
+		{Env: "CUBE_MASTER_FS_QOS", YAML: "master.request.fs_qos", Upstream: []string{"extra_conf.fs_qos"}, Service: ControlPlane,
+			Doc:   "The `cube.master.fs.qos` annotation of requests sent to nodes.",
+			Field: func(c *Config) any { return &c.Master.Request.FsQos }},
+		{Env: "CUBE_MASTER_FS_QOS_MAP", YAML: "master.request.fs_qos_map", Upstream: []string{"extra_conf.fs_qos_map"}, Service: ControlPlane,
+			Doc:   "`cube.master.fs.qos` by instance type (a JSON object in the environment); wins over CUBE_MASTER_FS_QOS for the types it names.",
+			Field: func(c *Config) any { return &c.Master.Request.FsQosMap }},
+		{Env: "CUBE_MASTER_REGION", YAML: "master.request.region", Upstream: []string{"log.region"}, Service: ControlPlane,
+			Doc:   "Fills `cube.master.instance.region` of a request that has none.",
+			Field: func(c *Config) any { return &c.Master.Request.Region }},
+		{Env: "CUBE_MASTER_HOST_MOUNT_PREFIXES", YAML: "master.request.host_mount_prefixes", Service: ControlPlane,
+			Doc:   "Host-dir volume paths must be under one of these prefixes (the path cleaned, plus `/`).",
+			Field: func(c *Config) any { return &c.Master.Request.HostMountPrefixes }},
+		{Env: "CUBE_MASTER_CREATE_IMAGE_TIMEOUT", YAML: "master.request.create_image_timeout", Upstream: []string{"cubelet_conf.create_image_timeout_insec"}, Service: ControlPlane,
+			Doc:   "Bound of one CreateImage call to a node (upstream's key is in seconds).",
+			Field: func(c *Config) any { return &c.Master.Request.CreateImageTimeout }},
+	}
+}
+
+// IgnoredVariable is an upstream variable this service accepts and does
+// not act on: setting it (to a value Active accepts) logs Reason at
+// start-up, and it is never reported as unknown.
+type IgnoredVariable struct {
+	Env    string
+	Legacy []string
+	// WhenTrue: only a true value (1, true, yes, on) is logged, because
+	// upstream's default (off) is what this service always does.
+	WhenTrue bool
+	Reason   string
+}
+
+func (v IgnoredVariable) active(val string) bool {
+	if v.WhenTrue {
+		return upstreamTruthy(val)
+	}
+	return strings.TrimSpace(val) != ""
+}
+
+// IgnoredVariables lists the upstream variables accepted and ignored.
+func IgnoredVariables() []IgnoredVariable {
+	return []IgnoredVariable{
+		{Env: "CUBE_TEMPLATE_CENTER_LOOP_MOUNT_EXT4_ENABLED", Legacy: []string{"CUBEMASTER_LOOP_MOUNT_EXT4_ENABLED"},
+			Reason: "no builder here loop-mounts an image: both write the ext4 straight from the layer stream, without root or a loop device"},
+		{Env: "CUBE_TEMPLATE_CENTER_SERVE_TEMPLATE_API", Legacy: []string{"CUBE_TC_SERVE_TEMPLATE_API"}, WhenTrue: true,
+			Reason: "the public /cube/template routes are always served by cubemaster: a second writer of the template tables is what upstream's default (false) avoids too"},
 	}
 }
 
@@ -260,6 +347,12 @@ func render(p any) string {
 		return *v
 	case *[]string:
 		return strings.Join(*v, ",")
+	case *map[string]string:
+		if len(*v) == 0 {
+			return ""
+		}
+		b, _ := json.Marshal(*v) // keys sorted
+		return string(b)
 	case *int:
 		return strconv.Itoa(*v)
 	case *int64:
@@ -314,7 +407,12 @@ func knownNames() []string {
 	var names []string
 	for _, s := range Settings() {
 		names = append(names, s.Env)
+		names = append(names, s.Aliases...)
 		names = append(names, s.Legacy...)
+	}
+	for _, v := range IgnoredVariables() {
+		names = append(names, v.Env)
+		names = append(names, v.Legacy...)
 	}
 	for _, s := range NodeAgentSettings() {
 		names = append(names, s.Env)
@@ -407,16 +505,56 @@ func (r *reader) lookup(name string, legacy ...string) (string, bool) {
 	return "", false
 }
 
-// apply sets s from the environment, if it is set there.
-func (r *reader) apply(c *Config, s Setting) {
-	if s.Env == PathVariable {
-		return // read first, by Load
-	}
+// lookupSetting finds s's value: Env, then its aliases (an empty value
+// counts as unset; when several disagree the first wins, with a warning
+// that shows the values unless the setting is secret), then its legacy
+// names.
+func (r *reader) lookupSetting(s Setting) (string, bool) {
 	legacy := s.Legacy
 	if s.Env == "CUBE_MASTER_LOCAL_ARTIFACT_DIR" {
 		legacy = nil // Load applies the legacy store dir without a second warning
 	}
-	v, ok := r.lookup(s.Env, legacy...)
+	if len(s.Aliases) == 0 {
+		return r.lookup(s.Env, legacy...)
+	}
+	var used, val string
+	for _, name := range append([]string{s.Env}, s.Aliases...) {
+		v, ok := r.env(name)
+		if v = strings.TrimSpace(v); !ok || v == "" {
+			continue
+		}
+		switch {
+		case used == "":
+			used, val = name, v
+		case v != val && s.Secret:
+			r.warnings = append(r.warnings, fmt.Sprintf("%s and %s disagree; using %s", used, name, used))
+		case v != val:
+			r.warnings = append(r.warnings, fmt.Sprintf("%s=%q is ignored because %s=%q is set", name, v, used, val))
+		}
+	}
+	if used == "" {
+		return r.lookup(s.Env, legacy...)
+	}
+	for _, l := range legacy {
+		if _, ok := r.env(l); !ok {
+			continue
+		}
+		if used == s.Env {
+			r.warnings = append(r.warnings, fmt.Sprintf("both %s and legacy %s are set; using %s", s.Env, l, s.Env))
+		} else {
+			r.warnings = append(r.warnings, fmt.Sprintf("%s is deprecated; use %s", l, s.Env))
+		}
+	}
+	r.sources[s.Env] = "env"
+	if used != s.Env {
+		r.sources[s.Env] = "env (" + used + ")"
+	}
+	return val, true
+}
+
+// apply sets s from the environment, if it is set there.
+func (r *reader) apply(c *Config, s Setting) {
+	v, ok := r.lookupSetting(s)
 	if !ok {
 		return
 	}
@@ -431,6 +569,17 @@ func (r *reader) apply(c *Config, s Setting) {
 				*dst = append(*dst, item)
 			}
 		}
+	case *map[string]string:
+		if v == "" {
+			*dst = nil
+			return
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			r.fail(fmt.Errorf("%s: %q is not a JSON object of strings", s.Env, v))
+			return
+		}
+		*dst = m
 	case *int:
 		if v == "" {
 			return

@@ -47,6 +47,9 @@ func leafFields(v reflect.Value, prefix string, out map[any]string) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if !f.IsExported() {
+			continue // bookkeeping of Load, not a setting
+		}
 		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
 		key := tag
 		if tag == "-" {
@@ -73,6 +76,7 @@ func TestEverySettingIsDocumented(t *testing.T) {
 	// Outputs of Load, not inputs.
 	delete(fields, any(&c.Warnings))
 	delete(fields, any(&c.Sources))
+	delete(fields, any(&c.S3.Off)) // from CUBE_ARTIFACT_STORE_BACKEND
 	seen := map[string]bool{}
 	for _, s := range Settings() {
 		if seen[s.Env] {
@@ -88,7 +92,7 @@ func TestEverySettingIsDocumented(t *testing.T) {
 			t.Errorf("%s points at no (or an already documented) Config field", s.Env)
 			continue
 		}
-		if key != s.YAML && !(s.Env == PathVariable && key == "") {
+		if key != s.YAML && (s.Env != PathVariable || key != "") {
 			t.Errorf("%s: YAML key %q, but the field's key is %q", s.Env, s.YAML, key)
 		}
 		if s.Secret && key != "" {
@@ -243,5 +247,67 @@ func TestFileSourcesAreRecorded(t *testing.T) {
 	}
 	if c.Sources["CUBE_TEMPLATE_CENTER_BUILDER"] != "file" || c.Sources["CUBE_MASTER_LOG_LEVEL"] != "file" || c.Master.Log.Level != "debug" {
 		t.Fatalf("sources %v, master log %+v", c.Sources, c.Master.Log)
+	}
+}
+
+// upstreamKeys lists the dotted yaml keys of the leaves of t.
+func upstreamKeys(t reflect.Type, prefix string, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			upstreamKeys(ft, key, out)
+			continue
+		}
+		*out = append(*out, key)
+	}
+}
+
+// TestEveryUpstreamKeyHasASetting: every key of upstream's conf.yaml that
+// Load reads is named in a setting's Upstream column (a section name
+// covers its keys), and every key named there is one Load reads.
+func TestEveryUpstreamKeyHasASetting(t *testing.T) {
+	var read []string
+	upstreamKeys(reflect.TypeOf(upstreamFile{}), "", &read)
+	var named []string
+	for _, s := range Settings() {
+		named = append(named, s.Upstream...)
+	}
+	for _, k := range read {
+		if !slices.ContainsFunc(named, func(n string) bool { return k == n || strings.HasPrefix(k, n+".") }) {
+			t.Errorf("upstream key %s is read but no setting names it", k)
+		}
+	}
+	for _, n := range named {
+		if !slices.ContainsFunc(read, func(k string) bool { return k == n || strings.HasPrefix(k, n+".") }) {
+			t.Errorf("a setting names upstream key %s, which Load does not read", n)
+		}
+	}
+}
+
+// TestIgnoredVariablesAreKnown: an ignored upstream variable is logged
+// with its reason and never reported as unknown.
+func TestIgnoredVariablesAreKnown(t *testing.T) {
+	for _, v := range IgnoredVariables() {
+		if !Known(v.Env) || len(UnknownVariables([]string{v.Env + "=1"})) != 0 {
+			t.Errorf("%s is reported as unknown", v.Env)
+		}
+		c, err := Load(mapEnv(map[string]string{v.Env: "true"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := strings.Join(c.Warnings, "\n"); !strings.Contains(w, v.Env+" is ignored because "+v.Reason) {
+			t.Errorf("%s: warnings %q", v.Env, c.Warnings)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
@@ -32,6 +33,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := cmdutil.Root("cubemaster", "Control plane: template API, distribution to nodes, cleanup")
+	config.AddStrictFlag(root)
 	root.AddCommand(serveCommand(), migrateCommand(), devCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "cubemaster: "+cmdutil.OneLine(err))

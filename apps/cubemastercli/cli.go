@@ -60,14 +60,21 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 	pf.IntVarP(&a.port, "port", "p", 8089, "master port")
 	pf.DurationVar(&a.timeout, "timeout", 35*time.Second, "timeout of each HTTP request")
 
+	root.AddCommand(a.tplCmd(), cubeboxCmd(a.tplCmd()))
+	return root
+}
+
+// tplCmd is the template command group, also spelled `template`, as
+// upstream does; it is registered at the top level and under cubebox.
+func (a *app) tplCmd() *cobra.Command {
 	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates (ids and aliases are accepted wherever a template is named)"}
 	cmdutil.Group(tpl)
 	tpl.AddCommand(
 		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
 		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
+		a.buildWatchCmd(), a.renderCmd(),
 	)
-	root.AddCommand(tpl)
-	return root
+	return tpl
 }
 
 // printJSON pretty-prints a raw response.

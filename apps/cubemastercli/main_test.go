@@ -464,6 +464,9 @@ func TestPositionalIDsAndAliases(t *testing.T) {
 		{"status", []string{"tpl", "status", "job-ok"}, "GET", "/cube/template/from-image", "job_id=job-ok"},
 		{"build-status by job", []string{"tpl", "build-status", "b-1"}, "GET", "/cube/template/build/b-1/status", ""},
 		{"build-status by template", []string{"tpl", "build-status", "web"}, "GET", "/cube/template/build/b-1/status", ""},
+		{"merge by id", []string{"tpl", "merge", "tpl-1", "--detach"}, "POST", "/cube/template/migrate", ""},
+		{"merge by alias", []string{"tpl", "merge", "web", "--detach"}, "POST", "/cube/template/migrate", ""},
+		{"info by alias under cubebox", []string{"cubebox", "template", "info", "web"}, "GET", "/cube/template", "template_id=tpl-1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -477,8 +480,8 @@ func TestPositionalIDsAndAliases(t *testing.T) {
 			if last.Method != tc.method || last.Path != tc.path || last.Query != tc.query {
 				t.Fatalf("last call %s %s?%s, want %s %s?%s", last.Method, last.Path, last.Query, tc.method, tc.path, tc.query)
 			}
-			if tc.name == "delete by alias" && last.Body["template_id"] != "tpl-1" {
-				t.Fatalf("delete body %v, want template_id tpl-1", last.Body)
+			if (tc.name == "delete by alias" || strings.HasPrefix(tc.name, "merge")) && last.Body["template_id"] != "tpl-1" {
+				t.Fatalf("%s body %v, want template_id tpl-1", tc.name, last.Body)
 			}
 		})
 	}
@@ -486,7 +489,7 @@ func TestPositionalIDsAndAliases(t *testing.T) {
 
 func TestUnknownSubcommandAndVersion(t *testing.T) {
 	_, global := start(t)
-	for _, args := range [][]string{{"tpl", "bogus"}, {"bogus"}, {"tpl", "infoo", "x"}} {
+	for _, args := range [][]string{{"tpl", "bogus"}, {"bogus"}, {"tpl", "infoo", "x"}, {"cubebox", "bogus"}, {"cubebox", "template", "bogus"}} {
 		if r := runCLI(t, global, args...); r.code == 0 || !strings.Contains(r.stderr, "unknown command") {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
 		}

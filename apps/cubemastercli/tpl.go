@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,12 +57,14 @@ func (a *app) createFromImageCmd() *cobra.Command {
 		req   cubeview.FromImageRequest
 		ports []int32
 		w     waitFlags
+		extra fromImageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create-from-image",
 		Short: "Build a template from an OCI image and distribute it (waits by default)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		// Upstream accepts "--allow-internet-access false" with a space.
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlag("image", req.SourceImageRef); err != nil {
 				return err
 			}
@@ -71,7 +73,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			}
 			req.RequestID = newRequestID()
 			req.ExposedPorts = ports
-			req.RegistryPassword = os.Getenv("CUBE_REGISTRY_PASSWORD")
+			if err := extra.apply(cmd, args, &req, cmd.InOrStdin()); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -92,8 +96,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 	f.StringVar(&req.NetworkType, "network-type", "tap", "network type")
 	f.StringArrayVar(&req.DistributionScope, "node", nil, "target node id or IP (repeatable; default all nodes)")
 	f.Int32SliceVar(&ports, "expose-port", nil, "port to expose (repeatable)")
-	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user; the password comes from $CUBE_REGISTRY_PASSWORD")
+	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user (password: $CUBE_REGISTRY_PASSWORD, --registry-password-stdin or a prompt)")
 	f.StringVar(&req.Alias, "alias", "", "alias to bind to the template")
+	extra.register(cmd)
 	w.register(cmd, true)
 	return cmd
 }
@@ -429,19 +434,7 @@ func (a *app) buildStatusCmd() *cobra.Command {
 				return err
 			}
 			var resp cubeview.BuildStatus
-			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, &resp)
-			if err != nil && strings.Contains(err.Error(), "ret_code 130404") {
-				// Not a job id: perhaps a template (or its alias).
-				tid, terr := a.templateID(cmd.Context(), c, id)
-				if terr != nil {
-					return err
-				}
-				job, jerr := a.latestJob(cmd.Context(), c, tid)
-				if jerr != nil {
-					return err
-				}
-				raw, err = c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(job)+"/status", nil, nil, &resp)
-			}
+			raw, _, err := a.buildStatus(cmd.Context(), c, id, &resp)
 			if err != nil {
 				return err
 			}
@@ -461,4 +454,25 @@ func (a *app) buildStatusCmd() *cobra.Command {
 	cmd.Flags().StringVar(&id, "build-id", "", "build (job) id (same as the argument)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
+}
+
+// buildStatus reads a build's status; id is a build (job) id, or a template
+// id or alias, which names the template's last job. job is the build id
+// read.
+func (a *app) buildStatus(ctx context.Context, c *client, id string, resp *cubeview.BuildStatus) (raw []byte, job string, err error) {
+	raw, err = c.do(ctx, http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, resp)
+	if err != nil && strings.Contains(err.Error(), "ret_code 130404") {
+		// Not a job id: perhaps a template (or its alias).
+		tid, terr := a.templateID(ctx, c, id)
+		if terr != nil {
+			return nil, "", err
+		}
+		last, jerr := a.latestJob(ctx, c, tid)
+		if jerr != nil {
+			return nil, "", err
+		}
+		raw, err = c.do(ctx, http.MethodGet, pathTemplate+"/build/"+url.PathEscape(last)+"/status", nil, nil, resp)
+		return raw, last, err
+	}
+	return raw, id, err
 }

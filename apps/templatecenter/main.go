@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
@@ -29,6 +30,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := cmdutil.Root("templatecenter", "Build OCI images into ext4 root filesystems for microVM sandboxes")
+	config.AddStrictFlag(root)
 	root.AddCommand(buildCommand(), migrateCommand(), serveCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "templatecenter: "+cmdutil.OneLine(err))

@@ -31,9 +31,19 @@ and the nodes talk to it.`,
 			if err != nil {
 				return err
 			}
+			var nodeNote string
 			if f.Listen != "" {
 				cfg.Listen = f.Listen
 				cmdutil.MarkFlag(&cfg, "CUBE_TEMPLATE_CENTER_LISTEN", "listen")
+			} else if addr, note := cfg.TemplateCenterListen(config.IsLocalIP); note != "" || addr != cfg.Listen {
+				// Upstream's node identity: CUBE_TEMPLATE_CENTER_NODE_IP
+				// (or CUBE_SANDBOX_NODE_IP) names the listen address when
+				// none was chosen.
+				if addr != cfg.Listen {
+					cfg.Listen = addr
+					cfg.Sources["CUBE_TEMPLATE_CENTER_LISTEN"] = "node IP, " + cfg.Sources["CUBE_TEMPLATE_CENTER_NODE_IP"]
+				}
+				nodeNote = note
 			}
 			if len(insecure) > 0 {
 				cfg.InsecureRegistries = append(cfg.InsecureRegistries, insecure...)
@@ -52,6 +62,9 @@ and the nodes talk to it.`,
 			}
 			for _, w := range cfg.Warnings {
 				log.Warn(w)
+			}
+			if nodeNote != "" {
+				log.Info("templatecenter node identity", "node_ip", cfg.NodeIP, "listen", cfg.Listen, "note", nodeNote)
 			}
 			if err := tcapp.Check(cfg); err != nil {
 				return err

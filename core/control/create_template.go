@@ -227,7 +227,7 @@ func storedCreateRequest(raw json.RawMessage, tid, instanceType string) ([]byte,
 		delete(ann, core.AnnotationAppSnapshotCreate)
 		ann[core.AnnotationAppSnapshotVersion] = core.DefaultTemplateVersion
 		ann[core.AnnotationTemplateVersion] = core.DefaultTemplateVersion
-	}, "snapshot_dir", "timeout", "ins_id", "ins_ip", "requestID")
+	}, "snapshot_dir", "timeout", "ins_id", "ins_ip", "requestID", "request_id")
 }
 
 // snapshotCreateRequest is the request AppSnapshot gets: the create

@@ -191,11 +191,14 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 			Name:         RootfsWritableVolume,
 			VolumeSource: &core.VolumeSource{EmptyDir: &core.EmptyDirVolumeSource{SizeLimit: wls}},
 		}},
-		CubeVSContext: cloneVS(req.CubeVSContext),
-		Containers:    []core.Container{c},
-		Annotations:   ann,
-		InstanceType:  req.InstanceType,
-		NetworkType:   req.NetworkType,
+		// Both keys of the policy: older upstream masters read
+		// cubevs_context, the newest only cube_network_config.
+		CubeVSContext:     cloneVS(req.CubeVSContext),
+		CubeNetworkConfig: cloneVS(req.CubeVSContext),
+		Containers:        []core.Container{c},
+		Annotations:       ann,
+		InstanceType:      req.InstanceType,
+		NetworkType:       req.NetworkType,
 	}
 	return out, nil
 }
@@ -300,6 +303,9 @@ func cloneVS(v *core.CubeVSContext) *core.CubeVSContext {
 	}
 	c.AllowOut = slices.Clone(v.AllowOut)
 	c.DenyOut = slices.Clone(v.DenyOut)
+	// Rules are read-only once parsed; a shallow copy of the slice is
+	// enough to keep the two policy keys independent.
+	c.Rules = slices.Clone(v.Rules)
 	return &c
 }
 

@@ -65,7 +65,18 @@ type Catalog interface {
 	// core.ErrTemplateNotReady when it has no READY replica on a healthy
 	// node.
 	ResolveTemplate(ctx context.Context, idOrAlias string) (*core.Definition, error)
+	// ResolveTemplateKey turns a template id or alias into the template
+	// id; a key naming nothing comes back unchanged.
+	ResolveTemplateKey(ctx context.Context, key string) (string, error)
+	// ResolveSandboxRequest fills a sandbox create request from the
+	// template its template id annotation names.
+	ResolveSandboxRequest(ctx context.Context, req *core.SandboxRequest) (*control.ResolvedRequest, error)
 }
+
+// CubeletRenderer maps a sandbox create request onto the request a node
+// is sent (the Cubelet RunCubeSandboxRequest); the value is marshaled with
+// encoding/json, as upstream's preview does.
+type CubeletRenderer func(req *core.SandboxRequest) (any, error)
 
 // Artifacts reads artifact rows.
 type Artifacts interface {
@@ -92,6 +103,12 @@ type Config struct {
 	// DownloadBaseURL, when set, is the base URL recorded for new artifacts;
 	// otherwise it is derived from the request's Host, as upstream does.
 	DownloadBaseURL string
+	// RenderCubelet renders the node request of POST /cube/sandbox/preview;
+	// nil leaves cubelet_request out of the answer.
+	RenderCubelet CubeletRenderer
+	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
+	// (DefaultCADir when empty).
+	CADir string
 
 	// Readiness lists what GET /ready checks (the data plane, the
 	// database, the nodes); none means always ready.
@@ -116,6 +133,8 @@ const (
 	PathAlias          = "/cube/template/{template_id}/alias"
 	PathBuildStatus    = "/cube/template/build/{build_id}/status"
 	PathResolve        = "/cube/template/resolve"
+	PathPreview        = "/cube/sandbox/preview"
+	PathCA             = "/cube/ca/{filename}"
 	PathRootfsArtifact = "/cube/rootfs-artifact"
 	PathCompat         = "/cube/template/compat"
 	PathDownload       = core.DownloadPath
@@ -140,6 +159,10 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathBuildStatus, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathResolve, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathResolve, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathPreview, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCA, Kind: routes.Download},
+		{Method: http.MethodHead, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
@@ -194,6 +217,10 @@ func New(cfg Config) (chi.Router, error) {
 	r.Put(PathAlias, s.setAlias)
 	r.Get(PathBuildStatus, s.buildStatus)
 	r.Get(PathResolve, s.resolveTemplate)
+	r.Post(PathResolve, s.resolveSandboxRequest)
+	r.Post(PathPreview, s.previewSandbox)
+	r.Get(PathCA, s.caFile)
+	r.Head(PathCA, s.caFile)
 	r.Get(PathRootfsArtifact, s.rootfsArtifact)
 
 	r.Method(http.MethodGet, PathCompat, s.compat)

@@ -238,6 +238,11 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inc := q.Get("include_request")
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
 	t, err := s.cfg.Catalog.GetTemplate(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, "", err)
@@ -289,7 +294,14 @@ func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Catalog == nil:
 		s.fail(w, r, req.RequestID, errCatalogOff)
 	default:
-		if err := s.cfg.Catalog.Delete(r.Context(), req.TemplateID, req.InstanceType); err != nil {
+		// An alias names the template here too, as upstream resolves it; the
+		// answer echoes what the caller sent.
+		id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), req.TemplateID)
+		if err != nil {
+			s.fail(w, r, req.RequestID, err)
+			return
+		}
+		if err := s.cfg.Catalog.Delete(r.Context(), id, req.InstanceType); err != nil {
 			s.fail(w, r, req.RequestID, err)
 			return
 		}
@@ -297,14 +309,10 @@ func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type aliasResponse struct {
-	envelope.Response
-	cubeview.AliasResponse
-}
-
 // setAlias is PUT /cube/template/{template_id}/alias with {"alias": ...};
 // an absent, null or empty alias clears it (seed §3.1). An empty body is
-// also a clear.
+// also a clear. The path may name the template by its current alias, and
+// the answer is the whole template, as upstream's newest master answers.
 func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "template_id")
 	var req cubeview.AliasRequest
@@ -319,11 +327,21 @@ func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, errCatalogOff)
 		return
 	}
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, req.RequestID, err)
+		return
+	}
 	if _, err := s.cfg.Catalog.SetAlias(r.Context(), id, &alias); err != nil {
 		s.fail(w, r, req.RequestID, err)
 		return
 	}
-	envelope.Write(w, aliasResponse{Response: envelope.OK(req.RequestID), AliasResponse: cubeview.AliasResponse{TemplateID: id, Alias: alias}})
+	t, err := s.cfg.Catalog.GetTemplate(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, req.RequestID, err)
+		return
+	}
+	envelope.Write(w, templateResponse{Response: envelope.OK(req.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 type buildStatusResponse struct {

@@ -101,14 +101,17 @@ type TemplateItem struct {
 	Status       string `json:"status,omitempty"`
 	LastError    string `json:"last_error,omitempty"`
 	Alias        string `json:"alias,omitempty"`
-	CreatedAt    string `json:"created_at,omitempty"` // RFC 3339, UTC
-	ImageInfo    string `json:"image_info,omitempty"`
+	// DisplayName is the alias under the name upstream's newest master
+	// uses (its CLI prints it as ALIAS).
+	DisplayName string `json:"display_name,omitempty"`
+	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
+	ImageInfo   string `json:"image_info,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
-		LastError: t.LastError, Alias: t.Alias, ImageInfo: t.ImageInfo}
+		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
@@ -234,6 +237,23 @@ func RawOrString(s string) any {
 		return json.RawMessage(s)
 	}
 	return s
+}
+
+// ResolvedRequest is POST /cube/template/resolve: the template a sandbox
+// create request named and the request completed from it.
+type ResolvedRequest struct {
+	TemplateID    string               `json:"template_id"`
+	Alias         string               `json:"alias,omitempty"`
+	MergedRequest *core.SandboxRequest `json:"merged_request"`
+}
+
+// Preview is POST /cube/sandbox/preview (upstream sandboxPreviewResponse):
+// the caller's request, the request merged with its template, and the
+// request a node would be sent.
+type Preview struct {
+	APIRequest     *core.SandboxRequest `json:"api_request,omitempty"`
+	MergedRequest  *core.SandboxRequest `json:"merged_request,omitempty"`
+	CubeletRequest any                  `json:"cubelet_request,omitempty"`
 }
 
 // phaseStart is the progress at which each phase starts (the data plane's

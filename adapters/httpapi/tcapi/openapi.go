@@ -51,8 +51,11 @@ func Operations() []openapi.Op {
 		{Method: "POST", Path: wire.PathArtifactDelete, Tag: "internal", Token: true, Summary: "Remove an artifact's bytes and row (idempotent)",
 			Body: wire.DeleteArtifactRequest{}, Responses: with(errs(internalErrs), 200, openapi.Response{Doc: "deleted or absent", Body: wire.DeleteArtifactResponse{}})},
 		{Method: "POST", Path: wire.PathArtifactUpload, Tag: "internal", Token: true, Summary: "Store an uploaded ext4 (migrate), verified against sha256 and size",
-			Params: []openapi.Param{artifactParam, {Name: "sha256", In: "query", Required: true, Doc: "lowercase hex"},
-				{Name: "size", In: "query", Required: true, Doc: "bytes"}},
+			Description: "Also accepts upstream master's multipart/form-data form (fields artifact_id and file; sha256 and size " +
+				"then come from the artifact row or are computed), answered with ext4_path, ext4_sha256 and ext4_size_bytes.",
+			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id (raw form; the multipart form names it in a field)"},
+				{Name: "sha256", In: "query", Doc: "lowercase hex (raw form)"},
+				{Name: "size", In: "query", Doc: "bytes (raw form)"}},
 			BodyType:  "application/octet-stream",
 			Responses: with(errs(merged(map[int]string{413: "larger than the upload cap"})), 200, openapi.Response{Doc: "stored (or identical bytes were there)", Body: wire.UploadResponse{}})},
 		{Method: "GET", Path: PathDownload, Tag: "downloads", Summary: "Download an artifact's ext4 (Range, ETag; a presigned URL for object stores)",

@@ -79,6 +79,14 @@ type Config struct {
 	// SignedURLTTL is the lifetime of presigned download URLs (default 15
 	// minutes; a download only needs the URL to be valid when it starts).
 	SignedURLTTL time.Duration
+	// LocalPath is the file a store key lives in, for the ext4_path of an
+	// upload answer (upstream masters record it); nil or "" for remote
+	// stores.
+	LocalPath func(key string) string
+	// SpoolDir holds an upload in upstream's multipart form while it is
+	// hashed, when the artifact row records no sha256 and size to verify it
+	// against (default os.TempDir()).
+	SpoolDir string
 }
 
 // Defaults.

@@ -80,8 +80,12 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	}
 	if o.Store == nil {
 		defer st.Close()
-		if err := startup.Migrate(ctx, st, cfg.Master.DBDSN, log); err != nil {
-			return err
+		if cfg.AutoMigrate {
+			if err := startup.Migrate(ctx, st, cfg.Master.DBDSN, log); err != nil {
+				return err
+			}
+		} else {
+			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `cubemaster migrate` out of band")
 		}
 	}
 	dir, err := do.Invoke[*nodedir.Directory](i)

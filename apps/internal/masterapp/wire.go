@@ -25,6 +25,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -87,7 +88,8 @@ func newInjector(w wiring) *do.RootScope {
 		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
 	})
 	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
-		return cubelet.New(cubelet.Options{Logger: log}), nil
+		req := requestOptions(cfg.Master.Request)
+		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout}), nil
 	})
 	do.Provide(i, func(do.Injector) (*tcclient.Client, error) {
 		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
@@ -172,6 +174,7 @@ func newInjector(w wiring) *do.RootScope {
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
 			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
+			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
 			Readiness:      readiness(st, dir, w.tcBase),
 			StorageBackend: cfg.Backend(),
 			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
@@ -179,6 +182,22 @@ func newInjector(w wiring) *do.RootScope {
 		})
 	})
 	return i
+}
+
+// requestOptions are the node request settings the cubelet client and the
+// preview route share.
+func requestOptions(r config.RequestSettings) cubelet.RequestOptions {
+	return cubelet.RequestOptions{
+		EnableExposedPort: r.EnableExposedPort, ExposedPortList: r.ExposedPortList,
+		BlkQos: r.BlkQos, BlkQosByInstanceType: r.BlkQosMap, FsQos: r.FsQos, FsQosByInstanceType: r.FsQosMap,
+		Region: r.Region, AllowedHostMountPrefixes: r.HostMountPrefixes,
+	}
+}
+
+// renderCubelet renders POST /cube/sandbox/preview's cubelet_request: the
+// Cubelet request, as upstream's preview marshals it.
+func renderCubelet(o cubelet.RequestOptions) cubeapi.CubeletRenderer {
+	return func(req *core.SandboxRequest) (any, error) { return o.RunRequest(req) }
 }
 
 // readiness is what /ready checks: the database answers, the data plane's

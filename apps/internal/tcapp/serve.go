@@ -26,6 +26,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -72,8 +73,12 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	}
 	if o.Store == nil {
 		defer st.Close()
-		if err := startup.Migrate(ctx, st, cfg.DBDSN, log); err != nil {
-			return err
+		if cfg.AutoMigrate {
+			if err := startup.Migrate(ctx, st, cfg.DBDSN, log); err != nil {
+				return err
+			}
+		} else {
+			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
 	exec, err := do.Invoke[*data.Executor](i)
@@ -179,8 +184,17 @@ func provideServe(i do.Injector, o Options) {
 		return redisprogress.New(c, redisprogress.Options{}), nil
 	})
 	do.Provide(i, func(i do.Injector) (ports.StatusReporter, error) {
+		var up *masterclient.UpstreamPeer
+		if cfg.UpstreamMaster {
+			blobs, err := do.Invoke[*artifactstore.Store](i)
+			if err != nil {
+				return nil, err
+			}
+			up = upstreamPeer(cfg, blobs)
+		}
 		return masterclient.New(masterclient.Config{
 			BaseURL: cfg.MasterAddr, Token: cfg.CallbackToken, Logger: log, Metrics: do.MustInvoke[*metrics.Metrics](i),
+			Upstream: up,
 		})
 	})
 	do.Provide(i, func(i do.Injector) (*data.Executor, error) {
@@ -259,6 +273,8 @@ func provideServe(i do.Injector, o Options) {
 			Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: cfg.ReleaseManifest},
 				Clock: system.Clock{}, ManifestSource: cfg.ReleaseManifest},
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
+			LocalPath: localPath(cfg),
+			SpoolDir:  cfg.WorkDir,
 			Metrics:   do.MustInvoke[*metrics.Metrics](i),
 			Gatherer:  do.MustInvoke[*prometheus.Registry](i),
 			Logger:    log,
@@ -269,6 +285,42 @@ func provideServe(i do.Injector, o Options) {
 type deleterFunc func(ctx context.Context, artifactID string) error
 
 func (f deleterFunc) DeleteArtifact(ctx context.Context, id string) error { return f(ctx, id) }
+
+// upstreamArtifactURLTTL is how long the presigned artifact_url an
+// upstream master distributes stays valid: upstream's own data plane signs
+// for 7 days, the longest S3 allows.
+const upstreamArtifactURLTTL = 7 * 24 * time.Hour
+
+// upstreamPeer tells an upstream master where the bytes are: the file of a
+// local store (which must be the master's own artifact directory, see
+// docs/compatibility.md), or a presigned URL of an object store.
+func upstreamPeer(cfg config.Config, blobs *artifactstore.Store) *masterclient.UpstreamPeer {
+	lp := localPath(cfg)
+	return &masterclient.UpstreamPeer{
+		LocalPath: func(a *core.Artifact) string {
+			if lp == nil {
+				return ""
+			}
+			return lp(core.ObjectKeyOf(a))
+		},
+		SignURL: func(ctx context.Context, a *core.Artifact) (string, error) {
+			return blobs.SignedURL(ctx, core.ObjectKeyOf(a), upstreamArtifactURLTTL)
+		},
+	}
+}
+
+// localPath maps a store key to its file when the artifact store is the
+// local directory (CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR); nil otherwise.
+func localPath(cfg config.Config) func(key string) string {
+	if cfg.ArtifactStoreURL != "" || cfg.S3.Enabled() {
+		return nil
+	}
+	dir, err := filepath.Abs(cfg.ArtifactStoreDir)
+	if err != nil {
+		return nil
+	}
+	return func(key string) string { return filepath.Join(dir, filepath.FromSlash(key)) }
+}
 
 // OpenArtifactStore picks the artifact store: an explicit URL, else S3 when
 // fully configured, else the local directory (created if missing).
