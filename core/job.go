@@ -175,6 +175,11 @@ type Job struct {
 	// RequestID is the id of the API request that submitted the job
 	// (request_id; convergence marks its redo jobs with it).
 	RequestID string
+	// Fence numbers the control-plane runs (resume, migrate) of the job:
+	// each run takes the next number when it starts, under the job's lock,
+	// and its writes carry it (JobUpdate.Fence). A run whose lock was lost
+	// and taken over can then no longer publish: its number is stale.
+	Fence int64
 
 	Pull PullProgress
 
@@ -225,6 +230,9 @@ type JobUpdate struct {
 	ReadyNodeCount    *int
 	FailedNodeCount   *int
 	Pull              *PullProgress
+	// Fence, when not 0, must equal the job's Fence: the update comes
+	// from the run that holds the job (ErrFenced otherwise).
+	Fence int64
 }
 
 // Apply moves the job according to u, enforcing the state machine:
@@ -253,6 +261,9 @@ func (j *Job) Apply(u JobUpdate) error {
 	}
 	if j.Status.Terminal() {
 		return fmt.Errorf("job %s is %s: %w", j.JobID, j.Status, ErrStaleUpdate)
+	}
+	if u.Fence != 0 && u.Fence != j.Fence {
+		return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", j.JobID, u.Fence, j.Fence, ErrFenced)
 	}
 	if err := j.checkEdge(to, u.Phase); err != nil {
 		return err

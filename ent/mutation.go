@@ -3486,6 +3486,8 @@ type TemplateImageJobMutation struct {
 	addpull_speed_bps         *int64
 	active_key                *string
 	registry_auth             *string
+	fence                     *int64
+	addfence                  *int64
 	clearedFields             map[string]struct{}
 	done                      bool
 	oldValue                  func(context.Context) (*TemplateImageJob, error)
@@ -5429,6 +5431,62 @@ func (m *TemplateImageJobMutation) ResetRegistryAuth() {
 	delete(m.clearedFields, templateimagejob.FieldRegistryAuth)
 }
 
+// SetFence sets the "fence" field.
+func (m *TemplateImageJobMutation) SetFence(i int64) {
+	m.fence = &i
+	m.addfence = nil
+}
+
+// Fence returns the value of the "fence" field in the mutation.
+func (m *TemplateImageJobMutation) Fence() (r int64, exists bool) {
+	v := m.fence
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFence returns the old "fence" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldFence(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFence is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFence requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFence: %w", err)
+	}
+	return oldValue.Fence, nil
+}
+
+// AddFence adds i to the "fence" field.
+func (m *TemplateImageJobMutation) AddFence(i int64) {
+	if m.addfence != nil {
+		*m.addfence += i
+	} else {
+		m.addfence = &i
+	}
+}
+
+// AddedFence returns the value that was added to the "fence" field in this mutation.
+func (m *TemplateImageJobMutation) AddedFence() (r int64, exists bool) {
+	v := m.addfence
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetFence resets all changes to the "fence" field.
+func (m *TemplateImageJobMutation) ResetFence() {
+	m.fence = nil
+	m.addfence = nil
+}
+
 // Where appends a list predicates to the TemplateImageJobMutation builder.
 func (m *TemplateImageJobMutation) Where(ps ...predicate.TemplateImageJob) {
 	m.predicates = append(m.predicates, ps...)
@@ -5463,7 +5521,7 @@ func (m *TemplateImageJobMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateImageJobMutation) Fields() []string {
-	fields := make([]string, 0, 43)
+	fields := make([]string, 0, 44)
 	if m.created_at != nil {
 		fields = append(fields, templateimagejob.FieldCreatedAt)
 	}
@@ -5593,6 +5651,9 @@ func (m *TemplateImageJobMutation) Fields() []string {
 	if m.registry_auth != nil {
 		fields = append(fields, templateimagejob.FieldRegistryAuth)
 	}
+	if m.fence != nil {
+		fields = append(fields, templateimagejob.FieldFence)
+	}
 	return fields
 }
 
@@ -5687,6 +5748,8 @@ func (m *TemplateImageJobMutation) Field(name string) (ent.Value, bool) {
 		return m.ActiveKey()
 	case templateimagejob.FieldRegistryAuth:
 		return m.RegistryAuth()
+	case templateimagejob.FieldFence:
+		return m.Fence()
 	}
 	return nil, false
 }
@@ -5782,6 +5845,8 @@ func (m *TemplateImageJobMutation) OldField(ctx context.Context, name string) (e
 		return m.OldActiveKey(ctx)
 	case templateimagejob.FieldRegistryAuth:
 		return m.OldRegistryAuth(ctx)
+	case templateimagejob.FieldFence:
+		return m.OldFence(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6092,6 +6157,13 @@ func (m *TemplateImageJobMutation) SetField(name string, value ent.Value) error 
 		}
 		m.SetRegistryAuth(v)
 		return nil
+	case templateimagejob.FieldFence:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFence(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6130,6 +6202,9 @@ func (m *TemplateImageJobMutation) AddedFields() []string {
 	if m.addpull_speed_bps != nil {
 		fields = append(fields, templateimagejob.FieldPullSpeedBps)
 	}
+	if m.addfence != nil {
+		fields = append(fields, templateimagejob.FieldFence)
+	}
 	return fields
 }
 
@@ -6158,6 +6233,8 @@ func (m *TemplateImageJobMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedPullCompletedLayers()
 	case templateimagejob.FieldPullSpeedBps:
 		return m.AddedPullSpeedBps()
+	case templateimagejob.FieldFence:
+		return m.AddedFence()
 	}
 	return nil, false
 }
@@ -6236,6 +6313,13 @@ func (m *TemplateImageJobMutation) AddField(name string, value ent.Value) error 
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddPullSpeedBps(v)
+		return nil
+	case templateimagejob.FieldFence:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFence(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob numeric field %s", name)
@@ -6437,6 +6521,9 @@ func (m *TemplateImageJobMutation) ResetField(name string) error {
 		return nil
 	case templateimagejob.FieldRegistryAuth:
 		m.ResetRegistryAuth()
+		return nil
+	case templateimagejob.FieldFence:
+		m.ResetFence()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)

@@ -456,6 +456,10 @@ func init() {
 	templateimagejobDescActiveKey := templateimagejobFields[38].Descriptor()
 	// templateimagejob.ActiveKeyValidator is a validator for the "active_key" field. It is called by the builders before save.
 	templateimagejob.ActiveKeyValidator = templateimagejobDescActiveKey.Validators[0].(func(string) error)
+	// templateimagejobDescFence is the schema descriptor for fence field.
+	templateimagejobDescFence := templateimagejobFields[40].Descriptor()
+	// templateimagejob.DefaultFence holds the default value on creation for the fence field.
+	templateimagejob.DefaultFence = templateimagejobDescFence.Default.(int64)
 	templatenameFields := schema.TemplateName{}.Fields()
 	_ = templatenameFields
 	// templatenameDescName is the schema descriptor for name field.

@@ -103,6 +103,8 @@ type TemplateImageJob struct {
 	ActiveKey *string `json:"active_key,omitempty"`
 	// RegistryAuth holds the value of the "registry_auth" field.
 	RegistryAuth string `json:"registry_auth,omitempty"`
+	// Fence holds the value of the "fence" field.
+	Fence        int64 `json:"fence,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -111,7 +113,7 @@ func (*TemplateImageJob) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case templateimagejob.FieldID, templateimagejob.FieldAttemptNo, templateimagejob.FieldProgress, templateimagejob.FieldExpectedNodeCount, templateimagejob.FieldReadyNodeCount, templateimagejob.FieldFailedNodeCount, templateimagejob.FieldPullTotalBytes, templateimagejob.FieldPullDownloadedBytes, templateimagejob.FieldPullTotalLayers, templateimagejob.FieldPullCompletedLayers, templateimagejob.FieldPullSpeedBps:
+		case templateimagejob.FieldID, templateimagejob.FieldAttemptNo, templateimagejob.FieldProgress, templateimagejob.FieldExpectedNodeCount, templateimagejob.FieldReadyNodeCount, templateimagejob.FieldFailedNodeCount, templateimagejob.FieldPullTotalBytes, templateimagejob.FieldPullDownloadedBytes, templateimagejob.FieldPullTotalLayers, templateimagejob.FieldPullCompletedLayers, templateimagejob.FieldPullSpeedBps, templateimagejob.FieldFence:
 			values[i] = new(sql.NullInt64)
 		case templateimagejob.FieldJobID, templateimagejob.FieldTemplateID, templateimagejob.FieldRetryOfJobID, templateimagejob.FieldOperation, templateimagejob.FieldRedoMode, templateimagejob.FieldRedoScopeJSON, templateimagejob.FieldResumePhase, templateimagejob.FieldNodeID, templateimagejob.FieldNodeIP, templateimagejob.FieldSnapshotPath, templateimagejob.FieldArtifactID, templateimagejob.FieldTemplateSpecFingerprint, templateimagejob.FieldSourceImageRef, templateimagejob.FieldSourceImageDigest, templateimagejob.FieldWritableLayerSize, templateimagejob.FieldInstanceType, templateimagejob.FieldNetworkType, templateimagejob.FieldStatus, templateimagejob.FieldPhase, templateimagejob.FieldErrorMessage, templateimagejob.FieldTemplateStatus, templateimagejob.FieldArtifactStatus, templateimagejob.FieldRequestJSON, templateimagejob.FieldResultJSON, templateimagejob.FieldRequestID, templateimagejob.FieldSandboxID, templateimagejob.FieldResourceType, templateimagejob.FieldResourceID, templateimagejob.FieldActiveKey, templateimagejob.FieldRegistryAuth:
 			values[i] = new(sql.NullString)
@@ -398,6 +400,12 @@ func (_m *TemplateImageJob) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.RegistryAuth = value.String
 			}
+		case templateimagejob.FieldFence:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field fence", values[i])
+			} else if value.Valid {
+				_m.Fence = value.Int64
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -566,6 +574,9 @@ func (_m *TemplateImageJob) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("registry_auth=")
 	builder.WriteString(_m.RegistryAuth)
+	builder.WriteString(", ")
+	builder.WriteString("fence=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Fence))
 	builder.WriteByte(')')
 	return builder.String()
 }

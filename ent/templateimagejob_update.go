@@ -700,6 +700,27 @@ func (_u *TemplateImageJobUpdate) ClearRegistryAuth() *TemplateImageJobUpdate {
 	return _u
 }
 
+// SetFence sets the "fence" field.
+func (_u *TemplateImageJobUpdate) SetFence(v int64) *TemplateImageJobUpdate {
+	_u.mutation.ResetFence()
+	_u.mutation.SetFence(v)
+	return _u
+}
+
+// SetNillableFence sets the "fence" field if the given value is not nil.
+func (_u *TemplateImageJobUpdate) SetNillableFence(v *int64) *TemplateImageJobUpdate {
+	if v != nil {
+		_u.SetFence(*v)
+	}
+	return _u
+}
+
+// AddFence adds value to the "fence" field.
+func (_u *TemplateImageJobUpdate) AddFence(v int64) *TemplateImageJobUpdate {
+	_u.mutation.AddFence(v)
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdate) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -1034,6 +1055,12 @@ func (_u *TemplateImageJobUpdate) sqlSave(ctx context.Context) (_node int, err e
 	}
 	if _u.mutation.RegistryAuthCleared() {
 		_spec.ClearField(templateimagejob.FieldRegistryAuth, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fence(); ok {
+		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFence(); ok {
+		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1727,6 +1754,27 @@ func (_u *TemplateImageJobUpdateOne) ClearRegistryAuth() *TemplateImageJobUpdate
 	return _u
 }
 
+// SetFence sets the "fence" field.
+func (_u *TemplateImageJobUpdateOne) SetFence(v int64) *TemplateImageJobUpdateOne {
+	_u.mutation.ResetFence()
+	_u.mutation.SetFence(v)
+	return _u
+}
+
+// SetNillableFence sets the "fence" field if the given value is not nil.
+func (_u *TemplateImageJobUpdateOne) SetNillableFence(v *int64) *TemplateImageJobUpdateOne {
+	if v != nil {
+		_u.SetFence(*v)
+	}
+	return _u
+}
+
+// AddFence adds value to the "fence" field.
+func (_u *TemplateImageJobUpdateOne) AddFence(v int64) *TemplateImageJobUpdateOne {
+	_u.mutation.AddFence(v)
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdateOne) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -2091,6 +2139,12 @@ func (_u *TemplateImageJobUpdateOne) sqlSave(ctx context.Context) (_node *Templa
 	}
 	if _u.mutation.RegistryAuthCleared() {
 		_spec.ClearField(templateimagejob.FieldRegistryAuth, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fence(); ok {
+		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFence(); ok {
+		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
 	}
 	_node = &TemplateImageJob{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -95,3 +95,38 @@ func TestResumeStopsWhenItsLockIsLost(t *testing.T) {
 	}
 	eq(t, "status after the sweep", e.job(job.JobID).Status, core.JobReady)
 }
+
+// TestStaleRunCannotPublish: while a resume distributes, a later run
+// claims the job (what another master does once this one's lock session
+// died, before this one notices). The first run's remaining writes carry
+// its old run number and are refused: it neither snapshots nor publishes
+// the template, and writes no FAILED over the new run's work. Before,
+// nothing told the runs apart and the stale one went on to READY.
+func TestStaleRunCannotPublish(t *testing.T) {
+	e := newEnv(t, "node-1")
+	inCreate, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.agent.CreateImageFunc = func(context.Context, ports.Node, core.NodeArtifact) error {
+		once.Do(func() { close(inCreate) })
+		<-release
+		return nil
+	}
+	job := e.create(request("tpl-stale"))
+	e.build(job.JobID, fpA)
+	<-inCreate
+	took, err := e.store.Jobs().Update(e.ctx, job.JobID, func(j *core.Job) error { j.Fence++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	e.wait()
+	j := e.job(job.JobID)
+	if j.Status == core.JobReady || j.Status == core.JobFailed {
+		t.Fatalf("status = %s: the superseded run wrote the job's end", j.Status)
+	}
+	eq(t, "fence", j.Fence, took.Fence)
+	if d, err := e.store.Templates().GetDefinition(e.ctx, "tpl-stale"); err == nil && d.Status == core.TemplateReady {
+		t.Error("the superseded run published the template READY")
+	}
+	eq(t, "snapshots", len(e.agent.AppSnapshotCalls()), 0)
+}

@@ -150,6 +150,9 @@ func (s *Service) runMigrate(ctx context.Context, job *core.Job) error {
 	defer cancel()
 	ctx, release := whileHeld(ctx, lock)
 	defer release()
+	if _, ctx, err = s.claimRun(ctx, job.JobID); err != nil {
+		return s.fail(ctx, job, core.PhaseMigrating, err)
+	}
 	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseMigrating, 10)); err != nil {
 		if errors.Is(err, errJobFinished) {
 			return nil

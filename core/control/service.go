@@ -264,3 +264,55 @@ func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.Canc
 
 // lockLost reports whether ctx was cancelled because its lock was lost.
 func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }
+
+// runFence is the run number a resume or migrate took for its job; the
+// job writes of the run carry it (see core.Job.Fence).
+type runFence struct {
+	jobID string
+	fence int64
+}
+
+type fenceKey struct{}
+
+// claimRun gives the job the next run number, under the job's lock, and
+// returns the job and ctx carrying the number: every job write made with
+// that ctx is refused (core.ErrFenced) once a later run has claimed the
+// job, so a run whose lock was lost and taken over can no longer publish.
+func (s *Service) claimRun(ctx context.Context, jobID string) (*core.Job, context.Context, error) {
+	job, err := s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+		j.Fence++
+		return nil
+	})
+	if err != nil {
+		return nil, ctx, fmt.Errorf("claim job %s: %w", jobID, err)
+	}
+	return job, context.WithValue(ctx, fenceKey{}, runFence{jobID: jobID, fence: job.Fence}), nil
+}
+
+// fenceOf is the run number ctx carries for jobID, or 0.
+func fenceOf(ctx context.Context, jobID string) int64 {
+	if f, ok := ctx.Value(fenceKey{}).(runFence); ok && f.jobID == jobID {
+		return f.fence
+	}
+	return 0
+}
+
+// fenced runs fn in a transaction that first checks that the run of ctx
+// still holds its job: a write that publishes (the definition's status)
+// lands only for the current run.
+func (s *Service) fenced(ctx context.Context, jobID string, fn func(ctx context.Context, r ports.Repos) error) error {
+	f := fenceOf(ctx, jobID)
+	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if f != 0 {
+			if _, err := r.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+				if j.Fence != f {
+					return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", jobID, f, j.Fence, core.ErrFenced)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return fn(ctx, r)
+	})
+}

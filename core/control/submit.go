@@ -174,6 +174,9 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 // Report applies a status update to a job under the job state machine. A stale or duplicate update is
 // harmless: it returns the job unchanged with applied=false and no error.
 func (s *Service) Report(ctx context.Context, jobID string, u core.JobUpdate) (job *core.Job, applied bool, err error) {
+	if u.Fence == 0 {
+		u.Fence = fenceOf(ctx, jobID)
+	}
 	stale := false
 	job, err = s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
 		stale = false

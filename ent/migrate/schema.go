@@ -180,6 +180,7 @@ var (
 		{Name: "pull_speed_bps", Type: field.TypeInt64, Default: 0},
 		{Name: "active_key", Type: field.TypeString, Nullable: true, Size: 191},
 		{Name: "registry_auth", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "fence", Type: field.TypeInt64, Default: 0},
 	}
 	// TCubeTemplateImageJobTable holds the schema information for the "t_cube_template_image_job" table.
 	TCubeTemplateImageJobTable = &schema.Table{

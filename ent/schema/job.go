@@ -74,6 +74,8 @@ func (TemplateImageJob) Fields() []ent.Field {
 		// sealed (encrypted and authenticated) by the control plane, so a
 		// redo can rebuild a private image; never shown, never logged.
 		text("registry_auth"),
+		// The job's run number (core.Job.Fence); this service's own.
+		field.Int64("fence").Default(0),
 	}
 }
 

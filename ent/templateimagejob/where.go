@@ -269,6 +269,11 @@ func RegistryAuth(v string) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldRegistryAuth, v))
 }
 
+// Fence applies equality check predicate on the "fence" field. It's identical to FenceEQ.
+func Fence(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldFence, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldCreatedAt, v))
@@ -2807,6 +2812,46 @@ func RegistryAuthEqualFold(v string) predicate.TemplateImageJob {
 // RegistryAuthContainsFold applies the ContainsFold predicate on the "registry_auth" field.
 func RegistryAuthContainsFold(v string) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldContainsFold(FieldRegistryAuth, v))
+}
+
+// FenceEQ applies the EQ predicate on the "fence" field.
+func FenceEQ(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldFence, v))
+}
+
+// FenceNEQ applies the NEQ predicate on the "fence" field.
+func FenceNEQ(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNEQ(FieldFence, v))
+}
+
+// FenceIn applies the In predicate on the "fence" field.
+func FenceIn(vs ...int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIn(FieldFence, vs...))
+}
+
+// FenceNotIn applies the NotIn predicate on the "fence" field.
+func FenceNotIn(vs ...int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotIn(FieldFence, vs...))
+}
+
+// FenceGT applies the GT predicate on the "fence" field.
+func FenceGT(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGT(FieldFence, v))
+}
+
+// FenceGTE applies the GTE predicate on the "fence" field.
+func FenceGTE(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGTE(FieldFence, v))
+}
+
+// FenceLT applies the LT predicate on the "fence" field.
+func FenceLT(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLT(FieldFence, v))
+}
+
+// FenceLTE applies the LTE predicate on the "fence" field.
+func FenceLTE(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLTE(FieldFence, v))
 }
 
 // And groups predicates with the AND operator between them.

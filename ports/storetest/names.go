@@ -20,6 +20,8 @@ var nameTests = []test{
 	{"Name/TxRollback", testNamesTxRollback},
 	{"Name/RejectsEmpty", testNamesRejectEmpty},
 	{"Job/RegistryAuthRoundTrip", testJobRegistryAuth},
+	{"Job/FenceRoundTrip", testJobFence},
+	{"Job/RequestIDPerOperation", testJobRequestID},
 	{"Store/NowStampsRows", testStoreNowStampsRows},
 }
 
@@ -172,6 +174,46 @@ func testJobRegistryAuth(t *testing.T, e *env) {
 	must(t, err, "update")
 	if got.RegistryAuth != "" {
 		t.Fatal("registry auth not cleared")
+	}
+}
+
+func testJobFence(t *testing.T, e *env) {
+	j := newJob(uniq("tpl-"), 1)
+	must(t, e.s.Jobs().Create(e.ctx, j), "create")
+	got, err := e.s.Jobs().Update(e.ctx, j.JobID, func(x *core.Job) error { x.Fence++; return nil })
+	must(t, err, "update")
+	again, err := e.s.Jobs().Get(e.ctx, j.JobID)
+	must(t, err, "get")
+	if got.Fence != 1 || again.Fence != 1 {
+		t.Fatalf("fence after one claim: update %d, get %d; want 1", got.Fence, again.Fence)
+	}
+}
+
+// testJobRequestID: (request id, operation) names one job. A repeat gets
+// core.DistinctRequestID, an empty one the job id; another operation may
+// share the request id.
+func testJobRequestID(t *testing.T, e *env) {
+	rid := "req-" + uniq("")
+	first := newJob(uniq("tpl-"), 1)
+	first.RequestID = rid
+	must(t, e.s.Jobs().Create(e.ctx, first), "create first")
+	again := newJob(uniq("tpl-"), 1)
+	again.RequestID = rid
+	must(t, e.s.Jobs().Create(e.ctx, again), "create a repeat")
+	other := newJob(uniq("tpl-"), 1)
+	other.RequestID, other.Operation = rid, core.OpRedo
+	must(t, e.s.Jobs().Create(e.ctx, other), "create another operation")
+	empty := newJob(uniq("tpl-"), 1)
+	must(t, e.s.Jobs().Create(e.ctx, empty), "create without a request id")
+	for _, c := range []struct {
+		j    *core.Job
+		want string
+	}{{first, rid}, {again, core.DistinctRequestID(rid, again.JobID)}, {other, rid}, {empty, empty.JobID}} {
+		got, err := e.s.Jobs().Get(e.ctx, c.j.JobID)
+		must(t, err, "get")
+		if got.RequestID != c.want || c.j.RequestID != c.want {
+			t.Errorf("job %s: stored request id %q, returned %q; want %q", c.j.JobID, got.RequestID, c.j.RequestID, c.want)
+		}
 	}
 }
 

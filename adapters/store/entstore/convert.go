@@ -79,6 +79,7 @@ func jobFromEnt(e *ent.TemplateImageJob) (*core.Job, error) {
 		j.ActiveKey = *e.ActiveKey
 	}
 	j.RegistryAuth = e.RegistryAuth
+	j.Fence = e.Fence
 	j.RequestID = e.RequestID
 	return j, nil
 }
@@ -125,6 +126,7 @@ func setJob(m *ent.TemplateImageJobMutation, j *core.Job, forUpdate bool) error 
 	m.SetPullCompletedLayers(j.Pull.CompletedLayers)
 	m.SetPullSpeedBps(j.Pull.SpeedBPS)
 	m.SetRegistryAuth(j.RegistryAuth)
+	m.SetFence(j.Fence)
 	m.SetRequestID(j.RequestID)
 	switch {
 	case j.ActiveKey != "":
