@@ -196,6 +196,16 @@ type Master struct {
 	// SweepInterval is how often the BUILT-job sweeper and the artifact GC
 	// run (CUBE_MASTER_SWEEP_INTERVAL, a Go duration).
 	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// Converge turns on convergence (CUBE_MASTER_CONVERGE): every sweep,
+	// READY templates are distributed to healthy nodes of their scope that
+	// lack a READY replica (a node back from an outage, a node added).
+	Converge bool `yaml:"converge"`
+	// ConvergeBackoff is how long convergence leaves a template alone after
+	// its convergence job failed (CUBE_MASTER_CONVERGE_BACKOFF).
+	ConvergeBackoff time.Duration `yaml:"converge_backoff"`
+	// ConvergeAtOnce bounds the convergence jobs one sweep starts
+	// (CUBE_MASTER_CONVERGE_AT_ONCE).
+	ConvergeAtOnce int `yaml:"converge_at_once"`
 	// EnvdHostDir holds the envd binary (<dir>/envd) injected into
 	// templates that opt in (CUBE_MASTER_ENVD_HOST_DIR). Optional.
 	EnvdHostDir string `yaml:"envd_host_dir"`
@@ -270,6 +280,9 @@ func DefaultsFor(d Dirs) Config {
 			TemplateCenterAddr: "http://127.0.0.1:8090",
 			SweepInterval:      time.Minute,
 			NodeProbeInterval:  10 * time.Second,
+			Converge:           true,
+			ConvergeBackoff:    10 * time.Minute,
+			ConvergeAtOnce:     4,
 			EnvdHostDir:        DefaultEnvdHostDir,
 			Log:                Log{Level: "info", Format: "json"},
 			Request: RequestSettings{
@@ -393,6 +406,12 @@ func markFileSources(c *Config, b []byte) {
 func (c Config) validate() error {
 	if c.Master.SweepInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_SWEEP_INTERVAL: %s, must be positive", c.Master.SweepInterval)
+	}
+	if c.Master.ConvergeBackoff <= 0 {
+		return fmt.Errorf("CUBE_MASTER_CONVERGE_BACKOFF: %s, must be positive", c.Master.ConvergeBackoff)
+	}
+	if c.Master.ConvergeAtOnce <= 0 {
+		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
 	}
 	if c.Master.NodeProbeInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)

@@ -144,7 +144,8 @@ func newInjector(w wiring) *do.RootScope {
 		svc := &control.Service{
 			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
-			Config: control.Config{DownloadBaseURL: w.downloadBase},
+			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
+				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce},
 		}
 		// Registry credentials are sealed with a key derived from the
 		// callback token every master replica shares.
