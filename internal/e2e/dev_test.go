@@ -160,8 +160,9 @@ func TestMetricsAfterARealBuild(t *testing.T) {
 	}
 }
 
-// throttled serves a registry whose blob downloads trickle, so a build's
-// pull lasts long enough to watch.
+// throttled serves a registry whose blob downloads trickle (about 640
+// KiB/s per blob), so a build's pull lasts long enough to watch, with
+// room for a loaded machine's scheduling.
 func throttled(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/sha256:") {
@@ -176,13 +177,13 @@ func throttled(h http.Handler) http.Handler {
 		w.WriteHeader(rec.Code)
 		body := rec.Body.Bytes()
 		for len(body) > 0 {
-			n := min(len(body), 128<<10)
+			n := min(len(body), 64<<10)
 			if _, err := w.Write(body[:n]); err != nil {
 				return
 			}
 			w.(http.Flusher).Flush()
 			body = body[n:]
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 }
