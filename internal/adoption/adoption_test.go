@@ -93,7 +93,18 @@ func TestAdoptUpstreamDatabase(t *testing.T) {
 				}
 			}
 
+			// Upstream's active jobs hold their templates' active keys
+			// (invariant I1 holds from the start).
+			if n := count(t, st.DB(), "SELECT COUNT(*) FROM t_cube_template_image_job WHERE active_key IS NOT NULL"); n != 2 {
+				t.Errorf("%d jobs hold an active key, want 2 (tpl-pending's and tpl-running's)", n)
+			}
+
 			a := newAPI(t, st)
+			if raw, code := a.do(t, http.MethodPost, "/cube/template/from-image", map[string]any{
+				"requestID": "req-other", "template_id": "tpl-pending", "source_image_ref": "registry.example/other:1", "writable_layer_size": "20Gi",
+			}); code != 130409 || !strings.Contains(string(raw), "job-pending-1") {
+				t.Errorf("a second create of tpl-pending while upstream's job is active: %s; want 130409 naming job-pending-1", raw)
+			}
 
 			// Read: upstream's order and rows, minus soft-deleted ones and
 			// snapshots.

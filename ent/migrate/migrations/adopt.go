@@ -381,6 +381,11 @@ var backfills = map[string][]string{
 		"UPDATE `t_cube_template_image_job` t JOIN (SELECT MIN(`id`) AS keep_id, `request_id`, `operation` FROM `t_cube_template_image_job` " +
 			"GROUP BY `request_id`, `operation` HAVING COUNT(*) > 1) d ON d.`request_id` = t.`request_id` AND d.`operation` = t.`operation` AND t.`id` <> d.keep_id " +
 			"SET t.`request_id` = CONCAT(LEFT(t.`request_id`, 127 - CHAR_LENGTH(t.`job_id`)), '#', t.`job_id`)",
+		// Invariant I1 over upstream's active jobs: the newest active
+		// build job of each template holds its active key.
+		"UPDATE `t_cube_template_image_job` t JOIN (SELECT MAX(`id`) AS keep_id FROM `t_cube_template_image_job` " +
+			"WHERE `status` IN ('PENDING', 'RUNNING') AND `operation` IN ('CREATE', 'REDO') AND `active_key` IS NULL AND `deleted_at` IS NULL GROUP BY `template_id`) d " +
+			"ON t.`id` = d.keep_id SET t.`active_key` = CONCAT('image/', t.`template_id`)",
 	},
 	Postgres: {
 		`UPDATE "t_cube_template_definition" SET "created_at" = COALESCE("created_at", now()), "updated_at" = COALESCE("updated_at", now()) WHERE "created_at" IS NULL OR "updated_at" IS NULL`,
@@ -392,6 +397,9 @@ var backfills = map[string][]string{
 		`UPDATE "t_cube_template_image_job" t SET "request_id" = LEFT(t."request_id", 127 - LENGTH(t."job_id")) || '#' || t."job_id" ` +
 			`FROM (SELECT MIN("id") AS keep_id, "request_id", "operation" FROM "t_cube_template_image_job" GROUP BY "request_id", "operation" HAVING COUNT(*) > 1) d ` +
 			`WHERE d."request_id" = t."request_id" AND d."operation" = t."operation" AND t."id" <> d.keep_id`,
+		`UPDATE "t_cube_template_image_job" t SET "active_key" = 'image/' || t."template_id" ` +
+			`FROM (SELECT MAX("id") AS keep_id FROM "t_cube_template_image_job" WHERE "status" IN ('PENDING', 'RUNNING') ` +
+			`AND "operation" IN ('CREATE', 'REDO') AND "active_key" IS NULL AND "deleted_at" IS NULL GROUP BY "template_id") d WHERE t."id" = d.keep_id`,
 	},
 }
 
