@@ -304,27 +304,10 @@ func testFidelity(t *testing.T, fx *fixture, caps Capabilities) {
 // testLoopMount reads the image through the kernel's ext4 driver, which
 // also proves the kernel accepts the features the builder chose.
 func testLoopMount(t *testing.T, fx *fixture) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop mount needs root")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no /dev/loop-control")
-	}
-	mount, err1 := exec.LookPath("mount")
-	umount, err2 := exec.LookPath("umount")
-	if err1 != nil || err2 != nil {
-		t.Skip("mount/umount not on PATH")
-	}
+	testenv.Root(t, "loop mounts need root")
 	img := fx.fidelityImage(t)
 	mnt := t.TempDir()
-	if out, err := exec.Command(mount, "-t", "ext4", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount -o loop,ro: %v: %s", err, out)
-	}
-	defer func() {
-		if out, err := exec.Command(umount, mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	}()
+	testenv.LoopMount(t, img, mnt)
 	got, err := ReadDir(mnt, "lost+found")
 	if err != nil {
 		t.Fatalf("read mounted image: %v", err)

@@ -28,9 +28,7 @@ func needRoot(t testing.TB) {
 	for _, tool := range []string{"mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs"} {
 		testenv.Tool(t, tool)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the mkfs builder stages trees with their owners and needs root")
-	}
+	testenv.Root(t, "the mkfs builder stages trees with their owners")
 }
 
 // harness makes mkfs builders with a private work directory per subtest,
