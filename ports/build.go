@@ -93,7 +93,8 @@ type BuildSpec struct {
 	// wrapping core.ErrUnsupported.
 	HeadroomBytes  int64
 	HeadroomInodes int64
-	// MaxSizeBytes caps the image; 0 means no cap.
+	// MaxSizeBytes caps the image; 0 means no cap. An image that would
+	// exceed it fails with an error wrapping core.ErrInvalidArgument.
 	MaxSizeBytes int64
 }
 
@@ -114,7 +115,9 @@ type RootfsBuilder interface {
 	Format() string
 	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
 	// image uses 4 KiB blocks, is sized to the content plus headroom and is
-	// a multiple of 2 MiB.
+	// a multiple of 2 MiB. A build whose ctx ends fails with an error
+	// wrapping ctx.Err(); one whose Tree fails to read fails too, never
+	// taking a broken stream for its end.
 	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // needRoot skips when the builder cannot run: it stages with real owners.
@@ -41,6 +42,11 @@ func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) {
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
+}
+
+func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (ports.TreeFlattener, error) {
+	return layers.Flattener{Limits: layers.Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes,
+		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
 func (harness) Capabilities() buildertest.Capabilities {
