@@ -132,7 +132,10 @@ type ObjectInfo struct {
 type ArtifactStore interface {
 	// Put publishes the bytes of r under key. The object becomes visible
 	// only complete and only if it has want.Size bytes whose sha256 is
-	// want.SHA256; otherwise nothing is published and the error says why.
+	// want.SHA256; otherwise nothing is published and the error says why
+	// (a mismatch wraps core.ErrInvalidArgument). Put reads r at most one
+	// byte past want.Size, so a reader longer than declared (even an
+	// endless one) fails promptly, and stops reading once ctx ends.
 	Put(ctx context.Context, key string, r io.Reader, want ObjectInfo) error
 	// Stat returns the object's info or core.ErrNotFound.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
