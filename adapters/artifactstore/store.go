@@ -65,7 +65,9 @@ func (s *Store) fullKey(key string) (string, error) {
 // Put publishes r under key once its size and sha256 match want. Nothing is
 // visible before that, and on a mismatch, a read error or a cancelled context
 // nothing is published at all (an existing object under key stays as it
-// was). Mismatches wrap ErrContentMismatch.
+// was). Mismatches wrap ErrContentMismatch. r is read at most one byte past
+// want.Size, so a longer (or endless) reader fails at once, and not at all
+// once ctx ends.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
 	full, err := s.fullKey(key)
 	if err != nil {

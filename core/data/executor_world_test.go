@@ -82,11 +82,24 @@ func (r faultArtifacts) Update(ctx context.Context, id string, fn func(*core.Art
 	return r.ArtifactRepository.Update(ctx, id, fn)
 }
 
-// faultBlobs is the shared bucket; putErr, when set, fails every Put.
+// faultBlobs is the shared bucket; putErr, when set, fails every Put, and
+// hideSHA makes Stat report no sha256 (as for an object stored without
+// its digest metadata).
 type faultBlobs struct {
 	ports.ArtifactStore
-	mu     sync.Mutex
-	putErr error
+	mu      sync.Mutex
+	putErr  error
+	hideSHA bool
+}
+
+func (b *faultBlobs) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	info, err := b.ArtifactStore.Stat(ctx, key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hideSHA {
+		info.SHA256 = ""
+	}
+	return info, err
 }
 
 func (b *faultBlobs) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {

@@ -202,7 +202,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, err
 	}
 	if size != buildRes.SizeBytes {
-		return nil, fmt.Errorf("builder %s reported %d bytes, file has %d", p.Builder.Name(), buildRes.SizeBytes, size)
+		return nil, fmt.Errorf("%w: %s reported %d bytes, the file has %d", errBuilderSize, p.Builder.Name(), buildRes.SizeBytes, size)
 	}
 	timed(core.PhaseGeneratingJSON, start)
 	res.SHA256, res.SizeBytes = sum, size
@@ -222,6 +222,10 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	onEvent(Event{Phase: core.PhaseReady, Progress: 100})
 	return res, nil
 }
+
+// errBuilderSize is the failure of a builder whose reported size is not
+// the size of the file it wrote.
+var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
 // errBuilderDone closes the tree pipe once the builder returns, so a
 // flattener still writing stops.

@@ -84,9 +84,7 @@ func benchImage(b *testing.B) string {
 // BenchmarkPipelines runs each pipeline once per iteration from a cold
 // cache and prints times and ratios against the reference pipelines.
 func BenchmarkPipelines(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the reference pipelines need root (umoci unpack, device nodes)")
-	}
+	testenv.Root(b, "the reference pipelines need root (umoci unpack, device nodes)")
 	for _, tool := range []string{"skopeo", "umoci", "mkfs.ext4", "e2fsck", "resize2fs", "tar"} {
 		testenv.Tool(b, tool)
 	}

@@ -452,3 +452,52 @@ func (c *cluster) waitTemplateStatus(templateID, status string, timeout time.Dur
 	}
 	c.t.Fatalf("template %s not %s after %v: %s", templateID, status, timeout, raw)
 }
+
+// freshBuilds sums, over the template-center replicas, the builds that
+// made an image (a reuse of a READY artifact observes no phase).
+func (c *cluster) freshBuilds(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, u := range c.tcURLs {
+		v, _ := value(scrape(t, u+"/metrics"), `cube_template_build_phase_duration_seconds_count{phase="BUILDING_EXT4"}`)
+		n += int(v)
+	}
+	return n
+}
+
+// waitIdle waits until no replica runs a build, so every finished build is
+// counted in its metrics (a build is counted before it stops being active).
+func (c *cluster) waitIdle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		active := 0.0
+		for _, u := range c.tcURLs {
+			v, ok := value(scrape(t, u+"/metrics"), "cube_template_active_builds")
+			if !ok {
+				t.Fatalf("%s/metrics has no cube_template_active_builds", u)
+			}
+			active += v
+		}
+		if active == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v builds still active", active)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// jobReused reports whether a replica logged that job jobID reused an
+// artifact instead of building it.
+func (c *cluster) jobReused(jobID string) bool {
+	for _, p := range c.tc {
+		for _, line := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(line, "reusing") && strings.Contains(line, jobID) {
+				return true
+			}
+		}
+	}
+	return false
+}

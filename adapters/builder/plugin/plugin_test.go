@@ -22,6 +22,7 @@ import (
 	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // pluginBin is the ext4stream plugin, built once by TestMain.
@@ -104,6 +105,11 @@ func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { ret
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
+}
+
+func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (ports.TreeFlattener, error) {
+	return layers.Flattener{Limits: layers.Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes,
+		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
 func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
 
@@ -20,9 +19,6 @@ import (
 // MaxNameLen is MySQL's limit on user-level lock names (longer names fail
 // with ER_USER_LOCK_WRONG_NAME).
 const MaxNameLen = 64
-
-// keepLen is how much of a long name NormalizeName keeps verbatim.
-const keepLen = 47
 
 // waitSeconds is the server-side wait of one GET_LOCK call inside Lock.
 // Lock repeats the call until it wins, so the context is checked at least
@@ -46,44 +42,21 @@ func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
 
 var _ ports.Locker = (*Locker)(nil)
 
-// NormalizeName maps name to a GET_LOCK key of at most 64 bytes that no
-// other name maps to, even on a server that compares lock names loosely.
+// NormalizeName maps name to its GET_LOCK key: the 64 lowercase hex
+// digits of sha256(name), exactly MySQL's 64-character limit.
 //
 // The port compares names byte for byte, but servers may not: MySQL's
 // manual and MariaDB's knowledge base call lock names case-insensitive,
-// and collations can ignore accents and trailing spaces, so "tpl-A" and
-// "tpl-a" could share a lock. Only plain names (at most 64 bytes of
-// lowercase ASCII letters, digits and "_-.:/", which no server folds) are
-// used as they are. Every other name becomes its first 47 bytes, "_", and
-// the first 16 hex characters of sha256(name): the hash tells apart names
-// that fold alike and the prefix keeps the key readable. For names longer
-// than 64 bytes this is upstream CubeSandbox's rule, so both see the same
-// lock for the same long name. The cut backs off to a UTF-8 boundary so the
-// result stays valid text.
+// and collations can ignore accents and trailing spaces. Every name is
+// hashed, short ones included: a key that is the name itself for some
+// names and a shortened form for others lets a name spelled like another
+// name's shortened form (or folding to it) take that name's lock. Hex
+// digits are compared alike by every collation, so distinct names get
+// distinct keys on any server. To see who holds a name, ask the server
+// about IS_USED_LOCK(SHA2(name, 256)).
 func NormalizeName(name string) string {
-	if len(name) <= MaxNameLen && isPlain(name) {
-		return name
-	}
-	cut := min(keepLen, len(name))
-	for cut > 0 && cut < len(name) && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:cut] + "_" + hex.EncodeToString(sum[:])[:16]
-}
-
-// isPlain reports whether s holds only bytes that every server compares
-// exactly: folding case, accents or padding changes none of them.
-func isPlain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
-		case c == '_' || c == '-' || c == '.' || c == ':' || c == '/':
-		default:
-			return false
-		}
-	}
-	return true
+	return hex.EncodeToString(sum[:])
 }
 
 // Lock waits until name is free or ctx ends.
