@@ -304,3 +304,38 @@ func TestReadRoutesHideCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsHoldNoCredentials: the master's log lines for refused public
+// requests and failed proxying name the reason, never the bearer token,
+// the signature, the secret key or an artifact's download token (a query
+// parameter and a header of the proxied download).
+func TestLogsHoldNoCredentials(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	var logs strings.Builder
+	h, err := New(Config{Token: testToken, TemplateCenterURL: deadURL, PublicAuth: newPublicAuth(),
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dl = "download-token-in-a-url-789"
+	do(h, http.MethodGet, PathDownload+"?artifact_id=rfs-1&token="+dl, "", map[string]string{"X-Cube-Artifact-Token": dl})
+	do(h, http.MethodGet, PathTemplate, "", map[string]string{"Authorization": "Bearer " + apiBearer + "-but-wrong"})
+	req := httptest.NewRequest(http.MethodGet, PathTemplate, nil)
+	auth.SetSigned(req.Header, apiUser, apiSecret+"-wrong", "log-nonce", "sha256", authNow)
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	req2 := httptest.NewRequest(http.MethodGet, PathCompat, nil)
+	auth.SetSigned(req2.Header, apiUser, apiSecret, "log-nonce-2", "sha256", authNow)
+	h.ServeHTTP(httptest.NewRecorder(), req2) // authenticated, then the proxy fails
+	out := logs.String()
+	if !strings.Contains(out, "public API request refused") || !strings.Contains(out, "proxy to template center failed") {
+		t.Fatalf("the refusals and proxy failures were not logged:\n%s", out)
+	}
+	for what, s := range map[string]string{"download token": dl, "bearer token": apiBearer, "secret key": apiSecret,
+		"signature": req.Header.Get(auth.HeaderSignature), "good signature": req2.Header.Get(auth.HeaderSignature)} {
+		if strings.Contains(out, s) {
+			t.Errorf("the log holds the %s:\n%s", what, out)
+		}
+	}
+}
