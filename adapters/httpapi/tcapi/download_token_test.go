@@ -36,7 +36,7 @@ func TestDownloadTokenIsPerArtifact(t *testing.T) {
 		{"rfs-a", tokB, "", http.StatusForbidden},
 		{"rfs-b", "", tokA, http.StatusForbidden},
 		{"rfs-b", tokB, tokA, http.StatusForbidden}, // the header wins
-		{"rfs-gone", tokA, "", http.StatusNotFound},  // row without bytes
+		{"rfs-gone", tokA, "", http.StatusNotFound}, // row without bytes
 	} {
 		c := call{method: http.MethodGet, target: dlURL(tc.id, tc.query)}
 		if tc.header != "" {
