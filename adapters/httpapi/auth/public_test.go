@@ -93,6 +93,18 @@ func TestPublicCheck(t *testing.T) {
 		{"wrong secret", sig("not-the-secret", "sha256", testNow, "n-7").apply, false, "", "signature does not match"},
 		{"secret of another user", sig("bob-secret-key-0123", "sha256", testNow, "n-8").apply, false, "", "signature does not match"},
 		{"unknown user", with(sig(testSecret, "sha256", testNow, "n-9"), func(s *signed) { s.user = "mallory" }).apply, false, "", "signature does not match"},
+		{"unknown user signed with an all-zero key", func(h http.Header) {
+			s := sig(string(make([]byte, 32)), "sha256", testNow, "n-23")
+			s.user = "mallory"
+			s.sig = refSign(string(make([]byte, 32)), "2023", "mallory", s.ts, s.nonce, "sha256")
+			s.apply(h)
+		}, false, "", "signature does not match"},
+		{"unknown user with an empty key", func(h http.Header) {
+			s := sig("", "sha256", testNow, "n-24")
+			s.user = "mallory"
+			s.sig = refSign("", "2023", "mallory", s.ts, s.nonce, "sha256")
+			s.apply(h)
+		}, false, "", "signature does not match"},
 		{"signature of sha1 sent as sha256", with(sig(testSecret, "sha1", testNow, "n-10"), func(s *signed) { s.method = "sha256" }).apply, false, "", "signature does not match"},
 		{"tampered nonce", with(sig(testSecret, "sha256", testNow, "n-11"), func(s *signed) { s.nonce = "n-11x" }).apply, false, "", "signature does not match"},
 		{"tampered timestamp", with(sig(testSecret, "sha256", testNow, "n-12"), func(s *signed) { s.ts = strconv.FormatInt(testNow.Unix()-1, 10) }).apply, false, "", "signature does not match"},
