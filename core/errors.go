@@ -47,6 +47,9 @@ var (
 	ErrBusy = errors.New("busy")
 	// ErrUnsupported: the adapter cannot do what was asked.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrUnauthenticated: the caller sent no credential, or one that does
+	// not verify (public API authentication).
+	ErrUnauthenticated = errors.New("authentication failed")
 )
 
 // FieldError reports bad input and names the offending field.

@@ -106,9 +106,30 @@ func TestSystemdUnits(t *testing.T) {
 	if st, _ := os.Stat(tokenFile); st.Mode().Perm() != 0o600 {
 		t.Errorf("token file mode %v, want 0600", st.Mode().Perm())
 	}
+	// And the public API's bearer token, for the master and the CLI.
+	apiFile := filepath.Join(dest, "etc/cube/api-token.env")
+	apiFirst, err := os.ReadFile(apiFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`^CUBE_MASTER_AUTH_BEARER_TOKENS=([0-9a-f]{64})\nCUBE_MASTER_TOKEN=([0-9a-f]{64})\n$`).FindSubmatch(apiFirst)
+	if m == nil || !bytes.Equal(m[1], m[2]) || bytes.Contains(apiFirst, first[len("CUBE_TEMPLATE_CALLBACK_TOKEN="):len(first)-1]) {
+		t.Errorf("api token file %q", apiFirst)
+	}
+	if st, _ := os.Stat(apiFile); st.Mode().Perm() != 0o600 {
+		t.Errorf("api token file mode %v, want 0600", st.Mode().Perm())
+	}
+	for svc, want := range map[string]bool{"cubemaster": true, "templatecenter": false, "nodeagent": false} {
+		if got := strings.Contains(strings.Join(unit(t, "systemd/"+svc+".service")["EnvironmentFile"], " "), "/etc/cube/api-token.env"); got != want {
+			t.Errorf("%s.service reads the public API token: %v, want %v", svc, got, want)
+		}
+	}
 	install()
 	if again, _ := os.ReadFile(tokenFile); !bytes.Equal(first, again) {
 		t.Error("a second install replaced the token")
+	}
+	if again, _ := os.ReadFile(apiFile); !bytes.Equal(apiFirst, again) {
+		t.Error("a second install replaced the public API token")
 	}
 	for _, p := range []string{"usr/local/bin/cubemaster", "etc/systemd/system/templatecenter.service", "etc/cube/cube.env"} {
 		if _, err := os.Stat(filepath.Join(dest, p)); err != nil {
@@ -142,6 +163,9 @@ func TestComposeFile(t *testing.T) {
 		if m[k] == "" || m[k] != tc[k] {
 			t.Errorf("%s differs between the master (%q) and the data plane (%q)", k, m[k], tc[k])
 		}
+	}
+	if !strings.Contains(m["CUBE_MASTER_AUTH_BEARER_TOKENS"], "CUBE_MASTER_TOKEN") || tc["CUBE_MASTER_AUTH_BEARER_TOKENS"] != "" {
+		t.Errorf("public API token: master %q, data plane %q; want the master's from $CUBE_MASTER_TOKEN only", m["CUBE_MASTER_AUTH_BEARER_TOKENS"], tc["CUBE_MASTER_AUTH_BEARER_TOKENS"])
 	}
 	if m["CUBE_TEMPLATE_CENTER_ADDR"] != "http://templatecenter:8090" || tc["CUBE_MASTER_ADDR"] != "http://cubemaster:8089" {
 		t.Errorf("the services do not point at each other: %q / %q", m["CUBE_TEMPLATE_CENTER_ADDR"], tc["CUBE_MASTER_ADDR"])
@@ -318,6 +342,12 @@ func TestHelmModes(t *testing.T) {
 			if m["CUBE_TEMPLATE_CALLBACK_TOKEN"] != "secret:t-callback-token/token" || d["CUBE_TEMPLATE_CALLBACK_TOKEN"] != m["CUBE_TEMPLATE_CALLBACK_TOKEN"] {
 				t.Errorf("token env: master %q, data plane %q", m["CUBE_TEMPLATE_CALLBACK_TOKEN"], d["CUBE_TEMPLATE_CALLBACK_TOKEN"])
 			}
+			if m["CUBE_MASTER_AUTH_BEARER_TOKENS"] != "secret:t-api-token/token" || d["CUBE_MASTER_AUTH_BEARER_TOKENS"] != "" || m["CUBE_MASTER_AUTH"] != "" {
+				t.Errorf("public API token env: master %q (auth %q), data plane %q", m["CUBE_MASTER_AUTH_BEARER_TOKENS"], m["CUBE_MASTER_AUTH"], d["CUBE_MASTER_AUTH_BEARER_TOKENS"])
+			}
+			if sec := find(docs, "Secret", "-api-token"); sec == nil || path(sec, "data", "token") == nil {
+				t.Error("no generated public API token Secret")
+			}
 			if svc := find(docs, "Service", "-templatecenter"); path(svc, "spec", "type") != "ClusterIP" {
 				t.Errorf("the data plane Service is %v, want internal (ClusterIP)", path(svc, "spec", "type"))
 			}
@@ -332,6 +362,26 @@ func TestHelmModes(t *testing.T) {
 			}
 			tc.check(t, docs)
 		})
+	}
+}
+
+// TestHelmAuthOff: auth.enabled=false renders no API token and tells the
+// master so explicitly (it would refuse to start otherwise).
+func TestHelmAuthOff(t *testing.T) {
+	docs, err := render(t, "database.dsn=mysql://u:p@tcp(db:3306)/cube", "auth.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := env(find(docs, "Deployment", "-master"))
+	if m["CUBE_MASTER_AUTH"] != "false" || m["CUBE_MASTER_AUTH_BEARER_TOKENS"] != "" || find(docs, "Secret", "-api-token") != nil {
+		t.Errorf("auth off: master env %v", m)
+	}
+	docs, err = render(t, "database.dsn=mysql://u:p@tcp(db:3306)/cube", "auth.existingSecret=mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env(find(docs, "Deployment", "-master"))["CUBE_MASTER_AUTH_BEARER_TOKENS"]; got != "secret:mine/token" || find(docs, "Secret", "-api-token") != nil {
+		t.Errorf("existing secret: %q", got)
 	}
 }
 

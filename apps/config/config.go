@@ -221,7 +221,33 @@ type Master struct {
 	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
 	// (CUBE_MASTER_CA_DIR, default /etc/cube/ca, upstream's path).
 	CADir string `yaml:"ca_dir"`
+	// Auth is the public API's authentication.
+	Auth Auth `yaml:"auth"`
 }
+
+// Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;
+// upstream conf.yaml auth). On by default: `cubemaster serve` refuses to
+// start with it on and no credential; `cubemaster dev` turns it off.
+type Auth struct {
+	// Enabled guards the public routes (CUBE_MASTER_AUTH; upstream
+	// auth.enable).
+	Enabled bool `yaml:"enabled"`
+	// Expiry bounds how far a signed request's cube_timestamp may be from
+	// now (CUBE_MASTER_AUTH_EXPIRY; upstream
+	// auth.signature_expire_time_insec, default 120s).
+	Expiry time.Duration `yaml:"expiry"`
+	// SecretKeys are the signing keys by cube_user_id
+	// (CUBE_MASTER_AUTH_SECRET_KEYS, user=secret,...; upstream
+	// auth.secret_key_map, whose groups are merged).
+	SecretKeys UserSecrets `yaml:"-"`
+	// BearerTokens are accepted in Authorization: Bearer
+	// (CUBE_MASTER_AUTH_BEARER_TOKENS, comma-separated).
+	BearerTokens []string `yaml:"-"`
+}
+
+// UserSecrets maps user ids to secrets. In the environment it is
+// user=secret pairs, comma-separated (or a JSON object of strings).
+type UserSecrets map[string]string
 
 // DefaultReleaseManifest is where the one-click bundle installs its release
 // manifest.
@@ -290,6 +316,7 @@ func DefaultsFor(d Dirs) Config {
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
 			CADir: "/etc/cube/ca",
+			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
 		},
 	}
 }
@@ -412,6 +439,9 @@ func (c Config) validate() error {
 	}
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
+	}
+	if c.Master.Auth.Expiry <= 0 {
+		return fmt.Errorf("CUBE_MASTER_AUTH_EXPIRY: %s, must be positive", c.Master.Auth.Expiry)
 	}
 	if c.Master.NodeProbeInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)

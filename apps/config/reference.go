@@ -42,6 +42,9 @@ func NodeAgentSettings() []NodeAgentSetting {
 // and the CLI.
 var OtherVariables = []struct{ Env, Doc string }{
 	{"CUBE_REGISTRY_PASSWORD", "Registry password for `templatecenter build --registry-username` and `cubemastercli tpl create-from-image --registry-username`, kept out of process listings. The CLI also takes `--registry-password-stdin` or asks on a terminal; its `--registry-password` flag (upstream's) works with a warning."},
+	{"CUBE_MASTER_TOKEN", "Bearer token `cubemastercli` sends (`Authorization: Bearer`), one of the master's CUBE_MASTER_AUTH_BEARER_TOKENS; `--token` also works, with a warning (process listings show it)."},
+	{"CUBE_MASTER_USER_ID", "User id `cubemastercli` signs requests as (upstream's signed headers, `--user-id`); the master's CUBE_MASTER_AUTH_SECRET_KEYS holds its key."},
+	{"CUBE_MASTER_SECRET_KEY", "Secret key `cubemastercli` signs with for CUBE_MASTER_USER_ID; never printed. `--secret-key` also works, with a warning; on a terminal the CLI asks when a user id is given without a key."},
 	{"CUBE_ROOTFS_BUILDER_PLUGIN", "Handshake cookie the data plane sets for the builder plugins it starts (hashicorp/go-plugin); a plugin run without it only explains what it is. Never set it yourself."},
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -243,6 +244,23 @@ func Settings() []Setting {
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
 			Field: func(c *Config) any { return &c.Master.CADir }},
 
+		{Env: "CUBE_MASTER_AUTH", YAML: "master.auth.enabled", Upstream: []string{"auth.enable"}, Service: ControlPlane,
+			Doc: "Authenticate the public /cube/* API (not /notify/health, /ready, /metrics, /openapi.json, artifact downloads, which carry their own token, or the callback): " +
+				"a bearer token or upstream's signed `cube_*` headers, refused with ret_code 130401. On by default: `serve` refuses to start without a credential " +
+				"(CUBE_MASTER_AUTH_BEARER_TOKENS or CUBE_MASTER_AUTH_SECRET_KEYS) unless this is `false`. `cubemaster dev` turns it off. " +
+				"Download tokens and registry credentials in answers are shown only to authenticated callers.",
+			Field: func(c *Config) any { return &c.Master.Auth.Enabled }},
+		{Env: "CUBE_MASTER_AUTH_BEARER_TOKENS", Service: ControlPlane, Secret: true,
+			Doc:   "Comma-separated tokens accepted as `Authorization: Bearer <token>` (at least 16 characters each: `openssl rand -hex 32`); cubemastercli sends CUBE_MASTER_TOKEN.",
+			Field: func(c *Config) any { return &c.Master.Auth.BearerTokens }},
+		{Env: "CUBE_MASTER_AUTH_SECRET_KEYS", Upstream: []string{"auth.secret_key_map"}, Service: ControlPlane, Secret: true,
+			Doc: "Signing keys of upstream's signed headers, `user=secret,...` (or a JSON object); upstream's `auth.secret_key_map` (groups of user: secret) also fills it. " +
+				"cubemastercli signs with CUBE_MASTER_USER_ID and CUBE_MASTER_SECRET_KEY.",
+			Field: func(c *Config) any { return &c.Master.Auth.SecretKeys }},
+		{Env: "CUBE_MASTER_AUTH_EXPIRY", YAML: "master.auth.expiry", Upstream: []string{"auth.signature_expire_time_insec"}, Service: ControlPlane,
+			Doc:   "How far a signed request's `cube_timestamp` may be from the master's clock, either way; its nonce is refused again for twice as long (upstream's key is in seconds).",
+			Field: func(c *Config) any { return &c.Master.Auth.Expiry }},
+
 		{Env: "CUBE_MASTER_ENABLE_EXPOSED_PORT", YAML: "master.request.enable_exposed_port", Upstream: []string{"cubelet_conf.enable_exposed_port"}, Service: ControlPlane,
 			Doc:   "Sandbox requests sent to nodes expose ports: a request's `com.exposed_ports` annotation, else CUBE_MASTER_EXPOSED_PORTS. Off exposes only envd's port.",
 			Field: func(c *Config) any { return &c.Master.Request.EnableExposedPort }},
@@ -362,6 +380,12 @@ func render(p any) string {
 		}
 		b, _ := json.Marshal(*v) // keys sorted
 		return string(b)
+	case *UserSecrets:
+		keys := slices.Sorted(maps.Keys(*v))
+		for i, k := range keys {
+			keys[i] = k + "=" + (*v)[k]
+		}
+		return strings.Join(keys, ",")
 	case *int:
 		return strconv.Itoa(*v)
 	case *int64:
@@ -425,6 +449,9 @@ func knownNames() []string {
 	}
 	for _, s := range NodeAgentSettings() {
 		names = append(names, s.Env)
+	}
+	for _, v := range OtherVariables {
+		names = append(names, v.Env)
 	}
 	slices.Sort(names)
 	return slices.Compact(names)
@@ -589,6 +616,13 @@ func (r *reader) apply(c *Config, s Setting) {
 			return
 		}
 		*dst = m
+	case *UserSecrets:
+		m, err := parseUserSecrets(v)
+		if err != nil {
+			r.fail(fmt.Errorf("%s: %w", s.Env, err))
+			return
+		}
+		*dst = m
 	case *int:
 		if v == "" {
 			return
@@ -632,6 +666,41 @@ func (r *reader) apply(c *Config, s Setting) {
 	default:
 		panic(fmt.Sprintf("config: setting %s has unsupported type %T", s.Env, dst))
 	}
+}
+
+// parseUserSecrets reads user=secret pairs, comma-separated, or a JSON
+// object of strings. Errors never quote a secret.
+func parseUserSecrets(v string) (UserSecrets, error) {
+	if v == "" {
+		return nil, nil
+	}
+	m := UserSecrets{}
+	if strings.HasPrefix(v, "{") {
+		if err := json.Unmarshal([]byte(v), (*map[string]string)(&m)); err != nil {
+			return nil, fmt.Errorf("not a JSON object of strings")
+		}
+	} else {
+		for i, pair := range strings.Split(v, ",") {
+			if pair = strings.TrimSpace(pair); pair == "" {
+				continue
+			}
+			user, secret, ok := strings.Cut(pair, "=")
+			user, secret = strings.TrimSpace(user), strings.TrimSpace(secret)
+			if !ok || user == "" || secret == "" {
+				return nil, fmt.Errorf("entry %d is not user=secret", i+1)
+			}
+			if _, dup := m[user]; dup {
+				return nil, fmt.Errorf("user %q is listed twice", user)
+			}
+			m[user] = secret
+		}
+	}
+	for user, secret := range m {
+		if strings.TrimSpace(user) == "" || strings.TrimSpace(secret) == "" {
+			return nil, fmt.Errorf("user %q has an empty user id or secret", user)
+		}
+	}
+	return m, nil
 }
 
 func (r *reader) fail(err error) {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -41,6 +42,11 @@ type upstreamFile struct {
 		FsQosMap  map[string]string `yaml:"fs_qos_map"`
 	} `yaml:"extra_conf"`
 	InstanceDB *upstreamDB `yaml:"instance_db_config"`
+	Auth       struct {
+		Enable                   *bool                        `yaml:"enable"`
+		SignatureExpireTimeInSec int                          `yaml:"signature_expire_time_insec"`
+		SecretKeyMap             map[string]map[string]string `yaml:"secret_key_map"`
+	} `yaml:"auth"`
 }
 
 // upstreamDB is upstream's instance_db_config (CubeDB dao.Config).
@@ -307,7 +313,44 @@ func (c *Config) applyUpstream(u upstreamFile, set map[string]bool) error {
 		r.Region = v
 		from("CUBE_MASTER_REGION", "log.region")
 	}
+	a := &c.Master.Auth
+	if v := u.Auth.Enable; v != nil && !set["master.auth.enabled"] {
+		a.Enabled = *v
+		from("CUBE_MASTER_AUTH", "auth.enable")
+	}
+	if s := u.Auth.SignatureExpireTimeInSec; s > 0 && !set["master.auth.expiry"] {
+		a.Expiry = secondsDuration(s)
+		from("CUBE_MASTER_AUTH_EXPIRY", "auth.signature_expire_time_insec")
+	}
+	if len(u.Auth.SecretKeyMap) > 0 {
+		keys, err := mergeSecretKeyMap(u.Auth.SecretKeyMap)
+		if err != nil {
+			return err
+		}
+		a.SecretKeys = keys
+		from("CUBE_MASTER_AUTH_SECRET_KEYS", "auth.secret_key_map")
+	}
 	return nil
+}
+
+// mergeSecretKeyMap flattens upstream's auth.secret_key_map (group ->
+// user id -> secret key) into one map by user id. A user in two groups
+// must have one secret; errors never quote a secret.
+func mergeSecretKeyMap(groups map[string]map[string]string) (UserSecrets, error) {
+	out := UserSecrets{}
+	owner := map[string]string{}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		for user, secret := range groups[g] {
+			if strings.TrimSpace(user) == "" || strings.TrimSpace(secret) == "" {
+				return nil, fmt.Errorf("auth.secret_key_map.%s: user %q has an empty user id or secret key", g, user)
+			}
+			if prev, ok := out[user]; ok && prev != secret {
+				return nil, fmt.Errorf("auth.secret_key_map: user %q has different secret keys in groups %s and %s", user, owner[user], g)
+			}
+			out[user], owner[user] = secret, g
+		}
+	}
+	return out, nil
 }
 
 // upstreamListen is http_bind:http_port; either alone keeps the other's

@@ -64,7 +64,8 @@ func devCommand() *cobra.Command {
 serving a small example image, in one process, on loopback only, on the
 embedded defaults: SQLite and a file:// artifact store under --data-dir, live
 progress in memory, the pure-Go ext4stream builder in-process, a callback
-token generated for this run, the local registry allowed. It works offline.
+token generated for this run, the local registry allowed, and no public API
+authentication (loopback only; serve turns it on). It works offline.
 
 It ignores CUBE_* settings: its flags are its only knobs. Once everything
 answers it prints the addresses and the next command; stop it with Ctrl-C.`,
@@ -165,6 +166,9 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	cfg.Master.Listen, cfg.Master.TemplateCenterAddr = masterLn.Addr().String(), tcURL
 	cfg.Master.Nodes = devNodeID + "=" + nodeLn.Addr().String()
 	cfg.Master.EnvdHostDir = filepath.Join(dataDir, "envd")
+	// Loopback only, for the person at the keyboard: no public API
+	// credentials (answers still hide download tokens).
+	cfg.Master.Auth.Enabled = false
 
 	// One database, one lock table and one progress sink for both planes:
 	// the master reads the live pull counters the data plane writes.

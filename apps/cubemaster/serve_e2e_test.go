@@ -88,6 +88,9 @@ func TestServeRefusesBadStart(t *testing.T) {
 		{"bad nodes", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODES=node-1=nowhere"}, "CUBE_MASTER_NODES"},
 		{"bad template center", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_TEMPLATE_CENTER_ADDR=ftp://tc"}, "CUBE_TEMPLATE_CENTER_ADDR"},
 		{"bad sweep interval", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_SWEEP_INTERVAL=soon"}, "CUBE_MASTER_SWEEP_INTERVAL"},
+		// Public API authentication is on by default and fails closed.
+		{"no public API credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t"}, "CUBE_MASTER_AUTH=false"},
+		{"short bearer token", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_AUTH_BEARER_TOKENS=short"}, "CUBE_MASTER_AUTH_BEARER_TOKENS"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,14 +203,19 @@ type master struct {
 	done   bool
 }
 
+// apiBearer is the public API token the tests' masters accept; call sends
+// it on /cube/* requests that carry no Authorization header of their own.
+const apiBearer = "serve-e2e-bearer-0123456789"
+
 // startMaster starts `cubemaster serve` on a free loopback port with env
-// (on top of a CUBE_*-free environment) and waits until it is healthy.
+// (on top of a CUBE_*-free environment, with apiBearer as the public API's
+// token) and waits until it is healthy.
 func startMaster(t *testing.T, env ...string) *master {
 	t.Helper()
 	addr := freeAddr(t)
 	m := &master{t: t, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan error, 1)}
 	m.cmd = exec.Command(buildBinary(t), "serve", "--listen", addr)
-	m.cmd.Env = cleanEnv(env...)
+	m.cmd.Env = cleanEnv(append([]string{"CUBE_MASTER_AUTH_BEARER_TOKENS=" + apiBearer}, env...)...)
 	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -338,6 +346,15 @@ func TestServeSmoke(t *testing.T) {
 	}
 	if builds[0].DownloadBaseURL != base || builds[0].Request == nil || builds[0].Request.SourceImageRef != "registry.example/app:1" {
 		t.Fatalf("build request = %+v, want download base %s and the image", builds[0], base)
+	}
+
+	// Public API authentication (on by default): a wrong token is refused
+	// with HTTP 200 and ret_code 130401, as upstream refuses.
+	refused := call(t, http.MethodGet, base+"/cube/template", "", map[string]string{"Authorization": "Bearer not-the-token-000000"})
+	var denied jobAnswer
+	decode(t, refused, &denied)
+	if refused.StatusCode != http.StatusOK || denied.Ret.Code != 130401 {
+		t.Fatalf("wrong bearer token = HTTP %d %+v, want 200 with ret_code 130401", refused.StatusCode, denied.Ret)
 	}
 
 	// Envelope codes.
@@ -492,6 +509,9 @@ func call(t *testing.T, method, url, body string, header map[string]string) *htt
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if strings.HasPrefix(req.URL.Path, "/cube/") {
+		req.Header.Set("Authorization", "Bearer "+apiBearer)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)

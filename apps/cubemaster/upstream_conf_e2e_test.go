@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 )
 
@@ -49,7 +50,11 @@ cubelet_conf:
   exposed_port_list:
     - "80"
 auth:
-  enable: false
+  enable: true
+  signature_expire_time_insec: 60
+  secret_key_map:
+    default:
+      cube-admin: conf-secret-key-123
 instance_db_config:
   addr: %q
   user: %q
@@ -90,18 +95,33 @@ scheduler:
 	}()
 	waitHealthy(t, "http://"+addr+"/notify/health")
 
-	resp, err := http.Get("http://" + addr + "/cube/template")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// auth.secret_key_map signs requests as upstream's middleware checks
+	// them; an unsigned request is refused with 130401.
 	var list struct {
 		Ret struct {
 			Code int `json:"ret_code"`
 		} `json:"ret"`
 	}
+	resp, err := http.Get("http://" + addr + "/cube/template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode(t, resp, &list)
+	if list.Ret.Code != 130401 {
+		t.Fatalf("unsigned list: ret_code %d, want 130401", list.Ret.Code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/cube/template", nil)
+	auth.SetSigned(req.Header, "cube-admin", "conf-secret-key-123", uuid.NewString(), auth.MethodSHA1, time.Now())
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	decode(t, resp, &list)
 	if list.Ret.Code != 200 {
-		t.Fatalf("list on the conf.yaml database: ret_code %d", list.Ret.Code)
+		t.Fatalf("signed list on the conf.yaml database: ret_code %d", list.Ret.Code)
+	}
+	if strings.Contains(logs.String(), "conf-secret-key-123") {
+		t.Error("the secret key from conf.yaml is in the log")
 	}
 	// Upstream keys the master does not use are named once, not refused.
 	if !strings.Contains(logs.String(), "upstream settings not used") {

@@ -46,10 +46,19 @@ type app struct {
 	port    int
 	timeout time.Duration
 	out     io.Writer
+	// creds are the credential flags, resolved into cred before a command
+	// runs.
+	creds credentialFlags
+	cred  credentials
 }
 
 func (a *app) client() (*client, error) {
-	return newClient(a.address, a.port, a.timeout)
+	c, err := newClient(a.address, a.port, a.timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.cred = a.cred
+	return c, nil
 }
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
@@ -59,6 +68,12 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 	pf.StringVarP(&a.address, "address", "a", "127.0.0.1", "comma-separated master hosts; one is picked at random")
 	pf.IntVarP(&a.port, "port", "p", 8089, "master port")
 	pf.DurationVar(&a.timeout, "timeout", 35*time.Second, "timeout of each HTTP request")
+	a.creds.register(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := a.creds.resolve(cmd)
+		a.cred = c
+		return err
+	}
 
 	root.AddCommand(a.tplCmd(), cubeboxCmd(a.tplCmd()))
 	return root

@@ -4,6 +4,9 @@
 #   *.service               -> $DESTDIR/etc/systemd/system
 #   cube.env                -> $DESTDIR/etc/cube/cube.env (kept if present)
 #   a new callback token    -> $DESTDIR/etc/cube/token.env (mode 0600, kept if present)
+#   a new public API token  -> $DESTDIR/etc/cube/api-token.env (mode 0600, kept if present;
+#                              the master's CUBE_MASTER_AUTH_BEARER_TOKENS, and
+#                              CUBE_MASTER_TOKEN for cubemastercli: `set -a; . /etc/cube/api-token.env`)
 # Then, as root on the host: systemctl daemon-reload &&
 #   systemctl enable --now templatecenter cubemaster nodeagent
 set -euo pipefail
@@ -24,5 +27,11 @@ if [ ! -e "$DESTDIR/etc/cube/token.env" ]; then
   # 32 random bytes as hex: the shared secret of the internal routes.
   token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
   (umask 077 && printf 'CUBE_TEMPLATE_CALLBACK_TOKEN=%s\n' "$token" > "$DESTDIR/etc/cube/token.env")
+fi
+if [ ! -e "$DESTDIR/etc/cube/api-token.env" ]; then
+  # The public /cube/* API's bearer token (cubemaster serve refuses to start
+  # without a credential unless CUBE_MASTER_AUTH=false).
+  api=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077 && printf 'CUBE_MASTER_AUTH_BEARER_TOKENS=%s\nCUBE_MASTER_TOKEN=%s\n' "$api" "$api" > "$DESTDIR/etc/cube/api-token.env")
 fi
 echo "installed; now: systemctl daemon-reload && systemctl enable --now templatecenter cubemaster nodeagent"

@@ -296,6 +296,7 @@ func startCluster(t *testing.T) *cluster {
 			// probes looks like); unhealthy nodes are re-checked at once.
 			"CUBE_MASTER_NODE_PROBE_INTERVAL=1h",
 			"CUBE_MASTER_LOCAL_ARTIFACT_DIR=" + c.masterLocalDir,
+			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.apiToken(),
 		}}
 
 	t.Cleanup(func() {
@@ -392,6 +393,7 @@ func (c *cluster) call(method, path string, body any) envelope {
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), method, c.masterURL+path, rd)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.apiToken())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

@@ -17,7 +17,8 @@ const (
 
 // envelopeDoc describes the public routes' answers.
 const envelopeDoc = "Always HTTP 200 with the upstream envelope: ret.ret_code is 200 on success, " +
-	"130400 bad parameters, 130401 auth, 130404 not found, 130409 conflict, 130429 busy, " +
+	"130400 bad parameters, 130401 authentication failed (when authentication is on: send Authorization: Bearer <token> " +
+	"or upstream's signed cube_user_id, cube_timestamp, cube_nonce, cube_sgn_method, cube_signature headers), 130404 not found, 130409 conflict, 130429 busy, " +
 	"130593 internal (the message names the cause when the master knows it), 130594 database."
 
 func ok(body any) map[int]openapi.Response {

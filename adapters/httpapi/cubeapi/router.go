@@ -90,6 +90,14 @@ type Config struct {
 	// Token and InsecureNoToken guard the callback route (package auth).
 	Token           string
 	InsecureNoToken bool
+	// PublicAuth, when set, authenticates the public /cube/* routes and
+	// the proxied compat route (a bearer token or upstream's signed
+	// headers; 130401 otherwise). Nil leaves them open: the apps set it
+	// unless CUBE_MASTER_AUTH=false. Ops routes, downloads (their own
+	// per-artifact token), the CA certificate and the callback are never
+	// behind it. Whatever it is, answers hide download tokens and registry
+	// credentials from callers that did not authenticate.
+	PublicAuth *auth.Public
 
 	Reports    StatusReports
 	Jobs       ImageJobs
@@ -206,25 +214,30 @@ func New(cfg Config) (chi.Router, error) {
 		r.Post(wire.PathJobStatus, s.statusCallback)
 	})
 
-	r.Post(PathFromImage, s.createFromImage)
-	r.Get(PathFromImage, s.getImageJob)
-	r.Post(PathRedo, s.redo)
-	r.Post(PathMigrate, s.migrate)
-	r.Get(PathMigrate, s.getMigrateJob)
-	r.Post(PathTemplate, s.createTemplate)
-	r.Get(PathTemplate, s.getTemplates)
-	r.Delete(PathTemplate, s.deleteTemplate)
-	r.Put(PathAlias, s.setAlias)
-	r.Get(PathBuildStatus, s.buildStatus)
-	r.Get(PathResolve, s.resolveTemplate)
-	r.Post(PathResolve, s.resolveSandboxRequest)
-	r.Post(PathPreview, s.previewSandbox)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post(PathFromImage, s.createFromImage)
+		r.Get(PathFromImage, s.getImageJob)
+		r.Post(PathRedo, s.redo)
+		r.Post(PathMigrate, s.migrate)
+		r.Get(PathMigrate, s.getMigrateJob)
+		r.Post(PathTemplate, s.createTemplate)
+		r.Get(PathTemplate, s.getTemplates)
+		r.Delete(PathTemplate, s.deleteTemplate)
+		r.Put(PathAlias, s.setAlias)
+		r.Get(PathBuildStatus, s.buildStatus)
+		r.Get(PathResolve, s.resolveTemplate)
+		r.Post(PathResolve, s.resolveSandboxRequest)
+		r.Post(PathPreview, s.previewSandbox)
+		r.Get(PathRootfsArtifact, s.rootfsArtifact)
+		r.Method(http.MethodGet, PathCompat, s.compat)
+		r.Method(http.MethodPost, PathCompat, s.compat)
+	})
+
+	// The CA certificate is public and its key needs the callback token;
+	// downloads carry their artifact's token.
 	r.Get(PathCA, s.caFile)
 	r.Head(PathCA, s.caFile)
-	r.Get(PathRootfsArtifact, s.rootfsArtifact)
-
-	r.Method(http.MethodGet, PathCompat, s.compat)
-	r.Method(http.MethodPost, PathCompat, s.compat)
 	r.Method(http.MethodGet, PathDownload, s.download)
 	r.Method(http.MethodHead, PathDownload, s.download)
 

@@ -64,7 +64,7 @@ func (s *server) resolveSandboxRequest(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, err)
 		return
 	}
-	envelope.Write(w, resolvedResponse{Response: envelope.OK(req.RequestID), ResolvedRequest: cubeview.ResolvedRequest{
+	s.write(w, r, resolvedResponse{Response: envelope.OK(req.RequestID), ResolvedRequest: cubeview.ResolvedRequest{
 		TemplateID: res.TemplateID, Alias: res.Alias, MergedRequest: res.Request}})
 }
 
@@ -99,13 +99,13 @@ func (s *server) previewSandbox(w http.ResponseWriter, r *http.Request) {
 		node, err := s.cfg.RenderCubelet(out.MergedRequest)
 		if err != nil {
 			out.Response = envelope.Fail(req.RequestID, err)
-			envelope.Write(w, out)
+			s.write(w, r, out)
 			return
 		}
 		out.CubeletRequest = node
 	}
 	out.Response = envelope.OK(out.MergedRequest.RequestID)
-	envelope.Write(w, out)
+	s.write(w, r, out)
 }
 
 // caFile is GET|HEAD /cube/ca/{filename}: the CubeEgress root CA, for

@@ -47,7 +47,7 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 			return
 		}
 	}
-	envelope.Write(w, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
+	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
 }
 
 // decode reads a JSON body; on failure it answers the envelope itself.
@@ -212,7 +212,7 @@ func (s *server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, head.RequestID, err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(head.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
+	s.write(w, r, templateResponse{Response: envelope.OK(head.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 // getTemplates is GET /cube/template: the list, or one template with
@@ -234,7 +234,7 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		for i := range list {
 			items = append(items, cubeview.NewTemplateItem(&list[i]))
 		}
-		envelope.Write(w, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
+		s.write(w, r, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
 		return
 	}
 	inc := q.Get("include_request")
@@ -248,7 +248,7 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(""), TemplateResponse: cubeview.NewTemplateResponse(t, inc == "true" || inc == "1")})
+	s.write(w, r, templateResponse{Response: envelope.OK(""), TemplateResponse: cubeview.NewTemplateResponse(t, inc == "true" || inc == "1")})
 }
 
 type resolveResponse struct {
@@ -272,7 +272,7 @@ func (s *server) resolveTemplate(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, "", err)
 			return
 		}
-		envelope.Write(w, resolveResponse{Response: envelope.OK(""), ResolveResponse: cubeview.ResolveResponse{
+		s.write(w, r, resolveResponse{Response: envelope.OK(""), ResolveResponse: cubeview.ResolveResponse{
 			TemplateID: d.TemplateID, Alias: d.Alias, Status: string(d.Status), CreateRequest: cubeview.RawOrString(d.RequestJSON)}})
 	}
 }
@@ -305,7 +305,7 @@ func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, req.RequestID, err)
 			return
 		}
-		envelope.Write(w, deleteResponse{Response: envelope.OK(req.RequestID), DeleteResponse: cubeview.DeleteResponse{TemplateID: req.TemplateID}})
+		s.write(w, r, deleteResponse{Response: envelope.OK(req.RequestID), DeleteResponse: cubeview.DeleteResponse{TemplateID: req.TemplateID}})
 	}
 }
 
@@ -341,7 +341,7 @@ func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(req.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
+	s.write(w, r, templateResponse{Response: envelope.OK(req.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 type buildStatusResponse struct {
@@ -361,7 +361,7 @@ func (s *server) buildStatus(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", err)
 		return
 	}
-	envelope.Write(w, buildStatusResponse{Response: envelope.OK(""), BuildStatus: cubeview.NewBuildStatus(id, j)})
+	s.write(w, r, buildStatusResponse{Response: envelope.OK(""), BuildStatus: cubeview.NewBuildStatus(id, j)})
 }
 
 type rootfsResponse struct {
@@ -385,7 +385,7 @@ func (s *server) rootfsArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 		resp := rootfsResponse{Response: envelope.OK("")}
 		resp.Job.ArtifactID, resp.Job.ArtifactStatus, resp.Job.Artifact = a.ArtifactID, string(a.Status), cubeview.NewArtifactInfo(a)
-		envelope.Write(w, resp)
+		s.write(w, r, resp)
 	}
 }
 

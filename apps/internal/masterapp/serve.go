@@ -40,7 +40,7 @@ type Options struct {
 }
 
 // Check validates what serve needs before anything is opened or listened
-// on: the token and the addresses.
+// on: the tokens, the public API's credentials and the addresses.
 func Check(cfg config.Config) error {
 	// Fail closed: without a shared secret the callback route would be open.
 	if err := auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken); err != nil {
@@ -49,8 +49,13 @@ func Check(cfg config.Config) error {
 	if _, err := nodedir.Parse(cfg.Master.Nodes); err != nil {
 		return fmt.Errorf("CUBE_MASTER_NODES: %w", err)
 	}
-	_, err := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", cfg.Master.TemplateCenterAddr)
-	return err
+	if _, err := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", cfg.Master.TemplateCenterAddr); err != nil {
+		return err
+	}
+	// Without a credential the public API would be refused to all, or
+	// (what the operator more likely meant) open: they must say which.
+	a := cfg.Master.Auth
+	return auth.CheckPublicConfig(a.Enabled, a.SecretKeys, a.BearerTokens)
 }
 
 // Run serves the control plane on ln until ctx ends, then shuts down
@@ -124,6 +129,13 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		progress = "redis " + cfg.RedisAddr
 	}
 	srv := &http.Server{Handler: router, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 360 * time.Second}
+	if a := cfg.Master.Auth; a.Enabled {
+		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
+			"signature_expiry", a.Expiry.String())
+	} else {
+		log.Warn("public API authentication off (CUBE_MASTER_AUTH=false): anyone who reaches " + ln.Addr().String() +
+			" may create and delete templates; download tokens and registry credentials are still redacted from answers")
+	}
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
 		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())

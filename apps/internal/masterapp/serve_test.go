@@ -1,9 +1,13 @@
 package masterapp
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/apps/config"
 )
 
 func TestDownloadBaseURL(t *testing.T) {
@@ -30,6 +34,35 @@ func TestDownloadBaseURL(t *testing.T) {
 	for _, bad := range []string{"ftp://x", "http://u:p@x:1", "http://x:1/?q=1"} {
 		if _, err := downloadBaseURL(bad, ":8089", bound); err == nil || !strings.Contains(err.Error(), "CUBE_MASTER_DOWNLOAD_BASE_URL") {
 			t.Errorf("downloadBaseURL(%q) err = %v, want one naming the variable", bad, err)
+		}
+	}
+}
+
+// TestCheckFailsClosedWithoutPublicCredentials: serve refuses to start
+// with public API authentication on (the default) and no credential, naming
+// the settings; a bearer token, a signing key or an explicit off lets it.
+func TestCheckFailsClosedWithoutPublicCredentials(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.CallbackToken = "callback-token-0123456789abcdef"
+	err := Check(cfg)
+	if err == nil || !errors.Is(err, auth.ErrNoCredentials) {
+		t.Fatalf("Check = %v, want ErrNoCredentials", err)
+	}
+	for _, name := range []string{"CUBE_MASTER_AUTH=false", "CUBE_MASTER_AUTH_BEARER_TOKENS", "CUBE_MASTER_AUTH_SECRET_KEYS"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("the refusal does not name %s: %v", name, err)
+		}
+	}
+	ok := []func(*config.Config){
+		func(c *config.Config) { c.Master.Auth.BearerTokens = []string{"bearer-token-0123456789"} },
+		func(c *config.Config) { c.Master.Auth.SecretKeys = config.UserSecrets{"alice": "key"} },
+		func(c *config.Config) { c.Master.Auth.Enabled = false },
+	}
+	for i, f := range ok {
+		c := cfg
+		f(&c)
+		if err := Check(c); err != nil {
+			t.Errorf("case %d: %v", i, err)
 		}
 	}
 }

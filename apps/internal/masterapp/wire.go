@@ -14,6 +14,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
@@ -171,8 +172,12 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		st := do.MustInvoke[*entstore.Store](i)
 		dir := do.MustInvoke[*nodedir.Directory](i)
+		var public *auth.Public
+		if a := cfg.Master.Auth; a.Enabled {
+			public = auth.NewPublic(auth.PublicConfig{SecretKeys: a.SecretKeys, BearerTokens: a.BearerTokens, Expiry: a.Expiry})
+		}
 		return cubeapi.New(cubeapi.Config{
-			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
+			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken, PublicAuth: public,
 			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
