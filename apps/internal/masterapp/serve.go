@@ -37,6 +37,9 @@ type Options struct {
 	Store    *entstore.Store
 	Locker   ports.Locker
 	Progress ports.ProgressSink
+	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
+	// startup.DefaultServerTimeouts).
+	ServerTimeouts startup.ServerTimeouts
 }
 
 // Check validates what serve needs before anything is opened or listened
@@ -123,7 +126,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 360 * time.Second}
+	srv := startup.HTTPServer(router, o.ServerTimeouts)
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
 		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
