@@ -1,12 +1,14 @@
 package registry
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // refSeeds are references of every shape the catalogue of bad inputs
@@ -77,5 +79,72 @@ func checkParity(t *testing.T, s *Source, ref string) {
 	}
 	if coreErr != nil && len(ref) >= 8 && strings.Contains(coreErr.Error(), ref) {
 		t.Errorf("the master's refusal echoes the reference: %v", coreErr)
+	}
+}
+
+// TestNamesResolvingToRefusedAddresses: a reference whose registry is a
+// name that resolves to loopback, private, link-local or metadata
+// addresses (localtest.me, nip.io and sslip.io names, a rebinding name)
+// passes the control plane's syntax check, so the data plane refuses it
+// where it dials: no connection is made, and the error is a field error
+// on source_image_ref wrapping ErrEgressDenied. The names resolve through
+// a test resolver: nothing leaves the machine.
+func TestNamesResolvingToRefusedAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	addr := netip.MustParseAddr
+	s := newTestSource(t, nil, func(o *Options) {
+		o.Retries = -1
+		o.Resolver = fakeResolver{
+			"app.localtest.me":             {addr("127.0.0.1")},
+			"v6.localtest.me":              {addr("::1")},
+			"169.254.169.254.nip.io":       {addr("169.254.169.254")},
+			"10.0.0.7.sslip.io":            {addr("10.0.0.7")},
+			"192-168-1-1.nip.io":           {addr("192.168.1.1")},
+			"mapped.example":               {addr("::ffff:169.254.169.254")},
+			"ec2v6.example":                {addr("fd00:ec2::254")},
+			"linklocal.example":            {addr("fe80::1")},
+			"cgnat.example":                {addr("100.64.0.1")},
+			"ula.example":                  {addr("fd12:3456::1")},
+			"rebind.example":               {addr("127.0.0.1"), addr("169.254.169.254")},
+			"unspecified.example":          {addr("0.0.0.0")},
+			"broadcast.example":            {addr("255.255.255.255")},
+			"alibaba-metadata.example":     {addr("100.100.100.200")},
+			"private-and-loopback.example": {addr("10.1.1.1"), addr("127.0.0.2")},
+			"loopback-other-octet.example": {addr("127.1.2.3")},
+		}
+	})
+	for host := range s.egress.resolver.(fakeResolver) {
+		t.Run(host, func(t *testing.T) {
+			ref := strings.TrimSuffix(host, ".") + ":" + port + "/team/app:1"
+			if err := core.ValidateImageRef(ref); err != nil {
+				t.Fatalf("the control plane refuses %q by syntax (%v); this test is about names", ref, err)
+			}
+			_, err := s.Resolve(t.Context(), ports.ImageRequest{Ref: ref})
+			var fe *core.FieldError
+			if !errors.Is(err, ErrEgressDenied) || !errors.As(err, &fe) || fe.Field != "source_image_ref" {
+				t.Fatalf("err = %v, want a source_image_ref field error wrapping ErrEgressDenied", err)
+			}
+		})
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a refused name was connected to")
+	default:
 	}
 }
