@@ -29,7 +29,7 @@ import (
 // outside world (nodes, the data plane) as recording fakes. Validation,
 // the job rules and the store writes are the production code paths.
 type realEnv struct {
-	t     *testing.T
+	t     testing.TB
 	store ports.Store
 	svc   *control.Service
 	h     http.Handler
@@ -51,9 +51,9 @@ const (
 // newRealEnv wires the router over the memory store; newSQLEnv over
 // SQLite through entstore (its column widths and validators are the SQL
 // schema's).
-func newRealEnv(t *testing.T) *realEnv { return newEnvWith(t, memstore.New()) }
+func newRealEnv(t testing.TB) *realEnv { return newEnvWith(t, memstore.New()) }
 
-func newSQLEnv(t *testing.T) *realEnv {
+func newSQLEnv(t testing.TB) *realEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := entstore.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "abuse.db"))
@@ -67,7 +67,7 @@ func newSQLEnv(t *testing.T) *realEnv {
 	return newEnvWith(t, st)
 }
 
-func newEnvWith(t *testing.T, st ports.Store) *realEnv {
+func newEnvWith(t testing.TB, st ports.Store) *realEnv {
 	t.Helper()
 	e := &realEnv{t: t, store: st}
 	n1 := ports.Node{ID: "node-1", IP: "10.0.0.1", InstanceType: core.DefaultInstanceType, Addr: "node-1:9999", Healthy: true}

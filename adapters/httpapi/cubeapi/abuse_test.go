@@ -37,7 +37,7 @@ func runAbuse(t *testing.T, cases []abuseCase) {
 	t.Helper()
 	for _, st := range []struct {
 		name string
-		env  func(*testing.T) *realEnv
+		env  func(testing.TB) *realEnv
 	}{{"memstore", newRealEnv}, {"sqlite", newSQLEnv}} {
 		t.Run(st.name, func(t *testing.T) {
 			e := st.env(t)
