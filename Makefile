@@ -14,7 +14,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/cubesandbox/templatecenter/apps/internal/version.Version=$(VERSION) \
            -X github.com/cubesandbox/templatecenter/apps/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build demo test test-short db-report lint generate docs tools bench servers servers-stop clean
+.PHONY: all build demo test test-short db-report lint generate docs tools bench fuzz servers servers-stop clean
 
 all: build
 
@@ -60,6 +60,14 @@ generate:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/bench/... ./adapters/...
+
+# fuzz runs each public JSON decoder's fuzz target for FUZZTIME (make test
+# replays only their seeds in testdata/fuzz).
+FUZZTIME ?= 30s
+fuzz:
+	@for f in $$($(GO) test -list '^Fuzz' ./adapters/httpapi/cubeapi/ | grep '^Fuzz'); do \
+		echo "== $$f"; $(GO) test ./adapters/httpapi/cubeapi/ -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 servers:
 	bash scripts/testservers.sh start

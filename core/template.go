@@ -128,13 +128,26 @@ func ValidateAlias(alias string) error {
 	return nil
 }
 
+// ValidateNewAlias is ValidateAlias for an alias being set: it also may
+// not start or end with '-' (a leading one reads as a command-line flag).
+// Aliases set before this rule still resolve (ValidateAlias).
+func ValidateNewAlias(alias string) error {
+	if err := ValidateAlias(alias); err != nil {
+		return err
+	}
+	if strings.HasPrefix(alias, "-") || strings.HasSuffix(alias, "-") {
+		return fieldErr("alias", "%q must not start or end with '-'", alias)
+	}
+	return nil
+}
+
 // NormalizeAlias interprets the alias of a PUT alias body: absent, null and
 // "" all clear it (returned as ""); anything else must be valid.
 func NormalizeAlias(alias *string) (string, error) {
 	if alias == nil || *alias == "" {
 		return "", nil
 	}
-	if err := ValidateAlias(*alias); err != nil {
+	if err := ValidateNewAlias(*alias); err != nil {
 		return "", err
 	}
 	return *alias, nil

@@ -43,6 +43,9 @@ func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, er
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
 	}
+	if err := core.ValidateRequestID(mr.RequestID); err != nil {
+		return nil, err
+	}
 	lock, err := s.lockTemplate(ctx, tid)
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", tid, err)

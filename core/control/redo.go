@@ -57,12 +57,15 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
 	}
-	scope := make([]string, 0, len(rr.DistributionScope))
-	for i, e := range rr.DistributionScope {
-		if e = strings.TrimSpace(e); e == "" {
-			return nil, &core.FieldError{Field: "distribution_scope", Reason: fmt.Sprintf("entry %d is empty", i)}
-		}
-		scope = append(scope, e)
+	if err := core.ValidateRequestID(rr.RequestID); err != nil {
+		return nil, err
+	}
+	scope := slices.Clone(rr.DistributionScope)
+	if err := core.NormalizeScope(scope); err != nil {
+		return nil, err
+	}
+	if scope == nil {
+		scope = []string{}
 	}
 	// The template's lock keeps a delete of the same template from
 	// interleaving: a delete finishes before the redo reads the template,

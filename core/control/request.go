@@ -46,6 +46,23 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 		return nil
 	}
 	o := req.ContainerOverrides
+	for i, kv := range o.Envs {
+		switch {
+		case kv == nil || kv.Key == "":
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].key", i), Reason: "is required"}
+		case strings.ContainsAny(kv.Key, "=\x00"):
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].key", i), Reason: "must not hold '=' or NUL"}
+		case strings.ContainsRune(kv.Value, 0):
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].value", i), Reason: "must not hold NUL"}
+		}
+	}
+	for field, list := range map[string][]string{"command": o.Command, "args": o.Args, "working_dir": {o.WorkingDir}} {
+		for _, v := range list {
+			if strings.ContainsRune(v, 0) {
+				return &core.FieldError{Field: "container_overrides." + field, Reason: "must not hold NUL (a process argument cannot)"}
+			}
+		}
+	}
 	for field, raw := range map[string]json.RawMessage{"security_context": o.SecurityContext, "probe": o.Probe} {
 		if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 			continue

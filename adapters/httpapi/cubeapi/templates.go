@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -52,11 +53,42 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 
 // decode reads a JSON body; on failure it answers the envelope itself.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if err := checkContentType(r); err != nil {
+		s.fail(w, r, "", err)
+		return false
+	}
 	if err := envelope.Decode(w, r, s.cfg.MaxBodyBytes, dst); err != nil {
 		s.fail(w, r, "", err)
 		return false
 	}
 	return true
+}
+
+// formContentTypes are the body types a web page may send to another
+// origin without a CORS preflight. A JSON route that accepted them could
+// be driven by any page its user visits (cross-site request forgery), so
+// they are refused; any other type, or none, is read as JSON, as upstream
+// reads every body.
+var formContentTypes = map[string]bool{
+	"application/x-www-form-urlencoded": true,
+	"multipart/form-data":               true,
+	"text/plain":                        true,
+}
+
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		mt, _, _ = strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	if formContentTypes[mt] {
+		return &core.FieldError{Field: "Content-Type", Reason: fmt.Sprintf("%s is not accepted: send the body as application/json", mt)}
+	}
+	return nil
 }
 
 // fail answers the envelope for err and counts it in the error metric. An

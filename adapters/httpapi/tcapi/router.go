@@ -76,6 +76,10 @@ type Config struct {
 	MaxBodyBytes      int64
 	MaxBuildBodyBytes int64
 	MaxUploadBytes    int64
+	// UploadIdleTimeout is how long an upload's body may go without a
+	// byte arriving (default 2 minutes); the server's read timeout does
+	// not apply to uploads.
+	UploadIdleTimeout time.Duration
 	// SignedURLTTL is the lifetime of presigned download URLs (default 15
 	// minutes; a download only needs the URL to be valid when it starts).
 	SignedURLTTL time.Duration
@@ -94,6 +98,7 @@ const (
 	DefaultMaxBuildBodyBytes int64 = 64 << 20
 	DefaultMaxUploadBytes    int64 = 64 << 30
 	DefaultSignedURLTTL            = 15 * time.Minute
+	DefaultUploadIdleTimeout       = 2 * time.Minute
 )
 
 // Route paths.
@@ -138,6 +143,9 @@ func New(cfg Config) chi.Router {
 	}
 	if cfg.SignedURLTTL <= 0 {
 		cfg.SignedURLTTL = DefaultSignedURLTTL
+	}
+	if cfg.UploadIdleTimeout <= 0 {
+		cfg.UploadIdleTimeout = DefaultUploadIdleTimeout
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()

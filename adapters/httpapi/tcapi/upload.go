@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
@@ -30,6 +31,7 @@ import (
 // because nodes may hold and verify the old bytes. An object of unknown
 // sha256 (not written by our stores) is overwritten by the verified upload.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
+	r.Body = idleReads(w, r.Body, s.cfg.UploadIdleTimeout)
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
 		s.uploadForm(w, r)
 		return
@@ -118,6 +120,29 @@ func (s *server) storeUpload(w http.ResponseWriter, r *http.Request, id string, 
 		}
 	}
 	wire.WriteJSON(w, http.StatusOK, resp)
+}
+
+// idleReads lifts the server's read timeout (which bounds a whole request
+// and would cut a large upload) for an upload's body: each read must
+// instead make progress within idle. Only callers with the shared token
+// get here.
+func idleReads(w http.ResponseWriter, body io.ReadCloser, idle time.Duration) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(idle)); err != nil {
+		return body // not a network connection (tests)
+	}
+	return &idleBody{ReadCloser: body, rc: rc, idle: idle}
+}
+
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	return b.ReadCloser.Read(p)
 }
 
 // maxFieldBytes bounds a non-file form field.

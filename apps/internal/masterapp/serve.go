@@ -37,6 +37,9 @@ type Options struct {
 	Store    *entstore.Store
 	Locker   ports.Locker
 	Progress ports.ProgressSink
+	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
+	// startup.DefaultServerTimeouts).
+	ServerTimeouts startup.ServerTimeouts
 }
 
 // Check validates what serve needs before anything is opened or listened
@@ -128,7 +131,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 360 * time.Second}
+	srv := startup.HTTPServer(router, o.ServerTimeouts)
 	if a := cfg.Master.Auth; a.Enabled {
 		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
 			"signature_expiry", a.Expiry.String())

@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/registry"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -39,6 +40,9 @@ type Options struct {
 	// RegistryObserver, when set, is told of layer cache lookups and
 	// pulled bytes (the service passes its metrics).
 	RegistryObserver registry.Observer
+	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
+	// startup.DefaultServerTimeouts).
+	ServerTimeouts startup.ServerTimeouts
 }
 
 func (o Options) log() *slog.Logger {

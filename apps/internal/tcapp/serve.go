@@ -101,7 +101,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		"registry_allow_loopback", cfg.RegistryAllowLoopback, "registry_allow_private", cfg.RegistryAllowPrivate,
 		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds)
 
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 360 * time.Second}
+	srv := startup.HTTPServer(router, o.ServerTimeouts)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
 	go func() {
