@@ -22,6 +22,7 @@ func TestRunCutsOffSlowClients(t *testing.T) {
 	cfg.Master.DBDSN = "sqlite://" + dir + "/master.db"
 	cfg.CallbackToken = "a-test-callback-token-of-some-length"
 	cfg.Master.TemplateCenterAddr = "http://127.0.0.1:1"
+	cfg.Master.Auth.BearerTokens = []string{"a-test-bearer-token-of-some-length"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
