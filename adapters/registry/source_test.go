@@ -951,6 +951,47 @@ func TestResolveRetriesServerErrors(t *testing.T) {
 	}
 }
 
+// One image's failures do not slow down another's pulls from the same
+// registry: regclient keeps a backoff per host and client, and a client
+// shared by every build would make an unrelated build wait out (and, under
+// the registry timeout, fail on) the backoff a broken blob earned.
+func TestFailuresOfOneImageDoNotDelayAnother(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	bad := []testLayer{makeLayer(t, 1000, compGzip, false)}
+	good := []testLayer{makeLayer(t, 1000, compGzip, false)}
+	badRef := reg.host + "/" + uniqueRepo("broken") + ":v1"
+	goodRef := reg.host + "/" + uniqueRepo("healthy") + ":v1"
+	pushImage(t, rc, badRef, testImage{layers: bad})
+	pushImage(t, rc, goodRef, testImage{layers: good})
+	reg.setFault(func(w http.ResponseWriter, r *http.Request, _ http.Handler) bool {
+		if isBlobGet(r, bad[0].desc().Digest) {
+			http.Error(w, "broken", http.StatusInternalServerError)
+			return true
+		}
+		return false
+	})
+	// Production backoff (500ms doubling), one retry of our own.
+	src := newTestSource(t, nil, func(o *Options) { o.RetryDelay, o.RetryMaxDelay, o.Retries = 500*time.Millisecond, 30*time.Second, 1 }, reg.host)
+	if _, _, err := fetch(t, src, ports.ImageRequest{Ref: badRef}); err == nil {
+		t.Fatal("the broken image was fetched")
+	}
+	// The data plane bounds a resolve by its registry timeout; the healthy
+	// image must resolve well within one, not after the broken image's
+	// backoff (16 s here when clients were shared).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	img, err := src.Resolve(ctx, ports.ImageRequest{Ref: goodRef})
+	if err != nil {
+		t.Fatalf("healthy image after the broken one: %v", err)
+	}
+	got, err := src.FetchLayers(ctx, ports.ImageRequest{Ref: goodRef}, img, nil)
+	if err != nil {
+		t.Fatalf("healthy image's layers after the broken one: %v", err)
+	}
+	checkFetched(t, got, good)
+}
+
 func TestBasicAuth(t *testing.T) {
 	const user, pass = "builder", "s3cr3t-Passw0rd"
 	reg := newFakeRegistry(t)
