@@ -18,11 +18,18 @@ import (
 // DefaultTTL is how long progress outlives its last publish.
 const DefaultTTL = time.Hour
 
+// DefaultOpTimeout bounds every Redis call: live progress is a nicety, and
+// a Redis that is down must not hold up the job API (which falls back to
+// the stored row) or a build's report loop. rueidis itself keeps retrying
+// a lost connection for as long as the context allows.
+const DefaultOpTimeout = 2 * time.Second
+
 // Sink is a ports.ProgressSink on Redis.
 type Sink struct {
 	client rueidis.Client
 	prefix string
 	ttl    time.Duration
+	op     time.Duration
 }
 
 // Options configure a Sink.
@@ -30,6 +37,8 @@ type Options struct {
 	// Prefix namespaces keys (default "cube:template:job:progress:").
 	Prefix string
 	TTL    time.Duration
+	// OpTimeout bounds each call (default DefaultOpTimeout).
+	OpTimeout time.Duration
 }
 
 // New wraps a rueidis client; the caller owns (and closes) the client.
@@ -40,7 +49,14 @@ func New(client rueidis.Client, opts Options) *Sink {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	return &Sink{client: client, prefix: opts.Prefix, ttl: opts.TTL}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = DefaultOpTimeout
+	}
+	return &Sink{client: client, prefix: opts.Prefix, ttl: opts.TTL, op: opts.OpTimeout}
+}
+
+func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.op)
 }
 
 // Dial connects to Redis at addr (host:port).
@@ -65,6 +81,8 @@ func (s *Sink) Publish(ctx context.Context, jobID string, p ports.LiveProgress) 
 		return err
 	}
 	cmd := s.client.B().Set().Key(s.prefix + jobID).Value(string(b)).Ex(s.ttl).Build()
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.client.Do(ctx, cmd).Error(); err != nil {
 		return fmt.Errorf("publish progress of job %s: %w", jobID, err)
 	}
@@ -73,6 +91,8 @@ func (s *Sink) Publish(ctx context.Context, jobID string, p ports.LiveProgress) 
 
 // Get returns the latest progress; ok is false when none is stored.
 func (s *Sink) Get(ctx context.Context, jobID string) (ports.LiveProgress, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	v, err := s.client.Do(ctx, s.client.B().Get().Key(s.prefix+jobID).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return ports.LiveProgress{}, false, nil
@@ -89,6 +109,8 @@ func (s *Sink) Get(ctx context.Context, jobID string) (ports.LiveProgress, bool,
 
 // Delete removes the job's progress.
 func (s *Sink) Delete(ctx context.Context, jobID string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.client.Do(ctx, s.client.B().Del().Key(s.prefix+jobID).Build()).Error(); err != nil {
 		return fmt.Errorf("delete progress of job %s: %w", jobID, err)
 	}
