@@ -91,3 +91,57 @@ func TestRedisDownFailsFast(t *testing.T) {
 		}
 	}
 }
+
+// A sink made by Connect while Redis is down fails its calls instead of
+// refusing to exist, and works once Redis is there.
+func TestConnectWhileRedisIsDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: Redis is down
+	s := Connect(addr, Options{Prefix: "cube:test:lazy:"})
+	defer s.Close()
+	ctx := context.Background()
+	if _, _, err := s.Get(ctx, "job-1"); err == nil {
+		t.Fatal("Get with Redis down: no error")
+	}
+	// Redis comes up at that address.
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("address %s taken meanwhile: %v", addr, err)
+	}
+	target := testenv.Get(t, testenv.RedisAddr)
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+	defer ln.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.Publish(ctx, "job-1", ports.LiveProgress{Progress: 7})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Publish once Redis is up: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if p, ok, err := s.Get(ctx, "job-1"); err != nil || !ok || p.Progress != 7 {
+		t.Fatalf("Get: %+v %v %v", p, ok, err)
+	}
+	s.Delete(ctx, "job-1") //nolint:errcheck
+}

@@ -192,11 +192,9 @@ func provideServe(i do.Injector, o Options) {
 		if cfg.RedisAddr == "" {
 			return memprogress.New(), nil
 		}
-		c, err := redisprogress.Dial(cfg.RedisAddr)
-		if err != nil {
-			return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
-		}
-		return redisprogress.New(c, redisprogress.Options{}), nil
+		// Connected on first use: a Redis outage degrades live progress,
+		// it does not keep the data plane from starting.
+		return redisprogress.Connect(cfg.RedisAddr, redisprogress.Options{}), nil
 	})
 	do.Provide(i, func(i do.Injector) (ports.StatusReporter, error) {
 		return masterclient.New(masterclient.Config{
