@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func (w *world) callbackScenarios(t *testing.T) {
 		}
 		return map[string]any{"dropped": dropped, "late_answer": late.Code, "late_body": short(late.Answer)}
 	})
-	w.scenario(t, "CallbackReordered", "reports replayed out of order after READY (RUNNING, then BUILT): acknowledged or refused, never applied (I3)", func(t *testing.T) map[string]any {
+	w.scenario(t, "CallbackReordered", "reports replayed out of order after READY (RUNNING, then BUILT) are acknowledged or refused, never applied (I3); reports without the callback token or with a wrong one are refused with 401", func(t *testing.T) map[string]any {
 		ref, _ := c.PushImage("cb-order", 64<<10)
 		job := w.create(t, "tpl-cb-order", ref)
 		w.mustReady(t, job)
@@ -88,9 +89,27 @@ func (w *world) callbackScenarios(t *testing.T) {
 			}
 			codes[cb.Status] = code
 		}
+		// A report without the callback token, or with another one, is
+		// refused before it is read.
+		const tokenHeader = "X-Cube-Template-Callback-Token"
+		forged := *running
+		forged.Header = forged.Header.Clone()
+		forged.Header.Del(tokenHeader)
+		noToken, _, err := harness.Replay(c.MasterURLs[0], forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged.Header.Set(tokenHeader, "not-the-token")
+		wrongToken, _, err := harness.Replay(c.MasterURLs[0], forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if noToken != http.StatusUnauthorized || wrongToken != http.StatusUnauthorized {
+			t.Errorf("reports without the token / with a wrong one answered %d / %d, want 401", noToken, wrongToken)
+		}
 		if st, _, _ := c.JobRow(job); st != "READY" {
 			t.Errorf("job %s is %s after the replays, want READY", job, st)
 		}
-		return map[string]any{"answers": codes}
+		return map[string]any{"answers": codes, "no_token": noToken, "wrong_token": wrongToken}
 	})
 }

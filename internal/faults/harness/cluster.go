@@ -82,7 +82,8 @@ type Cluster struct {
 
 	opts Options
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	broken map[string]bool
 	// killedChildren are the children (pid -> executable) of replicas
 	// killed with KillTC: they must not outlive them.
 	killedChildren map[int]string
@@ -189,6 +190,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			Args: []string{"serve", "--listen", strings.TrimPrefix(u, "http://")}, Env: append(env, o.TCEnv...)})
 	}
 
+	c.breakInvariants(t)
 	t.Cleanup(func() {
 		for _, p := range c.all() {
 			p.Close()
@@ -212,6 +214,13 @@ func Start(t testing.TB, o Options) *Cluster {
 	for i, p := range c.Nodes {
 		p.Start(t)
 		WaitTCP(t, c.NodeAddrs[i], 30*time.Second)
+	}
+	if c.broken["active-key"] {
+		// Without the unique key, nothing but timing keeps two active jobs
+		// of one template apart.
+		if _, err := c.DB.Exec("ALTER TABLE t_cube_template_image_job DROP INDEX idx_template_image_active_key"); err != nil {
+			t.Fatalf("%s=active-key: %v", BreakEnv, err)
+		}
 	}
 	t.Logf("cluster up: binaries %v, database %v, processes %v", t1.Sub(t0).Round(time.Millisecond),
 		t2.Sub(t1).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
@@ -266,6 +275,38 @@ func (c *Cluster) openDB(t testing.TB) {
 
 func (c *Cluster) all() []*Proc {
 	return append(append(append([]*Proc(nil), c.Masters...), c.TCs...), c.Nodes...)
+}
+
+// BreakEnv deliberately breaks an invariant of the cluster, to show the
+// suites fail when it does not hold (comma-separated):
+//
+//	active-key    drop the unique index on active jobs (I1)
+//	reconciler    turn the data plane's reconciler off (I6)
+//	callback-auth let the master accept status reports without a token
+const BreakEnv = "CUBE_FAULTS_BREAK"
+
+func (c *Cluster) breakInvariants(t testing.TB) {
+	c.broken = map[string]bool{}
+	for _, b := range strings.Split(os.Getenv(BreakEnv), ",") {
+		if b = strings.TrimSpace(b); b == "" {
+			continue
+		}
+		c.broken[b] = true
+		t.Logf("%s: breaking %q on purpose", BreakEnv, b)
+		switch b {
+		case "active-key":
+		case "reconciler":
+			for _, p := range c.TCs {
+				p.Env = append(p.Env, "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED=true")
+			}
+		case "callback-auth":
+			for _, p := range c.Masters {
+				p.Env = append(p.Env, "CUBE_TEMPLATE_CALLBACK_TOKEN=", "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN=true")
+			}
+		default:
+			t.Fatalf("%s: unknown break %q", BreakEnv, b)
+		}
+	}
 }
 
 // TCPIDs are the pids of the running data-plane replicas.
