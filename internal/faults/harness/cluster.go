@@ -282,7 +282,7 @@ func (c *Cluster) all() []*Proc {
 //
 //	active-key    drop the unique index on active jobs (I1)
 //	reconciler    turn the data plane's reconciler off (I6)
-//	callback-auth let the master accept status reports without a token
+//	callback-auth run the internal routes without a token (both planes)
 const BreakEnv = "CUBE_FAULTS_BREAK"
 
 func (c *Cluster) breakInvariants(t testing.TB) {
@@ -300,7 +300,7 @@ func (c *Cluster) breakInvariants(t testing.TB) {
 				p.Env = append(p.Env, "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED=true")
 			}
 		case "callback-auth":
-			for _, p := range c.Masters {
+			for _, p := range append(append([]*Proc(nil), c.Masters...), c.TCs...) {
 				p.Env = append(p.Env, "CUBE_TEMPLATE_CALLBACK_TOKEN=", "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN=true")
 			}
 		default:
