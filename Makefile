@@ -14,7 +14,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/cubesandbox/templatecenter/apps/internal/version.Version=$(VERSION) \
            -X github.com/cubesandbox/templatecenter/apps/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build demo test test-short db-report lint generate docs tools bench fuzz servers servers-stop clean
+.PHONY: all build demo test test-short db-report lint generate docs tools bench fuzz reliability servers servers-stop clean
 
 all: build
 
@@ -28,8 +28,10 @@ build:
 demo: build
 	$(GO) run ./internal/demo --bin $(BIN)
 
+# The fault, load and soak suites (internal/faults, internal/load,
+# internal/soak) run the binaries make build just made.
 test: build tools
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $(PKGS)
 
 # tools installs what some tests run as external programs (helm, for the
 # chart tests), with the Go toolchain only.
@@ -46,6 +48,18 @@ docs:
 db-report:
 	set -o pipefail; $(GO) test -count=1 -v -run '^(TestConformance|TestMultiProcessI1|TestMultiProcessI1NeedsUniqueKey)$$' \
 		./adapters/store/entstore ./adapters/lock/... 2>&1 | grep -E '^(ok |FAIL|(    )?--- )'
+
+# reliability reruns the fault, load and soak suites against the test
+# servers (missing servers fail), recording their figures, and regenerates
+# the figures section of docs/reliability.md from them. SOAK sets the soak's
+# length (CI runs 90s as part of make test).
+SOAK ?= 3m
+RELIABILITY_OUT ?= $(CURDIR)/.reliability
+reliability: build
+	rm -rf $(RELIABILITY_OUT)
+	CUBE_TEST_REQUIRE_SERVERS=1 CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) CUBE_RELIABILITY_OUT=$(RELIABILITY_OUT) CUBE_SOAK_DURATION=$(SOAK) \
+		bash -o pipefail -c "$(GO) test -p 1 -count=1 -timeout 60m -v ./internal/faults ./internal/load ./internal/soak | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'"
+	$(GO) run ./internal/faults/reliabilitydoc -in $(RELIABILITY_OUT) -doc docs/reliability.md
 
 test-short:
 	$(GO) test -short $(PKGS)

@@ -124,6 +124,14 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if err != nil {
 		return nil, fmt.Errorf("create scratch dir: %w", err)
 	}
+	// Held while the build runs, so the data plane's sweep can remove the
+	// directory of a build whose process was killed without waiting hours.
+	unlock, err := lockScratch(scratch)
+	if err != nil {
+		os.RemoveAll(scratch)
+		return nil, fmt.Errorf("lock scratch dir: %w", err)
+	}
+	defer unlock() // after the removal below (deferred calls run last first)
 	defer os.RemoveAll(scratch)
 
 	res = &Result{Phases: map[core.Phase]time.Duration{}}

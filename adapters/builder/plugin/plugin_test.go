@@ -33,7 +33,10 @@ var pluginBin string
 const helperEnv = "CUBE_BUILDER_PLUGIN_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
+	if mode := os.Getenv(helperEnv); mode == "host" {
+		hostHelper()
+		return
+	} else if mode != "" {
 		serveHelper(mode)
 		return
 	}

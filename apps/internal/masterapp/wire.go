@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/rueidis"
 	"github.com/samber/do/v2"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
@@ -47,13 +46,12 @@ type wiring struct {
 	progress ports.ProgressSink
 }
 
-// redisSink closes its client when the injector shuts down.
+// redisSink closes its connection when the injector shuts down.
 type redisSink struct {
 	*redisprogress.Sink
-	client rueidis.Client
 }
 
-func (s redisSink) Shutdown() error { s.client.Close(); return nil }
+func (s redisSink) Shutdown() error { s.Close(); return nil }
 
 // newInjector wires the control plane's adapters with samber/do. Providers
 // are lazy: nothing is opened until Run invokes it.
@@ -102,11 +100,9 @@ func newInjector(w wiring) *do.RootScope {
 		if cfg.RedisAddr == "" {
 			return memprogress.New(), nil
 		}
-		c, err := redisprogress.Dial(cfg.RedisAddr)
-		if err != nil {
-			return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
-		}
-		return redisSink{Sink: redisprogress.New(c, redisprogress.Options{}), client: c}, nil
+		// Connected on first use: a Redis outage degrades live progress,
+		// it does not keep the master from starting.
+		return redisSink{Sink: redisprogress.Connect(cfg.RedisAddr, redisprogress.Options{})}, nil
 	})
 	do.Provide(i, func(do.Injector) (*prometheus.Registry, error) {
 		reg := prometheus.NewRegistry()

@@ -126,6 +126,26 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	return err
 }
 
+// HeartbeatFor is how often a running build re-reports its status: the
+// executor's default (a minute), but at most a quarter of the shortest
+// reconciler window that judges running builds by their reports, so a
+// live build is never failed as abandoned between two heartbeats, whatever
+// the windows are set to. Replicas share their settings, so the reconciler
+// of one judges the builds of another by the same rule.
+func HeartbeatFor(rc config.Reconcile) time.Duration {
+	hb := data.DefaultHeartbeatEvery
+	running := rc.RunningStaleAfter
+	if rc.StaleAfter > 0 {
+		running = rc.StaleAfter
+	}
+	for _, w := range []time.Duration{rc.PullingStaleAfter, running} {
+		if w > 0 && w/4 < hb {
+			hb = w / 4
+		}
+	}
+	return max(hb, 100*time.Millisecond)
+}
+
 func storeDescription(cfg config.Config) string {
 	switch {
 	case cfg.ArtifactStoreURL != "":
@@ -177,11 +197,9 @@ func provideServe(i do.Injector, o Options) {
 		if cfg.RedisAddr == "" {
 			return memprogress.New(), nil
 		}
-		c, err := redisprogress.Dial(cfg.RedisAddr)
-		if err != nil {
-			return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
-		}
-		return redisprogress.New(c, redisprogress.Options{}), nil
+		// Connected on first use: a Redis outage degrades live progress,
+		// it does not keep the data plane from starting.
+		return redisprogress.Connect(cfg.RedisAddr, redisprogress.Options{}), nil
 	})
 	do.Provide(i, func(i do.Injector) (ports.StatusReporter, error) {
 		var up *masterclient.UpstreamPeer
@@ -224,7 +242,7 @@ func provideServe(i do.Injector, o Options) {
 		e := &data.Executor{
 			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
-			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, Logger: log, OnDone: func(o data.Outcome) {
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
 						m.ObservePhase(string(ph), d)
