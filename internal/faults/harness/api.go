@@ -62,12 +62,15 @@ func (a Answer) String() string {
 // Client calls one master's public API.
 type Client struct {
 	Base string
-	HTTP *http.Client
+	// Bearer is sent as Authorization: Bearer (the masters serve the
+	// public API with authentication on, as in production).
+	Bearer string
+	HTTP   *http.Client
 }
 
-// NewClient is a client of the master at base.
-func NewClient(base string) *Client {
-	return &Client{Base: base, HTTP: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+// NewClient is a client of the master at base presenting bearer.
+func NewClient(base, bearer string) *Client {
+	return &Client{Base: base, Bearer: bearer, HTTP: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 }
 
 // Call makes one request; transport errors are in Answer.Err.
@@ -83,6 +86,9 @@ func (c *Client) Call(method, path string, body any) Answer {
 		return Answer{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Bearer)
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return Answer{Err: err, Took: time.Since(start)}

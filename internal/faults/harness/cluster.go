@@ -46,6 +46,8 @@ type Cluster struct {
 	Dir   string
 	Bin   string
 	Token string
+	// APIToken is the masters' bearer token for the public API.
+	APIToken string
 
 	DB     *sql.DB
 	DBName string
@@ -105,7 +107,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.MaxConcurrentBuilds == 0 {
 		o.MaxConcurrentBuilds = 4
 	}
-	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), opts: o}
+	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), APIToken: "api-" + RandHex(16), opts: o}
 	c.Registry = testenv.Get(t, testenv.Registry)
 	t0 := time.Now()
 	c.Bin = Binaries(t)
@@ -157,6 +159,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			"CUBE_MASTER_DOWNLOAD_BASE_URL=" + c.MasterLB.URL,
 			"CUBE_TEMPLATE_CENTER_REDIS_ADDR=" + c.RedisAddr,
 			"CUBE_MASTER_SWEEP_INTERVAL=1s",
+			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.APIToken,
 			// Healthy nodes are re-probed rarely, so a node that goes down
 			// stays a distribution target (an outage between probes);
 			// unhealthy nodes are re-checked at once.
@@ -321,7 +324,7 @@ func (c *Cluster) TCPIDs() []int {
 }
 
 // Client is a client of master i.
-func (c *Cluster) Client(i int) *Client { return NewClient(c.MasterURLs[i]) }
+func (c *Cluster) Client(i int) *Client { return NewClient(c.MasterURLs[i], c.APIToken) }
 
 // API is a client of the first master.
 func (c *Cluster) API() *Client { return c.Client(0) }
