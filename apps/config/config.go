@@ -34,7 +34,8 @@ type Config struct {
 	RegistryAllowPrivate  bool     `yaml:"registry_allow_private"`
 	RegistryAllowLoopback bool     `yaml:"registry_allow_loopback"`
 	TrustedRegistries     []string `yaml:"trusted_registries"`
-	// Builder is "mkfs" or the name of a builder plugin under PluginDir.
+	// Builder is "ext4stream" (the default, in process), "mkfs", or the
+	// name of a builder plugin under PluginDir ("plugin:NAME").
 	Builder        string `yaml:"builder"`
 	PluginDir      string `yaml:"plugin_dir"`
 	HeadroomBytes  int64  `yaml:"headroom_bytes"`
@@ -145,7 +146,7 @@ func Defaults() Config {
 		WorkDir:             os.TempDir(),
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
-		Builder:             "mkfs",
+		Builder:             "ext4stream",
 		ReleaseManifest:     DefaultReleaseManifest,
 		Listen:              ":8090",
 		MasterAddr:          "http://localhost:8089",

@@ -62,7 +62,7 @@ so it stays out of process listings); --registry-username names the user.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "image reference to build (required)")
 	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required)")
-	fl.StringVar(&f.builder, "builder", "", `"mkfs" or the name of a builder plugin (default from config, "mkfs")`)
+	fl.StringVar(&f.builder, "builder", "", `"ext4stream" (pure Go, in process), "mkfs" (e2fsprogs) or "plugin:NAME" for a builder plugin (default from config, "ext4stream")`)
 	fl.StringVar(&f.platform, "platform", core.DefaultPlatform, "platform to resolve, OS/ARCH[/VARIANT]")
 	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP (repeatable)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object describing the result")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/samber/do/v2"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/registry"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -67,9 +69,16 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		if name == "" {
 			name = w.cfg.Builder
 		}
-		if name == "mkfs" {
+		// Built-in builders run in this process; any other name, or
+		// "plugin:<name>", is a plugin binary (plugin:ext4stream runs the
+		// ext4stream builder out of process).
+		switch name {
+		case "mkfs":
 			return mkfs.New(mkfs.Options{WorkDir: w.cfg.WorkDir}), nil
+		case ext4build.Name:
+			return ext4build.New(), nil
 		}
+		name = strings.TrimPrefix(name, "plugin:")
 		path, err := pluginPath(w.cfg.PluginDir, name)
 		if err != nil {
 			return nil, err

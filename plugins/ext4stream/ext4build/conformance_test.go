@@ -19,7 +19,9 @@ func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
 }
 
-func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }
+func (harness) Capabilities() buildertest.Capabilities {
+	return buildertest.Capabilities{Headroom: true, SparseFiles: true}
+}
 
 func (harness) Close() {}
 
