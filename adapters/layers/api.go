@@ -4,15 +4,28 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Layer is one layer blob in a local verified file.
+// Layer is one layer blob: a local verified file, or a stream of the blob
+// while it is fetched.
 type Layer struct {
-	Path      string // local file holding the (possibly compressed) blob
+	Path      string // local file holding the (possibly compressed) blob; unused when Blob is set
 	MediaType string // OCI/Docker layer media type: gzip, zstd or uncompressed; "" = sniff magic bytes
-	Digest    string // for error messages
+	Digest    string // for error messages and the derived cache
+	// Size is the blob's size if known (0: the file's), for scheduling the
+	// largest layers first.
+	Size int64
+	// Blob, when set, is read instead of Path: the blob from its first
+	// byte, io.EOF only once it arrived whole and verified.
+	Blob io.Reader
+	// DiffID, when set, must be the digest of the uncompressed layer.
+	DiffID string
+	// Derived, when set, keeps the decoded layer for later builds.
+	Derived ports.DerivedCache
 }
 
 // Limits bound what a hostile image can make Flatten and Extract do. A zero

@@ -19,7 +19,7 @@ var _ ports.TreeFlattener = Flattener{}
 func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
 	ls := make([]Layer, len(layers))
 	for i, l := range layers {
-		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest}
+		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Blob: l.Blob, DiffID: l.DiffID, Derived: l.Derived}
 	}
 	st, err := Flatten(ctx, ls, w, f.Limits)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err

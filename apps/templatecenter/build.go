@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -77,6 +79,11 @@ so it stays out of process listings); --registry-username names the user.`,
 
 func runBuild(cmd *cobra.Command, f buildFlags) error {
 	ctx := cmd.Context()
+	stop, err := startProfiles()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	cfg, err := config.Load(nil)
 	if err != nil {
 		return err
@@ -144,6 +151,37 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "built %s\n  image      %s@%s\n  artifact   %s\n  sha256     %s\n  size       %d bytes (%.1f MiB)\n  builder    %s\n  time       %.1fs\n",
 		rep.Out, f.image, rep.ImageDigest, rep.ArtifactID, rep.SHA256, rep.SizeBytes, float64(rep.SizeBytes)/(1<<20), rep.Builder, float64(rep.TotalMS)/1000)
 	return nil
+}
+
+// startProfiles writes CPU and allocation profiles of the build when
+// CUBE_TEMPLATE_CENTER_CPUPROFILE / CUBE_TEMPLATE_CENTER_MEMPROFILE name
+// files (the benchmark's -profile uses them).
+func startProfiles() (stop func(), err error) {
+	cpu, mem := os.Getenv("CUBE_TEMPLATE_CENTER_CPUPROFILE"), os.Getenv("CUBE_TEMPLATE_CENTER_MEMPROFILE")
+	stop = func() {}
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stop = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	if mem != "" {
+		runtime.MemProfileRate = 64 << 10
+		cpuStop := stop
+		stop = func() {
+			cpuStop()
+			if f, err := os.Create(mem); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}
+	}
+	return stop, nil
 }
 
 // phaseLabel names phases in the JSON report by what they measured.
