@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"io"
@@ -102,6 +103,47 @@ type BuildSpec struct {
 // BuildResult describes the written image.
 type BuildResult struct {
 	SizeBytes int64
+	// SHA256 is the image's sha256 (lowercase hex) when the builder hashed
+	// it while writing it; "" means the caller hashes the file.
+	SHA256 string
+}
+
+// TreeEntry is one entry of a flattened tree handed over whole
+// (EntryFlattener, PlannedBuilder) instead of as tar bytes.
+type TreeEntry struct {
+	// Header is the entry exactly as the tree's tar stream carries it
+	// (BuildSpec.Tree's rules; xattrs as SCHILY.xattr.* PAX records).
+	Header *tar.Header
+	// File and Offset hold the content of a regular file with Size > 0:
+	// Header.Size bytes from Offset. Valid until the call that handed the
+	// entries over returns.
+	File   *os.File
+	Offset int64
+	// Zero lists the all-zero 4 KiB blocks of the content, counted from
+	// its start (the last block zero-padded), as ascending runs [first,
+	// count], when ZeroKnown; a builder may leave them out as holes.
+	Zero      [][2]uint32
+	ZeroKnown bool
+}
+
+// EntryFlattener is implemented by TreeFlatteners that can hand the tree
+// over as entries with references to their content, so that an in-process
+// builder knows the whole tree before it writes (PlannedBuilder). The
+// entries are those, in the order, of the tar stream Flatten writes.
+type EntryFlattener interface {
+	// FlattenTo applies layers as Flatten does and calls use once with
+	// every entry of the result; content files stay valid until use
+	// returns. use's error is returned as is.
+	FlattenTo(ctx context.Context, layers []FlattenLayer, use func([]TreeEntry) error) (TreeStats, error)
+}
+
+// PlannedBuilder is implemented by RootfsBuilders that can build from the
+// whole tree known up front: they lay the image out first and write it in
+// one sequential pass, hashing it as they go. spec.Tree is unused; the
+// result must be the image Build makes of the same tree's tar stream,
+// byte for byte.
+type PlannedBuilder interface {
+	BuildEntries(ctx context.Context, spec BuildSpec, entries []TreeEntry) (BuildResult, error)
 }
 
 // RootfsBuilder turns a flattened tree into an ext4 image.

@@ -34,8 +34,6 @@ type Cache struct {
 	// evictMu keeps this process from running two evictions at once; other
 	// processes are kept apart from our blobs by the pin locks.
 	evictMu sync.Mutex
-	// syncs are the background fsyncs of derived files.
-	syncs sync.WaitGroup
 }
 
 // staleTemp is how old an unlocked partial download may get before Open

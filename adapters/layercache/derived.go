@@ -1,9 +1,11 @@
 package layercache
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +28,8 @@ import (
 // They count in the blob's size for eviction and go with it. They are not
 // fsynced on the build's path (a decoded layer is the size of the image):
 // the page cache is trusted within one boot, and a file from an earlier
-// boot is only trusted once a background fsync has marked it synced, so a
-// crash can cost a decode but never hand out bytes that did not reach the
-// disk.
+// boot is only trusted once SyncDerived has marked it synced, so a crash
+// can cost a decode but never hand out bytes that did not reach the disk.
 
 // DerivedFiles is the derived-file store of one blob; it implements
 // ports.DerivedCache.
@@ -164,21 +165,52 @@ func (x *DerivedFiles) commit(f *os.File, named bool, name string) (err error) {
 		return fmt.Errorf("layercache: %w", err)
 	}
 	x.c.touch(x.d)
-	// Off the build's path: make it survive a reboot, then say so (unless
-	// it was replaced meanwhile).
-	x.c.syncs.Go(func() {
-		g, err := os.Open(final)
+	return nil
+}
+
+// SyncDerived fsyncs the derived files of this boot that are not yet
+// durable and marks them synced, so that they survive a reboot. It is not
+// done on a build's path (a decoded layer is the size of the image, and a
+// process waits for its fsyncs on exit); a long-running process calls it
+// now and then. Errors are returned, the entries then simply stay
+// unsynced.
+func (c *Cache) SyncDerived(ctx context.Context) error {
+	root := filepath.Join(c.dir, "derived")
+	var errs []error
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".meta") {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
 		if err != nil {
-			return
+			return nil
+		}
+		var m derivedMeta
+		if json.Unmarshal(b, &m) != nil || m.Synced || m.BootID != bootID() {
+			return nil
+		}
+		g, err := os.Open(strings.TrimSuffix(p, ".meta"))
+		if err != nil {
+			return nil
 		}
 		defer g.Close()
-		if st, err := g.Stat(); err != nil || inode(st) != m.Inode || g.Sync() != nil {
-			return
+		if st, err := g.Stat(); err != nil || inode(st) != m.Inode {
+			return nil
+		}
+		if err := g.Sync(); err != nil {
+			errs = append(errs, err)
+			return nil
 		}
 		m.Synced = true
-		_ = writeJSON(final+".meta", m)
+		if err := writeJSON(p, m); err != nil {
+			errs = append(errs, err)
+		}
+		return nil
 	})
-	return nil
+	return errors.Join(append(errs, err)...)
 }
 
 // writeJSON replaces p atomically.

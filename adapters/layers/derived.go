@@ -24,7 +24,7 @@ import (
 // blob loads the index and reads content from the file: no decompression,
 // no tar parsing, no validation to redo.
 
-const derivedFormat = "flatten-v1"
+const derivedFormat = "flatten-v3"
 
 // derivedName names one of the two files for lim.
 func derivedName(lim Limits, kind string) string {
@@ -55,6 +55,8 @@ type derivedEntry struct {
 	Wh           uint8
 	WhName       string
 	Off          int64
+	Zero         [][2]uint32
+	ZeroKnown    bool
 }
 
 type derivedXattr struct{ Name, Value string }
@@ -93,7 +95,7 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 		e := &entry{
 			name: de.Name, raw: de.Raw, typ: de.Typ, link: de.Link, size: de.Size, mode: de.Mode,
 			uid: de.UID, gid: de.GID, mtime: de.MTime, major: de.Major, minor: de.Minor,
-			sparse: de.Sparse, wh: whKind(de.Wh), whName: de.WhName,
+			sparse: de.Sparse, wh: whKind(de.Wh), whName: de.WhName, zero: de.Zero, zeroKnown: de.ZeroKnown,
 		}
 		for _, x := range de.Xattrs {
 			e.xattrs = append(e.xattrs, xattr{name: x.Name, value: x.Value})
@@ -131,7 +133,7 @@ func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize 
 		de := derivedEntry{
 			Name: e.name, Raw: e.raw, Typ: e.typ, Link: e.link, Size: e.size, Mode: e.mode,
 			UID: e.uid, GID: e.gid, MTime: e.mtime, Major: e.major, Minor: e.minor,
-			Sparse: e.sparse, Wh: uint8(e.wh), WhName: e.whName, Off: e.off,
+			Sparse: e.sparse, Wh: uint8(e.wh), WhName: e.whName, Off: e.off, Zero: e.zero, ZeroKnown: e.zeroKnown,
 		}
 		for _, x := range e.xattrs {
 			de.Xattrs = append(de.Xattrs, derivedXattr{Name: x.name, Value: x.value})

@@ -3,6 +3,7 @@ package layers
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,6 +36,32 @@ import (
 // below it are read, so the tree is ready when the last one is. Pass two
 // streams the surviving entries, sorted, from the spools.
 func Flatten(ctx context.Context, layers []Layer, w io.Writer, lim Limits) (Stats, error) {
+	var st Stats
+	err := flattenLayers(ctx, layers, lim, func(t *tree) (err error) {
+		st, err = t.write(ctx, w)
+		return err
+	})
+	return st, err
+}
+
+// FlattenTo is Flatten handing the result to use as entries (see
+// ports.EntryFlattener) instead of writing it as tar: the content stays in
+// the layer files and spools, which remain open until use returns.
+func FlattenTo(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
+	var st Stats
+	err := flattenLayers(ctx, layers, lim, func(t *tree) error {
+		es, s, err := t.entries(ctx)
+		if err != nil {
+			return err
+		}
+		st = s
+		return use(es)
+	})
+	return st, err
+}
+
+// flattenLayers is pass one and the tree; out is pass two.
+func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tree) error) error {
 	lim = lim.orDefault()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -46,26 +73,26 @@ func Flatten(ctx context.Context, layers []Layer, w io.Writer, lim Limits) (Stat
 		d, err := r.wait(i)
 		if err != nil {
 			cancel()
-			return Stats{}, r.firstErr(err)
+			return r.firstErr(err)
 		}
 		if err := ctx.Err(); err != nil {
-			return Stats{}, err
+			return err
 		}
 		t.grow(int64(len(d.entries)))
 		if err := t.apply(i, layers[i].Digest, d.entries); err != nil {
 			cancel()
-			return Stats{}, err
+			return err
 		}
 		d.entries = nil // the tree holds what survives
 	}
 	if err := r.finish(); err != nil {
-		return Stats{}, err
+		return err
 	}
 	if total := t.contentBytes(); total > lim.MaxTotalBytes {
-		return Stats{}, &RejectError{Layer: -1, Rule: RuleImageTooLarge,
+		return &RejectError{Layer: -1, Rule: RuleImageTooLarge,
 			Detail: fmt.Sprintf("declared sizes %d > %d", total, lim.MaxTotalBytes)}
 	}
-	return t.write(ctx, w)
+	return out(t)
 }
 
 // layerData is what pass one keeps of a layer.
@@ -319,6 +346,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 	}
 
 	var (
+		buf      []byte
 		spoolW   *bufio.Writer
 		spoolOff int64
 		declared int64
@@ -379,10 +407,15 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 					if d.spool, err = newSpoolFile(); err != nil {
 						return d, err
 					}
-					spoolW = bufio.NewWriterSize(hostWriter{d.spool}, 1<<20)
+					spoolW = bufio.NewWriterSize(hostWriter{d.spool}, 4<<20)
 				}
 				e.src, e.off = d.spool, spoolOff
-				n, err := io.Copy(spoolW, tr)
+				if buf == nil {
+					buf = make([]byte, 4<<20)
+				}
+				var n int64
+				n, e.zero, err = copyContent(spoolW, tr, e.size, buf)
+				e.zeroKnown = true
 				spoolOff += n
 				if err == nil && n != e.size {
 					err = io.ErrUnexpectedEOF
@@ -427,6 +460,52 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 		_ = storeDerived(l, lim, d, got, spoolOff, commitSpool)
 	}
 	return d, nil
+}
+
+// zeroBlock is one all-zero block, for comparisons.
+var zeroBlock [zeroBlockSize]byte
+
+const zeroBlockSize = 4096
+
+// copyContent copies one file's size bytes from src to dst through buf (a
+// multiple of 4 KiB) and notes its all-zero 4 KiB blocks, counted from the
+// start of the file (a short last block counts as zero-padded), so that a
+// builder told about them need not read the content to find its holes.
+func copyContent(dst io.Writer, src io.Reader, size int64, buf []byte) (int64, [][2]uint32, error) {
+	var zero [][2]uint32
+	var n int64
+	blk := uint32(0)
+	for n < size {
+		chunk := buf[:min(int64(len(buf)), size-n)]
+		got, err := io.ReadFull(src, chunk)
+		chunk = chunk[:got]
+		for off := 0; off < len(chunk); off += zeroBlockSize {
+			b := chunk[off:min(off+zeroBlockSize, len(chunk))]
+			if len(b) == zeroBlockSize || n+int64(off+len(b)) == size {
+				if bytes.Equal(b, zeroBlock[:len(b)]) {
+					if k := len(zero); k > 0 && zero[k-1][0]+zero[k-1][1] == blk {
+						zero[k-1][1]++
+					} else {
+						zero = append(zero, [2]uint32{blk, 1})
+					}
+				}
+				blk++
+			}
+		}
+		if got > 0 {
+			if _, werr := dst.Write(chunk); werr != nil {
+				return n, zero, werr
+			}
+			n += int64(got)
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, zero, err
+		}
+	}
+	return n, zero, nil
 }
 
 // sourceError marks a failure to read the blob itself (its download), so
@@ -521,13 +600,12 @@ func (t *tree) contentBytes() int64 {
 // implied is the metadata of directories no layer declared.
 var implied = &entry{typ: tar.TypeDir, mode: 0o755}
 
-// write is pass two: a pre-order walk with siblings sorted by name, so
+// walk is pass two: a pre-order walk with siblings sorted by name, so
 // parents come before children and the output is a function of the input.
 // The first name of an inode carries the content; later names link to it.
-func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
-	var st Stats
-	tw := tar.NewWriter(w)
-	buf := make([]byte, 1<<20)
+// visit gets each entry's header and, for one that carries content, the
+// entry holding it.
+func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry) error) error {
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		for _, name := range sortedKeys(n.kids) {
@@ -572,19 +650,9 @@ func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
 				}
 				h.Format = tar.FormatPAX
 			}
-			if err := tw.WriteHeader(h); err != nil {
-				return fmt.Errorf("flatten: write %q: %w", kp, err)
+			if err := visit(h, content); err != nil {
+				return err
 			}
-			if content != nil && content.size > 0 {
-				n, err := io.CopyBuffer(tw, io.NewSectionReader(content.src, content.off, content.size), buf)
-				if err == nil && n != content.size {
-					err = io.ErrUnexpectedEOF
-				}
-				if err != nil {
-					return fmt.Errorf("flatten: content of %q: %w", kp, err)
-				}
-			}
-			st.count(h.Typeflag, h.Size)
 			if k.typ == tar.TypeDir {
 				if err := walk(k, kp); err != nil {
 					return err
@@ -593,11 +661,53 @@ func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
 		}
 		return nil
 	}
-	if err := walk(t.root, ""); err != nil {
+	return walk(t.root, "")
+}
+
+// write streams the tree as tar.
+func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
+	var st Stats
+	tw := tar.NewWriter(w)
+	buf := make([]byte, 1<<20)
+	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("flatten: write %q: %w", h.Name, err)
+		}
+		if content != nil && content.size > 0 {
+			n, err := io.CopyBuffer(tw, io.NewSectionReader(content.src, content.off, content.size), buf)
+			if err == nil && n != content.size {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil {
+				return fmt.Errorf("flatten: content of %q: %w", h.Name, err)
+			}
+		}
+		st.count(h.Typeflag, h.Size)
+		return nil
+	})
+	if err != nil {
 		return st, err
 	}
 	if err := tw.Close(); err != nil {
 		return st, fmt.Errorf("flatten: %w", err)
 	}
 	return st, nil
+}
+
+// entries lists the tree as ports.TreeEntry values, in the order write
+// streams it.
+func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
+	var st Stats
+	var out []ports.TreeEntry
+	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
+		te := ports.TreeEntry{Header: h}
+		if content != nil && content.size > 0 {
+			te.File, te.Offset = content.src, content.off
+			te.Zero, te.ZeroKnown = content.zero, content.zeroKnown
+		}
+		st.count(h.Typeflag, h.Size)
+		out = append(out, te)
+		return nil
+	})
+	return out, st, err
 }

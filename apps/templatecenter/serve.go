@@ -70,7 +70,7 @@ func runServe(cmd *cobra.Command, listen string) error {
 		return fmt.Errorf("work dir %s: %w", cfg.WorkDir, err)
 	}
 
-	i := newBuildInjector(buildWiring{cfg: cfg, ctx: ctx})
+	i := newBuildInjector(buildWiring{cfg: cfg, ctx: ctx, longLived: true})
 	defer i.Shutdown()
 	provideServe(i, cfg, log)
 

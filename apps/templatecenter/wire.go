@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/samber/do/v2"
 
@@ -26,6 +27,10 @@ type buildWiring struct {
 	ctx      context.Context
 	builder  string
 	insecure []string
+	// longLived (serve): decoded layers kept in the layer cache are
+	// fsynced in the background so that they survive a reboot; a one-shot
+	// build leaves that out (its exit would wait for the fsync).
+	longLived bool
 }
 
 // pluginBuilder adapts the plugin host to do's shutdown hook.
@@ -42,7 +47,11 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		if dir == "" {
 			dir = filepath.Join(w.cfg.WorkDir, "cube-layer-cache")
 		}
-		return layercache.Open(dir, w.cfg.LayerCacheMaxBytes)
+		c, err := layercache.Open(dir, w.cfg.LayerCacheMaxBytes)
+		if err == nil && w.longLived {
+			go syncDerived(w.ctx, c)
+		}
+		return c, err
 	})
 	do.Provide(i, func(i do.Injector) (ports.ImageSource, error) {
 		cache, err := do.Invoke[*layercache.Cache](i)
@@ -108,6 +117,21 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		}, nil
 	})
 	return i
+}
+
+// syncDerived makes decoded layers durable now and then, off the builds'
+// path.
+func syncDerived(ctx context.Context, c *layercache.Cache) {
+	t := time.NewTicker(2 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = c.SyncDerived(ctx)
+		}
+	}
 }
 
 // pluginPath finds a builder plugin binary: in the configured plugin dir,

@@ -206,8 +206,16 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	res.Tree = tree
 
 	start = p.now()
-	sum, size, err := hashFile(ctx, out)
-	if err != nil {
+	var sum string
+	var size int64
+	if buildRes.SHA256 != "" {
+		// The builder hashed the image as it wrote it.
+		st, err := os.Stat(out)
+		if err != nil {
+			return nil, err
+		}
+		sum, size = buildRes.SHA256, st.Size()
+	} else if sum, size, err = hashFile(ctx, out); err != nil {
 		return nil, err
 	}
 	if size != buildRes.SizeBytes {
@@ -310,6 +318,36 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	if stop != nil {
 		context.AfterFunc(ctx, stop)
 	}
+	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+	spec := ports.BuildSpec{
+		OutPath:        out,
+		UUID:           uuidFrom(fp),
+		Time:           at,
+		HeadroomBytes:  p.HeadroomBytes,
+		HeadroomInodes: p.HeadroomInodes,
+		MaxSizeBytes:   p.MaxSizeBytes,
+	}
+	ef, okF := p.Flattener.(ports.EntryFlattener)
+	pb, okB := p.Builder.(ports.PlannedBuilder)
+	if okF && okB {
+		// Both in process: the builder gets the whole tree, with
+		// references to the content, instead of a tar stream, lays the
+		// image out first and hashes it as it writes it.
+		var br ports.BuildResult
+		var berr error
+		st, err := ef.FlattenTo(ctx, layers, func(es []ports.TreeEntry) error {
+			br, berr = pb.BuildEntries(ctx, spec, es)
+			return berr
+		})
+		switch {
+		case berr != nil:
+			return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+		case err != nil:
+			return st, br, fmt.Errorf("flatten layers: %w", err)
+		}
+		return st, br, nil
+	}
+
 	pr, pw := io.Pipe()
 	type flat struct {
 		stats ports.TreeStats
@@ -324,16 +362,8 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		}
 		done <- flat{st, err}
 	}()
-	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
-	br, berr := p.Builder.Build(ctx, ports.BuildSpec{
-		Tree:           pr,
-		OutPath:        out,
-		UUID:           uuidFrom(fp),
-		Time:           at,
-		HeadroomBytes:  p.HeadroomBytes,
-		HeadroomInodes: p.HeadroomInodes,
-		MaxSizeBytes:   p.MaxSizeBytes,
-	})
+	spec.Tree = pr
+	br, berr := p.Builder.Build(ctx, spec)
 	pr.CloseWithError(errBuilderDone)
 	if berr != nil {
 		cancel() // the flattener may still be reading layers

@@ -144,14 +144,16 @@ func builds(o Options, out io.Writer, logf func(string, ...any)) error {
 			if err != nil {
 				return err
 			}
+			e.takeCPU()
 			r, err := p.run(round, work)
+			r.CPU = e.takeCPU()
 			os.RemoveAll(work)
 			if err != nil {
 				return fmt.Errorf("%s (round %d): %w", p.name, round, err)
 			}
 			r.Pipeline, r.Round = p.name, round
 			runs = append(runs, r)
-			logf("round %d: %-70s %7.2fs  peak %5s MiB  %s", round, p.name, r.Wall.Seconds(), MiB(r.PeakRSS), PhaseString(r.Phases))
+			logf("round %d: %-62s %6.2fs  cpu %6.2fs  peak %5s MiB  %s", round, p.name, r.Wall.Seconds(), r.CPU.Seconds(), MiB(r.PeakRSS), PhaseString(r.Phases))
 		}
 		loads = append(loads, Load())
 	}
@@ -189,14 +191,14 @@ func writeBuilds(out io.Writer, img *Image, ref string, rounds int, loads []stri
 			decode = s.Median
 		}
 	}
-	t := Table{Header: []string{"pipeline", "median s", "runs (s)", "upstream / this", "this / decode bound", "peak RSS MiB", "image MiB", "phases (median s)"}}
+	t := Table{Header: []string{"pipeline", "median s", "runs (s)", "upstream / this", "this / decode bound", "CPU s (median)", "peak RSS MiB", "image MiB", "phases (median s)"}}
 	for _, s := range sums {
 		var all []string
 		for _, r := range s.Runs {
 			all = append(all, fmt.Sprintf("%.2f", r.Wall.Seconds()))
 		}
 		row := []string{s.Pipeline, Secs(s.Median), strings.Join(all, " "), ratioCell(Ratio(upstream, s.Median)), ratioCell(Ratio(s.Median, decode)),
-			MiB(s.PeakRSS), MiB(s.ImageBytes), PhaseString(s.Phases)}
+			Secs(s.CPU), MiB(s.PeakRSS), MiB(s.ImageBytes), PhaseString(s.Phases)}
 		t.Rows = append(t.Rows, row)
 	}
 	t.Write(out)

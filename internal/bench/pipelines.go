@@ -21,7 +21,10 @@ type Run struct {
 	Wall     time.Duration
 	// PeakRSS is the largest resident set of any one process of the
 	// pipeline, in bytes (getrusage ru_maxrss; the page cache is not in it).
-	PeakRSS    int64
+	PeakRSS int64
+	// CPU is the user + system time of the pipeline's processes (not of
+	// the registry serving them).
+	CPU        time.Duration
 	ImageBytes int64
 	Phases     map[string]int64 // ours: milliseconds per phase from --json
 }
@@ -34,6 +37,9 @@ type Env struct {
 	Ref      string // the pushed image
 	Registry string // host:port of the registry
 	Image    *Image
+
+	mu  sync.Mutex
+	cpu time.Duration // CPU time of measured commands, see takeCPU
 }
 
 // timed runs cmds one after another (each a full command line), returns
@@ -74,13 +80,15 @@ func RunRSSHelper(args []string) int {
 		return 127
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		_ = os.WriteFile(args[0], []byte(fmt.Sprint(ru.Maxrss<<10)), 0o644)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		_ = os.WriteFile(args[0], []byte(fmt.Sprint(ru.Maxrss<<10, " ", int64(cpu))), 0o644)
 	}
 	return cmd.ProcessState.ExitCode()
 }
 
 // measured wraps argv in the RSS helper and returns the command and a
-// function reading the peak RSS once it has exited.
+// function reading its peak RSS (and adding its CPU time to e.cpu) once
+// it has exited.
 func (e *Env) measured(argv ...string) (*exec.Cmd, func() int64) {
 	f, err := os.CreateTemp(e.Work, "rss-")
 	if err != nil {
@@ -91,10 +99,22 @@ func (e *Env) measured(argv ...string) (*exec.Cmd, func() int64) {
 	return cmd, func() int64 {
 		defer os.Remove(f.Name())
 		b, _ := os.ReadFile(f.Name())
-		var n int64
-		fmt.Sscan(string(b), &n)
-		return n
+		var rss, cpu int64 // peak resident set in bytes; user + system ns
+		fmt.Sscan(string(b), &rss, &cpu)
+		e.mu.Lock()
+		e.cpu += time.Duration(cpu)
+		e.mu.Unlock()
+		return rss
 	}
+}
+
+// takeCPU returns the CPU time of the commands run since the last call.
+func (e *Env) takeCPU() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.cpu
+	e.cpu = 0
+	return d
 }
 
 // runRSS runs one command and returns its peak RSS in bytes.

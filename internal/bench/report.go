@@ -51,7 +51,8 @@ type Summary struct {
 	Pipeline   string
 	Runs       []Run
 	Median     time.Duration
-	PeakRSS    int64 // largest over the runs
+	PeakRSS    int64         // largest over the runs
+	CPU        time.Duration // median
 	ImageBytes int64
 	Phases     map[string]int64 // median per phase, milliseconds
 }
@@ -70,17 +71,18 @@ func Summarize(runs []Run) []Summary {
 	for _, name := range order {
 		rs := by[name]
 		s := Summary{Pipeline: name, Runs: rs, Phases: map[string]int64{}}
-		var walls []time.Duration
+		var walls, cpus []time.Duration
 		phases := map[string][]time.Duration{}
 		for _, r := range rs {
 			walls = append(walls, r.Wall)
+			cpus = append(cpus, r.CPU)
 			s.PeakRSS = max(s.PeakRSS, r.PeakRSS)
 			s.ImageBytes = max(s.ImageBytes, r.ImageBytes)
 			for k, v := range r.Phases {
 				phases[k] = append(phases[k], time.Duration(v)*time.Millisecond)
 			}
 		}
-		s.Median = Median(walls)
+		s.Median, s.CPU = Median(walls), Median(cpus)
 		for k, v := range phases {
 			s.Phases[k] = Median(v).Milliseconds()
 		}

@@ -148,6 +148,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
 	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx, fl) })
+	t.Run("Planned", func(t *testing.T) { testPlanned(t, fx, fl, ls) })
 }
 
 func flattenTo(t testing.TB, fl ports.TreeFlattener, ls []ports.FlattenLayer, out string) {

@@ -1,7 +1,9 @@
 package flattenertest
 
 import (
+	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -228,5 +230,93 @@ func testDerived(t *testing.T, h Harness) {
 	}
 	if files := bad.Files(); len(files) != 0 {
 		t.Fatalf("a refused layer left derived files %v", files)
+	}
+}
+
+// EntriesTar encodes entries handed over by an EntryFlattener as the tar
+// stream Flatten would write, reading content from their files, and
+// checks each Zero list against the content.
+func EntriesTar(t testing.TB, es []ports.TreeEntry) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, e := range es {
+		h := *e.Header
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		if h.Typeflag != tar.TypeReg || h.Size == 0 {
+			continue
+		}
+		if e.File == nil {
+			t.Fatalf("%s: %d bytes of content but no file", h.Name, h.Size)
+		}
+		body := make([]byte, h.Size)
+		if _, err := e.File.ReadAt(body, e.Offset); err != nil {
+			t.Fatalf("%s: read content: %v", h.Name, err)
+		}
+		if e.ZeroKnown {
+			checkZero(t, h.Name, body, e.Zero)
+		}
+		tw.Write(body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func checkZero(t testing.TB, name string, body []byte, zero [][2]uint32) {
+	t.Helper()
+	isZero := map[uint32]bool{}
+	for _, r := range zero {
+		for b := r[0]; b < r[0]+r[1]; b++ {
+			isZero[b] = true
+		}
+	}
+	for b := uint32(0); int64(b)*4096 < int64(len(body)); b++ {
+		blk := body[int64(b)*4096 : min(int64(b+1)*4096, int64(len(body)))]
+		if z := !bytes.ContainsFunc(blk, func(r rune) bool { return r != 0 }); z != isZero[b] {
+			t.Fatalf("%s: block %d is zero: %v, Zero says %v", name, b, z, isZero[b])
+		}
+	}
+}
+
+// testEntries: a flattener that hands the tree over as entries
+// (ports.EntryFlattener) gives the same tree as its tar stream.
+func testEntries(t *testing.T, h Harness) {
+	probe := flattener(t, h, Limits{})
+	if _, ok := probe.(ports.EntryFlattener); !ok {
+		t.Skip("the flattener does not hand over entries")
+	}
+	sparse := make([]byte, 3*4096+100)
+	copy(sparse[4096:], "data in the second block")
+	zeroTail := make([]byte, 2*4096+10)
+	zeroTail[0] = 1
+	extra := []Blob{
+		{Gzip(t, Tar(t, Reg("sparse", string(sparse)), Reg("zerotail", string(zeroTail)), Reg("allzero", string(make([]byte, 9000))))), MediaGzip},
+	}
+	check := func(t *testing.T, f ports.TreeFlattener, ls []ports.FlattenLayer) {
+		want, _, werr := flatten(t, f, ls)
+		var got []byte
+		_, gerr := f.(ports.EntryFlattener).FlattenTo(context.Background(), ls, func(es []ports.TreeEntry) error {
+			got = EntriesTar(t, es)
+			return nil
+		})
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("Flatten: %v, FlattenTo: %v", werr, gerr)
+		}
+		if werr == nil && !bytes.Equal(want, got) {
+			t.Fatalf("entries differ from the tar stream")
+		}
+	}
+	t.Run("holes", func(t *testing.T) { check(t, probe, WriteLayers(t, extra...)) })
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			f := flattener(t, h, c.Limits)
+			v := NewVictim(t)
+			check(t, f, WriteLayers(t, c.LayerBlobs(t, v, MediaGzip)...))
+			v.Check(t)
+		})
 	}
 }

@@ -62,6 +62,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"Streamed", testStreamed},
 		{"DiffID", testDiffID},
 		{"Derived", testDerived},
+		{"Entries", testEntries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,6 +50,11 @@ func roundUp(a, b int64) int64 { return ceilDiv(a, b) * b }
 // finish writes everything after the data and then the head, and returns
 // the image size in bytes. headroom is in blocks and inodes.
 func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (int64, error) {
+	// Everything placed so far is data.
+	if err := w.flush(); err != nil {
+		return 0, err
+	}
+	w.dataEnd = int64(w.next)
 	// Directories, then extent tree blocks (of files and directories),
 	// then xattr blocks, each in inode order.
 	for ino := uint32(1); ino <= uint32(len(w.nodes)); ino++ {
@@ -82,6 +87,7 @@ func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (in
 
 	lastIno := int64(len(w.nodes))
 	g := layout(int64(w.next), lastIno+headroomInodes, headroomBlocks)
+
 	if g.blocks > w.limitBlocks {
 		w.exceeded = true
 		return 0, errLimit
@@ -106,6 +112,7 @@ func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (in
 	bbStart := int64(w.next)
 	ibStart := bbStart + g.groups
 	metaEnd := ibStart + g.groups
+	w.metaEnd = metaEnd
 
 	// Used blocks are two ranges: the superblock with the descriptors in
 	// use, and everything from the data on to the last bitmap.

@@ -73,6 +73,25 @@ func (n *node) dataBlocks() int64 {
 	return b
 }
 
+// addRun maps count logical blocks of n from lblk to physical blocks from
+// phys, merging into extents exactly as block-by-block addBlock calls do.
+func (n *node) addRun(lblk, phys, count uint32) {
+	for count > 0 {
+		if k := len(n.extents); k > 0 {
+			e := &n.extents[k-1]
+			if e.lblk+uint32(e.n) == lblk && e.start+uint32(e.n) == phys && e.n < maxExtentLen {
+				take := min(count, maxExtentLen-uint32(e.n))
+				e.n += uint16(take)
+				lblk, phys, count = lblk+take, phys+take, count-take
+				continue
+			}
+		}
+		take := min(count, maxExtentLen)
+		n.extents = append(n.extents, extent{lblk: lblk, start: phys, n: uint16(take)})
+		lblk, phys, count = lblk+take, phys+take, count-take
+	}
+}
+
 // addBlock maps logical block lblk of n to physical block phys.
 func (n *node) addBlock(lblk, phys uint32) {
 	if k := len(n.extents); k > 0 {
@@ -103,6 +122,17 @@ type fsWriter struct {
 
 	nodes []*node           // index ino-1; reserved inodes are nil
 	names map[string]uint32 // entry name -> inode, for parents, duplicates and hard links
+
+	// planned is set when the whole tree is known up front (BuildEntries):
+	// content is then only allocated here and copied after the metadata
+	// is written (planned.go); next is the entry being added.
+	planned bool
+	src     *plannedSource
+	jobs    []copyJob
+	scratch []byte // zeroRuns' read buffer
+	// dataEnd and metaEnd are the first block after the data and after
+	// the metadata, set by finish.
+	dataEnd, metaEnd int64
 	// declared names the invented entries ("." and lost+found) a tree
 	// entry has overridden once.
 	declared map[string]bool
@@ -241,8 +271,12 @@ func (w *fsWriter) add(it *item, data io.Reader) error {
 	w.names[it.name] = ino
 	w.link(parent, base, ino)
 	switch {
+	case it.typ == tar.TypeReg && w.planned:
+		return w.allocData(n, it.size)
 	case it.typ == tar.TypeReg:
 		return w.writeData(n, data, it.size)
+	case it.typ == tar.TypeSymlink && len(it.link) > fastSymlinkMax && w.planned:
+		return w.allocInline(n, []byte(it.link))
 	case it.typ == tar.TypeSymlink && len(it.link) > fastSymlinkMax:
 		return w.writeData(n, strings.NewReader(it.link), int64(len(it.link)))
 	case it.typ == tar.TypeSymlink:
