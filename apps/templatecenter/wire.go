@@ -92,7 +92,9 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		b, err := plugin.Load(w.ctx, path, plugin.Options{})
+		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks sends the tree in gRPC
+		// messages instead of a named pipe (the benchmark compares both).
+		b, err := plugin.Load(w.ctx, path, plugin.Options{Chunks: os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE") == "chunks"})
 		if err != nil {
 			return nil, fmt.Errorf("load builder plugin %s: %w", name, err)
 		}

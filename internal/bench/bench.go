@@ -94,22 +94,29 @@ func builds(o Options, out io.Writer, logf func(string, ...any)) error {
 		if b == "" {
 			continue
 		}
+		// NAME@chunks: a plugin fed through gRPC chunk messages instead of
+		// its named pipe.
+		var extra []string
+		name := b
+		if base, ok := strings.CutSuffix(b, "@chunks"); ok {
+			b, extra = base, []string{"CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks"}
+		}
 		cache := ""
-		ps = append(ps, pipeline{name: "ours " + b + " cold", ours: true, run: func(round int, work string) (Run, error) {
+		ps = append(ps, pipeline{name: "ours " + name + " cold", ours: true, run: func(round int, work string) (Run, error) {
 			// The cache outlives the run: the warm build right after uses it.
-			cache = filepath.Join(o.Work, "cache-"+strings.ReplaceAll(b, ":", "-"))
+			cache = filepath.Join(o.Work, "cache-"+strings.NewReplacer(":", "-", "@", "-").Replace(name))
 			os.RemoveAll(cache)
-			var env []string
-			if o.Profile && round == 1 && b == "ext4stream" {
-				env = profileEnv(o.Work, "cold")
+			env := extra
+			if o.Profile && round == 1 && name == "ext4stream" {
+				env = append(env, profileEnv(o.Work, "cold")...)
 			}
 			r, _, err := e.Ours(b, cache, "20Gi", filepath.Join(work, "rootfs.ext4"), env...)
 			return r, err
 		}})
-		ps = append(ps, pipeline{name: "ours " + b + " warm", ours: true, run: func(round int, work string) (Run, error) {
-			var env []string
-			if o.Profile && round == 1 && b == "ext4stream" {
-				env = profileEnv(o.Work, "warm")
+		ps = append(ps, pipeline{name: "ours " + name + " warm", ours: true, run: func(round int, work string) (Run, error) {
+			env := extra
+			if o.Profile && round == 1 && name == "ext4stream" {
+				env = append(env, profileEnv(o.Work, "warm")...)
 			}
 			// Another writable layer size is another spec: a new artifact
 			// over cached layers.

@@ -114,7 +114,7 @@ func (harness) Close() {}
 
 func TestLoad(t *testing.T) {
 	b := load(t)
-	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion1 {
+	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion2 {
 		t.Errorf("Name %q, API %q", b.Name(), b.APIVersion())
 	}
 	if err := b.Close(); err != nil {
