@@ -234,9 +234,3 @@ func totalCompressed(img *Image) int64 {
 	}
 	return n
 }
-
-// services is the services part; see services.go.
-var services = func(o Options, out io.Writer, logf func(string, ...any)) error {
-	fmt.Fprintln(out, "## Services\n\n(not measured in this run)")
-	return nil
-}
