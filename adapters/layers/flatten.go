@@ -347,7 +347,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 
 	var (
 		buf      []byte
-		spoolW   *bufio.Writer
+		spoolW   *spoolWriter
 		spoolOff int64
 		declared int64
 		last     string
@@ -407,7 +407,8 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 					if d.spool, err = newSpoolFile(); err != nil {
 						return d, err
 					}
-					spoolW = bufio.NewWriterSize(hostWriter{d.spool}, 4<<20)
+					hw := hostWriter{d.spool}
+					spoolW = &spoolWriter{bufio.NewWriterSize(hw, 1<<20), hw}
 				}
 				e.src, e.off = d.spool, spoolOff
 				if buf == nil {
@@ -493,8 +494,8 @@ func copyContent(dst io.Writer, src io.Reader, size int64, buf []byte) (int64, [
 			}
 		}
 		if got > 0 {
-			if _, werr := dst.Write(chunk); werr != nil {
-				return n, zero, werr
+			if err := writeChunk(dst, chunk); err != nil {
+				return n, zero, err
 			}
 			n += int64(got)
 		}
@@ -506,6 +507,26 @@ func copyContent(dst io.Writer, src io.Reader, size int64, buf []byte) (int64, [
 		}
 	}
 	return n, zero, nil
+}
+
+// writeChunk writes a chunk of content to the spool; large ones skip the
+// spool's buffer (which would only copy them).
+func writeChunk(dst io.Writer, chunk []byte) error {
+	if bw, ok := dst.(*spoolWriter); ok && len(chunk) >= 256<<10 {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		_, err := bw.f.Write(chunk)
+		return err
+	}
+	_, err := dst.Write(chunk)
+	return err
+}
+
+// spoolWriter is the buffered spool with its file, for writeChunk.
+type spoolWriter struct {
+	*bufio.Writer
+	f hostWriter
 }
 
 // sourceError marks a failure to read the blob itself (its download), so

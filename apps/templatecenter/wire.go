@@ -83,7 +83,8 @@ func newBuildInjector(w buildWiring) *do.RootScope {
 		// ext4stream builder out of process).
 		switch name {
 		case "mkfs":
-			return mkfs.New(mkfs.Options{WorkDir: w.cfg.WorkDir}), nil
+			// Stage on tmpfs when there is room for a large image.
+			return mkfs.New(mkfs.Options{WorkDir: mkfs.FastWorkDir(w.cfg.WorkDir, 8<<30)}), nil
 		case ext4build.Name:
 			return ext4build.New(), nil
 		}

@@ -239,6 +239,11 @@ func checkResultSize(t *testing.T, img string, res ports.BuildResult) {
 	if fi.Size()%(2<<20) != 0 {
 		t.Errorf("image size %d is not a multiple of 2 MiB", fi.Size())
 	}
+	if res.SHA256 != "" {
+		if sum, err := FileSHA256(img); err != nil || sum != res.SHA256 {
+			t.Errorf("BuildResult.SHA256 %s, the file's is %s (%v)", res.SHA256, sum, err)
+		}
+	}
 }
 
 // checkImage runs the structural checks every image must pass.
