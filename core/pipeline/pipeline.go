@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -275,10 +276,13 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 		layers = append(layers, ports.FlattenLayer{MediaType: s.Descriptor.MediaType, Digest: s.Descriptor.Digest.String(),
 			Size: s.Descriptor.Size, Blob: s.Blob, DiffID: s.DiffID, Derived: s.Derived})
 	}
+	var closeOnce sync.Once
 	closeBlobs := func() {
-		for _, s := range streams {
-			s.Blob.Close()
-		}
+		closeOnce.Do(func() {
+			for _, s := range streams {
+				s.Blob.Close()
+			}
+		})
 	}
 	layers, err = in.Inject.appendLayer(layers, scratch, buildTime(img))
 	if err != nil {
@@ -316,7 +320,8 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
-		context.AfterFunc(ctx, stop)
+		// Only while flattening: returning normally disarms it.
+		defer context.AfterFunc(ctx, stop)()
 	}
 	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
 	spec := ports.BuildSpec{
