@@ -20,6 +20,10 @@ type Options struct {
 	Parts, Only        string
 	Report             string
 	Profile            bool
+	// Baseline is a bin directory of an earlier build (templatecenter and
+	// its ext4stream plugin) whose default (mkfs) and ext4stream builds are
+	// timed in the same rounds, for before/after ratios.
+	Baseline string
 }
 
 func (o Options) part(p string) bool { return contains(o.Parts, p) }
@@ -125,6 +129,17 @@ func builds(o Options, out io.Writer, logf func(string, ...any)) error {
 			return r, err
 		}})
 	}
+	if o.Baseline != "" {
+		be := &Env{Bin: o.Baseline, Self: o.Self, Work: o.Work, Ref: ref, Registry: o.Registry, Image: img}
+		for _, b := range []string{"mkfs", "ext4stream"} {
+			ps = append(ps, pipeline{name: "baseline " + b + " cold", run: func(_ int, work string) (Run, error) {
+				cache := filepath.Join(work, "cache")
+				r, _, err := be.Ours(b, cache, "20Gi", filepath.Join(work, "rootfs.ext4"))
+				r.CPU = be.takeCPU()
+				return r, err
+			}})
+		}
+	}
 	ps = append(ps,
 		pipeline{name: "upstream dockerless (skopeo+umoci+mkfs -d+e2fsck+resize2fs -M)", run: func(_ int, work string) (Run, error) { return e.Dockerless(work) }},
 		pipeline{name: "flatten (ggcr) + tar -x + mkfs.ext4 -d", run: func(_ int, work string) (Run, error) { return e.FlattenTarMkfs(work) }},
@@ -153,7 +168,9 @@ func builds(o Options, out io.Writer, logf func(string, ...any)) error {
 			}
 			e.takeCPU()
 			r, err := p.run(round, work)
-			r.CPU = e.takeCPU()
+			if r.CPU == 0 {
+				r.CPU = e.takeCPU()
+			}
 			os.RemoveAll(work)
 			if err != nil {
 				return fmt.Errorf("%s (round %d): %w", p.name, round, err)
