@@ -196,10 +196,23 @@ type ExtractOptions struct {
 	// Limits bound the stream; zero fields take DefaultLimits values
 	// (MaxZstdWindow is unused).
 	Limits Limits
+	// HoleMin, when positive, leaves runs of at least this many all-zero
+	// bytes (whole 4 KiB blocks) unwritten in regular files of at least
+	// SparseMin bytes, as holes, and counts every file's blocks in
+	// ExtractResult.Sparse: a builder that skips zero blocks (mke2fs -d)
+	// then need not read the files again to size the image.
+	HoleMin, SparseMin int64
 }
 
 // ExtractResult describes what Extract wrote.
 type ExtractResult struct {
 	Stats    Stats
 	Deferred []*tar.Header // device entries not created (SkipDevices), names cleaned
+	// Sparse maps (device, inode) of each regular file Extract scanned
+	// (ExtractOptions.HoleMin) to its non-zero 4 KiB blocks and their runs.
+	Sparse map[[2]uint64]BlockCount
 }
+
+// BlockCount is the non-zero 4 KiB blocks of a file and how many runs of
+// consecutive ones they form.
+type BlockCount struct{ Data, Runs int64 }

@@ -132,11 +132,13 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 	if err := os.Chmod(stage, 0o755); err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
 	}
-	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true})
+	// Extract counts the zero blocks mke2fs will leave out and leaves long
+	// runs of them as holes, so that nothing is read twice.
+	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true, HoleMin: punchMin, SparseMin: sparseScanMin})
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: extract tree: %w", err)
 	}
-	tree, err := scan(ctx, stage, spec.Time, xr.Deferred)
+	tree, err := scan(ctx, stage, spec.Time, xr.Deferred, xr.Sparse)
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
 	}
@@ -269,7 +271,12 @@ func (j *job) build(ctx context.Context) (int64, string, error) {
 			}
 			var sum string
 			if inWork {
+				// The staged tree is no longer needed: delete it while
+				// the image is copied out.
+				removed := make(chan struct{})
+				go func() { removeTree(j.stage); close(removed) }()
 				sum, err = copyOut(ctx, tmp, j.spec.OutPath)
+				<-removed
 			} else {
 				err = publish(tmp, j.spec.OutPath)
 			}
