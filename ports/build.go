@@ -158,7 +158,8 @@ type RootfsBuilder interface {
 	Format() string
 	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
 	// image uses 4 KiB blocks, is sized to the content plus headroom and is
-	// a multiple of 2 MiB.
+	// a multiple of 2 MiB. It need not be durable (fsynced): whoever keeps
+	// it makes it so (the artifact store syncs the copy it publishes).
 	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
 }
 
