@@ -8,17 +8,39 @@ PKGS    ?= ./...
 # tests build and run binaries and talk to servers, which the test cache
 # cannot see, so their results must never be reused.
 TESTFLAGS ?= -p 2 -count=1 -timeout 30m
+# --version prints these (apps/internal/version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/cubesandbox/templatecenter/apps/internal/version.Version=$(VERSION) \
+           -X github.com/cubesandbox/templatecenter/apps/internal/version.Commit=$(COMMIT)
 
-.PHONY: all build test test-short db-report lint generate bench servers servers-stop clean
+.PHONY: all build demo test test-short db-report lint generate docs tools bench fuzz reliability servers servers-stop clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./apps/... ./plugins/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./apps/... ./plugins/...
 
-test: build
-	$(GO) test $(TESTFLAGS) $(PKGS)
+# demo: cubemaster dev on a fresh data dir, the example image built into a
+# template and distributed to the embedded node, its sha256 checked there,
+# a summary printed, dev stopped. Offline; needs only Go.
+demo: build
+	$(GO) run ./internal/demo --bin $(BIN)
+
+# The fault, load and soak suites (internal/faults, internal/load,
+# internal/soak) run the binaries make build just made.
+test: build tools
+	CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $(PKGS)
+
+# tools installs what some tests run as external programs (helm, for the
+# chart tests), with the Go toolchain only.
+tools:
+	bash scripts/tools.sh
+
+# docs regenerates docs/configuration.md from apps/config.
+docs:
+	$(GO) test ./apps/config -run TestConfigurationReference -update
 
 # db-report reruns the store and lock conformance suites and the
 # multi-process I1 tests verbosely, keeping one line per database, so a CI
@@ -26,6 +48,18 @@ test: build
 db-report:
 	set -o pipefail; $(GO) test -count=1 -v -run '^(TestConformance|TestMultiProcessI1|TestMultiProcessI1NeedsUniqueKey)$$' \
 		./adapters/store/entstore ./adapters/lock/... 2>&1 | grep -E '^(ok |FAIL|(    )?--- )'
+
+# reliability reruns the fault, load and soak suites against the test
+# servers (missing servers fail), recording their figures, and regenerates
+# the figures section of docs/reliability.md from them. SOAK sets the soak's
+# length (CI runs 90s as part of make test).
+SOAK ?= 3m
+RELIABILITY_OUT ?= $(CURDIR)/.reliability
+reliability: build
+	rm -rf $(RELIABILITY_OUT)
+	CUBE_TEST_REQUIRE_SERVERS=1 CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) CUBE_RELIABILITY_OUT=$(RELIABILITY_OUT) CUBE_SOAK_DURATION=$(SOAK) \
+		bash -o pipefail -c "$(GO) test -p 1 -count=1 -timeout 60m -v ./internal/faults ./internal/load ./internal/soak | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'"
+	$(GO) run ./internal/faults/reliabilitydoc -in $(RELIABILITY_OUT) -doc docs/reliability.md
 
 test-short:
 	$(GO) test -short $(PKGS)
@@ -49,6 +83,14 @@ bench: build
 	$(GO) build -o $(BIN)/cubebench ./internal/bench/cmd/cubebench
 	set -a && . $${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}/env && set +a && \
 		$(BIN)/cubebench -bin $(BIN) $(BENCHFLAGS)
+
+# fuzz runs each public JSON decoder's fuzz target for FUZZTIME (make test
+# replays only their seeds in testdata/fuzz).
+FUZZTIME ?= 30s
+fuzz:
+	@for f in $$($(GO) test -list '^Fuzz' ./adapters/httpapi/cubeapi/ | grep '^Fuzz'); do \
+		echo "== $$f"; $(GO) test ./adapters/httpapi/cubeapi/ -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 servers:
 	bash scripts/testservers.sh start

@@ -3,6 +3,7 @@ module github.com/cubesandbox/templatecenter
 go 1.26.8
 
 require (
+	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9
 	entgo.io/ent v0.14.5
 	github.com/Microsoft/hcsshim v0.15.0
 	github.com/aws/aws-sdk-go-v2 v1.47.3
@@ -37,7 +38,6 @@ require (
 )
 
 require (
-	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
 	cel.dev/expr v0.25.3 // indirect
 	cloud.google.com/go v0.123.0 // indirect
 	cloud.google.com/go/auth v0.24.1 // indirect

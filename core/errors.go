@@ -34,6 +34,9 @@ var (
 	// ErrStaleUpdate: a late or duplicate report that would move a job
 	// backwards or out of a terminal state; callers treat it as harmless.
 	ErrStaleUpdate = errors.New("stale update ignored")
+	// ErrFenced: a write from a control-plane run of a job that another run
+	// has taken over (its lock was lost); the writer stops.
+	ErrFenced = errors.New("superseded by a later run of the job")
 	// ErrTemplateInUse: sandboxes still reference the template.
 	ErrTemplateInUse = errors.New("template in use")
 	// ErrStoreNotInitialized: the metadata store is not attached.
@@ -44,6 +47,9 @@ var (
 	ErrBusy = errors.New("busy")
 	// ErrUnsupported: the adapter cannot do what was asked.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrUnauthenticated: the caller sent no credential, or one that does
+	// not verify (public API authentication).
+	ErrUnauthenticated = errors.New("authentication failed")
 )
 
 // FieldError reports bad input and names the offending field.

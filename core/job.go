@@ -168,6 +168,18 @@ type Job struct {
 	// ActiveKey is non-empty exactly while the job is active. The store keeps
 	// it in a nullable unique column, which is what enforces invariant I1.
 	ActiveKey string
+	// RegistryAuth is the request's registry credentials, sealed by a
+	// ports.Sealer (opaque here); "" when there are none or nothing could
+	// seal them. A redo that rebuilds a private image opens it.
+	RegistryAuth string
+	// RequestID is the id of the API request that submitted the job
+	// (request_id; convergence marks its redo jobs with it).
+	RequestID string
+	// Fence numbers the control-plane runs (resume, migrate) of the job:
+	// each run takes the next number when it starts, under the job's lock,
+	// and its writes carry it (JobUpdate.Fence). A run whose lock was lost
+	// and taken over can then no longer publish: its number is stale.
+	Fence int64
 
 	Pull PullProgress
 
@@ -180,6 +192,20 @@ func (j *Job) Clone() *Job {
 	c := *j
 	c.RedoScope = slices.Clone(j.RedoScope)
 	return &c
+}
+
+// MaxRequestIDLen is the width of the request_id column.
+const MaxRequestIDLen = 128
+
+// DistinctRequestID is the request id stored for a job whose request id
+// another job of the same operation already has: the job id appended
+// (upstream's normalization), the request id cut so the whole fits.
+func DistinctRequestID(requestID, jobID string) string {
+	suffix := "#" + jobID
+	if keep := MaxRequestIDLen - len(suffix); len(requestID) > keep {
+		requestID = requestID[:max(keep, 0)]
+	}
+	return requestID + suffix
 }
 
 // ActiveKeyFromImage is the I1 key of from-image (CREATE and REDO) jobs.
@@ -204,6 +230,9 @@ type JobUpdate struct {
 	ReadyNodeCount    *int
 	FailedNodeCount   *int
 	Pull              *PullProgress
+	// Fence, when not 0, must equal the job's Fence: the update comes
+	// from the run that holds the job (ErrFenced otherwise).
+	Fence int64
 }
 
 // Apply moves the job according to u, enforcing the state machine:
@@ -232,6 +261,9 @@ func (j *Job) Apply(u JobUpdate) error {
 	}
 	if j.Status.Terminal() {
 		return fmt.Errorf("job %s is %s: %w", j.JobID, j.Status, ErrStaleUpdate)
+	}
+	if u.Fence != 0 && u.Fence != j.Fence {
+		return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", j.JobID, u.Fence, j.Fence, ErrFenced)
 	}
 	if err := j.checkEdge(to, u.Phase); err != nil {
 		return err

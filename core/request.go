@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Defaults applied by NormalizeFromImageRequest.
@@ -64,11 +66,18 @@ type ContainerOverrides struct {
 	RLimit          *RLimit           `json:"r_limit,omitempty"`
 }
 
-// CubeVSContext is the sandbox network policy (not part of the fingerprint).
+// CubeVSContext is the sandbox network policy (not part of the fingerprint):
+// upstream's cubevs_context, renamed cube_network_config in newer masters,
+// which added the L7 rules and the ingress-only fields.
 type CubeVSContext struct {
-	AllowInternetAccess *bool    `json:"allowInternetAccess,omitempty"`
-	AllowOut            []string `json:"allowOut,omitempty"`
-	DenyOut             []string `json:"denyOut,omitempty"`
+	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+	// AllowPublicTraffic and MaskRequestHost concern ingress (the proxy);
+	// they are kept in stored requests but never sent to a node.
+	AllowPublicTraffic *bool         `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string      `json:"allowOut,omitempty"`
+	DenyOut            []string      `json:"denyOut,omitempty"`
+	Rules              []*EgressRule `json:"rules,omitempty"`
+	MaskRequestHost    *string       `json:"maskRequestHost,omitempty"`
 }
 
 // FromImageRequest is the body of POST /cube/template/from-image
@@ -108,19 +117,16 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 	if req == nil {
 		return fieldErr("body", "request is empty")
 	}
-	req.SourceImageRef = strings.TrimSpace(req.SourceImageRef)
-	if req.SourceImageRef == "" {
-		return fieldErr("source_image_ref", "is required")
+	if err := ValidateRequestID(req.RequestID); err != nil {
+		return err
 	}
-	if len(req.SourceImageRef) > 1024 {
-		return fieldErr("source_image_ref", "longer than 1024 characters")
+	req.SourceImageRef = strings.TrimSpace(req.SourceImageRef)
+	if err := ValidateImageRef(req.SourceImageRef); err != nil {
+		return err
 	}
 	req.WritableLayerSize = strings.TrimSpace(req.WritableLayerSize)
-	if req.WritableLayerSize == "" {
-		return fieldErr("writable_layer_size", "is required (for example 20Gi)")
-	}
-	if !quantityPattern.MatchString(req.WritableLayerSize) {
-		return fieldErr("writable_layer_size", "%q is not a size such as 20Gi or 512Mi", req.WritableLayerSize)
+	if err := validateWritableLayerSize(req.WritableLayerSize); err != nil {
+		return err
 	}
 	req.TemplateID = strings.TrimSpace(req.TemplateID)
 	if req.TemplateID == "" {
@@ -137,34 +143,137 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 		return err
 	}
 	if req.Alias != "" {
-		if err := ValidateAlias(req.Alias); err != nil {
+		if err := ValidateNewAlias(req.Alias); err != nil {
 			return err
 		}
 	}
 	if req.InstanceType == "" {
 		req.InstanceType = DefaultInstanceType
 	}
+	if err := validateName("instance_type", req.InstanceType); err != nil {
+		return err
+	}
 	if req.NetworkType == "" {
 		req.NetworkType = DefaultNetworkType
+	}
+	if err := validateName("network_type", req.NetworkType); err != nil {
+		return err
 	}
 	if req.Platform == "" {
 		req.Platform = DefaultPlatform
 	}
-	if !platformPattern.MatchString(req.Platform) {
-		return fieldErr("platform", "%q is not OS/ARCH[/VARIANT]", req.Platform)
+	if len(req.Platform) > MaxNameLen || !platformPattern.MatchString(req.Platform) {
+		return fieldErr("platform", "%q is not OS/ARCH[/VARIANT]", clip(req.Platform))
 	}
 	ports, err := normalizePorts(req.ExposedPorts)
 	if err != nil {
 		return err
 	}
 	req.ExposedPorts = ports
-	for i, s := range req.DistributionScope {
-		req.DistributionScope[i] = strings.TrimSpace(s)
-		if req.DistributionScope[i] == "" {
-			return fieldErr("distribution_scope", "entry %d is empty", i)
+	return NormalizeScope(req.DistributionScope)
+}
+
+// Limits of NormalizeFromImageRequest, the widths of the job columns the
+// values are stored in.
+const (
+	// MaxNameLen bounds instance_type, network_type and platform.
+	MaxNameLen = 64
+	// MaxScopeEntries and MaxScopeEntryLen bound distribution_scope (node
+	// ids or IPs).
+	MaxScopeEntries  = 1024
+	MaxScopeEntryLen = 256
+	// MaxWritableLayerGi is the largest writable layer, 1 PiB.
+	MaxWritableLayerGi = 1 << 20
+)
+
+// ValidateRequestID checks a caller's request id: at most MaxRequestIDLen
+// characters (the request_id column), without control characters.
+func ValidateRequestID(id string) error {
+	if len(id) > MaxRequestIDLen {
+		return fieldErr("requestID", "longer than %d characters", MaxRequestIDLen)
+	}
+	for _, r := range id {
+		if r < ' ' || r == 0x7f || unicode.IsControl(r) {
+			return fieldErr("requestID", "holds control characters")
 		}
 	}
 	return nil
+}
+
+// NormalizeScope trims a distribution scope in place and checks it: at
+// most MaxScopeEntries entries, none empty, longer than MaxScopeEntryLen
+// or holding whitespace or control characters.
+func NormalizeScope(scope []string) error {
+	if len(scope) > MaxScopeEntries {
+		return fieldErr("distribution_scope", "%d entries, at most %d allowed", len(scope), MaxScopeEntries)
+	}
+	for i, s := range scope {
+		scope[i] = strings.TrimSpace(s)
+		switch {
+		case scope[i] == "":
+			return fieldErr("distribution_scope", "entry %d is empty", i)
+		case len(scope[i]) > MaxScopeEntryLen:
+			return fieldErr("distribution_scope", "entry %d is longer than %d characters", i, MaxScopeEntryLen)
+		case hasControlOrSpace(scope[i]):
+			return fieldErr("distribution_scope", "entry %d holds whitespace or control characters", i)
+		}
+	}
+	return nil
+}
+
+// validateName checks an instance or network type: at most MaxNameLen of
+// letters, digits, '.', '_' and '-'.
+func validateName(field, v string) error {
+	if len(v) > MaxNameLen || !templateIDPattern.MatchString(v) {
+		return fieldErr(field, "%q must be at most %d of letters, digits, '.', '_' and '-'", clip(v), MaxNameLen)
+	}
+	return nil
+}
+
+// validateWritableLayerSize checks a size such as 20Gi: a quantity above
+// zero and at most MaxWritableLayerGi GiB.
+func validateWritableLayerSize(q string) error {
+	if q == "" {
+		return fieldErr("writable_layer_size", "is required (for example 20Gi)")
+	}
+	if len(q) > MaxNameLen || !quantityPattern.MatchString(q) {
+		return fieldErr("writable_layer_size", "%q is not a size such as 20Gi or 512Mi", clip(q))
+	}
+	num := strings.TrimRight(q, "KMGTkmgti")
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f <= 0 {
+		return fieldErr("writable_layer_size", "%q is not a size above zero", q)
+	}
+	gi := f // a bare number is GiB, as the node reads it
+	switch strings.ToLower(strings.TrimPrefix(q, num)) {
+	case "ti", "t":
+		gi = f * 1024
+	case "mi", "m":
+		gi = f / 1024
+	case "ki", "k":
+		gi = f / (1024 * 1024)
+	}
+	if gi > MaxWritableLayerGi {
+		return fieldErr("writable_layer_size", "%q is larger than %d Ti", q, MaxWritableLayerGi/1024)
+	}
+	return nil
+}
+
+func hasControlOrSpace(s string) bool {
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// clip shortens a value quoted back in an error message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // DefaultPlatform is the platform resolved when a request names none.

@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 )
@@ -33,6 +34,60 @@ const (
 	// StorageMediaExt4 is the storage medium of a prebuilt ext4 rootfs.
 	StorageMediaExt4 = "ext4"
 )
+
+// Annotations the master adds to, or reads from, every sandbox request it
+// sends to a node (upstream ConstructCubeletReq).
+const (
+	// Top-level request annotations under these prefixes are the ones the
+	// master forwards on purpose; the rest only ride along (see the node
+	// adapter's request mapping).
+	MasterAnnotationPrefix = "cube.master"
+	CloudAnnotationPrefix  = "cloud.tencent.com"
+
+	AnnotationVIPs              = "cube.master.vips"
+	AnnotationBlkQos            = "cube.master.blk.qos"
+	AnnotationFSQos             = "cube.master.fs.qos"
+	AnnotationRegion            = "cube.master.instance.region"
+	AnnotationUseNetfileCache   = "cube.instance.use_netfile_cache"
+	AnnotationCreateTimeEnvVars = "cube.master.internal.create_time_env_vars"
+	AnnotationStorageBackend    = "cube.master.storage.backend"
+	AnnotationImageUsername     = "cube.master.image.username"
+	AnnotationImageToken        = "cube.master.image.token"
+
+	// Caller-facing annotations with a meaning of their own.
+	AnnotationNetID      = "com.netid"
+	AnnotationInvokePort = "com.invoke_port"
+	AnnotationComVIPs    = "com.vips"
+	// AnnotationHostMount is a JSON list of {hostPath, mountPath, readOnly}
+	// the master turns into host-dir volumes.
+	AnnotationHostMount = "host-mount"
+	// AnnotationPluginVolumeMounts names plugin volumes, which need the
+	// master's volume records; this master has none.
+	AnnotationPluginVolumeMounts = "plugin-volume-mounts"
+
+	// EnvdInImagePath is where an injected envd lives in a template rootfs;
+	// EnvdPort is the port the wrapped entrypoint exposes for it.
+	EnvdInImagePath = "/usr/local/bin/envd"
+	EnvdPort        = 49983
+)
+
+// Snapshot storage backends (upstream NormalizeSnapshotBackend).
+const (
+	BackendXFS = "xfs"
+	BackendS3  = "s3"
+)
+
+// NormalizeBackend maps a backend name onto xfs or s3: empty and the
+// historical copy-on-write names are xfs; anything else is an error.
+func NormalizeBackend(raw string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(raw)) {
+	case "", BackendXFS, "cow", "cubecow", "reflink", "xfscow":
+		return BackendXFS, nil
+	case BackendS3:
+		return BackendS3, nil
+	}
+	return "", &FieldError{Field: "backend", Reason: fmt.Sprintf("%q is not xfs or s3", raw)}
+}
 
 // The artifact download protocol between nodes and the services.
 const (
@@ -101,16 +156,69 @@ type NodeArtifact struct {
 // template from. Sub-objects this service only passes through stay raw JSON;
 // the node adapter maps them onto the node's wire format.
 type SandboxRequest struct {
-	RequestID      string            `json:"requestID,omitempty"`
-	Volumes        []Volume          `json:"volumes,omitempty"`
-	CubeVSContext  *CubeVSContext    `json:"cubevs_context,omitempty"`
-	Containers     []Container       `json:"containers,omitempty"`
-	Annotations    map[string]string `json:"annotations,omitempty"`
-	Labels         map[string]string `json:"labels,omitempty"`
-	InstanceType   string            `json:"instance_type,omitempty"`
-	NetworkType    string            `json:"network_type,omitempty"`
-	RuntimeHandler string            `json:"runtime_handler,omitempty"`
-	Namespace      string            `json:"namespace,omitempty"`
+	RequestID string   `json:"requestID,omitempty"`
+	Volumes   []Volume `json:"volumes,omitempty"`
+	// CubeVSContext and CubeNetworkConfig are the same policy under its old
+	// and its new key; NetworkPolicy picks the one that applies.
+	CubeVSContext     *CubeVSContext    `json:"cubevs_context,omitempty"`
+	CubeNetworkConfig *CubeVSContext    `json:"cube_network_config,omitempty"`
+	Containers        []Container       `json:"containers,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	// CreateTimeEnvVars reach the node as one JSON annotation.
+	CreateTimeEnvVars map[string]string `json:"create_time_env_vars,omitempty"`
+	InstanceType      string            `json:"instance_type,omitempty"`
+	NetworkType       string            `json:"network_type,omitempty"`
+	// Backend is the snapshot storage backend (xfs or s3; empty: xfs).
+	Backend        string `json:"backend,omitempty"`
+	RuntimeHandler string `json:"runtime_handler,omitempty"`
+	Namespace      string `json:"namespace,omitempty"`
+}
+
+// NetworkPolicy is the request's egress policy: cube_network_config when
+// set (the newer key wins), else cubevs_context, else nil. A policy under
+// either key is never ignored.
+func (r *SandboxRequest) NetworkPolicy() *CubeVSContext {
+	if r == nil {
+		return nil
+	}
+	if r.CubeNetworkConfig != nil {
+		return r.CubeNetworkConfig
+	}
+	return r.CubeVSContext
+}
+
+// EgressRule is an L7 egress rule of a network policy; rules are evaluated
+// in order, the first match wins.
+type EgressRule struct {
+	Name   string            `json:"name"`
+	Match  *EgressRuleMatch  `json:"match,omitempty"`
+	Action *EgressRuleAction `json:"action,omitempty"`
+}
+
+// EgressRuleMatch selects requests; empty fields match anything. A port
+// needs a scheme.
+type EgressRuleMatch struct {
+	SNI    *string  `json:"sni,omitempty"`
+	Host   *string  `json:"host,omitempty"`
+	Method []string `json:"method,omitempty"`
+	Path   *string  `json:"path,omitempty"`
+	Scheme *string  `json:"scheme,omitempty"`
+	Port   *int     `json:"port,omitempty"`
+}
+
+// EgressRuleAction is what happens to a matching request.
+type EgressRuleAction struct {
+	Allow  bool                `json:"allow"`
+	Audit  *string             `json:"audit,omitempty"`
+	Inject []*EgressRuleInject `json:"inject,omitempty"`
+}
+
+// EgressRuleInject adds a credential header to an allowed HTTPS request.
+type EgressRuleInject struct {
+	Header string  `json:"header"`
+	Secret string  `json:"secret"`
+	Format *string `json:"format,omitempty"`
 }
 
 // Volume is a sandbox volume.
@@ -137,7 +245,11 @@ type EmptyDirVolumeSource struct {
 
 // SandboxImage names a container's image: for templates the ext4 artifact.
 type SandboxImage struct {
-	Image             string            `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Name and Token are registry credentials; they reach the node as the
+	// image's cube.master.image.username / .token annotations.
+	Name              string            `json:"name,omitempty"`
+	Token             string            `json:"token,omitempty"`
 	StorageMedia      string            `json:"storage_media,omitempty"`
 	WritableLayerSize string            `json:"writable_layer_size,omitempty"`
 	Annotations       map[string]string `json:"annotations,omitempty"`

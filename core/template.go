@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -127,14 +128,51 @@ func ValidateAlias(alias string) error {
 	return nil
 }
 
+// ValidateNewAlias is ValidateAlias for an alias being set: it also may
+// not start or end with '-' (a leading one reads as a command-line flag).
+// Aliases set before this rule still resolve (ValidateAlias).
+func ValidateNewAlias(alias string) error {
+	if err := ValidateAlias(alias); err != nil {
+		return err
+	}
+	if strings.HasPrefix(alias, "-") || strings.HasSuffix(alias, "-") {
+		return fieldErr("alias", "%q must not start or end with '-'", alias)
+	}
+	return nil
+}
+
 // NormalizeAlias interprets the alias of a PUT alias body: absent, null and
 // "" all clear it (returned as ""); anything else must be valid.
 func NormalizeAlias(alias *string) (string, error) {
 	if alias == nil || *alias == "" {
 		return "", nil
 	}
-	if err := ValidateAlias(*alias); err != nil {
+	if err := ValidateNewAlias(*alias); err != nil {
 		return "", err
 	}
 	return *alias, nil
 }
+
+// NameKind says what a name in the template namespace is.
+type NameKind string
+
+// Name kinds.
+const (
+	NameID    NameKind = "id"
+	NameAlias NameKind = "alias"
+)
+
+// NameTakenError refuses a template id or alias already held by another
+// template (or by this one as the other kind). It wraps ErrConflict.
+type NameTakenError struct {
+	Name       string
+	Holder     string // the template that holds it
+	HolderKind NameKind
+}
+
+func (e *NameTakenError) Error() string {
+	return fmt.Sprintf("%q is already the %s of template %s", e.Name, e.HolderKind, e.Holder)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *NameTakenError) Unwrap() error { return ErrConflict }

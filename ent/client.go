@@ -14,10 +14,10 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 
@@ -29,14 +29,14 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
-	// ArtifactNodePlacement is the client for interacting with the ArtifactNodePlacement builders.
-	ArtifactNodePlacement *ArtifactNodePlacementClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
 	TemplateDefinition *TemplateDefinitionClient
 	// TemplateImageJob is the client for interacting with the TemplateImageJob builders.
 	TemplateImageJob *TemplateImageJobClient
+	// TemplateName is the client for interacting with the TemplateName builders.
+	TemplateName *TemplateNameClient
 	// TemplateNode is the client for interacting with the TemplateNode builders.
 	TemplateNode *TemplateNodeClient
 	// TemplateReplica is the client for interacting with the TemplateReplica builders.
@@ -52,10 +52,10 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
-	c.ArtifactNodePlacement = NewArtifactNodePlacementClient(c.config)
 	c.RootfsArtifact = NewRootfsArtifactClient(c.config)
 	c.TemplateDefinition = NewTemplateDefinitionClient(c.config)
 	c.TemplateImageJob = NewTemplateImageJobClient(c.config)
+	c.TemplateName = NewTemplateNameClient(c.config)
 	c.TemplateNode = NewTemplateNodeClient(c.config)
 	c.TemplateReplica = NewTemplateReplicaClient(c.config)
 }
@@ -148,14 +148,14 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:                   ctx,
-		config:                cfg,
-		ArtifactNodePlacement: NewArtifactNodePlacementClient(cfg),
-		RootfsArtifact:        NewRootfsArtifactClient(cfg),
-		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
-		TemplateImageJob:      NewTemplateImageJobClient(cfg),
-		TemplateNode:          NewTemplateNodeClient(cfg),
-		TemplateReplica:       NewTemplateReplicaClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		RootfsArtifact:     NewRootfsArtifactClient(cfg),
+		TemplateDefinition: NewTemplateDefinitionClient(cfg),
+		TemplateImageJob:   NewTemplateImageJobClient(cfg),
+		TemplateName:       NewTemplateNameClient(cfg),
+		TemplateNode:       NewTemplateNodeClient(cfg),
+		TemplateReplica:    NewTemplateReplicaClient(cfg),
 	}, nil
 }
 
@@ -173,21 +173,21 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:                   ctx,
-		config:                cfg,
-		ArtifactNodePlacement: NewArtifactNodePlacementClient(cfg),
-		RootfsArtifact:        NewRootfsArtifactClient(cfg),
-		TemplateDefinition:    NewTemplateDefinitionClient(cfg),
-		TemplateImageJob:      NewTemplateImageJobClient(cfg),
-		TemplateNode:          NewTemplateNodeClient(cfg),
-		TemplateReplica:       NewTemplateReplicaClient(cfg),
+		ctx:                ctx,
+		config:             cfg,
+		RootfsArtifact:     NewRootfsArtifactClient(cfg),
+		TemplateDefinition: NewTemplateDefinitionClient(cfg),
+		TemplateImageJob:   NewTemplateImageJobClient(cfg),
+		TemplateName:       NewTemplateNameClient(cfg),
+		TemplateNode:       NewTemplateNodeClient(cfg),
+		TemplateReplica:    NewTemplateReplicaClient(cfg),
 	}, nil
 }
 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		ArtifactNodePlacement.
+//		RootfsArtifact.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -210,8 +210,8 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
-		c.TemplateImageJob, c.TemplateNode, c.TemplateReplica,
+		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
+		c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Use(hooks...)
 	}
@@ -221,8 +221,8 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.ArtifactNodePlacement, c.RootfsArtifact, c.TemplateDefinition,
-		c.TemplateImageJob, c.TemplateNode, c.TemplateReplica,
+		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
+		c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -231,153 +231,20 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
-	case *ArtifactNodePlacementMutation:
-		return c.ArtifactNodePlacement.mutate(ctx, m)
 	case *RootfsArtifactMutation:
 		return c.RootfsArtifact.mutate(ctx, m)
 	case *TemplateDefinitionMutation:
 		return c.TemplateDefinition.mutate(ctx, m)
 	case *TemplateImageJobMutation:
 		return c.TemplateImageJob.mutate(ctx, m)
+	case *TemplateNameMutation:
+		return c.TemplateName.mutate(ctx, m)
 	case *TemplateNodeMutation:
 		return c.TemplateNode.mutate(ctx, m)
 	case *TemplateReplicaMutation:
 		return c.TemplateReplica.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
-	}
-}
-
-// ArtifactNodePlacementClient is a client for the ArtifactNodePlacement schema.
-type ArtifactNodePlacementClient struct {
-	config
-}
-
-// NewArtifactNodePlacementClient returns a client for the ArtifactNodePlacement from the given config.
-func NewArtifactNodePlacementClient(c config) *ArtifactNodePlacementClient {
-	return &ArtifactNodePlacementClient{config: c}
-}
-
-// Use adds a list of mutation hooks to the hooks stack.
-// A call to `Use(f, g, h)` equals to `artifactnodeplacement.Hooks(f(g(h())))`.
-func (c *ArtifactNodePlacementClient) Use(hooks ...Hook) {
-	c.hooks.ArtifactNodePlacement = append(c.hooks.ArtifactNodePlacement, hooks...)
-}
-
-// Intercept adds a list of query interceptors to the interceptors stack.
-// A call to `Intercept(f, g, h)` equals to `artifactnodeplacement.Intercept(f(g(h())))`.
-func (c *ArtifactNodePlacementClient) Intercept(interceptors ...Interceptor) {
-	c.inters.ArtifactNodePlacement = append(c.inters.ArtifactNodePlacement, interceptors...)
-}
-
-// Create returns a builder for creating a ArtifactNodePlacement entity.
-func (c *ArtifactNodePlacementClient) Create() *ArtifactNodePlacementCreate {
-	mutation := newArtifactNodePlacementMutation(c.config, OpCreate)
-	return &ArtifactNodePlacementCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// CreateBulk returns a builder for creating a bulk of ArtifactNodePlacement entities.
-func (c *ArtifactNodePlacementClient) CreateBulk(builders ...*ArtifactNodePlacementCreate) *ArtifactNodePlacementCreateBulk {
-	return &ArtifactNodePlacementCreateBulk{config: c.config, builders: builders}
-}
-
-// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
-// a builder and applies setFunc on it.
-func (c *ArtifactNodePlacementClient) MapCreateBulk(slice any, setFunc func(*ArtifactNodePlacementCreate, int)) *ArtifactNodePlacementCreateBulk {
-	rv := reflect.ValueOf(slice)
-	if rv.Kind() != reflect.Slice {
-		return &ArtifactNodePlacementCreateBulk{err: fmt.Errorf("calling to ArtifactNodePlacementClient.MapCreateBulk with wrong type %T, need slice", slice)}
-	}
-	builders := make([]*ArtifactNodePlacementCreate, rv.Len())
-	for i := 0; i < rv.Len(); i++ {
-		builders[i] = c.Create()
-		setFunc(builders[i], i)
-	}
-	return &ArtifactNodePlacementCreateBulk{config: c.config, builders: builders}
-}
-
-// Update returns an update builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Update() *ArtifactNodePlacementUpdate {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdate)
-	return &ArtifactNodePlacementUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOne returns an update builder for the given entity.
-func (c *ArtifactNodePlacementClient) UpdateOne(_m *ArtifactNodePlacement) *ArtifactNodePlacementUpdateOne {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdateOne, withArtifactNodePlacement(_m))
-	return &ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// UpdateOneID returns an update builder for the given id.
-func (c *ArtifactNodePlacementClient) UpdateOneID(id int) *ArtifactNodePlacementUpdateOne {
-	mutation := newArtifactNodePlacementMutation(c.config, OpUpdateOne, withArtifactNodePlacementID(id))
-	return &ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// Delete returns a delete builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Delete() *ArtifactNodePlacementDelete {
-	mutation := newArtifactNodePlacementMutation(c.config, OpDelete)
-	return &ArtifactNodePlacementDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
-}
-
-// DeleteOne returns a builder for deleting the given entity.
-func (c *ArtifactNodePlacementClient) DeleteOne(_m *ArtifactNodePlacement) *ArtifactNodePlacementDeleteOne {
-	return c.DeleteOneID(_m.ID)
-}
-
-// DeleteOneID returns a builder for deleting the given entity by its id.
-func (c *ArtifactNodePlacementClient) DeleteOneID(id int) *ArtifactNodePlacementDeleteOne {
-	builder := c.Delete().Where(artifactnodeplacement.ID(id))
-	builder.mutation.id = &id
-	builder.mutation.op = OpDeleteOne
-	return &ArtifactNodePlacementDeleteOne{builder}
-}
-
-// Query returns a query builder for ArtifactNodePlacement.
-func (c *ArtifactNodePlacementClient) Query() *ArtifactNodePlacementQuery {
-	return &ArtifactNodePlacementQuery{
-		config: c.config,
-		ctx:    &QueryContext{Type: TypeArtifactNodePlacement},
-		inters: c.Interceptors(),
-	}
-}
-
-// Get returns a ArtifactNodePlacement entity by its id.
-func (c *ArtifactNodePlacementClient) Get(ctx context.Context, id int) (*ArtifactNodePlacement, error) {
-	return c.Query().Where(artifactnodeplacement.ID(id)).Only(ctx)
-}
-
-// GetX is like Get, but panics if an error occurs.
-func (c *ArtifactNodePlacementClient) GetX(ctx context.Context, id int) *ArtifactNodePlacement {
-	obj, err := c.Get(ctx, id)
-	if err != nil {
-		panic(err)
-	}
-	return obj
-}
-
-// Hooks returns the client hooks.
-func (c *ArtifactNodePlacementClient) Hooks() []Hook {
-	return c.hooks.ArtifactNodePlacement
-}
-
-// Interceptors returns the client interceptors.
-func (c *ArtifactNodePlacementClient) Interceptors() []Interceptor {
-	return c.inters.ArtifactNodePlacement
-}
-
-func (c *ArtifactNodePlacementClient) mutate(ctx context.Context, m *ArtifactNodePlacementMutation) (Value, error) {
-	switch m.Op() {
-	case OpCreate:
-		return (&ArtifactNodePlacementCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdate:
-		return (&ArtifactNodePlacementUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpUpdateOne:
-		return (&ArtifactNodePlacementUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
-	case OpDelete, OpDeleteOne:
-		return (&ArtifactNodePlacementDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
-	default:
-		return nil, fmt.Errorf("ent: unknown ArtifactNodePlacement mutation op: %q", m.Op())
 	}
 }
 
@@ -780,6 +647,139 @@ func (c *TemplateImageJobClient) mutate(ctx context.Context, m *TemplateImageJob
 	}
 }
 
+// TemplateNameClient is a client for the TemplateName schema.
+type TemplateNameClient struct {
+	config
+}
+
+// NewTemplateNameClient returns a client for the TemplateName from the given config.
+func NewTemplateNameClient(c config) *TemplateNameClient {
+	return &TemplateNameClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `templatename.Hooks(f(g(h())))`.
+func (c *TemplateNameClient) Use(hooks ...Hook) {
+	c.hooks.TemplateName = append(c.hooks.TemplateName, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `templatename.Intercept(f(g(h())))`.
+func (c *TemplateNameClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TemplateName = append(c.inters.TemplateName, interceptors...)
+}
+
+// Create returns a builder for creating a TemplateName entity.
+func (c *TemplateNameClient) Create() *TemplateNameCreate {
+	mutation := newTemplateNameMutation(c.config, OpCreate)
+	return &TemplateNameCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TemplateName entities.
+func (c *TemplateNameClient) CreateBulk(builders ...*TemplateNameCreate) *TemplateNameCreateBulk {
+	return &TemplateNameCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TemplateNameClient) MapCreateBulk(slice any, setFunc func(*TemplateNameCreate, int)) *TemplateNameCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TemplateNameCreateBulk{err: fmt.Errorf("calling to TemplateNameClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TemplateNameCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TemplateNameCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TemplateName.
+func (c *TemplateNameClient) Update() *TemplateNameUpdate {
+	mutation := newTemplateNameMutation(c.config, OpUpdate)
+	return &TemplateNameUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TemplateNameClient) UpdateOne(_m *TemplateName) *TemplateNameUpdateOne {
+	mutation := newTemplateNameMutation(c.config, OpUpdateOne, withTemplateName(_m))
+	return &TemplateNameUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TemplateNameClient) UpdateOneID(id int) *TemplateNameUpdateOne {
+	mutation := newTemplateNameMutation(c.config, OpUpdateOne, withTemplateNameID(id))
+	return &TemplateNameUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TemplateName.
+func (c *TemplateNameClient) Delete() *TemplateNameDelete {
+	mutation := newTemplateNameMutation(c.config, OpDelete)
+	return &TemplateNameDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TemplateNameClient) DeleteOne(_m *TemplateName) *TemplateNameDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TemplateNameClient) DeleteOneID(id int) *TemplateNameDeleteOne {
+	builder := c.Delete().Where(templatename.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TemplateNameDeleteOne{builder}
+}
+
+// Query returns a query builder for TemplateName.
+func (c *TemplateNameClient) Query() *TemplateNameQuery {
+	return &TemplateNameQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTemplateName},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TemplateName entity by its id.
+func (c *TemplateNameClient) Get(ctx context.Context, id int) (*TemplateName, error) {
+	return c.Query().Where(templatename.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TemplateNameClient) GetX(ctx context.Context, id int) *TemplateName {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TemplateNameClient) Hooks() []Hook {
+	return c.hooks.TemplateName
+}
+
+// Interceptors returns the client interceptors.
+func (c *TemplateNameClient) Interceptors() []Interceptor {
+	return c.inters.TemplateName
+}
+
+func (c *TemplateNameClient) mutate(ctx context.Context, m *TemplateNameMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TemplateNameCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TemplateNameUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TemplateNameUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TemplateNameDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TemplateName mutation op: %q", m.Op())
+	}
+}
+
 // TemplateNodeClient is a client for the TemplateNode schema.
 type TemplateNodeClient struct {
 	config
@@ -1049,11 +1049,11 @@ func (c *TemplateReplicaClient) mutate(ctx context.Context, m *TemplateReplicaMu
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
+		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
 		TemplateNode, TemplateReplica []ent.Hook
 	}
 	inters struct {
-		ArtifactNodePlacement, RootfsArtifact, TemplateDefinition, TemplateImageJob,
+		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
 		TemplateNode, TemplateReplica []ent.Interceptor
 	}
 )

@@ -12,10 +12,10 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -78,12 +78,12 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			artifactnodeplacement.Table: artifactnodeplacement.ValidColumn,
-			rootfsartifact.Table:        rootfsartifact.ValidColumn,
-			templatedefinition.Table:    templatedefinition.ValidColumn,
-			templateimagejob.Table:      templateimagejob.ValidColumn,
-			templatenode.Table:          templatenode.ValidColumn,
-			templatereplica.Table:       templatereplica.ValidColumn,
+			rootfsartifact.Table:     rootfsartifact.ValidColumn,
+			templatedefinition.Table: templatedefinition.ValidColumn,
+			templateimagejob.Table:   templateimagejob.ValidColumn,
+			templatename.Table:       templatename.ValidColumn,
+			templatenode.Table:       templatenode.ValidColumn,
+			templatereplica.Table:    templatereplica.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -7,4 +7,4 @@
 // ent's auto-migration; a drift test keeps the two in step.
 package ent
 
-//go:generate go run -mod=mod entgo.io/ent/cmd/ent generate --feature sql/upsert,sql/lock,sql/execquery ./schema
+//go:generate go run -mod=mod entgo.io/ent/cmd/ent generate --feature sql/upsert,sql/lock,sql/execquery,intercept ./schema

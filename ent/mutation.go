@@ -11,11 +11,11 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/predicate"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -29,674 +29,57 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeArtifactNodePlacement = "ArtifactNodePlacement"
-	TypeRootfsArtifact        = "RootfsArtifact"
-	TypeTemplateDefinition    = "TemplateDefinition"
-	TypeTemplateImageJob      = "TemplateImageJob"
-	TypeTemplateNode          = "TemplateNode"
-	TypeTemplateReplica       = "TemplateReplica"
+	TypeRootfsArtifact     = "RootfsArtifact"
+	TypeTemplateDefinition = "TemplateDefinition"
+	TypeTemplateImageJob   = "TemplateImageJob"
+	TypeTemplateName       = "TemplateName"
+	TypeTemplateNode       = "TemplateNode"
+	TypeTemplateReplica    = "TemplateReplica"
 )
-
-// ArtifactNodePlacementMutation represents an operation that mutates the ArtifactNodePlacement nodes in the graph.
-type ArtifactNodePlacementMutation struct {
-	config
-	op            Op
-	typ           string
-	id            *int
-	created_at    *time.Time
-	updated_at    *time.Time
-	deleted_at    *time.Time
-	artifact_id   *string
-	node_id       *string
-	node_ip       *string
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*ArtifactNodePlacement, error)
-	predicates    []predicate.ArtifactNodePlacement
-}
-
-var _ ent.Mutation = (*ArtifactNodePlacementMutation)(nil)
-
-// artifactnodeplacementOption allows management of the mutation configuration using functional options.
-type artifactnodeplacementOption func(*ArtifactNodePlacementMutation)
-
-// newArtifactNodePlacementMutation creates new mutation for the ArtifactNodePlacement entity.
-func newArtifactNodePlacementMutation(c config, op Op, opts ...artifactnodeplacementOption) *ArtifactNodePlacementMutation {
-	m := &ArtifactNodePlacementMutation{
-		config:        c,
-		op:            op,
-		typ:           TypeArtifactNodePlacement,
-		clearedFields: make(map[string]struct{}),
-	}
-	for _, opt := range opts {
-		opt(m)
-	}
-	return m
-}
-
-// withArtifactNodePlacementID sets the ID field of the mutation.
-func withArtifactNodePlacementID(id int) artifactnodeplacementOption {
-	return func(m *ArtifactNodePlacementMutation) {
-		var (
-			err   error
-			once  sync.Once
-			value *ArtifactNodePlacement
-		)
-		m.oldValue = func(ctx context.Context) (*ArtifactNodePlacement, error) {
-			once.Do(func() {
-				if m.done {
-					err = errors.New("querying old values post mutation is not allowed")
-				} else {
-					value, err = m.Client().ArtifactNodePlacement.Get(ctx, id)
-				}
-			})
-			return value, err
-		}
-		m.id = &id
-	}
-}
-
-// withArtifactNodePlacement sets the old ArtifactNodePlacement of the mutation.
-func withArtifactNodePlacement(node *ArtifactNodePlacement) artifactnodeplacementOption {
-	return func(m *ArtifactNodePlacementMutation) {
-		m.oldValue = func(context.Context) (*ArtifactNodePlacement, error) {
-			return node, nil
-		}
-		m.id = &node.ID
-	}
-}
-
-// Client returns a new `ent.Client` from the mutation. If the mutation was
-// executed in a transaction (ent.Tx), a transactional client is returned.
-func (m ArtifactNodePlacementMutation) Client() *Client {
-	client := &Client{config: m.config}
-	client.init()
-	return client
-}
-
-// Tx returns an `ent.Tx` for mutations that were executed in transactions;
-// it returns an error otherwise.
-func (m ArtifactNodePlacementMutation) Tx() (*Tx, error) {
-	if _, ok := m.driver.(*txDriver); !ok {
-		return nil, errors.New("ent: mutation is not running in a transaction")
-	}
-	tx := &Tx{config: m.config}
-	tx.init()
-	return tx, nil
-}
-
-// ID returns the ID value in the mutation. Note that the ID is only available
-// if it was provided to the builder or after it was returned from the database.
-func (m *ArtifactNodePlacementMutation) ID() (id int, exists bool) {
-	if m.id == nil {
-		return
-	}
-	return *m.id, true
-}
-
-// IDs queries the database and returns the entity ids that match the mutation's predicate.
-// That means, if the mutation is applied within a transaction with an isolation level such
-// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
-// or updated by the mutation.
-func (m *ArtifactNodePlacementMutation) IDs(ctx context.Context) ([]int, error) {
-	switch {
-	case m.op.Is(OpUpdateOne | OpDeleteOne):
-		id, exists := m.ID()
-		if exists {
-			return []int{id}, nil
-		}
-		fallthrough
-	case m.op.Is(OpUpdate | OpDelete):
-		return m.Client().ArtifactNodePlacement.Query().Where(m.predicates...).IDs(ctx)
-	default:
-		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
-	}
-}
-
-// SetCreatedAt sets the "created_at" field.
-func (m *ArtifactNodePlacementMutation) SetCreatedAt(t time.Time) {
-	m.created_at = &t
-}
-
-// CreatedAt returns the value of the "created_at" field in the mutation.
-func (m *ArtifactNodePlacementMutation) CreatedAt() (r time.Time, exists bool) {
-	v := m.created_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldCreatedAt returns the old "created_at" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
-	}
-	return oldValue.CreatedAt, nil
-}
-
-// ResetCreatedAt resets all changes to the "created_at" field.
-func (m *ArtifactNodePlacementMutation) ResetCreatedAt() {
-	m.created_at = nil
-}
-
-// SetUpdatedAt sets the "updated_at" field.
-func (m *ArtifactNodePlacementMutation) SetUpdatedAt(t time.Time) {
-	m.updated_at = &t
-}
-
-// UpdatedAt returns the value of the "updated_at" field in the mutation.
-func (m *ArtifactNodePlacementMutation) UpdatedAt() (r time.Time, exists bool) {
-	v := m.updated_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldUpdatedAt returns the old "updated_at" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
-	}
-	return oldValue.UpdatedAt, nil
-}
-
-// ResetUpdatedAt resets all changes to the "updated_at" field.
-func (m *ArtifactNodePlacementMutation) ResetUpdatedAt() {
-	m.updated_at = nil
-}
-
-// SetDeletedAt sets the "deleted_at" field.
-func (m *ArtifactNodePlacementMutation) SetDeletedAt(t time.Time) {
-	m.deleted_at = &t
-}
-
-// DeletedAt returns the value of the "deleted_at" field in the mutation.
-func (m *ArtifactNodePlacementMutation) DeletedAt() (r time.Time, exists bool) {
-	v := m.deleted_at
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldDeletedAt returns the old "deleted_at" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldDeletedAt(ctx context.Context) (v *time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldDeletedAt is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldDeletedAt requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldDeletedAt: %w", err)
-	}
-	return oldValue.DeletedAt, nil
-}
-
-// ClearDeletedAt clears the value of the "deleted_at" field.
-func (m *ArtifactNodePlacementMutation) ClearDeletedAt() {
-	m.deleted_at = nil
-	m.clearedFields[artifactnodeplacement.FieldDeletedAt] = struct{}{}
-}
-
-// DeletedAtCleared returns if the "deleted_at" field was cleared in this mutation.
-func (m *ArtifactNodePlacementMutation) DeletedAtCleared() bool {
-	_, ok := m.clearedFields[artifactnodeplacement.FieldDeletedAt]
-	return ok
-}
-
-// ResetDeletedAt resets all changes to the "deleted_at" field.
-func (m *ArtifactNodePlacementMutation) ResetDeletedAt() {
-	m.deleted_at = nil
-	delete(m.clearedFields, artifactnodeplacement.FieldDeletedAt)
-}
-
-// SetArtifactID sets the "artifact_id" field.
-func (m *ArtifactNodePlacementMutation) SetArtifactID(s string) {
-	m.artifact_id = &s
-}
-
-// ArtifactID returns the value of the "artifact_id" field in the mutation.
-func (m *ArtifactNodePlacementMutation) ArtifactID() (r string, exists bool) {
-	v := m.artifact_id
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldArtifactID returns the old "artifact_id" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldArtifactID(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldArtifactID is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldArtifactID requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldArtifactID: %w", err)
-	}
-	return oldValue.ArtifactID, nil
-}
-
-// ResetArtifactID resets all changes to the "artifact_id" field.
-func (m *ArtifactNodePlacementMutation) ResetArtifactID() {
-	m.artifact_id = nil
-}
-
-// SetNodeID sets the "node_id" field.
-func (m *ArtifactNodePlacementMutation) SetNodeID(s string) {
-	m.node_id = &s
-}
-
-// NodeID returns the value of the "node_id" field in the mutation.
-func (m *ArtifactNodePlacementMutation) NodeID() (r string, exists bool) {
-	v := m.node_id
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldNodeID returns the old "node_id" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldNodeID(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldNodeID requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
-	}
-	return oldValue.NodeID, nil
-}
-
-// ResetNodeID resets all changes to the "node_id" field.
-func (m *ArtifactNodePlacementMutation) ResetNodeID() {
-	m.node_id = nil
-}
-
-// SetNodeIP sets the "node_ip" field.
-func (m *ArtifactNodePlacementMutation) SetNodeIP(s string) {
-	m.node_ip = &s
-}
-
-// NodeIP returns the value of the "node_ip" field in the mutation.
-func (m *ArtifactNodePlacementMutation) NodeIP() (r string, exists bool) {
-	v := m.node_ip
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldNodeIP returns the old "node_ip" field's value of the ArtifactNodePlacement entity.
-// If the ArtifactNodePlacement object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ArtifactNodePlacementMutation) OldNodeIP(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldNodeIP is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldNodeIP requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldNodeIP: %w", err)
-	}
-	return oldValue.NodeIP, nil
-}
-
-// ResetNodeIP resets all changes to the "node_ip" field.
-func (m *ArtifactNodePlacementMutation) ResetNodeIP() {
-	m.node_ip = nil
-}
-
-// Where appends a list predicates to the ArtifactNodePlacementMutation builder.
-func (m *ArtifactNodePlacementMutation) Where(ps ...predicate.ArtifactNodePlacement) {
-	m.predicates = append(m.predicates, ps...)
-}
-
-// WhereP appends storage-level predicates to the ArtifactNodePlacementMutation builder. Using this method,
-// users can use type-assertion to append predicates that do not depend on any generated package.
-func (m *ArtifactNodePlacementMutation) WhereP(ps ...func(*sql.Selector)) {
-	p := make([]predicate.ArtifactNodePlacement, len(ps))
-	for i := range ps {
-		p[i] = ps[i]
-	}
-	m.Where(p...)
-}
-
-// Op returns the operation name.
-func (m *ArtifactNodePlacementMutation) Op() Op {
-	return m.op
-}
-
-// SetOp allows setting the mutation operation.
-func (m *ArtifactNodePlacementMutation) SetOp(op Op) {
-	m.op = op
-}
-
-// Type returns the node type of this mutation (ArtifactNodePlacement).
-func (m *ArtifactNodePlacementMutation) Type() string {
-	return m.typ
-}
-
-// Fields returns all fields that were changed during this mutation. Note that in
-// order to get all numeric fields that were incremented/decremented, call
-// AddedFields().
-func (m *ArtifactNodePlacementMutation) Fields() []string {
-	fields := make([]string, 0, 6)
-	if m.created_at != nil {
-		fields = append(fields, artifactnodeplacement.FieldCreatedAt)
-	}
-	if m.updated_at != nil {
-		fields = append(fields, artifactnodeplacement.FieldUpdatedAt)
-	}
-	if m.deleted_at != nil {
-		fields = append(fields, artifactnodeplacement.FieldDeletedAt)
-	}
-	if m.artifact_id != nil {
-		fields = append(fields, artifactnodeplacement.FieldArtifactID)
-	}
-	if m.node_id != nil {
-		fields = append(fields, artifactnodeplacement.FieldNodeID)
-	}
-	if m.node_ip != nil {
-		fields = append(fields, artifactnodeplacement.FieldNodeIP)
-	}
-	return fields
-}
-
-// Field returns the value of a field with the given name. The second boolean
-// return value indicates that this field was not set, or was not defined in the
-// schema.
-func (m *ArtifactNodePlacementMutation) Field(name string) (ent.Value, bool) {
-	switch name {
-	case artifactnodeplacement.FieldCreatedAt:
-		return m.CreatedAt()
-	case artifactnodeplacement.FieldUpdatedAt:
-		return m.UpdatedAt()
-	case artifactnodeplacement.FieldDeletedAt:
-		return m.DeletedAt()
-	case artifactnodeplacement.FieldArtifactID:
-		return m.ArtifactID()
-	case artifactnodeplacement.FieldNodeID:
-		return m.NodeID()
-	case artifactnodeplacement.FieldNodeIP:
-		return m.NodeIP()
-	}
-	return nil, false
-}
-
-// OldField returns the old value of the field from the database. An error is
-// returned if the mutation operation is not UpdateOne, or the query to the
-// database failed.
-func (m *ArtifactNodePlacementMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
-	switch name {
-	case artifactnodeplacement.FieldCreatedAt:
-		return m.OldCreatedAt(ctx)
-	case artifactnodeplacement.FieldUpdatedAt:
-		return m.OldUpdatedAt(ctx)
-	case artifactnodeplacement.FieldDeletedAt:
-		return m.OldDeletedAt(ctx)
-	case artifactnodeplacement.FieldArtifactID:
-		return m.OldArtifactID(ctx)
-	case artifactnodeplacement.FieldNodeID:
-		return m.OldNodeID(ctx)
-	case artifactnodeplacement.FieldNodeIP:
-		return m.OldNodeIP(ctx)
-	}
-	return nil, fmt.Errorf("unknown ArtifactNodePlacement field %s", name)
-}
-
-// SetField sets the value of a field with the given name. It returns an error if
-// the field is not defined in the schema, or if the type mismatched the field
-// type.
-func (m *ArtifactNodePlacementMutation) SetField(name string, value ent.Value) error {
-	switch name {
-	case artifactnodeplacement.FieldCreatedAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetCreatedAt(v)
-		return nil
-	case artifactnodeplacement.FieldUpdatedAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetUpdatedAt(v)
-		return nil
-	case artifactnodeplacement.FieldDeletedAt:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetDeletedAt(v)
-		return nil
-	case artifactnodeplacement.FieldArtifactID:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetArtifactID(v)
-		return nil
-	case artifactnodeplacement.FieldNodeID:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetNodeID(v)
-		return nil
-	case artifactnodeplacement.FieldNodeIP:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetNodeIP(v)
-		return nil
-	}
-	return fmt.Errorf("unknown ArtifactNodePlacement field %s", name)
-}
-
-// AddedFields returns all numeric fields that were incremented/decremented during
-// this mutation.
-func (m *ArtifactNodePlacementMutation) AddedFields() []string {
-	return nil
-}
-
-// AddedField returns the numeric value that was incremented/decremented on a field
-// with the given name. The second boolean return value indicates that this field
-// was not set, or was not defined in the schema.
-func (m *ArtifactNodePlacementMutation) AddedField(name string) (ent.Value, bool) {
-	return nil, false
-}
-
-// AddField adds the value to the field with the given name. It returns an error if
-// the field is not defined in the schema, or if the type mismatched the field
-// type.
-func (m *ArtifactNodePlacementMutation) AddField(name string, value ent.Value) error {
-	switch name {
-	}
-	return fmt.Errorf("unknown ArtifactNodePlacement numeric field %s", name)
-}
-
-// ClearedFields returns all nullable fields that were cleared during this
-// mutation.
-func (m *ArtifactNodePlacementMutation) ClearedFields() []string {
-	var fields []string
-	if m.FieldCleared(artifactnodeplacement.FieldDeletedAt) {
-		fields = append(fields, artifactnodeplacement.FieldDeletedAt)
-	}
-	return fields
-}
-
-// FieldCleared returns a boolean indicating if a field with the given name was
-// cleared in this mutation.
-func (m *ArtifactNodePlacementMutation) FieldCleared(name string) bool {
-	_, ok := m.clearedFields[name]
-	return ok
-}
-
-// ClearField clears the value of the field with the given name. It returns an
-// error if the field is not defined in the schema.
-func (m *ArtifactNodePlacementMutation) ClearField(name string) error {
-	switch name {
-	case artifactnodeplacement.FieldDeletedAt:
-		m.ClearDeletedAt()
-		return nil
-	}
-	return fmt.Errorf("unknown ArtifactNodePlacement nullable field %s", name)
-}
-
-// ResetField resets all changes in the mutation for the field with the given name.
-// It returns an error if the field is not defined in the schema.
-func (m *ArtifactNodePlacementMutation) ResetField(name string) error {
-	switch name {
-	case artifactnodeplacement.FieldCreatedAt:
-		m.ResetCreatedAt()
-		return nil
-	case artifactnodeplacement.FieldUpdatedAt:
-		m.ResetUpdatedAt()
-		return nil
-	case artifactnodeplacement.FieldDeletedAt:
-		m.ResetDeletedAt()
-		return nil
-	case artifactnodeplacement.FieldArtifactID:
-		m.ResetArtifactID()
-		return nil
-	case artifactnodeplacement.FieldNodeID:
-		m.ResetNodeID()
-		return nil
-	case artifactnodeplacement.FieldNodeIP:
-		m.ResetNodeIP()
-		return nil
-	}
-	return fmt.Errorf("unknown ArtifactNodePlacement field %s", name)
-}
-
-// AddedEdges returns all edge names that were set/added in this mutation.
-func (m *ArtifactNodePlacementMutation) AddedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// AddedIDs returns all IDs (to other nodes) that were added for the given edge
-// name in this mutation.
-func (m *ArtifactNodePlacementMutation) AddedIDs(name string) []ent.Value {
-	return nil
-}
-
-// RemovedEdges returns all edge names that were removed in this mutation.
-func (m *ArtifactNodePlacementMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
-// the given name in this mutation.
-func (m *ArtifactNodePlacementMutation) RemovedIDs(name string) []ent.Value {
-	return nil
-}
-
-// ClearedEdges returns all edge names that were cleared in this mutation.
-func (m *ArtifactNodePlacementMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 0)
-	return edges
-}
-
-// EdgeCleared returns a boolean which indicates if the edge with the given name
-// was cleared in this mutation.
-func (m *ArtifactNodePlacementMutation) EdgeCleared(name string) bool {
-	return false
-}
-
-// ClearEdge clears the value of the edge with the given name. It returns an error
-// if that edge is not defined in the schema.
-func (m *ArtifactNodePlacementMutation) ClearEdge(name string) error {
-	return fmt.Errorf("unknown ArtifactNodePlacement unique edge %s", name)
-}
-
-// ResetEdge resets all changes to the edge with the given name in this mutation.
-// It returns an error if the edge is not defined in the schema.
-func (m *ArtifactNodePlacementMutation) ResetEdge(name string) error {
-	return fmt.Errorf("unknown ArtifactNodePlacement edge %s", name)
-}
 
 // RootfsArtifactMutation represents an operation that mutates the RootfsArtifact nodes in the graph.
 type RootfsArtifactMutation struct {
 	config
-	op                             Op
-	typ                            string
-	id                             *int
-	created_at                     *time.Time
-	updated_at                     *time.Time
-	deleted_at                     *time.Time
-	artifact_id                    *string
-	template_spec_fingerprint      *string
-	source_image_ref               *string
-	source_image_digest            *string
-	master_node_id                 *string
-	master_node_ip                 *string
-	ext4_path                      *string
-	ext4_sha256                    *string
-	ext4_size_bytes                *int64
-	addext4_size_bytes             *int64
-	image_config_json              *string
-	generated_request_json         *string
-	writable_layer_size            *string
-	download_token                 *string
-	status                         *string
-	last_error                     *string
-	gc_deadline                    *int64
-	addgc_deadline                 *int64
-	artifact_url                   *string
-	storage_backend                *string
-	object_key                     *string
-	build_owner_token              *string
-	build_generation               *int64
-	addbuild_generation            *int64
-	build_lease_expire_at          *int64
-	addbuild_lease_expire_at       *int64
-	cube_egress_ca_baked           *bool
-	cube_egress_ca_fingerprint     *string
-	cube_egress_ca_targets_written *string
-	clearedFields                  map[string]struct{}
-	done                           bool
-	oldValue                       func(context.Context) (*RootfsArtifact, error)
-	predicates                     []predicate.RootfsArtifact
+	op                                Op
+	typ                               string
+	id                                *int
+	created_at                        *time.Time
+	updated_at                        *time.Time
+	deleted_at                        *time.Time
+	artifact_id                       *string
+	template_spec_fingerprint         *string
+	source_image_ref                  *string
+	source_image_digest               *string
+	master_node_id                    *string
+	master_node_ip                    *string
+	ext4_path                         *string
+	ext4_sha256                       *string
+	ext4_size_bytes                   *int64
+	addext4_size_bytes                *int64
+	image_config_json                 *string
+	generated_request_json            *string
+	writable_layer_size               *string
+	download_token                    *string
+	status                            *string
+	last_error                        *string
+	gc_deadline                       *int64
+	addgc_deadline                    *int64
+	artifact_url                      *string
+	storage_backend                   *string
+	object_key                        *string
+	build_owner_token                 *string
+	build_generation                  *int64
+	addbuild_generation               *int64
+	build_lease_expire_at             *int64
+	addbuild_lease_expire_at          *int64
+	cube_egress_ca_baked              *bool
+	cube_egress_ca_fingerprint        *string
+	cube_egress_ca_targets_written    *int64
+	addcube_egress_ca_targets_written *int64
+	clearedFields                     map[string]struct{}
+	done                              bool
+	oldValue                          func(context.Context) (*RootfsArtifact, error)
+	predicates                        []predicate.RootfsArtifact
 }
 
 var _ ent.Mutation = (*RootfsArtifactMutation)(nil)
@@ -1915,12 +1298,13 @@ func (m *RootfsArtifactMutation) ResetCubeEgressCaFingerprint() {
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (m *RootfsArtifactMutation) SetCubeEgressCaTargetsWritten(s string) {
-	m.cube_egress_ca_targets_written = &s
+func (m *RootfsArtifactMutation) SetCubeEgressCaTargetsWritten(i int64) {
+	m.cube_egress_ca_targets_written = &i
+	m.addcube_egress_ca_targets_written = nil
 }
 
 // CubeEgressCaTargetsWritten returns the value of the "cube_egress_ca_targets_written" field in the mutation.
-func (m *RootfsArtifactMutation) CubeEgressCaTargetsWritten() (r string, exists bool) {
+func (m *RootfsArtifactMutation) CubeEgressCaTargetsWritten() (r int64, exists bool) {
 	v := m.cube_egress_ca_targets_written
 	if v == nil {
 		return
@@ -1931,7 +1315,7 @@ func (m *RootfsArtifactMutation) CubeEgressCaTargetsWritten() (r string, exists 
 // OldCubeEgressCaTargetsWritten returns the old "cube_egress_ca_targets_written" field's value of the RootfsArtifact entity.
 // If the RootfsArtifact object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *RootfsArtifactMutation) OldCubeEgressCaTargetsWritten(ctx context.Context) (v string, err error) {
+func (m *RootfsArtifactMutation) OldCubeEgressCaTargetsWritten(ctx context.Context) (v int64, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldCubeEgressCaTargetsWritten is only allowed on UpdateOne operations")
 	}
@@ -1945,22 +1329,28 @@ func (m *RootfsArtifactMutation) OldCubeEgressCaTargetsWritten(ctx context.Conte
 	return oldValue.CubeEgressCaTargetsWritten, nil
 }
 
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (m *RootfsArtifactMutation) ClearCubeEgressCaTargetsWritten() {
-	m.cube_egress_ca_targets_written = nil
-	m.clearedFields[rootfsartifact.FieldCubeEgressCaTargetsWritten] = struct{}{}
+// AddCubeEgressCaTargetsWritten adds i to the "cube_egress_ca_targets_written" field.
+func (m *RootfsArtifactMutation) AddCubeEgressCaTargetsWritten(i int64) {
+	if m.addcube_egress_ca_targets_written != nil {
+		*m.addcube_egress_ca_targets_written += i
+	} else {
+		m.addcube_egress_ca_targets_written = &i
+	}
 }
 
-// CubeEgressCaTargetsWrittenCleared returns if the "cube_egress_ca_targets_written" field was cleared in this mutation.
-func (m *RootfsArtifactMutation) CubeEgressCaTargetsWrittenCleared() bool {
-	_, ok := m.clearedFields[rootfsartifact.FieldCubeEgressCaTargetsWritten]
-	return ok
+// AddedCubeEgressCaTargetsWritten returns the value that was added to the "cube_egress_ca_targets_written" field in this mutation.
+func (m *RootfsArtifactMutation) AddedCubeEgressCaTargetsWritten() (r int64, exists bool) {
+	v := m.addcube_egress_ca_targets_written
+	if v == nil {
+		return
+	}
+	return *v, true
 }
 
 // ResetCubeEgressCaTargetsWritten resets all changes to the "cube_egress_ca_targets_written" field.
 func (m *RootfsArtifactMutation) ResetCubeEgressCaTargetsWritten() {
 	m.cube_egress_ca_targets_written = nil
-	delete(m.clearedFields, rootfsartifact.FieldCubeEgressCaTargetsWritten)
+	m.addcube_egress_ca_targets_written = nil
 }
 
 // Where appends a list predicates to the RootfsArtifactMutation builder.
@@ -2410,7 +1800,7 @@ func (m *RootfsArtifactMutation) SetField(name string, value ent.Value) error {
 		m.SetCubeEgressCaFingerprint(v)
 		return nil
 	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
-		v, ok := value.(string)
+		v, ok := value.(int64)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
@@ -2436,6 +1826,9 @@ func (m *RootfsArtifactMutation) AddedFields() []string {
 	if m.addbuild_lease_expire_at != nil {
 		fields = append(fields, rootfsartifact.FieldBuildLeaseExpireAt)
 	}
+	if m.addcube_egress_ca_targets_written != nil {
+		fields = append(fields, rootfsartifact.FieldCubeEgressCaTargetsWritten)
+	}
 	return fields
 }
 
@@ -2452,6 +1845,8 @@ func (m *RootfsArtifactMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedBuildGeneration()
 	case rootfsartifact.FieldBuildLeaseExpireAt:
 		return m.AddedBuildLeaseExpireAt()
+	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
+		return m.AddedCubeEgressCaTargetsWritten()
 	}
 	return nil, false
 }
@@ -2489,6 +1884,13 @@ func (m *RootfsArtifactMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddBuildLeaseExpireAt(v)
 		return nil
+	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCubeEgressCaTargetsWritten(v)
+		return nil
 	}
 	return fmt.Errorf("unknown RootfsArtifact numeric field %s", name)
 }
@@ -2511,9 +1913,6 @@ func (m *RootfsArtifactMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(rootfsartifact.FieldArtifactURL) {
 		fields = append(fields, rootfsartifact.FieldArtifactURL)
-	}
-	if m.FieldCleared(rootfsartifact.FieldCubeEgressCaTargetsWritten) {
-		fields = append(fields, rootfsartifact.FieldCubeEgressCaTargetsWritten)
 	}
 	return fields
 }
@@ -2543,9 +1942,6 @@ func (m *RootfsArtifactMutation) ClearField(name string) error {
 		return nil
 	case rootfsartifact.FieldArtifactURL:
 		m.ClearArtifactURL()
-		return nil
-	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
-		m.ClearCubeEgressCaTargetsWritten()
 		return nil
 	}
 	return fmt.Errorf("unknown RootfsArtifact nullable field %s", name)
@@ -4089,6 +3485,9 @@ type TemplateImageJobMutation struct {
 	pull_speed_bps            *int64
 	addpull_speed_bps         *int64
 	active_key                *string
+	registry_auth             *string
+	fence                     *int64
+	addfence                  *int64
 	clearedFields             map[string]struct{}
 	done                      bool
 	oldValue                  func(context.Context) (*TemplateImageJob, error)
@@ -5983,6 +5382,111 @@ func (m *TemplateImageJobMutation) ResetActiveKey() {
 	delete(m.clearedFields, templateimagejob.FieldActiveKey)
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (m *TemplateImageJobMutation) SetRegistryAuth(s string) {
+	m.registry_auth = &s
+}
+
+// RegistryAuth returns the value of the "registry_auth" field in the mutation.
+func (m *TemplateImageJobMutation) RegistryAuth() (r string, exists bool) {
+	v := m.registry_auth
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRegistryAuth returns the old "registry_auth" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldRegistryAuth(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRegistryAuth is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRegistryAuth requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRegistryAuth: %w", err)
+	}
+	return oldValue.RegistryAuth, nil
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (m *TemplateImageJobMutation) ClearRegistryAuth() {
+	m.registry_auth = nil
+	m.clearedFields[templateimagejob.FieldRegistryAuth] = struct{}{}
+}
+
+// RegistryAuthCleared returns if the "registry_auth" field was cleared in this mutation.
+func (m *TemplateImageJobMutation) RegistryAuthCleared() bool {
+	_, ok := m.clearedFields[templateimagejob.FieldRegistryAuth]
+	return ok
+}
+
+// ResetRegistryAuth resets all changes to the "registry_auth" field.
+func (m *TemplateImageJobMutation) ResetRegistryAuth() {
+	m.registry_auth = nil
+	delete(m.clearedFields, templateimagejob.FieldRegistryAuth)
+}
+
+// SetFence sets the "fence" field.
+func (m *TemplateImageJobMutation) SetFence(i int64) {
+	m.fence = &i
+	m.addfence = nil
+}
+
+// Fence returns the value of the "fence" field in the mutation.
+func (m *TemplateImageJobMutation) Fence() (r int64, exists bool) {
+	v := m.fence
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFence returns the old "fence" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldFence(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFence is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFence requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFence: %w", err)
+	}
+	return oldValue.Fence, nil
+}
+
+// AddFence adds i to the "fence" field.
+func (m *TemplateImageJobMutation) AddFence(i int64) {
+	if m.addfence != nil {
+		*m.addfence += i
+	} else {
+		m.addfence = &i
+	}
+}
+
+// AddedFence returns the value that was added to the "fence" field in this mutation.
+func (m *TemplateImageJobMutation) AddedFence() (r int64, exists bool) {
+	v := m.addfence
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetFence resets all changes to the "fence" field.
+func (m *TemplateImageJobMutation) ResetFence() {
+	m.fence = nil
+	m.addfence = nil
+}
+
 // Where appends a list predicates to the TemplateImageJobMutation builder.
 func (m *TemplateImageJobMutation) Where(ps ...predicate.TemplateImageJob) {
 	m.predicates = append(m.predicates, ps...)
@@ -6017,7 +5521,7 @@ func (m *TemplateImageJobMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateImageJobMutation) Fields() []string {
-	fields := make([]string, 0, 42)
+	fields := make([]string, 0, 44)
 	if m.created_at != nil {
 		fields = append(fields, templateimagejob.FieldCreatedAt)
 	}
@@ -6144,6 +5648,12 @@ func (m *TemplateImageJobMutation) Fields() []string {
 	if m.active_key != nil {
 		fields = append(fields, templateimagejob.FieldActiveKey)
 	}
+	if m.registry_auth != nil {
+		fields = append(fields, templateimagejob.FieldRegistryAuth)
+	}
+	if m.fence != nil {
+		fields = append(fields, templateimagejob.FieldFence)
+	}
 	return fields
 }
 
@@ -6236,6 +5746,10 @@ func (m *TemplateImageJobMutation) Field(name string) (ent.Value, bool) {
 		return m.PullSpeedBps()
 	case templateimagejob.FieldActiveKey:
 		return m.ActiveKey()
+	case templateimagejob.FieldRegistryAuth:
+		return m.RegistryAuth()
+	case templateimagejob.FieldFence:
+		return m.Fence()
 	}
 	return nil, false
 }
@@ -6329,6 +5843,10 @@ func (m *TemplateImageJobMutation) OldField(ctx context.Context, name string) (e
 		return m.OldPullSpeedBps(ctx)
 	case templateimagejob.FieldActiveKey:
 		return m.OldActiveKey(ctx)
+	case templateimagejob.FieldRegistryAuth:
+		return m.OldRegistryAuth(ctx)
+	case templateimagejob.FieldFence:
+		return m.OldFence(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6632,6 +6150,20 @@ func (m *TemplateImageJobMutation) SetField(name string, value ent.Value) error 
 		}
 		m.SetActiveKey(v)
 		return nil
+	case templateimagejob.FieldRegistryAuth:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRegistryAuth(v)
+		return nil
+	case templateimagejob.FieldFence:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFence(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6670,6 +6202,9 @@ func (m *TemplateImageJobMutation) AddedFields() []string {
 	if m.addpull_speed_bps != nil {
 		fields = append(fields, templateimagejob.FieldPullSpeedBps)
 	}
+	if m.addfence != nil {
+		fields = append(fields, templateimagejob.FieldFence)
+	}
 	return fields
 }
 
@@ -6698,6 +6233,8 @@ func (m *TemplateImageJobMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedPullCompletedLayers()
 	case templateimagejob.FieldPullSpeedBps:
 		return m.AddedPullSpeedBps()
+	case templateimagejob.FieldFence:
+		return m.AddedFence()
 	}
 	return nil, false
 }
@@ -6777,6 +6314,13 @@ func (m *TemplateImageJobMutation) AddField(name string, value ent.Value) error 
 		}
 		m.AddPullSpeedBps(v)
 		return nil
+	case templateimagejob.FieldFence:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFence(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob numeric field %s", name)
 }
@@ -6802,6 +6346,9 @@ func (m *TemplateImageJobMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(templateimagejob.FieldActiveKey) {
 		fields = append(fields, templateimagejob.FieldActiveKey)
+	}
+	if m.FieldCleared(templateimagejob.FieldRegistryAuth) {
+		fields = append(fields, templateimagejob.FieldRegistryAuth)
 	}
 	return fields
 }
@@ -6834,6 +6381,9 @@ func (m *TemplateImageJobMutation) ClearField(name string) error {
 		return nil
 	case templateimagejob.FieldActiveKey:
 		m.ClearActiveKey()
+		return nil
+	case templateimagejob.FieldRegistryAuth:
+		m.ClearRegistryAuth()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob nullable field %s", name)
@@ -6969,6 +6519,12 @@ func (m *TemplateImageJobMutation) ResetField(name string) error {
 	case templateimagejob.FieldActiveKey:
 		m.ResetActiveKey()
 		return nil
+	case templateimagejob.FieldRegistryAuth:
+		m.ResetRegistryAuth()
+		return nil
+	case templateimagejob.FieldFence:
+		m.ResetFence()
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -7019,6 +6575,494 @@ func (m *TemplateImageJobMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *TemplateImageJobMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown TemplateImageJob edge %s", name)
+}
+
+// TemplateNameMutation represents an operation that mutates the TemplateName nodes in the graph.
+type TemplateNameMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	name          *string
+	template_id   *string
+	kind          *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*TemplateName, error)
+	predicates    []predicate.TemplateName
+}
+
+var _ ent.Mutation = (*TemplateNameMutation)(nil)
+
+// templatenameOption allows management of the mutation configuration using functional options.
+type templatenameOption func(*TemplateNameMutation)
+
+// newTemplateNameMutation creates new mutation for the TemplateName entity.
+func newTemplateNameMutation(c config, op Op, opts ...templatenameOption) *TemplateNameMutation {
+	m := &TemplateNameMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTemplateName,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTemplateNameID sets the ID field of the mutation.
+func withTemplateNameID(id int) templatenameOption {
+	return func(m *TemplateNameMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TemplateName
+		)
+		m.oldValue = func(ctx context.Context) (*TemplateName, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TemplateName.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTemplateName sets the old TemplateName of the mutation.
+func withTemplateName(node *TemplateName) templatenameOption {
+	return func(m *TemplateNameMutation) {
+		m.oldValue = func(context.Context) (*TemplateName, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TemplateNameMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TemplateNameMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TemplateNameMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TemplateNameMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TemplateName.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *TemplateNameMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *TemplateNameMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *TemplateNameMutation) ResetName() {
+	m.name = nil
+}
+
+// SetTemplateID sets the "template_id" field.
+func (m *TemplateNameMutation) SetTemplateID(s string) {
+	m.template_id = &s
+}
+
+// TemplateID returns the value of the "template_id" field in the mutation.
+func (m *TemplateNameMutation) TemplateID() (r string, exists bool) {
+	v := m.template_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTemplateID returns the old "template_id" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldTemplateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTemplateID: %w", err)
+	}
+	return oldValue.TemplateID, nil
+}
+
+// ResetTemplateID resets all changes to the "template_id" field.
+func (m *TemplateNameMutation) ResetTemplateID() {
+	m.template_id = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *TemplateNameMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *TemplateNameMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *TemplateNameMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TemplateNameMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TemplateNameMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TemplateNameMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the TemplateNameMutation builder.
+func (m *TemplateNameMutation) Where(ps ...predicate.TemplateName) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TemplateNameMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TemplateNameMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TemplateName, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TemplateNameMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TemplateNameMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TemplateName).
+func (m *TemplateNameMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TemplateNameMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.name != nil {
+		fields = append(fields, templatename.FieldName)
+	}
+	if m.template_id != nil {
+		fields = append(fields, templatename.FieldTemplateID)
+	}
+	if m.kind != nil {
+		fields = append(fields, templatename.FieldKind)
+	}
+	if m.created_at != nil {
+		fields = append(fields, templatename.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TemplateNameMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case templatename.FieldName:
+		return m.Name()
+	case templatename.FieldTemplateID:
+		return m.TemplateID()
+	case templatename.FieldKind:
+		return m.Kind()
+	case templatename.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TemplateNameMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case templatename.FieldName:
+		return m.OldName(ctx)
+	case templatename.FieldTemplateID:
+		return m.OldTemplateID(ctx)
+	case templatename.FieldKind:
+		return m.OldKind(ctx)
+	case templatename.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNameMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case templatename.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case templatename.FieldTemplateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTemplateID(v)
+		return nil
+	case templatename.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case templatename.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TemplateNameMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TemplateNameMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TemplateNameMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown TemplateName numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TemplateNameMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TemplateNameMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TemplateNameMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TemplateName nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TemplateNameMutation) ResetField(name string) error {
+	switch name {
+	case templatename.FieldName:
+		m.ResetName()
+		return nil
+	case templatename.FieldTemplateID:
+		m.ResetTemplateID()
+		return nil
+	case templatename.FieldKind:
+		m.ResetKind()
+		return nil
+	case templatename.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TemplateName field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TemplateNameMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TemplateNameMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TemplateNameMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TemplateNameMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TemplateNameMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TemplateNameMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TemplateNameMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TemplateName unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TemplateNameMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TemplateName edge %s", name)
 }
 
 // TemplateNodeMutation represents an operation that mutates the TemplateNode nodes in the graph.

@@ -72,7 +72,7 @@ type RootfsArtifact struct {
 	// CubeEgressCaFingerprint holds the value of the "cube_egress_ca_fingerprint" field.
 	CubeEgressCaFingerprint string `json:"cube_egress_ca_fingerprint,omitempty"`
 	// CubeEgressCaTargetsWritten holds the value of the "cube_egress_ca_targets_written" field.
-	CubeEgressCaTargetsWritten string `json:"cube_egress_ca_targets_written,omitempty"`
+	CubeEgressCaTargetsWritten int64 `json:"cube_egress_ca_targets_written,omitempty"`
 	selectValues               sql.SelectValues
 }
 
@@ -83,9 +83,9 @@ func (*RootfsArtifact) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case rootfsartifact.FieldCubeEgressCaBaked:
 			values[i] = new(sql.NullBool)
-		case rootfsartifact.FieldID, rootfsartifact.FieldExt4SizeBytes, rootfsartifact.FieldGcDeadline, rootfsartifact.FieldBuildGeneration, rootfsartifact.FieldBuildLeaseExpireAt:
+		case rootfsartifact.FieldID, rootfsartifact.FieldExt4SizeBytes, rootfsartifact.FieldGcDeadline, rootfsartifact.FieldBuildGeneration, rootfsartifact.FieldBuildLeaseExpireAt, rootfsartifact.FieldCubeEgressCaTargetsWritten:
 			values[i] = new(sql.NullInt64)
-		case rootfsartifact.FieldArtifactID, rootfsartifact.FieldTemplateSpecFingerprint, rootfsartifact.FieldSourceImageRef, rootfsartifact.FieldSourceImageDigest, rootfsartifact.FieldMasterNodeID, rootfsartifact.FieldMasterNodeIP, rootfsartifact.FieldExt4Path, rootfsartifact.FieldExt4Sha256, rootfsartifact.FieldImageConfigJSON, rootfsartifact.FieldGeneratedRequestJSON, rootfsartifact.FieldWritableLayerSize, rootfsartifact.FieldDownloadToken, rootfsartifact.FieldStatus, rootfsartifact.FieldLastError, rootfsartifact.FieldArtifactURL, rootfsartifact.FieldStorageBackend, rootfsartifact.FieldObjectKey, rootfsartifact.FieldBuildOwnerToken, rootfsartifact.FieldCubeEgressCaFingerprint, rootfsartifact.FieldCubeEgressCaTargetsWritten:
+		case rootfsartifact.FieldArtifactID, rootfsartifact.FieldTemplateSpecFingerprint, rootfsartifact.FieldSourceImageRef, rootfsartifact.FieldSourceImageDigest, rootfsartifact.FieldMasterNodeID, rootfsartifact.FieldMasterNodeIP, rootfsartifact.FieldExt4Path, rootfsartifact.FieldExt4Sha256, rootfsartifact.FieldImageConfigJSON, rootfsartifact.FieldGeneratedRequestJSON, rootfsartifact.FieldWritableLayerSize, rootfsartifact.FieldDownloadToken, rootfsartifact.FieldStatus, rootfsartifact.FieldLastError, rootfsartifact.FieldArtifactURL, rootfsartifact.FieldStorageBackend, rootfsartifact.FieldObjectKey, rootfsartifact.FieldBuildOwnerToken, rootfsartifact.FieldCubeEgressCaFingerprint:
 			values[i] = new(sql.NullString)
 		case rootfsartifact.FieldCreatedAt, rootfsartifact.FieldUpdatedAt, rootfsartifact.FieldDeletedAt:
 			values[i] = new(sql.NullTime)
@@ -274,10 +274,10 @@ func (_m *RootfsArtifact) assignValues(columns []string, values []any) error {
 				_m.CubeEgressCaFingerprint = value.String
 			}
 		case rootfsartifact.FieldCubeEgressCaTargetsWritten:
-			if value, ok := values[i].(*sql.NullString); !ok {
+			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field cube_egress_ca_targets_written", values[i])
 			} else if value.Valid {
-				_m.CubeEgressCaTargetsWritten = value.String
+				_m.CubeEgressCaTargetsWritten = value.Int64
 			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
@@ -399,7 +399,7 @@ func (_m *RootfsArtifact) String() string {
 	builder.WriteString(_m.CubeEgressCaFingerprint)
 	builder.WriteString(", ")
 	builder.WriteString("cube_egress_ca_targets_written=")
-	builder.WriteString(_m.CubeEgressCaTargetsWritten)
+	builder.WriteString(fmt.Sprintf("%v", _m.CubeEgressCaTargetsWritten))
 	builder.WriteByte(')')
 	return builder.String()
 }

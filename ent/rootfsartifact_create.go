@@ -369,13 +369,13 @@ func (_c *RootfsArtifactCreate) SetNillableCubeEgressCaFingerprint(v *string) *R
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (_c *RootfsArtifactCreate) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactCreate {
+func (_c *RootfsArtifactCreate) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactCreate {
 	_c.mutation.SetCubeEgressCaTargetsWritten(v)
 	return _c
 }
 
 // SetNillableCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field if the given value is not nil.
-func (_c *RootfsArtifactCreate) SetNillableCubeEgressCaTargetsWritten(v *string) *RootfsArtifactCreate {
+func (_c *RootfsArtifactCreate) SetNillableCubeEgressCaTargetsWritten(v *int64) *RootfsArtifactCreate {
 	if v != nil {
 		_c.SetCubeEgressCaTargetsWritten(*v)
 	}
@@ -488,6 +488,10 @@ func (_c *RootfsArtifactCreate) defaults() {
 	if _, ok := _c.mutation.CubeEgressCaFingerprint(); !ok {
 		v := rootfsartifact.DefaultCubeEgressCaFingerprint
 		_c.mutation.SetCubeEgressCaFingerprint(v)
+	}
+	if _, ok := _c.mutation.CubeEgressCaTargetsWritten(); !ok {
+		v := rootfsartifact.DefaultCubeEgressCaTargetsWritten
+		_c.mutation.SetCubeEgressCaTargetsWritten(v)
 	}
 }
 
@@ -634,6 +638,9 @@ func (_c *RootfsArtifactCreate) check() error {
 			return &ValidationError{Name: "cube_egress_ca_fingerprint", err: fmt.Errorf(`ent: validator failed for field "RootfsArtifact.cube_egress_ca_fingerprint": %w`, err)}
 		}
 	}
+	if _, ok := _c.mutation.CubeEgressCaTargetsWritten(); !ok {
+		return &ValidationError{Name: "cube_egress_ca_targets_written", err: errors.New(`ent: missing required field "RootfsArtifact.cube_egress_ca_targets_written"`)}
+	}
 	return nil
 }
 
@@ -770,7 +777,7 @@ func (_c *RootfsArtifactCreate) createSpec() (*RootfsArtifact, *sqlgraph.CreateS
 		_node.CubeEgressCaFingerprint = value
 	}
 	if value, ok := _c.mutation.CubeEgressCaTargetsWritten(); ok {
-		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeString, value)
+		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 		_node.CubeEgressCaTargetsWritten = value
 	}
 	return _node, _spec
@@ -1180,7 +1187,7 @@ func (u *RootfsArtifactUpsert) UpdateCubeEgressCaFingerprint() *RootfsArtifactUp
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsert) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactUpsert {
+func (u *RootfsArtifactUpsert) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsert {
 	u.Set(rootfsartifact.FieldCubeEgressCaTargetsWritten, v)
 	return u
 }
@@ -1191,9 +1198,9 @@ func (u *RootfsArtifactUpsert) UpdateCubeEgressCaTargetsWritten() *RootfsArtifac
 	return u
 }
 
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsert) ClearCubeEgressCaTargetsWritten() *RootfsArtifactUpsert {
-	u.SetNull(rootfsartifact.FieldCubeEgressCaTargetsWritten)
+// AddCubeEgressCaTargetsWritten adds v to the "cube_egress_ca_targets_written" field.
+func (u *RootfsArtifactUpsert) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsert {
+	u.Add(rootfsartifact.FieldCubeEgressCaTargetsWritten, v)
 	return u
 }
 
@@ -1659,9 +1666,16 @@ func (u *RootfsArtifactUpsertOne) UpdateCubeEgressCaFingerprint() *RootfsArtifac
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsertOne) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactUpsertOne {
+func (u *RootfsArtifactUpsertOne) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsertOne {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.SetCubeEgressCaTargetsWritten(v)
+	})
+}
+
+// AddCubeEgressCaTargetsWritten adds v to the "cube_egress_ca_targets_written" field.
+func (u *RootfsArtifactUpsertOne) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsertOne {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.AddCubeEgressCaTargetsWritten(v)
 	})
 }
 
@@ -1669,13 +1683,6 @@ func (u *RootfsArtifactUpsertOne) SetCubeEgressCaTargetsWritten(v string) *Rootf
 func (u *RootfsArtifactUpsertOne) UpdateCubeEgressCaTargetsWritten() *RootfsArtifactUpsertOne {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.UpdateCubeEgressCaTargetsWritten()
-	})
-}
-
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsertOne) ClearCubeEgressCaTargetsWritten() *RootfsArtifactUpsertOne {
-	return u.Update(func(s *RootfsArtifactUpsert) {
-		s.ClearCubeEgressCaTargetsWritten()
 	})
 }
 
@@ -2307,9 +2314,16 @@ func (u *RootfsArtifactUpsertBulk) UpdateCubeEgressCaFingerprint() *RootfsArtifa
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsertBulk) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactUpsertBulk {
+func (u *RootfsArtifactUpsertBulk) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsertBulk {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.SetCubeEgressCaTargetsWritten(v)
+	})
+}
+
+// AddCubeEgressCaTargetsWritten adds v to the "cube_egress_ca_targets_written" field.
+func (u *RootfsArtifactUpsertBulk) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsertBulk {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.AddCubeEgressCaTargetsWritten(v)
 	})
 }
 
@@ -2317,13 +2331,6 @@ func (u *RootfsArtifactUpsertBulk) SetCubeEgressCaTargetsWritten(v string) *Root
 func (u *RootfsArtifactUpsertBulk) UpdateCubeEgressCaTargetsWritten() *RootfsArtifactUpsertBulk {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.UpdateCubeEgressCaTargetsWritten()
-	})
-}
-
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (u *RootfsArtifactUpsertBulk) ClearCubeEgressCaTargetsWritten() *RootfsArtifactUpsertBulk {
-	return u.Update(func(s *RootfsArtifactUpsert) {
-		s.ClearCubeEgressCaTargetsWritten()
 	})
 }
 

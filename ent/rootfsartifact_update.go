@@ -437,22 +437,23 @@ func (_u *RootfsArtifactUpdate) SetNillableCubeEgressCaFingerprint(v *string) *R
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (_u *RootfsArtifactUpdate) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactUpdate {
+func (_u *RootfsArtifactUpdate) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpdate {
+	_u.mutation.ResetCubeEgressCaTargetsWritten()
 	_u.mutation.SetCubeEgressCaTargetsWritten(v)
 	return _u
 }
 
 // SetNillableCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field if the given value is not nil.
-func (_u *RootfsArtifactUpdate) SetNillableCubeEgressCaTargetsWritten(v *string) *RootfsArtifactUpdate {
+func (_u *RootfsArtifactUpdate) SetNillableCubeEgressCaTargetsWritten(v *int64) *RootfsArtifactUpdate {
 	if v != nil {
 		_u.SetCubeEgressCaTargetsWritten(*v)
 	}
 	return _u
 }
 
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (_u *RootfsArtifactUpdate) ClearCubeEgressCaTargetsWritten() *RootfsArtifactUpdate {
-	_u.mutation.ClearCubeEgressCaTargetsWritten()
+// AddCubeEgressCaTargetsWritten adds value to the "cube_egress_ca_targets_written" field.
+func (_u *RootfsArtifactUpdate) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpdate {
+	_u.mutation.AddCubeEgressCaTargetsWritten(v)
 	return _u
 }
 
@@ -678,10 +679,10 @@ func (_u *RootfsArtifactUpdate) sqlSave(ctx context.Context) (_node int, err err
 		_spec.SetField(rootfsartifact.FieldCubeEgressCaFingerprint, field.TypeString, value)
 	}
 	if value, ok := _u.mutation.CubeEgressCaTargetsWritten(); ok {
-		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeString, value)
+		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 	}
-	if _u.mutation.CubeEgressCaTargetsWrittenCleared() {
-		_spec.ClearField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeString)
+	if value, ok := _u.mutation.AddedCubeEgressCaTargetsWritten(); ok {
+		_spec.AddField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1112,22 +1113,23 @@ func (_u *RootfsArtifactUpdateOne) SetNillableCubeEgressCaFingerprint(v *string)
 }
 
 // SetCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field.
-func (_u *RootfsArtifactUpdateOne) SetCubeEgressCaTargetsWritten(v string) *RootfsArtifactUpdateOne {
+func (_u *RootfsArtifactUpdateOne) SetCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpdateOne {
+	_u.mutation.ResetCubeEgressCaTargetsWritten()
 	_u.mutation.SetCubeEgressCaTargetsWritten(v)
 	return _u
 }
 
 // SetNillableCubeEgressCaTargetsWritten sets the "cube_egress_ca_targets_written" field if the given value is not nil.
-func (_u *RootfsArtifactUpdateOne) SetNillableCubeEgressCaTargetsWritten(v *string) *RootfsArtifactUpdateOne {
+func (_u *RootfsArtifactUpdateOne) SetNillableCubeEgressCaTargetsWritten(v *int64) *RootfsArtifactUpdateOne {
 	if v != nil {
 		_u.SetCubeEgressCaTargetsWritten(*v)
 	}
 	return _u
 }
 
-// ClearCubeEgressCaTargetsWritten clears the value of the "cube_egress_ca_targets_written" field.
-func (_u *RootfsArtifactUpdateOne) ClearCubeEgressCaTargetsWritten() *RootfsArtifactUpdateOne {
-	_u.mutation.ClearCubeEgressCaTargetsWritten()
+// AddCubeEgressCaTargetsWritten adds value to the "cube_egress_ca_targets_written" field.
+func (_u *RootfsArtifactUpdateOne) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpdateOne {
+	_u.mutation.AddCubeEgressCaTargetsWritten(v)
 	return _u
 }
 
@@ -1383,10 +1385,10 @@ func (_u *RootfsArtifactUpdateOne) sqlSave(ctx context.Context) (_node *RootfsAr
 		_spec.SetField(rootfsartifact.FieldCubeEgressCaFingerprint, field.TypeString, value)
 	}
 	if value, ok := _u.mutation.CubeEgressCaTargetsWritten(); ok {
-		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeString, value)
+		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 	}
-	if _u.mutation.CubeEgressCaTargetsWrittenCleared() {
-		_spec.ClearField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeString)
+	if value, ok := _u.mutation.AddedCubeEgressCaTargetsWritten(); ok {
+		_spec.AddField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 	}
 	_node = &RootfsArtifact{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -3,11 +3,11 @@
 package ent
 
 import (
-	"github.com/cubesandbox/templatecenter/ent/artifactnodeplacement"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
+	"github.com/cubesandbox/templatecenter/ent/templatename"
 	"github.com/cubesandbox/templatecenter/ent/templatenode"
 	"github.com/cubesandbox/templatecenter/ent/templatereplica"
 )
@@ -16,50 +16,6 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
-	artifactnodeplacementFields := schema.ArtifactNodePlacement{}.Fields()
-	_ = artifactnodeplacementFields
-	// artifactnodeplacementDescArtifactID is the schema descriptor for artifact_id field.
-	artifactnodeplacementDescArtifactID := artifactnodeplacementFields[0].Descriptor()
-	// artifactnodeplacement.ArtifactIDValidator is a validator for the "artifact_id" field. It is called by the builders before save.
-	artifactnodeplacement.ArtifactIDValidator = func() func(string) error {
-		validators := artifactnodeplacementDescArtifactID.Validators
-		fns := [...]func(string) error{
-			validators[0].(func(string) error),
-			validators[1].(func(string) error),
-		}
-		return func(artifact_id string) error {
-			for _, fn := range fns {
-				if err := fn(artifact_id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}()
-	// artifactnodeplacementDescNodeID is the schema descriptor for node_id field.
-	artifactnodeplacementDescNodeID := artifactnodeplacementFields[1].Descriptor()
-	// artifactnodeplacement.NodeIDValidator is a validator for the "node_id" field. It is called by the builders before save.
-	artifactnodeplacement.NodeIDValidator = func() func(string) error {
-		validators := artifactnodeplacementDescNodeID.Validators
-		fns := [...]func(string) error{
-			validators[0].(func(string) error),
-			validators[1].(func(string) error),
-		}
-		return func(node_id string) error {
-			for _, fn := range fns {
-				if err := fn(node_id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}()
-	// artifactnodeplacementDescNodeIP is the schema descriptor for node_ip field.
-	artifactnodeplacementDescNodeIP := artifactnodeplacementFields[2].Descriptor()
-	// artifactnodeplacement.DefaultNodeIP holds the default value on creation for the node_ip field.
-	artifactnodeplacement.DefaultNodeIP = artifactnodeplacementDescNodeIP.Default.(string)
-	// artifactnodeplacement.NodeIPValidator is a validator for the "node_ip" field. It is called by the builders before save.
-	artifactnodeplacement.NodeIPValidator = artifactnodeplacementDescNodeIP.Validators[0].(func(string) error)
 	rootfsartifactFields := schema.RootfsArtifact{}.Fields()
 	_ = rootfsartifactFields
 	// rootfsartifactDescArtifactID is the schema descriptor for artifact_id field.
@@ -196,6 +152,10 @@ func init() {
 	rootfsartifact.DefaultCubeEgressCaFingerprint = rootfsartifactDescCubeEgressCaFingerprint.Default.(string)
 	// rootfsartifact.CubeEgressCaFingerprintValidator is a validator for the "cube_egress_ca_fingerprint" field. It is called by the builders before save.
 	rootfsartifact.CubeEgressCaFingerprintValidator = rootfsartifactDescCubeEgressCaFingerprint.Validators[0].(func(string) error)
+	// rootfsartifactDescCubeEgressCaTargetsWritten is the schema descriptor for cube_egress_ca_targets_written field.
+	rootfsartifactDescCubeEgressCaTargetsWritten := rootfsartifactFields[24].Descriptor()
+	// rootfsartifact.DefaultCubeEgressCaTargetsWritten holds the default value on creation for the cube_egress_ca_targets_written field.
+	rootfsartifact.DefaultCubeEgressCaTargetsWritten = rootfsartifactDescCubeEgressCaTargetsWritten.Default.(int64)
 	templatedefinitionFields := schema.TemplateDefinition{}.Fields()
 	_ = templatedefinitionFields
 	// templatedefinitionDescTemplateID is the schema descriptor for template_id field.
@@ -496,6 +456,66 @@ func init() {
 	templateimagejobDescActiveKey := templateimagejobFields[38].Descriptor()
 	// templateimagejob.ActiveKeyValidator is a validator for the "active_key" field. It is called by the builders before save.
 	templateimagejob.ActiveKeyValidator = templateimagejobDescActiveKey.Validators[0].(func(string) error)
+	// templateimagejobDescFence is the schema descriptor for fence field.
+	templateimagejobDescFence := templateimagejobFields[40].Descriptor()
+	// templateimagejob.DefaultFence holds the default value on creation for the fence field.
+	templateimagejob.DefaultFence = templateimagejobDescFence.Default.(int64)
+	templatenameFields := schema.TemplateName{}.Fields()
+	_ = templatenameFields
+	// templatenameDescName is the schema descriptor for name field.
+	templatenameDescName := templatenameFields[0].Descriptor()
+	// templatename.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	templatename.NameValidator = func() func(string) error {
+		validators := templatenameDescName.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(name string) error {
+			for _, fn := range fns {
+				if err := fn(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// templatenameDescTemplateID is the schema descriptor for template_id field.
+	templatenameDescTemplateID := templatenameFields[1].Descriptor()
+	// templatename.TemplateIDValidator is a validator for the "template_id" field. It is called by the builders before save.
+	templatename.TemplateIDValidator = func() func(string) error {
+		validators := templatenameDescTemplateID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(template_id string) error {
+			for _, fn := range fns {
+				if err := fn(template_id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// templatenameDescKind is the schema descriptor for kind field.
+	templatenameDescKind := templatenameFields[2].Descriptor()
+	// templatename.KindValidator is a validator for the "kind" field. It is called by the builders before save.
+	templatename.KindValidator = func() func(string) error {
+		validators := templatenameDescKind.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(kind string) error {
+			for _, fn := range fns {
+				if err := fn(kind); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
 	templatenodeFields := schema.TemplateNode{}.Fields()
 	_ = templatenodeFields
 	// templatenodeDescNodeID is the schema descriptor for node_id field.

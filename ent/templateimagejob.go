@@ -100,7 +100,11 @@ type TemplateImageJob struct {
 	// PullSpeedBps holds the value of the "pull_speed_bps" field.
 	PullSpeedBps int64 `json:"pull_speed_bps,omitempty"`
 	// ActiveKey holds the value of the "active_key" field.
-	ActiveKey    *string `json:"active_key,omitempty"`
+	ActiveKey *string `json:"active_key,omitempty"`
+	// RegistryAuth holds the value of the "registry_auth" field.
+	RegistryAuth string `json:"registry_auth,omitempty"`
+	// Fence holds the value of the "fence" field.
+	Fence        int64 `json:"fence,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -109,9 +113,9 @@ func (*TemplateImageJob) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case templateimagejob.FieldID, templateimagejob.FieldAttemptNo, templateimagejob.FieldProgress, templateimagejob.FieldExpectedNodeCount, templateimagejob.FieldReadyNodeCount, templateimagejob.FieldFailedNodeCount, templateimagejob.FieldPullTotalBytes, templateimagejob.FieldPullDownloadedBytes, templateimagejob.FieldPullTotalLayers, templateimagejob.FieldPullCompletedLayers, templateimagejob.FieldPullSpeedBps:
+		case templateimagejob.FieldID, templateimagejob.FieldAttemptNo, templateimagejob.FieldProgress, templateimagejob.FieldExpectedNodeCount, templateimagejob.FieldReadyNodeCount, templateimagejob.FieldFailedNodeCount, templateimagejob.FieldPullTotalBytes, templateimagejob.FieldPullDownloadedBytes, templateimagejob.FieldPullTotalLayers, templateimagejob.FieldPullCompletedLayers, templateimagejob.FieldPullSpeedBps, templateimagejob.FieldFence:
 			values[i] = new(sql.NullInt64)
-		case templateimagejob.FieldJobID, templateimagejob.FieldTemplateID, templateimagejob.FieldRetryOfJobID, templateimagejob.FieldOperation, templateimagejob.FieldRedoMode, templateimagejob.FieldRedoScopeJSON, templateimagejob.FieldResumePhase, templateimagejob.FieldNodeID, templateimagejob.FieldNodeIP, templateimagejob.FieldSnapshotPath, templateimagejob.FieldArtifactID, templateimagejob.FieldTemplateSpecFingerprint, templateimagejob.FieldSourceImageRef, templateimagejob.FieldSourceImageDigest, templateimagejob.FieldWritableLayerSize, templateimagejob.FieldInstanceType, templateimagejob.FieldNetworkType, templateimagejob.FieldStatus, templateimagejob.FieldPhase, templateimagejob.FieldErrorMessage, templateimagejob.FieldTemplateStatus, templateimagejob.FieldArtifactStatus, templateimagejob.FieldRequestJSON, templateimagejob.FieldResultJSON, templateimagejob.FieldRequestID, templateimagejob.FieldSandboxID, templateimagejob.FieldResourceType, templateimagejob.FieldResourceID, templateimagejob.FieldActiveKey:
+		case templateimagejob.FieldJobID, templateimagejob.FieldTemplateID, templateimagejob.FieldRetryOfJobID, templateimagejob.FieldOperation, templateimagejob.FieldRedoMode, templateimagejob.FieldRedoScopeJSON, templateimagejob.FieldResumePhase, templateimagejob.FieldNodeID, templateimagejob.FieldNodeIP, templateimagejob.FieldSnapshotPath, templateimagejob.FieldArtifactID, templateimagejob.FieldTemplateSpecFingerprint, templateimagejob.FieldSourceImageRef, templateimagejob.FieldSourceImageDigest, templateimagejob.FieldWritableLayerSize, templateimagejob.FieldInstanceType, templateimagejob.FieldNetworkType, templateimagejob.FieldStatus, templateimagejob.FieldPhase, templateimagejob.FieldErrorMessage, templateimagejob.FieldTemplateStatus, templateimagejob.FieldArtifactStatus, templateimagejob.FieldRequestJSON, templateimagejob.FieldResultJSON, templateimagejob.FieldRequestID, templateimagejob.FieldSandboxID, templateimagejob.FieldResourceType, templateimagejob.FieldResourceID, templateimagejob.FieldActiveKey, templateimagejob.FieldRegistryAuth:
 			values[i] = new(sql.NullString)
 		case templateimagejob.FieldCreatedAt, templateimagejob.FieldUpdatedAt, templateimagejob.FieldDeletedAt:
 			values[i] = new(sql.NullTime)
@@ -390,6 +394,18 @@ func (_m *TemplateImageJob) assignValues(columns []string, values []any) error {
 				_m.ActiveKey = new(string)
 				*_m.ActiveKey = value.String
 			}
+		case templateimagejob.FieldRegistryAuth:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field registry_auth", values[i])
+			} else if value.Valid {
+				_m.RegistryAuth = value.String
+			}
+		case templateimagejob.FieldFence:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field fence", values[i])
+			} else if value.Valid {
+				_m.Fence = value.Int64
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -555,6 +571,12 @@ func (_m *TemplateImageJob) String() string {
 		builder.WriteString("active_key=")
 		builder.WriteString(*v)
 	}
+	builder.WriteString(", ")
+	builder.WriteString("registry_auth=")
+	builder.WriteString(_m.RegistryAuth)
+	builder.WriteString(", ")
+	builder.WriteString("fence=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Fence))
 	builder.WriteByte(')')
 	return builder.String()
 }

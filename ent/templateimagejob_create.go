@@ -578,6 +578,34 @@ func (_c *TemplateImageJobCreate) SetNillableActiveKey(v *string) *TemplateImage
 	return _c
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (_c *TemplateImageJobCreate) SetRegistryAuth(v string) *TemplateImageJobCreate {
+	_c.mutation.SetRegistryAuth(v)
+	return _c
+}
+
+// SetNillableRegistryAuth sets the "registry_auth" field if the given value is not nil.
+func (_c *TemplateImageJobCreate) SetNillableRegistryAuth(v *string) *TemplateImageJobCreate {
+	if v != nil {
+		_c.SetRegistryAuth(*v)
+	}
+	return _c
+}
+
+// SetFence sets the "fence" field.
+func (_c *TemplateImageJobCreate) SetFence(v int64) *TemplateImageJobCreate {
+	_c.mutation.SetFence(v)
+	return _c
+}
+
+// SetNillableFence sets the "fence" field if the given value is not nil.
+func (_c *TemplateImageJobCreate) SetNillableFence(v *int64) *TemplateImageJobCreate {
+	if v != nil {
+		_c.SetFence(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_c *TemplateImageJobCreate) Mutation() *TemplateImageJobMutation {
 	return _c.mutation
@@ -740,6 +768,10 @@ func (_c *TemplateImageJobCreate) defaults() {
 	if _, ok := _c.mutation.PullSpeedBps(); !ok {
 		v := templateimagejob.DefaultPullSpeedBps
 		_c.mutation.SetPullSpeedBps(v)
+	}
+	if _, ok := _c.mutation.Fence(); !ok {
+		v := templateimagejob.DefaultFence
+		_c.mutation.SetFence(v)
 	}
 }
 
@@ -978,6 +1010,9 @@ func (_c *TemplateImageJobCreate) check() error {
 			return &ValidationError{Name: "active_key", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.active_key": %w`, err)}
 		}
 	}
+	if _, ok := _c.mutation.Fence(); !ok {
+		return &ValidationError{Name: "fence", err: errors.New(`ent: missing required field "TemplateImageJob.fence"`)}
+	}
 	return nil
 }
 
@@ -1172,6 +1207,14 @@ func (_c *TemplateImageJobCreate) createSpec() (*TemplateImageJob, *sqlgraph.Cre
 	if value, ok := _c.mutation.ActiveKey(); ok {
 		_spec.SetField(templateimagejob.FieldActiveKey, field.TypeString, value)
 		_node.ActiveKey = &value
+	}
+	if value, ok := _c.mutation.RegistryAuth(); ok {
+		_spec.SetField(templateimagejob.FieldRegistryAuth, field.TypeString, value)
+		_node.RegistryAuth = value
+	}
+	if value, ok := _c.mutation.Fence(); ok {
+		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
+		_node.Fence = value
 	}
 	return _node, _spec
 }
@@ -1786,6 +1829,42 @@ func (u *TemplateImageJobUpsert) UpdateActiveKey() *TemplateImageJobUpsert {
 // ClearActiveKey clears the value of the "active_key" field.
 func (u *TemplateImageJobUpsert) ClearActiveKey() *TemplateImageJobUpsert {
 	u.SetNull(templateimagejob.FieldActiveKey)
+	return u
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsert) SetRegistryAuth(v string) *TemplateImageJobUpsert {
+	u.Set(templateimagejob.FieldRegistryAuth, v)
+	return u
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsert) UpdateRegistryAuth() *TemplateImageJobUpsert {
+	u.SetExcluded(templateimagejob.FieldRegistryAuth)
+	return u
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsert) ClearRegistryAuth() *TemplateImageJobUpsert {
+	u.SetNull(templateimagejob.FieldRegistryAuth)
+	return u
+}
+
+// SetFence sets the "fence" field.
+func (u *TemplateImageJobUpsert) SetFence(v int64) *TemplateImageJobUpsert {
+	u.Set(templateimagejob.FieldFence, v)
+	return u
+}
+
+// UpdateFence sets the "fence" field to the value that was provided on create.
+func (u *TemplateImageJobUpsert) UpdateFence() *TemplateImageJobUpsert {
+	u.SetExcluded(templateimagejob.FieldFence)
+	return u
+}
+
+// AddFence adds v to the "fence" field.
+func (u *TemplateImageJobUpsert) AddFence(v int64) *TemplateImageJobUpsert {
+	u.Add(templateimagejob.FieldFence, v)
 	return u
 }
 
@@ -2495,6 +2574,48 @@ func (u *TemplateImageJobUpsertOne) UpdateActiveKey() *TemplateImageJobUpsertOne
 func (u *TemplateImageJobUpsertOne) ClearActiveKey() *TemplateImageJobUpsertOne {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.ClearActiveKey()
+	})
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsertOne) SetRegistryAuth(v string) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetRegistryAuth(v)
+	})
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertOne) UpdateRegistryAuth() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateRegistryAuth()
+	})
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsertOne) ClearRegistryAuth() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearRegistryAuth()
+	})
+}
+
+// SetFence sets the "fence" field.
+func (u *TemplateImageJobUpsertOne) SetFence(v int64) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetFence(v)
+	})
+}
+
+// AddFence adds v to the "fence" field.
+func (u *TemplateImageJobUpsertOne) AddFence(v int64) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.AddFence(v)
+	})
+}
+
+// UpdateFence sets the "fence" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertOne) UpdateFence() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateFence()
 	})
 }
 
@@ -3370,6 +3491,48 @@ func (u *TemplateImageJobUpsertBulk) UpdateActiveKey() *TemplateImageJobUpsertBu
 func (u *TemplateImageJobUpsertBulk) ClearActiveKey() *TemplateImageJobUpsertBulk {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.ClearActiveKey()
+	})
+}
+
+// SetRegistryAuth sets the "registry_auth" field.
+func (u *TemplateImageJobUpsertBulk) SetRegistryAuth(v string) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetRegistryAuth(v)
+	})
+}
+
+// UpdateRegistryAuth sets the "registry_auth" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertBulk) UpdateRegistryAuth() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateRegistryAuth()
+	})
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (u *TemplateImageJobUpsertBulk) ClearRegistryAuth() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearRegistryAuth()
+	})
+}
+
+// SetFence sets the "fence" field.
+func (u *TemplateImageJobUpsertBulk) SetFence(v int64) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetFence(v)
+	})
+}
+
+// AddFence adds v to the "fence" field.
+func (u *TemplateImageJobUpsertBulk) AddFence(v int64) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.AddFence(v)
+	})
+}
+
+// UpdateFence sets the "fence" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertBulk) UpdateFence() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateFence()
 	})
 }
 

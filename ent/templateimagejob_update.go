@@ -680,6 +680,47 @@ func (_u *TemplateImageJobUpdate) ClearActiveKey() *TemplateImageJobUpdate {
 	return _u
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (_u *TemplateImageJobUpdate) SetRegistryAuth(v string) *TemplateImageJobUpdate {
+	_u.mutation.SetRegistryAuth(v)
+	return _u
+}
+
+// SetNillableRegistryAuth sets the "registry_auth" field if the given value is not nil.
+func (_u *TemplateImageJobUpdate) SetNillableRegistryAuth(v *string) *TemplateImageJobUpdate {
+	if v != nil {
+		_u.SetRegistryAuth(*v)
+	}
+	return _u
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (_u *TemplateImageJobUpdate) ClearRegistryAuth() *TemplateImageJobUpdate {
+	_u.mutation.ClearRegistryAuth()
+	return _u
+}
+
+// SetFence sets the "fence" field.
+func (_u *TemplateImageJobUpdate) SetFence(v int64) *TemplateImageJobUpdate {
+	_u.mutation.ResetFence()
+	_u.mutation.SetFence(v)
+	return _u
+}
+
+// SetNillableFence sets the "fence" field if the given value is not nil.
+func (_u *TemplateImageJobUpdate) SetNillableFence(v *int64) *TemplateImageJobUpdate {
+	if v != nil {
+		_u.SetFence(*v)
+	}
+	return _u
+}
+
+// AddFence adds value to the "fence" field.
+func (_u *TemplateImageJobUpdate) AddFence(v int64) *TemplateImageJobUpdate {
+	_u.mutation.AddFence(v)
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdate) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -1008,6 +1049,18 @@ func (_u *TemplateImageJobUpdate) sqlSave(ctx context.Context) (_node int, err e
 	}
 	if _u.mutation.ActiveKeyCleared() {
 		_spec.ClearField(templateimagejob.FieldActiveKey, field.TypeString)
+	}
+	if value, ok := _u.mutation.RegistryAuth(); ok {
+		_spec.SetField(templateimagejob.FieldRegistryAuth, field.TypeString, value)
+	}
+	if _u.mutation.RegistryAuthCleared() {
+		_spec.ClearField(templateimagejob.FieldRegistryAuth, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fence(); ok {
+		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFence(); ok {
+		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1681,6 +1734,47 @@ func (_u *TemplateImageJobUpdateOne) ClearActiveKey() *TemplateImageJobUpdateOne
 	return _u
 }
 
+// SetRegistryAuth sets the "registry_auth" field.
+func (_u *TemplateImageJobUpdateOne) SetRegistryAuth(v string) *TemplateImageJobUpdateOne {
+	_u.mutation.SetRegistryAuth(v)
+	return _u
+}
+
+// SetNillableRegistryAuth sets the "registry_auth" field if the given value is not nil.
+func (_u *TemplateImageJobUpdateOne) SetNillableRegistryAuth(v *string) *TemplateImageJobUpdateOne {
+	if v != nil {
+		_u.SetRegistryAuth(*v)
+	}
+	return _u
+}
+
+// ClearRegistryAuth clears the value of the "registry_auth" field.
+func (_u *TemplateImageJobUpdateOne) ClearRegistryAuth() *TemplateImageJobUpdateOne {
+	_u.mutation.ClearRegistryAuth()
+	return _u
+}
+
+// SetFence sets the "fence" field.
+func (_u *TemplateImageJobUpdateOne) SetFence(v int64) *TemplateImageJobUpdateOne {
+	_u.mutation.ResetFence()
+	_u.mutation.SetFence(v)
+	return _u
+}
+
+// SetNillableFence sets the "fence" field if the given value is not nil.
+func (_u *TemplateImageJobUpdateOne) SetNillableFence(v *int64) *TemplateImageJobUpdateOne {
+	if v != nil {
+		_u.SetFence(*v)
+	}
+	return _u
+}
+
+// AddFence adds value to the "fence" field.
+func (_u *TemplateImageJobUpdateOne) AddFence(v int64) *TemplateImageJobUpdateOne {
+	_u.mutation.AddFence(v)
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdateOne) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -2039,6 +2133,18 @@ func (_u *TemplateImageJobUpdateOne) sqlSave(ctx context.Context) (_node *Templa
 	}
 	if _u.mutation.ActiveKeyCleared() {
 		_spec.ClearField(templateimagejob.FieldActiveKey, field.TypeString)
+	}
+	if value, ok := _u.mutation.RegistryAuth(); ok {
+		_spec.SetField(templateimagejob.FieldRegistryAuth, field.TypeString, value)
+	}
+	if _u.mutation.RegistryAuthCleared() {
+		_spec.ClearField(templateimagejob.FieldRegistryAuth, field.TypeString)
+	}
+	if value, ok := _u.mutation.Fence(); ok {
+		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFence(); ok {
+		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
 	}
 	_node = &TemplateImageJob{config: _u.config}
 	_spec.Assign = _node.assignValues

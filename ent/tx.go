@@ -14,14 +14,14 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
-	// ArtifactNodePlacement is the client for interacting with the ArtifactNodePlacement builders.
-	ArtifactNodePlacement *ArtifactNodePlacementClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
 	TemplateDefinition *TemplateDefinitionClient
 	// TemplateImageJob is the client for interacting with the TemplateImageJob builders.
 	TemplateImageJob *TemplateImageJobClient
+	// TemplateName is the client for interacting with the TemplateName builders.
+	TemplateName *TemplateNameClient
 	// TemplateNode is the client for interacting with the TemplateNode builders.
 	TemplateNode *TemplateNodeClient
 	// TemplateReplica is the client for interacting with the TemplateReplica builders.
@@ -157,10 +157,10 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
-	tx.ArtifactNodePlacement = NewArtifactNodePlacementClient(tx.config)
 	tx.RootfsArtifact = NewRootfsArtifactClient(tx.config)
 	tx.TemplateDefinition = NewTemplateDefinitionClient(tx.config)
 	tx.TemplateImageJob = NewTemplateImageJobClient(tx.config)
+	tx.TemplateName = NewTemplateNameClient(tx.config)
 	tx.TemplateNode = NewTemplateNodeClient(tx.config)
 	tx.TemplateReplica = NewTemplateReplicaClient(tx.config)
 }
@@ -172,7 +172,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: ArtifactNodePlacement.QueryXXX(), the query will be executed
+// applies a query, for example: RootfsArtifact.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

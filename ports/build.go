@@ -96,7 +96,8 @@ type BuildSpec struct {
 	// wrapping core.ErrUnsupported.
 	HeadroomBytes  int64
 	HeadroomInodes int64
-	// MaxSizeBytes caps the image; 0 means no cap.
+	// MaxSizeBytes caps the image; 0 means no cap. An image that would
+	// exceed it fails with an error wrapping core.ErrInvalidArgument.
 	MaxSizeBytes int64
 }
 
@@ -159,7 +160,10 @@ type RootfsBuilder interface {
 	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
 	// image uses 4 KiB blocks, is sized to the content plus headroom and is
 	// a multiple of 2 MiB. It need not be durable (fsynced): whoever keeps
-	// it makes it so (the artifact store syncs the copy it publishes).
+	// it makes it so (the artifact store syncs the copy it publishes). A
+	// build whose ctx ends fails with an error wrapping ctx.Err(); one
+	// whose Tree fails to read fails too, never taking a broken stream for
+	// its end.
 	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
 }
 
@@ -174,7 +178,10 @@ type ObjectInfo struct {
 type ArtifactStore interface {
 	// Put publishes the bytes of r under key. The object becomes visible
 	// only complete and only if it has want.Size bytes whose sha256 is
-	// want.SHA256; otherwise nothing is published and the error says why.
+	// want.SHA256; otherwise nothing is published and the error says why
+	// (a mismatch wraps core.ErrInvalidArgument). Put reads r at most one
+	// byte past want.Size, so a reader longer than declared (even an
+	// endless one) fails promptly, and stops reading once ctx ends.
 	Put(ctx context.Context, key string, r io.Reader, want ObjectInfo) error
 	// Stat returns the object's info or core.ErrNotFound.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)

@@ -12,8 +12,9 @@ import "context"
 // An empty name is refused with an error wrapping core.ErrInvalidArgument.
 // Adapters may map names onto what their server accepts (MySQL allows 64
 // characters and may compare names case-insensitively), but two different
-// names never share a lock in practice: a mapped form that is not the name
-// itself keeps a hash of the whole name.
+// names never share a lock in practice: the mapping hashes every whole
+// name. One that passes some names through and shortens others lets a name
+// spelled like another's shortened form take its lock.
 type Locker interface {
 	// Lock blocks until this caller holds name or ctx ends (then it returns
 	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude
@@ -32,4 +33,11 @@ type Lock interface {
 	// cannot be confirmed, the session behind the lock is destroyed rather
 	// than reused, so the lock can never leak to another caller.
 	Unlock(ctx context.Context) error
+	// Lost is closed when the lock can no longer be trusted: the session
+	// behind it died or stopped answering, so another caller may hold it
+	// now. A holder must stop writing what the lock protects once it is
+	// closed. A lock whose holder's process or host dies is freed within a
+	// bounded time (an adapter keeps its session alive only while the
+	// holder runs), never left held for hours.
+	Lost() <-chan struct{}
 }

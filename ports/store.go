@@ -20,6 +20,11 @@ type Store interface {
 	Tx(ctx context.Context, fn func(ctx context.Context, r Repos) error) error
 	// Close releases the connection pool.
 	Close() error
+	// Now is the store's clock: the time created_at and updated_at are
+	// stamped with (the database's, for a database). Ages of rows are
+	// judged against it, never against a host's own clock, so hosts whose
+	// clocks disagree still agree on which jobs are stale.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Repos groups the repositories of one transaction scope.
@@ -29,6 +34,7 @@ type Repos interface {
 	Artifacts() ArtifactRepository
 	Placements() PlacementRepository
 	Nodes() NodeRepository
+	Names() NameRepository
 }
 
 // StaleQuery selects jobs for the reconciler.
@@ -48,7 +54,11 @@ type JobRepository interface {
 	// Create inserts job. CreatedAt/UpdatedAt are set by the store. If
 	// job.ActiveKey is not empty and another row holds the same active key,
 	// or job id or (template id, attempt) is taken, it returns an error
-	// wrapping core.ErrConflict and writes nothing.
+	// wrapping core.ErrConflict and writes nothing. (request id, operation)
+	// names one job, as upstream keys idempotency on it: an empty request id
+	// is stored as the job id, and one another job of the operation already
+	// has as core.DistinctRequestID; job.RequestID is set to what was
+	// stored.
 	Create(ctx context.Context, job *core.Job) error
 	// Get returns the job or core.ErrNotFound.
 	Get(ctx context.Context, jobID string) (*core.Job, error)
@@ -79,7 +89,10 @@ type TemplateRepository interface {
 	// GetDefinition returns the definition or core.ErrNotFound.
 	GetDefinition(ctx context.Context, templateID string) (*core.Definition, error)
 	// GetDefinitionByAlias returns the definition holding alias or
-	// core.ErrNotFound. Aliases compare byte for byte.
+	// core.ErrNotFound. Aliases compare byte for byte, but two aliases that
+	// differ only in letter case cannot both exist (upstream keeps aliases
+	// behind a case-folded unique key): the second one's create or update
+	// fails with core.ErrConflict. (Core accepts lowercase aliases only.)
 	GetDefinitionByAlias(ctx context.Context, alias string) (*core.Definition, error)
 	// ListDefinitions returns all definitions ordered by template id.
 	ListDefinitions(ctx context.Context) ([]*core.Definition, error)
@@ -167,4 +180,22 @@ type NodeRepository interface {
 	Upsert(ctx context.Context, n NodeRecord) error
 	// Delete removes the row; deleting a missing one is not an error.
 	Delete(ctx context.Context, nodeID string) error
+}
+
+// NameRepository keeps the one namespace template ids and aliases share
+// (t_cube_template_name): a name means one template, whichever kind it is.
+type NameRepository interface {
+	// Claim records name as templateID's id or alias. Claiming a name the
+	// template already holds as the same kind changes nothing. A name held
+	// by another template, or by this one as the other kind, is refused with
+	// a *core.NameTakenError (wrapping core.ErrConflict) naming the holder,
+	// and nothing is written. An empty name or template id wraps
+	// core.ErrInvalidArgument.
+	Claim(ctx context.Context, name, templateID string, kind core.NameKind) error
+	// Holder returns the template holding name and as what, or
+	// core.ErrNotFound. Names compare byte for byte.
+	Holder(ctx context.Context, name string) (templateID string, kind core.NameKind, err error)
+	// Release removes templateID's names of kind (every kind when kind is
+	// "") and returns how many.
+	Release(ctx context.Context, templateID string, kind core.NameKind) (int, error)
 }

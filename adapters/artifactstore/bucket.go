@@ -73,7 +73,7 @@ func (bb *bucketBackend) put(ctx context.Context, key string, src io.Reader, wan
 		return classify(err)
 	}
 	buf := make([]byte, copyBufferSize)
-	if _, err := io.CopyBuffer(writerOnly{w}, src, buf); err != nil {
+	if _, err := io.CopyBuffer(writerOnly{w}, ctxReader{ctx, src}, buf); err != nil {
 		cancel()
 		return errors.Join(classify(err), bb.abandon(ctx, upload, w.Close()))
 	}

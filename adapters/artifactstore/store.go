@@ -2,6 +2,9 @@ package artifactstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -62,10 +65,13 @@ func (s *Store) fullKey(key string) (string, error) {
 	return full, nil
 }
 
-// Put publishes r under key once its size and sha256 match want. Nothing is
+// Put publishes r under key once its size and sha256 match want (and, on S3
+// and GCS, once the stored object reads back as want). Nothing is
 // visible before that, and on a mismatch, a read error or a cancelled context
 // nothing is published at all (an existing object under key stays as it
-// was). Mismatches wrap ErrContentMismatch.
+// was). Mismatches wrap ErrContentMismatch. r is read at most one byte past
+// want.Size, so a longer (or endless) reader fails at once, and not at all
+// once ctx ends.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
 	full, err := s.fullKey(key)
 	if err != nil {
@@ -76,6 +82,36 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 	}
 	if err := s.be.put(ctx, full, newVerifier(r, want), want); err != nil {
 		return fmt.Errorf("put artifact %s: %w", key, err)
+	}
+	if s.kind == BackendS3 || s.kind == BackendGCS {
+		// A remote store's acknowledgement is no proof that it holds the
+		// bytes: read them back before anyone is told they are there.
+		if err := s.readBack(ctx, full, want); err != nil {
+			return fmt.Errorf("put artifact %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// ErrStoredMismatch is wrapped by Put errors when a remote store
+// acknowledged an upload but reads back other bytes; the object is removed.
+var ErrStoredMismatch = errors.New("the store acknowledged the upload but holds other bytes")
+
+// readBack hashes the stored object and removes it when it is not want.
+func (s *Store) readBack(ctx context.Context, full string, want ports.ObjectInfo) error {
+	rc, err := s.be.open(ctx, full, 0, -1)
+	if err != nil {
+		return fmt.Errorf("read back: %w", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, rc)
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("read back: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != want.Size || got != want.SHA256 {
+		rerr := s.be.remove(context.WithoutCancel(ctx), full)
+		return errors.Join(fmt.Errorf("%w: %d bytes with sha256 %s, want %d bytes with %s", ErrStoredMismatch, n, got, want.Size, want.SHA256), rerr)
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ type Options struct {
 	Secure bool
 	// NewRequestID makes the requestID of each call (default: a UUID).
 	NewRequestID func() string
+	// Request shapes the sandbox requests AppSnapshot sends; nil means
+	// DefaultRequestOptions.
+	Request *RequestOptions
 	// Logger receives one debug line per call (default: slog.Default()).
 	Logger *slog.Logger
 }
@@ -72,6 +75,10 @@ func New(opts Options) *Client {
 	}
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = uuid.NewString
+	}
+	if opts.Request == nil {
+		d := DefaultRequestOptions()
+		opts.Request = &d
 	}
 	log := opts.Logger
 	if log == nil {
@@ -172,7 +179,7 @@ func (c *Client) CreateImage(ctx context.Context, node ports.Node, art core.Node
 	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CreateImageRequestResponse, error) {
 		return cubeletpb.NewImagesClient(cc).CreateImage(ctx, req, o...)
 	})
-	err = c.result(node, "CreateImage", req.RequestID, resp.GetRet(), err)
+	err = c.result(node, "CreateImage", req.RequestID, resp.GetRet(), err, true)
 	c.log.Debug("CreateImage", "node", node.ID, "addr", node.Addr, "image", art.ArtifactID, "request_id", req.RequestID, "elapsed", time.Since(start), "err", err)
 	return err
 }
@@ -194,7 +201,7 @@ func (c *Client) DestroyImage(ctx context.Context, node ports.Node, image string
 	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.DestroyImageResponse, error) {
 		return cubeletpb.NewImagesClient(cc).DestroyImage(ctx, req, o...)
 	})
-	err = c.result(node, "DestroyImage", req.RequestID, resp.GetRet(), err)
+	err = c.result(node, "DestroyImage", req.RequestID, resp.GetRet(), err, false)
 	if isNotFound(err) {
 		c.log.Debug("DestroyImage: node does not have the image", "node", node.ID, "image", image, "err", err)
 		return nil
@@ -203,10 +210,11 @@ func (c *Client) DestroyImage(ctx context.Context, node ports.Node, image string
 	return err
 }
 
-// AppSnapshot maps the sandbox create request with RunRequest and asks the
-// node to build its local run template.
+// AppSnapshot maps the sandbox create request with Options.Request and
+// asks the node to build its local run template. The snapshot request
+// carries the request's backend (SnapshotBackend), as upstream sends it.
 func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, sreq *core.SandboxRequest, snapshotDir string) (ports.SnapshotResult, error) {
-	run, err := RunRequest(sreq)
+	run, err := c.opts.Request.RunRequest(sreq)
 	if err != nil {
 		return ports.SnapshotResult{}, fmt.Errorf("node %s: AppSnapshot: %w", node.ID, err)
 	}
@@ -219,11 +227,11 @@ func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, sreq *core.Sa
 	}
 	ctx, cancel := withTimeout(ctx, c.opts.AppSnapshotTimeout)
 	defer cancel()
-	areq := &cubeletpb.AppSnapshotRequest{CreateRequest: run, SnapshotDir: snapshotDir}
+	areq := &cubeletpb.AppSnapshotRequest{CreateRequest: run, SnapshotDir: snapshotDir, Backend: SnapshotBackend(sreq)}
 	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.AppSnapshotResponse, error) {
 		return cubeletpb.NewCubeboxMgrClient(cc).AppSnapshot(ctx, areq, o...)
 	})
-	if err := c.result(node, "AppSnapshot", run.RequestID, resp.GetRet(), err); err != nil {
+	if err := c.result(node, "AppSnapshot", run.RequestID, resp.GetRet(), err, true); err != nil {
 		return ports.SnapshotResult{}, err
 	}
 	c.log.Debug("AppSnapshot", "node", node.ID, "template_id", resp.GetTemplateID(), "snapshot_path", resp.GetSnapshotPath())
@@ -249,7 +257,7 @@ func (c *Client) CleanupTemplate(ctx context.Context, node ports.Node, templateI
 	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CleanupTemplateResponse, error) {
 		return cubeletpb.NewCubeboxMgrClient(cc).CleanupTemplate(ctx, req, o...)
 	})
-	err = c.result(node, "CleanupTemplate", req.RequestID, resp.GetRet(), err)
+	err = c.result(node, "CleanupTemplate", req.RequestID, resp.GetRet(), err, false)
 	if isNotFound(err) {
 		return nil
 	}
@@ -278,13 +286,21 @@ func (e *RetError) Unwrap() error {
 	return nil
 }
 
+// ErrNoRet is a reply without a ret where upstream requires one.
+var ErrNoRet = errors.New("the node answered without a ret")
+
 // result turns a call's outcome into nil or an error naming the node.
-func (c *Client) result(node ports.Node, method, requestID string, ret *cubeletpb.Ret, err error) error {
+// requireRet follows upstream: a CreateImage or AppSnapshot reply without a
+// ret is a failure, a DestroyImage or CleanupTemplate one is not.
+func (c *Client) result(node ports.Node, method, requestID string, ret *cubeletpb.Ret, err error, requireRet bool) error {
 	if err != nil {
 		if s, ok := status.FromError(err); ok && s.Code() == codes.NotFound {
 			return fmt.Errorf("node %s (%s): %s: %w: %s", node.ID, node.Addr, method, core.ErrNotFound, s.Message())
 		}
 		return fmt.Errorf("node %s (%s): %s: %w", node.ID, node.Addr, method, err)
+	}
+	if ret == nil && requireRet {
+		return fmt.Errorf("node %s (%s): %s (request %s): %w", node.ID, node.Addr, method, requestID, ErrNoRet)
 	}
 	if ret.Succeeded() {
 		return nil

@@ -132,7 +132,8 @@ func TestRetCodesBecomeErrors(t *testing.T) {
 	}{
 		{"200", ret(cubeletpb.ErrorCode_Success, "success"), []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
 		{"0 from a peer that leaves it unset", ret(cubeletpb.ErrorCode_OK, ""), []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
-		{"no ret at all", nil, []string{"CreateImage", "DestroyImage", "AppSnapshot", "CleanupTemplate"}},
+		// Upstream: CreateImage and AppSnapshot need a ret; the cleanups do not.
+		{"no ret at all", nil, []string{"DestroyImage", "CleanupTemplate"}},
 		{"failure", ret(cubeletpb.ErrorCode_CreateImageFailed, "disk on fire"), nil},
 		{"undeclared code", ret(130999, "new failure"), nil},
 		{"no such image", ret(cubeletpb.ErrorCode_DestroyImageFailed, "remove image: No such image: rfs-1"), []string{"DestroyImage", "CleanupTemplate"}},
@@ -153,6 +154,12 @@ func TestRetCodesBecomeErrors(t *testing.T) {
 					continue
 				}
 				if err == nil {
+					continue
+				}
+				if tc.ret == nil {
+					if !errors.Is(err, ErrNoRet) || !strings.Contains(err.Error(), "node-7") {
+						t.Errorf("%s: err = %v, want ErrNoRet naming node-7", method, err)
+					}
 					continue
 				}
 				var re *RetError
@@ -230,8 +237,17 @@ func TestRequestsCarryWhatUpstreamSends(t *testing.T) {
 	if res != (ports.SnapshotResult{SandboxID: "sb", TemplateID: "tpl-1", SnapshotPath: "/snap/tpl-1", GuestImageVersion: "g1", AgentVersion: "a1", KernelVersion: "k1"}) {
 		t.Errorf("result %+v", res)
 	}
-	if f.lastSnap.GetSnapshotDir() != "/custom" || f.lastSnap.GetCreateRequest().GetContainers()[0].GetImage().GetImage() != "rfs-1" {
+	if f.lastSnap.GetSnapshotDir() != "/custom" || f.lastSnap.GetCreateRequest().GetContainers()[0].GetImage().GetImage() != "rfs-1" ||
+		f.lastSnap.GetBackend() != "" {
 		t.Errorf("AppSnapshot request %v", f.lastSnap)
+	}
+	withBackend := nodeagenttest.SandboxRequest("tpl-1", "rfs-1", "cubebox")
+	withBackend.Annotations[core.AnnotationStorageBackend] = " s3 "
+	if _, err := c.AppSnapshot(ctx, node, withBackend, ""); err != nil {
+		t.Fatal(err)
+	}
+	if f.lastSnap.GetBackend() != "s3" {
+		t.Errorf("AppSnapshot backend %q, want the annotation's, trimmed", f.lastSnap.GetBackend())
 	}
 
 	if err := c.CleanupTemplate(ctx, node, "tpl-1", "/snap/tpl-1"); err != nil {
@@ -339,6 +355,7 @@ func TestBadArguments(t *testing.T) {
 // node's failed replica runs right after the node returns.
 func TestNodeBackAfterOutage(t *testing.T) {
 	f, node := startFake(t)
+	f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
 	c := quietClient(Options{})
 	defer c.Close()
 	ctx := context.Background()

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,10 +25,12 @@ type sandboxPathJSON struct {
 }
 
 type hostDirVolumesJSON struct {
-	VolumeSources []*struct {
-		Name     string `json:"name"`
-		HostPath string `json:"host_path"`
-	} `json:"volume_sources"`
+	VolumeSources []*hostDirSourceJSON `json:"volume_sources"`
+}
+
+type hostDirSourceJSON struct {
+	Name     string `json:"name"`
+	HostPath string `json:"host_path"`
 }
 
 type imageVolumeJSON struct {
@@ -69,17 +73,17 @@ type idMappingJSON struct {
 type volumeMountJSON struct {
 	Name              string           `json:"name"`
 	ContainerPath     string           `json:"container_path"`
-	Readonly          bool             `json:"readonly"`
-	Propagation       enumJSON         `json:"propagation"`
-	UID               string           `json:"uid"`
-	GID               string           `json:"gid"`
-	Exec              bool             `json:"exec"`
-	HostPath          string           `json:"host_path"`
-	UIDMappings       []*idMappingJSON `json:"uidMappings"`
-	GIDMappings       []*idMappingJSON `json:"gidMappings"`
-	RecursiveReadOnly bool             `json:"recursive_read_only"`
-	SelinuxRelabel    bool             `json:"selinux_relabel"`
-	SubPath           string           `json:"sub_path"`
+	Readonly          bool             `json:"readonly,omitempty"`
+	Propagation       enumJSON         `json:"propagation,omitzero"`
+	UID               string           `json:"uid,omitempty"`
+	GID               string           `json:"gid,omitempty"`
+	Exec              bool             `json:"exec,omitempty"`
+	HostPath          string           `json:"host_path,omitempty"`
+	UIDMappings       []*idMappingJSON `json:"uidMappings,omitempty"`
+	GIDMappings       []*idMappingJSON `json:"gidMappings,omitempty"`
+	RecursiveReadOnly bool             `json:"recursive_read_only,omitempty"`
+	SelinuxRelabel    bool             `json:"selinux_relabel,omitempty"`
+	SubPath           string           `json:"sub_path,omitempty"`
 }
 
 type securityContextJSON struct {
@@ -197,75 +201,403 @@ func (e enumJSON) resolve(field string, values map[string]int32) (int32, error) 
 	return 0, &core.FieldError{Field: field, Reason: fmt.Sprintf("unknown value %q", e.name)}
 }
 
+// RequestOptions are the master settings that shape every request sent to
+// a node (upstream conf.yaml cubelet_conf, extra_conf and log).
+type RequestOptions struct {
+	// EnableExposedPort turns on exposed ports (cubelet_conf
+	// enable_exposed_port): the request's com.exposed_ports annotation
+	// ("p1:p2"), else ExposedPortList. With it off only the envd port is
+	// exposed.
+	EnableExposedPort bool
+	ExposedPortList   []string
+	// BlkQos and FsQos become cube.master.blk.qos / cube.master.fs.qos;
+	// the per-instance-type maps win when they name the request's type
+	// (extra_conf blk_qos, blk_qos_map, fs_qos, fs_qos_map).
+	BlkQos               string
+	BlkQosByInstanceType map[string]string
+	FsQos                string
+	FsQosByInstanceType  map[string]string
+	// Region fills cube.master.instance.region when the request has none
+	// (log.region).
+	Region string
+	// AllowedHostMountPrefixes bound host-dir volume paths: a cleaned path
+	// plus "/" must start with one of them.
+	AllowedHostMountPrefixes []string
+}
+
+// DefaultHostMountPrefix is the host directory upstream documents as the
+// default allowed host-mount prefix.
+const DefaultHostMountPrefix = "/data/shared/"
+
+// DefaultRequestOptions are upstream's shipped settings: both the
+// single-node and the Helm conf.yaml enable exposed ports with port 80.
+func DefaultRequestOptions() RequestOptions {
+	return RequestOptions{EnableExposedPort: true, ExposedPortList: []string{"80"}, AllowedHostMountPrefixes: []string{DefaultHostMountPrefix}}
+}
+
+// hostPath cleans an absolute host path and checks it against the allowed
+// prefixes (upstream validateHostPath).
+func (o RequestOptions) hostPath(field, p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", &core.FieldError{Field: field, Reason: "must be an absolute path"}
+	}
+	cleaned := path.Clean(p)
+	for _, prefix := range o.AllowedHostMountPrefixes {
+		if strings.HasPrefix(cleaned+"/", prefix) {
+			return cleaned, nil
+		}
+	}
+	return "", &core.FieldError{Field: field, Reason: fmt.Sprintf("%q is not within an allowed host mount prefix %v", p, o.AllowedHostMountPrefixes)}
+}
+
+// maxCreateTimeEnvBytes bounds the create-time env annotation.
+const maxCreateTimeEnvBytes = 16 * 1024
+
 // RunRequest maps a sandbox create request onto the Cubelet
-// RunCubeSandboxRequest, the way the control plane builds it before
-// AppSnapshot. What maps:
+// RunCubeSandboxRequest with DefaultRequestOptions.
+func RunRequest(in *core.SandboxRequest) (*cubeletpb.RunCubeSandboxRequest, error) {
+	return DefaultRequestOptions().RunRequest(in)
+}
+
+// RunRequest maps a sandbox create request onto the Cubelet
+// RunCubeSandboxRequest the way upstream's master builds it before Create
+// and AppSnapshot (ConstructCubeletReq), so a node sees the same request
+// from either master:
 //
 //   - request id, labels, instance_type, network_type, runtime_handler,
-//     namespace: copied.
-//   - annotations: copied whole; com.exposed_ports ("p1:p2") also becomes
-//     exposed_ports.
-//   - cubevs_context {allowInternetAccess, allowOut, denyOut} becomes
-//     cube_network_config (field 16).
-//   - volumes: empty_dir (medium, size_limit -> SizeLimit), sandbox_path,
-//     host_dir_volumes, image.
-//   - containers: name, id, image (image, storage_media, annotations,
-//     namespace, runtime_handler), command, args, working_dir, envs,
-//     volume_mounts, r_limit, resources (limit.cpu/mem -> cpu_limit/
-//     mem_limit), security_context (always set, empty when absent), probe
-//     (initial_delay_seconds/timeout_seconds are converted to ms unless the
-//     ms fields are set), sysctls, syscalls, dns_config, annotations,
-//     host_aliases, prestop/poststop (only with an http_get handler),
-//     hooks.
+//     namespace: copied. backend: normalized (xfs, s3) and also sent as
+//     cube.master.storage.backend; an unknown backend is left out.
+//   - the network policy (cube_network_config, else cubevs_context) maps
+//     to field 16 with its L7 rules; ingress-only fields stay behind.
+//   - annotations (required): com.netid must not be empty; com.vips is
+//     copied to cube.master.vips; cube.master.blk.qos and
+//     cube.master.fs.qos are always set (possibly empty); cube.master* and
+//     cloud.tencent.com* annotations are copied; cube.instance.
+//     use_netfile_cache is "true"; cube.master.instance.region is the
+//     configured region when the request has none; create_time_env_vars
+//     become one JSON annotation (at most 16 KiB). After the volumes, every
+//     other request annotation is added unless already set.
+//   - host-mount entries become host-dir volumes hostdir-<i> mounted in
+//     every container; plugin volumes are refused.
+//   - with cube.master.inject_envd="true" (cubebox instances), the first
+//     container's entrypoint is wrapped to start envd and port 49983 is
+//     exposed first.
+//   - volumes: empty_dir, sandbox_path, host_dir_volumes (paths cleaned
+//     and within AllowedHostMountPrefixes), image.
+//   - containers: image (image, storage_media, annotations plus the
+//     registry name/token annotations; nfs is refused), command, args,
+//     working_dir, envs, volume_mounts (host-dir mounts are forced
+//     private, non-exec, recursively read-only when read-only), r_limit,
+//     resources (limit.cpu/mem -> cpu_limit/mem_limit), security_context
+//     (always set), probe (second-based values converted to ms unless the
+//     ms fields are set), sysctls, syscalls, dns_config, annotations
+//     (keys starting cube., com.netid, com.invoke_port, com.exposed_ports
+//     or com.vips are dropped unless they start cube.master), host
+//     aliases, prestop/poststop (only with an http_get handler), hooks.
+//   - exposed ports: see EnableExposedPort; duplicates are dropped.
 //
-// Bad input is a *core.FieldError naming the field.
-func RunRequest(in *core.SandboxRequest) (*cubeletpb.RunCubeSandboxRequest, error) {
+// in is not modified. Bad input is a *core.FieldError naming the field.
+func (o RequestOptions) RunRequest(in *core.SandboxRequest) (*cubeletpb.RunCubeSandboxRequest, error) {
 	if in == nil {
 		return nil, &core.FieldError{Field: "create_request", Reason: "is empty"}
-	}
-	out := &cubeletpb.RunCubeSandboxRequest{
-		RequestID:      in.RequestID,
-		Annotations:    maps.Clone(in.Annotations),
-		Labels:         maps.Clone(in.Labels),
-		InstanceType:   in.InstanceType,
-		NetworkType:    in.NetworkType,
-		RuntimeHandler: in.RuntimeHandler,
-		Namespace:      in.Namespace,
-	}
-	if n := in.CubeVSContext; n != nil {
-		out.CubeNetworkConfig = &cubeletpb.CubeNetworkConfig{
-			AllowInternetAccess: n.AllowInternetAccess,
-			AllowOut:            n.AllowOut,
-			DenyOut:             n.DenyOut,
-		}
-	}
-	if p, ok := in.Annotations[core.AnnotationExposedPorts]; ok && p != "" {
-		for _, s := range strings.Split(p, ":") {
-			v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-			if err != nil || v < 1 || v > 65535 {
-				return nil, &core.FieldError{Field: "annotations." + core.AnnotationExposedPorts, Reason: fmt.Sprintf("%q is not a port list like 8080:9000", p)}
-			}
-			out.ExposedPorts = append(out.ExposedPorts, v)
-		}
-	}
-	for i := range in.Volumes {
-		pv, err := volumeToProto(fmt.Sprintf("volumes[%d]", i), &in.Volumes[i])
-		if err != nil {
-			return nil, err
-		}
-		out.Volumes = append(out.Volumes, pv)
 	}
 	if len(in.Containers) == 0 {
 		return nil, &core.FieldError{Field: "containers", Reason: "at least one container is required"}
 	}
-	for i := range in.Containers {
-		pc, err := containerToProto(fmt.Sprintf("containers[%d]", i), &in.Containers[i])
+	req := cloneSandboxRequest(in)
+	out := &cubeletpb.RunCubeSandboxRequest{
+		RequestID:         req.RequestID,
+		Labels:            req.Labels,
+		InstanceType:      req.InstanceType,
+		NetworkType:       req.NetworkType,
+		Annotations:       map[string]string{},
+		RuntimeHandler:    req.RuntimeHandler,
+		Namespace:         req.Namespace,
+		CubeNetworkConfig: networkConfigToProto(req.NetworkPolicy()),
+	}
+	if strings.TrimSpace(req.Backend) != "" {
+		if b, err := core.NormalizeBackend(req.Backend); err == nil {
+			out.Backend = b
+			out.Annotations[core.AnnotationStorageBackend] = b
+		}
+	}
+	if err := o.annotations(req, out); err != nil {
+		return nil, err
+	}
+	if err := o.injectHostMounts(req); err != nil {
+		return nil, err
+	}
+	if v := req.Annotations[core.AnnotationPluginVolumeMounts]; strings.TrimSpace(v) != "" {
+		return nil, &core.FieldError{Field: "annotations." + core.AnnotationPluginVolumeMounts, Reason: "plugin volumes are not supported by this master"}
+	}
+	injectEnvd(req, out)
+	hostDirVolumes := map[string]bool{}
+	for i := range req.Volumes {
+		pv, err := o.volumeToProto(fmt.Sprintf("volumes[%d]", i), &req.Volumes[i])
+		if err != nil {
+			return nil, err
+		}
+		if pv.VolumeSource.HostDirVolumes != nil {
+			hostDirVolumes[pv.Name] = true
+		}
+		out.Volumes = append(out.Volumes, pv)
+	}
+	// Upstream then adds every request annotation not set yet, so the node
+	// sees the caller's other annotations too.
+	for k, v := range req.Annotations {
+		if _, ok := out.Annotations[k]; !ok {
+			out.Annotations[k] = v
+		}
+	}
+	for i := range req.Containers {
+		pc, err := containerToProto(fmt.Sprintf("containers[%d]", i), &req.Containers[i], hostDirVolumes)
 		if err != nil {
 			return nil, err
 		}
 		out.Containers = append(out.Containers, pc)
 	}
+	if err := o.exposedPorts(req, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// annotations sets the top-level annotations before the volumes are mapped.
+func (o RequestOptions) annotations(req *core.SandboxRequest, out *cubeletpb.RunCubeSandboxRequest) error {
+	if req.Annotations == nil {
+		return &core.FieldError{Field: "annotations", Reason: "are required"}
+	}
+	if v, ok := req.Annotations[core.AnnotationNetID]; ok && v == "" {
+		return &core.FieldError{Field: "annotations." + core.AnnotationNetID, Reason: "is empty"}
+	}
+	if v, ok := req.Annotations[core.AnnotationComVIPs]; ok {
+		out.Annotations[core.AnnotationVIPs] = v
+	}
+	out.Annotations[core.AnnotationBlkQos] = byInstanceType(o.BlkQos, o.BlkQosByInstanceType, req.InstanceType)
+	out.Annotations[core.AnnotationFSQos] = byInstanceType(o.FsQos, o.FsQosByInstanceType, req.InstanceType)
+	for k, v := range req.Annotations {
+		if strings.HasPrefix(k, core.MasterAnnotationPrefix) || strings.HasPrefix(k, core.CloudAnnotationPrefix) {
+			out.Annotations[k] = v
+		}
+	}
+	out.Annotations[core.AnnotationUseNetfileCache] = "true"
+	if req.Annotations[core.AnnotationRegion] == "" {
+		out.Annotations[core.AnnotationRegion] = o.Region
+	}
+	if len(req.CreateTimeEnvVars) > 0 {
+		b, err := json.Marshal(req.CreateTimeEnvVars)
+		if err != nil {
+			return &core.FieldError{Field: "create_time_env_vars", Reason: err.Error()}
+		}
+		if len(b) > maxCreateTimeEnvBytes {
+			return &core.FieldError{Field: "create_time_env_vars", Reason: fmt.Sprintf("%d bytes of JSON, over the %d byte limit", len(b), maxCreateTimeEnvBytes)}
+		}
+		out.Annotations[core.AnnotationCreateTimeEnvVars] = string(b)
+	}
+	return nil
+}
+
+// byInstanceType is the per-instance-type value when the map is set and
+// names it, else def (upstream getBlkQosAnnotation).
+func byInstanceType(def string, m map[string]string, instanceType string) string {
+	if v, ok := m[instanceType]; ok {
+		return v
+	}
+	return def
+}
+
+// exposedPorts appends the exposed ports (upstream getExposedPorts).
+func (o RequestOptions) exposedPorts(req *core.SandboxRequest, out *cubeletpb.RunCubeSandboxRequest) error {
+	if !o.EnableExposedPort {
+		return nil
+	}
+	ports := o.ExposedPortList
+	if p, ok := req.Annotations[core.AnnotationExposedPorts]; ok {
+		ports = strings.Split(p, ":")
+	}
+	for _, s := range ports {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return &core.FieldError{Field: "annotations." + core.AnnotationExposedPorts, Reason: fmt.Sprintf("%q is not a port", s)}
+		}
+		if !slices.Contains(out.ExposedPorts, v) {
+			out.ExposedPorts = append(out.ExposedPorts, v)
+		}
+	}
+	if len(out.ExposedPorts) == 0 {
+		return &core.FieldError{Field: "annotations." + core.AnnotationExposedPorts, Reason: "no port to expose (set the annotation or the exposed port list)"}
+	}
+	return nil
+}
+
+// hostMountJSON is one entry of the host-mount annotation.
+type hostMountJSON struct {
+	HostPath  string `json:"hostPath"`
+	MountPath string `json:"mountPath"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+}
+
+// injectHostMounts turns the host-mount annotation into host-dir volumes
+// hostdir-<i> mounted in every container (upstream injectHostDirMounts). A
+// volume or mount of that name already in the request must say the same.
+func (o RequestOptions) injectHostMounts(req *core.SandboxRequest) error {
+	const key = core.AnnotationHostMount
+	raw := req.Annotations[key]
+	if strings.TrimSpace(raw) == "" {
+		return nil
+	}
+	var mounts []hostMountJSON
+	if err := json.Unmarshal([]byte(raw), &mounts); err != nil {
+		return &core.FieldError{Field: "annotations." + key, Reason: "not a JSON list of {hostPath, mountPath, readOnly}: " + err.Error()}
+	}
+	for i := range mounts {
+		f := fmt.Sprintf("annotations.%s[%d]", key, i)
+		if !strings.HasPrefix(mounts[i].MountPath, "/") {
+			return &core.FieldError{Field: f + ".mountPath", Reason: "must be an absolute path"}
+		}
+		cleaned, err := o.hostPath(f+".hostPath", mounts[i].HostPath)
+		if err != nil {
+			return err
+		}
+		mounts[i].HostPath = cleaned
+	}
+	for i, m := range mounts {
+		name := fmt.Sprintf("hostdir-%d", i)
+		if err := ensureHostDirVolume(req, name, m.HostPath); err != nil {
+			return err
+		}
+		for c := range req.Containers {
+			if err := ensureHostDirMount(&req.Containers[c], name, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func ensureHostDirVolume(req *core.SandboxRequest, name, hostPath string) error {
+	var existing *core.Volume
+	for i := range req.Volumes {
+		if req.Volumes[i].Name != name {
+			continue
+		}
+		if existing != nil {
+			return &core.FieldError{Field: "volumes", Reason: fmt.Sprintf("host-mount volume %q is duplicated", name)}
+		}
+		existing = &req.Volumes[i]
+	}
+	if existing == nil {
+		hd, _ := json.Marshal(hostDirVolumesJSON{VolumeSources: []*hostDirSourceJSON{{Name: name, HostPath: hostPath}}})
+		req.Volumes = append(req.Volumes, core.Volume{Name: name, VolumeSource: &core.VolumeSource{HostDirVolumes: hd}})
+		return nil
+	}
+	var h hostDirVolumesJSON
+	if existing.VolumeSource != nil {
+		_, _ = decodeRaw("", existing.VolumeSource.HostDirVolumes, &h)
+	}
+	if len(h.VolumeSources) != 1 || h.VolumeSources[0] == nil || h.VolumeSources[0].Name != name || path.Clean(h.VolumeSources[0].HostPath) != hostPath {
+		return &core.FieldError{Field: "volumes", Reason: fmt.Sprintf("host-mount volume %q conflicts with an existing volume", name)}
+	}
+	return nil
+}
+
+func ensureHostDirMount(c *core.Container, name string, m hostMountJSON) error {
+	var existing *volumeMountJSON
+	for _, raw := range c.VolumeMounts {
+		var vm volumeMountJSON
+		if ok, err := decodeRaw("", raw, &vm); err != nil || !ok || vm.Name != name {
+			continue
+		}
+		if existing != nil {
+			return &core.FieldError{Field: "volume_mounts", Reason: fmt.Sprintf("host-mount volume mount %q is duplicated", name)}
+		}
+		existing = &vm
+	}
+	if existing == nil {
+		vm, _ := json.Marshal(volumeMountJSON{Name: name, ContainerPath: m.MountPath, HostPath: m.HostPath, Readonly: m.ReadOnly})
+		c.VolumeMounts = append(c.VolumeMounts, vm)
+		return nil
+	}
+	if path.Clean(existing.HostPath) != m.HostPath || path.Clean(existing.ContainerPath) != path.Clean(m.MountPath) || existing.Readonly != m.ReadOnly {
+		return &core.FieldError{Field: "volume_mounts", Reason: fmt.Sprintf("host-mount volume mount %q conflicts with an existing mount", name)}
+	}
+	return nil
+}
+
+// injectEnvd wraps the first container's entrypoint so envd starts first
+// and exposes its port (upstream injectEnvdSidecar). Only cubebox
+// instances get it; an entrypoint already wrapped is left alone.
+func injectEnvd(req *core.SandboxRequest, out *cubeletpb.RunCubeSandboxRequest) {
+	if req.Annotations[core.AnnotationInjectEnvd] != core.InjectEnvdOptIn {
+		return
+	}
+	if req.InstanceType != "" && req.InstanceType != core.DefaultInstanceType {
+		return
+	}
+	c := &req.Containers[0]
+	if len(c.Command) >= 2 && c.Command[0] == "/bin/sh" && c.Command[1] == "-c" &&
+		len(c.Args) >= 1 && strings.Contains(c.Args[0], core.EnvdInImagePath) {
+		return
+	}
+	orig := append(slices.Clone(c.Command), c.Args...)
+	if len(orig) == 0 {
+		orig = []string{"sleep", "infinity"}
+	}
+	c.Command = []string{"/bin/sh", "-c"}
+	c.Args = append([]string{core.EnvdInImagePath + ` >/var/log/envd.log 2>&1 & exec "$@"`, "--"}, orig...)
+	out.ExposedPorts = append(out.ExposedPorts, core.EnvdPort)
+}
+
+// cloneSandboxRequest deep-copies what RunRequest rewrites (annotations,
+// volumes, containers and their mounts and commands).
+func cloneSandboxRequest(in *core.SandboxRequest) *core.SandboxRequest {
+	c := *in
+	c.Annotations = maps.Clone(in.Annotations)
+	c.Volumes = slices.Clone(in.Volumes)
+	c.Containers = slices.Clone(in.Containers)
+	for i := range c.Containers {
+		c.Containers[i].Command = slices.Clone(c.Containers[i].Command)
+		c.Containers[i].Args = slices.Clone(c.Containers[i].Args)
+		c.Containers[i].VolumeMounts = slices.Clone(c.Containers[i].VolumeMounts)
+	}
+	return &c
+}
+
+func networkConfigToProto(n *core.CubeVSContext) *cubeletpb.CubeNetworkConfig {
+	if n == nil {
+		return nil
+	}
+	out := &cubeletpb.CubeNetworkConfig{
+		AllowOut: slices.Clone(n.AllowOut),
+		DenyOut:  slices.Clone(n.DenyOut),
+	}
+	if n.AllowInternetAccess != nil {
+		b := *n.AllowInternetAccess
+		out.AllowInternetAccess = &b
+	}
+	for _, r := range n.Rules {
+		if r == nil {
+			continue
+		}
+		pr := &cubeletpb.EgressRule{Name: r.Name}
+		if m := r.Match; m != nil {
+			pr.Match = &cubeletpb.EgressRuleMatch{Sni: m.SNI, Host: m.Host, Method: slices.Clone(m.Method), Path: m.Path, Scheme: m.Scheme}
+			if m.Port != nil {
+				p := int32(*m.Port)
+				pr.Match.Port = &p
+			}
+		}
+		if a := r.Action; a != nil {
+			pr.Action = &cubeletpb.EgressRuleAction{Allow: a.Allow, Audit: a.Audit}
+			for _, inj := range a.Inject {
+				if inj != nil {
+					pr.Action.Inject = append(pr.Action.Inject, &cubeletpb.EgressRuleInject{Header: inj.Header, Secret: inj.Secret, Format: inj.Format})
+				}
+			}
+		}
+		out.Rules = append(out.Rules, pr)
+	}
+	return out
 }
 
 // RunRequestFromJSON parses the JSON of a sandbox create request and maps
@@ -280,7 +612,17 @@ func RunRequestFromJSON(b []byte) (*cubeletpb.RunCubeSandboxRequest, string, err
 	return out, dir, err
 }
 
-func volumeToProto(field string, v *core.Volume) (*cubeletpb.Volume, error) {
+// SnapshotBackend is the AppSnapshot request's backend: the request's
+// backend, else its cube.master.storage.backend annotation, both trimmed
+// and not normalized (upstream storageBackendFromCreate).
+func SnapshotBackend(in *core.SandboxRequest) string {
+	if b := strings.TrimSpace(in.Backend); b != "" {
+		return b
+	}
+	return strings.TrimSpace(in.Annotations[core.AnnotationStorageBackend])
+}
+
+func (o RequestOptions) volumeToProto(field string, v *core.Volume) (*cubeletpb.Volume, error) {
 	if v.Name == "" {
 		return nil, &core.FieldError{Field: field + ".name", Reason: "is required"}
 	}
@@ -316,10 +658,11 @@ func volumeToProto(field string, v *core.Volume) (*cubeletpb.Volume, error) {
 			if s == nil || s.Name == "" {
 				return nil, &core.FieldError{Field: f + ".name", Reason: "is required"}
 			}
-			if s.HostPath == "" {
-				return nil, &core.FieldError{Field: f + ".host_path", Reason: "is required"}
+			cleaned, err := o.hostPath(f+".host_path", s.HostPath)
+			if err != nil {
+				return nil, err
 			}
-			hd.VolumeSources = append(hd.VolumeSources, &cubeletpb.HostDirSource{Name: s.Name, HostPath: s.HostPath})
+			hd.VolumeSources = append(hd.VolumeSources, &cubeletpb.HostDirSource{Name: s.Name, HostPath: cleaned})
 		}
 		out.VolumeSource.HostDirVolumes = hd
 	}
@@ -372,12 +715,15 @@ func idMappings(in []*idMappingJSON) []*cubeletpb.IDMapping {
 	return out
 }
 
-func containerToProto(field string, c *core.Container) (*cubeletpb.ContainerConfig, error) {
-	if c.Image == nil || c.Image.Image == "" {
-		return nil, &core.FieldError{Field: field + ".image.image", Reason: "is required"}
-	}
+func containerToProto(field string, c *core.Container, hostDirVolumes map[string]bool) (*cubeletpb.ContainerConfig, error) {
 	if c.Resources == nil {
 		return nil, &core.FieldError{Field: field + ".resources", Reason: "is required (cpu and mem)"}
+	}
+	if c.Image == nil {
+		return nil, &core.FieldError{Field: field + ".image", Reason: "is required"}
+	}
+	if c.Image.StorageMedia == "nfs" {
+		return nil, &core.FieldError{Field: field + ".image.storage_media", Reason: "nfs rootfs images are not supported"}
 	}
 	out := &cubeletpb.ContainerConfig{
 		Name:        c.Name,
@@ -387,15 +733,15 @@ func containerToProto(field string, c *core.Container) (*cubeletpb.ContainerConf
 		Args:        c.Args,
 		WorkingDir:  c.WorkingDir,
 		Sysctls:     c.Sysctls,
-		Annotations: c.Annotations,
+		Annotations: containerAnnotations(c.Annotations),
 		Resources:   &cubeletpb.Resource{Cpu: c.Resources.CPU, Mem: c.Resources.Mem},
 	}
 	if l := c.Resources.Limit; l != nil {
 		out.Resources.CpuLimit, out.Resources.MemLimit = l.CPU, l.Mem
 	}
 	for j, e := range c.Envs {
-		if e == nil || e.Key == "" {
-			return nil, &core.FieldError{Field: fmt.Sprintf("%s.envs[%d].key", field, j), Reason: "is required"}
+		if e == nil {
+			return nil, &core.FieldError{Field: fmt.Sprintf("%s.envs[%d]", field, j), Reason: "is null"}
 		}
 		out.Envs = append(out.Envs, &cubeletpb.KeyValue{Key: e.Key, Value: e.Value})
 	}
@@ -410,6 +756,11 @@ func containerToProto(field string, c *core.Container) (*cubeletpb.ContainerConf
 		prop, err := m.Propagation.resolve(f+".propagation", cubeletpb.MountPropagation_value)
 		if err != nil {
 			return nil, err
+		}
+		if hostDirVolumes[m.Name] {
+			// A host directory is shared private and never executable.
+			prop, m.Exec = int32(cubeletpb.MountPropagation_PROPAGATION_PRIVATE), false
+			m.RecursiveReadOnly = m.RecursiveReadOnly || m.Readonly
 		}
 		out.VolumeMounts = append(out.VolumeMounts, &cubeletpb.VolumeMounts{
 			Name: m.Name, ContainerPath: m.ContainerPath, Readonly: m.Readonly,
@@ -537,12 +888,35 @@ func containerToProto(field string, c *core.Container) (*cubeletpb.ContainerConf
 	return out, nil
 }
 
+// sandboxImageToProto maps a container image as upstream does: image,
+// storage medium and annotations (always a map), the registry name and
+// token as annotations. Namespace and runtime handler stay behind.
 func sandboxImageToProto(im *core.SandboxImage) *cubeletpb.ImageSpec {
-	return &cubeletpb.ImageSpec{
-		Image:          im.Image,
-		Annotations:    im.Annotations,
-		StorageMedia:   im.StorageMedia,
-		Namespace:      im.Namespace,
-		RuntimeHandler: im.RuntimeHandler,
+	ann := maps.Clone(im.Annotations)
+	if ann == nil {
+		ann = map[string]string{}
 	}
+	if im.Name != "" {
+		ann[core.AnnotationImageUsername] = im.Name
+	}
+	if im.Token != "" {
+		ann[core.AnnotationImageToken] = im.Token
+	}
+	return &cubeletpb.ImageSpec{Image: im.Image, Annotations: ann, StorageMedia: im.StorageMedia}
+}
+
+// containerAnnotations filters a container's annotations as upstream does:
+// cube.* and the com.netid / com.invoke_port / com.exposed_ports /
+// com.vips families are dropped, except cube.master*.
+func containerAnnotations(in map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range in {
+		dropped := strings.HasPrefix(k, "cube.") || strings.HasPrefix(k, core.AnnotationNetID) ||
+			strings.HasPrefix(k, core.AnnotationInvokePort) || strings.HasPrefix(k, core.AnnotationExposedPorts) ||
+			strings.HasPrefix(k, core.AnnotationComVIPs)
+		if !dropped || strings.HasPrefix(k, core.MasterAnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }

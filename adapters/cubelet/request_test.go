@@ -28,7 +28,9 @@ func TestRunRequestFromGeneratedJSON(t *testing.T) {
 		r.RuntimeHandler != "cube" || r.Namespace != "tenant-a" || r.Labels["team"] != "infra" {
 		t.Errorf("top level: %v", r)
 	}
-	if len(r.Annotations) != 9 || r.Annotations["cube.master.appsnapshot.template.id"] != "tpl-0123456789abcdef01234567" {
+	// 9 from the request plus the four the master always sets.
+	if len(r.Annotations) != 13 || r.Annotations["cube.master.appsnapshot.template.id"] != "tpl-0123456789abcdef01234567" ||
+		r.Annotations[core.AnnotationUseNetfileCache] != "true" {
 		t.Errorf("annotations %v", r.Annotations)
 	}
 	if !slices.Equal(r.ExposedPorts, []int64{8080, 9000}) {
@@ -48,7 +50,7 @@ func TestRunRequestFromGeneratedJSON(t *testing.T) {
 	if v := r.Volumes[1]; v.VolumeSource.EmptyDir.Medium != cubeletpb.StorageMedium_StorageMediumMemory {
 		t.Errorf("memory medium by name: %v", v)
 	}
-	if v := r.Volumes[2]; v.VolumeSource.HostDirVolumes.VolumeSources[0].HostPath != "/srv/code" {
+	if v := r.Volumes[2]; v.VolumeSource.HostDirVolumes.VolumeSources[0].HostPath != "/data/shared/code" {
 		t.Errorf("host dir volume %v", v)
 	}
 	if v := r.Volumes[3]; v.VolumeSource.SandboxPath.Type != "Cgroup" {
@@ -68,7 +70,8 @@ func TestRunRequestFromGeneratedJSON(t *testing.T) {
 	}
 	if m := c.VolumeMounts; len(m) != 3 || m[0].ContainerPath != "/" ||
 		m[1].Propagation != cubeletpb.MountPropagation_PROPAGATION_HOST_TO_CONTAINER || m[1].UidMappings[0].HostId != 1000 ||
-		m[2].Propagation != cubeletpb.MountPropagation_PROPAGATION_BIDIRECTIONAL || !m[2].Readonly {
+		// "code" mounts a host directory: forced private, recursively read-only.
+		m[2].Propagation != cubeletpb.MountPropagation_PROPAGATION_PRIVATE || !m[2].Readonly || !m[2].RecursiveReadOnly {
 		t.Errorf("mounts %v", m)
 	}
 	if res := c.Resources; res.Cpu != "2000m" || res.Mem != "2000Mi" || res.CpuLimit != "1" || res.MemLimit != "1Gi" {
@@ -121,24 +124,33 @@ func TestRunRequestFromSuiteRequest(t *testing.T) {
 }
 
 func TestRunRequestFromJSONRejects(t *testing.T) {
-	const ctr = `"containers":[{"image":{"image":"rfs-1","storage_media":"ext4"},"resources":{"cpu":"1","mem":"1Gi"}}]`
+	const ctr = `"annotations":{},"containers":[{"image":{"image":"rfs-1","storage_media":"ext4"},"resources":{"cpu":"1","mem":"1Gi"}}]`
+	const ann = `"annotations":{},`
 	tests := []struct {
 		name, json, field string
 	}{
 		{"empty", ``, "create_request"},
 		{"not json", `{"containers":`, "create_request"},
 		{"no containers", `{"annotations":{}}`, "containers"},
-		{"no image", `{"containers":[{"resources":{"cpu":"1","mem":"1"}}]}`, "containers[0].image.image"},
-		{"no resources", `{"containers":[{"image":{"image":"x"}}]}`, "containers[0].resources"},
-		{"bad ports", `{"annotations":{"com.exposed_ports":"80:x"},` + ctr + `}`, "annotations.com.exposed_ports"},
-		{"port out of range", `{"annotations":{"com.exposed_ports":"70000"},` + ctr + `}`, "annotations.com.exposed_ports"},
+		{"no annotations", `{"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations"},
+		{"empty net id", `{"annotations":{"com.netid":""},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.com.netid"},
+		{"no image", `{` + ann + `"containers":[{"resources":{"cpu":"1","mem":"1"}}]}`, "containers[0].image"},
+		{"nfs image", `{` + ann + `"containers":[{"image":{"image":"x","storage_media":"nfs"},"resources":{}}]}`, "containers[0].image.storage_media"},
+		{"no resources", `{` + ann + `"containers":[{"image":{"image":"x"}}]}`, "containers[0].resources"},
+		{"bad ports", `{"annotations":{"com.exposed_ports":"80:x"},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.com.exposed_ports"},
+		{"trailing colon", `{"annotations":{"com.exposed_ports":"80:"},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.com.exposed_ports"},
+		{"relative host mount", `{"annotations":{"host-mount":"[{\"hostPath\":\"rel\",\"mountPath\":\"/m\"}]"},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.host-mount[0].hostPath"},
+		{"host mount outside the prefixes", `{"annotations":{"host-mount":"[{\"hostPath\":\"/data/shared/../../etc\",\"mountPath\":\"/m\"}]"},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.host-mount[0].hostPath"},
+		{"plugin volumes", `{"annotations":{"plugin-volume-mounts":"[{\"name\":\"v\"}]"},"containers":[{"image":{"image":"x"},"resources":{}}]}`, "annotations.plugin-volume-mounts"},
 		{"volume without name", `{"volumes":[{"volume_source":{}}],` + ctr + `}`, "volumes[0].name"},
 		{"volume without source", `{"volumes":[{"name":"v"}],` + ctr + `}`, "volumes[0].volume_source"},
 		{"host dir without path", `{"volumes":[{"name":"v","volume_source":{"host_dir_volumes":{"volume_sources":[{"name":"s"}]}}}],` + ctr + `}`, "volumes[0].volume_source.host_dir_volumes.volume_sources[0].host_path"},
+		{"relative host dir", `{"volumes":[{"name":"v","volume_source":{"host_dir_volumes":{"volume_sources":[{"name":"s","host_path":"x/y"}]}}}],` + ctr + `}`, "volumes[0].volume_source.host_dir_volumes.volume_sources[0].host_path"},
+		{"host dir outside the prefixes", `{"volumes":[{"name":"v","volume_source":{"host_dir_volumes":{"volume_sources":[{"name":"s","host_path":"/etc"}]}}}],` + ctr + `}`, "volumes[0].volume_source.host_dir_volumes.volume_sources[0].host_path"},
 		{"unknown medium", `{"volumes":[{"name":"v","volume_source":{"empty_dir":{"medium":"Floppy"}}}],` + ctr + `}`, "volumes[0].volume_source.empty_dir.medium"},
-		{"mount without path", `{"containers":[{"image":{"image":"x"},"resources":{},"volume_mounts":[{"name":"v"}]}]}`, "containers[0].volume_mounts[0]"},
-		{"probe without handler", `{"containers":[{"image":{"image":"x"},"resources":{},"probe":{"period_ms":1}}]}`, "containers[0].probe.probe_handler"},
-		{"env without key", `{"containers":[{"image":{"image":"x"},"resources":{},"envs":[{"value":"v"}]}]}`, "containers[0].envs[0].key"},
+		{"mount without path", `{` + ann + `"containers":[{"image":{"image":"x"},"resources":{},"volume_mounts":[{"name":"v"}]}]}`, "containers[0].volume_mounts[0]"},
+		{"probe without handler", `{` + ann + `"containers":[{"image":{"image":"x"},"resources":{},"probe":{"period_ms":1}}]}`, "containers[0].probe.probe_handler"},
+		{"null env", `{` + ann + `"containers":[{"image":{"image":"x"},"resources":{},"envs":[null]}]}`, "containers[0].envs[0]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

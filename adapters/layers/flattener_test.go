@@ -22,10 +22,8 @@ func (harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limits)
 	return Flattener{Limits: limitsOf(lim)}, nil
 }
 
-func (harness) Materialize(ctx context.Context, tree io.Reader, dest string) error {
-	if !isRoot() {
-		return nil // Extract applies owners and trusted.* xattrs
-	}
+func (harness) Materialize(ctx context.Context, t testing.TB, tree io.Reader, dest string) error {
+	needRoot(t)
 	_, err := Extract(ctx, tree, dest, ExtractOptions{SkipDevices: true})
 	return err
 }

@@ -41,9 +41,7 @@ func FuzzFlatten(f *testing.F) {
 			return
 		}
 		flattenertest.CheckTree(t, out.Bytes())
-		if !isRoot() {
-			return
-		}
+		needRoot(t) // the extract half
 		v := flattenertest.NewVictim(t)
 		if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits}); err != nil {
 			t.Fatalf("Extract refused Flatten output: %v", err)
@@ -57,9 +55,7 @@ func FuzzFlatten(f *testing.F) {
 func FuzzExtract(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if !isRoot() {
-			t.Skip("needs root")
-		}
+		needRoot(t)
 		v := flattenertest.NewVictim(t)
 		_, err := Extract(context.Background(), bytes.NewReader(data), v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits})
 		_ = err // any outcome is fine; only the outside matters
@@ -89,9 +85,7 @@ func FuzzTreeOps(f *testing.F) {
 		if err == nil {
 			flattenertest.CheckTree(t, out.Bytes())
 		}
-		if !isRoot() {
-			return
-		}
+		needRoot(t) // the extract half
 		if err == nil {
 			if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true}); err != nil {
 				t.Fatalf("Extract refused Flatten output: %v", err)

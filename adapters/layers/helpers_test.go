@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
@@ -100,13 +101,11 @@ func wantRule(t testing.TB, err error, rule string) {
 	}
 }
 
-func isRoot() bool { return os.Geteuid() == 0 }
-
+// needRoot skips the test, or fails it when servers are required, unless
+// it runs as root.
 func needRoot(t testing.TB) {
 	t.Helper()
-	if !isRoot() {
-		t.Skip("needs root: Extract applies ownership, devices and trusted.* xattrs")
-	}
+	testenv.Root(t, "Extract applies ownership, devices and trusted.* xattrs")
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // ErrEgressDenied is wrapped by errors for connections the egress policy
@@ -49,22 +51,13 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-var (
-	metadataAddrs = []netip.Addr{
-		netip.MustParseAddr("169.254.169.254"),
-		netip.MustParseAddr("fd00:ec2::254"),
-		netip.MustParseAddr("100.100.100.200"),
-	}
-	metadataNames = []string{"metadata.google.internal", "metadata"}
-	privateRanges = []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"),
-		netip.MustParsePrefix("172.16.0.0/12"),
-		netip.MustParsePrefix("192.168.0.0/16"),
-		netip.MustParsePrefix("100.64.0.0/10"),
-		netip.MustParsePrefix("fc00::/7"),
-	}
-	broadcast = netip.MustParseAddr("255.255.255.255")
-)
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("fc00::/7"),
+}
 
 // egress applies an EgressPolicy when dialling.
 type egress struct {
@@ -97,27 +90,22 @@ func (e *egress) isTrusted(host, port string) bool {
 // checkName refuses host names that point at metadata services whatever
 // they resolve to.
 func checkName(host string) error {
-	h := strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	for _, n := range metadataNames {
-		if h == n {
-			return fmt.Errorf("%s is a cloud metadata service: %w", host, ErrEgressDenied)
-		}
+	if core.IsMetadataHostName(host) {
+		return fmt.Errorf("%s is a cloud metadata service: %w", host, ErrEgressDenied)
 	}
 	return nil
 }
 
-// checkAddr applies the policy to one resolved address of host:port.
+// checkAddr applies the policy to one resolved address of host:port. The
+// addresses refused whatever the settings are core's
+// (core.NeverAllowedRegistryAddr), which the control plane also applies
+// to literal addresses in references before it writes a job.
 func (e *egress) checkAddr(host, port string, a netip.Addr) error {
 	a = a.Unmap()
+	if reason := core.NeverAllowedRegistryAddr(a); reason != "" {
+		return fmt.Errorf("%s resolves to %s, %s: %w", host, a, reason, ErrEgressDenied)
+	}
 	switch {
-	case !a.IsValid():
-		return fmt.Errorf("%s: invalid address: %w", host, ErrEgressDenied)
-	case containsAddr(metadataAddrs, a):
-		return fmt.Errorf("%s resolves to %s, a cloud metadata address: %w", host, a, ErrEgressDenied)
-	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-		return fmt.Errorf("%s resolves to link-local %s: %w", host, a, ErrEgressDenied)
-	case a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || a == broadcast:
-		return fmt.Errorf("%s resolves to %s: %w", host, a, ErrEgressDenied)
 	case a.IsLoopback():
 		if e.policy.AllowLoopback || e.isTrusted(host, port) {
 			return nil
@@ -130,15 +118,6 @@ func (e *egress) checkAddr(host, port string, a netip.Addr) error {
 		return fmt.Errorf("%s resolves to private %s and is not a trusted registry host: %w", host, a, ErrEgressDenied)
 	}
 	return nil
-}
-
-func containsAddr(list []netip.Addr, a netip.Addr) bool {
-	for _, x := range list {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }
 
 func isPrivate(a netip.Addr) bool {

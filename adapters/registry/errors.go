@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/regclient/regclient/types/errs"
 
@@ -71,7 +72,11 @@ func classify(err error, what string) error {
 // 5xx and 429 (after regclient's own retries), short reads. Refusals,
 // missing content, bad credentials and bad content are final.
 func retryable(err error) bool {
+	var dns *net.DNSError
 	switch {
+	case errors.As(err, &dns) && dns.IsNotFound:
+		// No such host: asking again will not make it exist.
+		return false
 	case err == nil,
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, ErrEgressDenied), errors.Is(err, ErrImageRejected),

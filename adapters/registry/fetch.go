@@ -180,9 +180,14 @@ func (s *Source) ensureBlob(ctx context.Context, rc *regclient.RegClient, r ref.
 // ensureBlobWith is ensureBlob telling st (when set) where the bytes are
 // as they are written.
 func (s *Source) ensureBlobWith(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress, st *blobStream) (string, error) {
-	if p, ok, err := s.opts.Cache.Get(d.Digest); err != nil {
+	p, ok, err := s.opts.Cache.Get(d.Digest)
+	if err != nil {
 		return "", err
-	} else if ok {
+	}
+	if s.opts.Observer != nil {
+		s.opts.Observer.LayerCacheLookup(ok)
+	}
+	if ok {
 		s.log.DebugContext(ctx, "layer cache hit", "digest", d.Digest.String())
 		prog.set(d.Digest, d.Size, 0)
 		return p, nil
@@ -273,6 +278,9 @@ func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r re
 			prog.set(d.Digest, cur, int64(n))
 			if st != nil {
 				st.wrote(cur)
+			}
+			if s.opts.Observer != nil {
+				s.opts.Observer.LayerBytesPulled(int64(n))
 			}
 		}
 		if rerr == io.EOF {

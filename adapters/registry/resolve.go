@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -166,9 +167,29 @@ func (s *Source) precheckHost(ctx context.Context, r ref.Ref) error {
 
 // Resolve pins req to the manifest digest of one platform and returns the
 // verified config and layer descriptors.
+//
+// A retryable failure (network trouble, 5xx and 429 after regclient's own
+// retries: regclient does not retry a 503 at all) is retried like a blob
+// download, Options.Retries more times with the same backoff; refusals,
+// missing images and bad content fail at once.
 func (s *Source) Resolve(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
-	img, err := s.resolve(ctx, req)
-	return img, newSecrets(req.Username, req.Password).clean(err)
+	delay := s.opts.RetryDelay
+	for attempt := 0; ; attempt++ {
+		img, err := s.resolve(ctx, req)
+		if err == nil || !retryable(err) || attempt >= s.opts.Retries || ctx.Err() != nil {
+			return img, newSecrets(req.Username, req.Password).clean(err)
+		}
+		s.log.DebugContext(ctx, "resolve failed, retrying", "attempt", attempt+1,
+			"err", newSecrets(req.Username, req.Password).clean(err).Error())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, newSecrets(req.Username, req.Password).clean(err)
+		case <-t.C:
+		}
+		delay = min(2*delay, s.opts.RetryMaxDelay)
+	}
 }
 
 func (s *Source) resolve(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {

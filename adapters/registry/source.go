@@ -68,6 +68,18 @@ type Options struct {
 	Resolver Resolver
 	// UserAgent is sent to registries (default "cube-templatecenter").
 	UserAgent string
+	// Observer, when set, is told of every layer cache lookup and of the
+	// layer bytes downloaded from registries (the apps count them as
+	// metrics).
+	Observer Observer
+}
+
+// Observer receives layer cache lookups and downloaded byte counts. It is
+// called from the download goroutines, so it must be safe for concurrent
+// use and quick.
+type Observer interface {
+	LayerCacheLookup(hit bool)
+	LayerBytesPulled(n int64)
 }
 
 // Limits bound what an image may contain. Zero values mean the defaults.
@@ -110,7 +122,6 @@ type Source struct {
 	httpClient *http.Client
 	hosts      []config.Host
 	insecure   map[string]bool
-	base       *regclient.RegClient
 
 	mu      sync.Mutex
 	clients map[string]*regclient.RegClient // per credential set
@@ -206,7 +217,6 @@ func New(opts Options) (*Source, error) {
 		ExpectContinueTimeout: time.Second,
 	}
 	s.httpClient = &http.Client{Transport: &resumeTransport{base: base}}
-	s.base = s.newRegClient(nil, nil)
 	return s, nil
 }
 
@@ -286,7 +296,12 @@ func (s *Source) newRegClient(cred *config.Host, sec secrets) *regclient.RegClie
 // client returns the regclient for r with the request's credentials.
 func (s *Source) client(r ref.Ref, req ports.ImageRequest) *regclient.RegClient {
 	if r.Scheme != "reg" || (req.Username == "" && req.Password == "") {
-		return s.base
+		// A client of its own for every call: regclient keeps a backoff per
+		// host and client, and one shared by all builds would make every
+		// build from a registry wait out (and, bounded by the registry
+		// timeout, fail on) the backoff one broken image earned. Connections
+		// are pooled by the shared HTTP client underneath.
+		return s.newRegClient(nil, nil)
 	}
 	h := sha256.New()
 	for _, p := range []string{r.Registry, req.Username, req.Password} {

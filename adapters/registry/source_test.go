@@ -901,6 +901,97 @@ func TestRetriesServerErrors(t *testing.T) {
 	checkFetched(t, got, layers)
 }
 
+// Resolving retries what blob downloads retry: a registry answering 503
+// (or another retryable error) to the manifest or config requests
+// recovers without failing the build; a refusal (404) is not retried.
+func TestResolveRetriesServerErrors(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	layers := []testLayer{makeLayer(t, 1000, compGzip, false)}
+	refStr := reg.host + "/" + uniqueRepo("resolve-retry") + ":v1"
+	pushImage(t, rc, refStr, testImage{layers: layers})
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusInternalServerError} {
+		var mu sync.Mutex
+		failures := 0
+		reg.setFault(func(w http.ResponseWriter, r *http.Request, _ http.Handler) bool {
+			if !strings.Contains(r.URL.Path, "/manifests/") && !strings.Contains(r.URL.Path, "/blobs/sha256:") {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if failures < 2 && !isBlobGet(r, layers[0].desc().Digest) {
+				failures++
+				http.Error(w, "unavailable", status)
+				return true
+			}
+			return false
+		})
+		if _, got, err := fetch(t, newTestSource(t, nil, nil, reg.host), ports.ImageRequest{Ref: refStr}); err != nil {
+			t.Errorf("%d twice on resolve: %v", status, err)
+		} else {
+			checkFetched(t, got, layers)
+		}
+	}
+	reg.setFault(nil)
+	reg.resetRequests()
+	missing := reg.host + "/" + uniqueRepo("resolve-missing") + ":v1"
+	if _, err := newTestSource(t, nil, nil, reg.host).Resolve(context.Background(), ports.ImageRequest{Ref: missing}); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("missing image: %v, want not found", err)
+	}
+	manifestGets := 0
+	reg.mu.Lock()
+	for _, r := range reg.reqs {
+		if strings.Contains(r.path, "/manifests/") {
+			manifestGets++
+		}
+	}
+	reg.mu.Unlock()
+	if manifestGets > 2 {
+		t.Errorf("a missing image was asked for %d times, want no retries", manifestGets)
+	}
+}
+
+// One image's failures do not slow down another's pulls from the same
+// registry: regclient keeps a backoff per host and client, and a client
+// shared by every build would make an unrelated build wait out (and, under
+// the registry timeout, fail on) the backoff a broken blob earned.
+func TestFailuresOfOneImageDoNotDelayAnother(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	bad := []testLayer{makeLayer(t, 1000, compGzip, false)}
+	good := []testLayer{makeLayer(t, 1000, compGzip, false)}
+	badRef := reg.host + "/" + uniqueRepo("broken") + ":v1"
+	goodRef := reg.host + "/" + uniqueRepo("healthy") + ":v1"
+	pushImage(t, rc, badRef, testImage{layers: bad})
+	pushImage(t, rc, goodRef, testImage{layers: good})
+	reg.setFault(func(w http.ResponseWriter, r *http.Request, _ http.Handler) bool {
+		if isBlobGet(r, bad[0].desc().Digest) {
+			http.Error(w, "broken", http.StatusInternalServerError)
+			return true
+		}
+		return false
+	})
+	// Production backoff (500ms doubling), one retry of our own.
+	src := newTestSource(t, nil, func(o *Options) { o.RetryDelay, o.RetryMaxDelay, o.Retries = 500*time.Millisecond, 30*time.Second, 1 }, reg.host)
+	if _, _, err := fetch(t, src, ports.ImageRequest{Ref: badRef}); err == nil {
+		t.Fatal("the broken image was fetched")
+	}
+	// The data plane bounds a resolve by its registry timeout; the healthy
+	// image must resolve well within one, not after the broken image's
+	// backoff (16 s here when clients were shared).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	img, err := src.Resolve(ctx, ports.ImageRequest{Ref: goodRef})
+	if err != nil {
+		t.Fatalf("healthy image after the broken one: %v", err)
+	}
+	got, err := src.FetchLayers(ctx, ports.ImageRequest{Ref: goodRef}, img, nil)
+	if err != nil {
+		t.Fatalf("healthy image's layers after the broken one: %v", err)
+	}
+	checkFetched(t, got, good)
+}
+
 func TestBasicAuth(t *testing.T) {
 	const user, pass = "builder", "s3cr3t-Passw0rd"
 	reg := newFakeRegistry(t)

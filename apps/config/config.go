@@ -3,14 +3,15 @@ package config
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
-// Config is what the apps read at start-up.
+// Config is what the apps read at start-up. Every field a user can set is
+// listed in Settings (settings.go), which is also the source of
+// docs/configuration.md; a field without a setting fails the tests.
 type Config struct {
 	ConfigPath string `yaml:"-"`
 
@@ -34,6 +35,9 @@ type Config struct {
 	RegistryAllowPrivate  bool     `yaml:"registry_allow_private"`
 	RegistryAllowLoopback bool     `yaml:"registry_allow_loopback"`
 	TrustedRegistries     []string `yaml:"trusted_registries"`
+	// RegistryTimeout fails a registry connection that moves no byte for
+	// this long, and bounds resolving a tag.
+	RegistryTimeout time.Duration `yaml:"registry_timeout"`
 	// Builder is "ext4stream" (the default, in process), "mkfs", or the
 	// name of a builder plugin under PluginDir ("plugin:NAME").
 	Builder        string `yaml:"builder"`
@@ -54,6 +58,9 @@ type Config struct {
 	MasterAddr string `yaml:"master_addr"`
 	RedisAddr  string `yaml:"redis_addr"`
 
+	// Log is the data plane's logging (the master has its own, Master.Log).
+	Log Log `yaml:"log"`
+
 	Reconcile Reconcile `yaml:"reconcile"`
 
 	// Master holds cubemaster's own settings; it shares the token, the
@@ -63,7 +70,77 @@ type Config struct {
 	CallbackToken           string `yaml:"-"`
 	CallbackInsecureNoToken bool   `yaml:"callback_insecure_no_token"`
 
+	// NodeIP is this host's routable address
+	// (CUBE_TEMPLATE_CENTER_NODE_IP, else CUBE_SANDBOX_NODE_IP, as
+	// upstream): logged as the data plane's identity, and the listen
+	// address becomes it when none was chosen explicitly and the address
+	// is this host's (TemplateCenterListen).
+	NodeIP string `yaml:"node_ip"`
+	// AutoMigrate applies schema migrations when a service starts
+	// (CUBE_AUTO_MIGRATION, default true; false leaves the DDL to an
+	// out-of-band migrate, as upstream).
+	AutoMigrate bool `yaml:"auto_migration"`
+	// UpstreamMaster says the master is upstream's CubeMaster
+	// (CUBE_TEMPLATE_CENTER_UPSTREAM_MASTER): BUILT reports then carry the
+	// ext4_path of a file store and a presigned artifact_url of an object
+	// store, which upstream distributes itself. Leave it off with our
+	// master, which mints download URLs when nodes ask.
+	UpstreamMaster bool `yaml:"upstream_master"`
+	// ArtifactStoreBackend is upstream's CUBE_ARTIFACT_STORE_BACKEND: "fs"
+	// turns S3 off (S3.Off) even when it is fully configured; "" or "s3"
+	// is upstream's default, S3 when fully configured.
+	ArtifactStoreBackend string `yaml:"artifact_store_backend"`
+	// Strict refuses unknown settings in the file instead of warning
+	// (--strict-config, CUBE_TEMPLATE_CENTER_STRICT_CONFIG).
+	Strict bool `yaml:"-"`
+
+	// Warnings are deprecations and unknown variables found by Load.
 	Warnings []string `yaml:"-"`
+	// Sources says where each setting's value came from, by variable name:
+	// "default", "file", "env" or "env (legacy NAME)". Settings absent from
+	// the map kept their default.
+	Sources map[string]string `yaml:"-"`
+
+	// listenFromBind is the upstream http_bind the data plane's listen
+	// address came from; listenExplicit that one was chosen explicitly.
+	listenFromBind string
+	listenExplicit bool
+}
+
+// RequestSettings shape the sandbox requests the master sends to nodes
+// (upstream conf.yaml cubelet_conf, extra_conf and log.region).
+type RequestSettings struct {
+	// EnableExposedPort sends exposed ports: a request's com.exposed_ports
+	// annotation, else ExposedPortList (CUBE_MASTER_ENABLE_EXPOSED_PORT,
+	// CUBE_MASTER_EXPOSED_PORTS; upstream cubelet_conf
+	// enable_exposed_port, exposed_port_list; default on with port 80, as
+	// upstream ships).
+	EnableExposedPort bool     `yaml:"enable_exposed_port"`
+	ExposedPortList   []string `yaml:"exposed_port_list"`
+	// BlkQos and FsQos are the cube.master.blk.qos / .fs.qos annotations;
+	// the maps by instance type win (upstream extra_conf).
+	BlkQos    string            `yaml:"blk_qos"`
+	BlkQosMap map[string]string `yaml:"blk_qos_map"`
+	FsQos     string            `yaml:"fs_qos"`
+	FsQosMap  map[string]string `yaml:"fs_qos_map"`
+	// Region fills cube.master.instance.region when a request has none
+	// (CUBE_MASTER_REGION; upstream log.region).
+	Region string `yaml:"region"`
+	// HostMountPrefixes bound host-dir volume paths
+	// (CUBE_MASTER_HOST_MOUNT_PREFIXES; default /data/shared/).
+	HostMountPrefixes []string `yaml:"host_mount_prefixes"`
+	// CreateImageTimeout bounds one CreateImage call
+	// (CUBE_MASTER_CREATE_IMAGE_TIMEOUT, a Go duration; upstream
+	// cubelet_conf create_image_timeout_insec; default 300s).
+	CreateImageTimeout time.Duration `yaml:"create_image_timeout"`
+}
+
+// Log holds a service's logging settings.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is json or text.
+	Format string `yaml:"format"`
 }
 
 // S3 holds the shared CUBE_S3_* settings; S3 is enabled only when endpoint,
@@ -77,6 +154,10 @@ type S3 struct {
 	UsePathStyle bool   `yaml:"use_path_style"`
 	UseSSL       bool   `yaml:"use_ssl"`
 	Prefix       string `yaml:"artifact_prefix"`
+	// Off turns S3 off even when it is fully configured: Load sets it from
+	// upstream's CUBE_ARTIFACT_STORE_BACKEND=fs (the CUBE_S3_* settings are
+	// then for the volume plugins only).
+	Off bool `yaml:"-"`
 }
 
 // Reconcile holds the data plane's reconciler settings
@@ -116,6 +197,16 @@ type Master struct {
 	// SweepInterval is how often the BUILT-job sweeper and the artifact GC
 	// run (CUBE_MASTER_SWEEP_INTERVAL, a Go duration).
 	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// Converge turns on convergence (CUBE_MASTER_CONVERGE): every sweep,
+	// READY templates are distributed to healthy nodes of their scope that
+	// lack a READY replica (a node back from an outage, a node added).
+	Converge bool `yaml:"converge"`
+	// ConvergeBackoff is how long convergence leaves a template alone after
+	// its convergence job failed (CUBE_MASTER_CONVERGE_BACKOFF).
+	ConvergeBackoff time.Duration `yaml:"converge_backoff"`
+	// ConvergeAtOnce bounds the convergence jobs one sweep starts
+	// (CUBE_MASTER_CONVERGE_AT_ONCE).
+	ConvergeAtOnce int `yaml:"converge_at_once"`
 	// EnvdHostDir holds the envd binary (<dir>/envd) injected into
 	// templates that opt in (CUBE_MASTER_ENVD_HOST_DIR). Optional.
 	EnvdHostDir string `yaml:"envd_host_dir"`
@@ -124,7 +215,40 @@ type Master struct {
 	// legacy CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR). Migrate reads and removes
 	// an artifact's ext4_path only inside one of them. Optional.
 	LocalArtifactDirs []string `yaml:"local_artifact_dirs"`
+	// Log is the master's logging.
+	Log Log `yaml:"log"`
+	// Request shapes the sandbox requests sent to nodes.
+	Request RequestSettings `yaml:"request"`
+	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
+	// (CUBE_MASTER_CA_DIR, default /etc/cube/ca, upstream's path).
+	CADir string `yaml:"ca_dir"`
+	// Auth is the public API's authentication.
+	Auth Auth `yaml:"auth"`
 }
+
+// Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;
+// upstream conf.yaml auth). On by default: `cubemaster serve` refuses to
+// start with it on and no credential; `cubemaster dev` turns it off.
+type Auth struct {
+	// Enabled guards the public routes (CUBE_MASTER_AUTH; upstream
+	// auth.enable).
+	Enabled bool `yaml:"enabled"`
+	// Expiry bounds how far a signed request's cube_timestamp may be from
+	// now (CUBE_MASTER_AUTH_EXPIRY; upstream
+	// auth.signature_expire_time_insec, default 120s).
+	Expiry time.Duration `yaml:"expiry"`
+	// SecretKeys are the signing keys by cube_user_id
+	// (CUBE_MASTER_AUTH_SECRET_KEYS, user=secret,...; upstream
+	// auth.secret_key_map, whose groups are merged).
+	SecretKeys UserSecrets `yaml:"-"`
+	// BearerTokens are accepted in Authorization: Bearer
+	// (CUBE_MASTER_AUTH_BEARER_TOKENS, comma-separated).
+	BearerTokens []string `yaml:"-"`
+}
+
+// UserSecrets maps user ids to secrets. In the environment it is
+// user=secret pairs, comma-separated (or a JSON object of strings).
+type UserSecrets map[string]string
 
 // DefaultReleaseManifest is where the one-click bundle installs its release
 // manifest.
@@ -133,34 +257,67 @@ const DefaultReleaseManifest = "/usr/local/services/cubetoolbox/release-manifest
 // DefaultEnvdHostDir is where upstream installs the envd binary.
 const DefaultEnvdHostDir = "/usr/local/share/cubesandbox-envd"
 
-// Enabled reports whether S3 is fully configured.
+// Enabled reports whether S3 is fully configured and not turned off.
 func (s S3) Enabled() bool {
-	return s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
+	return !s.Off && s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
+}
+
+// Backend names the artifact store kind the data plane writes to: "s3",
+// "gs", "mem" or "file".
+func (c Config) Backend() string {
+	if u := c.ArtifactStoreURL; u != "" {
+		if i := strings.Index(u, "://"); i > 0 {
+			return u[:i]
+		}
+	}
+	if c.S3.Enabled() {
+		return "s3"
+	}
+	return "file"
 }
 
 // Defaults are used for anything neither the file nor the environment sets.
-func Defaults() Config {
+// Paths are under the user's state directory (see UserDirs), so
+// a service and a one-shot build run by different users never share a
+// directory one of them cannot write.
+func Defaults() Config { return DefaultsFor(UserDirs()) }
+
+// DefaultsFor is Defaults for the given directories (docs use placeholders).
+func DefaultsFor(d Dirs) Config {
 	return Config{
-		DBDSN:               "sqlite:///var/lib/cubetemplatecenter/tc.db",
-		ArtifactStoreDir:    "/data/CubeTemplateCenter/storage",
-		WorkDir:             os.TempDir(),
+		DBDSN:               "sqlite://" + d.State + "/tc.db",
+		ArtifactStoreDir:    d.State + "/artifacts",
+		WorkDir:             d.State + "/work",
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
+		RegistryTimeout:     60 * time.Second,
 		Builder:             "ext4stream",
 		ReleaseManifest:     DefaultReleaseManifest,
-		Listen:              ":8090",
-		MasterAddr:          "http://localhost:8089",
+		Listen:              "127.0.0.1:8090",
+		MasterAddr:          "http://127.0.0.1:8089",
+		Log:                 Log{Level: "info", Format: "json"},
 		Reconcile: Reconcile{
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
 		},
-		S3: S3{Region: "us-east-1", UsePathStyle: true},
+		S3:          S3{Region: "us-east-1", UsePathStyle: true},
+		AutoMigrate: true,
 		Master: Master{
-			Listen:             ":8089",
+			Listen:             "127.0.0.1:8089",
 			TemplateCenterAddr: "http://127.0.0.1:8090",
 			SweepInterval:      time.Minute,
 			NodeProbeInterval:  10 * time.Second,
+			Converge:           true,
+			ConvergeBackoff:    10 * time.Minute,
+			ConvergeAtOnce:     4,
 			EnvdHostDir:        DefaultEnvdHostDir,
+			Log:                Log{Level: "info", Format: "json"},
+			Request: RequestSettings{
+				EnableExposedPort: true, ExposedPortList: []string{"80"},
+				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
+			},
+			CADir: "/etc/cube/ca",
+			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
 		},
 	}
 }
@@ -169,80 +326,65 @@ func Defaults() Config {
 type Env func(name string) (string, bool)
 
 // Load reads the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH (legacy
-// CUBE_MASTER_CONFIG_PATH), if any, then the environment.
+// CUBE_MASTER_CONFIG_PATH), if any, then the environment. The file may be
+// ours, upstream's conf.yaml (common.http_bind/http_port,
+// common.template_center_addr, common.master_addr, instance_db_config,
+// cubelet_conf, extra_conf, log.region; see upstream.go) or both; our own
+// keys win over upstream's, the environment over both. Unknown keys are
+// warned about by name, or refused with CUBE_TEMPLATE_CENTER_STRICT_CONFIG
+// (--strict-config). With a nil env it reads the process environment and
+// also warns about unknown CUBE_TEMPLATE_CENTER_* / CUBE_MASTER_*
+// variables.
 func Load(env Env) (Config, error) {
+	var environ []string
 	if env == nil {
 		env = os.LookupEnv
+		environ = os.Environ()
 	}
+	return LoadFrom(env, environ)
+}
+
+// LoadFrom is Load with the variable names to check for typos given
+// explicitly (environ holds NAME=value entries, as os.Environ).
+func LoadFrom(env Env, environ []string) (Config, error) {
 	c := Defaults()
-	r := reader{env: env}
-	if p, ok := r.lookup("CUBE_TEMPLATE_CENTER_CONFIG_PATH", "CUBE_MASTER_CONFIG_PATH"); ok && p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return c, fmt.Errorf("read config file %s: %w", p, err)
+	c.Sources = map[string]string{}
+	r := reader{env: env, sources: c.Sources}
+	// Read before the file, which they name or govern.
+	for _, s := range Settings() {
+		if s.Env == StrictVariable {
+			r.apply(&c, s)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
-			return c, fmt.Errorf("parse config file %s: %w", p, err)
+	}
+	if p, ok := r.lookup(PathVariable, LegacyPathVariable); ok && p != "" {
+		if err := c.loadFile(p, &r); err != nil {
+			return c, err
 		}
 		c.ConfigPath = p
 	}
-	r.str(&c.DBDSN, "CUBE_TEMPLATE_CENTER_DB_DSN")
-	r.str(&c.ArtifactStoreDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR")
-	r.str(&c.ArtifactStoreURL, "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL")
-	r.str(&c.WorkDir, "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_DIR")
-	r.str(&c.LayerCacheDir, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR")
-	r.int64(&c.LayerCacheMaxBytes, "CUBE_TEMPLATE_CENTER_LAYER_CACHE_MAX_BYTES")
-	r.int(&c.MaxConcurrentBuilds, "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS")
-	r.list(&c.InsecureRegistries, "CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES")
-	r.bool(&c.AllowLocalLayouts, "CUBE_TEMPLATE_CENTER_ALLOW_LOCAL_LAYOUTS")
-	r.bool(&c.RegistryAllowPrivate, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_PRIVATE")
-	r.bool(&c.RegistryAllowLoopback, "CUBE_TEMPLATE_CENTER_REGISTRY_ALLOW_LOOPBACK")
-	r.list(&c.TrustedRegistries, "CUBE_TEMPLATE_CENTER_TRUSTED_REGISTRIES")
-	r.str(&c.Builder, "CUBE_TEMPLATE_CENTER_BUILDER")
-	r.str(&c.PluginDir, "CUBE_TEMPLATE_CENTER_PLUGIN_DIR")
-	r.int64(&c.HeadroomBytes, "CUBE_TEMPLATE_CENTER_HEADROOM_BYTES")
-	r.int64(&c.HeadroomInodes, "CUBE_TEMPLATE_CENTER_HEADROOM_INODES")
-	r.int64(&c.MaxImageBytes, "CUBE_TEMPLATE_CENTER_MAX_IMAGE_BYTES")
-	r.str(&c.ReleaseManifest, "CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST")
-	r.str(&c.S3.Endpoint, "CUBE_S3_ENDPOINT")
-	r.str(&c.S3.Bucket, "CUBE_S3_BUCKET")
-	r.str(&c.S3.AccessKey, "CUBE_S3_ACCESS_KEY")
-	r.str(&c.S3.SecretKey, "CUBE_S3_SECRET_KEY")
-	r.str(&c.S3.Region, "CUBE_S3_REGION")
-	r.bool(&c.S3.UsePathStyle, "CUBE_S3_USE_PATH_STYLE")
-	r.bool(&c.S3.UseSSL, "CUBE_S3_USE_SSL")
-	r.str(&c.S3.Prefix, "CUBE_S3_ARTIFACT_PREFIX")
-	r.str(&c.Listen, "CUBE_TEMPLATE_CENTER_LISTEN")
-	r.str(&c.MasterAddr, "CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT")
-	r.str(&c.RedisAddr, "CUBE_TEMPLATE_CENTER_REDIS_ADDR")
-	r.bool(&c.Reconcile.Disabled, "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED")
-	r.duration(&c.Reconcile.Interval, "CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL")
-	r.duration(&c.Reconcile.StaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_STALE_AFTER", "CUBE_TC_RECONCILE_STALE_AFTER")
-	r.duration(&c.Reconcile.PendingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER", "CUBE_TC_RECONCILE_PENDING_STALE_AFTER")
-	r.duration(&c.Reconcile.PullingStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER", "CUBE_TC_RECONCILE_PULLING_STALE_AFTER")
-	r.duration(&c.Reconcile.RunningStaleAfter, "CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER", "CUBE_TC_RECONCILE_RUNNING_STALE_AFTER")
-	r.str(&c.CallbackToken, "CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN")
-	r.bool(&c.CallbackInsecureNoToken, "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN")
-	r.str(&c.Master.Listen, "CUBE_MASTER_LISTEN")
-	r.str(&c.Master.DBDSN, "CUBE_MASTER_DB_DSN")
-	r.str(&c.Master.TemplateCenterAddr, "CUBE_TEMPLATE_CENTER_ADDR")
-	r.str(&c.Master.Nodes, "CUBE_MASTER_NODES")
-	r.duration(&c.Master.NodeProbeInterval, "CUBE_MASTER_NODE_PROBE_INTERVAL")
-	r.str(&c.Master.DownloadBaseURL, "CUBE_MASTER_DOWNLOAD_BASE_URL")
-	r.duration(&c.Master.SweepInterval, "CUBE_MASTER_SWEEP_INTERVAL")
-	r.str(&c.Master.EnvdHostDir, "CUBE_MASTER_ENVD_HOST_DIR")
-	r.list(&c.Master.LocalArtifactDirs, "CUBE_MASTER_LOCAL_ARTIFACT_DIR")
-	if v, ok := r.env("CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
-		// The legacy store dir is where old masters kept artifacts. The
-		// data plane's setting above already warns about the legacy name.
-		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
+	for _, s := range Settings() {
+		if s.Env != PathVariable && s.Env != StrictVariable {
+			r.apply(&c, s)
+		}
 	}
+	if _, ok := r.env("CUBE_TEMPLATE_CENTER_LISTEN"); ok {
+		c.listenExplicit = true
+	}
+	if v, ok := r.env(legacyStoreDir); ok && len(c.Master.LocalArtifactDirs) == 0 && strings.TrimSpace(v) != "" {
+		// The legacy store dir is where old masters kept artifacts. The
+		// data plane's setting already warns about the legacy name.
+		c.Master.LocalArtifactDirs = []string{strings.TrimSpace(v)}
+		c.Sources["CUBE_MASTER_LOCAL_ARTIFACT_DIR"] = "env (legacy " + legacyStoreDir + ")"
+	}
+	r.readUpstreamEnv(&c)
 	if c.Master.DBDSN == "" {
 		// One database for both processes (not a legacy fallback: no warning).
 		c.Master.DBDSN = c.DBDSN
+		if src, ok := c.Sources["CUBE_TEMPLATE_CENTER_DB_DSN"]; ok {
+			c.Sources["CUBE_MASTER_DB_DSN"] = src + " (CUBE_TEMPLATE_CENTER_DB_DSN)"
+		}
 	}
+	r.warnings = append(r.warnings, UnknownVariables(environ)...)
 	c.Warnings = r.warnings
 	if r.err != nil {
 		return c, r.err
@@ -250,15 +392,66 @@ func Load(env Env) (Config, error) {
 	return c, c.validate()
 }
 
+// The config file's variable and its pre-rename spelling, and the switch
+// that makes unknown keys in it an error.
+const (
+	PathVariable       = "CUBE_TEMPLATE_CENTER_CONFIG_PATH"
+	LegacyPathVariable = "CUBE_MASTER_CONFIG_PATH"
+	StrictVariable     = "CUBE_TEMPLATE_CENTER_STRICT_CONFIG"
+	legacyStoreDir     = "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"
+)
+
+// markFileSources records "file" for every setting whose YAML key the file
+// sets.
+func markFileSources(c *Config, b []byte) {
+	var tree map[string]any
+	if yaml.Unmarshal(b, &tree) != nil {
+		return
+	}
+	for _, s := range Settings() {
+		if s.YAML == "" {
+			continue
+		}
+		node := any(tree)
+		for _, part := range strings.Split(s.YAML, ".") {
+			m, ok := node.(map[string]any)
+			if !ok {
+				node = nil
+				break
+			}
+			node, ok = m[part]
+			if !ok {
+				node = nil
+				break
+			}
+		}
+		if node != nil {
+			c.Sources[s.Env] = "file"
+		}
+	}
+}
+
 func (c Config) validate() error {
 	if c.Master.SweepInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_SWEEP_INTERVAL: %s, must be positive", c.Master.SweepInterval)
+	}
+	if c.Master.ConvergeBackoff <= 0 {
+		return fmt.Errorf("CUBE_MASTER_CONVERGE_BACKOFF: %s, must be positive", c.Master.ConvergeBackoff)
+	}
+	if c.Master.ConvergeAtOnce <= 0 {
+		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
+	}
+	if c.Master.Auth.Expiry <= 0 {
+		return fmt.Errorf("CUBE_MASTER_AUTH_EXPIRY: %s, must be positive", c.Master.Auth.Expiry)
 	}
 	if c.Master.NodeProbeInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
+	}
+	if c.RegistryTimeout <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)
 	}
 	for _, v := range []struct {
 		name string
@@ -269,100 +462,24 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s: %d, must not be negative", v.name, v.n)
 		}
 	}
+	if err := c.Log.Check("CUBE_TEMPLATE_CENTER_LOG_LEVEL", "CUBE_TEMPLATE_CENTER_LOG_FORMAT"); err != nil {
+		return err
+	}
+	return c.Master.Log.Check("CUBE_MASTER_LOG_LEVEL", "CUBE_MASTER_LOG_FORMAT")
+}
+
+// Check validates the level and format; errors name the setting
+// (levelName, formatName: a variable or a flag).
+func (l Log) Check(levelName, formatName string) error {
+	switch strings.ToLower(l.Level) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		return fmt.Errorf("%s: %q, want debug, info, warn or error", levelName, l.Level)
+	}
+	switch strings.ToLower(l.Format) {
+	case "json", "text":
+	default:
+		return fmt.Errorf("%s: %q, want json or text", formatName, l.Format)
+	}
 	return nil
-}
-
-type reader struct {
-	env      Env
-	warnings []string
-	err      error
-}
-
-// lookup returns the first set name; a legacy name (any after the first)
-// adds a deprecation warning.
-func (r *reader) lookup(name string, legacy ...string) (string, bool) {
-	if v, ok := r.env(name); ok {
-		for _, l := range legacy {
-			if _, lok := r.env(l); lok {
-				r.warnings = append(r.warnings, fmt.Sprintf("both %s and legacy %s are set; using %s", name, l, name))
-			}
-		}
-		return v, true
-	}
-	for _, l := range legacy {
-		if v, ok := r.env(l); ok {
-			r.warnings = append(r.warnings, fmt.Sprintf("%s is deprecated; use %s", l, name))
-			return v, true
-		}
-	}
-	return "", false
-}
-
-func (r *reader) str(dst *string, name string, legacy ...string) {
-	if v, ok := r.lookup(name, legacy...); ok {
-		*dst = strings.TrimSpace(v)
-	}
-}
-
-func (r *reader) list(dst *[]string, name string, legacy ...string) {
-	if v, ok := r.lookup(name, legacy...); ok {
-		*dst = nil
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				*dst = append(*dst, s)
-			}
-		}
-	}
-}
-
-func (r *reader) int(dst *int, name string, legacy ...string) {
-	var n int64 = int64(*dst)
-	r.int64(&n, name, legacy...)
-	*dst = int(n)
-}
-
-func (r *reader) int64(dst *int64, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %q is not an integer", name, v))
-		return
-	}
-	*dst = n
-}
-
-func (r *reader) bool(dst *bool, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %q is not a boolean", name, v))
-		return
-	}
-	*dst = b
-}
-
-// duration reads a positive Go duration ("90s", "10m").
-func (r *reader) duration(dst *time.Duration, name string, legacy ...string) {
-	v, ok := r.lookup(name, legacy...)
-	if !ok || strings.TrimSpace(v) == "" {
-		return
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d <= 0 {
-		r.fail(fmt.Errorf("%s: %q is not a positive Go duration", name, v))
-		return
-	}
-	*dst = d
-}
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
 }

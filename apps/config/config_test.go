@@ -77,11 +77,20 @@ func TestLoadFileThenEnvironment(t *testing.T) {
 	if c.Builder != "ext4stream" || c.S3.Bucket != "from-file" || c.MaxConcurrentBuilds != 3 {
 		t.Fatalf("got %+v", c)
 	}
-	if err := os.WriteFile(p, []byte("no_such_key: 1\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("no_such_key: 1\ns3:\n  bukket: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p})); err == nil || !strings.Contains(err.Error(), "no_such_key") {
-		t.Fatalf("unknown key accepted: %v", err)
+	// Unknown keys are named in warnings, or refused in strict mode.
+	c, err = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(c.Warnings, "\n"); !strings.Contains(w, `"no_such_key"`) || !strings.Contains(w, `"s3.bukket"`) || len(c.Warnings) != 2 {
+		t.Fatalf("warnings %q", c.Warnings)
+	}
+	_, err = Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": p, "CUBE_TEMPLATE_CENTER_STRICT_CONFIG": "true"}))
+	if err == nil || !strings.Contains(err.Error(), "no_such_key") || !strings.Contains(err.Error(), "s3.bukket") {
+		t.Fatalf("strict mode accepted unknown keys: %v", err)
 	}
 }
 
@@ -122,7 +131,7 @@ func TestMasterSettings(t *testing.T) {
 		check func(Master) bool
 	}{
 		{"defaults", nil, func(m Master) bool {
-			return m.Listen == ":8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
+			return m.Listen == "127.0.0.1:8089" && m.TemplateCenterAddr == "http://127.0.0.1:8090" && m.SweepInterval == time.Minute &&
 				m.EnvdHostDir == DefaultEnvdHostDir && m.Nodes == "" && m.DownloadBaseURL == "" && m.NodeProbeInterval == 10*time.Second &&
 				m.DBDSN == Defaults().DBDSN
 		}},
@@ -135,8 +144,9 @@ func TestMasterSettings(t *testing.T) {
 			"CUBE_MASTER_NODES": "n1=127.0.0.1:7001", "CUBE_MASTER_DOWNLOAD_BASE_URL": "http://10.0.0.1:8089",
 			"CUBE_MASTER_SWEEP_INTERVAL": "15s", "CUBE_MASTER_ENVD_HOST_DIR": "/opt/envd",
 			"CUBE_MASTER_NODE_PROBE_INTERVAL": "250ms",
+			"CUBE_MASTER_CONVERGE":            "false", "CUBE_MASTER_CONVERGE_BACKOFF": "3m", "CUBE_MASTER_CONVERGE_AT_ONCE": "2",
 		}, func(m Master) bool {
-			return m.NodeProbeInterval == 250*time.Millisecond && m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
+			return !m.Converge && m.ConvergeBackoff == 3*time.Minute && m.ConvergeAtOnce == 2 && m.NodeProbeInterval == 250*time.Millisecond && m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
 				m.DownloadBaseURL == "http://10.0.0.1:8089" && m.SweepInterval == 15*time.Second && m.EnvdHostDir == "/opt/envd"
 		}},
 	}

@@ -5,16 +5,21 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 )
 
 func migrateCommand() *cobra.Command {
-	return &cobra.Command{
+	var plan bool
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the metadata store's schema migrations and exit",
-		Long:  "Migrates the database named by CUBE_MASTER_DB_DSN (default CUBE_TEMPLATE_CENTER_DB_DSN).",
-		Args:  cobra.NoArgs,
+		Long: `Migrates the database named by CUBE_MASTER_DB_DSN (default CUBE_TEMPLATE_CENTER_DB_DSN).
+A database created by upstream's master (its tables, no cube_schema_migrations)
+is adopted: only additions (tables, columns, indexes, wider types); nothing of
+theirs is dropped or narrowed. --plan prints the statements first and changes
+nothing.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(nil)
 			if err != nil {
@@ -23,23 +28,14 @@ func migrateCommand() *cobra.Command {
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
 			}
-			st, err := entstore.Open(cmd.Context(), cfg.Master.DBDSN)
+			st, err := startup.OpenStore(cmd.Context(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			applied, err := st.Migrate(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("migrate %s store: %w", st.Dialect(), err)
-			}
-			if len(applied) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s schema is up to date\n", st.Dialect())
-				return nil
-			}
-			for _, v := range applied {
-				fmt.Fprintf(cmd.OutOrStdout(), "applied %s migration %s\n", st.Dialect(), v)
-			}
-			return nil
+			return startup.MigrateCommand(cmd.Context(), cmd.OutOrStdout(), st, plan, "CUBE_MASTER_DB_DSN", config.RedactDSN(cfg.Master.DBDSN))
 		},
 	}
+	cmd.Flags().BoolVar(&plan, "plan", false, "print the statements a migration would run (as SQL) and change nothing")
+	return cmd
 }

@@ -88,6 +88,9 @@ func TestServeRefusesBadStart(t *testing.T) {
 		{"bad nodes", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODES=node-1=nowhere"}, "CUBE_MASTER_NODES"},
 		{"bad template center", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_TEMPLATE_CENTER_ADDR=ftp://tc"}, "CUBE_TEMPLATE_CENTER_ADDR"},
 		{"bad sweep interval", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_SWEEP_INTERVAL=soon"}, "CUBE_MASTER_SWEEP_INTERVAL"},
+		// Public API authentication is on by default and fails closed.
+		{"no public API credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t"}, "CUBE_MASTER_AUTH=false"},
+		{"short bearer token", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_AUTH_BEARER_TOKENS=short"}, "CUBE_MASTER_AUTH_BEARER_TOKENS"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,14 +203,19 @@ type master struct {
 	done   bool
 }
 
+// apiBearer is the public API token the tests' masters accept; call sends
+// it on /cube/* requests that carry no Authorization header of their own.
+const apiBearer = "serve-e2e-bearer-0123456789"
+
 // startMaster starts `cubemaster serve` on a free loopback port with env
-// (on top of a CUBE_*-free environment) and waits until it is healthy.
+// (on top of a CUBE_*-free environment, with apiBearer as the public API's
+// token) and waits until it is healthy.
 func startMaster(t *testing.T, env ...string) *master {
 	t.Helper()
 	addr := freeAddr(t)
 	m := &master{t: t, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan error, 1)}
 	m.cmd = exec.Command(buildBinary(t), "serve", "--listen", addr)
-	m.cmd.Env = cleanEnv(env...)
+	m.cmd.Env = cleanEnv(append([]string{"CUBE_MASTER_AUTH_BEARER_TOKENS=" + apiBearer}, env...)...)
 	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -340,6 +348,15 @@ func TestServeSmoke(t *testing.T) {
 		t.Fatalf("build request = %+v, want download base %s and the image", builds[0], base)
 	}
 
+	// Public API authentication (on by default): a wrong token is refused
+	// with HTTP 200 and ret_code 130401, as upstream refuses.
+	refused := call(t, http.MethodGet, base+"/cube/template", "", map[string]string{"Authorization": "Bearer not-the-token-000000"})
+	var denied jobAnswer
+	decode(t, refused, &denied)
+	if refused.StatusCode != http.StatusOK || denied.Ret.Code != 130401 {
+		t.Fatalf("wrong bearer token = HTTP %d %+v, want 200 with ret_code 130401", refused.StatusCode, denied.Ret)
+	}
+
 	// Envelope codes.
 	var unknown jobAnswer
 	decode(t, call(t, http.MethodGet, base+"/cube/template/from-image?job_id=no-such-job", "", nil), &unknown)
@@ -385,7 +402,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 
 	m.stop()
-	if !strings.Contains(m.logs.String(), `"msg":"stopped"`) {
+	if !strings.Contains(m.logs.String(), `"msg":"cubemaster stopped"`) {
 		t.Fatalf("no structured JSON \"stopped\" log line")
 	}
 
@@ -493,6 +510,9 @@ func call(t *testing.T, method, url, body string, header map[string]string) *htt
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if strings.HasPrefix(req.URL.Path, "/cube/") {
+		req.Header.Set("Authorization", "Bearer "+apiBearer)
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -558,4 +578,41 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestPrintConfigAndVersion: --print-config shows the effective settings
+// with their sources and no secret; an unknown variable is reported with
+// the nearest known name; --version says what was built.
+func TestPrintConfigAndVersion(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", "--print-config", "--listen", "127.0.0.1:7001")
+	cmd.Env = cleanEnv("CUBE_TEMPLATE_CALLBACK_TOKEN=very-secret-token", "CUBE_MASTER_NODE=node-1=127.0.0.1:1",
+		"CUBE_MASTER_DB_DSN=postgres://cube:dbpass@127.0.0.1:5432/cube")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("--print-config: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{"CUBE_MASTER_LISTEN", "127.0.0.1:7001", "flag --listen", "<redacted>",
+		"postgres://cube:<redacted>@127.0.0.1:5432/cube", "CUBE_MASTER_SWEEP_INTERVAL"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("--print-config lacks %q:\n%s", want, s)
+		}
+	}
+	for _, secret := range []string{"very-secret-token", "dbpass"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("--print-config shows %q", secret)
+		}
+	}
+	// The unknown variable is warned about when serving.
+	cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0")
+	cmd.Env = cleanEnv("CUBE_MASTER_NODE=x", "CUBE_MASTER_DB_DSN=sqlite://"+filepath.Join(t.TempDir(), "m.db"))
+	out, _ = cmd.CombinedOutput() // refuses: no token
+	if !strings.Contains(string(out), "did you mean CUBE_MASTER_NODES?") {
+		t.Errorf("no warning for CUBE_MASTER_NODE:\n%s", out)
+	}
+	out, err = exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "cubemaster ") || !strings.Contains(string(out), "go1.") {
+		t.Errorf("--version: %v %q", err, out)
+	}
 }

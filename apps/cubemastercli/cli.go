@@ -12,16 +12,21 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
 // run executes one command line in-process and returns the exit code.
+// run executes one command line with no input (tests).
 func run(args []string, stdout, stderr io.Writer) int {
-	return runContext(context.Background(), args, stdout, stderr)
+	return runContext(context.Background(), args, strings.NewReader(""), stdout, stderr)
 }
 
-func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout)
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -41,32 +46,50 @@ type app struct {
 	port    int
 	timeout time.Duration
 	out     io.Writer
+	// creds are the credential flags, resolved into cred before a command
+	// runs.
+	creds credentialFlags
+	cred  credentials
 }
 
 func (a *app) client() (*client, error) {
-	return newClient(a.address, a.port, a.timeout)
+	c, err := newClient(a.address, a.port, a.timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.cred = a.cred
+	return c, nil
 }
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
 	a := &app{out: stdout}
-	root := &cobra.Command{
-		Use:           "cubemastercli",
-		Short:         "Operate the cubemaster template API",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := cmdutil.Root("cubemastercli", "Operate the cubemaster template API")
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.address, "address", "a", "127.0.0.1", "comma-separated master hosts; one is picked at random")
 	pf.IntVarP(&a.port, "port", "p", 8089, "master port")
 	pf.DurationVar(&a.timeout, "timeout", 35*time.Second, "timeout of each HTTP request")
+	a.creds.register(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := a.creds.resolve(cmd)
+		a.cred = c
+		return err
+	}
 
-	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates"}
+	root.AddCommand(a.tplCmd(), cubeboxCmd(a.tplCmd()))
+	return root
+}
+
+// tplCmd is the template command group, also spelled `template`, as
+// upstream does; it is registered at the top level and under cubebox.
+func (a *app) tplCmd() *cobra.Command {
+	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates (ids and aliases are accepted wherever a template is named)"}
+	cmdutil.Group(tpl)
 	tpl.AddCommand(
 		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
 		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
+		a.buildWatchCmd(), a.renderCmd(),
 	)
-	root.AddCommand(tpl)
-	return root
+	return tpl
 }
 
 // printJSON pretty-prints a raw response.
@@ -88,11 +111,19 @@ var stdoutIsTerminal = isTerminal
 // isTerminal reports whether w is a character device (a TTY).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && fileIsTerminal(f)
+}
+
+func isTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && fileIsTerminal(f)
+}
+
+// fileIsTerminal asks the terminal driver: /dev/null is a character
+// device too, but not a terminal.
+func fileIsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func requireFlag(name, value string) error {

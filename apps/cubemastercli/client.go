@@ -14,13 +14,18 @@ import (
 	"time"
 )
 
-// codeSuccess is the envelope ret_code of a successful call.
-const codeSuccess = 200
+// codeSuccess is the envelope ret_code of a successful call; codeAuth the
+// master's refusal of missing or wrong credentials.
+const (
+	codeSuccess = 200
+	codeAuth    = 130401
+)
 
 // client talks to one master picked at random from the --address list.
 type client struct {
 	base string
 	http *http.Client
+	cred credentials
 }
 
 func newClient(addresses string, port int, timeout time.Duration) (*client, error) {
@@ -65,6 +70,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if err != nil {
 		return nil, err
 	}
+	if err := c.cred.apply(req); err != nil {
+		return nil, err
+	}
 	req.Header.Set("X-Caller", "mastercli")
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -98,6 +106,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if env.Ret == nil {
 		return raw, fmt.Errorf("%s %s: response has no ret envelope", method, path)
+	}
+	if env.Ret.Code == codeAuth {
+		return raw, fmt.Errorf("%s %s: ret_code %d: %s%s", method, path, env.Ret.Code, env.Ret.Msg, authHint)
 	}
 	if env.Ret.Code != codeSuccess {
 		return raw, fmt.Errorf("%s %s: ret_code %d: %s", method, path, env.Ret.Code, env.Ret.Msg)

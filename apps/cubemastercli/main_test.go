@@ -19,10 +19,11 @@ import (
 // "job-ok" is RUNNING for two polls and then READY; "job-fail" is FAILED on
 // its second poll.
 type fakeMaster struct {
-	t     *testing.T
-	mu    sync.Mutex
-	polls map[string]int
-	reqs  []recorded
+	t      *testing.T
+	listed bool // requests() keeps template listings
+	mu     sync.Mutex
+	polls  map[string]int
+	reqs   []recorded
 }
 
 type recorded struct {
@@ -107,23 +108,34 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q.Get("include_request") == "true" {
 			extra = `,"create_request":{"annotations":{"k":"v"}}`
 		}
-		io.WriteString(w, ok(`"template_id":"tpl-1","status":"READY","replicas":[{"node_id":"node-1","node_ip":"10.0.0.1","status":"READY","phase":"DONE"}]`+extra))
+		io.WriteString(w, ok(`"template_id":"tpl-1","status":"READY","replicas":[{"node_id":"node-1","node_ip":"10.0.0.1","status":"READY","phase":"DONE","last_job_id":"b-1"}]`+extra))
 	case r.Method == "DELETE" && r.URL.Path == "/cube/template":
 		io.WriteString(w, ok(`"template_id":"tpl-1"`))
 	case r.Method == "PUT" && r.URL.Path == "/cube/template/tpl-1/alias":
 		io.WriteString(w, ok(`"template_id":"tpl-1","alias":"web"`))
 	case r.Method == "GET" && r.URL.Path == "/cube/template/build/b-1/status":
 		io.WriteString(w, ok(`"build_id":"b-1","template_id":"tpl-1","attempt_no":1,"status":"building","progress":40,"message":"PULLING"`))
+	case r.Method == "GET" && r.URL.Path == "/cube/template/build/web/status":
+		io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"job not found"}}`)
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, `{"ret":{"ret_code":-1,"ret_msg":"Not Found"}}`)
 	}
 }
 
+// requests returns the calls made, without the template listings the CLI
+// reads to turn an alias into an id.
 func (f *fakeMaster) requests() []recorded {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]recorded(nil), f.reqs...)
+	var out []recorded
+	for _, r := range f.reqs {
+		if r.Method == "GET" && r.Path == "/cube/template" && r.Query == "" && !f.listed {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // start runs the fake and returns the global flags that point at it.
@@ -381,36 +393,141 @@ func TestUnreachableMaster(t *testing.T) {
 	}
 }
 
-func TestProgressLine(t *testing.T) {
-	tests := []struct {
-		job  cubeview.JobInfo
-		want string
-	}{
-		{cubeview.JobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024, PullTotalLayers: 3, PullCompletedLayers: 1, ExpectedNodeCount: 2},
-			"RUNNING PULLING       50% [############------------] pull 1.0KiB/2.0KiB layers 1/3 distribution 0/2 ready, 0 failed"},
-		{cubeview.JobInfo{Status: "READY", Progress: 140, ReadyNodeCount: 1, ExpectedNodeCount: 2, FailedNodeCount: 1},
-			"READY   -            100% [########################] distribution 1/2 ready, 1 failed"},
-	}
-	for _, tc := range tests {
-		if got := progressLine(&tc.job); got != tc.want {
-			t.Errorf("progressLine =\n%q\nwant\n%q", got, tc.want)
+func TestProgressLinesFitTheTerminal(t *testing.T) {
+	job := cubeview.JobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024,
+		PullTotalLayers: 3, PullCompletedLayers: 1, PullSpeedBPS: 4096, ExpectedNodeCount: 2, ReadyNodeCount: 1}
+	for _, width := range []int{40, 80, 132} {
+		for _, line := range []string{fit(pullLine(&job, width), width), fit(distributionLine(&job, width), width)} {
+			if len(line) >= width {
+				t.Errorf("width %d: line of %d columns: %q", width, len(line), line)
+			}
 		}
+	}
+	got := pullLine(&job, 100)
+	fill, empty := strings.Count(got, "#"), strings.Count(got, "-")
+	if fill == 0 || fill < empty-1 || fill > empty+1 || !strings.Contains(got, "pull 50% 1.0KiB/2.0KiB layers 1/3 4.0KiB/s") {
+		t.Errorf("pull line %q: want a half-full bar and the counters", got)
+	}
+	if got := distributionLine(&job, 100); !strings.Contains(got, "1/2 ready, 0 failed") || !strings.Contains(got, "[####") {
+		t.Errorf("distribution line %q", got)
+	}
+}
+
+func TestFailedJobIsNotShownDone(t *testing.T) {
+	_, global := start(t)
+	r := runCLI(t, global, "tpl", "watch", "job-fail", "--interval", "1ms")
+	if r.code != 1 || strings.Contains(r.stdout, "100%") || !strings.Contains(r.stdout, "FAILED in BUILDING_EXT4") {
+		t.Errorf("exit %d, stdout:\n%s", r.code, r.stdout)
 	}
 }
 
 func TestLiveProgressOnTerminal(t *testing.T) {
-	old := stdoutIsTerminal
+	old, oldWidth := stdoutIsTerminal, terminalWidth
 	stdoutIsTerminal = func(io.Writer) bool { return true }
-	t.Cleanup(func() { stdoutIsTerminal = old })
+	terminalWidth = func(io.Writer) int { return 80 }
+	t.Cleanup(func() { stdoutIsTerminal, terminalWidth = old, oldWidth })
 	_, global := start(t)
-	r := runCLI(t, global, "tpl", "watch", "--job-id", "job-ok", "--interval", "1ms")
+	r := runCLI(t, global, "tpl", "watch", "job-ok", "--interval", "1ms")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if n := strings.Count(r.stdout, "\r\033[K"); n != 3 {
-		t.Errorf("%d line rewrites, want 3 (one per poll):\n%q", n, r.stdout)
+	if n := strings.Count(r.stdout, "\r\033[K"); n < 3 {
+		t.Errorf("%d line rewrites, want the live region redrawn per poll:\n%q", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "done PULLING") {
+		t.Errorf("no line for the finished phase:\n%q", r.stdout)
+	}
+	for _, line := range strings.Split(strings.ReplaceAll(strings.ReplaceAll(r.stdout, "\033[1A", "\n"), "\r\033[K", "\n"), "\n") {
+		if len(line) >= 80 {
+			t.Errorf("a line wider than the terminal: %q", line)
+		}
 	}
 	if !strings.Contains(r.stdout, "status:                    READY") {
 		t.Errorf("no final summary:\n%s", r.stdout)
+	}
+}
+
+// TestPositionalIDsAndAliases: ids are arguments, and an alias works
+// wherever a template id does.
+func TestPositionalIDsAndAliases(t *testing.T) {
+	cases := []struct {
+		name   string
+		args   []string
+		method string
+		path   string
+		query  string
+	}{
+		{"info by id", []string{"tpl", "info", "tpl-1"}, "GET", "/cube/template", "template_id=tpl-1"},
+		{"info by alias", []string{"tpl", "info", "web"}, "GET", "/cube/template", "template_id=tpl-1"},
+		{"delete by alias", []string{"tpl", "delete", "web", "--yes"}, "DELETE", "/cube/template", ""},
+		{"alias by alias", []string{"tpl", "alias", "web", "www"}, "PUT", "/cube/template/tpl-1/alias", ""},
+		{"status", []string{"tpl", "status", "job-ok"}, "GET", "/cube/template/from-image", "job_id=job-ok"},
+		{"build-status by job", []string{"tpl", "build-status", "b-1"}, "GET", "/cube/template/build/b-1/status", ""},
+		{"build-status by template", []string{"tpl", "build-status", "web"}, "GET", "/cube/template/build/b-1/status", ""},
+		{"merge by id", []string{"tpl", "merge", "tpl-1", "--detach"}, "POST", "/cube/template/migrate", ""},
+		{"merge by alias", []string{"tpl", "merge", "web", "--detach"}, "POST", "/cube/template/migrate", ""},
+		{"info by alias under cubebox", []string{"cubebox", "template", "info", "web"}, "GET", "/cube/template", "template_id=tpl-1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, global := start(t)
+			r := runCLI(t, global, tc.args...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			reqs := f.requests()
+			last := reqs[len(reqs)-1]
+			if last.Method != tc.method || last.Path != tc.path || last.Query != tc.query {
+				t.Fatalf("last call %s %s?%s, want %s %s?%s", last.Method, last.Path, last.Query, tc.method, tc.path, tc.query)
+			}
+			if (tc.name == "delete by alias" || strings.HasPrefix(tc.name, "merge")) && last.Body["template_id"] != "tpl-1" {
+				t.Fatalf("%s body %v, want template_id tpl-1", tc.name, last.Body)
+			}
+		})
+	}
+}
+
+func TestUnknownSubcommandAndVersion(t *testing.T) {
+	_, global := start(t)
+	for _, args := range [][]string{{"tpl", "bogus"}, {"bogus"}, {"tpl", "infoo", "x"}, {"cubebox", "bogus"}, {"cubebox", "template", "bogus"}} {
+		if r := runCLI(t, global, args...); r.code == 0 || !strings.Contains(r.stderr, "unknown command") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	r := runCLI(t, nil, "--version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "cubemastercli ") || !strings.Contains(r.stdout, "go1.") {
+		t.Errorf("--version: exit %d, %q", r.code, r.stdout)
+	}
+}
+
+func TestDeleteAsksOnATerminal(t *testing.T) {
+	old := stdinIsTerminal
+	stdinIsTerminal = func(io.Reader) bool { return true }
+	t.Cleanup(func() { stdinIsTerminal = old })
+	cases := []struct {
+		input   string
+		args    []string
+		code    int
+		deletes int
+	}{
+		{"n\n", nil, 1, 0},
+		{"\n", nil, 1, 0},
+		{"yes\n", nil, 0, 1},
+		{"", []string{"--yes"}, 0, 1},
+	}
+	for _, tc := range cases {
+		f, global := start(t)
+		var out, errb bytes.Buffer
+		code := runContext(t.Context(), append(append(append([]string{}, global...), "tpl", "delete", "tpl-1"), tc.args...),
+			strings.NewReader(tc.input), &out, &errb)
+		deletes := 0
+		for _, q := range f.requests() {
+			if q.Method == "DELETE" {
+				deletes++
+			}
+		}
+		if code != tc.code || deletes != tc.deletes {
+			t.Errorf("input %q %v: exit %d with %d deletes, want %d with %d (stderr %q)", tc.input, tc.args, code, deletes, tc.code, tc.deletes, errb.String())
+		}
 	}
 }

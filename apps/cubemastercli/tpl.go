@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,12 +57,14 @@ func (a *app) createFromImageCmd() *cobra.Command {
 		req   cubeview.FromImageRequest
 		ports []int32
 		w     waitFlags
+		extra fromImageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create-from-image",
 		Short: "Build a template from an OCI image and distribute it (waits by default)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		// Upstream accepts "--allow-internet-access false" with a space.
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlag("image", req.SourceImageRef); err != nil {
 				return err
 			}
@@ -71,7 +73,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			}
 			req.RequestID = newRequestID()
 			req.ExposedPorts = ports
-			req.RegistryPassword = os.Getenv("CUBE_REGISTRY_PASSWORD")
+			if err := extra.apply(cmd, args, &req, cmd.InOrStdin()); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -92,8 +96,9 @@ func (a *app) createFromImageCmd() *cobra.Command {
 	f.StringVar(&req.NetworkType, "network-type", "tap", "network type")
 	f.StringArrayVar(&req.DistributionScope, "node", nil, "target node id or IP (repeatable; default all nodes)")
 	f.Int32SliceVar(&ports, "expose-port", nil, "port to expose (repeatable)")
-	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user; the password comes from $CUBE_REGISTRY_PASSWORD")
+	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user (password: $CUBE_REGISTRY_PASSWORD, --registry-password-stdin or a prompt)")
 	f.StringVar(&req.Alias, "alias", "", "alias to bind to the template")
+	extra.register(cmd)
 	w.register(cmd, true)
 	return cmd
 }
@@ -102,11 +107,12 @@ func (a *app) statusCmd() *cobra.Command {
 	var jobID string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status",
+		Use:   "status JOB_ID",
 		Short: "Show a create-from-image or redo job",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("job-id", jobID); err != nil {
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jobID, err := idArg(args, jobID, "job-id", "JOB_ID")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -128,7 +134,7 @@ func (a *app) statusCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (required)")
+	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (same as the argument)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
 }
@@ -137,11 +143,12 @@ func (a *app) watchCmd() *cobra.Command {
 	var jobID string
 	var w waitFlags
 	cmd := &cobra.Command{
-		Use:   "watch",
+		Use:   "watch JOB_ID",
 		Short: "Follow a create-from-image or redo job until it ends",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("job-id", jobID); err != nil {
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jobID, err := idArg(args, jobID, "job-id", "JOB_ID")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -151,7 +158,7 @@ func (a *app) watchCmd() *cobra.Command {
 			return a.follow(cmd.Context(), c, pathFromImage, jobID, nil, w)
 		},
 	}
-	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (required)")
+	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (same as the argument)")
 	w.register(cmd, false)
 	return cmd
 }
@@ -160,16 +167,20 @@ func (a *app) redoCmd() *cobra.Command {
 	var req cubeview.RedoRequest
 	var w waitFlags
 	cmd := &cobra.Command{
-		Use:   "redo",
-		Short: "Redistribute a template to its nodes (waits by default)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("template-id", req.TemplateID); err != nil {
+		Use:   "redo TEMPLATE",
+		Short: "Redistribute a template to its nodes (waits by default); TEMPLATE is an id or alias",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := idArg(args, req.TemplateID, "template-id", "TEMPLATE")
+			if err != nil {
 				return err
 			}
 			req.RequestID = newRequestID()
 			c, err := a.client()
 			if err != nil {
+				return err
+			}
+			if req.TemplateID, err = a.templateID(cmd.Context(), c, key); err != nil {
 				return err
 			}
 			var resp cubeview.JobResponse
@@ -180,7 +191,7 @@ func (a *app) redoCmd() *cobra.Command {
 			return a.submitted(cmd, c, raw, resp.Job, pathFromImage, w)
 		},
 	}
-	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id (required)")
+	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id or alias (same as the argument)")
 	cmd.Flags().StringArrayVar(&req.DistributionScope, "node", nil, "node id or IP to redo (repeatable; default all)")
 	cmd.Flags().BoolVar(&req.FailedOnly, "failed-only", false, "redo only replicas that failed")
 	w.register(cmd, true)
@@ -191,16 +202,20 @@ func (a *app) mergeCmd() *cobra.Command {
 	var req cubeview.MigrateRequest
 	var w waitFlags
 	cmd := &cobra.Command{
-		Use:   "merge",
-		Short: "Migrate a template's artifact to the shared store (waits by default)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("template-id", req.TemplateID); err != nil {
+		Use:   "merge TEMPLATE",
+		Short: "Migrate a template's artifact to the shared store (waits by default); TEMPLATE is an id or alias",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := idArg(args, req.TemplateID, "template-id", "TEMPLATE")
+			if err != nil {
 				return err
 			}
 			req.RequestID = newRequestID()
 			c, err := a.client()
 			if err != nil {
+				return err
+			}
+			if req.TemplateID, err = a.templateID(cmd.Context(), c, key); err != nil {
 				return err
 			}
 			var resp cubeview.JobResponse
@@ -211,7 +226,7 @@ func (a *app) mergeCmd() *cobra.Command {
 			return a.submitted(cmd, c, raw, resp.Job, pathMigrate, w)
 		},
 	}
-	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id (required)")
+	cmd.Flags().StringVar(&req.TemplateID, "template-id", "", "template id or alias (same as the argument)")
 	cmd.Flags().StringVar(&req.Backend, "backend", "", "target store kind, e.g. s3 (default: the master's)")
 	w.register(cmd, true)
 	return cmd
@@ -268,14 +283,19 @@ func (a *app) infoCmd() *cobra.Command {
 	var id string
 	var includeRequest, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "info",
-		Short: "Show one template and its replicas",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("template-id", id); err != nil {
+		Use:   "info TEMPLATE",
+		Short: "Show one template and its replicas; TEMPLATE is an id or alias",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := idArg(args, id, "template-id", "TEMPLATE")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			id, err := a.templateID(cmd.Context(), c, key)
 			if err != nil {
 				return err
 			}
@@ -309,14 +329,22 @@ func (a *app) aliasCmd() *cobra.Command {
 	var id, alias string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "alias",
-		Short: "Set a template's alias (an empty --alias clears it)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("template-id", id); err != nil {
+		Use:   "alias TEMPLATE [ALIAS]",
+		Short: "Set a template's alias (no ALIAS, or an empty --alias, clears it); TEMPLATE is an id or alias",
+		Args:  cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := idArg(args[:min(len(args), 1)], id, "template-id", "TEMPLATE")
+			if err != nil {
 				return err
 			}
+			if len(args) == 2 {
+				alias = args[1]
+			}
 			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			id, err := a.templateID(cmd.Context(), c, key)
 			if err != nil {
 				return err
 			}
@@ -337,26 +365,40 @@ func (a *app) aliasCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "template-id", "", "template id (required)")
-	cmd.Flags().StringVar(&alias, "alias", "", "alias; empty clears it")
+	cmd.Flags().StringVar(&id, "template-id", "", "template id or alias (same as the first argument)")
+	cmd.Flags().StringVar(&alias, "alias", "", "alias; empty clears it (same as the second argument)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
 }
 
 func (a *app) deleteCmd() *cobra.Command {
 	var id string
-	var asJSON bool
+	var asJSON, yes bool
 	cmd := &cobra.Command{
-		Use:   "delete",
-		Short: "Delete a template from every node and the stores",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("template-id", id); err != nil {
+		Use:   "delete TEMPLATE",
+		Short: "Delete a template from every node and the stores (asks first on a terminal); TEMPLATE is an id or alias",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := idArg(args, id, "template-id", "TEMPLATE")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			id, err := a.templateID(cmd.Context(), c, key)
+			if err != nil {
+				return err
+			}
+			if !yes && stdinIsTerminal(cmd.InOrStdin()) {
+				q := fmt.Sprintf("Delete template %s from every node and the stores?", id)
+				if id != key {
+					q = fmt.Sprintf("Delete template %s (alias %s) from every node and the stores?", id, key)
+				}
+				if !confirm(cmd, q) {
+					return fmt.Errorf("not deleted (pass --yes to skip the question)")
+				}
 			}
 			raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, cubeview.DeleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
 			if err != nil {
@@ -369,7 +411,8 @@ func (a *app) deleteCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "template-id", "", "template id (required)")
+	cmd.Flags().StringVar(&id, "template-id", "", "template id or alias (same as the argument)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
 }
@@ -378,11 +421,12 @@ func (a *app) buildStatusCmd() *cobra.Command {
 	var id string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "build-status",
-		Short: "Show a build's status",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlag("build-id", id); err != nil {
+		Use:   "build-status BUILD_ID|TEMPLATE",
+		Short: "Show a build's status: BUILD_ID is the job_id create-from-image, status and redo print; a template id or alias shows its last job",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := idArg(args, id, "build-id", "BUILD_ID")
+			if err != nil {
 				return err
 			}
 			c, err := a.client()
@@ -390,7 +434,7 @@ func (a *app) buildStatusCmd() *cobra.Command {
 				return err
 			}
 			var resp cubeview.BuildStatus
-			raw, err := c.do(cmd.Context(), http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, &resp)
+			raw, _, err := a.buildStatus(cmd.Context(), c, id, &resp)
 			if err != nil {
 				return err
 			}
@@ -407,7 +451,28 @@ func (a *app) buildStatusCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "build-id", "", "build id (required)")
+	cmd.Flags().StringVar(&id, "build-id", "", "build (job) id (same as the argument)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
+}
+
+// buildStatus reads a build's status; id is a build (job) id, or a template
+// id or alias, which names the template's last job. job is the build id
+// read.
+func (a *app) buildStatus(ctx context.Context, c *client, id string, resp *cubeview.BuildStatus) (raw []byte, job string, err error) {
+	raw, err = c.do(ctx, http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, resp)
+	if err != nil && strings.Contains(err.Error(), "ret_code 130404") {
+		// Not a job id: perhaps a template (or its alias).
+		tid, terr := a.templateID(ctx, c, id)
+		if terr != nil {
+			return nil, "", err
+		}
+		last, jerr := a.latestJob(ctx, c, tid)
+		if jerr != nil {
+			return nil, "", err
+		}
+		raw, err = c.do(ctx, http.MethodGet, pathTemplate+"/build/"+url.PathEscape(last)+"/status", nil, nil, resp)
+		return raw, last, err
+	}
+	return raw, id, err
 }

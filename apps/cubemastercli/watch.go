@@ -17,36 +17,23 @@ import (
 const (
 	statusReady  = "READY"
 	statusFailed = "FAILED"
-	barWidth     = 24
 )
 
 func terminal(j *cubeview.JobInfo) bool { return j.Status == statusReady || j.Status == statusFailed }
 
 // follow polls pollPath?job_id= until the job is READY or FAILED. first,
-// when non-nil, is the job as submission returned it. On a TTY the progress
-// is one rewritten line; otherwise a plain line is printed per change.
+// when non-nil, is the job as submission returned it. The progress goes
+// through a display (live bars on a terminal, plain lines elsewhere);
 // --json prints only the last raw response.
 func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *cubeview.JobInfo, w waitFlags) error {
-	tty := !w.json && stdoutIsTerminal(a.out)
+	d := newDisplay(a.out, !w.json && stdoutIsTerminal(a.out))
 	var (
-		job     = first
-		raw     []byte
-		lastKey string
-		drawn   bool
+		job = first
+		raw []byte
 	)
 	show := func(j *cubeview.JobInfo) {
-		if w.json {
-			return
-		}
-		line := progressLine(j)
-		if tty {
-			fmt.Fprint(a.out, "\r\033[K"+line)
-			drawn = true
-			return
-		}
-		if line != lastKey {
-			fmt.Fprintln(a.out, line)
-			lastKey = line
+		if !w.json {
+			d.show(j)
 		}
 	}
 	if job != nil {
@@ -55,36 +42,28 @@ func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, fir
 	for job == nil || !terminal(job) || raw == nil && w.json {
 		if job != nil {
 			if err := sleep(ctx, w.interval); err != nil {
-				if drawn {
-					fmt.Fprintln(a.out)
-				}
-				return fmt.Errorf("detached from job %s; follow it with: cubemastercli tpl watch --job-id %s", jobID, jobID)
+				d.interrupt()
+				return fmt.Errorf("detached from job %s; follow it with: cubemastercli tpl watch %s", jobID, jobID)
 			}
 		}
 		var resp cubeview.JobResponse
 		r, err := c.do(ctx, http.MethodGet, pollPath, url.Values{"job_id": {jobID}}, nil, &resp)
 		if err != nil {
-			if drawn {
-				fmt.Fprintln(a.out)
-			}
+			d.interrupt()
 			return err
 		}
 		if resp.Job == nil {
+			d.interrupt()
 			return fmt.Errorf("job %s: the master answered without a job", jobID)
 		}
 		job, raw = resp.Job, r
 		show(job)
 	}
-	if drawn {
-		fmt.Fprintln(a.out)
-	}
 	if w.json {
-		if err := a.printJSON(raw); err != nil {
-			return err
-		}
-	} else {
-		printJob(a.out, job)
+		return a.printJSON(raw)
 	}
+	d.end(job)
+	printJob(a.out, job)
 	if job.Status == statusFailed {
 		msg := job.ErrorMessage
 		if msg == "" {
@@ -104,27 +83,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// progressLine is the one-line job view: status, phase, progress with a
-// bar, pull bytes/layers when known and the distribution counts.
-func progressLine(j *cubeview.JobInfo) string {
-	p := min(max(j.Progress, 0), 100)
-	fill := p * barWidth / 100
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-7s %-12s %3d%% [%s%s]", j.Status, dash(j.Phase), p,
-		strings.Repeat("#", fill), strings.Repeat("-", barWidth-fill))
-	if j.PullTotalBytes > 0 || j.PullDownloadedBytes > 0 {
-		fmt.Fprintf(&b, " pull %s/%s", humanBytes(j.PullDownloadedBytes), humanBytes(j.PullTotalBytes))
-		if j.PullSpeedBPS > 0 {
-			fmt.Fprintf(&b, " %s/s", humanBytes(j.PullSpeedBPS))
-		}
-	}
-	if j.PullTotalLayers > 0 {
-		fmt.Fprintf(&b, " layers %d/%d", j.PullCompletedLayers, j.PullTotalLayers)
-	}
-	fmt.Fprintf(&b, " distribution %d/%d ready, %d failed", j.ReadyNodeCount, j.ExpectedNodeCount, j.FailedNodeCount)
-	return b.String()
 }
 
 func humanBytes(n int64) string {
@@ -156,6 +114,7 @@ func kv(w io.Writer, k, v string) {
 // printJob prints the job as key: value lines; empty fields are left out.
 func printJob(w io.Writer, j *cubeview.JobInfo) {
 	kv(w, "job_id", j.JobID)
+	kv(w, "build_id", j.JobID) // what tpl build-status takes
 	kv(w, "template_id", j.TemplateID)
 	if j.AttemptNo > 0 {
 		kv(w, "attempt_no", fmt.Sprint(j.AttemptNo))

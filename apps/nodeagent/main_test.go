@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -124,7 +124,7 @@ func TestBinaryServesCubeletProtocol(t *testing.T) {
 		t.Fatalf("nodeagent did not exit cleanly on SIGTERM: %v\n%s", err, logs.String())
 	}
 	out := logs.String()
-	for _, want := range []string{`"msg":"node agent listening"`, `"msg":"artifact downloaded"`, `"msg":"stopped"`} {
+	for _, want := range []string{`"msg":"node agent listening"`, `"msg":"artifact downloaded"`, `"msg":"node agent stopped"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %s", want)
 		}
@@ -137,36 +137,60 @@ func TestBinaryServesCubeletProtocol(t *testing.T) {
 	}
 }
 
-func TestHelpSaysItBootsNoVMs(t *testing.T) {
-	var stderr bytes.Buffer
-	_, err := parseFlags([]string{"--help"}, &stderr)
-	if !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("parseFlags(--help) = %v, want flag.ErrHelp", err)
+// parse runs the command line without starting the agent.
+func parse(t *testing.T, args []string, out io.Writer) (agentConfig, error) {
+	t.Helper()
+	var got agentConfig
+	root, err := newRoot(func(_ *cobra.Command, c agentConfig) error { got = c; return nil })
+	if err != nil {
+		return got, err
 	}
-	if !strings.Contains(stderr.String(), "does NOT boot VMs") {
-		t.Fatalf("--help does not say it boots no VMs:\n%s", stderr.String())
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(out)
+	return got, root.Execute()
+}
+
+func TestHelpSaysItBootsNoVMs(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parse(t, []string{"--help"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "does NOT boot VMs") || !strings.Contains(out.String(), "--node-id") {
+		t.Fatalf("--help does not say it boots no VMs:\n%s", out.String())
 	}
 }
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
+	c, err := parse(t, nil, io.Discard)
+	if err != nil || c.nodeID != "node-1" || c.listen != "127.0.0.1:9999" {
+		t.Fatalf("defaults %+v %v: want node-1 on 127.0.0.1:9999 (the master's examples)", c, err)
+	}
 	t.Setenv("CUBE_NODEAGENT_LISTEN", "127.0.0.1:7777")
 	t.Setenv("CUBE_NODEAGENT_DATA_DIR", "/tmp/x")
 	t.Setenv("CUBE_NODEAGENT_NODE_ID", "n-env")
-	c, err := parseFlags(nil, io.Discard)
+	c, err = parse(t, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.listen != "127.0.0.1:7777" || c.dataDir != "/tmp/x" || c.nodeID != "n-env" {
 		t.Fatalf("config %+v", c)
 	}
-	c, err = parseFlags([]string{"--node-id", "n-flag"}, io.Discard)
+	c, err = parse(t, []string{"--node-id", "n-flag"}, io.Discard)
 	if err != nil || c.nodeID != "n-flag" {
 		t.Fatalf("flag did not win over env: %+v %v", c, err)
 	}
-	if _, err := parseFlags([]string{"stray"}, io.Discard); err == nil {
+	if _, err := parse(t, []string{"stray"}, io.Discard); err == nil {
 		t.Fatal("a stray argument was accepted")
 	}
-	if _, err := newLogger(config{logLevel: "loud", logFormat: "json"}, io.Discard); err == nil {
+	if _, err := parse(t, []string{"-listen", "x"}, io.Discard); err == nil {
+		t.Fatal("a single-dash long flag was accepted (cobra-style flags take two dashes)")
+	}
+	if _, err := newLogger(agentConfig{logLevel: "loud", logFormat: "json"}, io.Discard); err == nil {
 		t.Fatal("a bad log level was accepted")
+	}
+	var out bytes.Buffer
+	if _, err := parse(t, []string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "nodeagent ") {
+		t.Fatalf("--version: %q %v", out.String(), err)
 	}
 }

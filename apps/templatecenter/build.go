@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/tcapp"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -22,7 +23,7 @@ import (
 
 type buildFlags struct {
 	image, out, builder, platform string
-	insecure                      []string
+	insecure, trusted             []string
 	jsonOut                       bool
 	writableLayerSize             string
 	username                      string
@@ -71,7 +72,8 @@ and hash is 0 when the builder hashed the image as it wrote it.`,
 	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required)")
 	fl.StringVar(&f.builder, "builder", "", `"ext4stream" (pure Go, in process), "mkfs" (e2fsprogs) or "plugin:NAME" for a builder plugin (default from config, "ext4stream")`)
 	fl.StringVar(&f.platform, "platform", core.DefaultPlatform, "platform to resolve, OS/ARCH[/VARIANT]")
-	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP (repeatable)")
+	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP, allowed on loopback/private addresses (repeatable)")
+	fl.StringArrayVar(&f.trusted, "allow-registry", nil, "registry HOST[:PORT] (HTTPS) allowed on loopback/private addresses (repeatable)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object describing the result")
 	fl.StringVar(&f.writableLayerSize, "writable-layer-size", "20Gi", "writable layer size recorded in the template spec fingerprint")
 	fl.StringVar(&f.username, "registry-username", "", "registry user (password from CUBE_REGISTRY_PASSWORD)")
@@ -99,7 +101,7 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 		return err
 	}
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
-		return fmt.Errorf("work dir %s: %w", cfg.WorkDir, err)
+		return fmt.Errorf("work dir %s (CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR): %w", cfg.WorkDir, err)
 	}
 	var inj pipeline.Injection
 	if f.envdFile != "" {
@@ -113,7 +115,7 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 		}
 	}
 
-	inj2 := newBuildInjector(buildWiring{cfg: cfg, ctx: ctx, builder: f.builder, insecure: f.insecure})
+	inj2 := tcapp.NewBuildInjector(ctx, tcapp.Options{Config: cfg, Builder: f.builder, InsecureRegistries: f.insecure, TrustedRegistries: f.trusted})
 	defer inj2.Shutdown()
 	pl, err := do.Invoke[*pipeline.Pipeline](inj2)
 	if err != nil {

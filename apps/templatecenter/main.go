@@ -1,13 +1,17 @@
 // Command templatecenter is the data plane of the template supply chain.
 //
 //	templatecenter build --image REF --out FILE [--builder mkfs|NAME] [--platform OS/ARCH]
-//	                     [--insecure-registry HOST]... [--json]
+//	                     [--insecure-registry HOST]... [--allow-registry HOST]... [--json]
+//	templatecenter serve [--listen ADDR] [--print-config] [--log-level L] [--log-format F]
+//	                     [--insecure-registry HOST]... [--allow-registry HOST]...
 //	templatecenter migrate
+//	templatecenter --version
 //
-// build is a one-shot build of one image into an ext4 file; migrate applies
-// the metadata store's schema migrations and exits. Settings come from the
+// build is a one-shot build of one image into an ext4 file; serve runs the
+// data plane's internal API, downloads and reconciler; migrate applies the
+// metadata store's schema migrations and exits. Settings come from the
 // environment (CUBE_TEMPLATE_CENTER_*) and the YAML file named by
-// CUBE_TEMPLATE_CENTER_CONFIG_PATH; see apps/config.
+// CUBE_TEMPLATE_CENTER_CONFIG_PATH; docs/configuration.md lists them all.
 package main
 
 import (
@@ -16,24 +20,20 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/spf13/cobra"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := &cobra.Command{
-		Use:           "templatecenter",
-		Short:         "Build OCI images into ext4 root filesystems for microVM sandboxes",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := cmdutil.Root("templatecenter", "Build OCI images into ext4 root filesystems for microVM sandboxes")
+	config.AddStrictFlag(root)
 	root.AddCommand(buildCommand(), migrateCommand(), serveCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "templatecenter: "+oneLine(err))
+		fmt.Fprintln(os.Stderr, "templatecenter: "+cmdutil.OneLine(err))
 		code := 1
 		var ec exitCoder
 		if errors.As(err, &ec) {
@@ -44,8 +44,3 @@ func main() {
 }
 
 type exitCoder interface{ ExitCode() int }
-
-// oneLine keeps the failure reason on one line, as scripts expect.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
-}

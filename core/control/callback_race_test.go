@@ -218,3 +218,26 @@ func TestDeletePhase3KeepForgetsDestroyedCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltReportAfterItsArtifactWasDeleted: the artifact's row and bytes
+// were removed (its last template deleted and GC run) while this job's
+// build was reported; the BUILT report carries the metadata. The master
+// must not create the row READY for bytes that are gone: the job fails
+// naming the fix. Before, the row was recreated READY and the job went
+// READY on an artifact nobody could download.
+func TestBuiltReportAfterItsArtifactWasDeleted(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.disp.ArtifactExistsFunc = func(context.Context, *core.Artifact) (bool, error) { return false, nil }
+	job := e.create(request("tpl-late"))
+	e.build(job.JobID, fpA)
+	e.wait()
+	j := e.job(job.JobID)
+	eq(t, "status", j.Status, core.JobFailed)
+	if !strings.Contains(j.ErrorMessage, "redo") {
+		t.Errorf("error message %q does not name the fix", j.ErrorMessage)
+	}
+	if a, err := e.store.Artifacts().Get(e.ctx, aidOf(fpA)); err == nil {
+		t.Errorf("artifact row recreated as %s without bytes", a.Status)
+	}
+	eq(t, "node copies", len(e.agent.CreateImageCalls()), 0)
+}

@@ -13,6 +13,10 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
+// redispatchAfter is how long a PENDING job must have gone without an update
+// before an identical resubmit forwards it to the data plane again.
+const redispatchAfter = 15 * time.Second
+
 // CreateFromImage submits a from-image template build (POST
 // /cube/template/from-image). It validates and normalizes req in place,
 // applies the job rules of SubmitFromImage (an identical
@@ -46,7 +50,14 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if err != nil {
 		return nil, err
 	}
-	if !res.Created || res.Job.Status != core.JobPending {
+	if res.Job.Status != core.JobPending {
+		return res.Job, nil
+	}
+	// A PENDING job an identical resubmit finds that has not moved for a
+	// while is forwarded again: the master that wrote it may have died
+	// before forwarding it, and a data plane that already has it answers
+	// "in flight", which is fine. A fresh one is being forwarded now.
+	if !res.Created && s.storeNow(ctx).Sub(res.Job.UpdatedAt) < redispatchAfter {
 		return res.Job, nil
 	}
 	return s.dispatch(ctx, res.Job, req, downloadBaseURL)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // CreateTemplateRequest is a POST /cube/template body: a sandbox create
@@ -119,10 +120,19 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 		Status:       core.TemplatePending,
 		RequestJSON:  string(stored),
 	}
-	if err := tpl.CreateDefinition(ctx, def); err != nil {
-		if errors.Is(err, core.ErrConflict) {
-			return nil, fmt.Errorf("template %s was created concurrently: %w", tid, core.ErrDuplicateTemplate)
+	err = s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if err := r.Names().Claim(ctx, tid, tid, core.NameID); err != nil {
+			return err
 		}
+		return r.Templates().CreateDefinition(ctx, def)
+	})
+	var taken *core.NameTakenError
+	switch {
+	case errors.As(err, &taken):
+		return nil, fmt.Errorf("create template %s: %w", tid, err)
+	case errors.Is(err, core.ErrConflict):
+		return nil, fmt.Errorf("template %s was created concurrently: %w", tid, core.ErrDuplicateTemplate)
+	case err != nil:
 		return nil, fmt.Errorf("create template %s: %w", tid, err)
 	}
 
@@ -217,7 +227,7 @@ func storedCreateRequest(raw json.RawMessage, tid, instanceType string) ([]byte,
 		delete(ann, core.AnnotationAppSnapshotCreate)
 		ann[core.AnnotationAppSnapshotVersion] = core.DefaultTemplateVersion
 		ann[core.AnnotationTemplateVersion] = core.DefaultTemplateVersion
-	}, "snapshot_dir", "timeout", "ins_id", "ins_ip", "requestID")
+	}, "snapshot_dir", "timeout", "ins_id", "ins_ip", "requestID", "request_id")
 }
 
 // snapshotCreateRequest is the request AppSnapshot gets: the create

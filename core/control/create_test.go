@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
@@ -155,4 +157,33 @@ func TestCreateFromImageRejectsBadInput(t *testing.T) {
 // The control plane and the data plane must agree on the opt-in key.
 func TestEnvdAnnotationMatchesBuilder(t *testing.T) {
 	eq(t, "annotation", core.AnnotationInjectEnvd, pipeline.InjectEnvdAnnotation)
+}
+
+// TestResubmitRedispatchesAPendingJob: a master died between writing a
+// PENDING job and forwarding it to the data plane. An identical resubmit
+// must forward it again; before, it returned the job untouched and the
+// template stayed wedged until the data plane's reconciler failed the job.
+func TestResubmitRedispatchesAPendingJob(t *testing.T) {
+	e := newEnv(t, "node-1")
+	res, err := e.svc.SubmitFromImage(e.ctx, request("tpl-wedged")) // inserted, never forwarded
+	if err != nil || !res.Created {
+		t.Fatalf("submit: %+v, %v", res, err)
+	}
+	eq(t, "forwarded so far", len(e.disp.SubmitBuildCalls()), 0)
+	e.clock.Advance(time.Minute)
+	job, err := e.svc.CreateFromImage(e.ctx, request("tpl-wedged"), baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "same job", job.JobID, res.Job.JobID)
+	calls := e.disp.SubmitBuildCalls()
+	if len(calls) != 1 || calls[0].Req.JobID != job.JobID {
+		t.Fatalf("the PENDING job was not forwarded again (%d calls)", len(calls))
+	}
+	eq(t, "password forwarded", calls[0].Req.Request.RegistryPassword, "s3cret")
+	// The data plane already having it is fine.
+	e.submitErr = fmt.Errorf("in flight: %w", core.ErrConflict)
+	if again, err := e.svc.CreateFromImage(e.ctx, request("tpl-wedged"), baseURL); err != nil || again.Status != core.JobPending {
+		t.Fatalf("resubmit while in flight: %+v, %v", again, err)
+	}
 }

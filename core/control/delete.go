@@ -57,6 +57,10 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 		return err
 	}
 	if def == nil && len(replicas) == 0 && len(jobList) == 0 {
+		// Names a submit claimed before its job could be written.
+		if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
+			return err
+		}
 		return fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
 	}
 	for _, j := range jobList {
@@ -112,6 +116,10 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 	if _, err := s.Store.Jobs().DeleteByTemplate(ctx, templateID); err != nil {
 		return err
 	}
+	// Last: the names stay reserved until nothing of the template is left.
+	if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
+		return err
+	}
 	for _, j := range jobList {
 		s.dropProgress(ctx, j.JobID)
 	}
@@ -126,7 +134,7 @@ var errJobMoved = errors.New("job moved")
 // returns *core.ActiveJobError if it does.
 func (s *Service) abandonStale(ctx context.Context, j *core.Job) error {
 	busy := &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
-	age := s.now().Sub(j.UpdatedAt)
+	age := s.storeNow(ctx).Sub(j.UpdatedAt)
 	if age < s.cfg().StaleAfter {
 		return busy
 	}
@@ -192,6 +200,8 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 		return false, fmt.Errorf("artifact %s: %w", aid, err)
 	}
 	defer s.unlock(ctx, lock)
+	ctx, release := whileHeld(ctx, lock)
+	defer release()
 
 	deadline := s.gcDeadline()
 	// Phase 1.

@@ -43,6 +43,9 @@ func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, er
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
 	}
+	if err := core.ValidateRequestID(mr.RequestID); err != nil {
+		return nil, err
+	}
 	lock, err := s.lockTemplate(ctx, tid)
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", tid, err)
@@ -107,6 +110,7 @@ func (s *Service) newMigrateJob(ctx context.Context, tid string, latest *core.Jo
 		job.SourceImageRef, job.SourceImageDigest = latest.SourceImageRef, latest.SourceImageDigest
 		job.WritableLayerSize, job.InstanceType, job.NetworkType = latest.WritableLayerSize, latest.InstanceType, latest.NetworkType
 		job.Fingerprint = latest.Fingerprint
+		job.RegistryAuth = latest.RegistryAuth
 	}
 	if job.InstanceType == "" {
 		job.InstanceType = def.InstanceType
@@ -147,6 +151,11 @@ func (s *Service) runMigrate(ctx context.Context, job *core.Job) error {
 	defer s.unlock(ctx, lock)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
 	defer cancel()
+	ctx, release := whileHeld(ctx, lock)
+	defer release()
+	if _, ctx, err = s.claimRun(ctx, job.JobID); err != nil {
+		return s.fail(ctx, job, core.PhaseMigrating, err)
+	}
 	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseMigrating, 10)); err != nil {
 		if errors.Is(err, errJobFinished) {
 			return nil

@@ -87,6 +87,9 @@ var legacyBytes = bytes.Repeat([]byte("ext4-bytes;"), 1000)
 // master's disk (no object key), and returns its artifact id.
 func (e *env) legacyTemplate(tid, fp string, f *migrateFakes, withSHA bool) string {
 	e.t.Helper()
+	f.mu.Lock()
+	f.inStore = true // the bytes were there when it was built
+	f.mu.Unlock()
 	e.ready(tid, fp)
 	aid := aidOf(fp)
 	sum := sha256.Sum256(legacyBytes)

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +137,10 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 			latest[j.TemplateID] = j
 		}
 	}
+	// Upstream's order: definitions most recently updated first, then
+	// templates that only have jobs (a create that failed everywhere), by
+	// id.
+	slices.SortStableFunc(defs, func(a, b *core.Definition) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	out := make([]Template, 0, len(defs))
 	seen := map[string]bool{}
 	for _, d := range defs {

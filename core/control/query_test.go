@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -149,4 +150,26 @@ func TestGetJobAndLiveProgress(t *testing.T) {
 	got, _ = e.svc.GetLiveJob(e.ctx, job.JobID)
 	eq(t, "ready", got.Status, core.JobReady)
 	eq(t, "progress", got.Progress, 100)
+}
+
+// TestListTemplatesOrder: upstream's `tpl ls` order, definitions most
+// recently updated first, then templates that have only jobs, by id.
+// Before, definitions came by id.
+func TestListTemplatesOrder(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.ready("tpl-a", fpA)
+	e.clock.Advance(time.Minute)
+	e.ready("tpl-b", fpB)
+	e.clock.Advance(time.Minute)
+	e.create(request("tpl-q"))
+	e.create(request("tpl-p"))
+	list, err := e.svc.ListTemplates(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tpl := range list {
+		got = append(got, tpl.TemplateID)
+	}
+	eq(t, "order", strings.Join(got, ","), "tpl-b,tpl-a,tpl-p,tpl-q")
 }

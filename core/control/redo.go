@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -56,12 +57,15 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
 	}
-	scope := make([]string, 0, len(rr.DistributionScope))
-	for i, e := range rr.DistributionScope {
-		if e = strings.TrimSpace(e); e == "" {
-			return nil, &core.FieldError{Field: "distribution_scope", Reason: fmt.Sprintf("entry %d is empty", i)}
-		}
-		scope = append(scope, e)
+	if err := core.ValidateRequestID(rr.RequestID); err != nil {
+		return nil, err
+	}
+	scope := slices.Clone(rr.DistributionScope)
+	if err := core.NormalizeScope(scope); err != nil {
+		return nil, err
+	}
+	if scope == nil {
+		scope = []string{}
 	}
 	// The template's lock keeps a delete of the same template from
 	// interleaving: a delete finishes before the redo reads the template,
@@ -70,13 +74,28 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redo template %s: %w", tid, err)
 	}
-	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr)
+	// New credentials given to the redo become the template's.
+	newAuth, err := s.sealAuth(&core.FromImageRequest{RegistryUsername: rr.RegistryUsername, RegistryPassword: rr.RegistryPassword})
+	if err != nil {
+		s.unlock(ctx, lock)
+		return nil, err
+	}
+	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
 	s.unlock(ctx, lock)
 	if err != nil {
 		return nil, err
 	}
 	if rebuild {
-		req.RegistryUsername, req.RegistryPassword = rr.RegistryUsername, rr.RegistryPassword
+		// The rebuild pulls with the template's own credentials (its
+		// stored request keeps the username; the password is sealed on
+		// the job), unless the redo call brings new ones.
+		if rr.RegistryUsername != "" || rr.RegistryPassword != "" {
+			req.RegistryUsername, req.RegistryPassword = firstString(rr.RegistryUsername, req.RegistryUsername), rr.RegistryPassword
+		} else if auth, err := s.openAuth(job.RegistryAuth); err != nil {
+			return s.failDispatch(ctx, job, err)
+		} else {
+			req.RegistryUsername, req.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+		}
 		req.RequestID = rr.RequestID
 		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
 	}
@@ -86,7 +105,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
 		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
@@ -181,6 +200,9 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 				Status:            core.JobPending,
 				Phase:             phase,
 				RequestJSON:       requestJSON,
+				// The template's own credentials travel with its jobs.
+				RegistryAuth: firstString(newAuth, latest.RegistryAuth),
+				RequestID:    rr.RequestID,
 			}
 			if rebuild {
 				job.Phase = core.PhasePulling
@@ -202,8 +224,9 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's
-// artifact: it must be named, its row READY (or only marked for cleanup),
-// and its bytes present. Anything else means a rebuild.
+// artifact: it must be named, its row READY and its bytes present.
+// Anything else means a rebuild. The resume re-checks under the artifact's
+// lock and rebuilds if the artifact went away meanwhile (rebuildInstead).
 func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase core.Phase) (*core.Artifact, bool, error) {
 	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
 		return nil, true, nil
@@ -215,7 +238,9 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	if err != nil {
 		return nil, false, err
 	}
-	if a.Status != core.ArtifactReady && a.Status != core.ArtifactCleanupPending {
+	if a.Status != core.ArtifactReady {
+		// CLEANUP_PENDING bytes are on their way out; PENDING or BUILDING
+		// ones may be half-written.
 		return nil, true, nil
 	}
 	ok, err := s.DataPlane.ArtifactExists(ctx, a)
@@ -263,4 +288,62 @@ func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node 
 		}
 	}
 	return out
+}
+
+// rebuildInstead turns a PENDING redo whose artifact went away after the
+// redo chose to reuse it into a rebuild: the job goes back to PULLING with
+// no artifact, and the data plane builds it from the template's own request
+// and credentials. The caller holds the artifact's lock.
+func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.FromImageRequest, why error) error {
+	base, err := s.downloadBaseFor(ctx, job)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
+	}
+	auth, err := s.openAuth(job.RegistryAuth)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
+	}
+	updated, err := s.Store.Jobs().Update(ctx, job.JobID, func(j *core.Job) error {
+		if j.Status != core.JobPending || j.Operation != core.OpRedo {
+			return errJobFinished
+		}
+		j.Phase, j.ResumePhase, j.Progress = core.PhasePulling, core.PhaseBuildingExt4, 0
+		j.ArtifactID, j.Fingerprint, j.ArtifactStatus, j.SourceImageDigest = "", "", "", ""
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
+	rebuild := *req
+	rebuild.RegistryUsername, rebuild.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+	_, err = s.dispatch(ctx, updated, &rebuild, base)
+	return err
+}
+
+// downloadBaseFor is the base URL nodes download a rebuilt artifact from:
+// the configured one, else the one the template's nodes use today (the
+// artifact URL in its stored request).
+func (s *Service) downloadBaseFor(ctx context.Context, job *core.Job) (string, error) {
+	if b := s.cfg().DownloadBaseURL; b != "" {
+		return b, nil
+	}
+	def, err := s.Store.Templates().GetDefinition(ctx, job.TemplateID)
+	if err != nil {
+		return "", fmt.Errorf("no download base URL configured and template %s has no definition to take it from: %w", job.TemplateID, err)
+	}
+	var stored core.SandboxRequest
+	if err := json.Unmarshal([]byte(def.RequestJSON), &stored); err == nil {
+		for _, c := range stored.Containers {
+			if c.Image == nil {
+				continue
+			}
+			if u := c.Image.Annotations[core.AnnotationArtifactURL]; u != "" {
+				if i := strings.Index(u, core.DownloadPath); i > 0 {
+					return u[:i], nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no download base URL configured or recorded for template %s: %w", job.TemplateID, core.ErrInvalidArgument)
 }

@@ -252,3 +252,74 @@ func TestRedoWhenANodeDropsBeforeTheResume(t *testing.T) {
 	eq(t, "expected nodes", j.ExpectedNodeCount, 2)
 	eq(t, "failed nodes", j.FailedNodeCount, 1)
 }
+
+// TestRedoRebuildsWhenItsArtifactGoesAway: a redo decided to reuse the READY
+// artifact, but before its resume ran the artifact's deletion finished.
+// The redo must fall back to a rebuild; before, it failed with "not found"
+// (and a BUILDING row would have been distributed as READY).
+func TestRedoRebuildsWhenItsArtifactGoesAway(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		apply func(t *testing.T, e *env, aid string)
+	}{
+		{"deleted", func(t *testing.T, e *env, aid string) {
+			if err := e.store.Artifacts().Delete(e.ctx, aid); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"being deleted", func(t *testing.T, e *env, aid string) {
+			if _, err := e.store.Artifacts().Update(e.ctx, aid, func(a *core.Artifact) error { a.Status = core.ArtifactCleanupPending; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"being rebuilt", func(t *testing.T, e *env, aid string) {
+			if _, err := e.store.Artifacts().Update(e.ctx, aid, func(a *core.Artifact) error { a.Status = core.ArtifactBuilding; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			e.snapFail["node-1"] = errors.New("boot timeout")
+			e.ready("tpl-gone", fpA)
+			delete(e.snapFail, "node-1")
+			aid := aidOf(fpA)
+
+			lock, err := e.locker.Lock(e.ctx, "tc_resume_"+aid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, err := e.svc.Redo(e.ctx, control.RedoRequest{TemplateID: "tpl-gone", DownloadBaseURL: "master:8089"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "decided to reuse", job.ResumePhase, core.PhaseSnapshotting)
+			builds := len(e.disp.SubmitBuildCalls())
+			tc.apply(t, e, aid)
+			if err := lock.Unlock(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.wait()
+
+			j := e.job(job.JobID)
+			eq(t, "job status", j.Status, core.JobPending)
+			eq(t, "job phase", j.Phase, core.PhasePulling)
+			eq(t, "resume phase", j.ResumePhase, core.PhaseBuildingExt4)
+			calls := e.disp.SubmitBuildCalls()
+			if len(calls) != builds+1 || calls[len(calls)-1].Req.JobID != job.JobID {
+				t.Fatalf("the redo was not sent to the data plane as a rebuild (%d builds)", len(calls)-builds)
+			}
+			if e.artifactStatus(aid) == core.ArtifactReady {
+				t.Error("the redo made the artifact READY without a build")
+			}
+		})
+	}
+}
+
+func (e *env) artifactStatus(aid string) core.ArtifactStatus {
+	a, err := e.store.Artifacts().Get(e.ctx, aid)
+	if err != nil {
+		return ""
+	}
+	return a.Status
+}

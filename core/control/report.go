@@ -226,8 +226,8 @@ func (s *Service) bindBuilt(ctx context.Context, job *core.Job) error {
 	return s.upsertArtifact(ctx, meta)
 }
 
-// upsertArtifact creates the row from m (READY: the data plane just said
-// the bytes exist; m's metadata was validated as complete) or copies m's
+// upsertArtifact creates the row from m (READY, once the data plane
+// confirms the bytes exist; m's metadata was validated as complete) or copies m's
 // data fields onto the existing row. The status moves to READY only from
 // PENDING/BUILDING/FAILED; a row being cleaned up (CLEANUP_PENDING,
 // DELETING) is refused with errArtifactDeleting, and the download token is
@@ -267,6 +267,17 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 			return err
 		}
 		row := *m
+		// No row: either a data plane that keeps no rows here, or the
+		// artifact was deleted (its last template gone, GC run) while this
+		// build was being reported. Only bytes that are there get a READY
+		// row.
+		ok, err := s.DataPlane.ArtifactExists(ctx, &row)
+		if err != nil {
+			return fmt.Errorf("artifact %s has no row; checking its bytes: %w", m.ArtifactID, err)
+		}
+		if !ok {
+			return fmt.Errorf("artifact %s was deleted while it was being built (no row, no bytes); redo to rebuild: %w", m.ArtifactID, core.ErrConflict)
+		}
 		row.Status = core.ArtifactReady
 		row.DownloadToken = ""
 		row.GeneratedRequestJSON = ""

@@ -46,6 +46,23 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 		return nil
 	}
 	o := req.ContainerOverrides
+	for i, kv := range o.Envs {
+		switch {
+		case kv == nil || kv.Key == "":
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].key", i), Reason: "is required"}
+		case strings.ContainsAny(kv.Key, "=\x00"):
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].key", i), Reason: "must not hold '=' or NUL"}
+		case strings.ContainsRune(kv.Value, 0):
+			return &core.FieldError{Field: fmt.Sprintf("container_overrides.envs[%d].value", i), Reason: "must not hold NUL"}
+		}
+	}
+	for field, list := range map[string][]string{"command": o.Command, "args": o.Args, "working_dir": {o.WorkingDir}} {
+		for _, v := range list {
+			if strings.ContainsRune(v, 0) {
+				return &core.FieldError{Field: "container_overrides." + field, Reason: "must not hold NUL (a process argument cannot)"}
+			}
+		}
+	}
 	for field, raw := range map[string]json.RawMessage{"security_context": o.SecurityContext, "probe": o.Probe} {
 		if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 			continue
@@ -191,11 +208,14 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 			Name:         RootfsWritableVolume,
 			VolumeSource: &core.VolumeSource{EmptyDir: &core.EmptyDirVolumeSource{SizeLimit: wls}},
 		}},
-		CubeVSContext: cloneVS(req.CubeVSContext),
-		Containers:    []core.Container{c},
-		Annotations:   ann,
-		InstanceType:  req.InstanceType,
-		NetworkType:   req.NetworkType,
+		// Both keys of the policy: older upstream masters read
+		// cubevs_context, the newest only cube_network_config.
+		CubeVSContext:     cloneVS(req.CubeVSContext),
+		CubeNetworkConfig: cloneVS(req.CubeVSContext),
+		Containers:        []core.Container{c},
+		Annotations:       ann,
+		InstanceType:      req.InstanceType,
+		NetworkType:       req.NetworkType,
 	}
 	return out, nil
 }
@@ -300,6 +320,9 @@ func cloneVS(v *core.CubeVSContext) *core.CubeVSContext {
 	}
 	c.AllowOut = slices.Clone(v.AllowOut)
 	c.DenyOut = slices.Clone(v.DenyOut)
+	// Rules are read-only once parsed; a shallow copy of the slice is
+	// enough to keep the two policy keys independent.
+	c.Rules = slices.Clone(v.Rules)
 	return &c
 }
 

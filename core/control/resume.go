@@ -64,12 +64,17 @@ func (s *Service) resume(ctx context.Context, jobID string, try bool) (ran bool,
 	defer s.unlock(ctx, lock)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg().ResumeTimeout)
 	defer cancel()
+	ctx, release := whileHeld(ctx, lock)
+	defer release()
 
 	if job, err = s.Store.Jobs().Get(ctx, jobID); err != nil {
 		return false, fmt.Errorf("resume job %s: %w", jobID, err)
 	}
 	if !resumable(job) {
 		return false, nil
+	}
+	if job, ctx, err = s.claimRun(ctx, jobID); err != nil {
+		return false, fmt.Errorf("resume job %s: %w", jobID, err)
 	}
 	err = s.runPipeline(ctx, job)
 	if errors.Is(err, errJobFinished) {
@@ -138,6 +143,11 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		}
 	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
+		if p.redo && job.Status == core.JobPending {
+			// The redo chose to reuse the artifact, which is gone, being
+			// deleted or being rebuilt by now: build it again instead.
+			return s.rebuildInstead(ctx, job, req, err)
+		}
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
 	if p.img, err = core.ParseImageConfigJSON(p.artifact.ImageConfigJSON); err != nil {
@@ -230,10 +240,15 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	}
 	status := core.SummarizeReplicas(derefReplicas(replicas))
 	lastErr := strings.Join(append(distErrs, snapErrs...), "; ")
-	def, err := s.Store.Templates().UpdateDefinition(ctx, job.TemplateID, func(d *core.Definition) error {
-		d.Status = status
-		d.LastError = lastErr
-		return nil
+	var def *core.Definition
+	err = s.fenced(ctx, job.JobID, func(ctx context.Context, r ports.Repos) error {
+		var err error
+		def, err = r.Templates().UpdateDefinition(ctx, job.TemplateID, func(d *core.Definition) error {
+			d.Status = status
+			d.LastError = lastErr
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseSnapshotting, err)
@@ -325,6 +340,16 @@ func (s *Service) step(ctx context.Context, jobID string, u core.JobUpdate) (*co
 // returns cause wrapped with the job id. The write uses a detached context
 // so a cancelled or timed-out pipeline still records why it stopped.
 func (s *Service) fail(ctx context.Context, job *core.Job, phase core.Phase, cause error, extra ...core.JobUpdate) error {
+	if lockLost(ctx) || errors.Is(cause, core.ErrFenced) {
+		// Another master may be running this job now: writing FAILED
+		// would end its work. The job stays as it is; the sweep resumes
+		// it once it has gone quiet.
+		s.log().Warn("job stopped: lock lost", "job", job.JobID, "template", job.TemplateID, "phase", phase, "err", cause)
+		if !lockLost(ctx) {
+			return fmt.Errorf("job %s: %w", job.JobID, cause)
+		}
+		return fmt.Errorf("job %s: %w: %w", job.JobID, errLockLost, cause)
+	}
 	wctx, cancel := detached(ctx, 30*time.Second)
 	defer cancel()
 	u := core.Fail(phase, cause.Error())

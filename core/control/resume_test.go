@@ -452,22 +452,21 @@ func TestAliasFromRequest(t *testing.T) {
 	_, err := e.svc.CreateFromImage(e.ctx, req2, baseURL)
 	wantErrIs(t, err, core.ErrConflict)
 
-	// Taken between create and resume: the build succeeds without the
-	// alias and says so.
+	// The alias is claimed with the job: once tpl-third is submitted with
+	// "api", no other template can take it before tpl-third's resume.
 	req3 := request("tpl-third")
 	req3.Alias = "api"
 	job3 := e.create(req3)
-	if _, err := e.svc.SetAlias(e.ctx, "tpl-aliased", ptr("api")); err != nil {
-		t.Fatal(err)
+	_, err = e.svc.SetAlias(e.ctx, "tpl-aliased", ptr("api"))
+	var taken *core.NameTakenError
+	if !errors.As(err, &taken) || taken.Holder != "tpl-third" {
+		t.Fatalf("SetAlias of a claimed alias: %v, want a NameTakenError naming tpl-third", err)
 	}
 	e.build(job3.JobID, fpB)
 	e.wait()
-	j3 := e.job(job3.JobID)
-	eq(t, "job status", j3.Status, core.JobReady)
-	if !strings.Contains(j3.ErrorMessage, `alias "api" not applied: already used by template tpl-aliased`) {
-		t.Errorf("job message %q does not report the alias conflict", j3.ErrorMessage)
-	}
-	eq(t, "alias of third", e.def("tpl-third").Alias, "")
+	eq(t, "job status", e.job(job3.JobID).Status, core.JobReady)
+	eq(t, "alias of third", e.def("tpl-third").Alias, "api")
+	eq(t, "alias of the first", e.def("tpl-aliased").Alias, "web")
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -21,6 +21,8 @@ const (
 	DefaultResumeTimeout       = 30 * time.Minute
 	DefaultLockWait            = 30 * time.Minute
 	DefaultBatch               = 200
+	DefaultConvergeBackoff     = 10 * time.Minute
+	DefaultConvergeAtOnce      = 4
 )
 
 // Config tunes the Service. Zero values take the defaults above.
@@ -46,6 +48,15 @@ type Config struct {
 	// budget starts when the work does: once the job holds its artifact's
 	// lock, never shared with other jobs of a sweep pass.
 	ResumeTimeout time.Duration
+	// ConvergeDisabled turns off convergence: READY templates no longer
+	// reach healthy in-scope nodes that lack them on their own (a node
+	// that was down, or one that joined later); redo still does.
+	ConvergeDisabled bool
+	// ConvergeBackoff is how long convergence leaves a template alone
+	// after one of its convergence jobs failed.
+	ConvergeBackoff time.Duration
+	// ConvergeAtOnce bounds the convergence jobs one pass starts.
+	ConvergeAtOnce int
 	// LockWait bounds how long a background job waits for its artifact's
 	// lock (another template may be distributing the same artifact).
 	LockWait time.Duration
@@ -69,6 +80,12 @@ func (c Config) withDefaults() Config {
 	if c.LockWait <= 0 {
 		c.LockWait = DefaultLockWait
 	}
+	if c.ConvergeBackoff <= 0 {
+		c.ConvergeBackoff = DefaultConvergeBackoff
+	}
+	if c.ConvergeAtOnce <= 0 {
+		c.ConvergeAtOnce = DefaultConvergeAtOnce
+	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
@@ -89,11 +106,14 @@ type Service struct {
 	DataPlane ports.DataPlane
 	Envd      ports.EnvdSource
 	Legacy    ports.LegacyArtifacts
-	IDs       ports.IDs
-	Clock     ports.Clock
-	Progress  ports.ProgressSink
-	Config    Config
-	Logger    *slog.Logger
+	// Sealer seals the registry credentials of a request so that a redo
+	// can rebuild a private image; without it they are not kept.
+	Sealer   ports.Sealer
+	IDs      ports.IDs
+	Clock    ports.Clock
+	Progress ports.ProgressSink
+	Config   Config
+	Logger   *slog.Logger
 
 	bg sync.WaitGroup
 }
@@ -118,6 +138,16 @@ func (s *Service) log() *slog.Logger {
 		return s.Logger
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// storeNow is the store's clock, which stamps every row: ages of rows are
+// judged against it, not against this host's clock (see ports.Store.Now).
+// If the store cannot tell, this host's clock stands in.
+func (s *Service) storeNow(ctx context.Context) time.Time {
+	if t, err := s.Store.Now(ctx); err == nil {
+		return t
+	}
+	return s.now()
 }
 
 func (s *Service) now() time.Time {
@@ -213,4 +243,76 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	lctx, cancel := context.WithTimeout(ctx, s.cfg().LockWait)
 	defer cancel()
 	return s.Locker.Lock(lctx, templateLockName(templateID))
+}
+
+// errLockLost is why work stops when the lock protecting it is lost.
+var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+
+// whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
+// lost: the work it protects stops before it writes anything more.
+func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(errLockLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// lockLost reports whether ctx was cancelled because its lock was lost.
+func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }
+
+// runFence is the run number a resume or migrate took for its job; the
+// job writes of the run carry it (see core.Job.Fence).
+type runFence struct {
+	jobID string
+	fence int64
+}
+
+type fenceKey struct{}
+
+// claimRun gives the job the next run number, under the job's lock, and
+// returns the job and ctx carrying the number: every job write made with
+// that ctx is refused (core.ErrFenced) once a later run has claimed the
+// job, so a run whose lock was lost and taken over can no longer publish.
+func (s *Service) claimRun(ctx context.Context, jobID string) (*core.Job, context.Context, error) {
+	job, err := s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+		j.Fence++
+		return nil
+	})
+	if err != nil {
+		return nil, ctx, fmt.Errorf("claim job %s: %w", jobID, err)
+	}
+	return job, context.WithValue(ctx, fenceKey{}, runFence{jobID: jobID, fence: job.Fence}), nil
+}
+
+// fenceOf is the run number ctx carries for jobID, or 0.
+func fenceOf(ctx context.Context, jobID string) int64 {
+	if f, ok := ctx.Value(fenceKey{}).(runFence); ok && f.jobID == jobID {
+		return f.fence
+	}
+	return 0
+}
+
+// fenced runs fn in a transaction that first checks that the run of ctx
+// still holds its job: a write that publishes (the definition's status)
+// lands only for the current run.
+func (s *Service) fenced(ctx context.Context, jobID string, fn func(ctx context.Context, r ports.Repos) error) error {
+	f := fenceOf(ctx, jobID)
+	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if f != 0 {
+			if _, err := r.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+				if j.Fence != f {
+					return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", jobID, f, j.Fence, core.ErrFenced)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return fn(ctx, r)
+	})
 }

@@ -33,6 +33,8 @@ type jobPlan struct {
 	// (nil if none). submitJob sets the attempt, the retry link and the
 	// active key.
 	build func(ctx context.Context, latest *core.Job) (*core.Job, error)
+	// alias, when set, is claimed for the template with its id.
+	alias string
 }
 
 // submitJob creates the job p plans, or returns the active job p.onActive
@@ -66,7 +68,20 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 		if latest != nil {
 			job.AttemptNo, job.RetryOfJobID = latest.AttemptNo+1, latest.JobID
 		}
-		err = jobs.Create(ctx, job.Clone())
+		// The template's names are claimed first: the database refuses an
+		// id that is another template's alias (or an alias that is
+		// another's id or alias) before anything of the job is written.
+		// A claim is idempotent for its own template, so concurrent
+		// submitters of one template all pass it and the active key
+		// decides between them.
+		err = s.claimNames(ctx, p.templateID, p.alias)
+		if err == nil {
+			err = jobs.Create(ctx, job.Clone())
+		}
+		var taken *core.NameTakenError
+		if errors.As(err, &taken) {
+			return SubmitResult{}, fmt.Errorf("submit template %s: %w", p.templateID, err)
+		}
 		if errors.Is(err, core.ErrConflict) {
 			continue // another submitter won; the next round reads its job
 		}
@@ -76,6 +91,17 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 		return SubmitResult{Job: job, Created: true}, nil
 	}
 	return SubmitResult{}, fmt.Errorf("submit job for %s: lost %d insert races: %w", p.templateID, maxSubmitRounds, core.ErrConflict)
+}
+
+// claimNames claims the template's id and, if set, alias.
+func (s *Service) claimNames(ctx context.Context, templateID, alias string) error {
+	if err := s.Store.Names().Claim(ctx, templateID, templateID, core.NameID); err != nil {
+		return err
+	}
+	if alias != "" {
+		return s.Store.Names().Claim(ctx, alias, templateID, core.NameAlias)
+	}
+	return nil
 }
 
 // SubmitFromImage validates and normalizes req, then returns the job that
@@ -100,6 +126,10 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 		return SubmitResult{}, err
 	}
 	tid := req.TemplateID
+	auth, err := s.sealAuth(req)
+	if err != nil {
+		return SubmitResult{}, err
+	}
 	lock, err := s.lockTemplate(ctx, tid)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("submit template %s: %w", tid, err)
@@ -108,6 +138,7 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 	return s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        core.ActiveKeyFromImage(tid),
+		alias:      req.Alias,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			if active.RequestJSON == requestJSON {
 				return active, nil
@@ -133,6 +164,8 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 				Status:            core.JobPending,
 				Phase:             core.PhasePulling,
 				RequestJSON:       requestJSON,
+				RegistryAuth:      auth,
+				RequestID:         req.RequestID,
 			}, nil
 		},
 	})
@@ -141,6 +174,9 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 // Report applies a status update to a job under the job state machine. A stale or duplicate update is
 // harmless: it returns the job unchanged with applied=false and no error.
 func (s *Service) Report(ctx context.Context, jobID string, u core.JobUpdate) (job *core.Job, applied bool, err error) {
+	if u.Fence == 0 {
+		u.Fence = fenceOf(ctx, jobID)
+	}
 	stale := false
 	job, err = s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
 		stale = false

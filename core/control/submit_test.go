@@ -66,6 +66,24 @@ func (f *submitStore) Templates() ports.TemplateRepository {
 	return submitTemplates{TemplateRepository: f.Store.Templates(), f: f}
 }
 
+// Tx hands fn repositories with the same seams.
+func (f *submitStore) Tx(ctx context.Context, fn func(ctx context.Context, r ports.Repos) error) error {
+	return f.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error { return fn(ctx, submitRepos{Repos: r, f: f}) })
+}
+
+type submitRepos struct {
+	ports.Repos
+	f *submitStore
+}
+
+func (r submitRepos) Jobs() ports.JobRepository {
+	return submitJobs{JobRepository: r.Repos.Jobs(), f: r.f}
+}
+
+func (r submitRepos) Templates() ports.TemplateRepository {
+	return submitTemplates{TemplateRepository: r.Repos.Templates(), f: r.f}
+}
+
 type submitJobs struct {
 	ports.JobRepository
 	f *submitStore

@@ -18,7 +18,7 @@ import (
 // errors of failed resumes are joined (those jobs are FAILED with the
 // reason).
 func (s *Service) SweepBuilt(ctx context.Context, olderThan time.Duration) (int, error) {
-	before := s.now().Add(-olderThan)
+	before := s.storeNow(ctx).Add(-olderThan)
 	batch := s.cfg().Batch
 	built, err := s.Store.Jobs().ListStale(ctx, ports.StaleQuery{Statuses: []core.JobStatus{core.JobBuilt}, UpdatedBefore: before, Limit: batch})
 	if err != nil {
@@ -68,7 +68,7 @@ var errSkipSweep = errors.New("job moved on")
 // guarded: a job that became terminal or was updated meanwhile is left
 // alone. It returns how many jobs it failed.
 func (s *Service) SweepMigrations(ctx context.Context, olderThan time.Duration) (int, error) {
-	before := s.now().Add(-olderThan)
+	before := s.storeNow(ctx).Add(-olderThan)
 	stale, err := s.Store.Jobs().ListStale(ctx, ports.StaleQuery{
 		Statuses: []core.JobStatus{core.JobPending, core.JobRunning}, Phases: []core.Phase{core.PhaseMigrating},
 		UpdatedBefore: before, Limit: s.cfg().Batch,
@@ -135,8 +135,8 @@ func (s *Service) RunSweeps(stop <-chan struct{}, interval time.Duration) {
 	}
 }
 
-// SweepOnce runs one pass of every sweep: BUILT replay, stale migrates and
-// artifact GC, each logged. The pass itself has no deadline: every job it
+// SweepOnce runs one pass of every sweep: BUILT replay, stale migrates,
+// artifact GC and convergence, each logged. The pass itself has no deadline: every job it
 // replays gets its own budget when its work starts (Config.ResumeTimeout),
 // and every node call is bounded by the node agent.
 func (s *Service) SweepOnce(ctx context.Context) {
@@ -160,5 +160,12 @@ func (s *Service) SweepOnce(ctx context.Context) {
 		s.log().Warn("artifact GC finished with failures", "deleted", n, "err", err)
 	case n > 0:
 		s.log().Info("artifact GC deleted artifacts", "deleted", n)
+	}
+	started, err := s.Converge(ctx)
+	switch {
+	case err != nil:
+		s.log().Warn("convergence pass finished with failures", "started", len(started), "err", err)
+	case len(started) > 0:
+		s.log().Info("convergence started jobs", "started", len(started))
 	}
 }

@@ -82,11 +82,24 @@ func (r faultArtifacts) Update(ctx context.Context, id string, fn func(*core.Art
 	return r.ArtifactRepository.Update(ctx, id, fn)
 }
 
-// faultBlobs is the shared bucket; putErr, when set, fails every Put.
+// faultBlobs is the shared bucket; putErr, when set, fails every Put, and
+// hideSHA makes Stat report no sha256 (as for an object stored without
+// its digest metadata).
 type faultBlobs struct {
 	ports.ArtifactStore
-	mu     sync.Mutex
-	putErr error
+	mu      sync.Mutex
+	putErr  error
+	hideSHA bool
+}
+
+func (b *faultBlobs) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	info, err := b.ArtifactStore.Stat(ctx, key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hideSHA {
+		info.SHA256 = ""
+	}
+	return info, err
 }
 
 func (b *faultBlobs) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
@@ -184,7 +197,9 @@ func newWorld() *world {
 	w.locker = &countingLocker{Locker: memlock.New(), held: map[string]int{}}
 	w.reporter = &portsmock.StatusReporterMock{
 		ReportFunc: func(ctx context.Context, jobID string, r ports.StatusReport) error {
-			_, err := w.db.Jobs().Update(ctx, jobID, func(j *core.Job) error { return j.Apply(r.Update) })
+			// The control plane applies what it received; the data plane
+			// giving up on the answer does not undo it.
+			_, err := w.db.Jobs().Update(context.WithoutCancel(ctx), jobID, func(j *core.Job) error { return j.Apply(r.Update) })
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.reports = append(w.reports, report{jobID, r, err})

@@ -108,6 +108,9 @@ type Report struct {
 	Kept         int
 	// ScratchRemoved counts removed scratch directories.
 	ScratchRemoved int
+	// AbandonedArtifacts lists PENDING or BUILDING artifact rows failed
+	// because no build holds them any more (their builder died).
+	AbandonedArtifacts []string
 }
 
 // tier is one staleness rule.
@@ -170,11 +173,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		}
 	}()
 
+	// Ages are judged against the store's clock, which stamped the rows;
+	// the reconciler's host may run ahead of or behind it.
 	now := r.now()
+	if t, err := r.Store.Now(ctx); err == nil {
+		now = t
+	}
 	for _, t := range r.tiers(c) {
 		if err := r.sweepTier(ctx, c, t, now, &rep); err != nil {
 			return rep, err
 		}
+	}
+	if err := r.sweepAbandonedArtifacts(ctx, c, now, &rep); err != nil {
+		return rep, err
 	}
 	if c.DeleteArtifact != nil {
 		if err := r.cleanupBackstop(ctx, c, now, &rep); err != nil {
@@ -294,4 +305,51 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// sweepAbandonedArtifacts fails artifact rows a build claimed (PENDING,
+// BUILDING) and then left: older than RunningStaleAfter and with no build
+// holding the spec's fingerprint lock. A failed row is rebuilt by the next
+// build of its spec and collected by GC otherwise; left alone, it would
+// only ever be reclaimed by such a build.
+func (r *Reconciler) sweepAbandonedArtifacts(ctx context.Context, c ReconcilerConfig, now time.Time, rep *Report) error {
+	cutoff := now.Add(-c.RunningStaleAfter)
+	for _, st := range []core.ArtifactStatus{core.ArtifactPending, core.ArtifactBuilding} {
+		rows, err := r.Store.Artifacts().ListByStatus(ctx, st, cutoff, c.ScanLimit)
+		if err != nil {
+			return fmt.Errorf("scan %s artifacts: %w", st, err)
+		}
+		for _, a := range rows {
+			if a.Fingerprint == "" {
+				continue
+			}
+			lk, err := r.Locker.TryLock(ctx, LockPrefix+a.Fingerprint)
+			if errors.Is(err, core.ErrLocked) {
+				continue // a build is at work on it
+			}
+			if err != nil {
+				return fmt.Errorf("fingerprint lock of %s: %w", a.ArtifactID, err)
+			}
+			msg := fmt.Sprintf("build abandoned: the row stayed %s for more than %s with no build at work; the next build of this spec rebuilds it", st, c.RunningStaleAfter)
+			_, err = r.Store.Artifacts().Update(ctx, a.ArtifactID, func(cur *core.Artifact) error {
+				if cur.Status != st || !cur.UpdatedAt.Equal(a.UpdatedAt) {
+					return errMovedOn
+				}
+				cur.Status, cur.LastError = core.ArtifactFailed, msg
+				return nil
+			})
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = lk.Unlock(uctx)
+			cancel()
+			switch {
+			case err == nil:
+				rep.AbandonedArtifacts = append(rep.AbandonedArtifacts, a.ArtifactID)
+				c.Logger.Warn("abandoned artifact row failed", "artifact_id", a.ArtifactID, "was", st)
+			case errors.Is(err, errMovedOn), errors.Is(err, core.ErrNotFound):
+			default:
+				c.Logger.Warn("fail abandoned artifact row", "artifact_id", a.ArtifactID, "err", err)
+			}
+		}
+	}
+	return nil
 }

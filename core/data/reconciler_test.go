@@ -13,6 +13,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -240,5 +241,57 @@ func TestRunTicksUntilCancelled(t *testing.T) {
 	d2 := newDB(t0)
 	if err := newReconciler(d2, newLocks(), data.ReconcilerConfig{Disabled: true}).Run(context.Background()); err != nil || d2.scans() != 0 {
 		t.Fatalf("disabled Run: err %v, %d scans", err, d2.scans())
+	}
+}
+
+// TestAbandonedBuildingArtifactsAreFailed: a template center died while
+// building an artifact and left its row BUILDING. The reconciler must fail
+// the row once no build holds its fingerprint lock (before, only a later
+// build of the same spec reclaimed it, and GC never saw it). A row whose
+// build is alive (lock held) or that is young is left alone.
+func TestAbandonedBuildingArtifactsAreFailed(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	old := t0.Add(-2 * time.Hour)
+	d.addArtifact(t, "rfs-dead", core.ArtifactBuilding, old)
+	d.addArtifact(t, "rfs-alive", core.ArtifactBuilding, old)
+	l.holdElsewhere(t, data.LockPrefix+"fp-rfs-alive")
+	d.addArtifact(t, "rfs-young", core.ArtifactBuilding, t0.Add(-time.Minute))
+	d.addArtifact(t, "rfs-pending", core.ArtifactPending, old)
+	rep, err := newReconciler(d, l, data.ReconcilerConfig{}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rep.AbandonedArtifacts)
+	if !slices.Equal(rep.AbandonedArtifacts, []string{"rfs-dead", "rfs-pending"}) {
+		t.Fatalf("abandoned %v, want rfs-dead and rfs-pending", rep.AbandonedArtifacts)
+	}
+	for id, want := range map[string]core.ArtifactStatus{"rfs-dead": core.ArtifactFailed, "rfs-pending": core.ArtifactFailed,
+		"rfs-alive": core.ArtifactBuilding, "rfs-young": core.ArtifactBuilding} {
+		a, _ := d.artifact(id)
+		if a.Status != want {
+			t.Errorf("%s is %s, want %s", id, a.Status, want)
+		}
+	}
+	if a, _ := d.artifact("rfs-dead"); !strings.Contains(a.LastError, "abandoned") {
+		t.Errorf("last error %q", a.LastError)
+	}
+}
+
+// TestStalenessUsesTheStoresClock: the reconciler's host clock runs two
+// hours ahead of the database's. A job the data plane reported a minute
+// ago (by the database's clock, which stamps every row) is not stale;
+// before, the host's clock made it look two hours old and it was failed.
+func TestStalenessUsesTheStoresClock(t *testing.T) {
+	d, l := newDB(t0), newLocks()
+	d.addJob(t, "fresh", core.JobRunning, core.PhaseUnpacking, t0.Add(-time.Minute))
+	d.addJob(t, "stale", core.JobRunning, core.PhaseUnpacking, t0.Add(-2*time.Hour))
+	rec := newReconciler(d, l, data.ReconcilerConfig{})
+	rec.Clock = &portsmock.ClockMock{NowFunc: func() time.Time { return t0.Add(2 * time.Hour) }}
+	rep, err := rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Failed, []string{"stale"}) {
+		t.Fatalf("failed %v, want only the job that is stale by the store's clock", rep.Failed)
 	}
 }

@@ -57,42 +57,140 @@ func TestReadyArtifactWithBytesIsReused(t *testing.T) {
 	}
 }
 
-func TestReadyArtifactWithoutBytesIsRebuilt(t *testing.T) {
-	for _, tc := range []struct {
+// The stored object of a READY row is checked before it is reused: its
+// size and, when the store reports one, its sha256 must match the row, and
+// the row must belong to the build's fingerprint. Each case breaks one of
+// these alone. A build checks under the fingerprint lock and, while another
+// build holds the lock, each time it polls; both paths are run.
+func TestReadyArtifactReuseChecksTheStoredObject(t *testing.T) {
+	type verdict int
+	const (
+		reuse verdict = iota
+		rebuild
+		conflict
+	)
+	cases := []struct {
 		name   string
-		break_ func(t *testing.T, w *world, key string)
+		break_ func(t *testing.T, w *world, id, key string)
+		want   verdict
 	}{
-		{"bytes deleted", func(t *testing.T, w *world, key string) {
+		{"intact", func(*testing.T, *world, string, string) {}, reuse},
+		{"bytes deleted", func(t *testing.T, w *world, _, key string) {
 			if err := w.blob.Delete(context.Background(), key); err != nil {
 				t.Fatal(err)
 			}
-		}},
-		{"bytes truncated", func(t *testing.T, w *world, key string) {
+		}, rebuild},
+		{"bytes truncated", func(t *testing.T, w *world, _, key string) {
 			b, _ := w.object(t, key)
 			w.putObject(t, key, b[:3])
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld()
-			r := newReplica(t, w, data.ExecutorConfig{})
-			first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
-			key := core.ArtifactObjectKey(first.ArtifactID)
-			good, _ := w.object(t, key)
-			tc.break_(t, w, key)
-
-			second := buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
-			if second.Err != nil || second.Reused {
-				t.Fatalf("second build: %+v, want a fresh build", second)
-			}
-			if n := len(r.builder.BuildCalls()); n != 2 {
-				t.Fatalf("builder ran %d times, want 2", n)
-			}
-			a, _ := w.artifact(first.ArtifactID)
-			if got, _ := w.object(t, key); a.Status != core.ArtifactReady || string(got) != string(good) || a.Ext4SizeBytes != int64(len(good)) {
-				t.Fatalf("row %+v, bytes %q", a, got)
-			}
-		})
+		}, rebuild},
+		// Same size, other bytes: only the sha256 check sees it.
+		{"bytes corrupted, size kept", func(t *testing.T, w *world, _, key string) {
+			b, _ := w.object(t, key)
+			b[len(b)-1] ^= 0xff
+			w.putObject(t, key, b)
+		}, rebuild},
+		// The store knows no digest: the size is all there is to check.
+		{"store reports no sha256", func(t *testing.T, w *world, _, _ string) {
+			w.blob.mu.Lock()
+			w.blob.hideSHA = true
+			w.blob.mu.Unlock()
+		}, reuse},
+		{"store reports no sha256, bytes truncated", func(t *testing.T, w *world, _, key string) {
+			b, _ := w.object(t, key)
+			w.putObject(t, key, b[:len(b)-1])
+			w.blob.mu.Lock()
+			w.blob.hideSHA = true
+			w.blob.mu.Unlock()
+		}, rebuild},
+		// An id whose row records another fingerprint: a collision of the
+		// truncated id, never reused and never built over.
+		{"row of another fingerprint", func(t *testing.T, w *world, id, _ string) {
+			w.setArtifact(t, id, func(a *core.Artifact) { a.Fingerprint = strings.Repeat("e", 64) })
+		}, conflict},
 	}
+	for _, path := range []string{"under the lock", "while another build holds the lock"} {
+		for _, tc := range cases {
+			t.Run(path+"/"+tc.name, func(t *testing.T) {
+				w := newWorld()
+				r := newReplica(t, w, data.ExecutorConfig{})
+				first := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+				if first.Err != nil || first.Reused {
+					t.Fatalf("first build: %+v", first)
+				}
+				key := core.ArtifactObjectKey(first.ArtifactID)
+				good, _ := w.object(t, key)
+				tc.break_(t, w, first.ArtifactID, key)
+				before, _ := w.artifact(first.ArtifactID)
+
+				var second data.Outcome
+				if path == "under the lock" {
+					second = buildOnce(t, w, r, "job-2", fromImage("tpl-b"))
+				} else {
+					second = buildWhileLocked(t, w, r, "job-2", fromImage("tpl-b"), first.Result.Fingerprint)
+				}
+
+				builds := len(r.builder.BuildCalls())
+				after, _ := w.artifact(first.ArtifactID)
+				switch tc.want {
+				case reuse:
+					if second.Err != nil || !second.Reused || second.ArtifactID != first.ArtifactID || builds != 1 {
+						t.Fatalf("second build: %+v after %d builds, want a reuse", second, builds)
+					}
+					if after != before {
+						t.Fatalf("reuse changed the row: %+v -> %+v", before, after)
+					}
+				case rebuild:
+					if second.Err != nil || second.Reused || builds != 2 {
+						t.Fatalf("second build: %+v after %d builds, want a fresh build", second, builds)
+					}
+					if got, _ := w.object(t, key); after.Status != core.ArtifactReady || string(got) != string(good) || after.Ext4SizeBytes != int64(len(good)) {
+						t.Fatalf("row %+v, bytes %q", after, got)
+					}
+				case conflict:
+					if !errors.Is(second.Err, core.ErrConflict) || second.Reused || builds != 1 {
+						t.Fatalf("second build: %+v after %d builds, want a conflict", second, builds)
+					}
+					if after != before {
+						t.Fatalf("the refused build changed the row: %+v -> %+v", before, after)
+					}
+				}
+			})
+		}
+	}
+}
+
+// buildWhileLocked runs job jobID while the test holds the fingerprint
+// lock, releasing it once the build has polled it twice (so it checked the
+// stored artifact at least once while waiting), or as soon as the build
+// finished without it.
+func buildWhileLocked(t *testing.T, w *world, r *replica, jobID string, req *core.FromImageRequest, fp string) data.Outcome {
+	t.Helper()
+	ctx := context.Background()
+	lk, err := w.locker.TryLock(ctx, data.LockPrefix+fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := w.locker.contention()
+	w.addJob(t, jobID, req)
+	if err := r.exec.Submit(ctx, buildReq(jobID, req)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for w.locker.contention() < base+2 {
+		select {
+		case o := <-r.done:
+			lk.Unlock(ctx)
+			return o
+		case <-deadline:
+			t.Fatal("the build never polled the held lock")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r.wait(t)
 }
 
 func TestArtifactBeingDeletedIsNotBuiltOver(t *testing.T) {

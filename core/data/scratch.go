@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/core/pipeline"
 )
 
 // ScratchPrefix starts the name of a build's scratch directory (see
@@ -14,11 +16,20 @@ import (
 // every exit path, so what is left belongs to a process that died).
 const ScratchPrefix = "build-"
 
-// SweepScratch removes build-* directories directly under dir whose newest
-// modification (the directory itself or any entry directly in it) is older
-// than olderThan at now. The age check keeps a live build of another
-// process sharing dir safe as long as it writes into its directory; a
-// missing dir is not an error. It returns how many directories it removed.
+// ScratchGrace is how long a build-* directory that no build holds must
+// have gone unmodified before SweepScratch removes it. Builds hold their
+// directory (a flock, see core/pipeline) from right after creating it, and
+// the kernel releases it when their process dies; the grace covers that
+// first instant, and builds of an older version that shares dir without
+// holding anything as long as they keep writing.
+const ScratchGrace = 30 * time.Second
+
+// SweepScratch removes build-* directories directly under dir that were
+// left by a dead build: no build holds them and their newest modification
+// (the directory itself or any entry directly in it) is older than
+// ScratchGrace; and, where holding cannot be told, those older than
+// olderThan. A held directory is never removed. A missing dir is not an
+// error. It returns how many directories it removed.
 func SweepScratch(dir string, olderThan time.Duration, now time.Time) (int, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -42,7 +53,15 @@ func SweepScratch(dir string, olderThan time.Duration, now time.Time) (int, erro
 			}
 			continue
 		}
-		if !newest.Before(cutoff) {
+		held, known, err := pipeline.ScratchHeld(p)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		switch {
+		case held:
+			continue
+		case known && newest.Before(now.Add(-ScratchGrace)):
+		case !newest.Before(cutoff):
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {

@@ -128,6 +128,14 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if err != nil {
 		return nil, fmt.Errorf("create scratch dir: %w", err)
 	}
+	// Held while the build runs, so the data plane's sweep can remove the
+	// directory of a build whose process was killed without waiting hours.
+	unlock, err := lockScratch(scratch)
+	if err != nil {
+		os.RemoveAll(scratch)
+		return nil, fmt.Errorf("lock scratch dir: %w", err)
+	}
+	defer unlock() // after the removal below (deferred calls run last first)
 	defer os.RemoveAll(scratch)
 
 	res = &Result{Phases: map[core.Phase]time.Duration{}}
@@ -220,7 +228,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, err
 	}
 	if size != buildRes.SizeBytes {
-		return nil, fmt.Errorf("builder %s reported %d bytes, file has %d", p.Builder.Name(), buildRes.SizeBytes, size)
+		return nil, fmt.Errorf("%w: %s reported %d bytes, the file has %d", errBuilderSize, p.Builder.Name(), buildRes.SizeBytes, size)
 	}
 	timed(core.PhaseGeneratingJSON, start)
 	res.SHA256, res.SizeBytes = sum, size
@@ -308,6 +316,10 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 	res.Phases[core.PhaseBuildingExt4] += p.since(bstart)
 	return tree, br, nil
 }
+
+// errBuilderSize is the failure of a builder whose reported size is not
+// the size of the file it wrote.
+var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
 // errBuilderDone closes the tree pipe once the builder returns, so a
 // flattener still writing stops.

@@ -161,6 +161,16 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 		{"store", func(f *fixture) {
 			f.store.PutFunc = func(context.Context, string, io.Reader, ports.ObjectInfo) error { return boom }
 		}, boom},
+		// A builder whose result does not describe the file it wrote (a
+		// plugin that lost bytes, or lies) publishes nothing.
+		{"builder misreports the image size", func(f *fixture) {
+			build := f.builder.BuildFunc
+			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec) (ports.BuildResult, error) {
+				res, err := build(ctx, s)
+				res.SizeBytes++
+				return res, err
+			}
+		}, errBuilderSize},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -170,6 +180,9 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 			_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request(), OutPath: out}, nil)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if len(f.put) != 0 {
+				t.Fatalf("published %v after a failure", keys(f.put))
 			}
 			if _, serr := os.Stat(out); !os.IsNotExist(serr) {
 				t.Fatalf("%s left behind after failure", out)

@@ -9,18 +9,6 @@ import (
 	"github.com/cubesandbox/templatecenter/ent"
 )
 
-// The ArtifactNodePlacementFunc type is an adapter to allow the use of ordinary
-// function as ArtifactNodePlacement mutator.
-type ArtifactNodePlacementFunc func(context.Context, *ent.ArtifactNodePlacementMutation) (ent.Value, error)
-
-// Mutate calls f(ctx, m).
-func (f ArtifactNodePlacementFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
-	if mv, ok := m.(*ent.ArtifactNodePlacementMutation); ok {
-		return f(ctx, mv)
-	}
-	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ArtifactNodePlacementMutation", m)
-}
-
 // The RootfsArtifactFunc type is an adapter to allow the use of ordinary
 // function as RootfsArtifact mutator.
 type RootfsArtifactFunc func(context.Context, *ent.RootfsArtifactMutation) (ent.Value, error)
@@ -55,6 +43,18 @@ func (f TemplateImageJobFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.V
 		return f(ctx, mv)
 	}
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TemplateImageJobMutation", m)
+}
+
+// The TemplateNameFunc type is an adapter to allow the use of ordinary
+// function as TemplateName mutator.
+type TemplateNameFunc func(context.Context, *ent.TemplateNameMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TemplateNameFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TemplateNameMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TemplateNameMutation", m)
 }
 
 // The TemplateNodeFunc type is an adapter to allow the use of ordinary

@@ -9,29 +9,6 @@ import (
 )
 
 var (
-	// TCubeArtifactNodePlacementColumns holds the columns for the "t_cube_artifact_node_placement" table.
-	TCubeArtifactNodePlacementColumns = []*schema.Column{
-		{Name: "id", Type: field.TypeInt, Increment: true},
-		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
-		{Name: "updated_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
-		{Name: "deleted_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
-		{Name: "artifact_id", Type: field.TypeString, Size: 128},
-		{Name: "node_id", Type: field.TypeString, Size: 128},
-		{Name: "node_ip", Type: field.TypeString, Size: 64, Default: ""},
-	}
-	// TCubeArtifactNodePlacementTable holds the schema information for the "t_cube_artifact_node_placement" table.
-	TCubeArtifactNodePlacementTable = &schema.Table{
-		Name:       "t_cube_artifact_node_placement",
-		Columns:    TCubeArtifactNodePlacementColumns,
-		PrimaryKey: []*schema.Column{TCubeArtifactNodePlacementColumns[0]},
-		Indexes: []*schema.Index{
-			{
-				Name:    "idx_placement_artifact_node",
-				Unique:  true,
-				Columns: []*schema.Column{TCubeArtifactNodePlacementColumns[4], TCubeArtifactNodePlacementColumns[5]},
-			},
-		},
-	}
 	// TCubeRootfsArtifactColumns holds the columns for the "t_cube_rootfs_artifact" table.
 	TCubeRootfsArtifactColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -62,7 +39,7 @@ var (
 		{Name: "build_lease_expire_at", Type: field.TypeInt64, Default: 0},
 		{Name: "cube_egress_ca_baked", Type: field.TypeBool, Default: false},
 		{Name: "cube_egress_ca_fingerprint", Type: field.TypeString, Size: 128, Default: ""},
-		{Name: "cube_egress_ca_targets_written", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "cube_egress_ca_targets_written", Type: field.TypeInt64, Default: 0},
 	}
 	// TCubeRootfsArtifactTable holds the schema information for the "t_cube_rootfs_artifact" table.
 	TCubeRootfsArtifactTable = &schema.Table{
@@ -101,7 +78,7 @@ var (
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "alias", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "rootfs_artifact_id", Type: field.TypeString, Size: 128, Default: ""},
-		{Name: "kind", Type: field.TypeString, Size: 32, Default: ""},
+		{Name: "kind", Type: field.TypeString, Size: 32, Default: "template"},
 		{Name: "origin_sandbox_id", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "origin_node_id", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "display_name", Type: field.TypeString, Size: 256, Default: ""},
@@ -135,6 +112,26 @@ var (
 				Unique:  false,
 				Columns: []*schema.Column{TCubeTemplateDefinitionColumns[11]},
 			},
+			{
+				Name:    "idx_template_kind_status",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateDefinitionColumns[12], TCubeTemplateDefinitionColumns[7]},
+			},
+			{
+				Name:    "idx_snapshot_origin_sandbox",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateDefinitionColumns[13]},
+			},
+			{
+				Name:    "idx_snapshot_origin_node",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateDefinitionColumns[14]},
+			},
+			{
+				Name:    "idx_template_storage_backend",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateDefinitionColumns[16]},
+			},
 		},
 	}
 	// TCubeTemplateImageJobColumns holds the columns for the "t_cube_template_image_job" table.
@@ -152,7 +149,7 @@ var (
 		{Name: "redo_scope_json", Type: field.TypeString, Nullable: true, Size: 2147483647, SchemaType: map[string]string{"mysql": "mediumtext"}},
 		{Name: "resume_phase", Type: field.TypeString, Size: 64, Default: ""},
 		{Name: "node_id", Type: field.TypeString, Size: 128, Default: ""},
-		{Name: "node_ip", Type: field.TypeString, Size: 64, Default: ""},
+		{Name: "node_ip", Type: field.TypeString, Size: 256, Default: ""},
 		{Name: "snapshot_path", Type: field.TypeString, Size: 1024, Default: ""},
 		{Name: "artifact_id", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "template_spec_fingerprint", Type: field.TypeString, Size: 128, Default: ""},
@@ -182,6 +179,8 @@ var (
 		{Name: "pull_completed_layers", Type: field.TypeInt, Default: 0},
 		{Name: "pull_speed_bps", Type: field.TypeInt64, Default: 0},
 		{Name: "active_key", Type: field.TypeString, Nullable: true, Size: 191},
+		{Name: "registry_auth", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "fence", Type: field.TypeInt64, Default: 0},
 	}
 	// TCubeTemplateImageJobTable holds the schema information for the "t_cube_template_image_job" table.
 	TCubeTemplateImageJobTable = &schema.Table{
@@ -219,6 +218,47 @@ var (
 				Unique:  false,
 				Columns: []*schema.Column{TCubeTemplateImageJobColumns[15]},
 			},
+			{
+				Name:    "idx_template_image_request_operation",
+				Unique:  true,
+				Columns: []*schema.Column{TCubeTemplateImageJobColumns[33], TCubeTemplateImageJobColumns[8]},
+			},
+			{
+				Name:    "idx_template_image_sandbox_status",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateImageJobColumns[34], TCubeTemplateImageJobColumns[22]},
+			},
+			{
+				Name:    "idx_template_image_resource_status",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateImageJobColumns[36], TCubeTemplateImageJobColumns[22]},
+			},
+		},
+	}
+	// TCubeTemplateNameColumns holds the columns for the "t_cube_template_name" table.
+	TCubeTemplateNameColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString, Size: 128},
+		{Name: "template_id", Type: field.TypeString, Size: 128},
+		{Name: "kind", Type: field.TypeString, Size: 16},
+		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+	}
+	// TCubeTemplateNameTable holds the schema information for the "t_cube_template_name" table.
+	TCubeTemplateNameTable = &schema.Table{
+		Name:       "t_cube_template_name",
+		Columns:    TCubeTemplateNameColumns,
+		PrimaryKey: []*schema.Column{TCubeTemplateNameColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_template_name",
+				Unique:  true,
+				Columns: []*schema.Column{TCubeTemplateNameColumns[1]},
+			},
+			{
+				Name:    "idx_template_name_template",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateNameColumns[2]},
+			},
 		},
 	}
 	// TCubeTemplateNodeColumns holds the columns for the "t_cube_template_node" table.
@@ -253,7 +293,7 @@ var (
 		{Name: "deleted_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "template_id", Type: field.TypeString, Size: 128},
 		{Name: "node_id", Type: field.TypeString, Size: 128},
-		{Name: "node_ip", Type: field.TypeString, Size: 64, Default: ""},
+		{Name: "node_ip", Type: field.TypeString, Size: 256, Default: ""},
 		{Name: "instance_type", Type: field.TypeString, Size: 64, Default: ""},
 		{Name: "spec", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "snapshot_path", Type: field.TypeString, Size: 1024, Default: ""},
@@ -297,21 +337,16 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
-		TCubeArtifactNodePlacementTable,
 		TCubeRootfsArtifactTable,
 		TCubeTemplateDefinitionTable,
 		TCubeTemplateImageJobTable,
+		TCubeTemplateNameTable,
 		TCubeTemplateNodeTable,
 		TCubeTemplateReplicaTable,
 	}
 )
 
 func init() {
-	TCubeArtifactNodePlacementTable.Annotation = &entsql.Annotation{
-		Table:     "t_cube_artifact_node_placement",
-		Charset:   "utf8mb4",
-		Collation: "utf8mb4_bin",
-	}
 	TCubeRootfsArtifactTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_rootfs_artifact",
 		Charset:   "utf8mb4",
@@ -324,6 +359,11 @@ func init() {
 	}
 	TCubeTemplateImageJobTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_template_image_job",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
+	TCubeTemplateNameTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_template_name",
 		Charset:   "utf8mb4",
 		Collation: "utf8mb4_bin",
 	}

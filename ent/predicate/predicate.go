@@ -6,9 +6,6 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
-// ArtifactNodePlacement is the predicate function for artifactnodeplacement builders.
-type ArtifactNodePlacement func(*sql.Selector)
-
 // RootfsArtifact is the predicate function for rootfsartifact builders.
 type RootfsArtifact func(*sql.Selector)
 
@@ -17,6 +14,9 @@ type TemplateDefinition func(*sql.Selector)
 
 // TemplateImageJob is the predicate function for templateimagejob builders.
 type TemplateImageJob func(*sql.Selector)
+
+// TemplateName is the predicate function for templatename builders.
+type TemplateName func(*sql.Selector)
 
 // TemplateNode is the predicate function for templatenode builders.
 type TemplateNode func(*sql.Selector)

@@ -181,6 +181,8 @@ var (
 	DefaultCubeEgressCaFingerprint string
 	// CubeEgressCaFingerprintValidator is a validator for the "cube_egress_ca_fingerprint" field. It is called by the builders before save.
 	CubeEgressCaFingerprintValidator func(string) error
+	// DefaultCubeEgressCaTargetsWritten holds the default value on creation for the "cube_egress_ca_targets_written" field.
+	DefaultCubeEgressCaTargetsWritten int64
 )
 
 // OrderOption defines the ordering options for the RootfsArtifact queries.

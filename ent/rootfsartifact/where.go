@@ -190,7 +190,7 @@ func CubeEgressCaFingerprint(v string) predicate.RootfsArtifact {
 }
 
 // CubeEgressCaTargetsWritten applies equality check predicate on the "cube_egress_ca_targets_written" field. It's identical to CubeEgressCaTargetsWrittenEQ.
-func CubeEgressCaTargetsWritten(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWritten(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldEQ(FieldCubeEgressCaTargetsWritten, v))
 }
 
@@ -1770,78 +1770,43 @@ func CubeEgressCaFingerprintContainsFold(v string) predicate.RootfsArtifact {
 }
 
 // CubeEgressCaTargetsWrittenEQ applies the EQ predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenEQ(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenEQ(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldEQ(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // CubeEgressCaTargetsWrittenNEQ applies the NEQ predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenNEQ(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenNEQ(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldNEQ(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // CubeEgressCaTargetsWrittenIn applies the In predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenIn(vs ...string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenIn(vs ...int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldIn(FieldCubeEgressCaTargetsWritten, vs...))
 }
 
 // CubeEgressCaTargetsWrittenNotIn applies the NotIn predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenNotIn(vs ...string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenNotIn(vs ...int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldNotIn(FieldCubeEgressCaTargetsWritten, vs...))
 }
 
 // CubeEgressCaTargetsWrittenGT applies the GT predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenGT(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenGT(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldGT(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // CubeEgressCaTargetsWrittenGTE applies the GTE predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenGTE(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenGTE(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldGTE(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // CubeEgressCaTargetsWrittenLT applies the LT predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenLT(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenLT(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldLT(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // CubeEgressCaTargetsWrittenLTE applies the LTE predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenLTE(v string) predicate.RootfsArtifact {
+func CubeEgressCaTargetsWrittenLTE(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldLTE(FieldCubeEgressCaTargetsWritten, v))
-}
-
-// CubeEgressCaTargetsWrittenContains applies the Contains predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenContains(v string) predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldContains(FieldCubeEgressCaTargetsWritten, v))
-}
-
-// CubeEgressCaTargetsWrittenHasPrefix applies the HasPrefix predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenHasPrefix(v string) predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldHasPrefix(FieldCubeEgressCaTargetsWritten, v))
-}
-
-// CubeEgressCaTargetsWrittenHasSuffix applies the HasSuffix predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenHasSuffix(v string) predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldHasSuffix(FieldCubeEgressCaTargetsWritten, v))
-}
-
-// CubeEgressCaTargetsWrittenIsNil applies the IsNil predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenIsNil() predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldIsNull(FieldCubeEgressCaTargetsWritten))
-}
-
-// CubeEgressCaTargetsWrittenNotNil applies the NotNil predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenNotNil() predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldNotNull(FieldCubeEgressCaTargetsWritten))
-}
-
-// CubeEgressCaTargetsWrittenEqualFold applies the EqualFold predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenEqualFold(v string) predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldEqualFold(FieldCubeEgressCaTargetsWritten, v))
-}
-
-// CubeEgressCaTargetsWrittenContainsFold applies the ContainsFold predicate on the "cube_egress_ca_targets_written" field.
-func CubeEgressCaTargetsWrittenContainsFold(v string) predicate.RootfsArtifact {
-	return predicate.RootfsArtifact(sql.FieldContainsFold(FieldCubeEgressCaTargetsWritten, v))
 }
 
 // And groups predicates with the AND operator between them.

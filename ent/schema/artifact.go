@@ -51,7 +51,8 @@ func (RootfsArtifact) Fields() []ent.Field {
 		field.Int64("build_lease_expire_at").Default(0),
 		field.Bool("cube_egress_ca_baked").Default(false),
 		str("cube_egress_ca_fingerprint", 128),
-		text("cube_egress_ca_targets_written"),
+		// Upstream's type: a count of the files the CA was written to.
+		field.Int64("cube_egress_ca_targets_written").Default(0),
 	}
 }
 

@@ -36,7 +36,8 @@ func (TemplateDefinition) Fields() []ent.Field {
 		str("rootfs_artifact_id", 128),
 		// Columns of the newer upstream schema, kept so both can share a
 		// database; this service writes their defaults.
-		str("kind", 32),
+		// "template" (upstream's default) or "snapshot".
+		field.String("kind").MaxLen(32).Default("template"),
 		str("origin_sandbox_id", 128),
 		str("origin_node_id", 128),
 		str("display_name", 256),
@@ -53,5 +54,10 @@ func (TemplateDefinition) Indexes() []ent.Index {
 		index.Fields("alias").Unique().StorageKey("idx_template_alias"),
 		index.Fields("status").StorageKey("idx_status"),
 		index.Fields("rootfs_artifact_id").StorageKey("idx_definition_rootfs_artifact"),
+		// Upstream's indexes, so its master finds what it looks for.
+		index.Fields("kind", "status").StorageKey("idx_template_kind_status"),
+		index.Fields("origin_sandbox_id").StorageKey("idx_snapshot_origin_sandbox"),
+		index.Fields("origin_node_id").StorageKey("idx_snapshot_origin_node"),
+		index.Fields("storage_backend").StorageKey("idx_template_storage_backend"),
 	}
 }

@@ -35,7 +35,8 @@ func (TemplateImageJob) Fields() []ent.Field {
 		str("resume_phase", 64),
 		// Cleanup locators of commit jobs (upstream); unused by this service.
 		str("node_id", 128),
-		str("node_ip", 64),
+		// As wide as upstream's column.
+		str("node_ip", 256),
 		str("snapshot_path", 1024),
 		str("artifact_id", 128),
 		str("template_spec_fingerprint", 128),
@@ -69,6 +70,12 @@ func (TemplateImageJob) Fields() []ent.Field {
 		// index (many NULLs allowed) is what enforces invariant I1: at most
 		// one active job per key, decided by the database, not by a lock.
 		field.String("active_key").MaxLen(191).Optional().Nillable(),
+		// registry_auth holds the registry credentials of the job's request,
+		// sealed (encrypted and authenticated) by the control plane, so a
+		// redo can rebuild a private image; never shown, never logged.
+		text("registry_auth"),
+		// The job's run number (core.Job.Fence); this service's own.
+		field.Int64("fence").Default(0),
 	}
 }
 
@@ -81,5 +88,9 @@ func (TemplateImageJob) Indexes() []ent.Index {
 		index.Fields("status", "updated_at").StorageKey("idx_template_image_status"),
 		index.Fields("active_key").Unique().StorageKey("idx_template_image_active_key"),
 		index.Fields("artifact_id").StorageKey("idx_template_image_artifact"),
+		// Upstream's indexes. A request id names one job per operation.
+		index.Fields("request_id", "operation").Unique().StorageKey("idx_template_image_request_operation"),
+		index.Fields("sandbox_id", "status").StorageKey("idx_template_image_sandbox_status"),
+		index.Fields("resource_id", "status").StorageKey("idx_template_image_resource_status"),
 	}
 }

@@ -26,7 +26,8 @@ func (TemplateReplica) Fields() []ent.Field {
 	return []ent.Field{
 		field.String("template_id").MaxLen(128).NotEmpty().Immutable(),
 		field.String("node_id").MaxLen(128).NotEmpty().Immutable(),
-		str("node_ip", 64),
+		// As wide as upstream's column.
+		str("node_ip", 256),
 		str("instance_type", 64),
 		str("spec", 128),
 		str("snapshot_path", 1024),

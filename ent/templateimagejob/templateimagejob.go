@@ -95,6 +95,10 @@ const (
 	FieldPullSpeedBps = "pull_speed_bps"
 	// FieldActiveKey holds the string denoting the active_key field in the database.
 	FieldActiveKey = "active_key"
+	// FieldRegistryAuth holds the string denoting the registry_auth field in the database.
+	FieldRegistryAuth = "registry_auth"
+	// FieldFence holds the string denoting the fence field in the database.
+	FieldFence = "fence"
 	// Table holds the table name of the templateimagejob in the database.
 	Table = "t_cube_template_image_job"
 )
@@ -144,6 +148,8 @@ var Columns = []string{
 	FieldPullCompletedLayers,
 	FieldPullSpeedBps,
 	FieldActiveKey,
+	FieldRegistryAuth,
+	FieldFence,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -271,6 +277,8 @@ var (
 	DefaultPullSpeedBps int64
 	// ActiveKeyValidator is a validator for the "active_key" field. It is called by the builders before save.
 	ActiveKeyValidator func(string) error
+	// DefaultFence holds the default value on creation for the "fence" field.
+	DefaultFence int64
 )
 
 // OrderOption defines the ordering options for the TemplateImageJob queries.
@@ -489,4 +497,14 @@ func ByPullSpeedBps(opts ...sql.OrderTermOption) OrderOption {
 // ByActiveKey orders the results by the active_key field.
 func ByActiveKey(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldActiveKey, opts...).ToFunc()
+}
+
+// ByRegistryAuth orders the results by the registry_auth field.
+func ByRegistryAuth(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRegistryAuth, opts...).ToFunc()
+}
+
+// ByFence orders the results by the fence field.
+func ByFence(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFence, opts...).ToFunc()
 }

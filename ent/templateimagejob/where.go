@@ -264,6 +264,16 @@ func ActiveKey(v string) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldActiveKey, v))
 }
 
+// RegistryAuth applies equality check predicate on the "registry_auth" field. It's identical to RegistryAuthEQ.
+func RegistryAuth(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldRegistryAuth, v))
+}
+
+// Fence applies equality check predicate on the "fence" field. It's identical to FenceEQ.
+func Fence(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldFence, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldCreatedAt, v))
@@ -2727,6 +2737,121 @@ func ActiveKeyEqualFold(v string) predicate.TemplateImageJob {
 // ActiveKeyContainsFold applies the ContainsFold predicate on the "active_key" field.
 func ActiveKeyContainsFold(v string) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldContainsFold(FieldActiveKey, v))
+}
+
+// RegistryAuthEQ applies the EQ predicate on the "registry_auth" field.
+func RegistryAuthEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldRegistryAuth, v))
+}
+
+// RegistryAuthNEQ applies the NEQ predicate on the "registry_auth" field.
+func RegistryAuthNEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNEQ(FieldRegistryAuth, v))
+}
+
+// RegistryAuthIn applies the In predicate on the "registry_auth" field.
+func RegistryAuthIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIn(FieldRegistryAuth, vs...))
+}
+
+// RegistryAuthNotIn applies the NotIn predicate on the "registry_auth" field.
+func RegistryAuthNotIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotIn(FieldRegistryAuth, vs...))
+}
+
+// RegistryAuthGT applies the GT predicate on the "registry_auth" field.
+func RegistryAuthGT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGT(FieldRegistryAuth, v))
+}
+
+// RegistryAuthGTE applies the GTE predicate on the "registry_auth" field.
+func RegistryAuthGTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGTE(FieldRegistryAuth, v))
+}
+
+// RegistryAuthLT applies the LT predicate on the "registry_auth" field.
+func RegistryAuthLT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLT(FieldRegistryAuth, v))
+}
+
+// RegistryAuthLTE applies the LTE predicate on the "registry_auth" field.
+func RegistryAuthLTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLTE(FieldRegistryAuth, v))
+}
+
+// RegistryAuthContains applies the Contains predicate on the "registry_auth" field.
+func RegistryAuthContains(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContains(FieldRegistryAuth, v))
+}
+
+// RegistryAuthHasPrefix applies the HasPrefix predicate on the "registry_auth" field.
+func RegistryAuthHasPrefix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasPrefix(FieldRegistryAuth, v))
+}
+
+// RegistryAuthHasSuffix applies the HasSuffix predicate on the "registry_auth" field.
+func RegistryAuthHasSuffix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasSuffix(FieldRegistryAuth, v))
+}
+
+// RegistryAuthIsNil applies the IsNil predicate on the "registry_auth" field.
+func RegistryAuthIsNil() predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIsNull(FieldRegistryAuth))
+}
+
+// RegistryAuthNotNil applies the NotNil predicate on the "registry_auth" field.
+func RegistryAuthNotNil() predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotNull(FieldRegistryAuth))
+}
+
+// RegistryAuthEqualFold applies the EqualFold predicate on the "registry_auth" field.
+func RegistryAuthEqualFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEqualFold(FieldRegistryAuth, v))
+}
+
+// RegistryAuthContainsFold applies the ContainsFold predicate on the "registry_auth" field.
+func RegistryAuthContainsFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContainsFold(FieldRegistryAuth, v))
+}
+
+// FenceEQ applies the EQ predicate on the "fence" field.
+func FenceEQ(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldFence, v))
+}
+
+// FenceNEQ applies the NEQ predicate on the "fence" field.
+func FenceNEQ(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNEQ(FieldFence, v))
+}
+
+// FenceIn applies the In predicate on the "fence" field.
+func FenceIn(vs ...int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIn(FieldFence, vs...))
+}
+
+// FenceNotIn applies the NotIn predicate on the "fence" field.
+func FenceNotIn(vs ...int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotIn(FieldFence, vs...))
+}
+
+// FenceGT applies the GT predicate on the "fence" field.
+func FenceGT(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGT(FieldFence, v))
+}
+
+// FenceGTE applies the GTE predicate on the "fence" field.
+func FenceGTE(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGTE(FieldFence, v))
+}
+
+// FenceLT applies the LT predicate on the "fence" field.
+func FenceLT(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLT(FieldFence, v))
+}
+
+// FenceLTE applies the LTE predicate on the "fence" field.
+func FenceLTE(v int64) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLTE(FieldFence, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -296,6 +296,7 @@ func startCluster(t *testing.T) *cluster {
 			// probes looks like); unhealthy nodes are re-checked at once.
 			"CUBE_MASTER_NODE_PROBE_INTERVAL=1h",
 			"CUBE_MASTER_LOCAL_ARTIFACT_DIR=" + c.masterLocalDir,
+			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.apiToken(),
 		}}
 
 	t.Cleanup(func() {
@@ -392,6 +393,7 @@ func (c *cluster) call(method, path string, body any) envelope {
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), method, c.masterURL+path, rd)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.apiToken())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
@@ -432,4 +434,72 @@ func (c *cluster) waitJob(jobID string, timeout time.Duration) envelope {
 // nodeArtifact is where a node agent keeps an artifact.
 func (c *cluster) nodeArtifact(node int, artifactID string) string {
 	return filepath.Join(c.nodeDirs[node], "cubebox", artifactID, artifactID+".ext4")
+}
+
+// waitTemplateStatus polls GET /cube/template until the template has status.
+func (c *cluster) waitTemplateStatus(templateID, status string, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var raw []byte
+	for time.Now().Before(deadline) {
+		e := c.call(http.MethodGet, "/cube/template?template_id="+templateID, nil)
+		raw = e.Raw
+		var t struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(e.Raw, &t) == nil && t.Status == status {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.t.Fatalf("template %s not %s after %v: %s", templateID, status, timeout, raw)
+}
+
+// freshBuilds sums, over the template-center replicas, the builds that
+// made an image (a reuse of a READY artifact observes no phase).
+func (c *cluster) freshBuilds(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, u := range c.tcURLs {
+		v, _ := value(scrape(t, u+"/metrics"), `cube_template_build_phase_duration_seconds_count{phase="BUILDING_EXT4"}`)
+		n += int(v)
+	}
+	return n
+}
+
+// waitIdle waits until no replica runs a build, so every finished build is
+// counted in its metrics (a build is counted before it stops being active).
+func (c *cluster) waitIdle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		active := 0.0
+		for _, u := range c.tcURLs {
+			v, ok := value(scrape(t, u+"/metrics"), "cube_template_active_builds")
+			if !ok {
+				t.Fatalf("%s/metrics has no cube_template_active_builds", u)
+			}
+			active += v
+		}
+		if active == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v builds still active", active)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// jobReused reports whether a replica logged that job jobID reused an
+// artifact instead of building it.
+func (c *cluster) jobReused(jobID string) bool {
+	for _, p := range c.tc {
+		for _, line := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(line, "reusing") && strings.Contains(line, jobID) {
+				return true
+			}
+		}
+	}
+	return false
 }

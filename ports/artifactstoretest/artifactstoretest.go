@@ -71,6 +71,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"RangedOpen", testRangedOpen},
 		{"SHA256MismatchPublishesNothing", testSHAMismatch},
 		{"SizeMismatchPublishesNothing", testSizeMismatch},
+		{"OversizedReaderIsCutOff", testOversizedReader},
 		{"FailedPutKeepsExistingObject", testFailedPutKeepsExisting},
 		{"ReaderErrorPublishesNothing", testReaderError},
 		{"CancelledPutPublishesNothing", testCancelledPut},
@@ -299,6 +300,76 @@ func testSizeMismatch(t *testing.T, e *env) {
 	}
 }
 
+// endlessReader yields pseudo-random bytes as if it never ended, and counts
+// them. So that a store that does not stop reading fails the test instead
+// of hanging it, it gives up with errReadTooFar after limit bytes (well past
+// any size the suite declares), or after a million reads asking for no
+// bytes (a copy loop that never ends).
+type endlessReader struct {
+	r     mrand.ChaCha8
+	n     int64
+	limit int64
+	empty int
+}
+
+var errReadTooFar = errors.New("the store kept reading far past the declared size")
+
+func (r *endlessReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		r.empty++
+	}
+	if r.n >= r.limit || r.empty > 1<<20 {
+		return 0, errReadTooFar
+	}
+	p = p[:min(int64(len(p)), r.limit-r.n)]
+	n, _ := r.r.Read(p)
+	r.n += int64(n)
+	return n, nil
+}
+
+// testOversizedReader: a reader longer than the declared size (here one
+// that never ends) fails the Put as a mismatch once it yields more than
+// want.Size bytes, without being read any further, and publishes nothing,
+// also over an existing object. The declared sizes fit in one upload part
+// and need several.
+func testOversizedReader(t *testing.T, e *env) {
+	for _, tc := range []struct {
+		name string
+		size int64
+	}{
+		{"one part", 64 << 10},
+		{"several parts", 17 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := e.key("oversized-" + strings.ReplaceAll(tc.name, " ", "-"))
+			want := infoOf(content(12, int(tc.size)))
+			src := &endlessReader{r: *mrand.NewChaCha8([32]byte{12}), limit: tc.size + 64<<20}
+			err := e.s.Put(e.ctx, key, src, want)
+			if err == nil {
+				t.Fatal("Put of an endless reader succeeded")
+			}
+			if errors.Is(err, errReadTooFar) {
+				t.Fatalf("Put read %d bytes of a reader declared to hold %d and did not stop: %v", src.n, tc.size, err)
+			}
+			if !errors.Is(err, core.ErrInvalidArgument) {
+				t.Errorf("Put error = %v, want one wrapping core.ErrInvalidArgument (the reader and its size disagree)", err)
+			}
+			if src.n > tc.size+1 {
+				t.Errorf("Put read %d bytes of a reader declared to hold %d; it must stop one byte past the declared size", src.n, tc.size)
+			}
+			wantAbsent(t, e, key)
+
+			old := content(13, 1000)
+			mustPut(t, e, key, old)
+			src = &endlessReader{r: *mrand.NewChaCha8([32]byte{13}), limit: tc.size + 64<<20}
+			if err := e.s.Put(e.ctx, key, src, want); err == nil {
+				t.Fatal("Put of an endless reader over an existing object succeeded")
+			}
+			wantContent(t, e, key, old)
+		})
+	}
+}
+
 func testFailedPutKeepsExisting(t *testing.T, e *env) {
 	old := content(6, 30_000)
 	key := e.key("kept")
@@ -324,16 +395,19 @@ func testReaderError(t *testing.T, e *env) {
 	wantAbsent(t, e, key)
 }
 
-// cancelReader cancels a context once half the data has been read.
+// cancelReader cancels a context once half the data has been read, and
+// counts the reads after that.
 type cancelReader struct {
 	r      io.Reader
 	n, at  int
 	cancel context.CancelFunc
+	after  int
 }
 
 func (c *cancelReader) Read(p []byte) (int, error) {
 	if c.n >= c.at {
 		c.cancel()
+		c.after++
 	}
 	if len(p) > 4096 {
 		p = p[:4096]
@@ -351,6 +425,10 @@ func testCancelledPut(t *testing.T, e *env) {
 	r := &cancelReader{r: bytes.NewReader(data), at: len(data) / 2, cancel: cancel}
 	if err := e.s.Put(ctx, key, r, infoOf(data)); err == nil {
 		t.Fatal("Put succeeded although its context was cancelled half way")
+	}
+	// The read that cancelled may be the last one.
+	if r.after > 1 {
+		t.Errorf("Put read its source %d more times after its context ended", r.after-1)
 	}
 	wantAbsent(t, e, key)
 }

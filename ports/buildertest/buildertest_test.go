@@ -128,9 +128,7 @@ func TestReadImageMatchesKernel(t *testing.T) {
 	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
 		testenv.Tool(t, tool)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create devices and set owners")
-	}
+	testenv.Root(t, "creating devices and setting owners need root")
 	src := t.TempDir()
 	must := func(err error) {
 		t.Helper()

@@ -25,13 +25,20 @@
 // The suite also checks: e2fsck -fn is clean, 4 KiB blocks, a size that is a
 // multiple of 2 MiB and within a documented bound of the content, byte
 // reproducibility, headroom (or core.ErrUnsupported when the builder says it
-// has none), that a failed or cancelled build leaves nothing behind, and
+// has none), that an image over MaxSizeBytes fails with
+// core.ErrInvalidArgument and a cancelled build with context.Canceled, that
+// a failed or cancelled build leaves nothing behind, and
 // (TreeCorpus) that the builder refuses, with the contract's rule, every
 // tree of the tree-level hostile corpus of ports/flattenertest.
 //
-// HostileLayers builds every case of ports/flattenertest's hostile corpus
-// that the flattener accepts (writes through symlinks, contained in the
-// root) and compares the image with the flattened tree.
+// HostileLayers runs every layer-level case of ports/flattenertest's
+// hostile corpus end to end, the flattener streaming into the builder as in
+// a build (a harness implementing LimitsHarness also runs the budget
+// cases): a refused case fails the build with the flattener's rule and
+// leaves nothing behind; an accepted one (writes through symlinks,
+// contained in the root) builds an image holding exactly the flattened
+// tree, read back with debugfs. The victim files outside the output
+// directory never change and no device node appears on the host.
 //
 // RunUpstreamCorpus is the realistic part, run once for all builders by
 // adapters/builder/fidelity: images that umoci unpacks (a debootstrap

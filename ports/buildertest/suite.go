@@ -29,6 +29,13 @@ type Harness interface {
 	Close()
 }
 
+// LimitsHarness is a Harness whose flattener can be bounded by the budgets
+// of the hostile corpus (ports/flattenertest), so that the corpus's budget
+// cases run end to end too; without it they are skipped.
+type LimitsHarness interface {
+	MakeLimitedFlattener(ctx context.Context, lim flattenertest.Limits) (ports.TreeFlattener, error)
+}
+
 // HarnessMaker returns a fresh Harness for one subtest.
 type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
@@ -147,7 +154,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("CanceledBeforeStart", func(t *testing.T) { testCanceledBeforeStart(t, fx) })
 	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
-	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx, fl) })
+	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx) })
 	t.Run("Planned", func(t *testing.T) { testPlanned(t, fx, fl, ls) })
 }
 
@@ -310,27 +317,10 @@ func testFidelity(t *testing.T, fx *fixture, caps Capabilities) {
 // testLoopMount reads the image through the kernel's ext4 driver, which
 // also proves the kernel accepts the features the builder chose.
 func testLoopMount(t *testing.T, fx *fixture) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop mount needs root")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no /dev/loop-control")
-	}
-	mount, err1 := exec.LookPath("mount")
-	umount, err2 := exec.LookPath("umount")
-	if err1 != nil || err2 != nil {
-		t.Skip("mount/umount not on PATH")
-	}
+	testenv.Root(t, "loop mounts need root")
 	img := fx.fidelityImage(t)
 	mnt := t.TempDir()
-	if out, err := exec.Command(mount, "-t", "ext4", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount -o loop,ro: %v: %s", err, out)
-	}
-	defer func() {
-		if out, err := exec.Command(umount, mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	}()
+	testenv.LoopMount(t, img, mnt)
 	got, err := ReadDir(mnt, "lost+found")
 	if err != nil {
 		t.Fatalf("read mounted image: %v", err)
@@ -404,6 +394,9 @@ func testMaxSize(t *testing.T, fx *fixture) {
 		t.Fatalf("Build of a 6 MiB tree with MaxSizeBytes 4 MiB succeeded (%d bytes)", res.SizeBytes)
 	}
 	t.Logf("over the cap: %v", err)
+	if !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("an image over MaxSizeBytes fails with %v, want an error wrapping core.ErrInvalidArgument", err)
+	}
 	assertNothingAt(t, img)
 
 	_, res, err = build(t, b, fx.small, nil)
@@ -430,8 +423,8 @@ func testCanceledBeforeStart(t *testing.T, fx *fixture) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	if _, err := fx.newBuilder(t).Build(ctx, baseSpec(f, out)); err == nil {
-		t.Fatal("Build with a canceled context succeeded")
+	if _, err := fx.newBuilder(t).Build(ctx, baseSpec(f, out)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Build with a canceled context = %v, want an error wrapping context.Canceled", err)
 	}
 	assertNothingAt(t, out)
 }
@@ -471,8 +464,8 @@ func testCanceledAfterTree(t *testing.T, fx *fixture) {
 	if ctx.Err() == nil {
 		t.Fatal("the builder did not read the whole tree")
 	}
-	if err == nil {
-		t.Fatal("Build whose context was canceled after reading the tree succeeded")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Build whose context was canceled after reading the tree = %v, want an error wrapping context.Canceled", err)
 	}
 	t.Logf("canceled: %v", err)
 	assertNothingAt(t, out)
@@ -489,33 +482,56 @@ func testTreeCorpus(t *testing.T, fx *fixture) {
 	}, flattenertest.TreeOptions{CleansUp: true})
 }
 
-// testHostileLayers builds every case of the hostile corpus that the
-// flattener accepts: each one keeps its writes inside the root (through
-// symlinks, they land where the symlinks resolve in the image), so the
-// builder must build exactly the flattened tree, and nothing outside the
-// output directory changes.
-func testHostileLayers(t *testing.T, fx *fixture, fl ports.TreeFlattener) {
-	built := 0
+// testHostileLayers runs every layer-level case of the hostile corpus end
+// to end, as a build does: the layers (gzip) go through the harness's
+// flattener (bounded by the case's budgets) and its output streams
+// straight into the builder. A case the flattener refuses must fail the
+// build with the flattener's rule and leave nothing at the output; a case
+// it accepts keeps its writes inside the root (through symlinks, they land
+// where the symlinks resolve in the image), so the image must hold exactly
+// the flattened tree. Either way nothing outside the output directory
+// changes and no device node appears on the host.
+func testHostileLayers(t *testing.T, fx *fixture) {
+	var refused, built int
 	for _, c := range flattenertest.Cases() {
-		if c.Flatten != "" || c.Layers == nil || !c.Limits.IsZero() {
-			continue
+		if c.Layers == nil && c.Blobs == nil {
+			continue // tree-level only: TreeCorpus
 		}
-		built++
+		if c.Flatten != "" {
+			refused++
+		} else {
+			built++
+		}
 		t.Run(c.Name, func(t *testing.T) {
-			v := flattenertest.NewVictim(t)
-			var tree bytes.Buffer
-			if _, err := fl.Flatten(context.Background(), flattenertest.WriteLayers(t, c.LayerBlobs(t, v, flattenertest.MediaTar)...), &tree); err != nil {
-				t.Fatalf("flatten: %v", err)
+			h := newHarness(t, fx.newHarness)
+			fl := limitedFlattener(t, h, c.Limits)
+			b, err := h.MakeBuilder(context.Background())
+			if err != nil {
+				t.Fatalf("MakeBuilder: %v", err)
 			}
-			want, err := TreeOf(bytes.NewReader(tree.Bytes()))
+			v := flattenertest.NewVictim(t)
+			ls := flattenertest.WriteLayers(t, c.LayerBlobs(t, v, flattenertest.MediaGzip)...)
+			img := filepath.Join(v.Root, "rootfs.ext4")
+			tree, ferr, berr := flattenAndBuild(context.Background(), fl, b, ls, img)
+			v.Check(t)
+			if devs := flattenertest.DeviceNodes(v.Root); len(devs) > 0 {
+				t.Errorf("device nodes created on the host: %v", devs)
+			}
+			if c.Flatten != "" {
+				flattenertest.WantRule(t, ferr, c.Flatten)
+				if berr == nil {
+					t.Fatalf("the builder made an image of the broken stream of a refused image (%s)", c.Flatten)
+				}
+				assertNothingAt(t, img)
+				return
+			}
+			if ferr != nil || berr != nil {
+				t.Fatalf("an image the flattener accepts did not build: flatten: %v; build: %v", ferr, berr)
+			}
+			want, err := TreeOf(bytes.NewReader(tree))
 			if err != nil {
 				t.Fatal(err)
 			}
-			img := filepath.Join(v.Root, "rootfs.ext4")
-			if _, err := fx.newBuilder(t).Build(context.Background(), baseSpec(bytes.NewReader(tree.Bytes()), img)); err != nil {
-				t.Fatalf("Build of a flattened tree: %v", err)
-			}
-			v.Check(t)
 			if err := Fsck(context.Background(), img); err != nil {
 				t.Error(err)
 			}
@@ -526,9 +542,55 @@ func testHostileLayers(t *testing.T, fx *fixture, fl ports.TreeFlattener) {
 			compareTree(t, "debugfs", want, got)
 		})
 	}
-	if built < 15 {
-		t.Errorf("only %d accepted hostile cases to build", built)
+	if built < 15 || refused < 30 {
+		t.Errorf("the corpus has %d accepted and %d refused layer cases, want at least 15 and 30", built, refused)
 	}
+}
+
+// limitedFlattener returns the harness's flattener bounded by lim, skipping
+// the test when the harness cannot bound it.
+func limitedFlattener(t *testing.T, h Harness, lim flattenertest.Limits) ports.TreeFlattener {
+	t.Helper()
+	if lim.IsZero() {
+		fl, err := h.MakeFlattener(context.Background())
+		if err != nil {
+			t.Fatalf("MakeFlattener: %v", err)
+		}
+		return fl
+	}
+	lh, ok := h.(LimitsHarness)
+	if !ok {
+		t.Skip("depends on budgets this harness's flattener cannot take")
+	}
+	fl, err := lh.MakeLimitedFlattener(context.Background(), lim)
+	if err != nil {
+		t.Fatalf("MakeLimitedFlattener: %v", err)
+	}
+	return fl
+}
+
+// errBuilderDone ends the flattener's stream once the builder returned.
+var errBuilderDone = errors.New("the builder stopped reading the tree")
+
+// flattenAndBuild streams the flattened layers into the builder as the
+// build pipeline does (the flattener's error, if any, reaches the builder
+// as a read error) and returns the tree the builder was given.
+func flattenAndBuild(ctx context.Context, fl ports.TreeFlattener, b ports.RootfsBuilder, ls []ports.FlattenLayer, out string) ([]byte, error, error) {
+	pr, pw := io.Pipe()
+	var tree bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := fl.Flatten(ctx, ls, io.MultiWriter(pw, &tree))
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	_, berr := b.Build(ctx, baseSpec(pr, out))
+	pr.CloseWithError(errBuilderDone)
+	ferr := <-done
+	if errors.Is(ferr, errBuilderDone) {
+		ferr = nil // the builder stopped first; its error is the cause
+	}
+	return tree.Bytes(), ferr, berr
 }
 
 // assertNothingAt checks a failed build left neither the image nor any

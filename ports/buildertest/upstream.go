@@ -97,12 +97,7 @@ func RunUpstreamCorpus(t *testing.T, builders map[string]HarnessMaker) {
 	for _, tool := range []string{"umoci", "debugfs", "e2fsck", "tar"} {
 		testenv.Tool(t, tool)
 	}
-	if os.Geteuid() != 0 {
-		if testenv.Required() {
-			t.Fatal("umoci unpack keeps owners and devices only as root")
-		}
-		t.Skip("umoci unpack keeps owners and devices only as root")
-	}
+	testenv.Root(t, "umoci unpack keeps owners and devices only as root")
 	names := make([]string, 0, len(builders))
 	for n := range builders {
 		names = append(names, n)

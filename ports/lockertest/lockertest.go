@@ -3,6 +3,7 @@ package lockertest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -69,6 +70,8 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"LongNames", testLongNames},
 		{"NamesCompareByteForByte", testByteForByte},
 		{"EmptyName", testEmptyName},
+		{"HeldLockIsNotLost", testHeldLockIsNotLost},
+		{"LostWhenTheSessionDies", testLostWhenTheSessionDies},
 	}
 	run := randomHex(4)
 	for _, tc := range tests {
@@ -404,25 +407,46 @@ func testEmptyName(t *testing.T, e *env) {
 
 // testByteForByte: names are compared byte for byte, so names a database
 // collation would call equal (case, accents, trailing spaces, Unicode
-// normalisation) are different locks, short or long.
+// normalisation) are different locks, short or long; and so is a name
+// spelled like the shortened form of another (a readable prefix plus a
+// truncated hash, the usual way to fit a 64-character server limit).
 func testByteForByte(t *testing.T, e *env) {
 	a, b := e.locker(t), e.locker(t)
 	long := strings.Repeat("l", 70)
+	// shortened is upstream CubeSandbox's form of a name over 64 bytes:
+	// its first 47 bytes, "_", and 16 hex digits of its sha256.
+	shortened := func(n string) string {
+		sum := sha256.Sum256([]byte(n))
+		return n[:min(47, len(n))] + "_" + hex.EncodeToString(sum[:])[:16]
+	}
 	for _, tc := range []struct {
 		name        string
 		first, then string
+		// derive, when set, makes the second name from the first (after
+		// the test's prefix is added).
+		derive func(first string) string
 	}{
-		{"case", "tpl-A", "tpl-a"},
-		{"case of a whole name", "TPL-ABC", "tpl-abc"},
-		{"accent", "tpl-é", "tpl-e"},
-		{"trailing space", "tpl-x", "tpl-x "},
-		{"composed and decomposed", "tpl-\u00e9", "tpl-e\u0301"},
-		{"german sharp s", "tpl-ß", "tpl-ss"},
-		{"case in a long name", long + "-A", long + "-a"},
-		{"case in the kept part of a long name", "A-" + long, "a-" + long},
+		{"mixed case and lower case", "Tc_X", "tc_x", nil},
+		{"a 64-byte name that is the shortened form of a longer one", strings.Repeat("s", 40), "", shortened},
+		{"a plain name that folds to another's shortened form", "Tc_X", "", func(n string) string { return strings.ToLower(shortened(n)) }},
+		{"long names sharing their first 64 bytes", strings.Repeat("p", 64) + "-one", strings.Repeat("p", 64) + "-two", nil},
+		{"case", "tpl-A", "tpl-a", nil},
+		{"case of a whole name", "TPL-ABC", "tpl-abc", nil},
+		{"accent", "tpl-é", "tpl-e", nil},
+		{"trailing space", "tpl-x", "tpl-x ", nil},
+		{"composed and decomposed", "tpl-\u00e9", "tpl-e\u0301", nil},
+		{"german sharp s", "tpl-ß", "tpl-ss", nil},
+		{"case in a long name", long + "-A", long + "-a", nil},
+		{"case in the kept part of a long name", "A-" + long, "a-" + long, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			first, then := e.name(tc.first), e.name(tc.then)
+			if tc.derive != nil {
+				then = tc.derive(first)
+			}
+			if first == then {
+				t.Fatalf("bad fixture: both names are %q", first)
+			}
 			k1 := mustTryLock(t, e.ctx, a, first)
 			k2, err := b.TryLock(e.ctx, then)
 			if err != nil {
@@ -434,5 +458,54 @@ func testByteForByte(t *testing.T, e *env) {
 			mustUnlock(t, e.ctx, k1)
 			mustUnlock(t, e.ctx, k2)
 		})
+	}
+}
+
+// SessionKiller is an optional Harness capability: end the server session
+// holding name's lock, as a crashed holder's session ends.
+type SessionKiller interface {
+	KillHolder(ctx context.Context, name string) error
+}
+
+func testHeldLockIsNotLost(t *testing.T, e *env) {
+	k, err := e.locker(t).Lock(e.ctx, e.name("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Unlock(context.WithoutCancel(e.ctx))
+	select {
+	case <-k.Lost():
+		t.Fatal("a held lock whose session is fine reports itself lost")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func testLostWhenTheSessionDies(t *testing.T, e *env) {
+	killer, ok := e.h.(SessionKiller)
+	if !ok {
+		t.Skip("the harness cannot end a lock's session (in-process locks die with their process)")
+	}
+	name := e.name("killed")
+	k, err := e.locker(t).Lock(e.ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := killer.KillHolder(e.ctx, name); err != nil {
+		t.Fatalf("kill holder: %v", err)
+	}
+	select {
+	case <-k.Lost():
+	case <-e.ctx.Done():
+		t.Fatal("the lock does not report losing its session")
+	}
+	// The name is free again for another holder, and the lost lock's
+	// Unlock does not fail the caller's cleanup path.
+	other, err := e.locker(t).TryLock(e.ctx, name)
+	if err != nil {
+		t.Fatalf("take the name after its holder's session died: %v", err)
+	}
+	_ = k.Unlock(context.WithoutCancel(e.ctx))
+	if err := other.Unlock(e.ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -31,8 +31,14 @@ var _ ports.Store = &StoreMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NamesFunc: func() ports.NameRepository {
+//				panic("mock out the Names method")
+//			},
 //			NodesFunc: func() ports.NodeRepository {
 //				panic("mock out the Nodes method")
+//			},
+//			NowFunc: func(ctx context.Context) (time.Time, error) {
+//				panic("mock out the Now method")
 //			},
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
@@ -59,8 +65,14 @@ type StoreMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NamesFunc mocks the Names method.
+	NamesFunc func() ports.NameRepository
+
 	// NodesFunc mocks the Nodes method.
 	NodesFunc func() ports.NodeRepository
+
+	// NowFunc mocks the Now method.
+	NowFunc func(ctx context.Context) (time.Time, error)
 
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
@@ -82,8 +94,16 @@ type StoreMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Names holds details about calls to the Names method.
+		Names []struct {
+		}
 		// Nodes holds details about calls to the Nodes method.
 		Nodes []struct {
+		}
+		// Now holds details about calls to the Now method.
+		Now []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
 		}
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
@@ -102,7 +122,9 @@ type StoreMock struct {
 	lockArtifacts  sync.RWMutex
 	lockClose      sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
+	lockNow        sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
 	lockTx         sync.RWMutex
@@ -189,6 +211,33 @@ func (mock *StoreMock) JobsCalls() []struct {
 	return calls
 }
 
+// Names calls NamesFunc.
+func (mock *StoreMock) Names() ports.NameRepository {
+	if mock.NamesFunc == nil {
+		panic("StoreMock.NamesFunc: method is nil but Store.Names was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNames.Lock()
+	mock.calls.Names = append(mock.calls.Names, callInfo)
+	mock.lockNames.Unlock()
+	return mock.NamesFunc()
+}
+
+// NamesCalls gets all the calls that were made to Names.
+// Check the length with:
+//
+//	len(mockedStore.NamesCalls())
+func (mock *StoreMock) NamesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNames.RLock()
+	calls = mock.calls.Names
+	mock.lockNames.RUnlock()
+	return calls
+}
+
 // Nodes calls NodesFunc.
 func (mock *StoreMock) Nodes() ports.NodeRepository {
 	if mock.NodesFunc == nil {
@@ -213,6 +262,38 @@ func (mock *StoreMock) NodesCalls() []struct {
 	mock.lockNodes.RLock()
 	calls = mock.calls.Nodes
 	mock.lockNodes.RUnlock()
+	return calls
+}
+
+// Now calls NowFunc.
+func (mock *StoreMock) Now(ctx context.Context) (time.Time, error) {
+	if mock.NowFunc == nil {
+		panic("StoreMock.NowFunc: method is nil but Store.Now was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockNow.Lock()
+	mock.calls.Now = append(mock.calls.Now, callInfo)
+	mock.lockNow.Unlock()
+	return mock.NowFunc(ctx)
+}
+
+// NowCalls gets all the calls that were made to Now.
+// Check the length with:
+//
+//	len(mockedStore.NowCalls())
+func (mock *StoreMock) NowCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockNow.RLock()
+	calls = mock.calls.Now
+	mock.lockNow.RUnlock()
 	return calls
 }
 
@@ -322,6 +403,9 @@ var _ ports.Repos = &ReposMock{}
 //			JobsFunc: func() ports.JobRepository {
 //				panic("mock out the Jobs method")
 //			},
+//			NamesFunc: func() ports.NameRepository {
+//				panic("mock out the Names method")
+//			},
 //			NodesFunc: func() ports.NodeRepository {
 //				panic("mock out the Nodes method")
 //			},
@@ -344,6 +428,9 @@ type ReposMock struct {
 	// JobsFunc mocks the Jobs method.
 	JobsFunc func() ports.JobRepository
 
+	// NamesFunc mocks the Names method.
+	NamesFunc func() ports.NameRepository
+
 	// NodesFunc mocks the Nodes method.
 	NodesFunc func() ports.NodeRepository
 
@@ -361,6 +448,9 @@ type ReposMock struct {
 		// Jobs holds details about calls to the Jobs method.
 		Jobs []struct {
 		}
+		// Names holds details about calls to the Names method.
+		Names []struct {
+		}
 		// Nodes holds details about calls to the Nodes method.
 		Nodes []struct {
 		}
@@ -373,6 +463,7 @@ type ReposMock struct {
 	}
 	lockArtifacts  sync.RWMutex
 	lockJobs       sync.RWMutex
+	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
 	lockTemplates  sync.RWMutex
@@ -429,6 +520,33 @@ func (mock *ReposMock) JobsCalls() []struct {
 	mock.lockJobs.RLock()
 	calls = mock.calls.Jobs
 	mock.lockJobs.RUnlock()
+	return calls
+}
+
+// Names calls NamesFunc.
+func (mock *ReposMock) Names() ports.NameRepository {
+	if mock.NamesFunc == nil {
+		panic("ReposMock.NamesFunc: method is nil but Repos.Names was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockNames.Lock()
+	mock.calls.Names = append(mock.calls.Names, callInfo)
+	mock.lockNames.Unlock()
+	return mock.NamesFunc()
+}
+
+// NamesCalls gets all the calls that were made to Names.
+// Check the length with:
+//
+//	len(mockedRepos.NamesCalls())
+func (mock *ReposMock) NamesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockNames.RLock()
+	calls = mock.calls.Names
+	mock.lockNames.RUnlock()
 	return calls
 }
 
@@ -2271,6 +2389,196 @@ func (mock *NodeRepositoryMock) UpsertCalls() []struct {
 	return calls
 }
 
+// Ensure, that NameRepositoryMock does implement ports.NameRepository.
+// If this is not the case, regenerate this file with moq.
+var _ ports.NameRepository = &NameRepositoryMock{}
+
+// NameRepositoryMock is a mock implementation of ports.NameRepository.
+//
+//	func TestSomethingThatUsesNameRepository(t *testing.T) {
+//
+//		// make and configure a mocked ports.NameRepository
+//		mockedNameRepository := &NameRepositoryMock{
+//			ClaimFunc: func(ctx context.Context, name string, templateID string, kind core.NameKind) error {
+//				panic("mock out the Claim method")
+//			},
+//			HolderFunc: func(ctx context.Context, name string) (string, core.NameKind, error) {
+//				panic("mock out the Holder method")
+//			},
+//			ReleaseFunc: func(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
+//				panic("mock out the Release method")
+//			},
+//		}
+//
+//		// use mockedNameRepository in code that requires ports.NameRepository
+//		// and then make assertions.
+//
+//	}
+type NameRepositoryMock struct {
+	// ClaimFunc mocks the Claim method.
+	ClaimFunc func(ctx context.Context, name string, templateID string, kind core.NameKind) error
+
+	// HolderFunc mocks the Holder method.
+	HolderFunc func(ctx context.Context, name string) (string, core.NameKind, error)
+
+	// ReleaseFunc mocks the Release method.
+	ReleaseFunc func(ctx context.Context, templateID string, kind core.NameKind) (int, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Claim holds details about calls to the Claim method.
+		Claim []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// Kind is the kind argument value.
+			Kind core.NameKind
+		}
+		// Holder holds details about calls to the Holder method.
+		Holder []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+		}
+		// Release holds details about calls to the Release method.
+		Release []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// Kind is the kind argument value.
+			Kind core.NameKind
+		}
+	}
+	lockClaim   sync.RWMutex
+	lockHolder  sync.RWMutex
+	lockRelease sync.RWMutex
+}
+
+// Claim calls ClaimFunc.
+func (mock *NameRepositoryMock) Claim(ctx context.Context, name string, templateID string, kind core.NameKind) error {
+	if mock.ClaimFunc == nil {
+		panic("NameRepositoryMock.ClaimFunc: method is nil but NameRepository.Claim was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		Name       string
+		TemplateID string
+		Kind       core.NameKind
+	}{
+		Ctx:        ctx,
+		Name:       name,
+		TemplateID: templateID,
+		Kind:       kind,
+	}
+	mock.lockClaim.Lock()
+	mock.calls.Claim = append(mock.calls.Claim, callInfo)
+	mock.lockClaim.Unlock()
+	return mock.ClaimFunc(ctx, name, templateID, kind)
+}
+
+// ClaimCalls gets all the calls that were made to Claim.
+// Check the length with:
+//
+//	len(mockedNameRepository.ClaimCalls())
+func (mock *NameRepositoryMock) ClaimCalls() []struct {
+	Ctx        context.Context
+	Name       string
+	TemplateID string
+	Kind       core.NameKind
+} {
+	var calls []struct {
+		Ctx        context.Context
+		Name       string
+		TemplateID string
+		Kind       core.NameKind
+	}
+	mock.lockClaim.RLock()
+	calls = mock.calls.Claim
+	mock.lockClaim.RUnlock()
+	return calls
+}
+
+// Holder calls HolderFunc.
+func (mock *NameRepositoryMock) Holder(ctx context.Context, name string) (string, core.NameKind, error) {
+	if mock.HolderFunc == nil {
+		panic("NameRepositoryMock.HolderFunc: method is nil but NameRepository.Holder was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Name string
+	}{
+		Ctx:  ctx,
+		Name: name,
+	}
+	mock.lockHolder.Lock()
+	mock.calls.Holder = append(mock.calls.Holder, callInfo)
+	mock.lockHolder.Unlock()
+	return mock.HolderFunc(ctx, name)
+}
+
+// HolderCalls gets all the calls that were made to Holder.
+// Check the length with:
+//
+//	len(mockedNameRepository.HolderCalls())
+func (mock *NameRepositoryMock) HolderCalls() []struct {
+	Ctx  context.Context
+	Name string
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Name string
+	}
+	mock.lockHolder.RLock()
+	calls = mock.calls.Holder
+	mock.lockHolder.RUnlock()
+	return calls
+}
+
+// Release calls ReleaseFunc.
+func (mock *NameRepositoryMock) Release(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
+	if mock.ReleaseFunc == nil {
+		panic("NameRepositoryMock.ReleaseFunc: method is nil but NameRepository.Release was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		TemplateID string
+		Kind       core.NameKind
+	}{
+		Ctx:        ctx,
+		TemplateID: templateID,
+		Kind:       kind,
+	}
+	mock.lockRelease.Lock()
+	mock.calls.Release = append(mock.calls.Release, callInfo)
+	mock.lockRelease.Unlock()
+	return mock.ReleaseFunc(ctx, templateID, kind)
+}
+
+// ReleaseCalls gets all the calls that were made to Release.
+// Check the length with:
+//
+//	len(mockedNameRepository.ReleaseCalls())
+func (mock *NameRepositoryMock) ReleaseCalls() []struct {
+	Ctx        context.Context
+	TemplateID string
+	Kind       core.NameKind
+} {
+	var calls []struct {
+		Ctx        context.Context
+		TemplateID string
+		Kind       core.NameKind
+	}
+	mock.lockRelease.RLock()
+	calls = mock.calls.Release
+	mock.lockRelease.RUnlock()
+	return calls
+}
+
 // Ensure, that LockerMock does implement ports.Locker.
 // If this is not the case, regenerate this file with moq.
 var _ ports.Locker = &LockerMock{}
@@ -2403,6 +2711,9 @@ var _ ports.Lock = &LockMock{}
 //
 //		// make and configure a mocked ports.Lock
 //		mockedLock := &LockMock{
+//			LostFunc: func() <-chan struct{} {
+//				panic("mock out the Lost method")
+//			},
 //			NameFunc: func() string {
 //				panic("mock out the Name method")
 //			},
@@ -2416,6 +2727,9 @@ var _ ports.Lock = &LockMock{}
 //
 //	}
 type LockMock struct {
+	// LostFunc mocks the Lost method.
+	LostFunc func() <-chan struct{}
+
 	// NameFunc mocks the Name method.
 	NameFunc func() string
 
@@ -2424,6 +2738,9 @@ type LockMock struct {
 
 	// calls tracks calls to the methods.
 	calls struct {
+		// Lost holds details about calls to the Lost method.
+		Lost []struct {
+		}
 		// Name holds details about calls to the Name method.
 		Name []struct {
 		}
@@ -2433,8 +2750,36 @@ type LockMock struct {
 			Ctx context.Context
 		}
 	}
+	lockLost   sync.RWMutex
 	lockName   sync.RWMutex
 	lockUnlock sync.RWMutex
+}
+
+// Lost calls LostFunc.
+func (mock *LockMock) Lost() <-chan struct{} {
+	if mock.LostFunc == nil {
+		panic("LockMock.LostFunc: method is nil but Lock.Lost was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockLost.Lock()
+	mock.calls.Lost = append(mock.calls.Lost, callInfo)
+	mock.lockLost.Unlock()
+	return mock.LostFunc()
+}
+
+// LostCalls gets all the calls that were made to Lost.
+// Check the length with:
+//
+//	len(mockedLock.LostCalls())
+func (mock *LockMock) LostCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockLost.RLock()
+	calls = mock.calls.Lost
+	mock.lockLost.RUnlock()
+	return calls
 }
 
 // Name calls NameFunc.
@@ -2493,6 +2838,116 @@ func (mock *LockMock) UnlockCalls() []struct {
 	mock.lockUnlock.RLock()
 	calls = mock.calls.Unlock
 	mock.lockUnlock.RUnlock()
+	return calls
+}
+
+// Ensure, that SealerMock does implement ports.Sealer.
+// If this is not the case, regenerate this file with moq.
+var _ ports.Sealer = &SealerMock{}
+
+// SealerMock is a mock implementation of ports.Sealer.
+//
+//	func TestSomethingThatUsesSealer(t *testing.T) {
+//
+//		// make and configure a mocked ports.Sealer
+//		mockedSealer := &SealerMock{
+//			OpenFunc: func(sealed string) ([]byte, error) {
+//				panic("mock out the Open method")
+//			},
+//			SealFunc: func(plaintext []byte) (string, error) {
+//				panic("mock out the Seal method")
+//			},
+//		}
+//
+//		// use mockedSealer in code that requires ports.Sealer
+//		// and then make assertions.
+//
+//	}
+type SealerMock struct {
+	// OpenFunc mocks the Open method.
+	OpenFunc func(sealed string) ([]byte, error)
+
+	// SealFunc mocks the Seal method.
+	SealFunc func(plaintext []byte) (string, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Open holds details about calls to the Open method.
+		Open []struct {
+			// Sealed is the sealed argument value.
+			Sealed string
+		}
+		// Seal holds details about calls to the Seal method.
+		Seal []struct {
+			// Plaintext is the plaintext argument value.
+			Plaintext []byte
+		}
+	}
+	lockOpen sync.RWMutex
+	lockSeal sync.RWMutex
+}
+
+// Open calls OpenFunc.
+func (mock *SealerMock) Open(sealed string) ([]byte, error) {
+	if mock.OpenFunc == nil {
+		panic("SealerMock.OpenFunc: method is nil but Sealer.Open was just called")
+	}
+	callInfo := struct {
+		Sealed string
+	}{
+		Sealed: sealed,
+	}
+	mock.lockOpen.Lock()
+	mock.calls.Open = append(mock.calls.Open, callInfo)
+	mock.lockOpen.Unlock()
+	return mock.OpenFunc(sealed)
+}
+
+// OpenCalls gets all the calls that were made to Open.
+// Check the length with:
+//
+//	len(mockedSealer.OpenCalls())
+func (mock *SealerMock) OpenCalls() []struct {
+	Sealed string
+} {
+	var calls []struct {
+		Sealed string
+	}
+	mock.lockOpen.RLock()
+	calls = mock.calls.Open
+	mock.lockOpen.RUnlock()
+	return calls
+}
+
+// Seal calls SealFunc.
+func (mock *SealerMock) Seal(plaintext []byte) (string, error) {
+	if mock.SealFunc == nil {
+		panic("SealerMock.SealFunc: method is nil but Sealer.Seal was just called")
+	}
+	callInfo := struct {
+		Plaintext []byte
+	}{
+		Plaintext: plaintext,
+	}
+	mock.lockSeal.Lock()
+	mock.calls.Seal = append(mock.calls.Seal, callInfo)
+	mock.lockSeal.Unlock()
+	return mock.SealFunc(plaintext)
+}
+
+// SealCalls gets all the calls that were made to Seal.
+// Check the length with:
+//
+//	len(mockedSealer.SealCalls())
+func (mock *SealerMock) SealCalls() []struct {
+	Plaintext []byte
+} {
+	var calls []struct {
+		Plaintext []byte
+	}
+	mock.lockSeal.RLock()
+	calls = mock.calls.Seal
+	mock.lockSeal.RUnlock()
 	return calls
 }
 

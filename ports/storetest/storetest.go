@@ -57,6 +57,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 	all = append(all, nodeTests...)
 	all = append(all, txTests...)
 	all = append(all, copyTests...)
+	all = append(all, nameTests...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

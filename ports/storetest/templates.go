@@ -10,7 +10,7 @@ import (
 var templateTests = []test{
 	{"Template/DefinitionCRUD", testDefinitionCRUD},
 	{"Template/DefinitionConflicts", testDefinitionConflicts},
-	{"Template/AliasByteExact", testAliasByteExact},
+	{"Template/AliasCase", testAliasCase},
 	{"Template/UpdateDefinitionFnError", testUpdateDefinitionFnError},
 	{"Template/Replicas", testReplicas},
 	{"Template/DeleteReplicas", testDeleteReplicas},
@@ -140,16 +140,17 @@ func testDefinitionConflicts(t *testing.T, e *env) {
 	}
 }
 
-func testAliasByteExact(t *testing.T, e *env) {
+func testAliasCase(t *testing.T, e *env) {
 	tr := e.s.Templates()
 	suffix := ids.NewHex()[:8]
 	lower := newDef(uniq("tpl-"), "foo-"+suffix)
 	upper := newDef(uniq("tpl-"), "Foo-"+suffix)
 	accent := newDef(uniq("tpl-"), "föo-"+suffix)
-	for _, d := range []*core.Definition{lower, upper, accent} {
-		must(t, tr.CreateDefinition(e.ctx, d), "create alias "+d.Alias+" (aliases differing in case or accent are different)")
+	for _, d := range []*core.Definition{lower, accent} {
+		must(t, tr.CreateDefinition(e.ctx, d), "create alias "+d.Alias+" (aliases differing in an accent are different)")
 	}
-	for _, d := range []*core.Definition{lower, upper, accent} {
+	mustErrIs(t, tr.CreateDefinition(e.ctx, upper), core.ErrConflict, "alias differing only in case from an existing one")
+	for _, d := range []*core.Definition{lower, accent} {
 		got, err := tr.GetDefinitionByAlias(e.ctx, d.Alias)
 		must(t, err, "by alias "+d.Alias)
 		if got.TemplateID != d.TemplateID {

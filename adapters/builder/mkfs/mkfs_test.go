@@ -20,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // needRoot skips when the builder cannot run: it stages with real owners.
@@ -28,9 +29,7 @@ func needRoot(t testing.TB) {
 	for _, tool := range []string{"mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs"} {
 		testenv.Tool(t, tool)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the mkfs builder stages trees with their owners and needs root")
-	}
+	testenv.Root(t, "the mkfs builder stages trees with their owners")
 }
 
 // harness makes mkfs builders with a private work directory per subtest,
@@ -43,6 +42,11 @@ func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) {
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
+}
+
+func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (ports.TreeFlattener, error) {
+	return layers.Flattener{Limits: layers.Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes,
+		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
 func (harness) Capabilities() buildertest.Capabilities {

@@ -72,6 +72,7 @@ func Load(ctx context.Context, path string, opts Options) (*Builder, error) {
 	// Host environment first so that opts.Env wins; go-plugin then only
 	// adds its own variables.
 	cmd.Env = append(os.Environ(), opts.Env...)
+	diesWithHost(cmd)
 	cfg := &goplugin.ClientConfig{
 		HandshakeConfig:  pluginproto.Handshake,
 		Plugins:          pluginproto.PluginMap,

@@ -22,6 +22,7 @@ import (
 	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // pluginBin is the ext4stream plugin, built once by TestMain.
@@ -32,7 +33,10 @@ var pluginBin string
 const helperEnv = "CUBE_BUILDER_PLUGIN_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
+	if mode := os.Getenv(helperEnv); mode == "host" {
+		hostHelper()
+		return
+	} else if mode != "" {
 		serveHelper(mode)
 		return
 	}
@@ -104,6 +108,11 @@ func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { ret
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
+}
+
+func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (ports.TreeFlattener, error) {
+	return layers.Flattener{Limits: layers.Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes,
+		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
 func (harness) Capabilities() buildertest.Capabilities {

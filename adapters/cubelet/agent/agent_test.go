@@ -248,6 +248,8 @@ func runRequest(tid, aid string) *cubeletpb.RunCubeSandboxRequest {
 			Image: &cubeletpb.ImageSpec{Image: aid, StorageMedia: "ext4", Annotations: map[string]string{
 				core.AnnotationArtifactID:    aid,
 				core.AnnotationArtifactToken: "leaky-token",
+				core.AnnotationArtifactURL:   "http://m:8089/cube/template/artifact/download?artifact_id=" + aid + "&token=leaky-token",
+				core.AnnotationImageToken:    "leaky-registry-token",
 			}},
 		}},
 	}
@@ -284,8 +286,11 @@ func TestAppSnapshotRecordsTemplate(t *testing.T) {
 	if cr["requestID"] != "req-snap" {
 		t.Fatalf("create_request %v", cr)
 	}
-	if strings.Contains(string(rec.CreateRequest), "leaky-token") {
-		t.Fatal("template.json stores the artifact token")
+	if strings.Contains(string(rec.CreateRequest), "leaky-") {
+		t.Fatalf("template.json stores a token: %s", rec.CreateRequest)
+	}
+	if !strings.Contains(string(rec.CreateRequest), "artifact_id="+"rfs-t") {
+		t.Fatalf("template.json lost the artifact URL: %s", rec.CreateRequest)
 	}
 	if _, err := os.Stat("/elsewhere"); err == nil {
 		t.Fatal("the requested snapshot_dir was created")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,13 +155,24 @@ func rootfsArtifacts(cr *cubeletpb.RunCubeSandboxRequest) ([]string, error) {
 	return out, nil
 }
 
-// redactTokens returns a copy of cr without artifact download tokens: the
+// redactTokens returns a copy of cr without artifact download tokens (the
+// annotation and the artifact URL's token query) or registry tokens: the
 // record is kept on disk and a token is a credential.
 func redactTokens(cr *cubeletpb.RunCubeSandboxRequest) *cubeletpb.RunCubeSandboxRequest {
 	c := proto.Clone(cr).(*cubeletpb.RunCubeSandboxRequest)
 	hide := func(m map[string]string) {
-		if _, ok := m[core.AnnotationArtifactToken]; ok {
-			m[core.AnnotationArtifactToken] = "REDACTED"
+		for _, k := range []string{core.AnnotationArtifactToken, core.AnnotationImageToken} {
+			if _, ok := m[k]; ok {
+				m[k] = "REDACTED"
+			}
+		}
+		if raw, ok := m[core.AnnotationArtifactURL]; ok {
+			if u, err := url.Parse(raw); err == nil && u.Query().Get("token") != "" {
+				q := u.Query()
+				q.Set("token", "REDACTED")
+				u.RawQuery = q.Encode()
+				m[core.AnnotationArtifactURL] = u.String()
+			}
 		}
 	}
 	hide(c.GetAnnotations())

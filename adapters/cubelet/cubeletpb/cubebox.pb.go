@@ -3,8 +3,8 @@
 // Wire-compatible with the Cubelet: same proto package, service, method,
 // message names and field numbers. The sandbox request tree is declared as
 // deep as a generated template create request reaches; fields no template
-// request carries (OCI devices, L7 egress rules) are left out, and protobuf
-// keeps them as unknown fields if a peer sends them. Field 16 of
+// request carries (OCI devices, plugin volumes, restart policy) are left
+// out, and protobuf keeps them as unknown fields if a peer sends them. Field 16 of
 // RunCubeSandboxRequest was called cubevs_context (message CubeVSContext) in
 // older Cubelets; the number and the layout of fields 1-3 are unchanged.
 
@@ -2088,12 +2088,13 @@ func (x *Volume) GetVolumeSource() *VolumeSource {
 }
 
 // CubeNetworkConfig is the sandbox egress policy (CubeVSContext in older
-// Cubelets; same fields 1-3).
+// Cubelets; same fields 1-3). Rules are L7 egress rules, first match wins.
 type CubeNetworkConfig struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	AllowInternetAccess *bool                  `protobuf:"varint,1,opt,name=allow_internet_access,json=allowInternetAccess,proto3,oneof" json:"allow_internet_access,omitempty"`
 	AllowOut            []string               `protobuf:"bytes,2,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
 	DenyOut             []string               `protobuf:"bytes,3,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	Rules               []*EgressRule          `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -2149,6 +2150,278 @@ func (x *CubeNetworkConfig) GetDenyOut() []string {
 	return nil
 }
 
+func (x *CubeNetworkConfig) GetRules() []*EgressRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type EgressRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Match         *EgressRuleMatch       `protobuf:"bytes,2,opt,name=match,proto3,oneof" json:"match,omitempty"`
+	Action        *EgressRuleAction      `protobuf:"bytes,3,opt,name=action,proto3,oneof" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRule) Reset() {
+	*x = EgressRule{}
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRule) ProtoMessage() {}
+
+func (x *EgressRule) ProtoReflect() protoreflect.Message {
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRule.ProtoReflect.Descriptor instead.
+func (*EgressRule) Descriptor() ([]byte, []int) {
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EgressRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EgressRule) GetMatch() *EgressRuleMatch {
+	if x != nil {
+		return x.Match
+	}
+	return nil
+}
+
+func (x *EgressRule) GetAction() *EgressRuleAction {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+type EgressRuleMatch struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Sni    *string                `protobuf:"bytes,1,opt,name=sni,proto3,oneof" json:"sni,omitempty"`
+	Host   *string                `protobuf:"bytes,3,opt,name=host,proto3,oneof" json:"host,omitempty"`
+	Method []string               `protobuf:"bytes,4,rep,name=method,proto3" json:"method,omitempty"`
+	Path   *string                `protobuf:"bytes,5,opt,name=path,proto3,oneof" json:"path,omitempty"`
+	Scheme *string                `protobuf:"bytes,7,opt,name=scheme,proto3,oneof" json:"scheme,omitempty"`
+	// A port is only meaningful together with scheme.
+	Port          *int32 `protobuf:"varint,8,opt,name=port,proto3,oneof" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRuleMatch) Reset() {
+	*x = EgressRuleMatch{}
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRuleMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRuleMatch) ProtoMessage() {}
+
+func (x *EgressRuleMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRuleMatch.ProtoReflect.Descriptor instead.
+func (*EgressRuleMatch) Descriptor() ([]byte, []int) {
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *EgressRuleMatch) GetSni() string {
+	if x != nil && x.Sni != nil {
+		return *x.Sni
+	}
+	return ""
+}
+
+func (x *EgressRuleMatch) GetHost() string {
+	if x != nil && x.Host != nil {
+		return *x.Host
+	}
+	return ""
+}
+
+func (x *EgressRuleMatch) GetMethod() []string {
+	if x != nil {
+		return x.Method
+	}
+	return nil
+}
+
+func (x *EgressRuleMatch) GetPath() string {
+	if x != nil && x.Path != nil {
+		return *x.Path
+	}
+	return ""
+}
+
+func (x *EgressRuleMatch) GetScheme() string {
+	if x != nil && x.Scheme != nil {
+		return *x.Scheme
+	}
+	return ""
+}
+
+func (x *EgressRuleMatch) GetPort() int32 {
+	if x != nil && x.Port != nil {
+		return *x.Port
+	}
+	return 0
+}
+
+type EgressRuleAction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Allow         bool                   `protobuf:"varint,1,opt,name=allow,proto3" json:"allow,omitempty"`
+	Audit         *string                `protobuf:"bytes,2,opt,name=audit,proto3,oneof" json:"audit,omitempty"`
+	Inject        []*EgressRuleInject    `protobuf:"bytes,3,rep,name=inject,proto3" json:"inject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRuleAction) Reset() {
+	*x = EgressRuleAction{}
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRuleAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRuleAction) ProtoMessage() {}
+
+func (x *EgressRuleAction) ProtoReflect() protoreflect.Message {
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRuleAction.ProtoReflect.Descriptor instead.
+func (*EgressRuleAction) Descriptor() ([]byte, []int) {
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *EgressRuleAction) GetAllow() bool {
+	if x != nil {
+		return x.Allow
+	}
+	return false
+}
+
+func (x *EgressRuleAction) GetAudit() string {
+	if x != nil && x.Audit != nil {
+		return *x.Audit
+	}
+	return ""
+}
+
+func (x *EgressRuleAction) GetInject() []*EgressRuleInject {
+	if x != nil {
+		return x.Inject
+	}
+	return nil
+}
+
+type EgressRuleInject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        string                 `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	Format        *string                `protobuf:"bytes,3,opt,name=format,proto3,oneof" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRuleInject) Reset() {
+	*x = EgressRuleInject{}
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRuleInject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRuleInject) ProtoMessage() {}
+
+func (x *EgressRuleInject) ProtoReflect() protoreflect.Message {
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRuleInject.ProtoReflect.Descriptor instead.
+func (*EgressRuleInject) Descriptor() ([]byte, []int) {
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *EgressRuleInject) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *EgressRuleInject) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *EgressRuleInject) GetFormat() string {
+	if x != nil && x.Format != nil {
+		return *x.Format
+	}
+	return ""
+}
+
 type RunCubeSandboxRequest struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	RequestID         string                 `protobuf:"bytes,1,opt,name=requestID,proto3" json:"requestID,omitempty"`
@@ -2162,13 +2435,15 @@ type RunCubeSandboxRequest struct {
 	NetworkType       string                 `protobuf:"bytes,14,opt,name=network_type,json=networkType,proto3" json:"network_type,omitempty"`
 	Namespace         string                 `protobuf:"bytes,15,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	CubeNetworkConfig *CubeNetworkConfig     `protobuf:"bytes,16,opt,name=cube_network_config,json=cubeNetworkConfig,proto3,oneof" json:"cube_network_config,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Copy-on-write backend (xfs or s3); empty means the node's default.
+	Backend       string `protobuf:"bytes,17,opt,name=backend,proto3" json:"backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCubeSandboxRequest) Reset() {
 	*x = RunCubeSandboxRequest{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[31]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2455,7 @@ func (x *RunCubeSandboxRequest) String() string {
 func (*RunCubeSandboxRequest) ProtoMessage() {}
 
 func (x *RunCubeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[31]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2468,7 @@ func (x *RunCubeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCubeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*RunCubeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{31}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunCubeSandboxRequest) GetRequestID() string {
@@ -2273,18 +2548,27 @@ func (x *RunCubeSandboxRequest) GetCubeNetworkConfig() *CubeNetworkConfig {
 	return nil
 }
 
+func (x *RunCubeSandboxRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
 type AppSnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CreateRequest *RunCubeSandboxRequest `protobuf:"bytes,1,opt,name=create_request,json=createRequest,proto3" json:"create_request,omitempty"`
 	// Base directory for the snapshot on the node; empty means the default.
-	SnapshotDir   string `protobuf:"bytes,2,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	SnapshotDir string `protobuf:"bytes,2,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
+	// Copy-on-write backend (xfs or s3); empty means the node's default.
+	Backend       string `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppSnapshotRequest) Reset() {
 	*x = AppSnapshotRequest{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[32]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2580,7 @@ func (x *AppSnapshotRequest) String() string {
 func (*AppSnapshotRequest) ProtoMessage() {}
 
 func (x *AppSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[32]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2593,7 @@ func (x *AppSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*AppSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{32}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AppSnapshotRequest) GetCreateRequest() *RunCubeSandboxRequest {
@@ -2322,6 +2606,13 @@ func (x *AppSnapshotRequest) GetCreateRequest() *RunCubeSandboxRequest {
 func (x *AppSnapshotRequest) GetSnapshotDir() string {
 	if x != nil {
 		return x.SnapshotDir
+	}
+	return ""
+}
+
+func (x *AppSnapshotRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
 	}
 	return ""
 }
@@ -2348,7 +2639,7 @@ type AppSnapshotResponse struct {
 
 func (x *AppSnapshotResponse) Reset() {
 	*x = AppSnapshotResponse{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[33]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2651,7 @@ func (x *AppSnapshotResponse) String() string {
 func (*AppSnapshotResponse) ProtoMessage() {}
 
 func (x *AppSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[33]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2664,7 @@ func (x *AppSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*AppSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{33}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AppSnapshotResponse) GetRequestID() string {
@@ -2485,7 +2776,7 @@ type CowObjectRef struct {
 
 func (x *CowObjectRef) Reset() {
 	*x = CowObjectRef{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[34]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2788,7 @@ func (x *CowObjectRef) String() string {
 func (*CowObjectRef) ProtoMessage() {}
 
 func (x *CowObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[34]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2801,7 @@ func (x *CowObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CowObjectRef.ProtoReflect.Descriptor instead.
 func (*CowObjectRef) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{34}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CowObjectRef) GetName() string {
@@ -2547,7 +2838,7 @@ type CleanupTemplateRequest struct {
 
 func (x *CleanupTemplateRequest) Reset() {
 	*x = CleanupTemplateRequest{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[35]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2850,7 @@ func (x *CleanupTemplateRequest) String() string {
 func (*CleanupTemplateRequest) ProtoMessage() {}
 
 func (x *CleanupTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[35]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2863,7 @@ func (x *CleanupTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CleanupTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{35}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CleanupTemplateRequest) GetRequestID() string {
@@ -2614,7 +2905,7 @@ type CleanupTemplateResponse struct {
 
 func (x *CleanupTemplateResponse) Reset() {
 	*x = CleanupTemplateResponse{}
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[36]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2917,7 @@ func (x *CleanupTemplateResponse) String() string {
 func (*CleanupTemplateResponse) ProtoMessage() {}
 
 func (x *CleanupTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cubeletpb_cubebox_proto_msgTypes[36]
+	mi := &file_cubeletpb_cubebox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2930,7 @@ func (x *CleanupTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupTemplateResponse.ProtoReflect.Descriptor instead.
 func (*CleanupTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{36}
+	return file_cubeletpb_cubebox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CleanupTemplateResponse) GetRequestID() string {
@@ -2834,12 +3125,42 @@ const file_cubeletpb_cubebox_proto_rawDesc = "" +
 	"\x05image\x18\t \x01(\v2-.cubelet.services.images.v1.ImageVolumeSourceR\x05image\"l\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12N\n" +
-	"\rvolume_source\x18\x02 \x01(\v2).cubelet.services.cubebox.v1.VolumeSourceR\fvolumeSource\"\x9e\x01\n" +
+	"\rvolume_source\x18\x02 \x01(\v2).cubelet.services.cubebox.v1.VolumeSourceR\fvolumeSource\"\xdd\x01\n" +
 	"\x11CubeNetworkConfig\x127\n" +
 	"\x15allow_internet_access\x18\x01 \x01(\bH\x00R\x13allowInternetAccess\x88\x01\x01\x12\x1b\n" +
 	"\tallow_out\x18\x02 \x03(\tR\ballowOut\x12\x19\n" +
-	"\bdeny_out\x18\x03 \x03(\tR\adenyOutB\x18\n" +
-	"\x16_allow_internet_access\"\xad\x06\n" +
+	"\bdeny_out\x18\x03 \x03(\tR\adenyOut\x12=\n" +
+	"\x05rules\x18\x04 \x03(\v2'.cubelet.services.cubebox.v1.EgressRuleR\x05rulesB\x18\n" +
+	"\x16_allow_internet_access\"\xca\x01\n" +
+	"\n" +
+	"EgressRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12G\n" +
+	"\x05match\x18\x02 \x01(\v2,.cubelet.services.cubebox.v1.EgressRuleMatchH\x00R\x05match\x88\x01\x01\x12J\n" +
+	"\x06action\x18\x03 \x01(\v2-.cubelet.services.cubebox.v1.EgressRuleActionH\x01R\x06action\x88\x01\x01B\b\n" +
+	"\x06_matchB\t\n" +
+	"\a_action\"\xd6\x01\n" +
+	"\x0fEgressRuleMatch\x12\x15\n" +
+	"\x03sni\x18\x01 \x01(\tH\x00R\x03sni\x88\x01\x01\x12\x17\n" +
+	"\x04host\x18\x03 \x01(\tH\x01R\x04host\x88\x01\x01\x12\x16\n" +
+	"\x06method\x18\x04 \x03(\tR\x06method\x12\x17\n" +
+	"\x04path\x18\x05 \x01(\tH\x02R\x04path\x88\x01\x01\x12\x1b\n" +
+	"\x06scheme\x18\a \x01(\tH\x03R\x06scheme\x88\x01\x01\x12\x17\n" +
+	"\x04port\x18\b \x01(\x05H\x04R\x04port\x88\x01\x01B\x06\n" +
+	"\x04_sniB\a\n" +
+	"\x05_hostB\a\n" +
+	"\x05_pathB\t\n" +
+	"\a_schemeB\a\n" +
+	"\x05_port\"\x94\x01\n" +
+	"\x10EgressRuleAction\x12\x14\n" +
+	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x19\n" +
+	"\x05audit\x18\x02 \x01(\tH\x00R\x05audit\x88\x01\x01\x12E\n" +
+	"\x06inject\x18\x03 \x03(\v2-.cubelet.services.cubebox.v1.EgressRuleInjectR\x06injectB\b\n" +
+	"\x06_audit\"j\n" +
+	"\x10EgressRuleInject\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\tR\x06header\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1b\n" +
+	"\x06format\x18\x03 \x01(\tH\x00R\x06format\x88\x01\x01B\t\n" +
+	"\a_format\"\xc7\x06\n" +
 	"\x15RunCubeSandboxRequest\x12\x1c\n" +
 	"\trequestID\x18\x01 \x01(\tR\trequestID\x12=\n" +
 	"\avolumes\x18\a \x03(\v2#.cubelet.services.cubebox.v1.VolumeR\avolumes\x12L\n" +
@@ -2854,17 +3175,19 @@ const file_cubeletpb_cubebox_proto_rawDesc = "" +
 	"\rinstance_type\x18\r \x01(\tR\finstanceType\x12!\n" +
 	"\fnetwork_type\x18\x0e \x01(\tR\vnetworkType\x12\x1c\n" +
 	"\tnamespace\x18\x0f \x01(\tR\tnamespace\x12c\n" +
-	"\x13cube_network_config\x18\x10 \x01(\v2..cubelet.services.cubebox.v1.CubeNetworkConfigH\x00R\x11cubeNetworkConfig\x88\x01\x01\x1a>\n" +
+	"\x13cube_network_config\x18\x10 \x01(\v2..cubelet.services.cubebox.v1.CubeNetworkConfigH\x00R\x11cubeNetworkConfig\x88\x01\x01\x12\x18\n" +
+	"\abackend\x18\x11 \x01(\tR\abackend\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
-	"\x14_cube_network_config\"\x92\x01\n" +
+	"\x14_cube_network_config\"\xac\x01\n" +
 	"\x12AppSnapshotRequest\x12Y\n" +
 	"\x0ecreate_request\x18\x01 \x01(\v22.cubelet.services.cubebox.v1.RunCubeSandboxRequestR\rcreateRequest\x12!\n" +
-	"\fsnapshot_dir\x18\x02 \x01(\tR\vsnapshotDir\"\x96\x04\n" +
+	"\fsnapshot_dir\x18\x02 \x01(\tR\vsnapshotDir\x12\x18\n" +
+	"\abackend\x18\x03 \x01(\tR\abackend\"\x96\x04\n" +
 	"\x13AppSnapshotResponse\x12\x1c\n" +
 	"\trequestID\x18\x01 \x01(\tR\trequestID\x124\n" +
 	"\x03ret\x18\x02 \x01(\v2\".cubelet.services.errorcode.v1.RetR\x03ret\x12\x1c\n" +
@@ -2930,7 +3253,7 @@ func file_cubeletpb_cubebox_proto_rawDescGZIP() []byte {
 }
 
 var file_cubeletpb_cubebox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cubeletpb_cubebox_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_cubeletpb_cubebox_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_cubeletpb_cubebox_proto_goTypes = []any{
 	(MountPropagation)(0),            // 0: cubelet.services.cubebox.v1.MountPropagation
 	(StorageMedium)(0),               // 1: cubelet.services.cubebox.v1.StorageMedium
@@ -2965,19 +3288,23 @@ var file_cubeletpb_cubebox_proto_goTypes = []any{
 	(*VolumeSource)(nil),             // 30: cubelet.services.cubebox.v1.VolumeSource
 	(*Volume)(nil),                   // 31: cubelet.services.cubebox.v1.Volume
 	(*CubeNetworkConfig)(nil),        // 32: cubelet.services.cubebox.v1.CubeNetworkConfig
-	(*RunCubeSandboxRequest)(nil),    // 33: cubelet.services.cubebox.v1.RunCubeSandboxRequest
-	(*AppSnapshotRequest)(nil),       // 34: cubelet.services.cubebox.v1.AppSnapshotRequest
-	(*AppSnapshotResponse)(nil),      // 35: cubelet.services.cubebox.v1.AppSnapshotResponse
-	(*CowObjectRef)(nil),             // 36: cubelet.services.cubebox.v1.CowObjectRef
-	(*CleanupTemplateRequest)(nil),   // 37: cubelet.services.cubebox.v1.CleanupTemplateRequest
-	(*CleanupTemplateResponse)(nil),  // 38: cubelet.services.cubebox.v1.CleanupTemplateResponse
-	nil,                              // 39: cubelet.services.cubebox.v1.ContainerConfig.SysctlsEntry
-	nil,                              // 40: cubelet.services.cubebox.v1.ContainerConfig.AnnotationsEntry
-	nil,                              // 41: cubelet.services.cubebox.v1.RunCubeSandboxRequest.AnnotationsEntry
-	nil,                              // 42: cubelet.services.cubebox.v1.RunCubeSandboxRequest.LabelsEntry
-	(*ImageSpec)(nil),                // 43: cubelet.services.images.v1.ImageSpec
-	(*ImageVolumeSource)(nil),        // 44: cubelet.services.images.v1.ImageVolumeSource
-	(*Ret)(nil),                      // 45: cubelet.services.errorcode.v1.Ret
+	(*EgressRule)(nil),               // 33: cubelet.services.cubebox.v1.EgressRule
+	(*EgressRuleMatch)(nil),          // 34: cubelet.services.cubebox.v1.EgressRuleMatch
+	(*EgressRuleAction)(nil),         // 35: cubelet.services.cubebox.v1.EgressRuleAction
+	(*EgressRuleInject)(nil),         // 36: cubelet.services.cubebox.v1.EgressRuleInject
+	(*RunCubeSandboxRequest)(nil),    // 37: cubelet.services.cubebox.v1.RunCubeSandboxRequest
+	(*AppSnapshotRequest)(nil),       // 38: cubelet.services.cubebox.v1.AppSnapshotRequest
+	(*AppSnapshotResponse)(nil),      // 39: cubelet.services.cubebox.v1.AppSnapshotResponse
+	(*CowObjectRef)(nil),             // 40: cubelet.services.cubebox.v1.CowObjectRef
+	(*CleanupTemplateRequest)(nil),   // 41: cubelet.services.cubebox.v1.CleanupTemplateRequest
+	(*CleanupTemplateResponse)(nil),  // 42: cubelet.services.cubebox.v1.CleanupTemplateResponse
+	nil,                              // 43: cubelet.services.cubebox.v1.ContainerConfig.SysctlsEntry
+	nil,                              // 44: cubelet.services.cubebox.v1.ContainerConfig.AnnotationsEntry
+	nil,                              // 45: cubelet.services.cubebox.v1.RunCubeSandboxRequest.AnnotationsEntry
+	nil,                              // 46: cubelet.services.cubebox.v1.RunCubeSandboxRequest.LabelsEntry
+	(*ImageSpec)(nil),                // 47: cubelet.services.images.v1.ImageSpec
+	(*ImageVolumeSource)(nil),        // 48: cubelet.services.images.v1.ImageVolumeSource
+	(*Ret)(nil),                      // 49: cubelet.services.errorcode.v1.Ret
 }
 var file_cubeletpb_cubebox_proto_depIdxs = []int32{
 	2,  // 0: cubelet.services.cubebox.v1.ContainerSecurityContext.capabilities:type_name -> cubelet.services.cubebox.v1.Capability
@@ -2996,17 +3323,17 @@ var file_cubeletpb_cubebox_proto_depIdxs = []int32{
 	15, // 13: cubelet.services.cubebox.v1.PostStop.lifecyle_handler:type_name -> cubelet.services.cubebox.v1.LifecycleHandler
 	18, // 14: cubelet.services.cubebox.v1.Hooks.Prestart:type_name -> cubelet.services.cubebox.v1.Hook
 	22, // 15: cubelet.services.cubebox.v1.SysCall.args:type_name -> cubelet.services.cubebox.v1.LinuxSeccompArg
-	43, // 16: cubelet.services.cubebox.v1.ContainerConfig.image:type_name -> cubelet.services.images.v1.ImageSpec
+	47, // 16: cubelet.services.cubebox.v1.ContainerConfig.image:type_name -> cubelet.services.images.v1.ImageSpec
 	20, // 17: cubelet.services.cubebox.v1.ContainerConfig.envs:type_name -> cubelet.services.cubebox.v1.KeyValue
 	8,  // 18: cubelet.services.cubebox.v1.ContainerConfig.volume_mounts:type_name -> cubelet.services.cubebox.v1.VolumeMounts
 	6,  // 19: cubelet.services.cubebox.v1.ContainerConfig.r_limit:type_name -> cubelet.services.cubebox.v1.RLimit
 	24, // 20: cubelet.services.cubebox.v1.ContainerConfig.resources:type_name -> cubelet.services.cubebox.v1.Resource
 	4,  // 21: cubelet.services.cubebox.v1.ContainerConfig.security_context:type_name -> cubelet.services.cubebox.v1.ContainerSecurityContext
 	14, // 22: cubelet.services.cubebox.v1.ContainerConfig.probe:type_name -> cubelet.services.cubebox.v1.Probe
-	39, // 23: cubelet.services.cubebox.v1.ContainerConfig.sysctls:type_name -> cubelet.services.cubebox.v1.ContainerConfig.SysctlsEntry
+	43, // 23: cubelet.services.cubebox.v1.ContainerConfig.sysctls:type_name -> cubelet.services.cubebox.v1.ContainerConfig.SysctlsEntry
 	23, // 24: cubelet.services.cubebox.v1.ContainerConfig.syscalls:type_name -> cubelet.services.cubebox.v1.SysCall
 	5,  // 25: cubelet.services.cubebox.v1.ContainerConfig.dns_config:type_name -> cubelet.services.cubebox.v1.DNSConfig
-	40, // 26: cubelet.services.cubebox.v1.ContainerConfig.annotations:type_name -> cubelet.services.cubebox.v1.ContainerConfig.AnnotationsEntry
+	44, // 26: cubelet.services.cubebox.v1.ContainerConfig.annotations:type_name -> cubelet.services.cubebox.v1.ContainerConfig.AnnotationsEntry
 	21, // 27: cubelet.services.cubebox.v1.ContainerConfig.hostAliases:type_name -> cubelet.services.cubebox.v1.HostAlias
 	16, // 28: cubelet.services.cubebox.v1.ContainerConfig.prestop:type_name -> cubelet.services.cubebox.v1.PreStop
 	17, // 29: cubelet.services.cubebox.v1.ContainerConfig.poststop:type_name -> cubelet.services.cubebox.v1.PostStop
@@ -3016,26 +3343,30 @@ var file_cubeletpb_cubebox_proto_depIdxs = []int32{
 	26, // 33: cubelet.services.cubebox.v1.VolumeSource.empty_dir:type_name -> cubelet.services.cubebox.v1.EmptyDirVolumeSource
 	27, // 34: cubelet.services.cubebox.v1.VolumeSource.sandbox_path:type_name -> cubelet.services.cubebox.v1.SandboxPathVolumeSource
 	29, // 35: cubelet.services.cubebox.v1.VolumeSource.host_dir_volumes:type_name -> cubelet.services.cubebox.v1.HostDirVolumeSources
-	44, // 36: cubelet.services.cubebox.v1.VolumeSource.image:type_name -> cubelet.services.images.v1.ImageVolumeSource
+	48, // 36: cubelet.services.cubebox.v1.VolumeSource.image:type_name -> cubelet.services.images.v1.ImageVolumeSource
 	30, // 37: cubelet.services.cubebox.v1.Volume.volume_source:type_name -> cubelet.services.cubebox.v1.VolumeSource
-	31, // 38: cubelet.services.cubebox.v1.RunCubeSandboxRequest.volumes:type_name -> cubelet.services.cubebox.v1.Volume
-	25, // 39: cubelet.services.cubebox.v1.RunCubeSandboxRequest.containers:type_name -> cubelet.services.cubebox.v1.ContainerConfig
-	41, // 40: cubelet.services.cubebox.v1.RunCubeSandboxRequest.annotations:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest.AnnotationsEntry
-	42, // 41: cubelet.services.cubebox.v1.RunCubeSandboxRequest.labels:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest.LabelsEntry
-	32, // 42: cubelet.services.cubebox.v1.RunCubeSandboxRequest.cube_network_config:type_name -> cubelet.services.cubebox.v1.CubeNetworkConfig
-	33, // 43: cubelet.services.cubebox.v1.AppSnapshotRequest.create_request:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest
-	45, // 44: cubelet.services.cubebox.v1.AppSnapshotResponse.ret:type_name -> cubelet.services.errorcode.v1.Ret
-	36, // 45: cubelet.services.cubebox.v1.CleanupTemplateRequest.objects:type_name -> cubelet.services.cubebox.v1.CowObjectRef
-	45, // 46: cubelet.services.cubebox.v1.CleanupTemplateResponse.ret:type_name -> cubelet.services.errorcode.v1.Ret
-	34, // 47: cubelet.services.cubebox.v1.CubeboxMgr.AppSnapshot:input_type -> cubelet.services.cubebox.v1.AppSnapshotRequest
-	37, // 48: cubelet.services.cubebox.v1.CubeboxMgr.CleanupTemplate:input_type -> cubelet.services.cubebox.v1.CleanupTemplateRequest
-	35, // 49: cubelet.services.cubebox.v1.CubeboxMgr.AppSnapshot:output_type -> cubelet.services.cubebox.v1.AppSnapshotResponse
-	38, // 50: cubelet.services.cubebox.v1.CubeboxMgr.CleanupTemplate:output_type -> cubelet.services.cubebox.v1.CleanupTemplateResponse
-	49, // [49:51] is the sub-list for method output_type
-	47, // [47:49] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	33, // 38: cubelet.services.cubebox.v1.CubeNetworkConfig.rules:type_name -> cubelet.services.cubebox.v1.EgressRule
+	34, // 39: cubelet.services.cubebox.v1.EgressRule.match:type_name -> cubelet.services.cubebox.v1.EgressRuleMatch
+	35, // 40: cubelet.services.cubebox.v1.EgressRule.action:type_name -> cubelet.services.cubebox.v1.EgressRuleAction
+	36, // 41: cubelet.services.cubebox.v1.EgressRuleAction.inject:type_name -> cubelet.services.cubebox.v1.EgressRuleInject
+	31, // 42: cubelet.services.cubebox.v1.RunCubeSandboxRequest.volumes:type_name -> cubelet.services.cubebox.v1.Volume
+	25, // 43: cubelet.services.cubebox.v1.RunCubeSandboxRequest.containers:type_name -> cubelet.services.cubebox.v1.ContainerConfig
+	45, // 44: cubelet.services.cubebox.v1.RunCubeSandboxRequest.annotations:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest.AnnotationsEntry
+	46, // 45: cubelet.services.cubebox.v1.RunCubeSandboxRequest.labels:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest.LabelsEntry
+	32, // 46: cubelet.services.cubebox.v1.RunCubeSandboxRequest.cube_network_config:type_name -> cubelet.services.cubebox.v1.CubeNetworkConfig
+	37, // 47: cubelet.services.cubebox.v1.AppSnapshotRequest.create_request:type_name -> cubelet.services.cubebox.v1.RunCubeSandboxRequest
+	49, // 48: cubelet.services.cubebox.v1.AppSnapshotResponse.ret:type_name -> cubelet.services.errorcode.v1.Ret
+	40, // 49: cubelet.services.cubebox.v1.CleanupTemplateRequest.objects:type_name -> cubelet.services.cubebox.v1.CowObjectRef
+	49, // 50: cubelet.services.cubebox.v1.CleanupTemplateResponse.ret:type_name -> cubelet.services.errorcode.v1.Ret
+	38, // 51: cubelet.services.cubebox.v1.CubeboxMgr.AppSnapshot:input_type -> cubelet.services.cubebox.v1.AppSnapshotRequest
+	41, // 52: cubelet.services.cubebox.v1.CubeboxMgr.CleanupTemplate:input_type -> cubelet.services.cubebox.v1.CleanupTemplateRequest
+	39, // 53: cubelet.services.cubebox.v1.CubeboxMgr.AppSnapshot:output_type -> cubelet.services.cubebox.v1.AppSnapshotResponse
+	42, // 54: cubelet.services.cubebox.v1.CubeboxMgr.CleanupTemplate:output_type -> cubelet.services.cubebox.v1.CleanupTemplateResponse
+	53, // [53:55] is the sub-list for method output_type
+	51, // [51:53] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_cubeletpb_cubebox_proto_init() }
@@ -3050,13 +3381,17 @@ func file_cubeletpb_cubebox_proto_init() {
 	file_cubeletpb_cubebox_proto_msgTypes[16].OneofWrappers = []any{}
 	file_cubeletpb_cubebox_proto_msgTypes[30].OneofWrappers = []any{}
 	file_cubeletpb_cubebox_proto_msgTypes[31].OneofWrappers = []any{}
+	file_cubeletpb_cubebox_proto_msgTypes[32].OneofWrappers = []any{}
+	file_cubeletpb_cubebox_proto_msgTypes[33].OneofWrappers = []any{}
+	file_cubeletpb_cubebox_proto_msgTypes[34].OneofWrappers = []any{}
+	file_cubeletpb_cubebox_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cubeletpb_cubebox_proto_rawDesc), len(file_cubeletpb_cubebox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

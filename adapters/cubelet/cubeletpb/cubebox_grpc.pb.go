@@ -3,8 +3,8 @@
 // Wire-compatible with the Cubelet: same proto package, service, method,
 // message names and field numbers. The sandbox request tree is declared as
 // deep as a generated template create request reaches; fields no template
-// request carries (OCI devices, L7 egress rules) are left out, and protobuf
-// keeps them as unknown fields if a peer sends them. Field 16 of
+// request carries (OCI devices, plugin volumes, restart policy) are left
+// out, and protobuf keeps them as unknown fields if a peer sends them. Field 16 of
 // RunCubeSandboxRequest was called cubevs_context (message CubeVSContext) in
 // older Cubelets; the number and the layout of fields 1-3 are unchanged.
 

@@ -104,7 +104,7 @@ func TestStatusCallbackFailsClosed(t *testing.T) {
 
 func TestStatusCallbackMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, _ := metrics.New(reg)
+	m, _ := metrics.New(reg, metrics.ControlPlane)
 	svc := &services{applied: true}
 	h, _ := New(Config{Token: testToken, Reports: svc, Metrics: m, Gatherer: reg})
 	do(h, "POST", "/internal/template/jobs/job-1/status", `{"status":"RUNNING"}`, tokenHdr())

@@ -33,6 +33,9 @@ type services struct {
 	reports []ports.StatusReport
 	baseURL string
 	last    any
+	// aliasArg and alias are what the last SetAlias got; GetTemplate
+	// shows the alias.
+	aliasArg, alias string
 }
 
 func (s *services) rec(name string, arg any) error {
@@ -82,7 +85,7 @@ func (s *services) ListTemplates(context.Context) ([]control.Template, error) {
 		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
 }
 func (s *services) GetTemplate(_ context.Context, id string) (*control.Template, error) {
-	return &control.Template{TemplateID: id, Status: "READY", Version: "v2",
+	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias,
 		Replicas:      []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady}},
 		CreateRequest: `{"annotations":{"a":"b"}}`}, s.rec("GetTemplate", id)
 }
@@ -99,11 +102,27 @@ func (s *services) Delete(_ context.Context, id, instanceType string) error {
 	return s.rec("DeleteTemplate", id+"/"+instanceType)
 }
 func (s *services) SetAlias(_ context.Context, id string, alias *string) (*core.Definition, error) {
+	s.aliasArg, s.alias = id+"="+*alias, *alias
 	return &core.Definition{TemplateID: id, Alias: *alias}, s.rec("SetAlias", id+"="+*alias)
 }
 func (s *services) ResolveTemplate(_ context.Context, key string) (*core.Definition, error) {
 	return &core.Definition{TemplateID: "tpl-1", Alias: "web", Status: core.TemplateReady, RequestJSON: `{"annotations":{"a":"b"}}`},
 		s.rec("ResolveTemplate", key)
+}
+
+// ResolveTemplateKey maps the alias "web" to tpl-1 and is not recorded:
+// it runs before the route's own call.
+func (s *services) ResolveTemplateKey(_ context.Context, key string) (string, error) {
+	if key == "web" {
+		return "tpl-1", nil
+	}
+	return key, nil
+}
+func (s *services) ResolveSandboxRequest(_ context.Context, req *core.SandboxRequest) (*control.ResolvedRequest, error) {
+	merged := *req
+	merged.Annotations = map[string]string{core.AnnotationTemplateID: "tpl-1", "from": "template"}
+	merged.RequestID = "fresh-req"
+	return &control.ResolvedRequest{Request: &merged, TemplateID: "tpl-1", Alias: "web"}, s.rec("ResolveSandboxRequest", req)
 }
 
 // GetArtifact is recorded only when it is the route's own call: the job

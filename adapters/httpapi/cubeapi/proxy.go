@@ -37,8 +37,12 @@ func (s *server) initProxies() error {
 	rewrite := func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
 		pr.SetXForwarded()
-		// The internal token never travels on public routes.
+		// The internal token never travels on public routes, nor do the
+		// caller's public API credentials.
 		pr.Out.Header.Del(auth.Header)
+		for _, h := range auth.CredentialHeaders {
+			pr.Out.Header.Del(h)
+		}
 	}
 	s.compat = &httputil.ReverseProxy{Rewrite: rewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "compat proxy to template center failed", "err", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
@@ -64,7 +65,18 @@ type Catalog interface {
 	// core.ErrTemplateNotReady when it has no READY replica on a healthy
 	// node.
 	ResolveTemplate(ctx context.Context, idOrAlias string) (*core.Definition, error)
+	// ResolveTemplateKey turns a template id or alias into the template
+	// id; a key naming nothing comes back unchanged.
+	ResolveTemplateKey(ctx context.Context, key string) (string, error)
+	// ResolveSandboxRequest fills a sandbox create request from the
+	// template its template id annotation names.
+	ResolveSandboxRequest(ctx context.Context, req *core.SandboxRequest) (*control.ResolvedRequest, error)
 }
+
+// CubeletRenderer maps a sandbox create request onto the request a node
+// is sent (the Cubelet RunCubeSandboxRequest); the value is marshaled with
+// encoding/json, as upstream's preview does.
+type CubeletRenderer func(req *core.SandboxRequest) (any, error)
 
 // Artifacts reads artifact rows.
 type Artifacts interface {
@@ -78,6 +90,14 @@ type Config struct {
 	// Token and InsecureNoToken guard the callback route (package auth).
 	Token           string
 	InsecureNoToken bool
+	// PublicAuth, when set, authenticates the public /cube/* routes and
+	// the proxied compat route (a bearer token or upstream's signed
+	// headers; 130401 otherwise). Nil leaves them open: the apps set it
+	// unless CUBE_MASTER_AUTH=false. Ops routes, downloads (their own
+	// per-artifact token), the CA certificate and the callback are never
+	// behind it. Whatever it is, answers hide download tokens and registry
+	// credentials from callers that did not authenticate.
+	PublicAuth *auth.Public
 
 	Reports    StatusReports
 	Jobs       ImageJobs
@@ -91,6 +111,19 @@ type Config struct {
 	// DownloadBaseURL, when set, is the base URL recorded for new artifacts;
 	// otherwise it is derived from the request's Host, as upstream does.
 	DownloadBaseURL string
+	// RenderCubelet renders the node request of POST /cube/sandbox/preview;
+	// nil leaves cubelet_request out of the answer.
+	RenderCubelet CubeletRenderer
+	// CADir holds the CubeEgress root CA served on /cube/ca/{filename}
+	// (DefaultCADir when empty).
+	CADir string
+
+	// Readiness lists what GET /ready checks (the data plane, the
+	// database, the nodes); none means always ready.
+	Readiness []Check
+	// StorageBackend is the data plane's artifact store kind ("file",
+	// "s3", "gs"); a migrate asking for another one is refused.
+	StorageBackend string
 
 	Metrics  *metrics.Metrics
 	Gatherer prometheus.Gatherer
@@ -108,11 +141,15 @@ const (
 	PathAlias          = "/cube/template/{template_id}/alias"
 	PathBuildStatus    = "/cube/template/build/{build_id}/status"
 	PathResolve        = "/cube/template/resolve"
+	PathPreview        = "/cube/sandbox/preview"
+	PathCA             = "/cube/ca/{filename}"
 	PathRootfsArtifact = "/cube/rootfs-artifact"
 	PathCompat         = "/cube/template/compat"
 	PathDownload       = core.DownloadPath
 	PathHealth         = "/notify/health"
+	PathReady          = "/ready"
 	PathMetrics        = "/metrics"
+	PathOpenAPI        = "/openapi.json"
 )
 
 // CubeMasterRoutes is every route New registers.
@@ -130,13 +167,19 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathBuildStatus, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathResolve, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathResolve, Kind: routes.Public},
+		{Method: http.MethodPost, Pattern: PathPreview, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCA, Kind: routes.Download},
+		{Method: http.MethodHead, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathOpenAPI, Kind: routes.Ops},
 	}
 }
 
@@ -171,28 +214,45 @@ func New(cfg Config) (chi.Router, error) {
 		r.Post(wire.PathJobStatus, s.statusCallback)
 	})
 
-	r.Post(PathFromImage, s.createFromImage)
-	r.Get(PathFromImage, s.getImageJob)
-	r.Post(PathRedo, s.redo)
-	r.Post(PathMigrate, s.migrate)
-	r.Get(PathMigrate, s.getMigrateJob)
-	r.Post(PathTemplate, s.createTemplate)
-	r.Get(PathTemplate, s.getTemplates)
-	r.Delete(PathTemplate, s.deleteTemplate)
-	r.Put(PathAlias, s.setAlias)
-	r.Get(PathBuildStatus, s.buildStatus)
-	r.Get(PathResolve, s.resolveTemplate)
-	r.Get(PathRootfsArtifact, s.rootfsArtifact)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post(PathFromImage, s.createFromImage)
+		r.Get(PathFromImage, s.getImageJob)
+		r.Post(PathRedo, s.redo)
+		r.Post(PathMigrate, s.migrate)
+		r.Get(PathMigrate, s.getMigrateJob)
+		r.Post(PathTemplate, s.createTemplate)
+		r.Get(PathTemplate, s.getTemplates)
+		r.Delete(PathTemplate, s.deleteTemplate)
+		r.Put(PathAlias, s.setAlias)
+		r.Get(PathBuildStatus, s.buildStatus)
+		r.Get(PathResolve, s.resolveTemplate)
+		r.Post(PathResolve, s.resolveSandboxRequest)
+		r.Post(PathPreview, s.previewSandbox)
+		r.Get(PathRootfsArtifact, s.rootfsArtifact)
+		r.Method(http.MethodGet, PathCompat, s.compat)
+		r.Method(http.MethodPost, PathCompat, s.compat)
+	})
 
-	r.Method(http.MethodGet, PathCompat, s.compat)
-	r.Method(http.MethodPost, PathCompat, s.compat)
+	// The CA certificate is public and its key needs the callback token;
+	// downloads carry their artifact's token.
+	r.Get(PathCA, s.caFile)
+	r.Head(PathCA, s.caFile)
 	r.Method(http.MethodGet, PathDownload, s.download)
 	r.Method(http.MethodHead, PathDownload, s.download)
 
+	// Dependency-free on purpose: it says the process is up; /ready says
+	// whether what it depends on is.
 	r.Get(PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	doc, err := OpenAPI()
+	if err != nil {
+		return nil, err
+	}
+	r.Method(http.MethodGet, PathOpenAPI, openapi.Handler(doc))
 	return r, nil
 }
 
@@ -203,6 +263,7 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	metrics.RecordRetCode(r, envelope.CodeNotFound)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
 	_ = json.NewEncoder(w).Encode(envelope.Response{Ret: envelope.Ret{Code: envelope.CodeNotFound, Msg: "Not Found"}})

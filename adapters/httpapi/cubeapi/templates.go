@@ -3,6 +3,8 @@ package cubeapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 )
@@ -45,19 +48,60 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 			return
 		}
 	}
-	envelope.Write(w, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
+	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
 }
 
 // decode reads a JSON body; on failure it answers the envelope itself.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if err := checkContentType(r); err != nil {
+		s.fail(w, r, "", err)
+		return false
+	}
 	if err := envelope.Decode(w, r, s.cfg.MaxBodyBytes, dst); err != nil {
-		envelope.WriteError(w, r, s.log, "", err)
+		s.fail(w, r, "", err)
 		return false
 	}
 	return true
 }
 
+// formContentTypes are the body types a web page may send to another
+// origin without a CORS preflight. A JSON route that accepted them could
+// be driven by any page its user visits (cross-site request forgery), so
+// they are refused; any other type, or none, is read as JSON, as upstream
+// reads every body.
+var formContentTypes = map[string]bool{
+	"application/x-www-form-urlencoded": true,
+	"multipart/form-data":               true,
+	"text/plain":                        true,
+}
+
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		mt, _, _ = strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	if formContentTypes[mt] {
+		return &core.FieldError{Field: "Content-Type", Reason: fmt.Sprintf("%s is not accepted: send the body as application/json", mt)}
+	}
+	return nil
+}
+
+// fail answers the envelope for err and counts it in the error metric. An
+// internal error whose cause the master knows (the data plane refused or
+// is unreachable) says so instead of a bare "internal error".
 func (s *server) fail(w http.ResponseWriter, r *http.Request, requestID string, err error) {
+	metrics.RecordRetCode(r, envelope.CodeFor(err))
+	if msg, ok := s.publicCause(err); ok {
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+			"request_id", requestID, "ret_code", envelope.CodeInternal, "err", err)
+		envelope.Write(w, envelope.Response{RequestID: requestID, Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: msg}})
+		return
+	}
 	envelope.WriteError(w, r, s.log, requestID, err)
 }
 
@@ -140,6 +184,10 @@ func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, core.ErrTemplateIDRequired)
 	case s.cfg.Migrations == nil:
 		s.fail(w, r, req.RequestID, errMigrationsOff)
+	case !s.backendConfigured(req.Backend):
+		s.fail(w, r, req.RequestID, &core.FieldError{Field: "backend", Reason: fmt.Sprintf(
+			"%q is not this deployment's artifact store (%s); for s3 set CUBE_S3_ENDPOINT, CUBE_S3_BUCKET, "+
+				"CUBE_S3_ACCESS_KEY and CUBE_S3_SECRET_KEY on both services", req.Backend, s.backend())})
 	default:
 		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: req.TemplateID})
 		s.jobAnswer(w, r, req.RequestID, job, err)
@@ -196,7 +244,7 @@ func (s *server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, head.RequestID, err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(head.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
+	s.write(w, r, templateResponse{Response: envelope.OK(head.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 // getTemplates is GET /cube/template: the list, or one template with
@@ -218,16 +266,21 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		for i := range list {
 			items = append(items, cubeview.NewTemplateItem(&list[i]))
 		}
-		envelope.Write(w, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
+		s.write(w, r, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
 		return
 	}
 	inc := q.Get("include_request")
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
 	t, err := s.cfg.Catalog.GetTemplate(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, "", err)
 		return
 	}
-	envelope.Write(w, templateResponse{Response: envelope.OK(""), TemplateResponse: cubeview.NewTemplateResponse(t, inc == "true" || inc == "1")})
+	s.write(w, r, templateResponse{Response: envelope.OK(""), TemplateResponse: cubeview.NewTemplateResponse(t, inc == "true" || inc == "1")})
 }
 
 type resolveResponse struct {
@@ -251,7 +304,7 @@ func (s *server) resolveTemplate(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, "", err)
 			return
 		}
-		envelope.Write(w, resolveResponse{Response: envelope.OK(""), ResolveResponse: cubeview.ResolveResponse{
+		s.write(w, r, resolveResponse{Response: envelope.OK(""), ResolveResponse: cubeview.ResolveResponse{
 			TemplateID: d.TemplateID, Alias: d.Alias, Status: string(d.Status), CreateRequest: cubeview.RawOrString(d.RequestJSON)}})
 	}
 }
@@ -273,22 +326,25 @@ func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Catalog == nil:
 		s.fail(w, r, req.RequestID, errCatalogOff)
 	default:
-		if err := s.cfg.Catalog.Delete(r.Context(), req.TemplateID, req.InstanceType); err != nil {
+		// An alias names the template here too, as upstream resolves it; the
+		// answer echoes what the caller sent.
+		id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), req.TemplateID)
+		if err != nil {
 			s.fail(w, r, req.RequestID, err)
 			return
 		}
-		envelope.Write(w, deleteResponse{Response: envelope.OK(req.RequestID), DeleteResponse: cubeview.DeleteResponse{TemplateID: req.TemplateID}})
+		if err := s.cfg.Catalog.Delete(r.Context(), id, req.InstanceType); err != nil {
+			s.fail(w, r, req.RequestID, err)
+			return
+		}
+		s.write(w, r, deleteResponse{Response: envelope.OK(req.RequestID), DeleteResponse: cubeview.DeleteResponse{TemplateID: req.TemplateID}})
 	}
-}
-
-type aliasResponse struct {
-	envelope.Response
-	cubeview.AliasResponse
 }
 
 // setAlias is PUT /cube/template/{template_id}/alias with {"alias": ...};
 // an absent, null or empty alias clears it (seed §3.1). An empty body is
-// also a clear.
+// also a clear. The path may name the template by its current alias, and
+// the answer is the whole template, as upstream's newest master answers.
 func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "template_id")
 	var req cubeview.AliasRequest
@@ -303,11 +359,21 @@ func (s *server) setAlias(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, req.RequestID, errCatalogOff)
 		return
 	}
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, req.RequestID, err)
+		return
+	}
 	if _, err := s.cfg.Catalog.SetAlias(r.Context(), id, &alias); err != nil {
 		s.fail(w, r, req.RequestID, err)
 		return
 	}
-	envelope.Write(w, aliasResponse{Response: envelope.OK(req.RequestID), AliasResponse: cubeview.AliasResponse{TemplateID: id, Alias: alias}})
+	t, err := s.cfg.Catalog.GetTemplate(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, req.RequestID, err)
+		return
+	}
+	s.write(w, r, templateResponse{Response: envelope.OK(req.RequestID), TemplateResponse: cubeview.NewTemplateResponse(t, false)})
 }
 
 type buildStatusResponse struct {
@@ -327,7 +393,7 @@ func (s *server) buildStatus(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", err)
 		return
 	}
-	envelope.Write(w, buildStatusResponse{Response: envelope.OK(""), BuildStatus: cubeview.NewBuildStatus(id, j)})
+	s.write(w, r, buildStatusResponse{Response: envelope.OK(""), BuildStatus: cubeview.NewBuildStatus(id, j)})
 }
 
 type rootfsResponse struct {
@@ -351,6 +417,32 @@ func (s *server) rootfsArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 		resp := rootfsResponse{Response: envelope.OK("")}
 		resp.Job.ArtifactID, resp.Job.ArtifactStatus, resp.Job.Artifact = a.ArtifactID, string(a.Status), cubeview.NewArtifactInfo(a)
-		envelope.Write(w, resp)
+		s.write(w, r, resp)
 	}
+}
+
+// backend is the artifact store kind migrate writes to ("file" unless
+// configured).
+func (s *server) backend() string {
+	if s.cfg.StorageBackend == "" {
+		return "file"
+	}
+	return s.cfg.StorageBackend
+}
+
+// backendConfigured reports whether a migrate's requested backend is the
+// one this deployment stores artifacts in ("" means whatever it is).
+// Migrate can only move bytes into the data plane's store: a request for
+// another kind would otherwise answer READY without doing what it asked.
+func (s *server) backendConfigured(want string) bool {
+	want = strings.ToLower(strings.TrimSpace(want))
+	switch want {
+	case "":
+		return true
+	case "local", "filesystem":
+		want = "file"
+	case "gcs":
+		want = "gs"
+	}
+	return want == s.backend()
 }

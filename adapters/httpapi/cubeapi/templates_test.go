@@ -2,6 +2,7 @@ package cubeapi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +18,8 @@ func TestPublicRoutes(t *testing.T) {
 		err                        error // returned by the service
 		nilServices                bool
 		wantCode                   int
-		wantCall                   string // "" = no service call
+		wantCall                   string   // "" = no service call
+		wantCalls                  []string // every call, in order (then wantCall is the first)
 		check                      check
 	}{
 		{name: "create", method: "POST", target: PathFromImage, host: "master.example:8089",
@@ -71,7 +73,7 @@ func TestPublicRoutes(t *testing.T) {
 			}},
 		{name: "redo without template", method: "POST", target: PathRedo, body: `{"requestID":"r"}`, wantCode: 130400},
 		{name: "redo in progress", method: "POST", target: PathRedo, body: `{"requestID":"r","template_id":"t"}`, err: core.ErrAttemptInProgress, wantCode: 130409, wantCall: "Redo"},
-		{name: "migrate", method: "POST", target: PathMigrate, body: `{"requestID":"r","template_id":"tpl-1","backend":"s3"}`, wantCode: 200, wantCall: "Migrate"},
+		{name: "migrate", method: "POST", target: PathMigrate, body: `{"requestID":"r","template_id":"tpl-1"}`, wantCode: 200, wantCall: "Migrate"},
 		{name: "migrate not ready", method: "POST", target: PathMigrate, body: `{"template_id":"t"}`, err: core.ErrTemplateNotReady, wantCode: 130400, wantCall: "Migrate"},
 		{name: "migrate get", method: "GET", target: PathMigrate + "?job_id=j", wantCode: 200, wantCall: "GetMigrateJob"},
 		{name: "migrate get without id", method: "GET", target: PathMigrate, wantCode: 130400},
@@ -143,20 +145,21 @@ func TestPublicRoutes(t *testing.T) {
 			}},
 		{name: "delete without id", method: "DELETE", target: PathTemplate, body: `{"RequestID":"r"}`, wantCode: 130400},
 		{name: "delete in use", method: "DELETE", target: PathTemplate, body: `{"template_id":"t"}`, err: core.ErrTemplateInUse, wantCode: 130409, wantCall: "DeleteTemplate"},
-		{name: "alias set", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":" web "}`, wantCode: 200, wantCall: "SetAlias",
+		{name: "alias set", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":" web "}`, wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"},
 			check: func(t *testing.T, b map[string]any, svc *services) {
-				if svc.last != "tpl-1=web" || b["alias"] != "web" {
-					t.Fatalf("alias %v %v", svc.last, b)
+				// The answer is the whole template, read back after the write.
+				if svc.aliasArg != "tpl-1=web" || b["alias"] != "web" || b["display_name"] != "web" || b["replicas"] == nil {
+					t.Fatalf("alias %v %v", svc.aliasArg, b)
 				}
 			}},
-		{name: "alias null clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":null}`, wantCode: 200, wantCall: "SetAlias",
+		{name: "alias null clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":null}`, wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"},
 			check: func(t *testing.T, _ map[string]any, svc *services) {
-				if svc.last != "tpl-1=" {
-					t.Fatalf("alias %v", svc.last)
+				if svc.aliasArg != "tpl-1=" {
+					t.Fatalf("alias %v", svc.aliasArg)
 				}
 			}},
-		{name: "alias absent clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{}`, wantCode: 200, wantCall: "SetAlias"},
-		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCall: "SetAlias"},
+		{name: "alias absent clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{}`, wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
+		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
 		{name: "resolve alias", method: "GET", target: PathResolve + "?template=web", wantCode: 200, wantCall: "ResolveTemplate",
@@ -215,6 +218,13 @@ func TestPublicRoutes(t *testing.T) {
 			rec := doHost(h, tc.method, tc.target, tc.body, tc.host, nil)
 			if code := retCode(t, rec); code != tc.wantCode {
 				t.Fatalf("ret_code %d, want %d: %s", code, tc.wantCode, rec.Body.String())
+			}
+			if tc.wantCalls != nil {
+				if !slices.Equal(svc.calls, tc.wantCalls) {
+					t.Fatalf("calls %v, want %v", svc.calls, tc.wantCalls)
+				}
+				tc.wantCall = tc.wantCalls[0]
+				svc.calls = svc.calls[:1]
 			}
 			switch {
 			case tc.wantCall == "" && len(svc.calls) != 0:

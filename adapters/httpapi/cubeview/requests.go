@@ -5,29 +5,40 @@ import "github.com/cubesandbox/templatecenter/core"
 // FromImageRequest is the body of POST /cube/template/from-image (upstream
 // CreateTemplateFromImageReq).
 type FromImageRequest struct {
-	RequestID          string                   `json:"requestID"`
-	SourceImageRef     string                   `json:"source_image_ref"`
-	RegistryUsername   string                   `json:"registry_username,omitempty"`
-	RegistryPassword   string                   `json:"registry_password,omitempty"`
-	TemplateID         string                   `json:"template_id,omitempty"`
-	Alias              string                   `json:"alias,omitempty"`
-	InstanceType       string                   `json:"instance_type,omitempty"`
-	NetworkType        string                   `json:"network_type,omitempty"`
-	CubeVSContext      *core.CubeVSContext      `json:"cubevs_context,omitempty"`
+	RequestID        string              `json:"requestID"`
+	SourceImageRef   string              `json:"source_image_ref"`
+	RegistryUsername string              `json:"registry_username,omitempty"`
+	RegistryPassword string              `json:"registry_password,omitempty"`
+	TemplateID       string              `json:"template_id,omitempty"`
+	Alias            string              `json:"alias,omitempty"`
+	InstanceType     string              `json:"instance_type,omitempty"`
+	NetworkType      string              `json:"network_type,omitempty"`
+	CubeVSContext    *core.CubeVSContext `json:"cubevs_context,omitempty"`
+	// CubeNetworkConfig is the policy under the newer key; it wins.
+	CubeNetworkConfig  *core.CubeVSContext      `json:"cube_network_config,omitempty"`
 	WritableLayerSize  string                   `json:"writable_layer_size,omitempty"`
 	ExposedPorts       []int32                  `json:"exposed_ports,omitempty"`
 	DistributionScope  []string                 `json:"distribution_scope,omitempty"`
 	ContainerOverrides *core.ContainerOverrides `json:"container_overrides,omitempty"`
 	Platform           string                   `json:"platform,omitempty"`
-	Wait               bool                     `json:"wait,omitempty"`
+	// WithCubeCA asks for the CubeEgress root CA to be baked in (upstream
+	// default true). It is accepted and not acted on: this data plane bakes
+	// no CA, and reports cube_egress_ca_baked=false.
+	WithCubeCA *bool `json:"with_cube_ca,omitempty"`
+	Wait       bool  `json:"wait,omitempty"`
 }
 
-// Request is the domain request the body asks for.
+// Request is the domain request the body asks for. A policy under
+// cube_network_config wins over one under cubevs_context.
 func (r *FromImageRequest) Request() *core.FromImageRequest {
+	policy := r.CubeVSContext
+	if r.CubeNetworkConfig != nil {
+		policy = r.CubeNetworkConfig
+	}
 	return &core.FromImageRequest{
 		RequestID: r.RequestID, SourceImageRef: r.SourceImageRef, RegistryUsername: r.RegistryUsername,
 		RegistryPassword: r.RegistryPassword, TemplateID: r.TemplateID, Alias: r.Alias, InstanceType: r.InstanceType,
-		NetworkType: r.NetworkType, CubeVSContext: r.CubeVSContext, WritableLayerSize: r.WritableLayerSize,
+		NetworkType: r.NetworkType, CubeVSContext: policy, WritableLayerSize: r.WritableLayerSize,
 		ExposedPorts: r.ExposedPorts, DistributionScope: r.DistributionScope, ContainerOverrides: r.ContainerOverrides,
 		Platform: r.Platform, Wait: r.Wait,
 	}

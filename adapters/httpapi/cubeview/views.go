@@ -65,7 +65,7 @@ func NewJobInfo(j *core.Job, a *core.Artifact) *JobInfo {
 		JobID: j.JobID, TemplateID: j.TemplateID, AttemptNo: j.AttemptNo, RetryOfJobID: j.RetryOfJobID,
 		Operation: string(j.Operation), RedoMode: string(j.RedoMode), RedoScope: j.RedoScope,
 		ResumePhase: string(j.ResumePhase), ArtifactID: j.ArtifactID, TemplateSpecFingerprint: j.Fingerprint,
-		Status: string(j.Status), Phase: string(j.Phase), Progress: j.Progress, ErrorMessage: j.ErrorMessage,
+		Status: string(j.Status), Phase: string(j.Phase), Progress: ShownProgress(j), ErrorMessage: j.ErrorMessage,
 		ExpectedNodeCount: j.ExpectedNodeCount, ReadyNodeCount: j.ReadyNodeCount, FailedNodeCount: j.FailedNodeCount,
 		TemplateStatus: j.TemplateStatus, ArtifactStatus: j.ArtifactStatus,
 		PullTotalBytes: j.Pull.TotalBytes, PullDownloadedBytes: j.Pull.DownloadedBytes, PullTotalLayers: j.Pull.TotalLayers,
@@ -101,14 +101,17 @@ type TemplateItem struct {
 	Status       string `json:"status,omitempty"`
 	LastError    string `json:"last_error,omitempty"`
 	Alias        string `json:"alias,omitempty"`
-	CreatedAt    string `json:"created_at,omitempty"` // RFC 3339, UTC
-	ImageInfo    string `json:"image_info,omitempty"`
+	// DisplayName is the alias under the name upstream's newest master
+	// uses (its CLI prints it as ALIAS).
+	DisplayName string `json:"display_name,omitempty"`
+	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
+	ImageInfo   string `json:"image_info,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
-		LastError: t.LastError, Alias: t.Alias, ImageInfo: t.ImageInfo}
+		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
@@ -212,7 +215,7 @@ func NewBuildStatus(buildID string, j *core.Job) BuildStatus {
 		st = "error"
 	}
 	return BuildStatus{BuildID: buildID, TemplateID: j.TemplateID, AttemptNo: j.AttemptNo, RetryOfJobID: j.RetryOfJobID,
-		Status: st, Progress: j.Progress, Message: msg}
+		Status: st, Progress: ShownProgress(j), Message: msg}
 }
 
 // RootfsArtifactResponse is GET /cube/rootfs-artifact.
@@ -234,4 +237,42 @@ func RawOrString(s string) any {
 		return json.RawMessage(s)
 	}
 	return s
+}
+
+// ResolvedRequest is POST /cube/template/resolve: the template a sandbox
+// create request named and the request completed from it.
+type ResolvedRequest struct {
+	TemplateID    string               `json:"template_id"`
+	Alias         string               `json:"alias,omitempty"`
+	MergedRequest *core.SandboxRequest `json:"merged_request"`
+}
+
+// Preview is POST /cube/sandbox/preview (upstream sandboxPreviewResponse):
+// the caller's request, the request merged with its template, and the
+// request a node would be sent.
+type Preview struct {
+	APIRequest     *core.SandboxRequest `json:"api_request,omitempty"`
+	MergedRequest  *core.SandboxRequest `json:"merged_request,omitempty"`
+	CubeletRequest any                  `json:"cubelet_request,omitempty"`
+}
+
+// phaseStart is the progress at which each phase starts (the data plane's
+// pipeline and the master's resume report these values).
+var phaseStart = map[core.Phase]int{
+	core.PhasePulling: 5, core.PhaseUnpacking: 20, core.PhaseBuildingExt4: 40, core.PhaseGeneratingJSON: 70,
+	core.PhaseUploading: 80, core.PhaseRegistering: 80, core.PhaseDistributing: 80, core.PhaseMigrating: 10,
+	core.PhaseCreatingTemplate: 85, core.PhaseSnapshotting: 90,
+}
+
+// ShownProgress is the progress a view shows. A FAILED job's row says 100
+// (the job is over), which reads as "done": the view shows where it
+// stopped instead, the start of the phase that failed.
+func ShownProgress(j *core.Job) int {
+	if j.Status != core.JobFailed {
+		return j.Progress
+	}
+	if p, ok := phaseStart[j.Phase]; ok && p < j.Progress {
+		return p
+	}
+	return min(j.Progress, 99)
 }

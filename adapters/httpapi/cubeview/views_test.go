@@ -85,3 +85,21 @@ func TestFromImageRequestKeepsEveryField(t *testing.T) {
 		t.Fatalf("the view dropped a field:\n got %s\nwant %s", got, wantJSON)
 	}
 }
+
+func TestShownProgressIsNeverFullOnFailure(t *testing.T) {
+	cases := []struct {
+		job  core.Job
+		want int
+	}{
+		{core.Job{Status: core.JobFailed, Phase: core.PhaseBuildingExt4, Progress: 100}, 40},
+		{core.Job{Status: core.JobFailed, Phase: core.PhasePulling, Progress: 3}, 3},
+		{core.Job{Status: core.JobFailed, Progress: 100}, 99},
+		{core.Job{Status: core.JobRunning, Phase: core.PhasePulling, Progress: 12}, 12},
+		{core.Job{Status: core.JobReady, Progress: 100}, 100},
+	}
+	for _, tc := range cases {
+		if got := ShownProgress(&tc.job); got != tc.want {
+			t.Errorf("%s %s %d%%: shown %d, want %d", tc.job.Status, tc.job.Phase, tc.job.Progress, got, tc.want)
+		}
+	}
+}

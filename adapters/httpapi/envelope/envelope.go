@@ -58,6 +58,7 @@ func Fail(requestID string, err error) Response {
 //
 //	invalid argument, template id required, duplicate template,
 //	no template nodes, template not ready, unsupported      -> 130400
+//	unauthenticated                                         -> 130401
 //	not found                                               -> 130404
 //	attempt in progress, conflict, template in use,
 //	invalid transition, stale update                        -> 130409
@@ -73,6 +74,8 @@ func CodeFor(err error) int {
 		return CodeSuccess
 	case errors.Is(err, core.ErrStoreNotInitialized):
 		return CodeDB
+	case errors.Is(err, core.ErrUnauthenticated):
+		return CodeAuth
 	case errors.Is(err, core.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, core.ErrAttemptInProgress), errors.Is(err, core.ErrConflict),

@@ -27,6 +27,7 @@ func TestCodeFor(t *testing.T) {
 		{wrap(core.ErrTemplateNotReady), CodeParams},
 		{wrap(core.ErrUnsupported), CodeParams},
 		{wrap(core.ErrNotFound), CodeNotFound},
+		{wrap(core.ErrUnauthenticated), CodeAuth},
 		{&core.ActiveJobError{TemplateID: "t", JobID: "j", Status: core.JobRunning}, CodeConflict},
 		{wrap(core.ErrConflict), CodeConflict},
 		{wrap(core.ErrTemplateInUse), CodeConflict},

@@ -15,6 +15,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/retry"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -45,17 +46,35 @@ type Config struct {
 	Sleep   func(ctx context.Context, d time.Duration) error
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics
+	// Upstream, when set, fills in what an upstream master needs from a
+	// BUILT report and this one does not read: nil for a master of ours.
+	Upstream *UpstreamPeer
+}
+
+// UpstreamPeer describes the artifact to an upstream master, which
+// distributes the file at ext4_path itself, or the presigned artifact_url
+// when one is sent.
+type UpstreamPeer struct {
+	// LocalPath is the file the artifact store keeps the bytes in ("" for
+	// remote stores). An upstream master accepts it only inside its
+	// artifact roots (CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR, default
+	// /data/CubeMaster/storage), so the store must be that directory.
+	LocalPath func(a *core.Artifact) string
+	// SignURL mints a presigned GET URL; nil or core.ErrUnsupported
+	// (file stores) sends none.
+	SignURL func(ctx context.Context, a *core.Artifact) (string, error)
 }
 
 // Client implements ports.StatusReporter.
 type Client struct {
-	base    string
-	token   string
-	hc      *http.Client
-	timeout time.Duration
-	sleep   func(ctx context.Context, d time.Duration) error
-	log     *slog.Logger
-	metrics *metrics.Metrics
+	base     string
+	token    string
+	hc       *http.Client
+	timeout  time.Duration
+	sleep    func(ctx context.Context, d time.Duration) error
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	upstream *UpstreamPeer
 }
 
 var _ ports.StatusReporter = (*Client)(nil)
@@ -67,7 +86,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{base: base, token: strings.TrimSpace(cfg.Token), hc: cfg.HTTPClient, timeout: cfg.AttemptTimeout,
-		sleep: cfg.Sleep, log: cfg.Logger, metrics: cfg.Metrics}
+		sleep: cfg.Sleep, log: cfg.Logger, metrics: cfg.Metrics, upstream: cfg.Upstream}
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
@@ -91,6 +110,7 @@ func (c *Client) Report(ctx context.Context, jobID string, r ports.StatusReport)
 		return err
 	}
 	body := wire.EncodeStatusReport(r)
+	c.forUpstream(ctx, &body, r.Artifact)
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("encode status report for job %s: %w", jobID, err)
@@ -146,6 +166,28 @@ func (c *Client) attempt(ctx context.Context, url, op string, payload []byte) (r
 	}
 	se := wire.ReadStatusError(op, resp)
 	return se.Retryable(), se
+}
+
+// forUpstream adds ext4_path and artifact_url to a BUILT report for an
+// upstream master. A URL that cannot be minted is left out (the master then
+// serves ext4_path itself) and logged.
+func (c *Client) forUpstream(ctx context.Context, body *wire.StatusReport, a *core.Artifact) {
+	if c.upstream == nil || a == nil {
+		return
+	}
+	if body.Ext4Path == "" && c.upstream.LocalPath != nil {
+		body.Ext4Path = c.upstream.LocalPath(a)
+	}
+	if c.upstream.SignURL == nil {
+		return
+	}
+	u, err := c.upstream.SignURL(ctx, a)
+	switch {
+	case err == nil:
+		body.ArtifactURL = u
+	case !errors.Is(err, core.ErrUnsupported):
+		c.log.WarnContext(ctx, "no artifact_url for the upstream master", "artifact_id", a.ArtifactID, "err", err)
+	}
 }
 
 // IsFinal reports whether err came from an answer retrying cannot change

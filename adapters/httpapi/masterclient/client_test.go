@@ -231,7 +231,7 @@ func TestReportStopsWhenContextEnds(t *testing.T) {
 
 func TestReportMetricsAndValidation(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	mx, _ := metrics.New(reg)
+	mx, _ := metrics.New(reg, metrics.DataPlane)
 	m := &master{failures: 1, failStatus: 500}
 	srv := httptest.NewServer(m)
 	defer srv.Close()

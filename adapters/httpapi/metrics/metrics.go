@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -13,6 +15,22 @@ import (
 
 // Namespace prefixes every metric name.
 const Namespace = "cube_template"
+
+// Role says which service a Metrics serves; each registers only the
+// collectors it sets, so /metrics never shows a series that stays zero.
+type Role string
+
+// Roles.
+const (
+	// DataPlane (templatecenter): builds, the layer cache, pulls, callbacks
+	// sent, HTTP.
+	DataPlane Role = "templatecenter"
+	// ControlPlane (cubemaster): distribution to nodes, callbacks
+	// received, HTTP.
+	ControlPlane Role = "cubemaster"
+	// All registers everything (tests).
+	All Role = "all"
+)
 
 // Callback results. The data plane counts what happened to the reports it
 // sent; the control plane counts what it did with the reports it received.
@@ -31,14 +49,25 @@ type Metrics struct {
 	PhaseDuration *prometheus.HistogramVec // labels: phase
 	CacheLookups  *prometheus.CounterVec   // labels: result (hit, miss)
 	PulledBytes   prometheus.Counter
-	ActiveBuilds  prometheus.Gauge
+	ActiveBuilds  prometheus.GaugeFunc
 	Callbacks     *prometheus.CounterVec   // labels: result
 	HTTPRequests  *prometheus.CounterVec   // labels: route, method, code
 	HTTPDuration  *prometheus.HistogramVec // labels: route, method
+	// Errors counts failed requests by route, method and code: the
+	// envelope's ret_code on public routes (which answer HTTP 200), else
+	// the HTTP status (4xx, 5xx).
+	Errors *prometheus.CounterVec
+	// NodeOps counts node RPCs (CreateImage, AppSnapshot, ...) by node,
+	// operation and result (ok, error); NodeOpDuration times them.
+	NodeOps        *prometheus.CounterVec
+	NodeOpDuration *prometheus.HistogramVec // labels: op
+
+	active   atomic.Int64
+	activeFn atomic.Pointer[func() int]
 }
 
-// New creates the collectors and registers them on reg.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+// New creates the collectors of role and registers them on reg.
+func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 	m := &Metrics{
 		PhaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "build_phase_duration_seconds",
@@ -53,11 +82,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		PulledBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pulled_bytes_total",
-			Help: "Compressed layer bytes downloaded from registries.",
-		}),
-		ActiveBuilds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "active_builds",
-			Help: "Builds currently running.",
+			Help: "Compressed layer bytes downloaded from registries (cache hits excluded).",
 		}),
 		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "status_callbacks_total",
@@ -72,9 +97,42 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "HTTP request latency by route pattern and method.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "http_errors_total",
+			Help: "Failed requests by route pattern, method and code: the envelope ret_code on public routes (answered with HTTP 200), else the HTTP status.",
+		}, []string{"route", "method", "code"}),
+		NodeOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "node_operations_total",
+			Help: "Node RPCs (distribution: create_image, destroy_image, app_snapshot, cleanup_template) by node, operation and result.",
+		}, []string{"node", "op", "result"}),
+		NodeOpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "node_operation_duration_seconds",
+			Help:    "Node RPC latency by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
+		}, []string{"op"}),
 	}
-	for _, c := range []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds,
-		m.Callbacks, m.HTTPRequests, m.HTTPDuration} {
+	m.ActiveBuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "active_builds",
+		Help: "Builds currently running.",
+	}, func() float64 {
+		if fn := m.activeFn.Load(); fn != nil {
+			return float64((*fn)())
+		}
+		return float64(m.active.Load())
+	})
+	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors}
+	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds}
+	nodes := []prometheus.Collector{m.NodeOps, m.NodeOpDuration}
+	cs := common
+	switch role {
+	case DataPlane:
+		cs = append(cs, build...)
+	case ControlPlane:
+		cs = append(cs, nodes...)
+	default:
+		cs = append(append(cs, build...), nodes...)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,13 +166,29 @@ func (m *Metrics) AddPulledBytes(n int64) {
 	}
 }
 
+// LayerCacheLookup and LayerBytesPulled make a *Metrics the registry
+// source's Observer.
+func (m *Metrics) LayerCacheLookup(hit bool) { m.CacheLookup(hit) }
+
+// LayerBytesPulled counts bytes downloaded from a registry.
+func (m *Metrics) LayerBytesPulled(n int64) { m.AddPulledBytes(n) }
+
 // BuildStarted counts a running build; call the returned func when it ends.
+// Unused once ActiveBuildsFrom is set.
 func (m *Metrics) BuildStarted() (done func()) {
 	if m == nil {
 		return func() {}
 	}
-	m.ActiveBuilds.Inc()
-	return m.ActiveBuilds.Dec
+	m.active.Add(1)
+	return func() { m.active.Add(-1) }
+}
+
+// ActiveBuildsFrom makes the active_builds gauge read fn (the executor's
+// count of running builds) at every scrape.
+func (m *Metrics) ActiveBuildsFrom(fn func() int) {
+	if m != nil && fn != nil {
+		m.activeFn.Store(&fn)
+	}
 }
 
 // Callback counts one callback outcome (one of the Callback* constants).
@@ -124,15 +198,42 @@ func (m *Metrics) Callback(result string) {
 	}
 }
 
+// NodeOp counts one node RPC and its latency.
+func (m *Metrics) NodeOp(node, op string, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.NodeOps.WithLabelValues(node, op, result).Inc()
+	m.NodeOpDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+type retCodeKey struct{}
+
+// RecordRetCode tells Instrument the envelope ret_code a public route
+// answered (its HTTP status is 200 either way), so a failure is counted
+// in http_errors_total. Codes of success (200) are ignored.
+func RecordRetCode(r *http.Request, code int) {
+	if p, ok := r.Context().Value(retCodeKey{}).(*atomic.Int64); ok && code != http.StatusOK {
+		p.Store(int64(code))
+	}
+}
+
 // Instrument counts and times requests by chi route pattern (the pattern,
-// not the path, so ids do not explode the label space). It only observes; it
-// never answers a request. Unmatched requests are labelled "unmatched".
+// not the path, so ids do not explode the label space), and counts failed
+// ones in http_errors_total. It only observes; it never answers a request.
+// Unmatched requests are labelled "unmatched".
 func (m *Metrics) Instrument(next http.Handler) http.Handler {
 	if m == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		ret := new(atomic.Int64)
+		r = r.WithContext(context.WithValue(r.Context(), retCodeKey{}, ret))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		route := "unmatched"
@@ -145,6 +246,12 @@ func (m *Metrics) Instrument(next http.Handler) http.Handler {
 		}
 		m.HTTPRequests.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
 		m.HTTPDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		switch {
+		case ret.Load() != 0:
+			m.Errors.WithLabelValues(route, r.Method, strconv.FormatInt(ret.Load(), 10)).Inc()
+		case code >= 400:
+			m.Errors.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
+		}
 	})
 }
 

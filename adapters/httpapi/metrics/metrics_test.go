@@ -15,11 +15,11 @@ import (
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg)
+	m, err := New(reg, All)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(reg); err == nil {
+	if _, err := New(reg, All); err == nil {
 		t.Fatal("registering twice on one registry must fail")
 	}
 	m.ObservePhase("PULLING", 2*time.Second)
@@ -37,8 +37,10 @@ func TestMetrics(t *testing.T) {
 	r.Use(m.Instrument)
 	r.Get("/jobs/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	r.Get("/ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	r.Get("/envelope", func(w http.ResponseWriter, r *http.Request) { RecordRetCode(r, 130404); io.WriteString(w, "{}") })
 	r.Handle("/metrics", Handler(reg))
-	for _, p := range []string{"/jobs/1", "/jobs/2", "/ok", "/nope"} {
+	m.NodeOp("node-1", "create_image", nil, time.Second)
+	for _, p := range []string{"/jobs/1", "/jobs/2", "/ok", "/nope", "/envelope"} {
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
 	}
 
@@ -54,6 +56,11 @@ func TestMetrics(t *testing.T) {
 		{m.HTTPRequests.WithLabelValues("/jobs/{id}", "GET", "418"), 2},
 		{m.HTTPRequests.WithLabelValues("/ok", "GET", "200"), 1},
 		{m.HTTPRequests.WithLabelValues("unmatched", "GET", "404"), 1},
+		{m.HTTPRequests.WithLabelValues("/envelope", "GET", "200"), 1},
+		{m.Errors.WithLabelValues("/envelope", "GET", "130404"), 1},
+		{m.Errors.WithLabelValues("/jobs/{id}", "GET", "418"), 2},
+		{m.Errors.WithLabelValues("unmatched", "GET", "404"), 1},
+		{m.NodeOps.WithLabelValues("node-1", "create_image", "ok"), 1},
 	}
 	for i, c := range checks {
 		if got := value(t, c.c); got != c.want {
@@ -65,9 +72,56 @@ func TestMetrics(t *testing.T) {
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, name := range []string{"cube_template_build_phase_duration_seconds_bucket", "cube_template_layer_cache_lookups_total",
 		"cube_template_pulled_bytes_total", "cube_template_active_builds", "cube_template_status_callbacks_total",
-		"cube_template_http_requests_total"} {
+		"cube_template_http_requests_total", "cube_template_http_errors_total", "cube_template_node_operations_total"} {
 		if !strings.Contains(rec.Body.String(), name) {
 			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+// TestRolesRegisterOnlyWhatTheySet: the master exports no build series, the
+// data plane no node series.
+func TestRolesRegisterOnlyWhatTheySet(t *testing.T) {
+	cases := []struct {
+		role   Role
+		has    []string
+		hasNot []string
+	}{
+		{ControlPlane, []string{"cube_template_http_errors_total", "cube_template_node_operation_duration_seconds"},
+			[]string{"cube_template_active_builds", "cube_template_build_phase_duration_seconds", "cube_template_pulled_bytes_total"}},
+		{DataPlane, []string{"cube_template_active_builds", "cube_template_pulled_bytes_total"},
+			[]string{"cube_template_node_operations_total"}},
+	}
+	for _, tc := range cases {
+		reg := prometheus.NewRegistry()
+		m, err := New(reg, tc.role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.ObservePhase("PULLING", time.Second)
+		m.CacheLookup(true)
+		m.AddPulledBytes(1)
+		m.NodeOp("n", "create_image", nil, time.Second)
+		m.Callback(CallbackApplied)
+		m.Errors.WithLabelValues("/x", "GET", "500").Inc()
+		m.ActiveBuildsFrom(func() int { return 3 })
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, f := range fams {
+			names[f.GetName()] = true
+		}
+		for _, n := range tc.has {
+			if !names[n] {
+				t.Errorf("%s: %s missing", tc.role, n)
+			}
+		}
+		for _, n := range tc.hasNot {
+			if names[n] {
+				t.Errorf("%s: %s exported", tc.role, n)
+			}
 		}
 	}
 }

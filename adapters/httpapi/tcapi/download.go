@@ -102,9 +102,32 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		quoteBareETags(r, "If-Range")
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if n := rangeCount(r.Header.Get("Range")); n > MaxRanges {
+		// Each range is its own ranged read of the store (an S3 GET);
+		// a request for hundreds of tiny ranges would multiply one
+		// download into hundreds of them.
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+		http.Error(w, fmt.Sprintf("%d byte ranges requested, at most %d are served", n, MaxRanges), http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
 	rs := &storeReader{ctx: ctx, store: s.cfg.Store, key: key, size: info.Size}
 	defer rs.Close()
 	http.ServeContent(w, r, "", time.Time{}, rs)
+}
+
+// MaxRanges is the most byte ranges one download request may ask for;
+// more are refused with 416 (RFC 9110 lets a server reject many small
+// ranges). Cubelet asks for one.
+const MaxRanges = 16
+
+// rangeCount is the number of ranges in a Range header of the bytes unit
+// (0 for none or another unit, which net/http refuses itself).
+func rangeCount(h string) int {
+	spec, ok := strings.CutPrefix(strings.TrimSpace(h), "bytes=")
+	if !ok {
+		return 0
+	}
+	return strings.Count(spec, ",") + 1
 }
 
 func (s *server) plainInternal(w http.ResponseWriter, r *http.Request, err error) {

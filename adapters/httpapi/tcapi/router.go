@@ -11,6 +11,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
@@ -75,9 +76,21 @@ type Config struct {
 	MaxBodyBytes      int64
 	MaxBuildBodyBytes int64
 	MaxUploadBytes    int64
+	// UploadIdleTimeout is how long an upload's body may go without a
+	// byte arriving (default 2 minutes); the server's read timeout does
+	// not apply to uploads.
+	UploadIdleTimeout time.Duration
 	// SignedURLTTL is the lifetime of presigned download URLs (default 15
 	// minutes; a download only needs the URL to be valid when it starts).
 	SignedURLTTL time.Duration
+	// LocalPath is the file a store key lives in, for the ext4_path of an
+	// upload answer (upstream masters record it); nil or "" for remote
+	// stores.
+	LocalPath func(key string) string
+	// SpoolDir holds an upload in upstream's multipart form while it is
+	// hashed, when the artifact row records no sha256 and size to verify it
+	// against (default os.TempDir()).
+	SpoolDir string
 }
 
 // Defaults.
@@ -85,6 +98,7 @@ const (
 	DefaultMaxBuildBodyBytes int64 = 64 << 20
 	DefaultMaxUploadBytes    int64 = 64 << 30
 	DefaultSignedURLTTL            = 15 * time.Minute
+	DefaultUploadIdleTimeout       = 2 * time.Minute
 )
 
 // Route paths.
@@ -92,7 +106,9 @@ const (
 	PathDownload = core.DownloadPath
 	PathCompat   = "/cube/template/compat"
 	PathHealth   = "/health"
+	PathReady    = "/ready"
 	PathMetrics  = "/metrics"
+	PathOpenAPI  = "/openapi.json"
 )
 
 // TemplateCenterRoutes is every route New registers.
@@ -106,7 +122,9 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
+		{Method: http.MethodGet, Pattern: PathOpenAPI, Kind: routes.Ops},
 	}
 }
 
@@ -125,6 +143,9 @@ func New(cfg Config) chi.Router {
 	}
 	if cfg.SignedURLTTL <= 0 {
 		cfg.SignedURLTTL = DefaultSignedURLTTL
+	}
+	if cfg.UploadIdleTimeout <= 0 {
+		cfg.UploadIdleTimeout = DefaultUploadIdleTimeout
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()
@@ -149,7 +170,13 @@ func New(cfg Config) chi.Router {
 	r.Get(PathCompat, s.compatReport)
 	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)
+	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
+	doc, err := OpenAPI()
+	if err != nil {
+		panic(err) // a static document: a failure is a bug caught by the tests
+	}
+	r.Method(http.MethodGet, PathOpenAPI, openapi.Handler(doc))
 	return r
 }
 
@@ -182,4 +209,22 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ready is GET /ready: /health's checks, each named.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) {
+	resp := ReadyResponse{Status: "ready", Checks: map[string]string{"artifact_store": "ok", "database": "ok"}}
+	if s.cfg.Store == nil {
+		resp.Status, resp.Checks["artifact_store"] = "unavailable", "not attached"
+	}
+	if s.cfg.Readiness != nil {
+		if err := s.cfg.Readiness(r.Context()); err != nil {
+			resp.Status, resp.Checks["database"] = "unavailable", err.Error()
+		}
+	}
+	code := http.StatusOK
+	if resp.Status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	wire.WriteJSON(w, code, resp)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -27,6 +28,8 @@ func TestTemplateCenterRoutesExcludeWritesAndCachedReads(t *testing.T) {
 		"GET /cube/template/compat",
 		"GET /health",
 		"GET /metrics",
+		"GET /openapi.json",
+		"GET /ready",
 		"HEAD /cube/template/artifact/download",
 		"POST /cube/template/compat",
 		"POST /tc/api/v1/artifact/delete",
@@ -112,7 +115,7 @@ func TestHealth(t *testing.T) {
 
 func TestMetricsRoute(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := metrics.New(reg, metrics.DataPlane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +173,43 @@ func TestCompat(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOpenAPIDocumentsEveryRoute: /openapi.json documents exactly the
+// registered routes.
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	h := New(Config{})
+	registered, err := routes.Walk(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := do(t, h, call{method: http.MethodGet, target: PathOpenAPI})
+	documented, err := openapi.Paths(rec.Body.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(registered, documented) {
+		t.Fatalf("served %q\ndocumented %q", registered, documented)
+	}
+}
+
+func TestReadyNamesEachCheck(t *testing.T) {
+	st := fileStore(t)
+	cases := []struct {
+		name string
+		cfg  Config
+		code int
+		want string
+	}{
+		{"ready", Config{Store: st, Readiness: func(context.Context) error { return nil }}, 200, `"database":"ok"`},
+		{"db down", Config{Store: st, Readiness: func(context.Context) error { return errors.New("db gone") }}, 503, `"database":"db gone"`},
+		{"no store", Config{}, 503, `"artifact_store":"not attached"`},
+	}
+	for _, tc := range cases {
+		rec := do(t, New(tc.cfg), call{method: http.MethodGet, target: PathReady})
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: %d %s, want %d with %s", tc.name, rec.Code, rec.Body, tc.code, tc.want)
+		}
 	}
 }

@@ -18,9 +18,11 @@ import (
 // StatusReport is the body of POST /internal/template/jobs/{job_id}/status.
 // Only these fields are read; anything else in a received body is dropped.
 // The first group updates the job row (upstream's whitelist); the second is
-// the artifact metadata that comes with a BUILT report (upstream §9 step 9,
-// minus artifact_url: presigned URLs are minted at download time, never sent
-// or stored).
+// the artifact metadata that comes with a BUILT report (upstream §9 step 9).
+// The third is only sent, for an upstream master: the presigned
+// artifact_url it distributes directly and the CubeEgress CA fields its
+// BUILT reports always carry. This master never reads them (it mints
+// download URLs when a node asks, and bakes no CA).
 type StatusReport struct {
 	Status                  string  `json:"status,omitempty"`
 	Phase                   string  `json:"phase,omitempty"`
@@ -46,6 +48,11 @@ type StatusReport struct {
 	MasterNodeIP   string `json:"master_node_ip,omitempty"`
 	StorageBackend string `json:"storage_backend,omitempty"`
 	ObjectKey      string `json:"object_key,omitempty"`
+
+	ArtifactURL                string  `json:"artifact_url,omitempty"`
+	CubeEgressCABaked          *bool   `json:"cube_egress_ca_baked,omitempty"`
+	CubeEgressCAFingerprint    *string `json:"cube_egress_ca_fingerprint,omitempty"`
+	CubeEgressCATargetsWritten *int64  `json:"cube_egress_ca_targets_written,omitempty"`
 }
 
 // Terminal reports whether the report ends the build (BUILT, FAILED, READY);
@@ -98,6 +105,9 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 		s.MasterNodeIP = a.DownloadBaseURL
 		s.StorageBackend = a.StorageBackend
 		s.ObjectKey = a.ObjectKey
+		// Upstream's BUILT report always names the CA bake; no CA is baked.
+		baked, fp, written := false, "", int64(0)
+		s.CubeEgressCABaked, s.CubeEgressCAFingerprint, s.CubeEgressCATargetsWritten = &baked, &fp, &written
 	}
 	return s
 }

@@ -82,7 +82,14 @@ const (
 	QuerySize       = "size"
 )
 
-// UploadResponse is the 200 answer to an upload.
+// Upstream's master uploads in a second form (its tcclient UploadArtifact):
+// multipart/form-data with the field artifact_id first, then the part
+// "file"; the bytes are checked against the artifact row, or hashed when
+// the row records nothing.
+
+// UploadResponse is the 200 answer to an upload. Ext4Path, Ext4SHA256 and
+// Ext4SizeBytes are the fields upstream's master reads (ext4_path is empty
+// for remote stores).
 type UploadResponse struct {
 	Status         string `json:"status"` // "uploaded" or "exists"
 	ArtifactID     string `json:"artifact_id"`
@@ -90,6 +97,9 @@ type UploadResponse struct {
 	StorageBackend string `json:"storage_backend"`
 	SHA256         string `json:"sha256"`
 	SizeBytes      int64  `json:"size_bytes"`
+	Ext4Path       string `json:"ext4_path,omitempty"`
+	Ext4SHA256     string `json:"ext4_sha256"`
+	Ext4SizeBytes  int64  `json:"ext4_size_bytes"`
 }
 
 // StatusOK is the callback route's 200 answer; Applied is false for stale

@@ -105,6 +105,13 @@ type lock struct {
 
 func (k *lock) Name() string { return k.name }
 
+// neverLost is the Lost channel of in-process locks: they die with the
+// process that holds them.
+var neverLost = make(chan struct{})
+
+// Lost implements ports.Lock; an in-process lock is never lost.
+func (k *lock) Lost() <-chan struct{} { return neverLost }
+
 // Unlock frees the name; later calls do nothing, so a stale second Unlock
 // can never free a lock someone else took in the meantime.
 func (k *lock) Unlock(context.Context) error {

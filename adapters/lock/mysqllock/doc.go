@@ -3,7 +3,8 @@
 // so every held lock pins its own connection from the pool until Unlock;
 // size the pool (SetMaxOpenConns) with that in mind.
 //
-// Lock names are mapped to server keys by NormalizeName, which keeps
-// distinct names distinct within the 64-character limit even on servers
-// that compare lock names case-insensitively.
+// Every lock name is hashed to its server key by NormalizeName (the hex
+// sha256 of the name, exactly the 64-character limit), which keeps
+// distinct names distinct even on servers that compare lock names
+// case-insensitively.
 package mysqllock

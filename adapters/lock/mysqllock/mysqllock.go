@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
-	"unicode/utf8"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -18,9 +20,6 @@ import (
 // with ER_USER_LOCK_WRONG_NAME).
 const MaxNameLen = 64
 
-// keepLen is how much of a long name NormalizeName keeps verbatim.
-const keepLen = 47
-
 // waitSeconds is the server-side wait of one GET_LOCK call inside Lock.
 // Lock repeats the call until it wins, so the context is checked at least
 // this often even if the driver could not interrupt a running query.
@@ -28,52 +27,36 @@ const waitSeconds = 1
 
 // Locker hands out GET_LOCK locks, each on its own pinned connection.
 type Locker struct {
-	db *sql.DB
+	db      *sql.DB
+	timeout time.Duration
 }
 
 // New returns a Locker that takes connections from db.
-func New(db *sql.DB) *Locker { return &Locker{db: db} }
+func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeout) }
+
+// NewWithTimeout is New with the idle timeout of a held lock's session: a
+// holder that stops pinging (its host died) loses the lock after it.
+func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+}
 
 var _ ports.Locker = (*Locker)(nil)
 
-// NormalizeName maps name to a GET_LOCK key of at most 64 bytes that no
-// other name maps to, even on a server that compares lock names loosely.
+// NormalizeName maps name to its GET_LOCK key: the 64 lowercase hex
+// digits of sha256(name), exactly MySQL's 64-character limit.
 //
 // The port compares names byte for byte, but servers may not: MySQL's
 // manual and MariaDB's knowledge base call lock names case-insensitive,
-// and collations can ignore accents and trailing spaces, so "tpl-A" and
-// "tpl-a" could share a lock. Only plain names (at most 64 bytes of
-// lowercase ASCII letters, digits and "_-.:/", which no server folds) are
-// used as they are. Every other name becomes its first 47 bytes, "_", and
-// the first 16 hex characters of sha256(name): the hash tells apart names
-// that fold alike and the prefix keeps the key readable. For names longer
-// than 64 bytes this is upstream CubeSandbox's rule, so both see the same
-// lock for the same long name. The cut backs off to a UTF-8 boundary so the
-// result stays valid text.
+// and collations can ignore accents and trailing spaces. Every name is
+// hashed, short ones included: a key that is the name itself for some
+// names and a shortened form for others lets a name spelled like another
+// name's shortened form (or folding to it) take that name's lock. Hex
+// digits are compared alike by every collation, so distinct names get
+// distinct keys on any server. To see who holds a name, ask the server
+// about IS_USED_LOCK(SHA2(name, 256)).
 func NormalizeName(name string) string {
-	if len(name) <= MaxNameLen && isPlain(name) {
-		return name
-	}
-	cut := min(keepLen, len(name))
-	for cut > 0 && cut < len(name) && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:cut] + "_" + hex.EncodeToString(sum[:])[:16]
-}
-
-// isPlain reports whether s holds only bytes that every server compares
-// exactly: folding case, accents or padding changes none of them.
-func isPlain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
-		case c == '_' || c == '-' || c == '.' || c == ':' || c == '/':
-		default:
-			return false
-		}
-	}
-	return true
+	return hex.EncodeToString(sum[:])
 }
 
 // Lock waits until name is free or ctx ends.
@@ -116,7 +99,16 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Loc
 			discard(conn)
 			return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
 		case got.Int64 == 1:
-			return &lock{name: name, key: key, conn: conn}, nil
+			// The session now dies after timeout without traffic; the
+			// watcher's pings are that traffic while the holder lives.
+			secs := int(l.timeout / time.Second)
+			if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
+				discard(conn)
+				return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
+			}
+			k := &lock{name: name, key: key, conn: conn}
+			k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
+			return k, nil
 		case !wait:
 			_ = conn.Close() // GET_LOCK said no: the session holds nothing
 			return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
@@ -130,12 +122,16 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Loc
 
 type lock struct {
 	name, key string
+	watch     *keepalive.Watch
 
 	mu   sync.Mutex
 	conn *sql.Conn // nil after Unlock
 }
 
 func (k *lock) Name() string { return k.name }
+
+// Lost implements ports.Lock.
+func (k *lock) Lost() <-chan struct{} { return k.watch.Lost() }
 
 // Unlock releases the lock on the session that took it. If the server does
 // not confirm the release (an error, or a result other than 1), the
@@ -145,15 +141,20 @@ func (k *lock) Name() string { return k.name }
 // the normal path can keep the connection.
 func (k *lock) Unlock(ctx context.Context) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	conn := k.conn
+	k.conn = nil
+	k.mu.Unlock()
 	if conn == nil {
 		return nil
 	}
-	k.conn = nil
+	k.watch.Stop()
 	var res sql.NullInt64
 	err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", k.key).Scan(&res)
 	if err == nil && res.Valid && res.Int64 == 1 {
+		if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+			discard(conn)
+			return nil
+		}
 		_ = conn.Close() // back to the pool, holding no lock
 		return nil
 	}

@@ -3,7 +3,9 @@ package mysqllock_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 
@@ -25,7 +27,26 @@ func (h *harness) MakeLocker(ctx context.Context) (ports.Locker, error) {
 		return nil, err
 	}
 	h.dbs = append(h.dbs, db)
-	return mysqllock.New(db), db.PingContext(ctx)
+	// A short session timeout, so the keepalive pings every second.
+	return mysqllock.NewWithTimeout(db, 4*time.Second), db.PingContext(ctx)
+}
+
+// KillHolder ends the session holding name (lockertest.SessionKiller).
+func (h *harness) KillHolder(ctx context.Context, name string) error {
+	db, err := sql.Open("mysql", h.dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var id sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqllock.NormalizeName(name)).Scan(&id); err != nil {
+		return err
+	}
+	if !id.Valid {
+		return fmt.Errorf("nobody holds %q", name)
+	}
+	_, err = db.ExecContext(ctx, fmt.Sprintf("KILL %d", id.Int64))
+	return err
 }
 
 func (h *harness) Close() {

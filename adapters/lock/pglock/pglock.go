@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -26,11 +29,29 @@ const sqlStateLockNotAvailable = "55P03"
 
 // Locker hands out advisory locks, each on its own pinned connection.
 type Locker struct {
-	db *sql.DB
+	db      *sql.DB
+	timeout time.Duration
 }
 
 // New returns a Locker that takes connections from db.
-func New(db *sql.DB) *Locker { return &Locker{db: db} }
+func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeout) }
+
+// NewWithTimeout is New with the idle timeout of a held lock's session
+// (idle_session_timeout, PostgreSQL 14 and later): a holder that stops
+// pinging (its host died) loses the lock after it.
+func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+}
+
+// held finishes taking a lock: the session's idle timeout and the watcher
+// that keeps it alive. A server without idle_session_timeout keeps the
+// lock until TCP keepalive ends a dead holder's session.
+func (l *Locker) held(ctx context.Context, name string, key int64, conn *sql.Conn) *lock {
+	_, _ = conn.ExecContext(ctx, fmt.Sprintf("SET idle_session_timeout = '%dms'", l.timeout.Milliseconds()))
+	k := &lock{name: name, key: key, conn: conn}
+	k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "SELECT 1", l.timeout/4)
+	return k
+}
 
 var _ ports.Locker = (*Locker)(nil)
 
@@ -78,7 +99,7 @@ func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
 	if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
 		return fail("reset lock_timeout", err)
 	}
-	return &lock{name: name, key: key, conn: conn}, nil
+	return l.held(ctx, name, key, conn), nil
 }
 
 // TryLock takes name if it is free, else fails with core.ErrLocked.
@@ -103,18 +124,22 @@ func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
 		_ = conn.Close() // the session holds nothing
 		return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
 	}
-	return &lock{name: name, key: key, conn: conn}, nil
+	return l.held(ctx, name, key, conn), nil
 }
 
 type lock struct {
-	name string
-	key  int64
+	name  string
+	key   int64
+	watch *keepalive.Watch
 
 	mu   sync.Mutex
 	conn *sql.Conn // nil after Unlock
 }
 
 func (k *lock) Name() string { return k.name }
+
+// Lost implements ports.Lock.
+func (k *lock) Lost() <-chan struct{} { return k.watch.Lost() }
 
 // Unlock releases the lock on the session that took it. If the server does
 // not confirm the release, the connection is destroyed instead of going
@@ -123,15 +148,20 @@ func (k *lock) Name() string { return k.name }
 // connection.
 func (k *lock) Unlock(ctx context.Context) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	conn := k.conn
+	k.conn = nil
+	k.mu.Unlock()
 	if conn == nil {
 		return nil
 	}
-	k.conn = nil
+	k.watch.Stop()
 	var released bool
 	err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", k.key).Scan(&released)
 	if err == nil && released {
+		if _, err := conn.ExecContext(ctx, "RESET idle_session_timeout"); err != nil {
+			discard(conn)
+			return nil
+		}
 		_ = conn.Close() // back to the pool, holding no lock
 		return nil
 	}

@@ -3,7 +3,9 @@ package pglock_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -25,7 +27,26 @@ func (h *harness) MakeLocker(ctx context.Context) (ports.Locker, error) {
 		return nil, err
 	}
 	h.dbs = append(h.dbs, db)
-	return pglock.New(db), db.PingContext(ctx)
+	// A short session timeout, so the keepalive pings every second.
+	return pglock.NewWithTimeout(db, 4*time.Second), db.PingContext(ctx)
+}
+
+// KillHolder ends the backend holding name's advisory lock
+// (lockertest.SessionKiller).
+func (h *harness) KillHolder(ctx context.Context, name string) error {
+	db, err := sql.Open("pgx", h.dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	key := pglock.Key(name)
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n)
+	if err == nil && n == 0 {
+		return fmt.Errorf("nobody holds %q", name)
+	}
+	return err
 }
 
 func (h *harness) Close() {

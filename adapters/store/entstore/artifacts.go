@@ -54,10 +54,13 @@ func (r artifactRepo) Create(ctx context.Context, a *core.Artifact) error {
 	if _, err := core.ParseArtifactStatus(string(a.Status)); err != nil {
 		return fmt.Errorf("create artifact %s: %w", a.ArtifactID, err)
 	}
-	t := now()
+	t := r.sc.s.now()
 	row := *a
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
+		if err := r.sc.purgeSoftDeleted(ctx, c, "t_cube_rootfs_artifact", "artifact_id = ? OR template_spec_fingerprint = ?", a.ArtifactID, a.Fingerprint); err != nil {
+			return err
+		}
 		b := c.RootfsArtifact.Create().SetArtifactID(a.ArtifactID).SetCreatedAt(t)
 		setArtifact(b.Mutation(), &row)
 		return b.Exec(ctx)
@@ -84,7 +87,7 @@ func (r artifactRepo) Update(ctx context.Context, artifactID string, fn func(*co
 			return fmt.Errorf("update artifact %s: %w", artifactID, err)
 		}
 		next.ArtifactID, next.CreatedAt = cur.ArtifactID, cur.CreatedAt
-		next.UpdatedAt = after(cur.UpdatedAt)
+		next.UpdatedAt = r.sc.s.after(cur.UpdatedAt)
 		u := sc.c.RootfsArtifact.UpdateOneID(row.ID)
 		setArtifact(u.Mutation(), &next)
 		if err := u.Exec(ctx); err != nil {

@@ -78,6 +78,9 @@ func jobFromEnt(e *ent.TemplateImageJob) (*core.Job, error) {
 	if e.ActiveKey != nil {
 		j.ActiveKey = *e.ActiveKey
 	}
+	j.RegistryAuth = e.RegistryAuth
+	j.Fence = e.Fence
+	j.RequestID = e.RequestID
 	return j, nil
 }
 
@@ -122,6 +125,9 @@ func setJob(m *ent.TemplateImageJobMutation, j *core.Job, forUpdate bool) error 
 	m.SetPullTotalLayers(j.Pull.TotalLayers)
 	m.SetPullCompletedLayers(j.Pull.CompletedLayers)
 	m.SetPullSpeedBps(j.Pull.SpeedBPS)
+	m.SetRegistryAuth(j.RegistryAuth)
+	m.SetFence(j.Fence)
+	m.SetRequestID(j.RequestID)
 	switch {
 	case j.ActiveKey != "":
 		m.SetActiveKey(j.ActiveKey)
@@ -143,11 +149,20 @@ func definitionFromEnt(e *ent.TemplateDefinition) *core.Definition {
 		CreatedAt:        e.CreatedAt.UTC(),
 		UpdatedAt:        e.UpdatedAt.UTC(),
 	}
-	if e.Alias != nil {
+	switch {
+	case e.Alias != nil:
 		d.Alias = *e.Alias
+	case e.Kind == kindTemplate && e.DisplayName != "":
+		// A template aliased by an upstream master, which keeps the alias
+		// in display_name only.
+		d.Alias = e.DisplayName
 	}
 	return d
 }
+
+// kindTemplate is upstream's definition kind of templates (the other is
+// "snapshot", whose display_name is a label, not an alias).
+const kindTemplate = "template"
 
 func setDefinition(m *ent.TemplateDefinitionMutation, d *core.Definition, forUpdate bool) {
 	m.SetUpdatedAt(d.UpdatedAt)
@@ -157,11 +172,14 @@ func setDefinition(m *ent.TemplateDefinitionMutation, d *core.Definition, forUpd
 	m.SetRequestJSON(d.RequestJSON)
 	m.SetLastError(d.LastError)
 	m.SetRootfsArtifactID(d.RootfsArtifactID)
+	// The alias is kept where upstream's master reads it too.
 	switch {
 	case d.Alias != "":
 		m.SetAlias(d.Alias)
+		m.SetDisplayName(d.Alias)
 	case forUpdate:
 		m.ClearAlias()
+		m.SetDisplayName("")
 	}
 }
 

@@ -2,18 +2,10 @@ package entstore_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/google/uuid"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
@@ -24,13 +16,12 @@ import (
 // dialects lists the databases every store test runs against.
 var dialects = []string{"sqlite", "mysql", "postgres"}
 
-// server is where fresh databases of one dialect are made: a directory for
-// SQLite, the DSN of a server (CUBE_TEST_MYSQL_DSN, CUBE_TEST_POSTGRES_DSN)
-// for the others.
+// server is where fresh databases of one dialect are made (see
+// testenv.Database); dir holds SQLite files.
 type server struct {
+	t       testing.TB
 	dialect string
-	base    string // the server's DSN; empty for SQLite
-	dir     string // SQLite only
+	dir     string
 }
 
 // serverFor returns the dialect's server, skipping the test (failing it
@@ -38,72 +29,17 @@ type server struct {
 func serverFor(t testing.TB, dialect string) server {
 	t.Helper()
 	switch dialect {
-	case "sqlite":
-		return server{dialect: dialect, dir: t.TempDir()}
 	case "mysql":
-		return server{dialect: dialect, base: testenv.Get(t, testenv.MySQLDSN)}
+		testenv.Get(t, testenv.MySQLDSN)
 	case "postgres":
-		return server{dialect: dialect, base: testenv.Get(t, testenv.PostgresDSN)}
+		testenv.Get(t, testenv.PostgresDSN)
 	}
-	t.Fatalf("unknown dialect %s", dialect)
-	return server{}
+	return server{t: t, dialect: dialect, dir: t.TempDir()}
 }
 
 // create makes a new, empty database and returns its DSN and how to drop it.
 func (sv server) create(ctx context.Context) (dsn string, drop func() error, err error) {
-	name := "cube_t_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
-	switch sv.dialect {
-	case "sqlite":
-		return "sqlite://" + filepath.Join(sv.dir, name+".db"), func() error { return nil }, nil
-	case "mysql":
-		cfg, err := mysql.ParseDSN(sv.base)
-		if err != nil {
-			return "", nil, fmt.Errorf("parse %s: %w", testenv.MySQLDSN, err)
-		}
-		// A case-insensitive database default on purpose: the tables must
-		// bring their own binary collation for 'Foo' and 'foo' to differ.
-		drop, err := admin(ctx, "mysql", sv.base, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", "DROP DATABASE IF EXISTS "+name)
-		if err != nil {
-			return "", nil, err
-		}
-		cfg.DBName = name
-		return cfg.FormatDSN(), drop, nil
-	case "postgres":
-		u, err := url.Parse(sv.base)
-		if err != nil {
-			return "", nil, fmt.Errorf("parse %s: %w", testenv.PostgresDSN, err)
-		}
-		drop, err := admin(ctx, "pgx", sv.base, "CREATE DATABASE "+name, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		if err != nil {
-			return "", nil, err
-		}
-		u.Path = "/" + name
-		return u.String(), drop, nil
-	}
-	return "", nil, fmt.Errorf("unknown dialect %s", sv.dialect)
-}
-
-// admin runs create on the server of base and returns the matching drop.
-func admin(ctx context.Context, driver, base, create, drop string) (func() error, error) {
-	exec := func(ctx context.Context, q string) error {
-		db, err := sql.Open(driver, base)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
-		}
-		return nil
-	}
-	if err := exec(ctx, create); err != nil {
-		return nil, err
-	}
-	return func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return exec(ctx, drop)
-	}, nil
+	return testenv.Database(ctx, sv.t, sv.dialect, sv.dir)
 }
 
 // openMigrated opens the store on dsn and migrates it.

@@ -22,10 +22,31 @@ func (r jobRepo) Create(ctx context.Context, job *core.Job) error {
 	if job == nil {
 		return fmt.Errorf("create job: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	row := job.Clone()
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
+		// Soft-deleted jobs of the template could hold its next attempt
+		// number, the active key or the request key.
+		if err := r.sc.purgeSoftDeleted(ctx, c, "t_cube_template_image_job", "job_id = ? OR template_id = ? OR request_id = ?", job.JobID, job.TemplateID, row.RequestID); err != nil {
+			return err
+		}
+		if row.ActiveKey != "" {
+			if err := r.sc.purgeSoftDeleted(ctx, c, "t_cube_template_image_job", "active_key = ?", row.ActiveKey); err != nil {
+				return err
+			}
+		}
+		// (request_id, operation) is unique, as upstream keys its
+		// idempotency on it: a request id seen before for this operation
+		// (a client retrying after a failed job) gets the job id appended,
+		// as upstream's normalization does.
+		if row.RequestID == "" {
+			row.RequestID = job.JobID
+		} else if n, err := c.TemplateImageJob.Query().Where(tij.RequestID(row.RequestID), tij.Operation(string(row.Operation))).Count(ctx); err != nil {
+			return err
+		} else if n > 0 {
+			row.RequestID = core.DistinctRequestID(row.RequestID, job.JobID)
+		}
 		b := c.TemplateImageJob.Create().SetJobID(job.JobID).SetTemplateID(job.TemplateID).SetCreatedAt(t)
 		if err := setJob(b.Mutation(), row, false); err != nil {
 			return err
@@ -35,7 +56,7 @@ func (r jobRepo) Create(ctx context.Context, job *core.Job) error {
 	if err != nil {
 		return mapErr(err, "create job "+job.JobID)
 	}
-	job.CreatedAt, job.UpdatedAt = t, t
+	job.CreatedAt, job.UpdatedAt, job.RequestID = t, t, row.RequestID
 	return nil
 }
 
@@ -163,7 +184,7 @@ func (r jobRepo) Update(ctx context.Context, jobID string, fn func(*core.Job) er
 		}
 		// Identity is not fn's to change.
 		next.JobID, next.TemplateID, next.CreatedAt = cur.JobID, cur.TemplateID, cur.CreatedAt
-		next.UpdatedAt = after(cur.UpdatedAt)
+		next.UpdatedAt = r.sc.s.after(cur.UpdatedAt)
 
 		var n int
 		err = r.sc.do(ctx, func(c *ent.Client) error {

@@ -34,7 +34,7 @@ func (r nodeRepo) Upsert(ctx context.Context, n ports.NodeRecord) error {
 	if strings.TrimSpace(n.NodeID) == "" {
 		return fmt.Errorf("upsert node: %w", &core.FieldError{Field: "node_id", Reason: "is required"})
 	}
-	t := now()
+	t := r.sc.s.now()
 	err := r.sc.do(ctx, func(c *ent.Client) error {
 		// UpdateNewValues leaves the immutable columns (node_id,
 		// created_at) of an existing row alone.

@@ -27,6 +27,7 @@ type Store struct {
 	client  *ent.Client
 	dialect string
 	closed  atomic.Bool
+	clock   dbClock
 }
 
 var _ ports.Store = (*Store)(nil)
@@ -62,7 +63,10 @@ func New(db *sql.DB, dialect string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, client: ent.NewClient(ent.Driver(entsql.OpenDB(ed, db))), dialect: d}, nil
+	s := &Store{db: db, client: ent.NewClient(ent.Driver(entsql.OpenDB(ed, db))), dialect: d}
+	hideSoftDeleted(s.client)
+	s.measureClock(context.Background())
+	return s, nil
 }
 
 // Migrate applies the pending schema migrations of the store's dialect and
@@ -73,6 +77,16 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return migrations.Migrate(ctx, s.db, s.dialect)
+}
+
+// Plan returns, changing nothing, the statements Migrate would run now and
+// notes for a reader (pending files, or an adoption of upstream's schema
+// and what of theirs it keeps).
+func (s *Store) Plan(ctx context.Context) (statements, notes []string, err error) {
+	if err := s.check(); err != nil {
+		return nil, nil, err
+	}
+	return migrations.Plan(ctx, s.db, s.dialect)
 }
 
 // MigrateDSN is the standalone migrate step: open dsn, apply the pending
@@ -121,6 +135,9 @@ func (s *Store) Placements() ports.PlacementRepository { return placementRepo{s.
 
 // Nodes returns the node repository.
 func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
+
+// Names returns the template name repository.
+func (s *Store) Names() ports.NameRepository { return nameRepo{s.root()} }
 
 func (s *Store) root() scope { return scope{s: s, c: s.client} }
 
@@ -181,13 +198,16 @@ func pause(ctx context.Context, attempt int) error {
 	}
 }
 
-// now is the store's clock: UTC, microseconds (what every dialect keeps).
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+// now is the database's clock: ours corrected by the last measured
+// offset (see clock.go), to the microsecond the columns keep.
+func (s *Store) now() time.Time {
+	return time.Now().Add(s.clockOffset()).UTC().Truncate(time.Microsecond)
+}
 
 // after returns now, or prev+1µs when the clock has not moved past prev, so
 // a row's updated_at strictly increases with every write.
-func after(prev time.Time) time.Time {
-	t := now()
+func (s *Store) after(prev time.Time) time.Time {
+	t := s.now()
 	if !t.After(prev) {
 		t = prev.UTC().Add(time.Microsecond)
 	}
@@ -237,3 +257,4 @@ func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo(r)
 func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r) }
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
 func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
+func (r txRepos) Names() ports.NameRepository           { return nameRepo(r) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
@@ -123,6 +124,29 @@ func TestUpdatedAtMicroseconds(t *testing.T) {
 			stored, err := s.Jobs().Get(ctx, j.JobID)
 			if err != nil || !stored.UpdatedAt.Equal(prev) {
 				t.Fatalf("stored UpdatedAt %v, want %v (%v)", stored.UpdatedAt, prev, err)
+			}
+		})
+	}
+}
+
+// TestNowIsTheDatabasesClock: the store stamps rows with the database's
+// clock, so hosts with skewed clocks agree on ages.
+func TestNowIsTheDatabasesClock(t *testing.T) {
+	for _, dialect := range []string{"mysql", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			s, _ := openFresh(t, dialect)
+			q := map[string]string{"mysql": "SELECT UNIX_TIMESTAMP(NOW(6))", "postgres": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"}[dialect]
+			var epoch float64
+			if err := s.DB().QueryRow(q).Scan(&epoch); err != nil {
+				t.Fatal(err)
+			}
+			now, err := s.Now(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := time.Unix(0, int64(epoch*1e9))
+			if d := now.Sub(db); d < -time.Second || d > time.Second {
+				t.Fatalf("store clock %v differs from the database's %v by %v", now, db, d)
 			}
 		})
 	}

@@ -41,7 +41,11 @@ func (r templateRepo) GetDefinitionByAlias(ctx context.Context, alias string) (*
 		return nil, fmt.Errorf("template alias: empty: %w", core.ErrNotFound)
 	}
 	e, err := r.getDef(ctx, r.sc, "template alias "+alias, false, func(c *ent.Client) *ent.TemplateDefinitionQuery {
-		return c.TemplateDefinition.Query().Where(templatedefinition.Alias(alias))
+		return c.TemplateDefinition.Query().Where(templatedefinition.Or(
+			templatedefinition.Alias(alias),
+			// Aliased by an upstream master (display_name only).
+			templatedefinition.And(templatedefinition.AliasIsNil(), templatedefinition.Kind(kindTemplate), templatedefinition.DisplayName(alias)),
+		))
 	})
 	if err != nil {
 		return nil, err
@@ -69,10 +73,13 @@ func (r templateRepo) CreateDefinition(ctx context.Context, def *core.Definition
 	if def == nil {
 		return fmt.Errorf("create template: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	row := *def
 	row.CreatedAt, row.UpdatedAt = t, t
 	err := r.sc.do(ctx, func(c *ent.Client) error {
+		if err := r.sc.purgeSoftDeleted(ctx, c, "t_cube_template_definition", "template_id = ?", def.TemplateID); err != nil {
+			return err
+		}
 		b := c.TemplateDefinition.Create().SetTemplateID(def.TemplateID).SetCreatedAt(t)
 		setDefinition(b.Mutation(), &row, false)
 		return b.Exec(ctx)
@@ -99,7 +106,7 @@ func (r templateRepo) UpdateDefinition(ctx context.Context, templateID string, f
 			return err
 		}
 		next.TemplateID, next.CreatedAt = cur.TemplateID, cur.CreatedAt
-		next.UpdatedAt = after(cur.UpdatedAt)
+		next.UpdatedAt = r.sc.s.after(cur.UpdatedAt)
 		u := sc.c.TemplateDefinition.UpdateOneID(e.ID)
 		setDefinition(u.Mutation(), &next, true)
 		if err := u.Exec(ctx); err != nil {
@@ -126,7 +133,7 @@ func (r templateRepo) UpsertReplica(ctx context.Context, rp *core.Replica) error
 	if rp == nil {
 		return fmt.Errorf("upsert replica: %w", core.ErrInvalidArgument)
 	}
-	t := now()
+	t := r.sc.s.now()
 	err := r.sc.do(ctx, func(c *ent.Client) error {
 		// created_at, template_id and node_id are immutable, so the upsert's
 		// update part leaves them as they were.
@@ -154,6 +161,8 @@ func (r templateRepo) UpsertReplica(ctx context.Context, rp *core.Replica) error
 			SetCompatCheckedUnix(rp.CompatCheckedUnix).
 			OnConflictColumns(templatereplica.FieldTemplateID, templatereplica.FieldNodeID).
 			UpdateNewValues().
+			// A soft-deleted row with the key is replaced, not kept hidden.
+			Update(func(u *ent.TemplateReplicaUpsert) { u.ClearDeletedAt() }).
 			Exec(ctx)
 	})
 	if err != nil {

@@ -65,6 +65,16 @@ func (r jobRepo) Create(ctx context.Context, job *core.Job) error {
 		if err := st.clash(row, ""); err != nil {
 			return err
 		}
+		if row.RequestID == "" {
+			row.RequestID = row.JobID
+		} else {
+			for _, o := range st.jobs {
+				if o.job.RequestID == row.RequestID && o.job.Operation == row.Operation {
+					row.RequestID = core.DistinctRequestID(row.RequestID, row.JobID)
+					break
+				}
+			}
+		}
 		row.CreatedAt = r.sc.s.now()
 		row.UpdatedAt = row.CreatedAt
 		seq := st.nextRev()
@@ -74,7 +84,7 @@ func (r jobRepo) Create(ctx context.Context, job *core.Job) error {
 	if err != nil {
 		return fmt.Errorf("create job %s: %w", job.JobID, err)
 	}
-	job.CreatedAt, job.UpdatedAt = row.CreatedAt, row.UpdatedAt
+	job.CreatedAt, job.UpdatedAt, job.RequestID = row.CreatedAt, row.UpdatedAt, row.RequestID
 	return nil
 }
 

@@ -84,6 +84,9 @@ func (s *Store) Placements() ports.PlacementRepository { return placementRepo{s.
 // Nodes returns the node repository.
 func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
 
+// Names returns the template name repository.
+func (s *Store) Names() ports.NameRepository { return nameRepo{s.root()} }
+
 func (s *Store) root() scope { return scope{s: s} }
 
 // Tx runs fn on a private copy of the data and publishes the copy if fn
@@ -286,6 +289,7 @@ func (r txRepos) Templates() ports.TemplateRepository   { return templateRepo(r)
 func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r) }
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
 func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
+func (r txRepos) Names() ports.NameRepository           { return nameRepo(r) }
 
 // pair keys the tables whose key is two strings.
 type pair struct{ a, b string }
@@ -301,6 +305,13 @@ type state struct {
 	artifacts  map[string]artifactRow
 	placements map[pair]core.Placement // (artifact id, node id)
 	nodes      map[string]ports.NodeRecord
+	names      map[string]nameRow
+}
+
+// nameRow is one entry of the template namespace.
+type nameRow struct {
+	templateID string
+	kind       core.NameKind
 }
 
 // Rows carry seq, the insertion order SQL's auto-increment id gives (the
@@ -328,6 +339,7 @@ func newState() *state {
 		artifacts:  map[string]artifactRow{},
 		placements: map[pair]core.Placement{},
 		nodes:      map[string]ports.NodeRecord{},
+		names:      map[string]nameRow{},
 	}
 }
 
@@ -339,6 +351,7 @@ func (st *state) clone() *state {
 	c.artifacts = maps.Clone(st.artifacts)
 	c.placements = maps.Clone(st.placements)
 	c.nodes = maps.Clone(st.nodes)
+	c.names = maps.Clone(st.names)
 	return &c
 }
 
@@ -353,4 +366,12 @@ func required(field, v string) error {
 		return &core.FieldError{Field: field, Reason: "is required"}
 	}
 	return nil
+}
+
+// Now implements ports.Store: the store's clock (see WithClock).
+func (s *Store) Now(context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, errClosed
+	}
+	return s.now(), nil
 }

@@ -13,13 +13,15 @@ import (
 type templateRepo struct{ sc scope }
 
 // aliasClash reports another definition (any but self) holding d's alias.
-// An empty alias is NULL and never clashes; aliases compare byte for byte.
+// An empty alias is NULL and never clashes; aliases differing only in
+// letter case clash (upstream's case-folded key), others compare byte for
+// byte.
 func (st *state) aliasClash(d *core.Definition, self string) error {
 	if d.Alias == "" {
 		return nil
 	}
 	for id, row := range st.defs {
-		if id != self && row.def.Alias == d.Alias {
+		if id != self && strings.EqualFold(row.def.Alias, d.Alias) {
 			return fmt.Errorf("alias %s is taken by template %s: %w", d.Alias, id, core.ErrConflict)
 		}
 	}

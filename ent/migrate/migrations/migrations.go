@@ -119,7 +119,9 @@ type Applied struct {
 // records them. It refuses to run when an applied migration's checksum no
 // longer matches its file. Versions recorded in the database but unknown to
 // this binary (written by a newer release) are left alone. It returns the
-// versions it applied.
+// versions it applied. A database created by upstream's master (its tables,
+// not Table) is adopted first, by additions only (see adopt.go); the
+// result then starts with Adopted.
 func Migrate(ctx context.Context, db *sql.DB, dialect string) ([]string, error) {
 	d, err := NormalizeDialect(dialect)
 	if err != nil {
@@ -135,8 +137,18 @@ func Migrate(ctx context.Context, db *sql.DB, dialect string) ([]string, error) 
 	}
 	var applied []string
 	err = withLock(ctx, conn, d, func() error {
-		var err error
-		applied, err = apply(ctx, conn, d, ms)
+		adopt, err := needsAdoption(ctx, conn, d)
+		if err != nil {
+			return err
+		}
+		if adopt {
+			if err := runAdoption(ctx, db, conn, d); err != nil {
+				return err
+			}
+			applied = append(applied, Adopted)
+		}
+		more, err := apply(ctx, conn, d, ms, adopt)
+		applied = append(applied, more...)
 		return err
 	})
 	if cerr := conn.Close(); err == nil && cerr != nil && !errors.Is(cerr, sql.ErrConnDone) {
@@ -217,7 +229,10 @@ func placeholders(d string, n int) string {
 	return strings.Join(ps, ", ")
 }
 
-func apply(ctx context.Context, conn *sql.Conn, d string, ms []Migration) ([]string, error) {
+// apply applies the migrations not yet recorded, or, for an adopted
+// database (baseline), records them all without running them: the
+// adoption brought the schema to what they describe.
+func apply(ctx context.Context, conn *sql.Conn, d string, ms []Migration, baseline bool) ([]string, error) {
 	if _, err := conn.ExecContext(ctx, createTable[d]); err != nil {
 		return nil, fmt.Errorf("migrate: create %s: %w", Table, err)
 	}
@@ -234,6 +249,12 @@ func apply(ctx context.Context, conn *sql.Conn, d string, ms []Migration) ([]str
 	var applied []string
 	for _, m := range ms {
 		if _, ok := done[m.Version]; ok {
+			continue
+		}
+		if baseline {
+			if err := record(ctx, conn, d, m); err != nil {
+				return applied, err
+			}
 			continue
 		}
 		if err := applyOne(ctx, conn, d, m); err != nil {
@@ -286,14 +307,22 @@ func applyOne(ctx context.Context, conn *sql.Conn, d string, m Migration) error 
 			return fmt.Errorf("migrate: %s/%s statement %d: %w", d, m.Name, i+1, err)
 		}
 	}
-	ins := "INSERT INTO " + Table + " (version, name, checksum, applied_at) VALUES (" + placeholders(d, 4) + ")"
-	if _, err := ex.ExecContext(ctx, ins, m.Version, m.Name, m.Checksum, time.Now().UTC()); err != nil {
-		return fmt.Errorf("migrate: record %s/%s: %w", d, m.Name, err)
+	if err := record(ctx, ex, d, m); err != nil {
+		return err
 	}
 	if tx != nil {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate: commit %s/%s: %w", d, m.Name, err)
 		}
+	}
+	return nil
+}
+
+// record notes m as applied.
+func record(ctx context.Context, ex execer, d string, m Migration) error {
+	ins := "INSERT INTO " + Table + " (version, name, checksum, applied_at) VALUES (" + placeholders(d, 4) + ")"
+	if _, err := ex.ExecContext(ctx, ins, m.Version, m.Name, m.Checksum, time.Now().UTC()); err != nil {
+		return fmt.Errorf("migrate: record %s/%s: %w", d, m.Name, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // harness runs the builder in process, fed by the layers flattener.
@@ -17,6 +18,11 @@ func (harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { retur
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
+}
+
+func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (ports.TreeFlattener, error) {
+	return layers.Flattener{Limits: layers.Limits{MaxEntries: l.MaxEntries, MaxTotalBytes: l.MaxTotalBytes,
+		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
 func (harness) Capabilities() buildertest.Capabilities {

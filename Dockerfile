@@ -1,0 +1,21 @@
+# The binaries in one image: cubemaster, templatecenter (with the ext4stream
+# builder plugin next to it), nodeagent and cubemastercli.
+#   docker build -t cubetemplatecenter .
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN make build BIN=/out
+
+FROM debian:bookworm-slim
+# e2fsprogs for the mkfs builder; ca-certificates for HTTPS registries.
+RUN apt-get update && apt-get install -y --no-install-recommends e2fsprogs ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/cubemaster /out/templatecenter /out/nodeagent /out/cubemastercli /out/ext4stream /usr/local/bin/
+ENV CUBE_TEMPLATE_CENTER_PLUGIN_DIR=/usr/local/bin
+USER 65534:65534
+ENV XDG_STATE_HOME=/var/lib/cube
+VOLUME ["/var/lib/cube"]
+ENTRYPOINT []
+CMD ["cubemaster", "--help"]

@@ -1,0 +1,194 @@
+package cubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+)
+
+// TestOpenAPIDocumentsEveryRoute: the document served at /openapi.json has
+// exactly the routes the router registers, each with a summary.
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	h := newServer(t, &services{}, "")
+	registered, err := routes.Walk(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := do(h, http.MethodGet, PathOpenAPI, "", nil)
+	if rec.Code != 200 {
+		t.Fatalf("GET /openapi.json: %d", rec.Code)
+	}
+	documented, err := openapi.Paths(rec.Body.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range registered {
+		if !slices.Contains(documented, k) {
+			t.Errorf("%s is served but not documented", k)
+		}
+	}
+	for _, k := range documented {
+		if !slices.Contains(registered, k) {
+			t.Errorf("%s is documented but not served", k)
+		}
+	}
+	for _, op := range Operations() {
+		if op.Summary == "" || len(op.Responses) == 0 {
+			t.Errorf("%s has no summary or responses", op.Key())
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]json.RawMessage `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || doc.Components.Schemas["JobInfo"] == nil {
+		t.Fatalf("schemas missing JobInfo (%v): %s", err, rec.Body.String()[:200])
+	}
+}
+
+func TestReadyReportsEachDependency(t *testing.T) {
+	cases := []struct {
+		name   string
+		checks []Check
+		code   int
+		want   []string
+	}{
+		{"all pass", []Check{
+			{"database", func(context.Context) (string, error) { return "sqlite", nil }},
+			{"nodes", func(context.Context) (string, error) { return "1/1 healthy", nil }},
+		}, 200, []string{`"status":"ready"`, `"detail":"1/1 healthy"`}},
+		{"data plane down", []Check{
+			{"database", func(context.Context) (string, error) { return "", nil }},
+			{"data_plane", func(context.Context) (string, error) { return "", errors.New("connection refused") }},
+		}, 503, []string{`"status":"unavailable"`, `"data_plane":{"status":"failed","error":"connection refused"}`}},
+		{"nothing to check", nil, 200, []string{`"status":"ready"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := New(Config{Token: testToken, Readiness: tc.checks, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := do(h, http.MethodGet, PathReady, "", nil)
+			if rec.Code != tc.code {
+				t.Fatalf("code %d, want %d: %s", rec.Code, tc.code, rec.Body)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(rec.Body.String(), w) {
+					t.Errorf("body %s lacks %s", rec.Body, w)
+				}
+			}
+			if health := do(h, http.MethodGet, PathHealth, "", nil); health.Code != 200 {
+				t.Errorf("/notify/health = %d; it must not depend on anything", health.Code)
+			}
+		})
+	}
+}
+
+// TestInternalErrorsNameKnownCauses: a data plane that refuses the token or
+// cannot be reached is named in ret_msg, never a bare "internal error".
+func TestInternalErrorsNameKnownCauses(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"token refused", fmt.Errorf("job j: forward build: %w", &wire.StatusError{Op: "submit build j", StatusCode: 401}), "CUBE_TEMPLATE_CALLBACK_TOKEN"},
+		{"unreachable", fmt.Errorf("forward build: %w", &url.Error{Op: "Post", URL: "http://127.0.0.1:1/tc/api/v1/build", Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}), "unreachable (dial tcp 127.0.0.1:1: connect: connection refused)"},
+		{"unavailable", &wire.StatusError{Op: "submit build j", StatusCode: 503}, "is unavailable (HTTP 503)"},
+		{"unknown stays generic", errors.New("disk on fire"), `"ret_msg":"internal error"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Token: testToken, TemplateCenterURL: "http://tc:8090", Logger: slog.New(slog.DiscardHandler)}
+			svc := &services{err: tc.err}
+			cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+			h, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := do(h, http.MethodPost, PathFromImage, `{"requestID":"r","source_image_ref":"nginx:1","writable_layer_size":"1Gi"}`, nil)
+			body := rec.Body.String()
+			if !strings.Contains(body, `"ret_code":130593`) || !strings.Contains(body, tc.want) {
+				t.Fatalf("body %s, want 130593 naming %q", body, tc.want)
+			}
+			if strings.Contains(body, "disk on fire") {
+				t.Fatal("an unknown internal error leaked its detail")
+			}
+		})
+	}
+}
+
+func TestMigrateRefusesAnUnconfiguredBackend(t *testing.T) {
+	cases := []struct {
+		configured, requested string
+		code                  string
+	}{
+		{"", "s3", "130400"},
+		{"file", "s3", "130400"},
+		{"s3", "s3", "200"},
+		{"file", "", "200"},
+		{"file", "local", "200"},
+	}
+	for _, tc := range cases {
+		svc := &services{}
+		cfg := Config{Token: testToken, StorageBackend: tc.configured, Logger: slog.New(slog.DiscardHandler)}
+		cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+		h, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := do(h, http.MethodPost, PathMigrate, `{"requestID":"r","template_id":"tpl-1","backend":"`+tc.requested+`"}`, nil)
+		if !strings.Contains(rec.Body.String(), `"ret_code":`+tc.code) {
+			t.Errorf("store %q, backend %q: %s, want ret_code %s", tc.configured, tc.requested, rec.Body, tc.code)
+		}
+		if tc.code != "200" && (len(svc.calls) != 0 || !strings.Contains(rec.Body.String(), "CUBE_S3_ENDPOINT")) {
+			t.Errorf("refused migrate reached the service (%v) or does not name the settings: %s", svc.calls, rec.Body)
+		}
+	}
+}
+
+// TestEnvelopeErrorsAreCounted: public routes answer HTTP 200, so failures
+// are counted by ret_code per route.
+func TestEnvelopeErrorsAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &services{}
+	cfg := Config{Token: testToken, Metrics: m, Gatherer: reg, Logger: slog.New(slog.DiscardHandler)}
+	cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(h, http.MethodGet, PathFromImage, "", nil) // no job_id: 130400
+	do(h, http.MethodGet, PathFromImage, "", nil)
+	do(h, http.MethodGet, PathTemplate, "", nil) // success, not counted
+	rec := do(h, http.MethodGet, PathMetrics, "", nil)
+	body, _ := io.ReadAll(rec.Body)
+	want := `cube_template_http_errors_total{code="130400",method="GET",route="/cube/template/from-image"} 2`
+	if !strings.Contains(string(body), want) {
+		t.Fatalf("/metrics lacks %s:\n%s", want, body)
+	}
+	if strings.Contains(string(body), `route="/cube/template"}`) && strings.Contains(string(body), `http_errors_total{code="200"`) {
+		t.Fatal("a success was counted as an error")
+	}
+}

@@ -1,0 +1,200 @@
+package masterapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/samber/do/v2"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/adapters/nodedir"
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core/control"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// ShutdownTimeout bounds the graceful part of a shutdown: in-flight
+// requests, the current sweep pass and background resumes. Resumes still
+// running then are abandoned; their jobs stay in a post-build phase and the
+// sweeper of the next start replays them.
+const ShutdownTimeout = 30 * time.Second
+
+// Options are what the control plane needs beyond its configuration.
+type Options struct {
+	Config config.Config
+	Logger *slog.Logger
+	// Parts opened elsewhere (dev mode); nil opens them from Config. A
+	// store handed in is already migrated.
+	Store    *entstore.Store
+	Locker   ports.Locker
+	Progress ports.ProgressSink
+	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
+	// startup.DefaultServerTimeouts).
+	ServerTimeouts startup.ServerTimeouts
+}
+
+// Check validates what serve needs before anything is opened or listened
+// on: the tokens, the public API's credentials and the addresses.
+func Check(cfg config.Config) error {
+	// Fail closed: without a shared secret the callback route would be open.
+	if err := auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken); err != nil {
+		return err
+	}
+	if _, err := nodedir.Parse(cfg.Master.Nodes); err != nil {
+		return fmt.Errorf("CUBE_MASTER_NODES: %w", err)
+	}
+	if _, err := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", cfg.Master.TemplateCenterAddr); err != nil {
+		return err
+	}
+	// Without a credential the public API would be refused to all, or
+	// (what the operator more likely meant) open: they must say which.
+	a := cfg.Master.Auth
+	return auth.CheckPublicConfig(a.Enabled, a.SecretKeys, a.BearerTokens)
+}
+
+// Run serves the control plane on ln until ctx ends, then shuts down
+// gracefully.
+func Run(ctx context.Context, o Options, ln net.Listener) error {
+	cfg, log := o.Config, o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := Check(cfg); err != nil {
+		return err
+	}
+	nodes, _ := nodedir.Parse(cfg.Master.Nodes)
+	tcBase, _ := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", cfg.Master.TemplateCenterAddr)
+	base, err := downloadBaseURL(cfg.Master.DownloadBaseURL, cfg.Master.Listen, ln.Addr())
+	if err != nil {
+		return err
+	}
+
+	i := newInjector(wiring{cfg: cfg, log: log, nodes: nodes, tcBase: tcBase, downloadBase: base,
+		store: o.Store, locker: o.Locker, progress: o.Progress})
+	defer i.Shutdown()
+
+	st, err := do.Invoke[*entstore.Store](i)
+	if err != nil {
+		return err
+	}
+	if o.Store == nil {
+		defer st.Close()
+		if cfg.AutoMigrate {
+			if err := startup.Migrate(ctx, st, cfg.Master.DBDSN, log); err != nil {
+				return err
+			}
+		} else {
+			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `cubemaster migrate` out of band")
+		}
+	}
+	dir, err := do.Invoke[*nodedir.Directory](i)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := dir.Start(ctx); err != nil {
+		return err
+	}
+	agent, err := do.Invoke[*cubelet.Client](i)
+	if err != nil {
+		return err
+	}
+	defer agent.Close()
+	svc, err := do.Invoke[*control.Service](i)
+	if err != nil {
+		return err
+	}
+	router, err := do.Invoke[http.Handler](i)
+	if err != nil {
+		return err
+	}
+
+	healthy := 0
+	for _, s := range dir.Statuses() {
+		if s.Healthy {
+			healthy++
+		}
+	}
+	progress := "in-memory"
+	switch {
+	case o.Progress != nil:
+		progress = "shared in-process"
+	case cfg.RedisAddr != "":
+		progress = "redis " + cfg.RedisAddr
+	}
+	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	if a := cfg.Master.Auth; a.Enabled {
+		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
+			"signature_expiry", a.Expiry.String())
+	} else {
+		log.Warn("public API authentication off (CUBE_MASTER_AUTH=false): anyone who reaches " + ln.Addr().String() +
+			" may create and delete templates; download tokens and registry credentials are still redacted from answers")
+	}
+	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
+		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
+		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
+
+	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+
+	log.Info("cubemaster shutting down", "timeout", ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("HTTP server did not drain", "err", err)
+	}
+	close(stopSweep)
+	select {
+	case <-sweepDone:
+	case <-sctx.Done():
+		log.Warn("sweep pass still running at the shutdown deadline; its jobs are replayed after restart")
+	}
+	if err := svc.Wait(sctx); err != nil {
+		log.Warn("background resumes still running at the shutdown deadline; the sweeper replays them after restart", "err", err)
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	log.Info("cubemaster stopped")
+	return serveErr
+}
+
+// downloadBaseURL is the base URL nodes download artifacts from: the
+// configured one, else http://<listen host>:<bound port>, with 127.0.0.1
+// for an empty or unspecified (0.0.0.0, ::) host. The master serves the
+// download route itself (proxied to the template center), so its own
+// address is what nodes need.
+func downloadBaseURL(configured, listen string, bound net.Addr) (string, error) {
+	if configured != "" {
+		return wire.ParseBaseURL("CUBE_MASTER_DOWNLOAD_BASE_URL", configured)
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("CUBE_MASTER_LISTEN %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	_, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", err
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}

@@ -1,0 +1,246 @@
+package masterapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/samber/do/v2"
+
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
+	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
+	"github.com/cubesandbox/templatecenter/adapters/nodedir"
+	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
+	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
+	"github.com/cubesandbox/templatecenter/adapters/sealer"
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/adapters/system"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// wiring is what the injector needs beyond the config: values checked or
+// derived at start-up, and parts handed in by Options.
+type wiring struct {
+	cfg   config.Config
+	log   *slog.Logger
+	nodes []ports.Node
+	// tcBase is the data plane's normalized base URL; downloadBase the base
+	// URL nodes download artifacts from.
+	tcBase       string
+	downloadBase string
+
+	store    *entstore.Store
+	locker   ports.Locker
+	progress ports.ProgressSink
+}
+
+// redisSink closes its connection when the injector shuts down.
+type redisSink struct {
+	*redisprogress.Sink
+}
+
+func (s redisSink) Shutdown() error { s.Close(); return nil }
+
+// newInjector wires the control plane's adapters with samber/do. Providers
+// are lazy: nothing is opened until Run invokes it.
+func newInjector(w wiring) *do.RootScope {
+	cfg, log := w.cfg, w.log
+	i := do.New()
+	do.ProvideValue(i, cfg)
+	do.ProvideValue(i, log)
+	do.Provide(i, func(do.Injector) (*entstore.Store, error) {
+		if w.store != nil {
+			return w.store, nil
+		}
+		return startup.OpenStore(context.Background(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
+	})
+	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
+		if w.locker != nil {
+			return w.locker, nil
+		}
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		return startup.Locker(st, cfg.Master.DBDSN)
+	})
+	do.Provide(i, func(i do.Injector) (*nodedir.Directory, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		// CUBE_MASTER_NODES merged with t_cube_template_node, read again
+		// on every probe tick.
+		src := &nodedir.StoreSource{Static: w.nodes, Repo: st.Nodes(), Logger: log}
+		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
+	})
+	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
+		req := requestOptions(cfg.Master.Request)
+		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout}), nil
+	})
+	do.Provide(i, func(do.Injector) (*tcclient.Client, error) {
+		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
+	})
+	do.Provide(i, func(do.Injector) (ports.ProgressSink, error) {
+		if w.progress != nil {
+			return w.progress, nil
+		}
+		if cfg.RedisAddr == "" {
+			return memprogress.New(), nil
+		}
+		// Connected on first use: a Redis outage degrades live progress,
+		// it does not keep the master from starting.
+		return redisSink{Sink: redisprogress.Connect(cfg.RedisAddr, redisprogress.Options{})}, nil
+	})
+	do.Provide(i, func(do.Injector) (*prometheus.Registry, error) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		return reg, nil
+	})
+	do.Provide(i, func(i do.Injector) (*metrics.Metrics, error) {
+		return metrics.New(do.MustInvoke[*prometheus.Registry](i), metrics.ControlPlane)
+	})
+	do.Provide(i, func(i do.Injector) (*control.Service, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := do.Invoke[*nodedir.Directory](i)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := do.Invoke[*tcclient.Client](i)
+		if err != nil {
+			return nil, err
+		}
+		prog, err := do.Invoke[ports.ProgressSink](i)
+		if err != nil {
+			return nil, err
+		}
+		legacy, err := hostfiles.NewLegacyArtifacts(cfg.Master.LocalArtifactDirs)
+		if err != nil {
+			return nil, err
+		}
+		agent := meteredAgent{NodeAgent: do.MustInvoke[*cubelet.Client](i), m: do.MustInvoke[*metrics.Metrics](i)}
+		svc := &control.Service{
+			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
+			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
+			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
+				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce},
+		}
+		// Registry credentials are sealed with a key derived from the
+		// callback token every master replica shares.
+		if cfg.CallbackToken != "" {
+			if sl, err := sealer.FromSecret(cfg.CallbackToken); err == nil {
+				svc.Sealer = sl
+			} else {
+				log.Warn("registry credentials are not kept for redo: the callback token is too short to derive a sealing key", "err", err)
+			}
+		}
+		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
+			svc.Envd = envd
+			log.Info("envd injection available", "path", envd.Path)
+		} else {
+			log.Info("envd injection disabled: no envd binary", "dir", cfg.Master.EnvdHostDir)
+		}
+		return svc, nil
+	})
+	do.Provide(i, func(i do.Injector) (http.Handler, error) {
+		svc, err := do.Invoke[*control.Service](i)
+		if err != nil {
+			return nil, err
+		}
+		st := do.MustInvoke[*entstore.Store](i)
+		dir := do.MustInvoke[*nodedir.Directory](i)
+		var public *auth.Public
+		if a := cfg.Master.Auth; a.Enabled {
+			public = auth.NewPublic(auth.PublicConfig{SecretKeys: a.SecretKeys, BearerTokens: a.BearerTokens, Expiry: a.Expiry})
+		}
+		return cubeapi.New(cubeapi.Config{
+			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken, PublicAuth: public,
+			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
+			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
+			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
+			Readiness:      readiness(st, dir, w.tcBase),
+			StorageBackend: cfg.Backend(),
+			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
+			Logger: log,
+		})
+	})
+	return i
+}
+
+// requestOptions are the node request settings the cubelet client and the
+// preview route share.
+func requestOptions(r config.RequestSettings) cubelet.RequestOptions {
+	return cubelet.RequestOptions{
+		EnableExposedPort: r.EnableExposedPort, ExposedPortList: r.ExposedPortList,
+		BlkQos: r.BlkQos, BlkQosByInstanceType: r.BlkQosMap, FsQos: r.FsQos, FsQosByInstanceType: r.FsQosMap,
+		Region: r.Region, AllowedHostMountPrefixes: r.HostMountPrefixes,
+	}
+}
+
+// renderCubelet renders POST /cube/sandbox/preview's cubelet_request: the
+// Cubelet request, as upstream's preview marshals it.
+func renderCubelet(o cubelet.RequestOptions) cubeapi.CubeletRenderer {
+	return func(req *core.SandboxRequest) (any, error) { return o.RunRequest(req) }
+}
+
+// readiness is what /ready checks: the database answers, the data plane's
+// /health answers 200, and at least one node is healthy.
+func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cubeapi.Check {
+	hc := &http.Client{Timeout: 3 * time.Second}
+	return []cubeapi.Check{
+		{Name: "database", Run: func(ctx context.Context) (string, error) {
+			return st.Dialect(), st.DB().PingContext(ctx)
+		}},
+		{Name: "data_plane", Run: func(ctx context.Context) (string, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, tcBase+"/health", nil)
+			if err != nil {
+				return tcBase, err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return tcBase, fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return tcBase, fmt.Errorf("GET %s/health answered %s", tcBase, resp.Status)
+			}
+			return tcBase, nil
+		}},
+		{Name: "nodes", Run: func(context.Context) (string, error) {
+			all := dir.Statuses()
+			healthy := 0
+			for _, s := range all {
+				if s.Healthy {
+					healthy++
+				}
+			}
+			detail := fmt.Sprintf("%d/%d healthy", healthy, len(all))
+			switch {
+			case len(all) == 0:
+				return detail, fmt.Errorf("no nodes: set CUBE_MASTER_NODES or add rows to t_cube_template_node")
+			case healthy == 0:
+				return detail, fmt.Errorf("no node is healthy")
+			}
+			return detail, nil
+		}},
+	}
+}

@@ -1,0 +1,220 @@
+package tcapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/samber/do/v2"
+
+	"github.com/cubesandbox/templatecenter/adapters/builder/mkfs"
+	"github.com/cubesandbox/templatecenter/adapters/builder/plugin"
+	"github.com/cubesandbox/templatecenter/adapters/layercache"
+	"github.com/cubesandbox/templatecenter/adapters/layers"
+	"github.com/cubesandbox/templatecenter/adapters/registry"
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// Options are what the data plane needs beyond its configuration.
+type Options struct {
+	Config config.Config
+	Logger *slog.Logger
+	// Builder overrides Config.Builder (the one-shot --builder flag).
+	Builder string
+	// InsecureRegistries and TrustedRegistries add to the configured
+	// lists (--insecure-registry, --allow-registry).
+	InsecureRegistries []string
+	TrustedRegistries  []string
+
+	// Parts opened elsewhere (dev mode); nil opens them from Config.
+	Store         *entstore.Store
+	Locker        ports.Locker
+	Progress      ports.ProgressSink
+	RootfsBuilder ports.RootfsBuilder
+	// RegistryObserver, when set, is told of layer cache lookups and
+	// pulled bytes (the service passes its metrics).
+	RegistryObserver registry.Observer
+	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
+	// startup.DefaultServerTimeouts).
+	ServerTimeouts startup.ServerTimeouts
+	// LongLived (serve): decoded layers kept in the layer cache are
+	// fsynced in the background so that they survive a reboot; a one-shot
+	// build leaves that out (its exit would wait for the fsync).
+	LongLived bool
+}
+
+func (o Options) log() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// insecure and trusted are the registry lists with the flags added.
+func (o Options) insecure() []string {
+	return append(append([]string(nil), o.Config.InsecureRegistries...), o.InsecureRegistries...)
+}
+
+func (o Options) trusted() []string {
+	return append(append([]string(nil), o.Config.TrustedRegistries...), o.TrustedRegistries...)
+}
+
+// pluginBuilder adapts the plugin host to do's shutdown hook.
+type pluginBuilder struct{ *plugin.Builder }
+
+func (p pluginBuilder) Shutdown() error { return p.Close() }
+
+// NewBuildInjector wires the build pipeline's adapters. ctx bounds the
+// start of a builder plugin.
+func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
+	cfg := o.Config
+	i := do.New()
+	do.ProvideValue(i, cfg)
+	do.Provide(i, func(do.Injector) (*layercache.Cache, error) {
+		dir := cfg.LayerCacheDir
+		if dir == "" {
+			dir = filepath.Join(cfg.WorkDir, "layer-cache")
+		}
+		c, err := layercache.Open(dir, cfg.LayerCacheMaxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("layer cache %s (CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR): %w", dir, err)
+		}
+		if o.LongLived {
+			go syncDerived(ctx, c)
+		}
+		return c, nil
+	})
+	do.Provide(i, func(i do.Injector) (ports.ImageSource, error) {
+		cache, err := do.Invoke[*layercache.Cache](i)
+		if err != nil {
+			return nil, err
+		}
+		src, err := registry.New(registry.Options{
+			Cache:             cache,
+			InsecureHosts:     o.insecure(),
+			AllowLocalLayouts: cfg.AllowLocalLayouts,
+			DockerConfigPath:  dockerConfigPath(),
+			IdleTimeout:       cfg.RegistryTimeout,
+			Egress: registry.EgressPolicy{
+				AllowPrivate:  cfg.RegistryAllowPrivate,
+				AllowLoopback: cfg.RegistryAllowLoopback,
+				TrustedHosts:  o.trusted(),
+			},
+			Observer: o.RegistryObserver,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return explained{ImageSource: src, timeout: cfg.RegistryTimeout}, nil
+	})
+	do.Provide(i, func(do.Injector) (ports.TreeFlattener, error) {
+		return layers.Flattener{Limits: layers.DefaultLimits()}, nil
+	})
+	do.Provide(i, func(do.Injector) (ports.RootfsBuilder, error) {
+		if o.RootfsBuilder != nil {
+			return o.RootfsBuilder, nil
+		}
+		name := o.Builder
+		if name == "" {
+			name = cfg.Builder
+		}
+		// Built-in builders run in this process; any other name, or
+		// "plugin:<name>", is a plugin binary (plugin:ext4stream runs the
+		// ext4stream builder out of process).
+		switch name {
+		case "mkfs":
+			// Stage on tmpfs when there is room for a large image.
+			return mkfs.New(mkfs.Options{WorkDir: mkfs.FastWorkDir(cfg.WorkDir, 8<<30)}), nil
+		case ext4build.Name:
+			return ext4build.New(), nil
+		}
+		name = strings.TrimPrefix(name, "plugin:")
+		path, err := pluginPath(cfg.PluginDir, name)
+		if err != nil {
+			return nil, err
+		}
+		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks sends the tree in gRPC
+		// messages instead of a named pipe (the benchmark compares both).
+		b, err := plugin.Load(ctx, path, plugin.Options{Chunks: os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE") == "chunks"})
+		if err != nil {
+			return nil, fmt.Errorf("load builder plugin %s: %w", name, err)
+		}
+		return pluginBuilder{b}, nil
+	})
+	do.Provide(i, func(i do.Injector) (*pipeline.Pipeline, error) {
+		src, err := do.Invoke[ports.ImageSource](i)
+		if err != nil {
+			return nil, err
+		}
+		fl, err := do.Invoke[ports.TreeFlattener](i)
+		if err != nil {
+			return nil, err
+		}
+		b, err := do.Invoke[ports.RootfsBuilder](i)
+		if err != nil {
+			return nil, err
+		}
+		return &pipeline.Pipeline{
+			Source: src, Flattener: fl, Builder: b, ScratchDir: cfg.WorkDir,
+			HeadroomBytes: cfg.HeadroomBytes, HeadroomInodes: cfg.HeadroomInodes, MaxSizeBytes: cfg.MaxImageBytes,
+		}, nil
+	})
+	return i
+}
+
+// syncDerived makes decoded layers durable now and then, off the builds'
+// path.
+func syncDerived(ctx context.Context, c *layercache.Cache) {
+	t := time.NewTicker(2 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = c.SyncDerived(ctx)
+		}
+	}
+}
+
+// pluginPath finds a builder plugin binary: in the configured plugin dir,
+// else next to this executable.
+func pluginPath(dir, name string) (string, error) {
+	if filepath.Base(name) != name || name == "." || name == ".." {
+		return "", fmt.Errorf("builder %q: a plugin is named by its file name in the plugin directory", name)
+	}
+	if dir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Dir(exe)
+	}
+	p := filepath.Join(dir, name)
+	if st, err := os.Stat(p); err != nil || st.IsDir() {
+		return "", fmt.Errorf("builder %q: no plugin binary at %s (set CUBE_TEMPLATE_CENTER_PLUGIN_DIR, or CUBE_TEMPLATE_CENTER_BUILDER=ext4stream)", name, p)
+	}
+	return p, nil
+}
+
+func dockerConfigPath() string {
+	if d := os.Getenv("DOCKER_CONFIG"); d != "" {
+		return filepath.Join(d, "config.json")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(h, ".docker", "config.json")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}

@@ -1,0 +1,361 @@
+package tcapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/samber/do/v2"
+
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
+	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
+	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
+	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
+	"github.com/cubesandbox/templatecenter/adapters/system"
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// ShutdownTimeout bounds the graceful part of a shutdown.
+const ShutdownTimeout = 30 * time.Second
+
+// Check validates what serve needs before anything is opened.
+func Check(cfg config.Config) error {
+	// Fail closed: without a shared secret the internal API would be open.
+	return auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken)
+}
+
+// Run serves the data plane on ln until ctx ends, then shuts down
+// gracefully. It migrates the schema unless o.Store was handed in (its
+// owner did).
+func Run(ctx context.Context, o Options, ln net.Listener) error {
+	cfg, log := o.Config, o.log()
+	if err := Check(cfg); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		return fmt.Errorf("work dir %s (CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR): %w", cfg.WorkDir, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg, metrics.DataPlane)
+	if err != nil {
+		return err
+	}
+	if o.RegistryObserver == nil {
+		o.RegistryObserver = m
+	}
+	o.LongLived = true
+	i := NewBuildInjector(ctx, o)
+	defer i.Shutdown()
+	do.ProvideValue(i, reg)
+	do.ProvideValue(i, m)
+	provideServe(i, o)
+
+	st, err := do.Invoke[*entstore.Store](i)
+	if err != nil {
+		return err
+	}
+	if o.Store == nil {
+		defer st.Close()
+		if cfg.AutoMigrate {
+			if err := startup.Migrate(ctx, st, cfg.DBDSN, log); err != nil {
+				return err
+			}
+		} else {
+			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
+		}
+	}
+	exec, err := do.Invoke[*data.Executor](i)
+	if err != nil {
+		return err
+	}
+	rec, err := do.Invoke[*data.Reconciler](i)
+	if err != nil {
+		return err
+	}
+	router, err := do.Invoke[http.Handler](i)
+	if err != nil {
+		return err
+	}
+	b := do.MustInvoke[ports.RootfsBuilder](i)
+	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
+		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", cfg.Backend(),
+		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
+		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
+		"registry_allow_loopback", cfg.RegistryAllowLoopback, "registry_allow_private", cfg.RegistryAllowPrivate,
+		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds)
+
+	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	recCtx, stopRec := context.WithCancel(ctx)
+	defer stopRec()
+	go func() {
+		if err := rec.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("reconciler stopped", "err", err)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("templatecenter shutting down", "timeout", ShutdownTimeout.String())
+	stopRec()
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	err = exec.Shutdown(sctx)
+	log.Info("templatecenter stopped")
+	return err
+}
+
+// HeartbeatFor is how often a running build re-reports its status: the
+// executor's default (a minute), but at most a quarter of the shortest
+// reconciler window that judges running builds by their reports, so a
+// live build is never failed as abandoned between two heartbeats, whatever
+// the windows are set to. Replicas share their settings, so the reconciler
+// of one judges the builds of another by the same rule.
+func HeartbeatFor(rc config.Reconcile) time.Duration {
+	hb := data.DefaultHeartbeatEvery
+	running := rc.RunningStaleAfter
+	if rc.StaleAfter > 0 {
+		running = rc.StaleAfter
+	}
+	for _, w := range []time.Duration{rc.PullingStaleAfter, running} {
+		if w > 0 && w/4 < hb {
+			hb = w / 4
+		}
+	}
+	return max(hb, 100*time.Millisecond)
+}
+
+func storeDescription(cfg config.Config) string {
+	switch {
+	case cfg.ArtifactStoreURL != "":
+		return cfg.ArtifactStoreURL
+	case cfg.S3.Enabled():
+		return "s3://" + cfg.S3.Bucket + "/" + cfg.S3.Prefix + " at " + cfg.S3.Endpoint
+	}
+	return "file://" + cfg.ArtifactStoreDir
+}
+
+func progressDescription(o Options) string {
+	switch {
+	case o.Progress != nil:
+		return "shared in-process"
+	case o.Config.RedisAddr != "":
+		return "redis " + o.Config.RedisAddr
+	}
+	return "in-memory"
+}
+
+// provideServe adds the long-running service's parts to the injector built
+// for the pipeline (which already holds the metrics and their registry).
+func provideServe(i do.Injector, o Options) {
+	cfg, log := o.Config, o.log()
+	do.ProvideValue(i, log)
+	do.Provide(i, func(do.Injector) (*entstore.Store, error) {
+		if o.Store != nil {
+			return o.Store, nil
+		}
+		return startup.OpenStore(context.Background(), "CUBE_TEMPLATE_CENTER_DB_DSN", cfg.DBDSN)
+	})
+	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
+		if o.Locker != nil {
+			return o.Locker, nil
+		}
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		return startup.Locker(st, cfg.DBDSN)
+	})
+	do.Provide(i, func(do.Injector) (*artifactstore.Store, error) {
+		return OpenArtifactStore(context.Background(), cfg)
+	})
+	do.Provide(i, func(do.Injector) (ports.ProgressSink, error) {
+		if o.Progress != nil {
+			return o.Progress, nil
+		}
+		if cfg.RedisAddr == "" {
+			return memprogress.New(), nil
+		}
+		// Connected on first use: a Redis outage degrades live progress,
+		// it does not keep the data plane from starting.
+		return redisprogress.Connect(cfg.RedisAddr, redisprogress.Options{}), nil
+	})
+	do.Provide(i, func(i do.Injector) (ports.StatusReporter, error) {
+		var up *masterclient.UpstreamPeer
+		if cfg.UpstreamMaster {
+			blobs, err := do.Invoke[*artifactstore.Store](i)
+			if err != nil {
+				return nil, err
+			}
+			up = upstreamPeer(cfg, blobs)
+		}
+		return masterclient.New(masterclient.Config{
+			BaseURL: cfg.MasterAddr, Token: cfg.CallbackToken, Logger: log, Metrics: do.MustInvoke[*metrics.Metrics](i),
+			Upstream: up,
+		})
+	})
+	do.Provide(i, func(i do.Injector) (*data.Executor, error) {
+		st := do.MustInvoke[*entstore.Store](i)
+		blobs, err := do.Invoke[*artifactstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		p, err := do.Invoke[*pipeline.Pipeline](i)
+		if err != nil {
+			return nil, err
+		}
+		p.Store = blobs
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := do.Invoke[ports.StatusReporter](i)
+		if err != nil {
+			return nil, err
+		}
+		prog, err := do.Invoke[ports.ProgressSink](i)
+		if err != nil {
+			return nil, err
+		}
+		m := do.MustInvoke[*metrics.Metrics](i)
+		e := &data.Executor{
+			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
+			Clock: system.Clock{}, IDs: system.IDs{},
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), Logger: log, OnDone: func(o data.Outcome) {
+				if o.Result != nil {
+					for ph, d := range o.Result.Phases {
+						m.ObservePhase(string(ph), d)
+					}
+				}
+			}},
+		}
+		m.ActiveBuildsFrom(e.Running)
+		return e, nil
+	})
+	do.Provide(i, func(i do.Injector) (*data.Deleter, error) {
+		blobs, err := do.Invoke[*artifactstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs}, nil
+	})
+	do.Provide(i, func(i do.Injector) (*data.Reconciler, error) {
+		d := do.MustInvoke[*data.Deleter](i)
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		rc := cfg.Reconcile
+		running := rc.RunningStaleAfter
+		if rc.StaleAfter > 0 {
+			running = rc.StaleAfter
+		}
+		return &data.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
+			Config: data.ReconcilerConfig{
+				Disabled: rc.Disabled, Interval: rc.Interval, PendingStaleAfter: rc.PendingStaleAfter,
+				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,
+				DeleteArtifact: d.Delete, ScratchDir: cfg.WorkDir, Logger: log,
+			}}, nil
+	})
+	do.Provide(i, func(i do.Injector) (http.Handler, error) {
+		st := do.MustInvoke[*entstore.Store](i)
+		blobs := do.MustInvoke[*artifactstore.Store](i)
+		return tcapi.New(tcapi.Config{
+			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken,
+			Builds:    do.MustInvoke[*data.Executor](i),
+			Deleter:   deleterFunc(do.MustInvoke[*data.Deleter](i).Delete),
+			Artifacts: st.Artifacts(),
+			Store:     blobs,
+			Uploads:   data.UploadRecorder{Artifacts: st.Artifacts()},
+			Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: cfg.ReleaseManifest},
+				Clock: system.Clock{}, ManifestSource: cfg.ReleaseManifest},
+			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
+			LocalPath: localPath(cfg),
+			SpoolDir:  cfg.WorkDir,
+			Metrics:   do.MustInvoke[*metrics.Metrics](i),
+			Gatherer:  do.MustInvoke[*prometheus.Registry](i),
+			Logger:    log,
+		}), nil
+	})
+}
+
+type deleterFunc func(ctx context.Context, artifactID string) error
+
+func (f deleterFunc) DeleteArtifact(ctx context.Context, id string) error { return f(ctx, id) }
+
+// upstreamArtifactURLTTL is how long the presigned artifact_url an
+// upstream master distributes stays valid: upstream's own data plane signs
+// for 7 days, the longest S3 allows.
+const upstreamArtifactURLTTL = 7 * 24 * time.Hour
+
+// upstreamPeer tells an upstream master where the bytes are: the file of a
+// local store (which must be the master's own artifact directory, see
+// docs/compatibility.md), or a presigned URL of an object store.
+func upstreamPeer(cfg config.Config, blobs *artifactstore.Store) *masterclient.UpstreamPeer {
+	lp := localPath(cfg)
+	return &masterclient.UpstreamPeer{
+		LocalPath: func(a *core.Artifact) string {
+			if lp == nil {
+				return ""
+			}
+			return lp(core.ObjectKeyOf(a))
+		},
+		SignURL: func(ctx context.Context, a *core.Artifact) (string, error) {
+			return blobs.SignedURL(ctx, core.ObjectKeyOf(a), upstreamArtifactURLTTL)
+		},
+	}
+}
+
+// localPath maps a store key to its file when the artifact store is the
+// local directory (CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR); nil otherwise.
+func localPath(cfg config.Config) func(key string) string {
+	if cfg.ArtifactStoreURL != "" || cfg.S3.Enabled() {
+		return nil
+	}
+	dir, err := filepath.Abs(cfg.ArtifactStoreDir)
+	if err != nil {
+		return nil
+	}
+	return func(key string) string { return filepath.Join(dir, filepath.FromSlash(key)) }
+}
+
+// OpenArtifactStore picks the artifact store: an explicit URL, else S3 when
+// fully configured, else the local directory (created if missing).
+func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.Store, error) {
+	switch {
+	case cfg.ArtifactStoreURL != "":
+		return artifactstore.Open(ctx, cfg.ArtifactStoreURL)
+	case cfg.S3.Enabled():
+		return artifactstore.OpenS3(ctx, artifactstore.S3Config{
+			Endpoint: cfg.S3.Endpoint, Bucket: cfg.S3.Bucket, Region: cfg.S3.Region, AccessKey: cfg.S3.AccessKey,
+			SecretKey: cfg.S3.SecretKey, UsePathStyle: cfg.S3.UsePathStyle, UseSSL: cfg.S3.UseSSL, Prefix: cfg.S3.Prefix,
+		})
+	}
+	dir, err := filepath.Abs(cfg.ArtifactStoreDir)
+	if err != nil {
+		return nil, err
+	}
+	return artifactstore.Open(ctx, "file://"+dir+"?create_dir=1")
+}

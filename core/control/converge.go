@@ -1,0 +1,136 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// ConvergeRequestPrefix starts the request id of the redo jobs convergence
+// submits, so job listings tell them from a person's redo.
+const ConvergeRequestPrefix = "converge-"
+
+// Converge is one convergence pass: every READY or PARTIALLY_READY
+// template whose distribution scope (its create request's; empty: every
+// node of its instance type) includes a healthy node without a READY
+// replica gets a redo limited to those nodes. A node that was down when
+// the template was distributed, or one that joined the directory later,
+// so gets the template without anyone asking.
+//
+// It is bounded (Config.ConvergeAtOnce jobs a pass), idempotent (a
+// template with an active job is left to it; the redo's own rules — one
+// active job per template, the template's lock, the artifact's lock —
+// apply), and backs off (Config.ConvergeBackoff) after a convergence job
+// of the template failed, so a node that keeps failing is not hammered. It
+// returns the jobs it started.
+func (s *Service) Converge(ctx context.Context) ([]*core.Job, error) {
+	if s.cfg().ConvergeDisabled {
+		return nil, nil
+	}
+	defs, err := s.Store.Templates().ListDefinitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var started []*core.Job
+	var errs []error
+	for _, d := range defs {
+		if len(started) >= s.cfg().ConvergeAtOnce {
+			break
+		}
+		job, err := s.convergeOne(ctx, d)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("converge %s: %w", d.TemplateID, err))
+			continue
+		}
+		if job != nil {
+			started = append(started, job)
+		}
+	}
+	return started, errors.Join(errs...)
+}
+
+// convergeOne starts the redo that brings d to its missing nodes, or
+// returns nil when there is nothing to do (yet).
+func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Job, error) {
+	if d.Status != core.TemplateReady && d.Status != core.TemplatePartiallyReady {
+		return nil, nil
+	}
+	latest, err := s.Store.Jobs().Latest(ctx, d.TemplateID)
+	if isNotFound(err) {
+		return nil, nil // a synchronous template: no image request to redo
+	}
+	if err != nil {
+		return nil, err
+	}
+	if latest.Status.Active() || latest.Status == core.JobBuilt || strings.TrimSpace(latest.RequestJSON) == "" {
+		return nil, nil
+	}
+	if latest.Operation == core.OpRedo && latest.Status == core.JobFailed && strings.HasPrefix(latest.RequestID, ConvergeRequestPrefix) &&
+		s.storeNow(ctx).Sub(latest.UpdatedAt) < s.cfg().ConvergeBackoff {
+		return nil, nil
+	}
+	req, err := core.DecodeRequestJSON(latest.RequestJSON)
+	if err != nil {
+		return nil, nil // not a from-image template
+	}
+	nodes, err := s.Nodes.HealthyNodes(ctx, firstString(d.InstanceType, core.DefaultInstanceType))
+	if err != nil {
+		return nil, err
+	}
+	replicas, err := s.Store.Templates().ListReplicas(ctx, d.TemplateID)
+	if err != nil {
+		return nil, err
+	}
+	missing := missingNodes(inScope(nodes, req.DistributionScope), replicas)
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	job, err := s.Redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing})
+	var active *core.ActiveJobError
+	if errors.As(err, &active) || errors.Is(err, core.ErrNoTemplateNodes) {
+		return nil, nil // someone else is at work, or the node left again
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log().Info("converging template onto nodes", "template", d.TemplateID, "nodes", missing, "job", job.JobID)
+	return job, nil
+}
+
+// inScope keeps the nodes a template's scope names (by id or IP); an empty
+// scope names them all.
+func inScope(nodes []ports.Node, scope []string) []ports.Node {
+	if len(scope) == 0 {
+		return nodes
+	}
+	var out []ports.Node
+	for _, n := range nodes {
+		if slices.Contains(scope, n.ID) || (n.IP != "" && slices.Contains(scope, n.IP)) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// missingNodes are the nodes without a READY replica, sorted by id.
+func missingNodes(nodes []ports.Node, replicas []*core.Replica) []string {
+	ready := map[string]bool{}
+	for _, r := range replicas {
+		if r.Status == core.ReplicaReady && !r.CleanupRequired {
+			ready[r.NodeID] = true
+		}
+	}
+	var out []string
+	for _, n := range nodes {
+		if !ready[n.ID] {
+			out = append(out, n.ID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

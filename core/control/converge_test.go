@@ -1,0 +1,85 @@
+package control_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+// TestNodesConvergeOnTheirOwn: node-2 is down when the template is
+// distributed, comes back, and gets the template from the next sweep
+// without a redo call; node-3 joins the directory later and gets it too.
+func TestNodesConvergeOnTheirOwn(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2", "node-3")
+	e.setHealthy("node-1")
+	job := e.ready("tpl-conv", fpA)
+	eq(t, "first", job.Status, core.JobReady)
+	eq(t, "replicas at first", len(e.replicas("tpl-conv")), 1)
+
+	e.setHealthy("node-1", "node-2")
+	e.svc.SweepOnce(e.ctx)
+	e.wait()
+	reps := e.replicas("tpl-conv")
+	if r := reps["node-2"]; r == nil || r.Status != core.ReplicaReady {
+		t.Fatalf("node-2 after it came back: %+v", r)
+	}
+	latest := mustLatest(t, e, "tpl-conv")
+	eq(t, "convergence job", latest.Operation, core.OpRedo)
+	if !strings.HasPrefix(latest.RequestID, "converge-") {
+		t.Errorf("convergence job request id %q", latest.RequestID)
+	}
+	eqSlice(t, "convergence scope", latest.RedoScope, []string{"node-2"})
+
+	// A pass with nothing to do starts nothing.
+	before := len(e.agent.CreateImageCalls())
+	started, err := e.svc.Converge(e.ctx)
+	if err != nil || len(started) != 0 {
+		t.Fatalf("idle pass started %d jobs, %v", len(started), err)
+	}
+
+	e.setHealthy("node-1", "node-2", "node-3") // joins later
+	e.svc.SweepOnce(e.ctx)
+	e.wait()
+	if r := e.replicas("tpl-conv")["node-3"]; r == nil || r.Status != core.ReplicaReady {
+		t.Fatalf("node-3 after it joined: %+v", r)
+	}
+	eq(t, "def status", e.def("tpl-conv").Status, core.TemplateReady)
+	eq(t, "node-1 untouched", len(e.agent.CreateImageCalls())-before, 1)
+}
+
+// TestConvergenceRespectsScopeAndBacksOff: a template scoped to node-1 never
+// goes to node-2; a node that keeps failing is retried only after the
+// backoff.
+func TestConvergenceRespectsScopeAndBacksOff(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2")
+	req := request("tpl-scoped")
+	req.DistributionScope = []string{"node-1"}
+	job := e.create(req)
+	e.build(job.JobID, fpA)
+	e.wait()
+	started, err := e.svc.Converge(e.ctx)
+	if err != nil || len(started) != 0 {
+		t.Fatalf("converged a scoped template: %d, %v", len(started), err)
+	}
+
+	e2 := newEnv(t, "node-1", "node-2")
+	e2.setHealthy("node-1")
+	e2.ready("tpl-flaky", fpB)
+	e2.setHealthy("node-1", "node-2")
+	e2.createFail["node-2"] = errors.New("disk full")
+	started, err = e2.svc.Converge(e2.ctx)
+	if err != nil || len(started) != 1 {
+		t.Fatalf("first pass: %d, %v", len(started), err)
+	}
+	e2.wait()
+	if started, _ := e2.svc.Converge(e2.ctx); len(started) != 0 {
+		t.Fatal("a failing node was retried at once")
+	}
+	e2.clock.Advance(11 * time.Minute)
+	if started, _ := e2.svc.Converge(e2.ctx); len(started) != 1 {
+		t.Fatal("a failing node was not retried after the backoff")
+	}
+}

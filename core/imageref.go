@@ -1,0 +1,261 @@
+package core
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// MaxImageRefLen is the width of the source_image_ref columns.
+const MaxImageRefLen = 1024
+
+// MaxRepositoryLen is the distribution spec's limit on a repository name.
+const MaxRepositoryLen = 255
+
+// LocalLayoutScheme is the one scheme a reference may carry: an OCI layout
+// on the data plane's disk, refused there unless its operator allowed
+// local layouts (CUBE_TEMPLATE_CENTER_ALLOW_LOCAL_LAYOUTS). The control
+// plane cannot know that setting, so it leaves the decision to the data
+// plane.
+const LocalLayoutScheme = "ocidir"
+
+var (
+	refTagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+	refPathPattern   = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	refHostPattern   = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$`)
+	refPortPattern   = regexp.MustCompile(`^[0-9]+$`)
+	refSchemePattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]{0,15}$`)
+	refDigestHex     = regexp.MustCompile(`^[a-f0-9]+$`)
+	// refIPv6Shape is an IPv6 literal as the reference grammar has it:
+	// hex groups, at most one "::" with groups on at least one side.
+	refIPv6Shape = regexp.MustCompile(`^(?:` + ipv6Groups + `|::` + ipv6Groups + `|` + ipv6Groups + `::` + ipv6Groups + `|` + ipv6Groups + `::)$`)
+)
+
+const ipv6Groups = `(?:[0-9a-fA-F]{1,4}:){0,7}[0-9a-fA-F]{1,4}`
+
+// Docker Hub's names: a repository on them without a namespace is under
+// library/.
+var dockerHubNames = []string{"", "docker.io", "index.docker.io", "registry-1.docker.io"}
+
+// ValidateImageRef checks a source image reference before anything is
+// written for it: [registry[:port]/]repository[:tag][@digest] in the
+// distribution grammar, ASCII without whitespace or control characters,
+// no URL scheme (ocidir:// excepted, see LocalLayoutScheme), no user info,
+// a sha256 or sha512 digest, a tag of at most 128 characters, a
+// repository of at most 255, and a registry host that is not a literal
+// link-local, cloud metadata, unspecified, multicast or broadcast address
+// or a metadata host name (the data plane's egress policy refuses those
+// whatever its settings, and checks every address it dials, names
+// included, so loopback and private registries are its decision).
+//
+// Refusals are *FieldError on source_image_ref; their text never repeats
+// the reference (it may carry credentials).
+func ValidateImageRef(ref string) error {
+	if ref == "" {
+		return refErr("is required")
+	}
+	if len(ref) > MaxImageRefLen {
+		return refErr("longer than %d characters", MaxImageRefLen)
+	}
+	for i := 0; i < len(ref); i++ {
+		switch c := ref[i]; {
+		case c <= ' ' || c == 0x7f:
+			return refErr("contains whitespace or control characters")
+		case c > 0x7e:
+			return refErr("contains non-ASCII characters (registry hosts must be ASCII or punycode)")
+		}
+	}
+	if scheme, rest, ok := strings.Cut(ref, "://"); ok {
+		switch {
+		case scheme == LocalLayoutScheme && rest != "":
+			return nil
+		case scheme == LocalLayoutScheme:
+			return refErr("an ocidir:// reference needs the layout's path")
+		case refSchemePattern.MatchString(scheme):
+			return refErr("scheme %q is not allowed: use a registry reference such as registry.example.com/repo:tag", scheme)
+		}
+		return refErr("a URL is not an image reference: use registry.example.com/repo:tag")
+	}
+
+	name := ref
+	if at := strings.IndexByte(ref, '@'); at >= 0 {
+		name = ref[:at]
+		dg := ref[at+1:]
+		if strings.ContainsAny(dg, "/@") {
+			return refErr("user info (user:password@host) is not allowed: pass registry_username and registry_password")
+		}
+		if err := checkRefDigest(dg); err != nil {
+			return err
+		}
+	}
+	if c := strings.LastIndexByte(name, ':'); c > strings.LastIndexByte(name, '/') {
+		if !refTagPattern.MatchString(name[c+1:]) {
+			return refErr("tag must be 1 to 128 of A-Z, a-z, 0-9, '_', '.' and '-', not starting with '.' or '-'")
+		}
+		name = name[:c]
+	}
+
+	// The first component is the registry when it is shaped like one;
+	// otherwise the whole name is a Docker Hub repository.
+	registry, repo := "", name
+	if first, rest, ok := strings.Cut(name, "/"); ok && isRegistryPart(first) {
+		if host, ok := registryHost(first); ok {
+			if err := checkRegistryAddr(host); err != nil {
+				return err
+			}
+			registry, repo = first, rest
+		}
+	}
+	if repo == "" || (registry == "" && repo == "localhost") {
+		return refErr("names no repository: want [registry/]repository[:tag][@digest]")
+	}
+	for _, part := range strings.Split(repo, "/") {
+		if refPathPattern.MatchString(part) {
+			continue
+		}
+		if refPathPattern.MatchString(strings.ToLower(part)) {
+			return refErr("repository must be lowercase")
+		}
+		return refErr("not an image reference: want [registry/]repository[:tag][@digest]")
+	}
+	full := repo
+	if isDockerHub(registry) && !strings.Contains(repo, "/") {
+		full = "library/" + repo
+	}
+	if len(full) > MaxRepositoryLen {
+		return refErr("repository name longer than %d characters", MaxRepositoryLen)
+	}
+	return nil
+}
+
+// isRegistryPart says whether the first component of a name is a registry
+// (it has a dot or a port, is localhost, is an IPv6 literal, or is two or
+// more characters with upper case, which a repository cannot have) rather
+// than a Docker Hub namespace.
+func isRegistryPart(s string) bool {
+	return strings.ContainsAny(s, ".:[") || s == "localhost" || (len(s) > 1 && strings.ToLower(s) != s)
+}
+
+func isDockerHub(registry string) bool {
+	for _, n := range dockerHubNames {
+		if registry == n {
+			return true
+		}
+	}
+	return false
+}
+
+func checkRefDigest(dg string) error {
+	algo, hex, _ := strings.Cut(dg, ":")
+	want := map[string]int{"sha256": 64, "sha512": 128}[algo]
+	if want == 0 || len(hex) != want || !refDigestHex.MatchString(hex) {
+		return refErr("digest must be sha256:<64 lowercase hex> or sha512:<128 lowercase hex>")
+	}
+	return nil
+}
+
+// registryHost returns the host of host[:port] when it is a registry in
+// the reference grammar: a DNS name (labels of letters, digits and '-',
+// one trailing dot allowed) or a bracketed IPv6 address, and a numeric
+// port.
+func registryHost(registry string) (string, bool) {
+	host, port := registry, ""
+	if strings.HasPrefix(registry, "[") {
+		end := strings.IndexByte(registry, ']')
+		if end < 0 {
+			return "", false
+		}
+		host, port = registry[1:end], registry[end+1:]
+		if !refIPv6Shape.MatchString(host) {
+			return "", false
+		}
+		if port != "" {
+			if !strings.HasPrefix(port, ":") || !refPortPattern.MatchString(port[1:]) {
+				return "", false
+			}
+		}
+		return host, true
+	}
+	if h, p, ok := strings.Cut(registry, ":"); ok {
+		if !refPortPattern.MatchString(p) {
+			return "", false
+		}
+		host, port = h, p
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if !refHostPattern.MatchString(l) {
+			return "", false
+		}
+	}
+	return host, true
+}
+
+// checkRegistryAddr refuses a registry host that is a literal address
+// or a name the data plane may never reach.
+func checkRegistryAddr(host string) error {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if reason := NeverAllowedRegistryAddr(a); reason != "" {
+			return refErr("registry host is %s, which is never allowed", reason)
+		}
+		return nil
+	}
+	if strings.Contains(host, ":") {
+		return refErr("registry host is not an IPv6 address")
+	}
+	if IsMetadataHostName(host) {
+		return refErr("registry host is a cloud metadata service, which is never allowed")
+	}
+	return nil
+}
+
+func refErr(format string, args ...any) error { return fieldErr("source_image_ref", format, args...) }
+
+var (
+	metadataAddrs = []netip.Addr{
+		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, Tencent Cloud, ...
+		netip.MustParseAddr("fd00:ec2::254"),   // AWS over IPv6
+		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
+	}
+	metadataHostNames = []string{"metadata.google.internal", "metadata"}
+	broadcastAddr     = netip.MustParseAddr("255.255.255.255")
+)
+
+// NeverAllowedRegistryAddr says why a registry may never be reached at a,
+// whatever the egress settings: a cloud metadata address, link-local,
+// unspecified, multicast or broadcast. It returns "" for other addresses
+// (loopback and private ones are the egress policy's decision).
+func NeverAllowedRegistryAddr(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return "an invalid address"
+	case containsAddr(metadataAddrs, a):
+		return "a cloud metadata address"
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return "link-local"
+	case a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || a == broadcastAddr:
+		return "an unspecified, multicast or broadcast address"
+	}
+	return ""
+}
+
+// IsMetadataHostName reports whether host names a cloud metadata service
+// (whatever it resolves to).
+func IsMetadataHostName(host string) bool {
+	h := strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	for _, n := range metadataHostNames {
+		if h == n {
+			return true
+		}
+	}
+	return false
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
