@@ -72,8 +72,17 @@ lint:
 generate:
 	$(GO) generate ./...
 
+# bench runs the benchmark of internal/bench (see its README): it starts
+# MariaDB and a registry on loopback if they are not running, installs
+# pigz if missing, and prints the table. BENCHFLAGS passes flags to
+# cubebench (for example BENCHFLAGS='-rounds 5 -parts builds').
+BENCHFLAGS ?=
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/bench/... ./adapters/...
+	@command -v pigz >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pigz >/dev/null; }
+	bash scripts/testservers.sh start mariadb registry >/dev/null
+	$(GO) build -o $(BIN)/cubebench ./internal/bench/cmd/cubebench
+	set -a && . $${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}/env && set +a && \
+		$(BIN)/cubebench -bin $(BIN) $(BENCHFLAGS)
 
 # fuzz runs each public JSON decoder's fuzz target for FUZZTIME (make test
 # replays only their seeds in testdata/fuzz).

@@ -1,8 +1,11 @@
 package ports
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"io"
+	"os"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -101,6 +104,47 @@ type BuildSpec struct {
 // BuildResult describes the written image.
 type BuildResult struct {
 	SizeBytes int64
+	// SHA256 is the image's sha256 (lowercase hex) when the builder hashed
+	// it while writing it; "" means the caller hashes the file.
+	SHA256 string
+}
+
+// TreeEntry is one entry of a flattened tree handed over whole
+// (EntryFlattener, PlannedBuilder) instead of as tar bytes.
+type TreeEntry struct {
+	// Header is the entry exactly as the tree's tar stream carries it
+	// (BuildSpec.Tree's rules; xattrs as SCHILY.xattr.* PAX records).
+	Header *tar.Header
+	// File and Offset hold the content of a regular file with Size > 0:
+	// Header.Size bytes from Offset. Valid until the call that handed the
+	// entries over returns.
+	File   *os.File
+	Offset int64
+	// Zero lists the all-zero 4 KiB blocks of the content, counted from
+	// its start (the last block zero-padded), as ascending runs [first,
+	// count], when ZeroKnown; a builder may leave them out as holes.
+	Zero      [][2]uint32
+	ZeroKnown bool
+}
+
+// EntryFlattener is implemented by TreeFlatteners that can hand the tree
+// over as entries with references to their content, so that an in-process
+// builder knows the whole tree before it writes (PlannedBuilder). The
+// entries are those, in the order, of the tar stream Flatten writes.
+type EntryFlattener interface {
+	// FlattenTo applies layers as Flatten does and calls use once with
+	// every entry of the result; content files stay valid until use
+	// returns. use's error is returned as is.
+	FlattenTo(ctx context.Context, layers []FlattenLayer, use func([]TreeEntry) error) (TreeStats, error)
+}
+
+// PlannedBuilder is implemented by RootfsBuilders that can build from the
+// whole tree known up front: they lay the image out first and write it in
+// one sequential pass, hashing it as they go. spec.Tree is unused; the
+// result must be the image Build makes of the same tree's tar stream,
+// byte for byte.
+type PlannedBuilder interface {
+	BuildEntries(ctx context.Context, spec BuildSpec, entries []TreeEntry) (BuildResult, error)
 }
 
 // RootfsBuilder turns a flattened tree into an ext4 image.
@@ -115,9 +159,11 @@ type RootfsBuilder interface {
 	Format() string
 	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
 	// image uses 4 KiB blocks, is sized to the content plus headroom and is
-	// a multiple of 2 MiB. A build whose ctx ends fails with an error
-	// wrapping ctx.Err(); one whose Tree fails to read fails too, never
-	// taking a broken stream for its end.
+	// a multiple of 2 MiB. It need not be durable (fsynced): whoever keeps
+	// it makes it so (the artifact store syncs the copy it publishes). A
+	// build whose ctx ends fails with an error wrapping ctx.Err(); one
+	// whose Tree fails to read fails too, never taking a broken stream for
+	// its end.
 	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
 }
 
@@ -151,11 +197,78 @@ type ArtifactStore interface {
 	Backend() string
 }
 
-// FlattenLayer is one local layer blob handed to a TreeFlattener.
+// FlattenLayer is one layer blob handed to a TreeFlattener.
 type FlattenLayer struct {
+	// Path is the local file holding the blob; it is read unless Blob is
+	// set.
 	Path      string
 	MediaType string
 	Digest    string
+	// Size is the blob's size (the descriptor's), when known; flatteners
+	// use it to start the largest layers first. 0 means unknown.
+	Size int64
+	// Blob, when set, yields the blob's bytes from the first one while the
+	// blob is still being fetched (StreamedLayer.Blob): the flattener
+	// decodes as data arrives. A read error fails the flatten; io.EOF
+	// comes only after the whole blob arrived and matched its digest.
+	Blob io.Reader
+	// DiffID, when set, is the config's digest of the uncompressed layer
+	// ("sha256:..."); the flattener verifies it while decoding and fails
+	// the layer with an error wrapping ErrDiffIDMismatch otherwise.
+	DiffID string
+	// Derived, when set, is where the flattener may keep what it derives
+	// from this blob (its decoded entries and content), so that a later
+	// build of the same blob skips decoding it. A flattener commits derived
+	// files only after the blob and its DiffID are verified.
+	Derived DerivedCache
+}
+
+// ErrDiffIDMismatch is wrapped by flatten errors for a layer whose
+// uncompressed bytes do not hash to FlattenLayer.DiffID.
+var ErrDiffIDMismatch = errors.New("uncompressed layer does not match its diff_id")
+
+// DerivedCache keeps files a consumer derives from one verified blob,
+// cached with the blob: evicted with it, counted in the cache's size.
+// Names are chosen by the consumer and should carry its format version.
+// Implementations are safe for concurrent use.
+type DerivedCache interface {
+	// Open opens the derived file name for reading, or returns an error
+	// wrapping core.ErrNotFound when there is none (or it did not survive,
+	// for example, a crash before it reached the disk).
+	Open(name string) (*os.File, error)
+	// Create returns an empty temporary file for name and commit, which
+	// makes it the derived file name atomically (the file must not be
+	// written after commit; the caller still closes it). Without commit,
+	// or after commit fails, the file is discarded when closed.
+	Create(name string) (f *os.File, commit func() error, err error)
+}
+
+// StreamedLayer is a layer being fetched (LayerStreamer).
+type StreamedLayer struct {
+	Descriptor ocispec.Descriptor
+	// DiffID is the config's rootfs.diff_ids entry for the layer.
+	DiffID string
+	// Blob reads the blob from its first byte while it is fetched: Read
+	// waits for bytes, and io.EOF comes only once the whole blob arrived
+	// and matched the descriptor; a failed fetch is the read error. The
+	// caller closes it.
+	Blob io.ReadCloser
+	// Derived keeps files derived from the blob (nil if the source has
+	// no cache).
+	Derived DerivedCache
+}
+
+// LayerStreamer is implemented by ImageSources that can hand out layers
+// while they are fetched, so that decoding overlaps the download.
+type LayerStreamer interface {
+	// StreamLayers starts fetching every layer of img (concurrently,
+	// reusing what the cache holds) and returns at once, in manifest
+	// order. Layer DiffIDs are not verified by the source: whoever
+	// decodes Blob verifies them. wait blocks until every fetch ended and
+	// returns the verified local layers (as FetchLayers would) or the
+	// first error; it must be called once, after the blobs are consumed
+	// or abandoned. Like FetchLayers, layers stay pinned until ctx ends.
+	StreamLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) (layers []StreamedLayer, wait func() ([]LocalLayer, error), err error)
 }
 
 // TreeStats summarizes a flattened tree.

@@ -52,7 +52,7 @@ func Open(dir string, maxBytes int64) (*Cache, error) {
 		return nil, fmt.Errorf("layercache: %w", err)
 	}
 	c := &Cache{dir: abs, maxBytes: maxBytes}
-	for _, sub := range []string{"blobs", "meta", "tmp", "locks"} {
+	for _, sub := range []string{"blobs", "meta", "tmp", "locks", "derived"} {
 		if err := os.MkdirAll(filepath.Join(abs, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("layercache: %w", err)
 		}
@@ -272,6 +272,7 @@ func (c *Cache) rehash(d digest.Digest, p string, old *meta) (bool, error) {
 	if cur, err := os.Stat(p); err == nil && os.SameFile(cur, st) {
 		_ = os.Remove(p)
 		_ = os.Remove(c.metaPath(d))
+		_ = os.RemoveAll(c.derivedDir(d))
 	}
 	return false, nil
 }

@@ -11,6 +11,9 @@
 //	tmp/<alg>-<hex>.partial  an unfinished download, kept for Range resume
 //	locks/<alg>-<hex>.write  held (flock, exclusive) by the one writer of a digest
 //	locks/<alg>-<hex>.pin    held (flock, shared) by every lease that uses a blob
+//	derived/<alg>/<hex>/     files a consumer derived from the blob (the
+//	                         flattener's decoded layer, see derived.go),
+//	                         counted in the blob's size and evicted with it
 //
 // Why a sidecar: re-hashing a multi-GB layer on every Get is too slow, so Get
 // trusts an entry whose size, mtime and inode still match the sidecar and

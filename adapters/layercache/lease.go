@@ -100,7 +100,7 @@ func (c *Cache) entries() ([]entry, error) {
 			if err != nil {
 				continue
 			}
-			e := entry{d: d, size: info.Size(), access: info.ModTime()}
+			e := entry{d: d, size: info.Size() + c.derivedSize(d), access: info.ModTime()}
 			if mi, err := os.Stat(c.metaPath(d)); err == nil {
 				e.access = mi.ModTime()
 			}
@@ -110,7 +110,7 @@ func (c *Cache) entries() ([]entry, error) {
 	return out, nil
 }
 
-// Usage returns the total size of committed blobs.
+// Usage returns the total size of committed blobs and their derived files.
 func (c *Cache) Usage() (int64, error) {
 	es, err := c.entries()
 	if err != nil {
@@ -158,6 +158,7 @@ func (c *Cache) Evict() (int64, error) {
 			freed += e.size
 		}
 		_ = os.Remove(c.metaPath(e.d))
+		_ = os.RemoveAll(c.derivedDir(e.d))
 		unlockAndRemove(lk)
 	}
 	return freed, nil

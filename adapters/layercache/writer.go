@@ -81,6 +81,12 @@ func (w *Writer) resume() error {
 	return nil
 }
 
+// Name is the path of the partial file. A reader in this process may open
+// it to follow the download: the bytes before Offset are written (a later
+// Reset truncates them; Commit renames the same file into place, so an
+// open descriptor keeps reading the blob).
+func (w *Writer) Name() string { return w.f.Name() }
+
 // Digest is the digest being written.
 func (w *Writer) Digest() digest.Digest { return w.d }
 

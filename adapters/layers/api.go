@@ -4,15 +4,28 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Layer is one layer blob in a local verified file.
+// Layer is one layer blob: a local verified file, or a stream of the blob
+// while it is fetched.
 type Layer struct {
-	Path      string // local file holding the (possibly compressed) blob
+	Path      string // local file holding the (possibly compressed) blob; unused when Blob is set
 	MediaType string // OCI/Docker layer media type: gzip, zstd or uncompressed; "" = sniff magic bytes
-	Digest    string // for error messages
+	Digest    string // for error messages and the derived cache
+	// Size is the blob's size if known (0: the file's), for scheduling the
+	// largest layers first.
+	Size int64
+	// Blob, when set, is read instead of Path: the blob from its first
+	// byte, io.EOF only once it arrived whole and verified.
+	Blob io.Reader
+	// DiffID, when set, must be the digest of the uncompressed layer.
+	DiffID string
+	// Derived, when set, keeps the decoded layer for later builds.
+	Derived ports.DerivedCache
 }
 
 // Limits bound what a hostile image can make Flatten and Extract do. A zero
@@ -183,10 +196,23 @@ type ExtractOptions struct {
 	// Limits bound the stream; zero fields take DefaultLimits values
 	// (MaxZstdWindow is unused).
 	Limits Limits
+	// HoleMin, when positive, leaves runs of at least this many all-zero
+	// bytes (whole 4 KiB blocks) unwritten in regular files of at least
+	// SparseMin bytes, as holes, and counts every file's blocks in
+	// ExtractResult.Sparse: a builder that skips zero blocks (mke2fs -d)
+	// then need not read the files again to size the image.
+	HoleMin, SparseMin int64
 }
 
 // ExtractResult describes what Extract wrote.
 type ExtractResult struct {
 	Stats    Stats
 	Deferred []*tar.Header // device entries not created (SkipDevices), names cleaned
+	// Sparse maps (device, inode) of each regular file Extract scanned
+	// (ExtractOptions.HoleMin) to its non-zero 4 KiB blocks and their runs.
+	Sparse map[[2]uint64]BlockCount
 }
+
+// BlockCount is the non-zero 4 KiB blocks of a file and how many runs of
+// consecutive ones they form.
+type BlockCount struct{ Data, Runs int64 }

@@ -1,7 +1,6 @@
 package layers
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -50,15 +49,20 @@ func sniff(f *os.File) (compression, error) {
 	if err != nil && err != io.EOF {
 		return unknown, err
 	}
+	return sniffBytes(b[:n]), nil
+}
+
+func sniffBytes(b []byte) compression {
+	n := len(b)
 	switch {
 	case n >= 2 && b[0] == 0x1f && b[1] == 0x8b:
-		return gzipped, nil
-	case n == 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd:
-		return zstded, nil
-	case n == 4 && b[0]&0xf0 == 0x50 && b[1] == 0x2a && b[2] == 0x4d && b[3] == 0x18:
-		return zstded, nil
+		return gzipped
+	case n >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd:
+		return zstded
+	case n >= 4 && b[0]&0xf0 == 0x50 && b[1] == 0x2a && b[2] == 0x4d && b[3] == 0x18:
+		return zstded
 	}
-	return plain, nil
+	return plain
 }
 
 // detect decides how to decode a layer. A declared media type must agree
@@ -78,9 +82,22 @@ func detect(f *os.File, mediaType string) (compression, *rejection, error) {
 	return actual, nil, nil
 }
 
-// decoder opens the decompressed stream of a compressed layer.
-func decoder(c compression, f *os.File, lim Limits) (io.ReadCloser, error) {
-	br := bufio.NewReaderSize(f, 1<<20)
+// detectBytes is detect for a stream, from its first bytes.
+func detectBytes(head []byte, mediaType string) (compression, *rejection) {
+	declared := fromMediaType(mediaType)
+	if declared < 0 {
+		return unknown, reject(RuleMediaType, "media type %q", mediaType)
+	}
+	actual := sniffBytes(head)
+	if declared != unknown && declared != actual {
+		return unknown, reject(RuleMediaTypeMismatch, "media type %q but the bytes are %s", mediaType, actual)
+	}
+	return actual, nil
+}
+
+// decoder opens the decompressed stream of a compressed layer; br should
+// be buffered.
+func decoder(c compression, br io.Reader, lim Limits) (io.ReadCloser, error) {
 	switch c {
 	case gzipped:
 		return gzip.NewReader(br)
@@ -147,7 +164,10 @@ func (p *posReader) Seek(off int64, whence int) (int64, error) {
 // an I/O error (bad host).
 func classify(err error) (*rejection, error) {
 	var pe *fs.PathError
+	var se *sourceError
 	switch {
+	case errors.As(err, &se):
+		return nil, se.err
 	case errors.Is(err, errBomb):
 		return reject(RuleDecompressionBomb, "%v", err), nil
 	case errors.Is(err, zstd.ErrWindowSizeExceeded), errors.Is(err, zstd.ErrDecoderSizeExceeded):

@@ -53,9 +53,13 @@ type entry struct {
 	wh       whKind
 	whName   string // the name a whFile entry hides
 
-	// Where Flatten finds the content of a regular file.
-	src *os.File
-	off int64
+	// Where Flatten finds the content of a regular file, and its all-zero
+	// 4 KiB blocks when known (runs of [first, count], see
+	// ports.TreeEntry.Zero).
+	src       *os.File
+	off       int64
+	zero      [][2]uint32
+	zeroKnown bool
 }
 
 // rejection is a rule plus optional detail, turned into a *RejectError by

@@ -4,6 +4,7 @@ package layers
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -353,7 +354,22 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) er
 	}
 	f := os.NewFile(uintptr(fd), e.name)
 	defer f.Close()
-	n, err := io.CopyBuffer(hostWriter{f}, tr, x.buf)
+	var n int64
+	if x.opt.HoleMin > 0 && e.size >= x.opt.SparseMin {
+		var bc BlockCount
+		n, bc, err = x.writeSparse(f, tr, e.size)
+		if err == nil {
+			var st unix.Stat_t
+			if err = unix.Fstat(fd, &st); err == nil {
+				if x.res.Sparse == nil {
+					x.res.Sparse = map[[2]uint64]BlockCount{}
+				}
+				x.res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}] = bc
+			}
+		}
+	} else {
+		n, err = io.CopyBuffer(hostWriter{f}, tr, x.buf)
+	}
 	if err == nil && n != e.size {
 		err = io.ErrUnexpectedEOF
 	}
@@ -382,6 +398,107 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) er
 		return opErr("close", e.name, err)
 	}
 	return setTimes(pfd, base, e, e.name)
+}
+
+// writeSparse copies size bytes of content from tr into f, counting its
+// non-zero 4 KiB blocks and their runs, and leaving zero runs of at least
+// HoleMin bytes unwritten (the file gets its full length at the end).
+func (x *extractor) writeSparse(f *os.File, tr io.Reader, size int64) (int64, BlockCount, error) {
+	var bc BlockCount
+	var n int64
+	inRun := false
+	zeroStart := int64(-1)
+	pending := x.buf[:0] // bytes to write at pendingOff
+	pendingOff := int64(0)
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		_, err := f.WriteAt(pending, pendingOff)
+		pending = pending[:0]
+		if err != nil {
+			return &hostWriteError{err}
+		}
+		return nil
+	}
+	chunk := make([]byte, len(x.buf))
+	for n < size {
+		c := chunk[:min(int64(len(chunk)), size-n)]
+		got, rerr := io.ReadFull(tr, c)
+		c = c[:got]
+		for i := 0; i < len(c); i += zeroBlockSize {
+			b := c[i:min(i+zeroBlockSize, len(c))]
+			off := n + int64(i)
+			if bytes.Equal(b, zeroBlock[:len(b)]) {
+				if zeroStart < 0 {
+					zeroStart = off
+				}
+				inRun = false
+				continue
+			}
+			if zeroStart >= 0 {
+				if off-zeroStart >= x.opt.HoleMin {
+					if err := flush(); err != nil {
+						return n, bc, err
+					}
+				} else {
+					// A short zero run is written like data.
+					if len(pending) == 0 {
+						pendingOff = zeroStart
+					}
+					for z := zeroStart; z < off; z += zeroBlockSize {
+						pending = append(pending, zeroBlock[:min(zeroBlockSize, off-z)]...)
+					}
+				}
+				zeroStart = -1
+			}
+			if len(pending) == 0 {
+				pendingOff = off
+			}
+			if len(pending)+len(b) > cap(pending) {
+				if err := flush(); err != nil {
+					return n, bc, err
+				}
+				pendingOff = off
+			}
+			pending = append(pending, b...)
+			if len(b) == zeroBlockSize || off+int64(len(b)) == size {
+				bc.Data++
+				if !inRun {
+					bc.Runs++
+					inRun = true
+				}
+			}
+		}
+		n += int64(got)
+		if rerr != nil {
+			if rerr == io.EOF {
+				rerr = io.ErrUnexpectedEOF
+			}
+			return n, bc, rerr
+		}
+	}
+	if zeroStart >= 0 && size-zeroStart < x.opt.HoleMin {
+		if len(pending) == 0 {
+			pendingOff = zeroStart
+		}
+		for z := zeroStart; z < size; z += zeroBlockSize {
+			if len(pending)+zeroBlockSize > cap(pending) {
+				if err := flush(); err != nil {
+					return n, bc, err
+				}
+				pendingOff = z
+			}
+			pending = append(pending, zeroBlock[:min(zeroBlockSize, size-z)]...)
+		}
+	}
+	if err := flush(); err != nil {
+		return n, bc, err
+	}
+	if err := f.Truncate(size); err != nil {
+		return n, bc, &hostWriteError{err}
+	}
+	return n, bc, nil
 }
 
 // link makes a hard link to an earlier regular file of this stream. The

@@ -285,3 +285,38 @@ func TestExtractHardlinkCarriesNoMetadata(t *testing.T) {
 		t.Fatalf("mode %o uid %d nlink %d", st.Mode, st.Uid, st.Nlink)
 	}
 }
+
+// TestExtractSparse: with HoleMin, long zero runs are left as holes, the
+// content reads back the same, and the block counts are those of the
+// non-zero blocks.
+func TestExtractSparse(t *testing.T) {
+	body := make([]byte, 300*4096+10)
+	copy(body[0:], "head")                // block 0
+	copy(body[5*4096:], "short gap")      // block 5: blocks 1-4 are a short zero run
+	copy(body[200*4096:], "after a hole") // block 200: blocks 6-199 are a long one
+	body[len(body)-1] = 1                 // the last, partial block
+	tree := mustFlatten(t, []ent{reg("big", string(body)), reg("small", "x")})
+	root := t.TempDir()
+	res, err := Extract(context.Background(), bytes.NewReader(tree), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "big"))
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("content differs (%v)", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(root, "big"), &st); err != nil {
+		t.Fatal(err)
+	}
+	bc, ok := res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}]
+	if !ok || bc.Data != 4 || bc.Runs != 4 {
+		t.Fatalf("block count %+v (found %v), want 4 data blocks in 4 runs", bc, ok)
+	}
+	if allocated := st.Blocks * 512; allocated > 100*4096 {
+		t.Errorf("%d bytes allocated: the long zero run was written", allocated)
+	}
+	if len(res.Sparse) != 1 {
+		t.Errorf("%d files counted; the small one is under SparseMin", len(res.Sparse))
+	}
+}

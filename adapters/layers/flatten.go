@@ -3,66 +3,103 @@ package layers
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // Flatten applies layers in order (OCI whiteouts ".wh.<name>" and opaque
 // directories ".wh..wh..opq") and writes the final tree as one tar stream to
 // w. See the package documentation for the rules it enforces.
 //
-// It works in two passes. Pass one decodes every layer once, in parallel,
-// validating each header and spooling regular file content to an unlinked
-// temporary file (uncompressed layers are read back in place instead); it
-// keeps only the headers in memory. Pass two applies the layers to an
-// in-memory tree in order and streams the surviving entries, sorted, from
-// the spools.
+// It works in two passes. Pass one decodes every layer once, several at a
+// time (the largest first), validating each header and spooling regular
+// file content to a file (uncompressed layer files are read back in
+// place instead); it keeps only the headers in memory. A layer streamed
+// while it downloads (Layer.Blob) is decoded as its bytes arrive; a layer
+// decoded by an earlier build is loaded from Layer.Derived instead. Each
+// layer is applied to an in-memory tree as soon as it and every layer
+// below it are read, so the tree is ready when the last one is. Pass two
+// streams the surviving entries, sorted, from the spools.
 func Flatten(ctx context.Context, layers []Layer, w io.Writer, lim Limits) (Stats, error) {
-	lim = lim.orDefault()
-	data, err := readLayers(ctx, layers, lim)
-	defer func() {
-		for _, d := range data {
-			d.close()
-		}
-	}()
-	if err != nil {
-		return Stats{}, err
-	}
+	var st Stats
+	err := flattenLayers(ctx, layers, lim, func(t *tree) (err error) {
+		st, err = t.write(ctx, w)
+		return err
+	})
+	return st, err
+}
 
-	var entries int64
-	for _, d := range data {
-		entries += int64(len(d.entries))
-	}
-	t := newTree(lim, entries)
-	for i, d := range data {
-		if err := ctx.Err(); err != nil {
-			return Stats{}, err
+// FlattenTo is Flatten handing the result to use as entries (see
+// ports.EntryFlattener) instead of writing it as tar: the content stays in
+// the layer files and spools, which remain open until use returns.
+func FlattenTo(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
+	var st Stats
+	err := flattenLayers(ctx, layers, lim, func(t *tree) error {
+		es, s, err := t.entries(ctx)
+		if err != nil {
+			return err
 		}
+		st = s
+		return use(es)
+	})
+	return st, err
+}
+
+// flattenLayers is pass one and the tree; out is pass two.
+func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tree) error) error {
+	lim = lim.orDefault()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := startLayers(ctx, layers, lim)
+	defer r.close()
+
+	t := newTree(lim, 0)
+	for i := range layers {
+		d, err := r.wait(i)
+		if err != nil {
+			cancel()
+			return r.firstErr(err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.grow(int64(len(d.entries)))
 		if err := t.apply(i, layers[i].Digest, d.entries); err != nil {
-			return Stats{}, err
+			cancel()
+			return err
 		}
 		d.entries = nil // the tree holds what survives
 	}
+	if err := r.finish(); err != nil {
+		return err
+	}
 	if total := t.contentBytes(); total > lim.MaxTotalBytes {
-		return Stats{}, &RejectError{Layer: -1, Rule: RuleImageTooLarge,
+		return &RejectError{Layer: -1, Rule: RuleImageTooLarge,
 			Detail: fmt.Sprintf("declared sizes %d > %d", total, lim.MaxTotalBytes)}
 	}
-	return t.write(ctx, w)
+	return out(t)
 }
 
 // layerData is what pass one keeps of a layer.
 type layerData struct {
 	entries []*entry
 	file    *os.File // the layer blob; content of uncompressed layers is read in place
-	spool   *os.File // unlinked temporary file with content of compressed layers
+	spool   *os.File // content of compressed (or streamed) layers
 }
 
 func (d *layerData) close() {
@@ -77,46 +114,108 @@ func (d *layerData) close() {
 	}
 }
 
-// readLayers runs pass one over all layers, at most GOMAXPROCS at a time.
-// A failing layer stops only the layers above it, so the error reported is
-// always that of the lowest failing layer, however the goroutines interleave.
-func readLayers(parent context.Context, layers []Layer, lim Limits) ([]*layerData, error) {
+// reading is pass one in progress: one goroutine per layer, at most
+// readConcurrency decoding at once, largest layers first.
+type reading struct {
+	data   []*layerData
+	errs   []error
+	done   []chan struct{}
+	cancel []context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// readConcurrency is how many layers decode at once: more than the cores,
+// so that a layer waiting for its download does not hold one back.
+func readConcurrency(n int) int { return max(1, min(n, max(4, 2*runtime.GOMAXPROCS(0)))) }
+
+func startLayers(parent context.Context, layers []Layer, lim Limits) *reading {
 	n := len(layers)
+	r := &reading{data: make([]*layerData, n), errs: make([]error, n), done: make([]chan struct{}, n), cancel: make([]context.CancelFunc, n)}
 	ctxs := make([]context.Context, n)
-	cancels := make([]context.CancelFunc, n)
 	for i := range layers {
-		ctxs[i], cancels[i] = context.WithCancel(parent)
-		defer cancels[i]()
+		ctxs[i], r.cancel[i] = context.WithCancel(parent)
+		r.done[i] = make(chan struct{})
 	}
-	data := make([]*layerData, n)
-	errs := make([]error, n)
-	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), n)))
-	var total atomic.Int64
-	var wg sync.WaitGroup
+	// Longest first keeps the cores busy to the end (the last layer to
+	// finish is then a small one).
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sizes := make([]int64, n)
 	for i, l := range layers {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if errs[i] = ctxs[i].Err(); errs[i] == nil {
-				data[i], errs[i] = readLayer(ctxs[i], i, l, lim, &total)
+		sizes[i] = l.Size
+		if sizes[i] == 0 && l.Blob == nil {
+			if st, err := os.Stat(l.Path); err == nil {
+				sizes[i] = st.Size()
 			}
-			if errs[i] != nil {
-				for _, c := range cancels[i+1:] {
-					c()
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
+	queue := make(chan int, n)
+	for _, i := range order {
+		queue <- i
+	}
+	close(queue)
+	var total atomic.Int64
+	for range readConcurrency(n) {
+		r.wg.Go(func() {
+			for i := range queue {
+				if r.errs[i] = ctxs[i].Err(); r.errs[i] == nil {
+					r.data[i], r.errs[i] = readLayer(ctxs[i], i, layers[i], lim, &total)
 				}
+				if r.errs[i] != nil {
+					// A failing layer stops only the layers above it, so the
+					// error reported is always that of the lowest failing
+					// layer, however the goroutines interleave.
+					for _, c := range r.cancel[i+1:] {
+						c()
+					}
+				}
+				close(r.done[i])
 			}
 		})
 	}
-	wg.Wait()
-	if err := parent.Err(); err != nil {
-		return data, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return data, err
+	return r
+}
+
+// wait returns layer i once it is read.
+func (r *reading) wait(i int) (*layerData, error) {
+	<-r.done[i]
+	return r.data[i], r.errs[i]
+}
+
+// firstErr waits for every layer and returns the error of the lowest
+// failing one (err is the error that stopped the caller).
+func (r *reading) firstErr(err error) error {
+	r.wg.Wait()
+	for _, e := range r.errs {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			return e
 		}
 	}
-	return data, nil
+	return err
+}
+
+// finish waits for every layer and returns the first error.
+func (r *reading) finish() error {
+	r.wg.Wait()
+	for _, e := range r.errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (r *reading) close() {
+	for _, c := range r.cancel {
+		c()
+	}
+	r.wg.Wait()
+	for _, d := range r.data {
+		d.close()
+	}
 }
 
 // metaAllowance is how many decompressed bytes a layer may spend on headers,
@@ -128,40 +227,93 @@ var (
 	metaPerEntry int64 = 8 << 10
 )
 
-// readLayer is pass one for one layer.
-func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.Int64) (d *layerData, err error) {
+// readLayer is pass one for one layer: from the derived cache if an
+// earlier build decoded it, else by decoding it (and keeping the result
+// in the derived cache).
+func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.Int64) (*layerData, error) {
+	if l.Derived != nil {
+		d, err := loadDerived(l, lim)
+		if err == nil {
+			if n := total.Add(int64(len(d.entries))); n > int64(lim.MaxEntries) {
+				d.close()
+				return nil, &RejectError{Layer: idx, Digest: l.Digest, Rule: RuleTooManyEntries, Detail: fmt.Sprintf("more than %d entries", lim.MaxEntries)}
+			}
+			// A stream of the blob is not read: the derived files were
+			// made from this blob verified, and the caller learns how its
+			// fetch ended from the source.
+			return d, nil
+		}
+		if errors.Is(err, ports.ErrDiffIDMismatch) {
+			return nil, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
+		}
+	}
+	return decodeLayer(ctx, idx, l, lim, total)
+}
+
+// decodeLayer decodes one layer blob.
+func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.Int64) (d *layerData, err error) {
 	rej := func(entry string, rj *rejection) error {
 		return &RejectError{Layer: idx, Digest: l.Digest, Entry: entry, Rule: rj.rule, Detail: rj.detail}
 	}
-	f, err := os.Open(l.Path)
-	if err != nil {
-		return nil, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
-	}
-	d = &layerData{file: f}
+	d = &layerData{}
 	defer func() {
 		if err != nil {
 			d.close()
 			d = nil
 		}
 	}()
-	comp, rj, err := detect(f, l.MediaType)
-	if err != nil {
-		return d, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
-	}
-	if rj != nil {
-		return d, rej("", rj)
+	var blob *bufio.Reader // the raw blob, for streams
+	var comp compression
+	if l.Blob != nil {
+		blob = bufio.NewReaderSize(sourceReader{l.Blob}, 1<<20)
+		head, perr := blob.Peek(4)
+		if perr != nil && perr != io.EOF && perr != bufio.ErrBufferFull {
+			return d, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, perr)
+		}
+		var rj *rejection
+		if comp, rj = detectBytes(head, l.MediaType); rj != nil {
+			return d, rej("", rj)
+		}
+	} else {
+		f, err := os.Open(l.Path)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
+		}
+		d.file = f
+		var rj *rejection
+		comp, rj, err = detect(f, l.MediaType)
+		if err != nil {
+			return d, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
+		}
+		if rj != nil {
+			return d, rej("", rj)
+		}
 	}
 
+	// diff hashes the uncompressed stream (the DiffID) when one is to be
+	// verified or kept.
+	var diff hash.Hash
+	if l.DiffID != "" || l.Derived != nil {
+		diff = sha256.New()
+	}
 	var (
 		tr      *tar.Reader
 		pos     *posReader
 		bounded *boundedReader
+		raw     io.Reader // the uncompressed stream
 	)
-	if comp == plain {
-		pos = &posReader{f: f}
-		tr = tar.NewReader(pos)
-	} else {
-		dec, err := decoder(comp, f, lim)
+	switch {
+	case comp == plain && blob == nil:
+		pos = &posReader{f: d.file}
+		raw = pos
+	case comp == plain:
+		raw = blob
+	default:
+		var src io.Reader = blob
+		if blob == nil {
+			src = bufio.NewReaderSize(d.file, 1<<20)
+		}
+		dec, err := decoder(comp, src, lim)
 		if err != nil {
 			rj, err := classify(err)
 			if err != nil {
@@ -171,11 +323,31 @@ func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.
 		}
 		defer dec.Close()
 		bounded = &boundedReader{r: dec, allow: metaBase + metaPerEntry}
-		tr = tar.NewReader(bounded)
+		raw = bounded
+	}
+	if diff != nil {
+		// Not seekable, so tar reads skipped content too: it must be hashed.
+		raw = &hashingReader{r: raw, h: diff}
+	}
+	tr = tar.NewReader(raw)
+
+	// The spool keeps content of layers not readable in place; it goes to
+	// the derived cache when there is one.
+	var commitSpool func() error
+	newSpoolFile := func() (*os.File, error) {
+		if l.Derived != nil {
+			f, commit, err := l.Derived.Create(derivedName(lim, "content"))
+			if err == nil {
+				commitSpool = commit
+				return f, nil
+			}
+		}
+		return newSpool()
 	}
 
 	var (
-		spoolW   *bufio.Writer
+		buf      []byte
+		spoolW   *spoolWriter
 		spoolOff int64
 		declared int64
 		last     string
@@ -229,16 +401,22 @@ func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.
 			switch {
 			case e.size == 0:
 			case pos != nil && !e.sparse:
-				e.src, e.off = f, pos.pos
+				e.src, e.off = d.file, pos.pos
 			default:
 				if d.spool == nil {
-					if d.spool, err = newSpool(); err != nil {
+					if d.spool, err = newSpoolFile(); err != nil {
 						return d, err
 					}
-					spoolW = bufio.NewWriterSize(hostWriter{d.spool}, 1<<20)
+					hw := hostWriter{d.spool}
+					spoolW = &spoolWriter{bufio.NewWriterSize(hw, 1<<20), hw}
 				}
 				e.src, e.off = d.spool, spoolOff
-				n, err := io.Copy(spoolW, tr)
+				if buf == nil {
+					buf = make([]byte, 4<<20)
+				}
+				var n int64
+				n, e.zero, err = copyContent(spoolW, tr, e.size, buf)
+				e.zeroKnown = true
 				spoolOff += n
 				if err == nil && n != e.size {
 					err = io.ErrUnexpectedEOF
@@ -258,7 +436,126 @@ func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.
 			return d, fmt.Errorf("layer %d (%s): spool: %w", idx, l.Digest, err)
 		}
 	}
+	// The DiffID covers the whole uncompressed stream, padding after the
+	// end-of-archive marker included; a stream must also be read to its
+	// end, which is where its digest is verified.
+	if diff != nil {
+		if _, err := io.Copy(io.Discard, raw); err != nil {
+			return d, readErr(err)
+		}
+	}
+	if blob != nil {
+		if _, err := io.Copy(io.Discard, blob); err != nil {
+			return d, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
+		}
+	}
+	var got string
+	if diff != nil {
+		got = "sha256:" + hex.EncodeToString(diff.Sum(nil))
+		if l.DiffID != "" && got != l.DiffID {
+			return d, fmt.Errorf("layer %d (%s): uncompressed digest %s, config says %s: %w", idx, l.Digest, got, l.DiffID, ports.ErrDiffIDMismatch)
+		}
+	}
+	if l.Derived != nil && got != "" {
+		// Best effort: a failure to keep the result costs only a decode.
+		_ = storeDerived(l, lim, d, got, spoolOff, commitSpool)
+	}
 	return d, nil
+}
+
+// zeroBlock is one all-zero block, for comparisons.
+var zeroBlock [zeroBlockSize]byte
+
+const zeroBlockSize = 4096
+
+// copyContent copies one file's size bytes from src to dst through buf (a
+// multiple of 4 KiB) and notes its all-zero 4 KiB blocks, counted from the
+// start of the file (a short last block counts as zero-padded), so that a
+// builder told about them need not read the content to find its holes.
+func copyContent(dst io.Writer, src io.Reader, size int64, buf []byte) (int64, [][2]uint32, error) {
+	var zero [][2]uint32
+	var n int64
+	blk := uint32(0)
+	for n < size {
+		chunk := buf[:min(int64(len(buf)), size-n)]
+		got, err := io.ReadFull(src, chunk)
+		chunk = chunk[:got]
+		for off := 0; off < len(chunk); off += zeroBlockSize {
+			b := chunk[off:min(off+zeroBlockSize, len(chunk))]
+			if len(b) == zeroBlockSize || n+int64(off+len(b)) == size {
+				if bytes.Equal(b, zeroBlock[:len(b)]) {
+					if k := len(zero); k > 0 && zero[k-1][0]+zero[k-1][1] == blk {
+						zero[k-1][1]++
+					} else {
+						zero = append(zero, [2]uint32{blk, 1})
+					}
+				}
+				blk++
+			}
+		}
+		if got > 0 {
+			if err := writeChunk(dst, chunk); err != nil {
+				return n, zero, err
+			}
+			n += int64(got)
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, zero, err
+		}
+	}
+	return n, zero, nil
+}
+
+// writeChunk writes a chunk of content to the spool; large ones skip the
+// spool's buffer (which would only copy them).
+func writeChunk(dst io.Writer, chunk []byte) error {
+	if bw, ok := dst.(*spoolWriter); ok && len(chunk) >= 256<<10 {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		_, err := bw.f.Write(chunk)
+		return err
+	}
+	_, err := dst.Write(chunk)
+	return err
+}
+
+// spoolWriter is the buffered spool with its file, for writeChunk.
+type spoolWriter struct {
+	*bufio.Writer
+	f hostWriter
+}
+
+// sourceError marks a failure to read the blob itself (its download), so
+// that it is not taken for bad layer bytes.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+type sourceReader struct{ r io.Reader }
+
+func (s sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &sourceError{err}
+	}
+	return n, err
+}
+
+// hashingReader hashes what it reads.
+type hashingReader struct {
+	r io.Reader
+	h hash.Hash
+}
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
 }
 
 // hostWriteError marks write errors of host files so they are not taken for
@@ -324,13 +621,12 @@ func (t *tree) contentBytes() int64 {
 // implied is the metadata of directories no layer declared.
 var implied = &entry{typ: tar.TypeDir, mode: 0o755}
 
-// write is pass two: a pre-order walk with siblings sorted by name, so
+// walk is pass two: a pre-order walk with siblings sorted by name, so
 // parents come before children and the output is a function of the input.
 // The first name of an inode carries the content; later names link to it.
-func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
-	var st Stats
-	tw := tar.NewWriter(w)
-	buf := make([]byte, 1<<20)
+// visit gets each entry's header and, for one that carries content, the
+// entry holding it.
+func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry) error) error {
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		for _, name := range sortedKeys(n.kids) {
@@ -375,19 +671,9 @@ func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
 				}
 				h.Format = tar.FormatPAX
 			}
-			if err := tw.WriteHeader(h); err != nil {
-				return fmt.Errorf("flatten: write %q: %w", kp, err)
+			if err := visit(h, content); err != nil {
+				return err
 			}
-			if content != nil && content.size > 0 {
-				n, err := io.CopyBuffer(tw, io.NewSectionReader(content.src, content.off, content.size), buf)
-				if err == nil && n != content.size {
-					err = io.ErrUnexpectedEOF
-				}
-				if err != nil {
-					return fmt.Errorf("flatten: content of %q: %w", kp, err)
-				}
-			}
-			st.count(h.Typeflag, h.Size)
 			if k.typ == tar.TypeDir {
 				if err := walk(k, kp); err != nil {
 					return err
@@ -396,11 +682,53 @@ func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
 		}
 		return nil
 	}
-	if err := walk(t.root, ""); err != nil {
+	return walk(t.root, "")
+}
+
+// write streams the tree as tar.
+func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
+	var st Stats
+	tw := tar.NewWriter(w)
+	buf := make([]byte, 1<<20)
+	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("flatten: write %q: %w", h.Name, err)
+		}
+		if content != nil && content.size > 0 {
+			n, err := io.CopyBuffer(tw, io.NewSectionReader(content.src, content.off, content.size), buf)
+			if err == nil && n != content.size {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil {
+				return fmt.Errorf("flatten: content of %q: %w", h.Name, err)
+			}
+		}
+		st.count(h.Typeflag, h.Size)
+		return nil
+	})
+	if err != nil {
 		return st, err
 	}
 	if err := tw.Close(); err != nil {
 		return st, fmt.Errorf("flatten: %w", err)
 	}
 	return st, nil
+}
+
+// entries lists the tree as ports.TreeEntry values, in the order write
+// streams it.
+func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
+	var st Stats
+	var out []ports.TreeEntry
+	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
+		te := ports.TreeEntry{Header: h}
+		if content != nil && content.size > 0 {
+			te.File, te.Offset = content.src, content.off
+			te.Zero, te.ZeroKnown = content.zero, content.zeroKnown
+		}
+		st.count(h.Typeflag, h.Size)
+		out = append(out, te)
+		return nil
+	})
+	return out, st, err
 }

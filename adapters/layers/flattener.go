@@ -13,14 +13,27 @@ type Flattener struct {
 	Limits Limits
 }
 
-var _ ports.TreeFlattener = Flattener{}
+var (
+	_ ports.TreeFlattener  = Flattener{}
+	_ ports.EntryFlattener = Flattener{}
+)
+
+func layersOf(layers []ports.FlattenLayer) []Layer {
+	ls := make([]Layer, len(layers))
+	for i, l := range layers {
+		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Blob: l.Blob, DiffID: l.DiffID, Derived: l.Derived}
+	}
+	return ls
+}
 
 // Flatten implements ports.TreeFlattener.
 func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
-	ls := make([]Layer, len(layers))
-	for i, l := range layers {
-		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest}
-	}
-	st, err := Flatten(ctx, ls, w, f.Limits)
+	st, err := Flatten(ctx, layersOf(layers), w, f.Limits)
+	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
+}
+
+// FlattenTo implements ports.EntryFlattener.
+func (f Flattener) FlattenTo(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	st, err := FlattenTo(ctx, layersOf(layers), f.Limits, use)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
 }

@@ -41,6 +41,13 @@ func newTree(lim Limits, entries int64) *tree {
 	return &tree{root: newDir(nil, -1), lim: lim, nodes: entries, steps: resolveStepsPerEntry * (entries + 1024)}
 }
 
+// grow accounts for a layer of entries about to be applied: they count
+// against MaxEntries and bring their share of the resolution budget.
+func (t *tree) grow(entries int64) {
+	t.nodes += entries
+	t.steps += resolveStepsPerEntry * entries
+}
+
 // apply replays one layer's entries in archive order onto the tree. Every
 // entry is placed where its directory resolves (resolve.go); a later
 // duplicate wins, a directory over a directory merges (later metadata

@@ -174,6 +174,12 @@ func (s *Source) fetchLayers(ctx context.Context, req ports.ImageRequest, img *p
 // ensureBlob returns the cached path of d, downloading it if needed with
 // retries that resume from the bytes already on disk.
 func (s *Source) ensureBlob(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress) (string, error) {
+	return s.ensureBlobWith(ctx, rc, r, d, prog, nil)
+}
+
+// ensureBlobWith is ensureBlob telling st (when set) where the bytes are
+// as they are written.
+func (s *Source) ensureBlobWith(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress, st *blobStream) (string, error) {
 	p, ok, err := s.opts.Cache.Get(d.Digest)
 	if err != nil {
 		return "", err
@@ -188,7 +194,7 @@ func (s *Source) ensureBlob(ctx context.Context, rc *regclient.RegClient, r ref.
 	}
 	delay := s.opts.RetryDelay
 	for attempt := 0; ; attempt++ {
-		p, err := s.downloadOnce(ctx, rc, r, d, prog)
+		p, err := s.downloadOnce(ctx, rc, r, d, prog, st)
 		if err == nil {
 			return p, nil
 		}
@@ -222,7 +228,7 @@ func (e *resumeError) Error() string { return "resumed download discarded: " + e
 func (e *resumeError) Unwrap() error { return e.err }
 
 // downloadOnce makes one attempt at fetching d into the cache.
-func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress) (string, error) {
+func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r ref.Ref, d ocispec.Descriptor, prog *progress, st *blobStream) (string, error) {
 	w, path, err := s.opts.Cache.Begin(ctx, d.Digest, d.Size)
 	if err != nil {
 		return "", err
@@ -234,6 +240,9 @@ func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r re
 	defer w.Close() // keeps the partial file for the next attempt
 	off := w.Offset()
 	prog.set(d.Digest, off, 0)
+	if st != nil {
+		st.attach(w.Name(), off)
+	}
 	if off == d.Size {
 		p, err := w.Commit()
 		if err != nil {
@@ -267,6 +276,9 @@ func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r re
 			}
 			cur += int64(n)
 			prog.set(d.Digest, cur, int64(n))
+			if st != nil {
+				st.wrote(cur)
+			}
 			if s.opts.Observer != nil {
 				s.opts.Observer.LayerBytesPulled(int64(n))
 			}

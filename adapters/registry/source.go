@@ -43,7 +43,7 @@ type Options struct {
 	// AllowLocalLayouts permits ocidir:// references. Off by default: such
 	// a reference reads any OCI layout on the server's disk.
 	AllowLocalLayouts bool
-	// Concurrency is the number of layers downloaded at once (default 3).
+	// Concurrency is the number of layers downloaded at once (default 4).
 	Concurrency int
 	// Retries is the number of further attempts per blob after a transport
 	// error, 5xx or 429, each resuming from the bytes already on disk
@@ -142,7 +142,7 @@ func New(opts Options) (*Source, error) {
 		return nil, errors.New("registry: Options.Cache is required")
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 3
+		opts.Concurrency = 4
 	}
 	if opts.Retries == 0 {
 		opts.Retries = 3

@@ -38,7 +38,8 @@ type Config struct {
 	// RegistryTimeout fails a registry connection that moves no byte for
 	// this long, and bounds resolving a tag.
 	RegistryTimeout time.Duration `yaml:"registry_timeout"`
-	// Builder is "mkfs" or the name of a builder plugin under PluginDir.
+	// Builder is "ext4stream" (the default, in process), "mkfs", or the
+	// name of a builder plugin under PluginDir ("plugin:NAME").
 	Builder        string `yaml:"builder"`
 	PluginDir      string `yaml:"plugin_dir"`
 	HeadroomBytes  int64  `yaml:"headroom_bytes"`
@@ -290,7 +291,7 @@ func DefaultsFor(d Dirs) Config {
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
-		Builder:             "mkfs",
+		Builder:             "ext4stream",
 		ReleaseManifest:     DefaultReleaseManifest,
 		Listen:              "127.0.0.1:8090",
 		MasterAddr:          "http://127.0.0.1:8089",

@@ -21,7 +21,7 @@ func TestLoadNamesAndFallbacks(t *testing.T) {
 		warnings int
 	}{
 		{"defaults", nil, func(c Config) bool {
-			return c.MaxConcurrentBuilds == 2 && c.Builder == "mkfs" && !c.S3.Enabled() && c.ReleaseManifest == DefaultReleaseManifest
+			return c.MaxConcurrentBuilds == 2 && c.Builder == "ext4stream" && !c.S3.Enabled() && c.ReleaseManifest == DefaultReleaseManifest
 		}, 0},
 		{"release manifest", map[string]string{"CUBE_TEMPLATE_CENTER_RELEASE_MANIFEST": "/etc/m.json"}, func(c Config) bool { return c.ReleaseManifest == "/etc/m.json" }, 0},
 		{"new name", map[string]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/a"}, func(c Config) bool { return c.ArtifactStoreDir == "/a" }, 0},

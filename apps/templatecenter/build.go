@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -56,14 +58,19 @@ func buildCommand() *cobra.Command {
 flattens them safely and writes a reproducible ext4 image to FILE.
 
 The registry password, if needed, is read from CUBE_REGISTRY_PASSWORD (never a flag,
-so it stays out of process listings); --registry-username names the user.`,
+so it stays out of process listings); --registry-username names the user.
+
+FILE is not fsynced (run sync if it must survive a power loss). With --json, phases_ms
+gives pull (until the last layer arrived) and flatten_and_build (from the first layer
+byte to the written image); they overlap, since layers are decoded as they download,
+and hash is 0 when the builder hashed the image as it wrote it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBuild(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "image reference to build (required)")
 	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required)")
-	fl.StringVar(&f.builder, "builder", "", `"mkfs" or the name of a builder plugin (default from config, "mkfs")`)
+	fl.StringVar(&f.builder, "builder", "", `"ext4stream" (pure Go, in process), "mkfs" (e2fsprogs) or "plugin:NAME" for a builder plugin (default from config, "ext4stream")`)
 	fl.StringVar(&f.platform, "platform", core.DefaultPlatform, "platform to resolve, OS/ARCH[/VARIANT]")
 	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP, allowed on loopback/private addresses (repeatable)")
 	fl.StringArrayVar(&f.trusted, "allow-registry", nil, "registry HOST[:PORT] (HTTPS) allowed on loopback/private addresses (repeatable)")
@@ -79,6 +86,11 @@ so it stays out of process listings); --registry-username names the user.`,
 
 func runBuild(cmd *cobra.Command, f buildFlags) error {
 	ctx := cmd.Context()
+	stop, err := startProfiles()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	cfg, err := config.Load(nil)
 	if err != nil {
 		return err
@@ -146,6 +158,37 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "built %s\n  image      %s@%s\n  artifact   %s\n  sha256     %s\n  size       %d bytes (%.1f MiB)\n  builder    %s\n  time       %.1fs\n",
 		rep.Out, f.image, rep.ImageDigest, rep.ArtifactID, rep.SHA256, rep.SizeBytes, float64(rep.SizeBytes)/(1<<20), rep.Builder, float64(rep.TotalMS)/1000)
 	return nil
+}
+
+// startProfiles writes CPU and allocation profiles of the build when
+// CUBE_TEMPLATE_CENTER_CPUPROFILE / CUBE_TEMPLATE_CENTER_MEMPROFILE name
+// files (the benchmark's -profile uses them).
+func startProfiles() (stop func(), err error) {
+	cpu, mem := os.Getenv("CUBE_TEMPLATE_CENTER_CPUPROFILE"), os.Getenv("CUBE_TEMPLATE_CENTER_MEMPROFILE")
+	stop = func() {}
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stop = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	if mem != "" {
+		runtime.MemProfileRate = 64 << 10
+		cpuStop := stop
+		stop = func() {
+			cpuStop()
+			if f, err := os.Create(mem); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}
+	}
+	return stop, nil
 }
 
 // phaseLabel names phases in the JSON report by what they measured.

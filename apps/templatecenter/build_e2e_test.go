@@ -105,7 +105,7 @@ func TestBuildMatchesUmociUnpack(t *testing.T) {
 		t.Fatalf("umoci tree has only %d entries", len(want))
 	}
 
-	for _, builder := range []string{"mkfs", "ext4stream"} {
+	for _, builder := range []string{"mkfs", "ext4stream", "plugin:ext4stream"} {
 		t.Run(builder, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "rootfs.ext4")
 			rep := runBuildBin(t, bin, "--image", ref, "--insecure-registry", reg, "--builder", builder, "--out", out, "--json")

@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // Injection facts shared with upstream: the opt-in annotation, where the
@@ -74,6 +76,18 @@ func (in Injection) digests() (injected, error) {
 }
 
 func (in Injection) empty() bool { return len(in.Envd) == 0 && len(in.CABundle) == 0 }
+
+// appendLayer adds the injected files, if any, as the last layer.
+func (in Injection) appendLayer(layers []ports.FlattenLayer, scratch string, mtime time.Time) ([]ports.FlattenLayer, error) {
+	if in.empty() {
+		return layers, nil
+	}
+	f := filepath.Join(scratch, "inject.tar")
+	if err := in.writeLayer(f, mtime); err != nil {
+		return nil, err
+	}
+	return append(layers, ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"}), nil
+}
 
 // writeLayer writes the injected files as an uncompressed tar layer, applied
 // after the image's own layers so it overrides whatever the image holds at

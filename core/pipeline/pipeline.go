@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -42,6 +43,9 @@ type Pipeline struct {
 	HeadroomBytes  int64
 	HeadroomInodes int64
 	MaxSizeBytes   int64
+	// NoStreaming makes a Source that implements ports.LayerStreamer fetch
+	// every layer before flattening starts, as other sources do.
+	NoStreaming bool
 }
 
 // Input is one build.
@@ -163,27 +167,9 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		}
 	}
 
-	local, err := p.Source.FetchLayers(ctx, in.Image, img, func(pp ports.PullProgress) {
+	pullProgress := func(pp ports.PullProgress) {
 		onEvent(Event{Phase: core.PhasePulling, Progress: 5 + pullShare(pp), Pull: core.PullProgress(pp)})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
 	}
-	timed(core.PhasePulling, start)
-	res.Layers = len(local)
-
-	layers := make([]ports.FlattenLayer, 0, len(local)+1)
-	for _, l := range local {
-		layers = append(layers, ports.FlattenLayer{Path: l.Path, MediaType: l.Descriptor.MediaType, Digest: l.Descriptor.Digest.String()})
-	}
-	if !in.Inject.empty() {
-		f := filepath.Join(scratch, "inject.tar")
-		if err := in.Inject.writeLayer(f, buildTime(img)); err != nil {
-			return nil, err
-		}
-		layers = append(layers, ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"})
-	}
-
 	out := in.OutPath
 	if out == "" {
 		out = filepath.Join(scratch, aid+".ext4")
@@ -193,20 +179,52 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 			os.Remove(in.OutPath)
 		}
 	}()
-	start = p.now()
-	onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-	tree, buildRes, err := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent)
-	if err != nil {
-		return nil, err
+	var tree ports.TreeStats
+	var buildRes ports.BuildResult
+	if streamer, ok := p.Source.(ports.LayerStreamer); ok && !p.NoStreaming {
+		// Decoding follows the download: the flattener reads each layer
+		// as it lands, and the builder writes as soon as the tree is known.
+		tree, buildRes, err = p.streamedBuild(ctx, streamer, in, img, scratch, out, fp, res, start, pullProgress, onEvent)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		local, err := p.Source.FetchLayers(ctx, in.Image, img, pullProgress)
+		if err != nil {
+			return nil, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
+		}
+		timed(core.PhasePulling, start)
+		res.Layers = len(local)
+		layers := make([]ports.FlattenLayer, 0, len(local)+1)
+		for _, l := range local {
+			layers = append(layers, ports.FlattenLayer{Path: l.Path, MediaType: l.Descriptor.MediaType, Digest: l.Descriptor.Digest.String(), Size: l.Descriptor.Size})
+		}
+		if layers, err = in.Inject.appendLayer(layers, scratch, buildTime(img)); err != nil {
+			return nil, err
+		}
+		start = p.now()
+		onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
+		tree, buildRes, err = p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent, nil)
+		if err != nil {
+			return nil, err
+		}
+		// Flattening and the ext4 writer run as one stream; their time is
+		// reported under BUILDING_EXT4.
+		timed(core.PhaseBuildingExt4, start)
 	}
-	// Flattening and the ext4 writer run as one stream; their time is
-	// reported under BUILDING_EXT4.
-	timed(core.PhaseBuildingExt4, start)
 	res.Tree = tree
 
 	start = p.now()
-	sum, size, err := hashFile(ctx, out)
-	if err != nil {
+	var sum string
+	var size int64
+	if buildRes.SHA256 != "" {
+		// The builder hashed the image as it wrote it.
+		st, err := os.Stat(out)
+		if err != nil {
+			return nil, err
+		}
+		sum, size = buildRes.SHA256, st.Size()
+	} else if sum, size, err = hashFile(ctx, out); err != nil {
 		return nil, err
 	}
 	if size != buildRes.SizeBytes {
@@ -231,6 +249,74 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	return res, nil
 }
 
+// streamedBuild is the build over a ports.LayerStreamer: the layers are
+// flattened while they download, and the pull phase is the time until the
+// last one arrived (it overlaps BUILDING_EXT4, which runs from the first
+// byte to the written image).
+func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStreamer, in Input, img *ports.ResolvedImage,
+	scratch, out, fp string, res *Result, start time.Time, pullProgress func(ports.PullProgress), onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
+	var tree ports.TreeStats
+	var br ports.BuildResult
+	// The fetch ends with the build: its pins are not needed once the
+	// image is written, and a failed build stops the downloads.
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	streams, wait, err := streamer.StreamLayers(fetchCtx, in.Image, img, pullProgress)
+	if err != nil {
+		return tree, br, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
+	}
+	type fetched struct {
+		local []ports.LocalLayer
+		err   error
+	}
+	fetchDone := make(chan fetched, 1)
+	go func() {
+		local, err := wait()
+		res.Phases[core.PhasePulling] += p.since(start)
+		if err == nil {
+			onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
+			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+		}
+		fetchDone <- fetched{local, err}
+	}()
+	layers := make([]ports.FlattenLayer, 0, len(streams)+1)
+	for _, s := range streams {
+		layers = append(layers, ports.FlattenLayer{MediaType: s.Descriptor.MediaType, Digest: s.Descriptor.Digest.String(),
+			Size: s.Descriptor.Size, Blob: s.Blob, DiffID: s.DiffID, Derived: s.Derived})
+	}
+	var closeOnce sync.Once
+	closeBlobs := func() {
+		closeOnce.Do(func() {
+			for _, s := range streams {
+				s.Blob.Close()
+			}
+		})
+	}
+	layers, err = in.Inject.appendLayer(layers, scratch, buildTime(img))
+	if err != nil {
+		closeBlobs()
+		<-fetchDone
+		return tree, br, err
+	}
+	bstart := p.now()
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), func(Event) {}, closeBlobs)
+	closeBlobs()
+	if ferr != nil {
+		stopFetch()
+	}
+	f := <-fetchDone
+	if f.err != nil {
+		// A failed fetch is the cause of whatever the flattener saw.
+		return tree, br, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, f.err)
+	}
+	if ferr != nil {
+		return tree, br, ferr
+	}
+	res.Layers = len(f.local)
+	res.Phases[core.PhaseBuildingExt4] += p.since(bstart)
+	return tree, br, nil
+}
+
 // errBuilderSize is the failure of a builder whose reported size is not
 // the size of the file it wrote.
 var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
@@ -240,9 +326,45 @@ var errBuilderSize = errors.New("the ext4 builder's result does not match its im
 var errBuilderDone = errors.New("ext4 builder stopped reading the tree")
 
 // flattenAndBuild streams the flattened tree straight into the builder.
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
+// stop, when set, runs once the flatten is cancelled (it unblocks readers
+// of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event), stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if stop != nil {
+		// Only while flattening: returning normally disarms it.
+		defer context.AfterFunc(ctx, stop)()
+	}
+	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+	spec := ports.BuildSpec{
+		OutPath:        out,
+		UUID:           uuidFrom(fp),
+		Time:           at,
+		HeadroomBytes:  p.HeadroomBytes,
+		HeadroomInodes: p.HeadroomInodes,
+		MaxSizeBytes:   p.MaxSizeBytes,
+	}
+	ef, okF := p.Flattener.(ports.EntryFlattener)
+	pb, okB := p.Builder.(ports.PlannedBuilder)
+	if okF && okB {
+		// Both in process: the builder gets the whole tree, with
+		// references to the content, instead of a tar stream, lays the
+		// image out first and hashes it as it writes it.
+		var br ports.BuildResult
+		var berr error
+		st, err := ef.FlattenTo(ctx, layers, func(es []ports.TreeEntry) error {
+			br, berr = pb.BuildEntries(ctx, spec, es)
+			return berr
+		})
+		switch {
+		case berr != nil:
+			return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+		case err != nil:
+			return st, br, fmt.Errorf("flatten layers: %w", err)
+		}
+		return st, br, nil
+	}
+
 	pr, pw := io.Pipe()
 	type flat struct {
 		stats ports.TreeStats
@@ -257,17 +379,12 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		}
 		done <- flat{st, err}
 	}()
-	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
-	br, berr := p.Builder.Build(ctx, ports.BuildSpec{
-		Tree:           pr,
-		OutPath:        out,
-		UUID:           uuidFrom(fp),
-		Time:           at,
-		HeadroomBytes:  p.HeadroomBytes,
-		HeadroomInodes: p.HeadroomInodes,
-		MaxSizeBytes:   p.MaxSizeBytes,
-	})
+	spec.Tree = pr
+	br, berr := p.Builder.Build(ctx, spec)
 	pr.CloseWithError(errBuilderDone)
+	if berr != nil {
+		cancel() // the flattener may still be reading layers
+	}
 	f := <-done
 	switch {
 	case errors.Is(f.err, errBuilderDone) && berr != nil:

@@ -69,14 +69,15 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 			UUID: "6f1c8e2a-0d3b-4c5e-9f7a-1b2c3d4e5f60", Time: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)}
 	}
 
-	// Errors keep their class across the process boundary: ext4stream
-	// writes a compact read-only image and cannot honour headroom.
-	withHeadroom := spec(outPath)
-	withHeadroom.HeadroomBytes = 64 << 20
-	if _, err := b.Build(ctx, withHeadroom); !errors.Is(err, core.ErrUnsupported) {
-		return fmt.Errorf("build with headroom: got %v, want an error wrapping core.ErrUnsupported", err)
+	// Errors keep their class across the process boundary: no image fits
+	// a 1 MiB cap (images are multiples of 2 MiB), which is the caller's
+	// invalid argument.
+	capped := spec(outPath)
+	capped.MaxSizeBytes = 1 << 20
+	if _, err := b.Build(ctx, capped); !errors.Is(err, core.ErrInvalidArgument) {
+		return fmt.Errorf("build with a 1 MiB cap: got %v, want an error wrapping core.ErrInvalidArgument", err)
 	}
-	fmt.Fprintln(w, "build with headroom: refused (core.ErrUnsupported)")
+	fmt.Fprintln(w, "build with a 1 MiB cap: refused (core.ErrInvalidArgument)")
 
 	res, err := b.Build(ctx, spec(outPath))
 	if err != nil {

@@ -1,8 +1,9 @@
-// Package bench compares this project's one-shot build against the reference
-// pipelines on the same image, machine and run (SPEC §7): the upstream
-// dockerless pipeline (skopeo copy + umoci unpack + mkfs.ext4 -d + e2fsck +
-// resize2fs -M) and a plain flatten + tar -x + mkfs.ext4 -d. It pushes a
-// multi-layer image of about 550 MB to the registry on loopback
-// (CUBE_TEST_REGISTRY) and prints wall times and ratios. Run it with
-// `make bench`; it needs root for umoci and mkfs device nodes.
+// Package bench is the project's benchmark harness (make bench, see
+// README.md). It makes a realistic image from files on the machine
+// (image.go), times this project's builders and the reference pipelines
+// on it, interleaved over several rounds (pipelines.go, bench.go), then
+// the services: artifact downloads, status polling and distribution to
+// node agents (services.go); report.go turns the runs into the tables of
+// docs/benchmarks.md. cmd/cubebench is the command. Nothing here asserts a
+// time: the unit tests check the arithmetic only.
 package bench

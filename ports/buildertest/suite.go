@@ -155,6 +155,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
 	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx) })
+	t.Run("Planned", func(t *testing.T) { testPlanned(t, fx, fl, ls) })
 }
 
 func flattenTo(t testing.TB, fl ports.TreeFlattener, ls []ports.FlattenLayer, out string) {
@@ -244,6 +245,11 @@ func checkResultSize(t *testing.T, img string, res ports.BuildResult) {
 	}
 	if fi.Size()%(2<<20) != 0 {
 		t.Errorf("image size %d is not a multiple of 2 MiB", fi.Size())
+	}
+	if res.SHA256 != "" {
+		if sum, err := FileSHA256(img); err != nil || sum != res.SHA256 {
+			t.Errorf("BuildResult.SHA256 %s, the file's is %s (%v)", res.SHA256, sum, err)
+		}
 	}
 }
 

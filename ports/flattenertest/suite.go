@@ -61,6 +61,10 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"Empty", testEmpty},
 		{"ErrorNamesLayerEntryRule", testErrorMessage},
 		{"Canceled", testCanceled},
+		{"Streamed", testStreamed},
+		{"DiffID", testDiffID},
+		{"Derived", testDerived},
+		{"Entries", testEntries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,7 +37,7 @@ func TestMatchesUmociUnpack(t *testing.T) {
 			return harness{mkfs.New(mkfs.Options{WorkDir: buildertest.FastTempDir(t)}), buildertest.Capabilities{Headroom: true, SparseFiles: true}}, nil
 		},
 		"ext4stream": func(context.Context, *testing.T) (buildertest.Harness, error) {
-			return harness{b: ext4stream}, nil
+			return harness{ext4stream, buildertest.Capabilities{Headroom: true, SparseFiles: true}}, nil
 		},
 	})
 }

@@ -1,9 +1,13 @@
 package mkfs
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
@@ -127,11 +132,13 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 	if err := os.Chmod(stage, 0o755); err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
 	}
-	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true})
+	// Extract counts the zero blocks mke2fs will leave out and leaves long
+	// runs of them as holes, so that nothing is read twice.
+	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true, HoleMin: punchMin, SparseMin: sparseScanMin})
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: extract tree: %w", err)
 	}
-	tree, err := scan(ctx, stage, spec.Time, xr.Deferred)
+	tree, err := scan(ctx, stage, spec.Time, xr.Deferred, xr.Sparse)
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
 	}
@@ -149,11 +156,11 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 		stage: stage,
 		uuid:  fsUUID,
 	}
-	size, err := j.build(ctx)
+	size, sum, err := j.build(ctx)
 	if err != nil {
 		return ports.BuildResult{}, err
 	}
-	return ports.BuildResult{SizeBytes: size}, nil
+	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
 }
 
 // validate checks spec and returns its UUID in canonical lower case.
@@ -216,20 +223,29 @@ type job struct {
 	formats int
 }
 
-// build sizes, formats, fixes up and verifies the image, then renames it
-// onto OutPath. It returns the image size in bytes.
-func (j *job) build(ctx context.Context) (int64, error) {
+// build sizes, formats, fixes up and verifies the image, then moves it
+// onto OutPath. It returns the image size in bytes and, when the image
+// was copied out of a tmpfs work directory, its sha256 (computed on the
+// way).
+func (j *job) build(ctx context.Context) (int64, string, error) {
 	need := j.tree.need(j.spec.HeadroomBytes)
 	inodes := j.tree.inodes(j.spec.HeadroomInodes)
 	blocks, err := j.minBlocks(ctx, need, inodes)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 
+	// On a tmpfs work directory the image is made there too (its fsyncs
+	// cost nothing) and copied out once, hashed on the way; elsewhere it
+	// is made beside OutPath and renamed.
 	dir, base := filepath.Split(j.spec.OutPath)
+	inWork := onTmpfs(j.work)
+	if inWork {
+		dir = j.work
+	}
 	f, err := os.CreateTemp(dir, base+".tmp.")
 	if err != nil {
-		return 0, fmt.Errorf("mkfs builder: temp image: %w", err)
+		return 0, "", fmt.Errorf("mkfs builder: temp image: %w", err)
 	}
 	tmp := f.Name()
 	f.Close()
@@ -243,21 +259,32 @@ func (j *job) build(ctx context.Context) (int64, error) {
 	var lastErr error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		if err := j.checkMax(blocks, need); err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		res, err := j.attempt(ctx, tmp, blocks, inodes)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		if res.ok() {
 			if err := ctx.Err(); err != nil { // a canceled build never publishes
-				return 0, fmt.Errorf("mkfs builder: %w", err)
+				return 0, "", fmt.Errorf("mkfs builder: %w", err)
 			}
-			if err := publish(tmp, j.spec.OutPath); err != nil {
-				return 0, err
+			var sum string
+			if inWork {
+				// The staged tree is no longer needed: delete it while
+				// the image is copied out.
+				removed := make(chan struct{})
+				go func() { removeTree(j.stage); close(removed) }()
+				sum, err = copyOut(ctx, tmp, j.spec.OutPath)
+				<-removed
+			} else {
+				err = publish(tmp, j.spec.OutPath)
+			}
+			if err != nil {
+				return 0, "", err
 			}
 			done = true
-			return blocks * blockSize, nil
+			return blocks * blockSize, sum, nil
 		}
 		lastErr = res.shortage
 		// Grow by what was missing; the next attempt is a fresh format of
@@ -269,7 +296,7 @@ func (j *job) build(ctx context.Context) (int64, error) {
 			inodes += res.inodesShort
 		}
 	}
-	return 0, fmt.Errorf("mkfs builder: image still too small after %d attempts (last: %v)", maxAttempts, lastErr)
+	return 0, "", fmt.Errorf("mkfs builder: image still too small after %d attempts (last: %v)", maxAttempts, lastErr)
 }
 
 func (j *job) checkMax(blocks, need int64) error {
@@ -425,30 +452,129 @@ func zeroFile(path string, size int64) error {
 	return nil
 }
 
-// publish makes the finished image durable and moves it onto out.
+// publish moves the finished image onto out. It is not fsynced (mke2fs
+// synced it already; the artifact store makes its own copy durable).
 func publish(tmp, out string) error {
-	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("mkfs builder: %w", err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
+	err := os.Chmod(tmp, 0o644)
 	if err == nil {
 		err = os.Rename(tmp, out)
 	}
 	if err != nil {
 		return fmt.Errorf("mkfs builder: publish %s: %w", out, err)
 	}
-	if d, err := os.Open(filepath.Dir(out)); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	return nil
+}
+
+// copyOut copies the image from the work directory to a temporary file
+// beside out, hashing it in a second goroutine as it goes, and renames it
+// onto out. It returns the sha256.
+func copyOut(ctx context.Context, img, out string) (string, error) {
+	src, err := os.Open(img)
+	if err != nil {
+		return "", fmt.Errorf("mkfs builder: %w", err)
+	}
+	defer src.Close()
+	dir, base := filepath.Split(out)
+	dst, err := os.CreateTemp(dir, base+".tmp.")
+	if err != nil {
+		return "", fmt.Errorf("mkfs builder: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			dst.Close()
+			os.Remove(dst.Name())
+		}
+	}()
+	sum, err := copyHashing(ctx, dst, src)
+	if err == nil {
+		err = dst.Chmod(0o644)
+	}
+	if err == nil {
+		err = dst.Close()
+	}
+	if err == nil {
+		err = os.Rename(dst.Name(), out)
+	}
+	if err != nil {
+		return "", fmt.Errorf("mkfs builder: copy image to %s: %w", out, err)
+	}
+	ok = true
+	return sum, nil
+}
+
+// copyHashing copies src to dst in 4 MiB pieces; a second goroutine hashes
+// each piece while the next one is read. Runs of zero blocks are left as
+// holes in dst (the file keeps its length), as they were in src.
+func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
+	const piece = 4 << 20
+	free := make(chan []byte, 3)
+	for range 3 {
+		free <- make([]byte, piece)
+	}
+	full := make(chan []byte, 3)
+	h := sha256.New()
+	hashed := make(chan struct{})
+	go func() {
+		for b := range full {
+			h.Write(b)
+			free <- b[:piece]
+		}
+		close(hashed)
+	}()
+	var off int64
+	var err error
+	for err == nil {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		b := <-free
+		n, rerr := io.ReadFull(src, b)
+		b = b[:n]
+		if n > 0 {
+			if !isZero(b) {
+				_, err = dst.WriteAt(b, off)
+			}
+			off += int64(n)
+			full <- b
+		} else {
+			free <- b
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	close(full)
+	<-hashed
+	if err == nil {
+		err = dst.Truncate(off)
+	}
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+var zeroPiece [64 << 10]byte
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPiece))
+		if !bytes.Equal(b[:n], zeroPiece[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// onTmpfs reports whether dir is on a tmpfs.
+func onTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.TMPFS_MAGIC
 }
 
 // removeTree deletes a work directory even when the staged tree holds
@@ -469,3 +595,27 @@ func removeTree(dir string) {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 func roundUp(a, m int64) int64 { return ceilDiv(a, m) * m }
+
+// FastWorkDir returns /dev/shm when it is a tmpfs that keeps user.* xattrs
+// (Linux 6.6 and later) with at least minFree bytes free, else fallback.
+// Staging there is much cheaper than on a disk file system (tens of
+// thousands of files written, then deleted; mke2fs's fsyncs cost nothing),
+// and /dev/shm is usually nosuid,nodev, as the staging should be. The
+// price is memory: the staged tree and the image live in RAM until the
+// build ends.
+func FastWorkDir(fallback string, minFree int64) string {
+	const shm = "/dev/shm"
+	var st unix.Statfs_t
+	if unix.Statfs(shm, &st) != nil || st.Type != unix.TMPFS_MAGIC || int64(st.Bavail)*st.Bsize < minFree {
+		return fallback
+	}
+	d, err := os.MkdirTemp(shm, "mkfs-probe-")
+	if err != nil {
+		return fallback
+	}
+	defer os.Remove(d)
+	if unix.Setxattr(d, "user.cube-probe", []byte("1"), 0) != nil {
+		return fallback
+	}
+	return shm
+}

@@ -12,8 +12,9 @@
 //     image) and measures what the image must hold; files of 64 KiB or more
 //     are read once to count the all-zero blocks mke2fs will leave out.
 //  3. The size is chosen (see Sizing), checked against spec.MaxSizeBytes,
-//     and `mkfs.ext4 -d` formats <OutPath>.tmp.<random> with a pinned
-//     mke2fs.conf written into the work directory.
+//     and `mkfs.ext4 -d` formats <OutPath>.tmp.<random> (in the work
+//     directory when that is a tmpfs) with a pinned mke2fs.conf written
+//     into the work directory.
 //  4. One `debugfs -w` script adds the deferred devices inside the image
 //     (mknod plus set_inode_field for mode, owner, times and device number,
 //     ea_set for their xattrs), gives the root directory the tree's root
@@ -23,8 +24,13 @@
 //     spec.Time on every used inode.
 //  5. `e2fsck -fn` must exit 0, dumpe2fs must report 4 KiB blocks, the pinned
 //     features and the requested free blocks and inodes; then the file is
-//     fsynced and renamed onto OutPath. The staging tree and every temporary
-//     file are removed on every path.
+//     renamed onto OutPath or, made on tmpfs, copied there with its sha256
+//     computed on the way (BuildResult.SHA256). It is not fsynced again:
+//     the artifact store makes the published copy durable. The staging
+//     tree and every temporary file are removed on every path.
+//
+// FastWorkDir picks /dev/shm for the work directory when it can: staging
+// tens of thousands of files and deleting them is far cheaper on tmpfs.
 //
 // # Filesystem choice
 //

@@ -215,7 +215,7 @@ func TestRetryWhenFull(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "img")
 	j := newJob(out, 0)
-	size, err := j.build(context.Background())
+	size, _, err := j.build(context.Background())
 	if err != nil {
 		t.Fatalf("build with a tiny estimate: %v", err)
 	}
@@ -231,7 +231,7 @@ func TestRetryWhenFull(t *testing.T) {
 	}
 
 	out = filepath.Join(t.TempDir(), "img")
-	_, err = newJob(out, 2<<20).build(context.Background())
+	_, _, err = newJob(out, 2<<20).build(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "MaxSizeBytes") {
 		t.Fatalf("err = %v, want the size cap named", err)
 	}

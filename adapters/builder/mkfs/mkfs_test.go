@@ -64,6 +64,16 @@ func TestConformance(t *testing.T) {
 	buildertest.RunConformanceTests(t, newHarness)
 }
 
+// TestConformanceTmpfsWorkDir runs the suite with the work directory on
+// tmpfs, where the image is made in the work directory and copied out,
+// hashed on the way.
+func TestConformanceTmpfsWorkDir(t *testing.T) {
+	needRoot(t)
+	buildertest.RunConformanceTests(t, func(_ context.Context, t *testing.T) (buildertest.Harness, error) {
+		return harness{work: buildertest.FastTempDir(t)}, nil
+	})
+}
+
 // entry is one tar entry of the hand-written trees below.
 type entry struct {
 	hdr  tar.Header

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
 )
 
@@ -38,6 +39,9 @@ type treeInfo struct {
 	// rewrites them in sorted order.
 	multiXattr []string
 
+	// sparse holds the block counts Extract made while staging, by
+	// (device, inode); files not in it are read by scanZeros.
+	sparse  map[[2]uint64]layers.BlockCount
 	scanBuf []byte
 }
 
@@ -224,8 +228,8 @@ type inodeKey struct{ dev, ino uint64 }
 // a directory cannot move its atime again), and measures the tree. Nothing
 // is followed: symlinks are lstat'ed and their times set with
 // AT_SYMLINK_NOFOLLOW.
-func scan(ctx context.Context, stage string, limit time.Time, deferred []*tar.Header) (*treeInfo, error) {
-	t := &treeInfo{}
+func scan(ctx context.Context, stage string, limit time.Time, deferred []*tar.Header, sparse map[[2]uint64]layers.BlockCount) (*treeInfo, error) {
+	t := &treeInfo{sparse: sparse}
 	seen := map[inodeKey]bool{}
 
 	// Deferred devices add an inode each and an entry to their parent.
@@ -308,6 +312,12 @@ func account(t *treeInfo, p, rel string, fi os.FileInfo) (touched bool, err erro
 	t.inodeCount++
 	switch {
 	case fi.Mode().IsRegular() && fi.Size() >= sparseScanMin:
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if bc, ok := t.sparse[[2]uint64{uint64(st.Dev), st.Ino}]; ok {
+				t.dataBlocks += bc.Data + extentBlocks(bc.Runs, bc.Data)
+				break
+			}
+		}
 		blocks, err := scanZeros(p, t.buf())
 		if err != nil {
 			return true, err

@@ -3,5 +3,11 @@
 // an API version the host speaks, and returns a ports.RootfsBuilder whose
 // builds stream the tree to the plugin. Close kills the plugin process.
 //
+// With API v2 the tree's tar bytes go through a named pipe beside the
+// output (host and plugin share the file system): the kernel copies them
+// once into the plugin, with no gRPC framing, protobuf marshalling or
+// HTTP/2 flow control in the way; v1 plugins get chunk messages, as does
+// every plugin when Options.Chunks is set.
+//
 // plugins/ext4stream is the builder this project ships this way.
 package plugin

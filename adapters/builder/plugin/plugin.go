@@ -34,6 +34,9 @@ type Options struct {
 	// Logger receives go-plugin's and the plugin's log lines; nil means
 	// warnings and errors on stderr.
 	Logger hclog.Logger
+	// Chunks sends the tree in gRPC chunk messages even to a plugin that
+	// can read it from a named pipe (API v2), for comparing the two.
+	Chunks bool
 }
 
 // Builder is a ports.RootfsBuilder served by a plugin process.
@@ -89,6 +92,7 @@ func Load(ctx context.Context, path string, opts Options) (*Builder, error) {
 		client.Kill()
 		return nil, fmt.Errorf("builder plugin %s: %w", path, err)
 	}
+	b.rpc.Chunks = opts.Chunks
 	return b, nil
 }
 

@@ -115,13 +115,15 @@ func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (
 		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
-func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }
+func (harness) Capabilities() buildertest.Capabilities {
+	return buildertest.Capabilities{Headroom: true, SparseFiles: true}
+}
 
 func (harness) Close() {}
 
 func TestLoad(t *testing.T) {
 	b := load(t)
-	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion1 {
+	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion2 {
 		t.Errorf("Name %q, API %q", b.Name(), b.APIVersion())
 	}
 	if err := b.Close(); err != nil {

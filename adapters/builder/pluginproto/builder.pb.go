@@ -213,7 +213,11 @@ type BuildSpec struct {
 	HeadroomInodes int64                  `protobuf:"varint,6,opt,name=headroom_inodes,json=headroomInodes,proto3" json:"headroom_inodes,omitempty"`
 	MaxSizeBytes   int64                  `protobuf:"varint,7,opt,name=max_size_bytes,json=maxSizeBytes,proto3" json:"max_size_bytes,omitempty"`
 	// build_id names the build for Cancel; unique per host.
-	BuildId       string `protobuf:"bytes,8,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	BuildId string `protobuf:"bytes,8,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// tree_fifo (API v2) is a named pipe the host writes the tree's tar
+	// bytes into, instead of chunk messages: the plugin opens it for
+	// reading, and no tree byte goes through gRPC. Empty: chunks follow.
+	TreeFifo      string `protobuf:"bytes,9,opt,name=tree_fifo,json=treeFifo,proto3" json:"tree_fifo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,6 +304,13 @@ func (x *BuildSpec) GetMaxSizeBytes() int64 {
 func (x *BuildSpec) GetBuildId() string {
 	if x != nil {
 		return x.BuildId
+	}
+	return ""
+}
+
+func (x *BuildSpec) GetTreeFifo() string {
+	if x != nil {
+		return x.TreeFifo
 	}
 	return ""
 }
@@ -441,7 +452,7 @@ const file_builder_proto_rawDesc = "" +
 	"\fBuildRequest\x120\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.cube.builder.v1.BuildSpecH\x00R\x04spec\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
-	"\x03msg\"\x9c\x02\n" +
+	"\x03msg\"\xb9\x02\n" +
 	"\tBuildSpec\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x19\n" +
@@ -451,7 +462,8 @@ const file_builder_proto_rawDesc = "" +
 	"\x0eheadroom_bytes\x18\x05 \x01(\x03R\rheadroomBytes\x12'\n" +
 	"\x0fheadroom_inodes\x18\x06 \x01(\x03R\x0eheadroomInodes\x12$\n" +
 	"\x0emax_size_bytes\x18\a \x01(\x03R\fmaxSizeBytes\x12\x19\n" +
-	"\bbuild_id\x18\b \x01(\tR\abuildId\".\n" +
+	"\bbuild_id\x18\b \x01(\tR\abuildId\x12\x1b\n" +
+	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\".\n" +
 	"\rBuildResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"*\n" +

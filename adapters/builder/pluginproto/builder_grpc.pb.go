@@ -34,8 +34,10 @@ type RootfsBuilderClient interface {
 	// host picks one it also speaks and sends it with every build.
 	PluginInfo(ctx context.Context, in *PluginInfoRequest, opts ...grpc.CallOption) (*PluginInfoResponse, error)
 	// Build streams one build: the first message carries the spec, every
-	// later one a chunk of the tree's tar bytes, in order. The plugin writes
-	// the image at spec.out_path (host and plugin share the file system).
+	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
+	// the tree comes through spec.tree_fifo and no chunk follows). The
+	// plugin writes the image at spec.out_path (host and plugin share the
+	// file system).
 	Build(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BuildRequest, BuildResponse], error)
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so
@@ -94,8 +96,10 @@ type RootfsBuilderServer interface {
 	// host picks one it also speaks and sends it with every build.
 	PluginInfo(context.Context, *PluginInfoRequest) (*PluginInfoResponse, error)
 	// Build streams one build: the first message carries the spec, every
-	// later one a chunk of the tree's tar bytes, in order. The plugin writes
-	// the image at spec.out_path (host and plugin share the file system).
+	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
+	// the tree comes through spec.tree_fifo and no chunk follows). The
+	// plugin writes the image at spec.out_path (host and plugin share the
+	// file system).
 	Build(grpc.ClientStreamingServer[BuildRequest, BuildResponse]) error
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so

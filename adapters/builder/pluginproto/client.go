@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -32,6 +34,9 @@ type Info struct {
 // use.
 type Client struct {
 	rpc RootfsBuilderClient
+	// Chunks makes API v2 builds send the tree in chunk messages too,
+	// instead of through a named pipe (to compare the two).
+	Chunks bool
 }
 
 // NewClient wraps a generated gRPC client; go-plugin hosts get a *Client
@@ -89,6 +94,9 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	if !spec.Time.IsZero() {
 		head.Time = timestamppb.New(spec.Time)
 	}
+	if apiVersion != APIVersion1 && !c.Chunks {
+		return c.buildFIFO(ctx, stream, head, spec)
+	}
 	if err := c.sendTree(ctx, stream, head, spec.Tree); err != nil {
 		// The tree broke on our side: abandon the build, wait for the
 		// plugin to clean up.
@@ -106,6 +114,85 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 		return res, fromStatus(err)
 	}
 	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
+}
+
+// buildFIFO hands the tree over through a named pipe beside the output
+// (host and plugin share the file system): the spec names it, the host
+// writes the tar bytes into it while the plugin reads, and the call ends
+// with the plugin's answer.
+func (c *Client) buildFIFO(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, spec ports.BuildSpec) (ports.BuildResult, error) {
+	var res ports.BuildResult
+	fifo := filepath.Join(filepath.Dir(spec.OutPath), ".tree-"+head.BuildId+".fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		return res, fmt.Errorf("build: tree pipe: %w", err)
+	}
+	defer os.Remove(fifo)
+	head.TreeFifo = fifo
+	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
+		_, rerr := stream.CloseAndRecv()
+		return res, c.fail(ctx, errors.Join(err, rerr))
+	}
+	treeErr := make(chan error, 1)
+	go func() { treeErr <- feedFIFO(ctx, fifo, spec.Tree) }()
+	resp, err := stream.CloseAndRecv()
+	// A plugin that answered without opening the pipe leaves the writer
+	// waiting in open: open the other end to let it go.
+	if r, oerr := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); oerr == nil {
+		r.Close()
+	}
+	terr := <-treeErr
+	if terr != nil {
+		if err == nil {
+			_ = os.Remove(spec.OutPath) // built from a tree we could not read in full
+		}
+		return res, errors.Join(terr, fromStatus(err))
+	}
+	if ctx.Err() != nil {
+		if err == nil {
+			_ = os.Remove(spec.OutPath)
+		}
+		return res, fmt.Errorf("build: %w", ctx.Err())
+	}
+	if err != nil {
+		return res, fromStatus(err)
+	}
+	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
+}
+
+// treeReadError marks a failure to read the tree (not to write the pipe).
+type treeReadError struct{ err error }
+
+func (e *treeReadError) Error() string { return "read tree: " + e.err.Error() }
+func (e *treeReadError) Unwrap() error { return e.err }
+
+type treeReader struct{ r io.Reader }
+
+func (t treeReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &treeReadError{err}
+	}
+	return n, err
+}
+
+// feedFIFO copies the tree into the pipe. Only a failure to read the tree
+// is returned: a plugin that stops reading (EPIPE) says why in its answer.
+// Cancellation closes the pipe, so a plugin blocked reading it returns.
+func feedFIFO(ctx context.Context, fifo string, tree io.Reader) error {
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { f.Close() })
+	defer stop()
+	defer f.Close()
+	buf := make([]byte, ChunkSize)
+	_, err = io.CopyBuffer(struct{ io.Writer }{f}, treeReader{tree}, buf)
+	var te *treeReadError
+	if errors.As(err, &te) {
+		return te
+	}
+	return nil
 }
 
 // sendTree sends the spec and then the tree. It returns only errors of the

@@ -10,8 +10,10 @@
 // it also speaks and sends it with every build.
 //
 // A build is one client-streaming call. The first message carries the
-// spec, the following ones the tree's tar bytes in ChunkSize pieces; the
-// plugin writes the image at the spec's OutPath, which host and plugin see
-// alike. Error classes (core.ErrInvalidArgument, core.ErrUnsupported, ...)
+// spec, the following ones the tree's tar bytes in ChunkSize pieces; with
+// API v2 the spec may name a named pipe instead (tree_fifo), which the host
+// writes the tar bytes into and the plugin reads, so they cross the
+// boundary through the kernel only. The plugin writes the image at the
+// spec's OutPath, which host and plugin see alike. Error classes (core.ErrInvalidArgument, core.ErrUnsupported, ...)
 // and context cancellation cross the wire as gRPC status codes.
 package pluginproto

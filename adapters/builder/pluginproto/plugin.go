@@ -23,12 +23,17 @@ const PluginName = "rootfs_builder"
 
 // API versions of the RootfsBuilder service.
 const (
-	// APIVersion1: PluginInfo + client-streaming Build.
+	// APIVersion1: PluginInfo + client-streaming Build, the tree in chunk
+	// messages.
 	APIVersion1 = "v1"
+	// APIVersion2: v1, and the tree may come through a named pipe
+	// (BuildSpec.tree_fifo) instead: the tar bytes then cross the process
+	// boundary through the kernel, with no gRPC framing or copies.
+	APIVersion2 = "v2"
 )
 
 // APIVersions lists what this package speaks, most preferred first.
-var APIVersions = []string{APIVersion1}
+var APIVersions = []string{APIVersion2, APIVersion1}
 
 // ChunkSize is the size of the tree chunks the host sends.
 const ChunkSize = 1 << 20

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -85,8 +86,20 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 	if spec.GetTime() != nil {
 		when = spec.GetTime().AsTime()
 	}
+	var tree io.Reader = &chunkReader{stream: stream}
+	if fifo := spec.GetTreeFifo(); fifo != "" {
+		if spec.GetApiVersion() == APIVersion1 {
+			return status.Error(codes.InvalidArgument, "tree_fifo needs API v2: invalid argument")
+		}
+		f, err := openFIFO(fifo)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "tree pipe: %v: invalid argument", err)
+		}
+		defer f.Close()
+		tree = f
+	}
 	res, err := s.impl.Build(ctx, ports.BuildSpec{
-		Tree:           &chunkReader{stream: stream},
+		Tree:           tree,
 		OutPath:        spec.GetOutPath(),
 		UUID:           spec.GetUuid(),
 		Time:           when,
@@ -103,6 +116,19 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 		return toStatus(err)
 	}
 	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes})
+}
+
+// openFIFO opens the host's tree pipe for reading; it must be a named
+// pipe (the host never asks for anything else).
+func openFIFO(p string) (*os.File, error) {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode()&os.ModeNamedPipe == 0 {
+		return nil, fmt.Errorf("%s is not a named pipe", p)
+	}
+	return os.Open(p)
 }
 
 // chunkReader reads the tree out of the Build stream.

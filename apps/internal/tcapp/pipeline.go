@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/samber/do/v2"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -43,6 +46,10 @@ type Options struct {
 	// ServerTimeouts bound slow clients of the HTTP server (zero fields:
 	// startup.DefaultServerTimeouts).
 	ServerTimeouts startup.ServerTimeouts
+	// LongLived (serve): decoded layers kept in the layer cache are
+	// fsynced in the background so that they survive a reboot; a one-shot
+	// build leaves that out (its exit would wait for the fsync).
+	LongLived bool
 }
 
 func (o Options) log() *slog.Logger {
@@ -81,6 +88,9 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		if err != nil {
 			return nil, fmt.Errorf("layer cache %s (CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR): %w", dir, err)
 		}
+		if o.LongLived {
+			go syncDerived(ctx, c)
+		}
 		return c, nil
 	})
 	do.Provide(i, func(i do.Injector) (ports.ImageSource, error) {
@@ -117,14 +127,24 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		if name == "" {
 			name = cfg.Builder
 		}
-		if name == "mkfs" {
-			return mkfs.New(mkfs.Options{WorkDir: cfg.WorkDir}), nil
+		// Built-in builders run in this process; any other name, or
+		// "plugin:<name>", is a plugin binary (plugin:ext4stream runs the
+		// ext4stream builder out of process).
+		switch name {
+		case "mkfs":
+			// Stage on tmpfs when there is room for a large image.
+			return mkfs.New(mkfs.Options{WorkDir: mkfs.FastWorkDir(cfg.WorkDir, 8<<30)}), nil
+		case ext4build.Name:
+			return ext4build.New(), nil
 		}
+		name = strings.TrimPrefix(name, "plugin:")
 		path, err := pluginPath(cfg.PluginDir, name)
 		if err != nil {
 			return nil, err
 		}
-		b, err := plugin.Load(ctx, path, plugin.Options{})
+		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks sends the tree in gRPC
+		// messages instead of a named pipe (the benchmark compares both).
+		b, err := plugin.Load(ctx, path, plugin.Options{Chunks: os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE") == "chunks"})
 		if err != nil {
 			return nil, fmt.Errorf("load builder plugin %s: %w", name, err)
 		}
@@ -151,6 +171,21 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 	return i
 }
 
+// syncDerived makes decoded layers durable now and then, off the builds'
+// path.
+func syncDerived(ctx context.Context, c *layercache.Cache) {
+	t := time.NewTicker(2 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = c.SyncDerived(ctx)
+		}
+	}
+}
+
 // pluginPath finds a builder plugin binary: in the configured plugin dir,
 // else next to this executable.
 func pluginPath(dir, name string) (string, error) {
@@ -166,7 +201,7 @@ func pluginPath(dir, name string) (string, error) {
 	}
 	p := filepath.Join(dir, name)
 	if st, err := os.Stat(p); err != nil || st.IsDir() {
-		return "", fmt.Errorf("builder %q: no plugin binary at %s (set CUBE_TEMPLATE_CENTER_PLUGIN_DIR, or CUBE_TEMPLATE_CENTER_BUILDER=mkfs)", name, p)
+		return "", fmt.Errorf("builder %q: no plugin binary at %s (set CUBE_TEMPLATE_CENTER_PLUGIN_DIR, or CUBE_TEMPLATE_CENTER_BUILDER=ext4stream)", name, p)
 	}
 	return p, nil
 }

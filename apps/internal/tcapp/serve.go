@@ -61,6 +61,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if o.RegistryObserver == nil {
 		o.RegistryObserver = m
 	}
+	o.LongLived = true
 	i := NewBuildInjector(ctx, o)
 	defer i.Shutdown()
 	do.ProvideValue(i, reg)

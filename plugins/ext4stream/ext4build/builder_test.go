@@ -195,8 +195,8 @@ func TestBuildErrors(t *testing.T) {
 		want   error
 		msg    string
 	}{
-		{"headroom bytes", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = 1 << 20 }, core.ErrUnsupported, "headroom"},
-		{"headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 10 }, core.ErrUnsupported, "headroom"},
+		{"headroom over the cap", ok, func(s *ports.BuildSpec) { s.HeadroomBytes, s.MaxSizeBytes = 8<<20, 8<<20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes"},
+		{"absurd headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 1 << 40 }, core.ErrInvalidArgument, "HeadroomInodes"},
 		{"negative headroom", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = -1 }, core.ErrInvalidArgument, "Headroom"},
 		{"bad uuid", ok, func(s *ports.BuildSpec) { s.UUID = "nope" }, core.ErrInvalidArgument, "UUID"},
 		{"nil tree", ok, func(s *ports.BuildSpec) { s.Tree = nil }, core.ErrInvalidArgument, "Tree"},
@@ -217,12 +217,12 @@ func TestBuildErrors(t *testing.T) {
 		{"empty stream", nil, nil, core.ErrInvalidArgument, "end-of-archive"},
 		{"xattrs too big", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "x", Mode: 0o644,
 			PAXRecords: map[string]string{"SCHILY.xattr.user.big": strings.Repeat("v", 5000)}}}),
-			nil, core.ErrUnsupported, "could not fit xattr"},
+			nil, core.ErrUnsupported, "more than one 4096-byte block"},
 	}
-	// A header announcing a file too big for tar2ext4's extent trees; the
-	// builder refuses it before reading any data.
+	// A header announcing a file over the builder's maximum; it is refused
+	// before any data is read.
 	var huge bytes.Buffer
-	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 50 << 30}); err != nil {
+	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}); err != nil {
 		t.Fatal(err)
 	}
 	tests = append(tests, struct {
@@ -231,7 +231,7 @@ func TestBuildErrors(t *testing.T) {
 		mutate func(*ports.BuildSpec)
 		want   error
 		msg    string
-	}{"file over 42 GiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`})
+	}{"file over 1 TiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m []func(*ports.BuildSpec)

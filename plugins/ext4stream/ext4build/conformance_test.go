@@ -25,7 +25,9 @@ func (harness) MakeLimitedFlattener(_ context.Context, l flattenertest.Limits) (
 		MaxFileBytes: l.MaxFileBytes, MaxPathDepth: l.MaxPathDepth, MaxXattrBytes: l.MaxXattrBytes}}, nil
 }
 
-func (harness) Capabilities() buildertest.Capabilities { return buildertest.Capabilities{} }
+func (harness) Capabilities() buildertest.Capabilities {
+	return buildertest.Capabilities{Headroom: true, SparseFiles: true}
+}
 
 func (harness) Close() {}
 

@@ -1,40 +1,59 @@
 // Package ext4build is the ext4stream builder: a pure-Go, streaming
-// tar → ext4 converter that needs no root, no mount and no e2fsprogs.
+// tar → ext4 writer that needs no root, no mount and no e2fsprogs. It is
+// the default builder of templatecenter, linked into the binary, and the
+// same code is served as an out-of-process plugin by plugins/ext4stream.
 //
-// The tree streams through a validating re-encoder (feed.go) into hcsshim's
-// tar2ext4, which writes file data as it arrives and the metadata at the
-// end into a temporary file beside BuildSpec.OutPath. The feed holds the
-// tree to the BuildSpec.Tree contract with the staging extractor's rules
-// and rule names (reject.go): clean relative names, nothing below a
-// symlink or a file, no duplicates or whiteouts, hard links to earlier
-// regular files, the xattr allow-list, owner and device ranges, the
-// end-of-archive marker; ports/flattenertest's tree corpus checks it. A
-// post-processing pass (fixup.go) then repairs what tar2ext4 leaves wrong
-// or unset:
+// # One pass
 //
-//   - the padding bits at the end of each inode bitmap, without which
-//     `e2fsck -fn` exits 4;
-//   - timestamps outside 1901..2038, which tar2ext4 encodes in a way the
-//     kernel decodes decades off;
-//   - atime/ctime of entries whose tar header had none (set to
-//     BuildSpec.Time instead of 1970);
-//   - the order of entries in external xattr blocks, which kernels search
-//     with an early exit;
-//   - the size: the last group is extended with free blocks so that the
-//     image is a multiple of 2 MiB;
-//   - the identity: UUID, directory hash seed and creation times come from
-//     the spec, so identical input gives byte-identical images.
+// The tree is read once (tree.go) and every header is held to the
+// BuildSpec.Tree contract with the staging extractor's rules and rule names
+// (reject.go): clean relative names, nothing below a symlink or a file, no
+// duplicates or whiteouts, hard links to earlier regular files, the xattr
+// allow-list, owner and device ranges, the end-of-archive marker;
+// ports/flattenertest's tree corpus checks it. File content goes straight
+// from the tree into the image file, in large sequential writes, as it
+// arrives; nothing is staged. Once the tree has ended the writer appends
+// directories, extent tree blocks, xattr blocks, inode tables and bitmaps,
+// and writes the superblock and group descriptors last (writer.go,
+// finish.go describe the layout).
 //
-// The result is a compact file system flagged read-only (RO_COMPAT
-// read-only): no journal, almost no free inodes, under 2 MiB of free
-// blocks. It is meant as the read-only base under a writable layer; builds
-// asking for headroom fail with core.ErrUnsupported. Small files are not
-// inlined (inline_data is incompatible with DAX).
+// # The file system
 //
-// Limits inherited from tar2ext4, reported with core.ErrUnsupported: files
-// up to about 42 GiB (its two-level extent trees are wrong), xattrs of one
-// entry up to one 4 KiB block, fewer than 65000 subdirectories per
-// directory, and 128 GiB per image unless MaxSizeBytes asks for more.
-// Directories are linear (no dir_index), so lookups in huge directories are
-// slower than on mkfs.ext4 images.
+// 4 KiB blocks, 256-byte inodes (timestamps with nanoseconds and epoch
+// bits, so 1901..2446; in-inode xattrs), features ext_attr, dir_index,
+// sparse_super2 (no backup superblocks), filetype, extent, flex_bg,
+// large_file, huge_file, dir_nlink, extra_isize; no journal, no
+// resize_inode. It is sized to the content: exactly the blocks and inodes
+// the tree needs plus BuildSpec.HeadroomBytes and HeadroomInodes, rounded
+// up to a multiple of 2 MiB. It mounts read-write, so the headroom is
+// usable; directories are linear when written and the kernel indexes them
+// as they grow (dir_index). All-zero blocks of regular files are left out
+// (holes), as mke2fs -d does. POSIX ACLs are stored in ext4's own
+// encoding; other xattrs go in the inode while they fit, the rest in one
+// xattr block (sorted, hashed, as the kernel searches it).
+//
+// Times: mtime, and atime/ctime when the tree carries them, are kept
+// (clamped to what ext4 stores); atime and ctime the tree lacks, creation
+// times, the root and lost+found unless the tree declares them, and the
+// superblock times are BuildSpec.Time.
+//
+// # Reproducibility
+//
+// The bytes are a function of the tree and the spec: inodes are numbered
+// in tree order, data is placed in tree order, directory entries keep the
+// tree's order, the UUID and directory hash seed are BuildSpec.UUID, and
+// group descriptor blocks are reserved for max(MaxSizeBytes,
+// DefaultMaxSize) so that any cap up to DefaultMaxSize gives the same
+// image.
+//
+// # Durability
+//
+// The image is not fsynced: a build's image is hashed and published to the
+// artifact store, which makes its own copy durable, and a caller that keeps
+// OutPath syncs it if it must survive a crash.
+//
+// Limits, reported with core.ErrUnsupported: files up to 1 TiB, xattrs of
+// one entry up to the in-inode space plus one 4 KiB block (no ea_inode),
+// 65000 names per file, images up to 16 TiB (DefaultMaxSize unless
+// MaxSizeBytes asks for more).
 package ext4build

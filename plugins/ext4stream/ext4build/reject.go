@@ -40,10 +40,6 @@ const (
 	ruleReservedName = "reserved-name"
 )
 
-// kindImplied marks a directory nobody declared yet (a missing parent, or
-// the root and lost+found the builder invents).
-const kindImplied = 'i'
-
 // rejectError is a tree the builder refuses. Its message has the
 // contract's shape, `tree: entry "<name>" rejected: <rule>: <detail>`.
 type rejectError struct {

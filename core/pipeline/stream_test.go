@@ -1,0 +1,148 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// streamingSource is the fixture's source that also streams its layers.
+type streamingSource struct {
+	ports.ImageSource
+	waitErr error
+	closed  int
+	mu      sync.Mutex
+}
+
+type closeCounter struct {
+	io.Reader
+	s *streamingSource
+}
+
+func (c closeCounter) Close() error {
+	c.s.mu.Lock()
+	c.s.closed++
+	c.s.mu.Unlock()
+	return nil
+}
+
+func (s *streamingSource) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Size: 10}
+	ls := []ports.StreamedLayer{{Descriptor: d, DiffID: "sha256:diff", Blob: closeCounter{strings.NewReader("blob"), s}}}
+	return ls, func() ([]ports.LocalLayer, error) {
+		progress(ports.PullProgress{TotalBytes: 10, DownloadedBytes: 10, TotalLayers: 1, CompletedLayers: 1})
+		if s.waitErr != nil {
+			return nil, s.waitErr
+		}
+		return []ports.LocalLayer{{Descriptor: d, Path: "/layers/1"}}, nil
+	}, nil
+}
+
+func TestStreamingSourceFeedsTheFlattenerWhileFetching(t *testing.T) {
+	f := newFixture(t)
+	src := &streamingSource{ImageSource: f.source}
+	f.pipeline.Source = src
+	var phases []core.Phase
+	res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, func(e Event) {
+		if len(phases) == 0 || phases[len(phases)-1] != e.Phase {
+			phases = append(phases, e.Phase)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.layers) != 1 || len(f.layers[0]) != 1 || f.layers[0][0].Blob == nil || f.layers[0][0].Path != "" || f.layers[0][0].DiffID != "sha256:diff" {
+		t.Fatalf("flattener got %+v", f.layers)
+	}
+	if len(f.source.FetchLayersCalls()) != 0 {
+		t.Error("FetchLayers called although the source streams")
+	}
+	if src.closed != 1 {
+		t.Errorf("%d blobs closed, want 1", src.closed)
+	}
+	want := []core.Phase{core.PhasePulling, core.PhaseUnpacking, core.PhaseBuildingExt4, core.PhaseUploading, core.PhaseReady}
+	if strings.Join(phaseNames(phases), ",") != strings.Join(phaseNames(want), ",") {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+	if res.Layers != 1 || res.Phases[core.PhasePulling] < 0 {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func phaseNames(ps []core.Phase) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, string(p))
+	}
+	return out
+}
+
+// A failed fetch is the error reported, whatever the flattener made of the
+// broken stream.
+func TestStreamingFetchFailureWins(t *testing.T) {
+	f := newFixture(t)
+	boom := errors.New("registry said no")
+	f.pipeline.Source = &streamingSource{ImageSource: f.source, waitErr: boom}
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
+		return ports.TreeStats{}, errors.New("corrupt-archive")
+	}
+	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "fetch layers") {
+		t.Fatalf("err = %v, want the fetch error", err)
+	}
+	if len(f.put) != 0 {
+		t.Fatal("published after a failed fetch")
+	}
+}
+
+// plannedPair is a flattener and a builder that hand the tree over as
+// entries.
+type plannedFlattener struct {
+	ports.TreeFlattener
+	calls int
+}
+
+func (p *plannedFlattener) FlattenTo(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	p.calls++
+	return ports.TreeStats{Entries: 1}, use([]ports.TreeEntry{{}})
+}
+
+type plannedBuilder struct {
+	ports.RootfsBuilder
+	sum string
+}
+
+func (p *plannedBuilder) BuildEntries(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
+	img := []byte("planned image")
+	s := sha256.Sum256(img)
+	p.sum = hex.EncodeToString(s[:])
+	return ports.BuildResult{SizeBytes: int64(len(img)), SHA256: p.sum}, os.WriteFile(spec.OutPath, img, 0o644)
+}
+
+func TestPlannedPathAndBuilderHash(t *testing.T) {
+	f := newFixture(t)
+	pf := &plannedFlattener{TreeFlattener: f.flattener}
+	pb := &plannedBuilder{RootfsBuilder: f.builder}
+	f.pipeline.Flattener, f.pipeline.Builder = pf, pb
+	res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pf.calls != 1 || len(f.flattener.FlattenCalls()) != 0 || len(f.builder.BuildCalls()) != 0 {
+		t.Fatalf("FlattenTo %d, Flatten %d, Build %d", pf.calls, len(f.flattener.FlattenCalls()), len(f.builder.BuildCalls()))
+	}
+	if res.SHA256 != pb.sum || string(f.put[res.ObjectKey]) != "planned image" {
+		t.Fatalf("sha %s (builder %s), published %q", res.SHA256, pb.sum, f.put[res.ObjectKey])
+	}
+}

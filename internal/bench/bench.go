@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Options configure a benchmark run (cmd/cubebench's flags).
+type Options struct {
+	Bin, Self, Work    string
+	Registry, MySQLDSN string
+	Rounds             int
+	Builders           string
+	Parts, Only        string
+	Report             string
+	Profile            bool
+	// Baseline is a bin directory of an earlier build (templatecenter and
+	// its ext4stream plugin) whose default (mkfs) and ext4stream builds are
+	// timed in the same rounds, for before/after ratios.
+	Baseline string
+}
+
+func (o Options) part(p string) bool { return contains(o.Parts, p) }
+
+func contains(list, item string) bool {
+	for _, x := range strings.Split(list, ",") {
+		if strings.TrimSpace(x) == item {
+			return true
+		}
+	}
+	return false
+}
+
+// pipeline is one timed thing of the builds part.
+type pipeline struct {
+	name string
+	run  func(round int, work string) (Run, error)
+	// ours marks our own builds (the ratios' numerators).
+	ours bool
+}
+
+// Main runs the benchmark and writes the report to out.
+func Main(o Options, out io.Writer, logf func(string, ...any)) error {
+	if o.Registry == "" {
+		return errors.New("no registry: set CUBE_TEST_REGISTRY or -registry (make bench starts one)")
+	}
+	if o.Rounds < 1 {
+		o.Rounds = 1
+	}
+	for _, f := range []string{"templatecenter", "ext4stream"} {
+		if _, err := os.Stat(filepath.Join(o.Bin, f)); err != nil {
+			return fmt.Errorf("%s not built in %s (run make build): %w", f, o.Bin, err)
+		}
+	}
+	fmt.Fprintf(out, "machine: %s\n", Machine())
+	fmt.Fprintf(out, "load average at start: %s\n\n", Load())
+	if o.part("builds") {
+		if err := builds(o, out, logf); err != nil {
+			return err
+		}
+	}
+	if o.part("services") {
+		if err := services(o, out, logf); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nload average at the end: %s\n", Load())
+	return nil
+}
+
+func builds(o Options, out io.Writer, logf func(string, ...any)) error {
+	img, err := MakeImage(filepath.Join(o.Work, "image"), filepath.Join(o.Bin, "templatecenter"), logf)
+	if err != nil {
+		return err
+	}
+	ref := o.Registry + "/bench/rootfs:" + strings.ReplaceAll(imageFormat, "/", "-")
+	digest, err := img.Push(ref)
+	if err != nil {
+		return err
+	}
+	logf("pushed %s (%s)", ref, digest)
+	e := &Env{Bin: o.Bin, Self: o.Self, Work: o.Work, Ref: ref, Registry: o.Registry, Image: img}
+	for _, tool := range []string{"skopeo", "umoci", "mkfs.ext4", "e2fsck", "resize2fs", "tar", "pigz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is not installed (make bench installs it on Debian)", tool)
+		}
+	}
+
+	var ps []pipeline
+	for _, b := range strings.Split(o.Builders, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		// NAME@chunks: a plugin fed through gRPC chunk messages instead of
+		// its named pipe.
+		var extra []string
+		name := b
+		if base, ok := strings.CutSuffix(b, "@chunks"); ok {
+			b, extra = base, []string{"CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks"}
+		}
+		cache := ""
+		ps = append(ps, pipeline{name: "ours " + name + " cold", ours: true, run: func(round int, work string) (Run, error) {
+			// The cache outlives the run: the warm build right after uses it.
+			cache = filepath.Join(o.Work, "cache-"+strings.NewReplacer(":", "-", "@", "-").Replace(name))
+			os.RemoveAll(cache)
+			env := extra
+			if o.Profile && round == 1 && name == "ext4stream" {
+				env = append(env, profileEnv(o.Work, "cold")...)
+			}
+			r, _, err := e.Ours(b, cache, "20Gi", filepath.Join(work, "rootfs.ext4"), env...)
+			return r, err
+		}})
+		ps = append(ps, pipeline{name: "ours " + name + " warm", ours: true, run: func(round int, work string) (Run, error) {
+			env := extra
+			if o.Profile && round == 1 && name == "ext4stream" {
+				env = append(env, profileEnv(o.Work, "warm")...)
+			}
+			// Another writable layer size is another spec: a new artifact
+			// over cached layers.
+			r, _, err := e.Ours(b, cache, "21Gi", filepath.Join(work, "rootfs.ext4"), env...)
+			os.RemoveAll(cache)
+			return r, err
+		}})
+	}
+	if o.Baseline != "" {
+		be := &Env{Bin: o.Baseline, Self: o.Self, Work: o.Work, Ref: ref, Registry: o.Registry, Image: img}
+		for _, b := range []string{"mkfs", "ext4stream"} {
+			ps = append(ps, pipeline{name: "baseline " + b + " cold", run: func(_ int, work string) (Run, error) {
+				cache := filepath.Join(work, "cache")
+				r, _, err := be.Ours(b, cache, "20Gi", filepath.Join(work, "rootfs.ext4"))
+				r.CPU = be.takeCPU()
+				return r, err
+			}})
+		}
+	}
+	ps = append(ps,
+		pipeline{name: "upstream dockerless (skopeo+umoci+mkfs -d+e2fsck+resize2fs -M)", run: func(_ int, work string) (Run, error) { return e.Dockerless(work) }},
+		pipeline{name: "flatten (ggcr) + tar -x + mkfs.ext4 -d", run: func(_ int, work string) (Run, error) { return e.FlattenTarMkfs(work) }},
+		pipeline{name: "decode bound (pigz -d, all layers at once)", run: func(int, string) (Run, error) { return e.DecodeBound() }},
+	)
+	if o.Only != "" {
+		var keep []pipeline
+		for _, p := range ps {
+			for _, w := range strings.Split(o.Only, ",") {
+				if w = strings.TrimSpace(w); w != "" && strings.Contains(p.name, w) {
+					keep = append(keep, p)
+					break
+				}
+			}
+		}
+		ps = keep
+	}
+
+	var runs []Run
+	loads := make([]string, 0, o.Rounds)
+	for round := 1; round <= o.Rounds; round++ {
+		for _, p := range ps {
+			work, err := os.MkdirTemp(o.Work, "run-")
+			if err != nil {
+				return err
+			}
+			e.takeCPU()
+			r, err := p.run(round, work)
+			if r.CPU == 0 {
+				r.CPU = e.takeCPU()
+			}
+			os.RemoveAll(work)
+			if err != nil {
+				return fmt.Errorf("%s (round %d): %w", p.name, round, err)
+			}
+			r.Pipeline, r.Round = p.name, round
+			runs = append(runs, r)
+			logf("round %d: %-62s %6.2fs  cpu %6.2fs  peak %5s MiB  %s", round, p.name, r.Wall.Seconds(), r.CPU.Seconds(), MiB(r.PeakRSS), PhaseString(r.Phases))
+		}
+		loads = append(loads, Load())
+	}
+	writeBuilds(out, img, ref, o.Rounds, loads, Summarize(runs), ps)
+	return nil
+}
+
+func profileEnv(work, what string) []string {
+	dir := filepath.Join(work, "profiles")
+	os.MkdirAll(dir, 0o755)
+	return []string{
+		"CUBE_TEMPLATE_CENTER_CPUPROFILE=" + filepath.Join(dir, what+".cpu.pprof"),
+		"CUBE_TEMPLATE_CENTER_MEMPROFILE=" + filepath.Join(dir, what+".allocs.pprof"),
+	}
+}
+
+func writeBuilds(out io.Writer, img *Image, ref string, rounds int, loads []string, sums []Summary, ps []pipeline) {
+	fmt.Fprintf(out, "## Builds\n\n")
+	fmt.Fprintf(out, "image %s: %d gzip layers, %d MB compressed, %d MB of file content, %d entries (flattened)\n", ref,
+		len(img.Layers), totalCompressed(img)>>20, img.Content>>20, img.Entries)
+	for i, l := range img.Layers {
+		fmt.Fprintf(out, "  layer %d: %d MB gzip, %d MB tar, %d entries: %s\n", i, l.Size>>20, l.TarSize>>20, l.Entries, l.What)
+	}
+	fmt.Fprintf(out, "\n%d interleaved rounds; load average after each round: %s\n\n", rounds, strings.Join(loads, " | "))
+	by := map[string]Summary{}
+	for _, s := range sums {
+		by[s.Pipeline] = s
+	}
+	var upstream, decode time.Duration
+	for _, s := range sums {
+		switch {
+		case strings.HasPrefix(s.Pipeline, "upstream dockerless"):
+			upstream = s.Median
+		case strings.HasPrefix(s.Pipeline, "decode bound"):
+			decode = s.Median
+		}
+	}
+	t := Table{Header: []string{"pipeline", "median s", "runs (s)", "upstream / this", "this / decode bound", "CPU s (median)", "peak RSS MiB", "image MiB", "phases (median s)"}}
+	for _, s := range sums {
+		var all []string
+		for _, r := range s.Runs {
+			all = append(all, fmt.Sprintf("%.2f", r.Wall.Seconds()))
+		}
+		row := []string{s.Pipeline, Secs(s.Median), strings.Join(all, " "), ratioCell(Ratio(upstream, s.Median)), ratioCell(Ratio(s.Median, decode)),
+			Secs(s.CPU), MiB(s.PeakRSS), MiB(s.ImageBytes), PhaseString(s.Phases)}
+		t.Rows = append(t.Rows, row)
+	}
+	t.Write(out)
+	// Warm over cold, per builder.
+	fmt.Fprintln(out)
+	for _, s := range sums {
+		if cold, ok := strings.CutSuffix(s.Pipeline, " warm"); ok {
+			if c, ok := by[cold+" cold"]; ok {
+				fmt.Fprintf(out, "%s: warm / cold = %.2f\n", strings.TrimPrefix(cold, "ours "), Ratio(s.Median, c.Median))
+			}
+		}
+	}
+}
+
+func ratioCell(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", r)
+}
+
+func totalCompressed(img *Image) int64 {
+	var n int64
+	for _, l := range img.Layers {
+		n += l.Size
+	}
+	return n
+}

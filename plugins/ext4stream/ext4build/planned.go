@@ -1,0 +1,368 @@
+package ext4build
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// The planned build (BuildEntries) gets the whole tree before writing:
+// it runs the streaming writer's own placement over the entries without
+// their content (each file's holes are known from ports.TreeEntry.Zero, or
+// found by reading it once), writes the metadata, then copies the content
+// into place in one sequential pass while another goroutine hashes the
+// image in order. Same placement, same bytes as Build; the content is read
+// once and the hash costs no second pass over the file.
+
+var _ ports.PlannedBuilder = (*Builder)(nil)
+
+// plannedSource is the content of the regular file being added.
+type plannedSource struct {
+	file *os.File
+	off  int64
+	zero [][2]uint32
+}
+
+// copyJob is content to copy into the data area: a file's non-zero
+// blocks, or a slow symlink's target.
+type copyJob struct {
+	src    plannedSource
+	size   int64
+	inline []byte
+	first  uint32 // first block in the image
+}
+
+// BuildEntries implements ports.PlannedBuilder.
+func (*Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (res ports.BuildResult, err error) {
+	spec.Tree = bytes.NewReader(nil) // unused; checkSpec wants one
+	id, limit, err := checkSpec(spec)
+	if err != nil {
+		return res, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
+	if err != nil {
+		return res, fmt.Errorf("ext4stream: create temporary image: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	reserve := ceilDiv(ceilDiv(max(limit, DefaultMaxSize), blockSize*blocksPerGroup), descsPerBlock)
+	w := newFSWriter(tmp, stampOf(spec.Time), limit/blockSize, uint32(reserve))
+	w.planned = true
+	if err := w.plan(ctx, entries); err != nil {
+		if w.exceeded {
+			return res, overLimit(spec.MaxSizeBytes, limit)
+		}
+		return res, fmt.Errorf("ext4stream: %w", err)
+	}
+	size, err := w.finish(ceilDiv(spec.HeadroomBytes, blockSize), spec.HeadroomInodes, id)
+	if err != nil {
+		if w.exceeded {
+			return res, overLimit(spec.MaxSizeBytes, limit)
+		}
+		return res, fmt.Errorf("ext4stream: write metadata: %w", err)
+	}
+	sum, err := w.copyAndHash(ctx, size)
+	if err != nil {
+		return res, fmt.Errorf("ext4stream: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return res, fmt.Errorf("ext4stream: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return res, fmt.Errorf("ext4stream: close image: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("ext4stream: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), spec.OutPath); err != nil {
+		return res, fmt.Errorf("ext4stream: publish image: %w", err)
+	}
+	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
+}
+
+// plan places every entry, holding it to the tree contract as Build does.
+func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
+	for i, e := range entries {
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if e.Header == nil {
+			return fmt.Errorf("entry %d has no header: %w", i, core.ErrInvalidArgument)
+		}
+		it, err := convert(e.Header)
+		if err != nil {
+			return err
+		}
+		if it == nil {
+			continue
+		}
+		w.src = nil
+		if it.typ == tar.TypeReg && it.size > 0 {
+			if e.File == nil {
+				return fmt.Errorf("tree entry %q: %d bytes of content and no file: %w", it.raw, it.size, core.ErrInvalidArgument)
+			}
+			w.src = &plannedSource{file: e.File, off: e.Offset, zero: e.Zero}
+			if !e.ZeroKnown {
+				z, err := w.zeroRuns(e.File, e.Offset, it.size)
+				if err != nil {
+					return fmt.Errorf("tree entry %q: read content: %w", it.raw, err)
+				}
+				w.src.zero = z
+			}
+		}
+		if err := w.add(it, nil); err != nil {
+			return err
+		}
+	}
+	w.bufStart = w.next
+	return nil
+}
+
+// allocData places a file's non-zero blocks in the data area.
+func (w *fsWriter) allocData(n *node, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	src := *w.src
+	w.jobs = append(w.jobs, copyJob{src: src, size: size, first: w.next})
+	blocks := uint32(ceilDiv(size, blockSize))
+	lblk := uint32(0)
+	data := func(to uint32) {
+		if to > lblk {
+			n.addRun(lblk, w.next, to-lblk)
+			w.next += to - lblk
+		}
+	}
+	for _, r := range src.zero {
+		if r[0] < lblk || r[0]+r[1] > blocks {
+			return fmt.Errorf("zero block list out of order or past the end: %w", core.ErrInvalidArgument)
+		}
+		data(r[0])
+		lblk = r[0] + r[1]
+	}
+	data(blocks)
+	if int64(w.next) > w.limitBlocks {
+		w.exceeded = true
+		return errLimit
+	}
+	return nil
+}
+
+// allocInline places one block of inline content (a slow symlink).
+func (w *fsWriter) allocInline(n *node, b []byte) error {
+	w.jobs = append(w.jobs, copyJob{inline: b, size: int64(len(b)), first: w.next})
+	n.addRun(0, w.next, 1)
+	w.next++
+	if int64(w.next) > w.limitBlocks {
+		w.exceeded = true
+		return errLimit
+	}
+	return nil
+}
+
+// zeroRuns finds the all-zero blocks of content the tree gave no list for.
+func (w *fsWriter) zeroRuns(f *os.File, off, size int64) ([][2]uint32, error) {
+	if w.scratch == nil {
+		w.scratch = make([]byte, 1<<20)
+	}
+	return zeroRunsBuf(f, off, size, w.scratch)
+}
+
+func zeroRunsBuf(f *os.File, off, size int64, buf []byte) ([][2]uint32, error) {
+	var runs [][2]uint32
+	blk := uint32(0)
+	for done := int64(0); done < size; {
+		chunk := buf[:min(int64(len(buf)), size-done)]
+		if _, err := f.ReadAt(chunk, off+done); err != nil {
+			return nil, err
+		}
+		for o := 0; o < len(chunk); o += blockSize {
+			b := chunk[o:min(o+blockSize, len(chunk))]
+			if bytes.Equal(b, zeroBlock[:len(b)]) {
+				if k := len(runs); k > 0 && runs[k-1][0]+runs[k-1][1] == blk {
+					runs[k-1][1]++
+				} else {
+					runs = append(runs, [2]uint32{blk, 1})
+				}
+			}
+			blk++
+		}
+		done += int64(len(chunk))
+	}
+	return runs, nil
+}
+
+// errContentChanged: the content does not match the hole list it came
+// with; the two build paths would no longer agree, so the build stops.
+var errContentChanged = errors.New("file content does not match its list of zero blocks")
+
+// copyAndHash copies the content into the data area and returns the sha256
+// of the whole image: the head and the metadata, already written, are read
+// back; the data is hashed from the copy buffers, by a second goroutine,
+// while the next buffer fills.
+func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) {
+	const bufSize = 4 << 20
+	free := make(chan []byte, 3)
+	for range 3 {
+		free <- make([]byte, 0, bufSize)
+	}
+	full := make(chan []byte, 3)
+	hashed := make(chan error, 1)
+	h := sha256.New()
+	go func() {
+		err := hashRange(h, w.f, 0, int64(w.dataStart)*blockSize)
+		for b := range full {
+			if err == nil {
+				h.Write(b)
+			}
+			free <- b[:0]
+		}
+		if err == nil {
+			err = hashRange(h, w.f, w.dataEnd*blockSize, w.metaEnd*blockSize)
+		}
+		if err == nil {
+			err = hashZeros(h, size-w.metaEnd*blockSize)
+		}
+		hashed <- err
+	}()
+	cerr := w.copyData(ctx, free, full)
+	close(full)
+	herr := <-hashed
+	if err := errors.Join(cerr, herr); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// copyData fills buffers from free with the data area's blocks in order,
+// writes them and hands them to full.
+func (w *fsWriter) copyData(ctx context.Context, free <-chan []byte, full chan<- []byte) error {
+	buf := <-free
+	at := int64(w.dataStart) // block of buf[0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if _, err := w.f.WriteAt(buf, at*blockSize); err != nil {
+			return fmt.Errorf("write image: %w", err)
+		}
+		at += int64(len(buf) / blockSize)
+		full <- buf
+		buf = <-free
+		return nil
+	}
+	for i, j := range w.jobs {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if int64(j.first) != at+int64(len(buf)/blockSize) {
+			return fmt.Errorf("copy job %d starts at block %d, the data area is at %d", i, j.first, at+int64(len(buf)/blockSize))
+		}
+		if j.inline != nil {
+			if len(buf) == cap(buf) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			k := len(buf)
+			buf = buf[:k+blockSize]
+			clear(buf[k:])
+			copy(buf[k:], j.inline)
+			continue
+		}
+		if err := w.copyFile(j, &buf, flush); err != nil {
+			return err
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if at != w.dataEnd {
+		return fmt.Errorf("copied %d data blocks, planned %d", at-int64(w.dataStart), w.dataEnd-int64(w.dataStart))
+	}
+	return nil
+}
+
+// copyFile appends one file's non-zero blocks to *buf, reading straight
+// into it and checking every block against the zero list.
+func (w *fsWriter) copyFile(j copyJob, buf *[]byte, flush func() error) error {
+	zero := j.src.zero
+	blk := uint32(0)
+	for done := int64(0); done < j.size; {
+		if len(*buf) == cap(*buf) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		b := *buf
+		room := int64(cap(b) - len(b))
+		take := min(room, j.size-done)
+		chunk := b[len(b) : len(b)+int(ceilDiv(take, blockSize)*blockSize)]
+		if n, err := j.src.file.ReadAt(chunk[:take], j.src.off+done); n < int(take) {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("read content: %w", err)
+		}
+		clear(chunk[take:])
+		done += take
+		kept := 0
+		for off := 0; off < len(chunk); off += blockSize {
+			for len(zero) > 0 && zero[0][0]+zero[0][1] <= blk {
+				zero = zero[1:]
+			}
+			hole := len(zero) > 0 && zero[0][0] <= blk
+			isZero := bytes.Equal(chunk[off:off+blockSize], zeroBlock[:])
+			if hole != isZero {
+				return errContentChanged
+			}
+			if !hole {
+				if kept != off {
+					copy(chunk[kept:], chunk[off:off+blockSize])
+				}
+				kept += blockSize
+			}
+			blk++
+		}
+		*buf = b[:len(b)+kept]
+	}
+	return nil
+}
+
+// hashRange hashes the file's bytes [from, to).
+func hashRange(h io.Writer, f *os.File, from, to int64) error {
+	if to <= from {
+		return nil
+	}
+	_, err := io.Copy(h, io.NewSectionReader(f, from, to-from))
+	return err
+}
+
+// hashZeros hashes n zero bytes.
+func hashZeros(h io.Writer, n int64) error {
+	var z [64 << 10]byte
+	for n > 0 {
+		k := min(n, int64(len(z)))
+		h.Write(z[:k])
+		n -= k
+	}
+	return nil
+}

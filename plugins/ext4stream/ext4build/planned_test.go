@@ -1,0 +1,136 @@
+package ext4build
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// entriesOf turns a tree into TreeEntries with their content in one file,
+// with or without zero lists.
+func entriesOf(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "content"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	var out []ports.TreeEntry
+	tr := tar.NewReader(bytes.NewReader(tree))
+	var off int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := ports.TreeEntry{Header: h}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			n, err := io.Copy(f, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.File, e.Offset = f, off
+			if withZero {
+				if e.Zero, err = zeroRunsBuf(f, off, n, make([]byte, 1<<20)); err != nil {
+					t.Fatal(err)
+				}
+				e.ZeroKnown = true
+			}
+			off += n
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func sparseTree(t testing.TB) []byte {
+	holey := make([]byte, 40*blockSize+17)
+	for _, b := range []int{0, 3, 4, 20, 39} {
+		copy(holey[b*blockSize:], "not zero")
+	}
+	copy(holey[len(holey)-5:], "tail!")
+	return tarOf(t,
+		dir("opt", 0o755),
+		file("opt/holey", 0o644, string(holey)),
+		file("opt/zero", 0o644, string(make([]byte, 3*blockSize))),
+		file("opt/zerotail", 0o644, "x"+string(make([]byte, 2*blockSize))),
+		entry{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "opt/long", Linkname: strings.Repeat("abc/", 30)}},
+	)
+}
+
+func buildEntries(t testing.TB, es []ports.TreeEntry, mutate ...func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	spec := ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}
+	for _, m := range mutate {
+		m(&spec)
+	}
+	res, err := New().BuildEntries(context.Background(), spec, es)
+	return out, res, err
+}
+
+// TestPlannedMatchesStreamed: BuildEntries writes Build's bytes, with or
+// without zero lists, and reports their sha256.
+func TestPlannedMatchesStreamed(t *testing.T) {
+	head := func(s *ports.BuildSpec) { s.HeadroomBytes, s.HeadroomInodes = 5<<20, 300 }
+	for name, tree := range map[string][]byte{"rich": richTree(t), "sparse": sparseTree(t), "empty": tarOf(t)} {
+		for _, m := range [][]func(*ports.BuildSpec){nil, {head}} {
+			img, res, err := build(t, tree, m...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := sha(t, img)
+			for _, withZero := range []bool{false, true} {
+				pimg, pres, err := buildEntries(t, entriesOf(t, tree, withZero), m...)
+				if err != nil {
+					t.Fatalf("%s: BuildEntries: %v", name, err)
+				}
+				if got := sha(t, pimg); got != want || pres.SHA256 != want || pres.SizeBytes != res.SizeBytes {
+					t.Fatalf("%s (zero lists %v, headroom %v): planned image %s (reported %s, %d bytes), streamed %s (%d bytes)",
+						name, withZero, m != nil, got, pres.SHA256, pres.SizeBytes, want, res.SizeBytes)
+				}
+			}
+		}
+	}
+}
+
+// A zero list that does not match the content stops the build.
+func TestPlannedRefusesWrongZeroList(t *testing.T) {
+	es := entriesOf(t, sparseTree(t), true)
+	for i := range es {
+		if es[i].Header.Name == "opt/holey" {
+			es[i].Zero, es[i].ZeroKnown = [][2]uint32{{0, 1}}, true
+		}
+	}
+	out, _, err := buildEntries(t, es)
+	if !errors.Is(err, errContentChanged) {
+		t.Fatalf("err = %v, want errContentChanged", err)
+	}
+	noLeftovers(t, filepath.Dir(out))
+}
+
+// The tree rules hold for entries too.
+func TestPlannedRefusesBadTrees(t *testing.T) {
+	es := entriesOf(t, tarOf(t, file("a", 0o644, "x"), file("a", 0o644, "y")), false)
+	out, _, err := buildEntries(t, es)
+	if err == nil || !strings.Contains(err.Error(), "duplicate-entry") {
+		t.Fatalf("err = %v, want duplicate-entry", err)
+	}
+	noLeftovers(t, filepath.Dir(out))
+	_, _, err = buildEntries(t, entriesOf(t, tarOf(t, file("big", 0o644, strings.Repeat("x", 3<<20))), false),
+		func(s *ports.BuildSpec) { s.MaxSizeBytes = 2 << 20 })
+	if err == nil || !strings.Contains(err.Error(), "exceeds MaxSizeBytes") {
+		t.Fatalf("err = %v, want the cap", err)
+	}
+}

@@ -1,0 +1,289 @@
+package ext4build
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
+)
+
+const xattrPAXPrefix = "SCHILY.xattr."
+
+// maxFileSize is the largest regular file accepted: ext4's limit for 4 KiB
+// blocks with extents is 16 TiB; images are far smaller, and the cap keeps
+// a lying header from announcing petabytes.
+const maxFileSize = 1 << 40
+
+// item is one tree entry that passed the per-entry checks of the
+// BuildSpec.Tree contract; the writer checks how it relates to the entries
+// before it (duplicates, parents, hard link targets).
+type item struct {
+	raw          string // name as found in the archive, for messages
+	name         string // clean and relative; "." is the root
+	typ          byte   // tar type flag (GNU sparse files are regular files)
+	perm         uint16 // permission bits with setuid, setgid and sticky
+	uid, gid     uint32
+	size         int64
+	link         string // symlink target, or the clean hard link target
+	major, minor uint32
+	mtime        time.Time
+	atime, ctime time.Time // zero when the tar carried none
+	xattrs       []*xattr
+}
+
+// treeReader reads the tree one entry at a time and holds each header to
+// the contract with the staging extractor's rules and rule names
+// (layers.Extract; ports/flattenertest holds both to one corpus). Regular
+// file content is read from tr right after next returns the entry.
+type treeReader struct {
+	ctx     context.Context
+	src     *eofReader
+	tr      *tar.Reader
+	entries int64 // entries returned, for error messages
+}
+
+func newTreeReader(ctx context.Context, tree io.Reader) *treeReader {
+	src := &eofReader{r: tree}
+	return &treeReader{ctx: ctx, src: src, tr: tar.NewReader(src)}
+}
+
+// eofReader notes whether the tree ran dry. archive/tar treats a stream
+// that stops at a header boundary as a clean end; a well-formed tree ends
+// with the two zero blocks and is never read past them, so seeing EOF
+// means the tree was cut short.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if n == 0 && err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// next returns the next entry, or io.EOF after the end-of-archive marker.
+func (r *treeReader) next() (*item, error) {
+	for {
+		if err := r.ctx.Err(); err != nil {
+			return nil, err
+		}
+		hdr, err := r.tr.Next()
+		if err == io.EOF && r.src.eof {
+			return nil, reject("", ruleCorruptArchive, "read tree after %d entries: the stream ended without the tar "+
+				"end-of-archive marker (truncated?)", r.entries)
+		}
+		if err == io.EOF {
+			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, r.readErr(err)
+		}
+		it, err := convert(hdr)
+		if err != nil {
+			return nil, err
+		}
+		if it == nil {
+			continue // a header that carries no entry
+		}
+		r.entries++
+		return it, nil
+	}
+}
+
+// readErr classifies a failure to read the tree: cancellation wins, a
+// corrupt or truncated tar is bad input, anything else (a failing reader)
+// keeps its own identity.
+func (r *treeReader) readErr(err error) error {
+	if ctxErr := r.ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return reject("", ruleCorruptArchive, "read tree after %d entries: %v", r.entries, err)
+	}
+	return fmt.Errorf("read tree after %d entries: %w", r.entries, err)
+}
+
+// convert checks one header against the per-entry rules and returns the
+// entry, or nil for headers that carry no file.
+func convert(in *tar.Header) (*item, error) {
+	typ := in.Typeflag
+	switch typ {
+	case tar.TypeReg, tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+	case tar.TypeGNUSparse:
+		typ = tar.TypeReg // data is read back expanded by archive/tar
+	case tar.TypeXGlobalHeader:
+		return nil, nil
+	default:
+		return nil, reject(in.Name, ruleUnsupportedType, "tar entry type %q", typ)
+	}
+	name, rj := treeName(in.Name, false)
+	if rj != nil {
+		return nil, rj
+	}
+	switch {
+	case in.Mode < 0 || in.Mode > 1<<32-1:
+		return nil, reject(in.Name, ruleBadMode, "mode %#o", in.Mode)
+	case in.Uid < 0 || in.Gid < 0 || int64(in.Uid) >= 0xFFFFFFFF || int64(in.Gid) >= 0xFFFFFFFF:
+		// (uid_t)-1 means "unchanged" to chown: refused like any other out-of-range id.
+		return nil, reject(in.Name, ruleBadOwner, "uid %d gid %d", in.Uid, in.Gid)
+	}
+	it := &item{
+		raw:   in.Name,
+		name:  name,
+		typ:   typ,
+		perm:  uint16(in.Mode & 0o7777),
+		uid:   uint32(in.Uid),
+		gid:   uint32(in.Gid),
+		mtime: in.ModTime,
+		atime: in.AccessTime,
+		ctime: in.ChangeTime,
+	}
+	switch typ {
+	case tar.TypeReg:
+		if in.Size < 0 {
+			return nil, reject(in.Name, ruleCorruptArchive, "negative size")
+		}
+		if in.Size > maxFileSize {
+			return nil, fmt.Errorf("tree entry %q: %d bytes; this builder writes files up to %d bytes: %w",
+				in.Name, in.Size, int64(maxFileSize), core.ErrUnsupported)
+		}
+		it.size = in.Size
+	case tar.TypeLink:
+		target, rj := treeName(in.Linkname, true)
+		if rj != nil {
+			return nil, reject(in.Name, rj.rule, "hard link target %q: %s", in.Linkname, rj.detail)
+		}
+		if target == name {
+			return nil, reject(in.Name, ruleHardlinkSelf, "links to itself")
+		}
+		it.link = target
+	case tar.TypeSymlink:
+		if in.Linkname == "" || len(in.Linkname) >= maxPath || strings.IndexByte(in.Linkname, 0) >= 0 {
+			return nil, reject(in.Name, ruleSymlinkTarget, "target of %d bytes (1..%d without NUL)", len(in.Linkname), maxPath-1)
+		}
+		it.link = in.Linkname
+	case tar.TypeChar, tar.TypeBlock:
+		if in.Devmajor < 0 || in.Devminor < 0 || in.Devmajor > 0xFFF || in.Devminor > 0xFFFFF {
+			return nil, reject(in.Name, ruleBadDevice, "device %d:%d", in.Devmajor, in.Devminor)
+		}
+		it.major, it.minor = uint32(in.Devmajor), uint32(in.Devminor)
+	}
+	if name == "." && typ != tar.TypeDir {
+		return nil, reject(in.Name, ruleRootNotDir, "root entry of type %q", typ)
+	}
+	if typ != tar.TypeLink { // a hard link shares its target's inode and xattrs
+		xs, err := xattrsOf(in, typ)
+		if err != nil {
+			return nil, err
+		}
+		it.xattrs = xs
+	}
+	return it, nil
+}
+
+// xattrsOf keeps the SCHILY.xattr.* records of in that pass the namespace
+// allow-list and the kernel's size limits, in ext4's encoding.
+func xattrsOf(in *tar.Header, typ byte) ([]*xattr, error) {
+	var xs []*xattr
+	for k, v := range in.PAXRecords {
+		name, ok := strings.CutPrefix(k, xattrPAXPrefix)
+		if !ok {
+			continue
+		}
+		if len(name) > 255 || len(v) > 64<<10 {
+			return nil, reject(in.Name, ruleXattrTooLarge, "xattr %q: name %d bytes, value %d bytes", name, len(name), len(v))
+		}
+		if !xattrAllowed(name, typ) {
+			return nil, reject(in.Name, ruleXattrForbidden, "xattr %q", name)
+		}
+		x, err := encodeXattr(name, v)
+		if err != nil {
+			return nil, reject(in.Name, ruleXattrForbidden, "xattr %q: %v", name, err)
+		}
+		xs = append(xs, x)
+	}
+	return xs, nil
+}
+
+// xattrAllowed is the staging extractor's namespace allow-list: overlay
+// control attributes are refused (overlayfs would act on them if the image
+// became a lower layer), and the kernel allows user.* only on files and
+// directories.
+func xattrAllowed(name string, typ byte) bool {
+	ns, rest, ok := strings.Cut(name, ".")
+	if !ok || rest == "" {
+		return false
+	}
+	switch ns {
+	case "user":
+		return !strings.HasPrefix(rest, "overlay.") && (typ == tar.TypeReg || typ == tar.TypeDir)
+	case "trusted":
+		return !strings.HasPrefix(rest, "overlay.")
+	case "security":
+		return true
+	case "system":
+		return rest == "posix_acl_access" || (rest == "posix_acl_default" && typ == tar.TypeDir)
+	}
+	return false
+}
+
+// maxPath is PATH_MAX: no longer name or symlink target can be used.
+const maxPath = 4096
+
+// treeName accepts the names the contract allows: clean and relative, one
+// trailing "/" tolerated, "." (or "./") for the root, no whiteouts, no
+// component over 255 bytes. Hard link targets (link) follow the same
+// rules, with their own rule for "..".
+func treeName(raw string, link bool) (string, *rejectError) {
+	switch {
+	case raw == "" && link:
+		return "", reject(raw, ruleHardlinkMissing, "empty hard link target")
+	case raw == "":
+		return "", reject(raw, ruleEmptyName, "empty name")
+	case strings.IndexByte(raw, 0) >= 0:
+		return "", reject(raw, ruleNulInName, "NUL byte")
+	}
+	for rest := raw; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		if c == ".." && link {
+			return "", reject(raw, ruleHardlinkEscape, "target leaves the root")
+		}
+		if c == ".." {
+			return "", reject(raw, rulePathTraversal, "\"..\" component")
+		}
+	}
+	if strings.HasPrefix(raw, "/") {
+		return "", reject(raw, ruleAbsoluteName, "absolute name in a flattened tree")
+	}
+	n := strings.TrimSuffix(raw, "/")
+	if n == "." || n == "" {
+		return ".", nil
+	}
+	if path.Clean(n) != n {
+		return "", reject(raw, ruleUncleanName, "not clean (%q)", path.Clean(n))
+	}
+	if len(n) > maxPath {
+		return "", reject(raw, rulePathTooLong, "%d bytes > %d", len(n), maxPath)
+	}
+	for rest := n; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		if strings.HasPrefix(c, ".wh.") {
+			return "", reject(raw, ruleWhiteoutInTree, "a flattened tree has no whiteouts")
+		}
+		if len(c) > 255 {
+			return "", reject(raw, ruleNameTooLong, "component of %d bytes > 255", len(c))
+		}
+	}
+	return n, nil
+}

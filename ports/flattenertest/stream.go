@@ -1,0 +1,322 @@
+package flattenertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// trickle hands out a blob a few bytes at a time, as a download does.
+type trickle struct {
+	b    []byte
+	step int
+}
+
+func (r *trickle) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.step)], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// Streamed turns layer files into FlattenLayers read through Blob (the way
+// a layer is handed over while it downloads), with Path unset.
+func Streamed(t testing.TB, ls []ports.FlattenLayer) []ports.FlattenLayer {
+	t.Helper()
+	out := make([]ports.FlattenLayer, len(ls))
+	for i, l := range ls {
+		b, err := os.ReadFile(l.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Blob, l.Path = &trickle{b: b, step: 1000 + 777*i}, ""
+		out[i] = l
+	}
+	return out
+}
+
+// DiffIDOf is the digest of a layer blob's uncompressed bytes.
+func DiffIDOf(t testing.TB, blob []byte) string {
+	t.Helper()
+	var r io.Reader = bytes.NewReader(blob)
+	switch {
+	case len(blob) >= 2 && blob[0] == 0x1f && blob[1] == 0x8b:
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	case len(blob) >= 4 && bytes.Equal(blob[:4], []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		t.Fatal(err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// DirCache is a ports.DerivedCache in a directory, for tests.
+type DirCache struct {
+	Dir string
+	mu  sync.Mutex
+}
+
+// Open implements ports.DerivedCache.
+func (c *DirCache) Open(name string) (*os.File, error) {
+	f, err := os.Open(filepath.Join(c.Dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", name, core.ErrNotFound)
+	}
+	return f, err
+}
+
+// Create implements ports.DerivedCache.
+func (c *DirCache) Create(name string) (*os.File, func() error, error) {
+	f, err := os.CreateTemp(c.Dir, ".tmp-")
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return os.Rename(f.Name(), filepath.Join(c.Dir, name))
+	}, nil
+}
+
+// Files lists the committed derived files.
+func (c *DirCache) Files() []string {
+	ents, _ := os.ReadDir(c.Dir)
+	var out []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".tmp-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// testStreamed holds the flattener to the same answers when layers arrive
+// through FlattenLayer.Blob: every hostile case refused with its rule or
+// flattened to the same bytes.
+func testStreamed(t *testing.T, h Harness) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			f := flattener(t, h, c.Limits)
+			t.Setenv("TMPDIR", t.TempDir())
+			v := NewVictim(t)
+			forms := []string{MediaTar, MediaGzip}
+			if c.Blobs != nil {
+				forms = forms[:1]
+			}
+			for _, form := range forms {
+				files := WriteLayers(t, c.LayerBlobs(t, v, form)...)
+				want, _, werr := flatten(t, f, files)
+				got, _, gerr := flatten(t, f, Streamed(t, files))
+				v.Check(t)
+				if c.Flatten != "" {
+					WantRule(t, gerr, c.Flatten)
+					continue
+				}
+				if werr != nil || gerr != nil {
+					t.Fatalf("%s: file: %v, streamed: %v", form, werr, gerr)
+				}
+				if !bytes.Equal(want, got) {
+					t.Fatalf("%s: a streamed layer flattens differently from its file", form)
+				}
+			}
+		})
+	}
+	t.Run("BlobError", func(t *testing.T) {
+		f := flattener(t, h, Limits{})
+		boom := errors.New("download failed")
+		ls := []ports.FlattenLayer{{MediaType: MediaTar, Digest: "sha256:test0", Blob: io.MultiReader(bytes.NewReader(Tar(t, Reg("a", "a"))[:700]), errReader{boom})}}
+		if _, _, err := flatten(t, f, ls); !errors.Is(err, boom) {
+			t.Fatalf("Flatten = %v, want the blob's read error", err)
+		}
+	})
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// testDiffID: a layer whose uncompressed bytes match FlattenLayer.DiffID
+// flattens; one that does not fails with ports.ErrDiffIDMismatch.
+func testDiffID(t *testing.T, h Harness) {
+	f := flattener(t, h, Limits{})
+	tarB := Tar(t, Dir("d"), Reg("d/f", strings.Repeat("x", 10000)))
+	for _, b := range []Blob{{tarB, MediaTar}, {Gzip(t, tarB), MediaGzip}, {Zstd(t, tarB), MediaZstd}} {
+		ls := WriteLayers(t, b)
+		ls[0].DiffID = DiffIDOf(t, b.Data)
+		if _, _, err := flatten(t, f, ls); err != nil {
+			t.Fatalf("%s with its diff_id: %v", b.MediaType, err)
+		}
+		if _, _, err := flatten(t, f, Streamed(t, ls)); err != nil {
+			t.Fatalf("%s streamed with its diff_id: %v", b.MediaType, err)
+		}
+		ls[0].DiffID = "sha256:" + strings.Repeat("0", 64)
+		if _, _, err := flatten(t, f, ls); !errors.Is(err, ports.ErrDiffIDMismatch) {
+			t.Fatalf("%s with a wrong diff_id: %v, want ErrDiffIDMismatch", b.MediaType, err)
+		}
+	}
+}
+
+// testDerived: a flattener given a DerivedCache gives the same output
+// whether it decodes or uses what it kept, keeps nothing for a refused
+// layer, and still catches a wrong diff_id.
+func testDerived(t *testing.T, h Harness) {
+	f := flattener(t, h, Limits{})
+	l0 := Tar(t, Dir("etc"), Reg("etc/a", strings.Repeat("a", 5000)), Reg("etc/b", "b"), Hard("etc/c", "etc/a"), Sym("l", "etc/a"))
+	l1 := Tar(t, Whiteout("etc", "b"), Reg("etc/d", strings.Repeat("d", 70000)), Reg("empty", ""))
+	blobs := []Blob{{Gzip(t, l0), MediaGzip}, {Zstd(t, l1), MediaZstd}}
+	files := WriteLayers(t, blobs...)
+	caches := []*DirCache{{Dir: t.TempDir()}, {Dir: t.TempDir()}}
+	with := func(ls []ports.FlattenLayer) []ports.FlattenLayer {
+		out := make([]ports.FlattenLayer, len(ls))
+		for i, l := range ls {
+			l.Derived, l.DiffID = caches[i], DiffIDOf(t, blobs[i].Data)
+			out[i] = l
+		}
+		return out
+	}
+	plain, _, err := flatten(t, f, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, ls := range [][]ports.FlattenLayer{with(files), with(files), with(Streamed(t, files))} {
+		got, _, err := flatten(t, f, ls)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(got, plain) {
+			t.Fatalf("round %d: output differs from a build without the cache", round)
+		}
+	}
+	ls := with(files)
+	ls[1].DiffID = "sha256:" + strings.Repeat("0", 64)
+	if _, _, err := flatten(t, f, ls); !errors.Is(err, ports.ErrDiffIDMismatch) {
+		t.Fatalf("wrong diff_id over a kept layer: %v, want ErrDiffIDMismatch", err)
+	}
+
+	bad := &DirCache{Dir: t.TempDir()}
+	bl := WriteLayers(t, Blob{Gzip(t, Tar(t, Reg("ok", "x"), Reg("../evil", "x"))), MediaGzip})
+	bl[0].Derived = bad
+	if _, _, err := flatten(t, f, bl); err == nil {
+		t.Fatal("hostile layer accepted")
+	}
+	if files := bad.Files(); len(files) != 0 {
+		t.Fatalf("a refused layer left derived files %v", files)
+	}
+}
+
+// EntriesTar encodes entries handed over by an EntryFlattener as the tar
+// stream Flatten would write, reading content from their files, and
+// checks each Zero list against the content.
+func EntriesTar(t testing.TB, es []ports.TreeEntry) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, e := range es {
+		h := *e.Header
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		if h.Typeflag != tar.TypeReg || h.Size == 0 {
+			continue
+		}
+		if e.File == nil {
+			t.Fatalf("%s: %d bytes of content but no file", h.Name, h.Size)
+		}
+		body := make([]byte, h.Size)
+		if _, err := e.File.ReadAt(body, e.Offset); err != nil {
+			t.Fatalf("%s: read content: %v", h.Name, err)
+		}
+		if e.ZeroKnown {
+			checkZero(t, h.Name, body, e.Zero)
+		}
+		tw.Write(body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func checkZero(t testing.TB, name string, body []byte, zero [][2]uint32) {
+	t.Helper()
+	isZero := map[uint32]bool{}
+	for _, r := range zero {
+		for b := r[0]; b < r[0]+r[1]; b++ {
+			isZero[b] = true
+		}
+	}
+	for b := uint32(0); int64(b)*4096 < int64(len(body)); b++ {
+		blk := body[int64(b)*4096 : min(int64(b+1)*4096, int64(len(body)))]
+		if z := !bytes.ContainsFunc(blk, func(r rune) bool { return r != 0 }); z != isZero[b] {
+			t.Fatalf("%s: block %d is zero: %v, Zero says %v", name, b, z, isZero[b])
+		}
+	}
+}
+
+// testEntries: a flattener that hands the tree over as entries
+// (ports.EntryFlattener) gives the same tree as its tar stream.
+func testEntries(t *testing.T, h Harness) {
+	probe := flattener(t, h, Limits{})
+	if _, ok := probe.(ports.EntryFlattener); !ok {
+		t.Skip("the flattener does not hand over entries")
+	}
+	sparse := make([]byte, 3*4096+100)
+	copy(sparse[4096:], "data in the second block")
+	zeroTail := make([]byte, 2*4096+10)
+	zeroTail[0] = 1
+	extra := []Blob{
+		{Gzip(t, Tar(t, Reg("sparse", string(sparse)), Reg("zerotail", string(zeroTail)), Reg("allzero", string(make([]byte, 9000))))), MediaGzip},
+	}
+	check := func(t *testing.T, f ports.TreeFlattener, ls []ports.FlattenLayer) {
+		want, _, werr := flatten(t, f, ls)
+		var got []byte
+		_, gerr := f.(ports.EntryFlattener).FlattenTo(context.Background(), ls, func(es []ports.TreeEntry) error {
+			got = EntriesTar(t, es)
+			return nil
+		})
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("Flatten: %v, FlattenTo: %v", werr, gerr)
+		}
+		if werr == nil && !bytes.Equal(want, got) {
+			t.Fatalf("entries differ from the tar stream")
+		}
+	}
+	t.Run("holes", func(t *testing.T) { check(t, probe, WriteLayers(t, extra...)) })
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			f := flattener(t, h, c.Limits)
+			v := NewVictim(t)
+			check(t, f, WriteLayers(t, c.LayerBlobs(t, v, MediaGzip)...))
+			v.Check(t)
+		})
+	}
+}
