@@ -120,7 +120,7 @@ func Settings() []Setting {
 			Doc:   "Builds run at once; more are refused as busy (130429).",
 			Field: func(c *Config) any { return &c.MaxConcurrentBuilds }},
 		{Env: "CUBE_TEMPLATE_CENTER_BUILDER", YAML: "builder", Service: DataPlane,
-			Doc:   "`mkfs` (e2fsprogs) or the file name of a builder plugin in CUBE_TEMPLATE_CENTER_PLUGIN_DIR, e.g. `ext4stream` (pure Go, the faster one).",
+			Doc:   "`ext4stream` (pure Go, in process: no root, no e2fsprogs), `mkfs` (e2fsprogs, needs root), or `plugin:NAME` for the builder plugin binary NAME in CUBE_TEMPLATE_CENTER_PLUGIN_DIR (`plugin:ext4stream` runs the same writer out of process).",
 			Field: func(c *Config) any { return &c.Builder }},
 		{Env: "CUBE_TEMPLATE_CENTER_PLUGIN_DIR", YAML: "plugin_dir", Service: DataPlane,
 			Doc:   "Directory of builder plugin binaries; unset means the directory of the templatecenter executable.",

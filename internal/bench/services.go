@@ -76,6 +76,7 @@ type stack struct {
 	o         Options
 	dir       string
 	token     string
+	apiToken  string // the master's public API bearer token
 	masterURL string
 	tcURL     string
 	db        *sql.DB
@@ -128,7 +129,7 @@ func (s *stack) close() {
 
 // startStack starts master, templatecenter and nodes node agents.
 func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err error) {
-	s := &stack{o: o, token: "bench-" + randHex(16)}
+	s := &stack{o: o, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
 	defer func() {
 		if err != nil {
 			for _, p := range s.procs {
@@ -184,6 +185,7 @@ func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err 
 		"CUBE_TEMPLATE_CALLBACK_TOKEN=" + s.token,
 		"CUBE_MASTER_NODES=" + strings.Join(spec, ","),
 		"CUBE_MASTER_DOWNLOAD_BASE_URL=" + s.masterURL,
+		"CUBE_MASTER_AUTH_BEARER_TOKENS=" + s.apiToken,
 	}); err != nil {
 		return nil, err
 	}
@@ -273,6 +275,7 @@ func (s *stack) call(method, path string, body any) (envelope, error) {
 	}
 	req, _ := http.NewRequest(method, s.masterURL+path, rd)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.apiToken)
 	resp, err := client.Do(req)
 	if err != nil {
 		return envelope{}, err
@@ -389,7 +392,9 @@ func (s *stack) poll(path string, rate int, d time.Duration) ([]time.Duration, f
 					time.Sleep(w)
 				}
 				t0 := time.Now()
-				resp, err := client.Get(s.masterURL + path)
+				req, _ := http.NewRequest(http.MethodGet, s.masterURL+path, nil)
+				req.Header.Set("Authorization", "Bearer "+s.apiToken)
+				resp, err := client.Do(req)
 				ok := err == nil && resp.StatusCode == http.StatusOK
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)
