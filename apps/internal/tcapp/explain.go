@@ -21,6 +21,34 @@ type explained struct {
 	timeout time.Duration
 }
 
+// explainedStreamer is explained for a source that streams layers; the
+// pipeline only streams (and uses the decoded-layer cache) when the source
+// it is given implements ports.LayerStreamer.
+type explainedStreamer struct {
+	explained
+	streamer ports.LayerStreamer
+}
+
+// explainSource wraps src, keeping its streaming when it has one.
+func explainSource(src ports.ImageSource, timeout time.Duration) ports.ImageSource {
+	e := explained{ImageSource: src, timeout: timeout}
+	if st, ok := src.(ports.LayerStreamer); ok {
+		return explainedStreamer{explained: e, streamer: st}
+	}
+	return e
+}
+
+func (e explainedStreamer) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	layers, wait, err := e.streamer.StreamLayers(ctx, req, img, progress)
+	if err != nil {
+		return nil, nil, e.explain(err)
+	}
+	return layers, func() ([]ports.LocalLayer, error) {
+		local, err := wait()
+		return local, e.explain(err)
+	}, nil
+}
+
 func (e explained) Resolve(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
 	rctx := ctx
 	if e.timeout > 0 {

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/samber/do/v2"
+
 	"github.com/cubesandbox/templatecenter/adapters/registry"
+	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -65,4 +68,50 @@ func TestStalledResolveIsBoundedAndNamed(t *testing.T) {
 	if _, err := src.Resolve(ctx, ports.ImageRequest{}); err == nil || strings.Contains(err.Error(), "stalled") {
 		t.Fatalf("a cancelled build is reported as %v, not as a stalled registry", err)
 	}
+}
+
+// The wired image source keeps the registry's streaming: wrapped without
+// StreamLayers, the pipeline fell back to download-then-flatten and never
+// used the decoded-layer cache (a warm build decoded every layer again).
+func TestWiredSourceStreamsLayers(t *testing.T) {
+	cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
+	i := NewBuildInjector(t.Context(), Options{Config: cfg})
+	defer i.Shutdown()
+	src, err := do.Invoke[ports.ImageSource](i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := src.(ports.LayerStreamer); !ok {
+		t.Fatalf("the wired image source %T does not stream layers", src)
+	}
+}
+
+// Streaming errors get the same hints as FetchLayers errors, from the
+// start of the stream and from its end.
+func TestStreamErrorsSayWhatToDo(t *testing.T) {
+	stalled := fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)
+	for _, s := range []failingStreamer{{startErr: stalled}, {waitErr: stalled}} {
+		st := explainSource(s, time.Minute).(ports.LayerStreamer)
+		_, wait, err := st.StreamLayers(t.Context(), ports.ImageRequest{}, nil, nil)
+		if err == nil {
+			_, err = wait()
+		}
+		if err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT") || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("stream error not explained: %v", err)
+		}
+	}
+}
+
+// failingStreamer streams nothing: StreamLayers fails with startErr, or
+// its wait with waitErr.
+type failingStreamer struct {
+	stuckSource
+	startErr, waitErr error
+}
+
+func (f failingStreamer) StreamLayers(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	if f.startErr != nil {
+		return nil, nil, f.startErr
+	}
+	return nil, func() ([]ports.LocalLayer, error) { return nil, f.waitErr }, nil
 }

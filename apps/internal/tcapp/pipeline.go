@@ -114,7 +114,7 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		return explained{ImageSource: src, timeout: cfg.RegistryTimeout}, nil
+		return explainSource(src, cfg.RegistryTimeout), nil
 	})
 	do.Provide(i, func(do.Injector) (ports.TreeFlattener, error) {
 		return layers.Flattener{Limits: layers.DefaultLimits()}, nil
