@@ -54,35 +54,47 @@ func (s *Source) FetchLayersLeased(ctx context.Context, req ports.ImageRequest, 
 	return layers, release, newSecrets(req.Username, req.Password).clean(err)
 }
 
-func (s *Source) fetchLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, func(), error) {
+// prepareFetch checks a resolved image before its layers are fetched:
+// its reference pinned to the resolved digest, the credentials, the layer
+// descriptors and rootfs, and (for a registry) the host's address; it
+// returns the pinned reference, the layers and the client to use.
+func (s *Source) prepareFetch(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage) (ref.Ref, []ocispec.Descriptor, *regclient.RegClient, error) {
+	var none ref.Ref
 	if img == nil {
-		return nil, nil, fmt.Errorf("registry: no resolved image: %w", core.ErrInvalidArgument)
+		return none, nil, nil, fmt.Errorf("registry: no resolved image: %w", core.ErrInvalidArgument)
 	}
 	r, err := s.parseRef(img.Ref)
 	if err != nil {
-		return nil, nil, err
+		return none, nil, nil, err
 	}
 	manDigest, err := checkDigest(img.Digest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("resolved image digest: %v: %w", err, core.ErrInvalidArgument)
+		return none, nil, nil, fmt.Errorf("resolved image digest: %v: %w", err, core.ErrInvalidArgument)
 	}
 	r = r.SetDigest(manDigest.String())
 	if err := checkCreds(req); err != nil {
-		return nil, nil, err
+		return none, nil, nil, err
 	}
 	layers, err := s.checkLayers(img.Layers)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
+		return none, nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
 	}
 	if err := checkRootFS(&img.Config, len(layers)); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
+		return none, nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
 	}
 	if r.Scheme == "reg" {
 		if err := s.precheckHost(ctx, r); err != nil {
-			return nil, nil, err
+			return none, nil, nil, err
 		}
 	}
-	rc := s.client(r, req)
+	return r, layers, s.client(r, req), nil
+}
+
+func (s *Source) fetchLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, func(), error) {
+	r, layers, rc, err := s.prepareFetch(ctx, req, img)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	// One job per distinct blob: an image may list the same layer twice.
 	type job struct {

@@ -11,7 +11,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -31,34 +30,10 @@ func (s *Source) StreamLayers(ctx context.Context, req ports.ImageRequest, img *
 }
 
 func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
-	if img == nil {
-		return nil, nil, fmt.Errorf("registry: no resolved image: %w", core.ErrInvalidArgument)
-	}
-	r, err := s.parseRef(img.Ref)
+	r, layers, rc, err := s.prepareFetch(ctx, req, img)
 	if err != nil {
 		return nil, nil, err
 	}
-	manDigest, err := checkDigest(img.Digest)
-	if err != nil {
-		return nil, nil, fmt.Errorf("resolved image digest: %v: %w", err, core.ErrInvalidArgument)
-	}
-	r = r.SetDigest(manDigest.String())
-	if err := checkCreds(req); err != nil {
-		return nil, nil, err
-	}
-	layers, err := s.checkLayers(img.Layers)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
-	}
-	if err := checkRootFS(&img.Config, len(layers)); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", img.Ref, err)
-	}
-	if r.Scheme == "reg" {
-		if err := s.precheckHost(ctx, r); err != nil {
-			return nil, nil, err
-		}
-	}
-	rc := s.client(r, req)
 	lease, err := s.opts.Cache.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
