@@ -37,7 +37,7 @@ type Cache struct {
 }
 
 // staleTemp is how old an unlocked partial download may get before Open
-// deletes it: old enough that no live resume still wants it.
+// (or SweepTemp) deletes it: old enough that no live resume still wants it.
 const staleTemp = 24 * time.Hour
 
 // Open opens (creating if needed) the cache in dir. maxBytes caps the total
@@ -57,7 +57,7 @@ func Open(dir string, maxBytes int64) (*Cache, error) {
 			return nil, fmt.Errorf("layercache: %w", err)
 		}
 	}
-	c.sweepTemp()
+	c.SweepTemp()
 	if _, err := c.Evict(); err != nil {
 		return nil, err
 	}
@@ -350,9 +350,12 @@ func (c *Cache) SetLabel(d digest.Digest, key, value string) error {
 	return nil
 }
 
-// sweepTemp deletes partial downloads nobody has touched for a day and
-// sidecar temp files left by a crash.
-func (c *Cache) sweepTemp() {
+// SweepTemp deletes partial downloads nobody has touched for a day and
+// sidecar temp files left by a crash. Open runs it; a long-running process
+// also calls it now and then, since a download that failed for good keeps
+// its partial file (for a resume that may never come) and partial files do
+// not count against the size cap.
+func (c *Cache) SweepTemp() {
 	cutoff := time.Now().Add(-staleTemp)
 	entries, _ := os.ReadDir(filepath.Join(c.dir, "tmp"))
 	for _, e := range entries {

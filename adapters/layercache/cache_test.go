@@ -606,6 +606,31 @@ func TestOpenSweepsStalePartials(t *testing.T) {
 	}
 }
 
+// A cache that stays open (a server) drops partials that went stale
+// after it opened, when SweepTemp runs.
+func TestSweepTempDropsPartialsThatWentStaleWhileOpen(t *testing.T) {
+	c, err := Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := digest.FromString("abandoned")
+	if err := os.WriteFile(c.partialPath(d), []byte("part"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.SweepTemp()
+	if _, err := os.Stat(c.partialPath(d)); err != nil {
+		t.Fatal("a fresh partial (resumable) was removed")
+	}
+	old := time.Now().Add(-25 * time.Hour)
+	if err := os.Chtimes(c.partialPath(d), old, old); err != nil {
+		t.Fatal(err)
+	}
+	c.SweepTemp()
+	if _, err := os.Stat(c.partialPath(d)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a stale partial survived SweepTemp")
+	}
+}
+
 func BenchmarkGetHit(b *testing.B) {
 	c := openCache(b, 0)
 	data := randomBytes(b, 64<<20)

@@ -305,12 +305,14 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 		stopFetch()
 	}
 	f := <-fetchDone
+	if ferr != nil && (f.err == nil || errors.Is(f.err, context.Canceled) && ctx.Err() == nil) {
+		// The build failed first: the fetch failed, if it did, only
+		// because the build stopped it.
+		return tree, br, ferr
+	}
 	if f.err != nil {
 		// A failed fetch is the cause of whatever the flattener saw.
 		return tree, br, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, f.err)
-	}
-	if ferr != nil {
-		return tree, br, ferr
 	}
 	res.Layers = len(f.local)
 	res.Phases[core.PhaseBuildingExt4] += p.since(bstart)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -21,8 +22,11 @@ import (
 type streamingSource struct {
 	ports.ImageSource
 	waitErr error
-	closed  int
-	mu      sync.Mutex
+	// untilCanceled: the fetch is still running when the build ends and
+	// stops only when its context is canceled (a large layer downloading).
+	untilCanceled bool
+	closed        int
+	mu            sync.Mutex
 }
 
 type closeCounter struct {
@@ -41,6 +45,10 @@ func (s *streamingSource) StreamLayers(ctx context.Context, req ports.ImageReque
 	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Size: 10}
 	ls := []ports.StreamedLayer{{Descriptor: d, DiffID: "sha256:diff", Blob: closeCounter{strings.NewReader("blob"), s}}}
 	return ls, func() ([]ports.LocalLayer, error) {
+		if s.untilCanceled {
+			<-ctx.Done()
+			return nil, fmt.Errorf("blob %s: %w", d.Digest, ctx.Err())
+		}
 		progress(ports.PullProgress{TotalBytes: 10, DownloadedBytes: 10, TotalLayers: 1, CompletedLayers: 1})
 		if s.waitErr != nil {
 			return nil, s.waitErr
@@ -103,6 +111,22 @@ func TestStreamingFetchFailureWins(t *testing.T) {
 	}
 	if len(f.put) != 0 {
 		t.Fatal("published after a failed fetch")
+	}
+}
+
+// A build that fails while layers are still downloading reports its own
+// error: the fetch it stopped fails with context.Canceled, which is not the
+// cause (a full scratch disk was reported as "context canceled").
+func TestStreamingBuildFailureWinsOverTheFetchItStopped(t *testing.T) {
+	f := newFixture(t)
+	f.pipeline.Source = &streamingSource{ImageSource: f.source, untilCanceled: true}
+	full := errors.New("write rootfs.ext4: no space left on device")
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
+		return ports.TreeStats{}, full
+	}
+	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
+	if !errors.Is(err, full) || errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want the build's error", err)
 	}
 }
 

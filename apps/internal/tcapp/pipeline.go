@@ -89,7 +89,7 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 			return nil, fmt.Errorf("layer cache %s (CUBE_TEMPLATE_CENTER_LAYER_CACHE_DIR): %w", dir, err)
 		}
 		if o.LongLived {
-			go syncDerived(ctx, c)
+			go maintainCache(ctx, c)
 		}
 		return c, nil
 	})
@@ -171,9 +171,10 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 	return i
 }
 
-// syncDerived makes decoded layers durable now and then, off the builds'
-// path.
-func syncDerived(ctx context.Context, c *layercache.Cache) {
+// maintainCache makes decoded layers durable now and then, off the
+// builds' path, and drops partial downloads abandoned for a day (a
+// serving process never reopens its cache, where that happens too).
+func maintainCache(ctx context.Context, c *layercache.Cache) {
 	t := time.NewTicker(2 * time.Minute)
 	defer t.Stop()
 	for {
@@ -181,9 +182,14 @@ func syncDerived(ctx context.Context, c *layercache.Cache) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = c.SyncDerived(ctx)
+			maintainCacheOnce(ctx, c)
 		}
 	}
+}
+
+func maintainCacheOnce(ctx context.Context, c *layercache.Cache) {
+	_ = c.SyncDerived(ctx)
+	c.SweepTemp()
 }
 
 // pluginPath finds a builder plugin binary: in the configured plugin dir,
