@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // whiteout kinds an entry can be.
@@ -316,32 +318,11 @@ func (e *entry) parseXattrs(hdr *tar.Header, lim Limits) *rejection {
 		if total > lim.MaxXattrBytes {
 			return reject(RuleXattrTooLarge, "xattrs of %d+ bytes > %d", total, lim.MaxXattrBytes)
 		}
-		if !xattrAllowed(name, e.typ) {
+		if !core.XattrAllowed(name, e.typ) {
 			return reject(RuleXattrForbidden, "xattr %q", name)
 		}
 	}
 	return nil
-}
-
-// xattrAllowed is the namespace allow-list. Overlay control attributes are
-// refused: overlayfs would act on them if the image became a lower layer.
-// The kernel only allows user.* on files and directories.
-func xattrAllowed(name string, typ byte) bool {
-	ns, rest, ok := strings.Cut(name, ".")
-	if !ok || rest == "" {
-		return false
-	}
-	switch ns {
-	case "user":
-		return !strings.HasPrefix(rest, "overlay.") && (typ == tar.TypeReg || typ == tar.TypeDir)
-	case "trusted":
-		return !strings.HasPrefix(rest, "overlay.")
-	case "security":
-		return true
-	case "system":
-		return rest == "posix_acl_access" || (rest == "posix_acl_default" && typ == tar.TypeDir)
-	}
-	return false
 }
 
 // header rebuilds a tar header from a validated entry.

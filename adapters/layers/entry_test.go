@@ -1,7 +1,6 @@
 package layers
 
 import (
-	"archive/tar"
 	"strings"
 	"testing"
 )
@@ -37,33 +36,6 @@ func TestCleanName(t *testing.T) {
 		}
 		if got != c.want || rule != c.rule {
 			t.Errorf("cleanName(%q) = %q, %q; want %q, %q", c.in, got, rule, c.want, c.rule)
-		}
-	}
-}
-
-func TestXattrAllowed(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		typ  byte
-		ok   bool
-	}{
-		{"user.x", tar.TypeReg, true},
-		{"user.x", tar.TypeDir, true},
-		{"user.x", tar.TypeSymlink, false},
-		{"user.overlay.opaque", tar.TypeDir, false},
-		{"trusted.overlay.opaque", tar.TypeDir, false},
-		{"trusted.x", tar.TypeSymlink, true},
-		{"security.capability", tar.TypeReg, true},
-		{"security.selinux", tar.TypeFifo, true},
-		{"system.posix_acl_access", tar.TypeReg, true},
-		{"system.posix_acl_default", tar.TypeReg, false},
-		{"system.posix_acl_default", tar.TypeDir, true},
-		{"system.nfs4_acl", tar.TypeReg, false},
-		{"user.", tar.TypeReg, false},
-		{"noname", tar.TypeReg, false},
-	} {
-		if got := xattrAllowed(c.name, c.typ); got != c.ok {
-			t.Errorf("xattrAllowed(%q, %q) = %v", c.name, c.typ, got)
 		}
 	}
 }

@@ -53,11 +53,22 @@ func (*Builder) Format() string { return Name + "/" + FormatVersion }
 
 // Build implements ports.RootfsBuilder. An empty spec.UUID gives the nil
 // UUID; a zero spec.Time leaves invented times at 0.
-func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (res ports.BuildResult, err error) {
+func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
 	id, limit, err := checkSpec(spec)
 	if err != nil {
-		return res, err
+		return ports.BuildResult{}, err
 	}
+	tr := newTreeReader(ctx, spec.Tree)
+	return writeImage(ctx, spec, id, limit,
+		func(w *fsWriter) error { return w.consume(tr) },
+		func(*fsWriter, int64) (string, error) { return "", ctx.Err() })
+}
+
+// writeImage writes an image into a temporary file beside spec.OutPath and
+// renames it there once whole: fill places the tree, the metadata is
+// written, then complete finishes the file (and may return its sha256).
+func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit int64,
+	fill func(*fsWriter) error, complete func(w *fsWriter, size int64) (string, error)) (res ports.BuildResult, err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
 	if err != nil {
 		return res, fmt.Errorf("ext4stream: create temporary image: %w", err)
@@ -74,8 +85,7 @@ func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (res ports.Buil
 	// same bytes as no cap.
 	reserve := ceilDiv(ceilDiv(max(limit, DefaultMaxSize), blockSize*blocksPerGroup), descsPerBlock)
 	w := newFSWriter(tmp, stampOf(spec.Time), limit/blockSize, uint32(reserve))
-	tr := newTreeReader(ctx, spec.Tree)
-	if err := w.consume(tr); err != nil {
+	if err := fill(w); err != nil {
 		if w.exceeded {
 			return res, overLimit(spec.MaxSizeBytes, limit)
 		}
@@ -88,7 +98,8 @@ func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (res ports.Buil
 		}
 		return res, fmt.Errorf("ext4stream: write metadata: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
+	sum, err := complete(w, size)
+	if err != nil {
 		return res, fmt.Errorf("ext4stream: %w", err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
@@ -103,7 +114,7 @@ func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (res ports.Buil
 	if err := os.Rename(tmp.Name(), spec.OutPath); err != nil {
 		return res, fmt.Errorf("ext4stream: publish image: %w", err)
 	}
-	return ports.BuildResult{SizeBytes: size}, nil
+	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
 }
 
 // consume reads the whole tree into the image.

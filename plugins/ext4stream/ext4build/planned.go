@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -43,55 +42,18 @@ type copyJob struct {
 }
 
 // BuildEntries implements ports.PlannedBuilder.
-func (*Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (res ports.BuildResult, err error) {
+func (*Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
 	spec.Tree = bytes.NewReader(nil) // unused; checkSpec wants one
 	id, limit, err := checkSpec(spec)
 	if err != nil {
-		return res, err
+		return ports.BuildResult{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
-	if err != nil {
-		return res, fmt.Errorf("ext4stream: create temporary image: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	reserve := ceilDiv(ceilDiv(max(limit, DefaultMaxSize), blockSize*blocksPerGroup), descsPerBlock)
-	w := newFSWriter(tmp, stampOf(spec.Time), limit/blockSize, uint32(reserve))
-	w.planned = true
-	if err := w.plan(ctx, entries); err != nil {
-		if w.exceeded {
-			return res, overLimit(spec.MaxSizeBytes, limit)
-		}
-		return res, fmt.Errorf("ext4stream: %w", err)
-	}
-	size, err := w.finish(ceilDiv(spec.HeadroomBytes, blockSize), spec.HeadroomInodes, id)
-	if err != nil {
-		if w.exceeded {
-			return res, overLimit(spec.MaxSizeBytes, limit)
-		}
-		return res, fmt.Errorf("ext4stream: write metadata: %w", err)
-	}
-	sum, err := w.copyAndHash(ctx, size)
-	if err != nil {
-		return res, fmt.Errorf("ext4stream: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return res, fmt.Errorf("ext4stream: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return res, fmt.Errorf("ext4stream: close image: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("ext4stream: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), spec.OutPath); err != nil {
-		return res, fmt.Errorf("ext4stream: publish image: %w", err)
-	}
-	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
+	return writeImage(ctx, spec, id, limit,
+		func(w *fsWriter) error {
+			w.planned = true
+			return w.plan(ctx, entries)
+		},
+		func(w *fsWriter, size int64) (string, error) { return w.copyAndHash(ctx, size) })
 }
 
 // plan places every entry, holding it to the tree contract as Build does.

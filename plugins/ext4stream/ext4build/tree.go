@@ -202,7 +202,7 @@ func xattrsOf(in *tar.Header, typ byte) ([]*xattr, error) {
 		if len(name) > 255 || len(v) > 64<<10 {
 			return nil, reject(in.Name, ruleXattrTooLarge, "xattr %q: name %d bytes, value %d bytes", name, len(name), len(v))
 		}
-		if !xattrAllowed(name, typ) {
+		if !core.XattrAllowed(name, typ) {
 			return nil, reject(in.Name, ruleXattrForbidden, "xattr %q", name)
 		}
 		x, err := encodeXattr(name, v)
@@ -212,28 +212,6 @@ func xattrsOf(in *tar.Header, typ byte) ([]*xattr, error) {
 		xs = append(xs, x)
 	}
 	return xs, nil
-}
-
-// xattrAllowed is the staging extractor's namespace allow-list: overlay
-// control attributes are refused (overlayfs would act on them if the image
-// became a lower layer), and the kernel allows user.* only on files and
-// directories.
-func xattrAllowed(name string, typ byte) bool {
-	ns, rest, ok := strings.Cut(name, ".")
-	if !ok || rest == "" {
-		return false
-	}
-	switch ns {
-	case "user":
-		return !strings.HasPrefix(rest, "overlay.") && (typ == tar.TypeReg || typ == tar.TypeDir)
-	case "trusted":
-		return !strings.HasPrefix(rest, "overlay.")
-	case "security":
-		return true
-	case "system":
-		return rest == "posix_acl_access" || (rest == "posix_acl_default" && typ == tar.TypeDir)
-	}
-	return false
 }
 
 // maxPath is PATH_MAX: no longer name or symlink target can be used.
