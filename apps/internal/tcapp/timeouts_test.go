@@ -2,15 +2,13 @@ package tcapp
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
 )
 
 // The served data plane applies the server timeouts it is given: a client
@@ -37,41 +35,5 @@ func TestRunCutsOffSlowClients(t *testing.T) {
 		}
 	}()
 
-	var c net.Conn
-	for range 200 { // until the listener serves (the store is migrated first)
-		if c, err = net.Dial("tcp", ln.Addr().String()); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		req := "GET /health HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Slow: aaaaaaaaaaaaaaaaaaaa\r\n", 40)
-		for i := range len(req) {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			if _, err := c.Write([]byte{req[i]}); err != nil {
-				return
-			}
-		}
-	}()
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	b, err := io.ReadAll(c)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatal("the data plane kept a trickling client's connection open")
-	}
-	// net/http may say 400 as it hangs up; the health route's 200 would
-	// mean the request got through.
-	if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
-		t.Fatalf("the data plane answered a request whose headers never finished: %q", b)
-	}
+	testenv.CheckHangsUpOnTrickle(t, ln.Addr().String(), "/health", "the data plane")
 }
