@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -89,10 +88,7 @@ type RegistryProxy struct {
 	// data-plane replicas apart).
 	Owners func() []int
 
-	mu      sync.Mutex
-	rules   []*Rule
-	reqs    []RegRequest
-	release chan struct{}
+	faultState[Rule, RegRequest]
 }
 
 type ownerKey struct{}
@@ -105,7 +101,7 @@ func NewRegistryProxy(t testing.TB, upstream string) *RegistryProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &RegistryProxy{Addr: ln.Addr().String(), upstream: upstream, release: make(chan struct{}),
+	p := &RegistryProxy{Addr: ln.Addr().String(), upstream: upstream, faultState: newFaultState[Rule, RegRequest](),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	srv := &http.Server{Handler: p, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -140,36 +136,6 @@ func (p *RegistryProxy) Add(r Rule) (remove func()) {
 			p.Release()
 		}
 	}
-}
-
-// Clear removes every rule and releases stalled requests.
-func (p *RegistryProxy) Clear() {
-	p.mu.Lock()
-	p.rules = nil
-	p.mu.Unlock()
-	p.Release()
-}
-
-// Release lets every stalled request go on.
-func (p *RegistryProxy) Release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	close(p.release)
-	p.release = make(chan struct{})
-}
-
-// Requests returns what the proxy saw.
-func (p *RegistryProxy) Requests() []RegRequest {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]RegRequest(nil), p.reqs...)
-}
-
-// Reset forgets the recorded requests.
-func (p *RegistryProxy) Reset() {
-	p.mu.Lock()
-	p.reqs = nil
-	p.mu.Unlock()
 }
 
 // BlobGets counts full or ranged GETs of blob digest (all digests if "")

@@ -10,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,10 +75,7 @@ type S3Proxy struct {
 	rp     *httputil.ReverseProxy
 	admin  *s3.Client
 
-	mu      sync.Mutex
-	rules   []*S3Rule
-	reqs    []S3Request
-	release chan struct{}
+	faultState[S3Rule, S3Request]
 }
 
 // NewS3Proxy proxies to CUBE_TEST_S3_ENDPOINT; it closes with the test.
@@ -94,7 +90,7 @@ func NewS3Proxy(t testing.TB) *S3Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &S3Proxy{URL: "http://" + ln.Addr().String(), Bucket: testenv.Get(t, testenv.S3Bucket), release: make(chan struct{}),
+	p := &S3Proxy{URL: "http://" + ln.Addr().String(), Bucket: testenv.Get(t, testenv.S3Bucket), faultState: newFaultState[S3Rule, S3Request](),
 		admin: S3Client(t)}
 	p.rp = httputil.NewSingleHostReverseProxy(u)
 	srv := &http.Server{Handler: p}
@@ -123,29 +119,6 @@ func (p *S3Proxy) Add(r S3Rule) {
 	p.rules = append(p.rules, &rr)
 }
 
-// Clear removes every rule and releases stalled requests.
-func (p *S3Proxy) Clear() {
-	p.mu.Lock()
-	p.rules = nil
-	p.mu.Unlock()
-	p.Release()
-}
-
-// Release lets stalled requests go on.
-func (p *S3Proxy) Release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	close(p.release)
-	p.release = make(chan struct{})
-}
-
-// Requests returns what the proxy saw.
-func (p *S3Proxy) Requests() []S3Request {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]S3Request(nil), p.reqs...)
-}
-
 // Count counts requests of op (with status 2xx if ok).
 func (p *S3Proxy) Count(op string, ok bool) int {
 	n := 0
@@ -155,13 +128,6 @@ func (p *S3Proxy) Count(op string, ok bool) int {
 		}
 	}
 	return n
-}
-
-// Reset forgets the recorded requests.
-func (p *S3Proxy) Reset() {
-	p.mu.Lock()
-	p.reqs = nil
-	p.mu.Unlock()
 }
 
 // s3Op classifies a path-style request.
