@@ -104,16 +104,7 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 		return res, errors.Join(err, abortErr)
 	}
 	resp, err := stream.CloseAndRecv()
-	if ctx.Err() != nil {
-		if err == nil {
-			_ = os.Remove(spec.OutPath)
-		}
-		return res, fmt.Errorf("build: %w", ctx.Err())
-	}
-	if err != nil {
-		return res, fromStatus(err)
-	}
-	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
+	return buildAnswer(ctx, resp, err, spec.OutPath)
 }
 
 // buildFIFO hands the tree over through a named pipe beside the output
@@ -147,14 +138,20 @@ func (c *Client) buildFIFO(ctx context.Context, stream RootfsBuilder_BuildClient
 		}
 		return res, errors.Join(terr, fromStatus(err))
 	}
+	return buildAnswer(ctx, resp, err, spec.OutPath)
+}
+
+// buildAnswer turns the plugin's answer into the result: a canceled
+// build fails (its image, if the plugin finished it anyway, removed).
+func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string) (ports.BuildResult, error) {
 	if ctx.Err() != nil {
 		if err == nil {
-			_ = os.Remove(spec.OutPath)
+			_ = os.Remove(out)
 		}
-		return res, fmt.Errorf("build: %w", ctx.Err())
+		return ports.BuildResult{}, fmt.Errorf("build: %w", ctx.Err())
 	}
 	if err != nil {
-		return res, fromStatus(err)
+		return ports.BuildResult{}, fromStatus(err)
 	}
 	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
 }
