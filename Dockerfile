@@ -9,8 +9,9 @@ COPY . .
 RUN make build BIN=/out
 
 FROM debian:bookworm-slim
-# e2fsprogs for the mkfs builder; ca-certificates for HTTPS registries.
-RUN apt-get update && apt-get install -y --no-install-recommends e2fsprogs ca-certificates \
+# e2fsprogs for the mkfs builder; isal's igzip decodes gzip layers about
+# twice as fast as the built-in decoder; ca-certificates for HTTPS registries.
+RUN apt-get update && apt-get install -y --no-install-recommends e2fsprogs isal ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/cubemaster /out/templatecenter /out/nodeagent /out/cubemastercli /out/ext4stream /usr/local/bin/
 ENV CUBE_TEMPLATE_CENTER_PLUGIN_DIR=/usr/local/bin

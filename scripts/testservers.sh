@@ -50,6 +50,7 @@ install_missing() {
   command -v skopeo >/dev/null || pkgs+=(skopeo)
   command -v umoci >/dev/null || pkgs+=(umoci)
   command -v getfattr >/dev/null || pkgs+=(attr)
+  command -v igzip >/dev/null || pkgs+=(isal)
   command -v curl >/dev/null || pkgs+=(curl)
   if [ ${#pkgs[@]} -gt 0 ]; then
     log "installing ${pkgs[*]}"

@@ -26,6 +26,9 @@ type Layer struct {
 	DiffID string
 	// Derived, when set, keeps the decoded layer for later builds.
 	Derived ports.DerivedCache
+	// Gunzip, when set, decodes gzip in a child process (see GzipProgram);
+	// nil is the built-in decoder. The tree is the same either way.
+	Gunzip *GzipProgram
 }
 
 // Limits bound what a hostile image can make Flatten and Extract do. A zero

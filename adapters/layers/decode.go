@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,27 @@ func detectBytes(head []byte, mediaType string) (compression, *rejection) {
 	return actual, nil
 }
 
+// openDecoder opens the decompressed stream of a compressed layer read
+// from blob (a buffered stream) or, when that is nil, from file. Gzip
+// goes through prog when one is set and starts; a program that cannot
+// run leaves the layer to the built-in decoder.
+func openDecoder(c compression, blob *bufio.Reader, file *os.File, prog *GzipProgram, lim Limits) (io.ReadCloser, error) {
+	if c == gzipped && prog != nil {
+		var in io.Reader = blob
+		if blob == nil {
+			in = file
+		}
+		if dec, err := prog.open(in); err == nil {
+			return dec, nil
+		}
+	}
+	var src io.Reader = blob
+	if blob == nil {
+		src = bufio.NewReaderSize(file, 1<<20)
+	}
+	return decoder(c, src, lim)
+}
+
 // decoder opens the decompressed stream of a compressed layer; br should
 // be buffered.
 func decoder(c compression, br io.Reader, lim Limits) (io.ReadCloser, error) {
@@ -165,9 +187,12 @@ func (p *posReader) Seek(off int64, whence int) (int64, error) {
 func classify(err error) (*rejection, error) {
 	var pe *fs.PathError
 	var se *sourceError
+	var he *gzipHostError
 	switch {
 	case errors.As(err, &se):
 		return nil, se.err
+	case errors.As(err, &he):
+		return nil, he
 	case errors.Is(err, errBomb):
 		return reject(RuleDecompressionBomb, "%v", err), nil
 	case errors.Is(err, zstd.ErrWindowSizeExceeded), errors.Is(err, zstd.ErrDecoderSizeExceeded):

@@ -309,11 +309,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 	case comp == plain:
 		raw = blob
 	default:
-		var src io.Reader = blob
-		if blob == nil {
-			src = bufio.NewReaderSize(d.file, 1<<20)
-		}
-		dec, err := decoder(comp, src, lim)
+		dec, err := openDecoder(comp, blob, d.file, l.Gunzip, lim)
 		if err != nil {
 			rj, err := classify(err)
 			if err != nil {

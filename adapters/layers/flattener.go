@@ -8,9 +8,11 @@ import (
 )
 
 // Flattener is Flatten as a ports.TreeFlattener. A zero Limits field takes
-// the DefaultLimits value.
+// the DefaultLimits value; Gunzip, when set, decodes gzip layers (see
+// GzipProgram).
 type Flattener struct {
 	Limits Limits
+	Gunzip *GzipProgram
 }
 
 var (
@@ -18,22 +20,22 @@ var (
 	_ ports.EntryFlattener = Flattener{}
 )
 
-func layersOf(layers []ports.FlattenLayer) []Layer {
+func (f Flattener) layersOf(layers []ports.FlattenLayer) []Layer {
 	ls := make([]Layer, len(layers))
 	for i, l := range layers {
-		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Blob: l.Blob, DiffID: l.DiffID, Derived: l.Derived}
+		ls[i] = Layer{Path: l.Path, MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Blob: l.Blob, DiffID: l.DiffID, Derived: l.Derived, Gunzip: f.Gunzip}
 	}
 	return ls
 }
 
 // Flatten implements ports.TreeFlattener.
 func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
-	st, err := Flatten(ctx, layersOf(layers), w, f.Limits)
+	st, err := Flatten(ctx, f.layersOf(layers), w, f.Limits)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
 }
 
 // FlattenTo implements ports.EntryFlattener.
 func (f Flattener) FlattenTo(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
-	st, err := FlattenTo(ctx, layersOf(layers), f.Limits, use)
+	st, err := FlattenTo(ctx, f.layersOf(layers), f.Limits, use)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
 }

@@ -8,18 +8,22 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
-// harness runs the port's suite against Flattener; accepted trees are
-// materialized with Extract, as the mkfs builder stages them.
-type harness struct{}
+// harness runs the port's suite against Flattener (with gunzip as its
+// gzip decoder); accepted trees are materialized with Extract, as the
+// mkfs builder stages them.
+type harness struct{ gunzip *GzipProgram }
 
-func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) { return Flattener{}, nil }
+func (h harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
+	return Flattener{Gunzip: h.gunzip}, nil
+}
 
-func (harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limits) (ports.TreeFlattener, error) {
-	return Flattener{Limits: limitsOf(lim)}, nil
+func (h harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limits) (ports.TreeFlattener, error) {
+	return Flattener{Limits: limitsOf(lim), Gunzip: h.gunzip}, nil
 }
 
 func (harness) Materialize(ctx context.Context, t testing.TB, tree io.Reader, dest string) error {
@@ -38,6 +42,15 @@ func limitsOf(l flattenertest.Limits) Limits {
 func TestConformance(t *testing.T) {
 	flattenertest.RunConformanceTests(t, func(context.Context, *testing.T) (flattenertest.Harness, error) {
 		return harness{}, nil
+	})
+}
+
+// TestConformanceGzipProgram holds the igzip decoder to the same suite,
+// the hostile corpus included.
+func TestConformanceGzipProgram(t *testing.T) {
+	p := &GzipProgram{Path: testenv.Tool(t, "igzip")}
+	flattenertest.RunConformanceTests(t, func(context.Context, *testing.T) (flattenertest.Harness, error) {
+		return harness{gunzip: p}, nil
 	})
 }
 

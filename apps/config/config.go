@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -40,8 +41,11 @@ type Config struct {
 	RegistryTimeout time.Duration `yaml:"registry_timeout"`
 	// Builder is "ext4stream" (the default, in process), "mkfs", or the
 	// name of a builder plugin under PluginDir ("plugin:NAME").
-	Builder        string `yaml:"builder"`
-	PluginDir      string `yaml:"plugin_dir"`
+	Builder   string `yaml:"builder"`
+	PluginDir string `yaml:"plugin_dir"`
+	// GzipDecoder decodes gzip layers: "auto" (igzip when installed),
+	// "builtin", or the absolute path of an igzip-compatible program.
+	GzipDecoder    string `yaml:"gzip_decoder"`
 	HeadroomBytes  int64  `yaml:"headroom_bytes"`
 	HeadroomInodes int64  `yaml:"headroom_inodes"`
 	MaxImageBytes  int64  `yaml:"max_image_bytes"`
@@ -292,6 +296,7 @@ func DefaultsFor(d Dirs) Config {
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
 		Builder:             "ext4stream",
+		GzipDecoder:         "auto",
 		ReleaseManifest:     DefaultReleaseManifest,
 		Listen:              "127.0.0.1:8090",
 		MasterAddr:          "http://127.0.0.1:8089",
@@ -452,6 +457,11 @@ func (c Config) validate() error {
 	}
 	if c.RegistryTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)
+	}
+	switch d := c.GzipDecoder; {
+	case d == "auto", d == "builtin", filepath.IsAbs(d):
+	default:
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_GZIP_DECODER: %q, want auto, builtin or the absolute path of igzip", d)
 	}
 	for _, v := range []struct {
 		name string

@@ -53,6 +53,7 @@ func TestLoadRejectsBadValuesNamingTheVariable(t *testing.T) {
 		"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "many",
 		"CUBE_S3_USE_SSL":                     "perhaps",
 		"CUBE_TEMPLATE_CENTER_HEADROOM_BYTES": "-5",
+		"CUBE_TEMPLATE_CENTER_GZIP_DECODER":   "igzip", // a bare name: which one would run?
 	}
 	for name, v := range cases {
 		_, err := Load(mapEnv(map[string]string{name: v}))

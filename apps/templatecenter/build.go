@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -160,12 +161,25 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	return nil
 }
 
-// startProfiles writes CPU and allocation profiles of the build when
-// CUBE_TEMPLATE_CENTER_CPUPROFILE / CUBE_TEMPLATE_CENTER_MEMPROFILE name
-// files (the benchmark's -profile uses them).
+// startProfiles writes CPU and allocation profiles and an execution trace
+// of the build when CUBE_TEMPLATE_CENTER_CPUPROFILE /
+// CUBE_TEMPLATE_CENTER_MEMPROFILE / CUBE_TEMPLATE_CENTER_TRACE name files
+// (the benchmark's -profile uses the first two; the trace shows which work
+// waits on which).
 func startProfiles() (stop func(), err error) {
 	cpu, mem := os.Getenv("CUBE_TEMPLATE_CENTER_CPUPROFILE"), os.Getenv("CUBE_TEMPLATE_CENTER_MEMPROFILE")
 	stop = func() {}
+	if tr := os.Getenv("CUBE_TEMPLATE_CENTER_TRACE"); tr != "" {
+		f, err := os.Create(tr)
+		if err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		stop = func() { trace.Stop(); f.Close() }
+	}
 	if cpu != "" {
 		f, err := os.Create(cpu)
 		if err != nil {
@@ -175,7 +189,8 @@ func startProfiles() (stop func(), err error) {
 			f.Close()
 			return nil, fmt.Errorf("cpu profile: %w", err)
 		}
-		stop = func() { pprof.StopCPUProfile(); f.Close() }
+		traceStop := stop
+		stop = func() { pprof.StopCPUProfile(); f.Close(); traceStop() }
 	}
 	if mem != "" {
 		runtime.MemProfileRate = 64 << 10

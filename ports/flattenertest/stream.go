@@ -153,9 +153,16 @@ func testStreamed(t *testing.T, h Harness) {
 	t.Run("BlobError", func(t *testing.T) {
 		f := flattener(t, h, Limits{})
 		boom := errors.New("download failed")
-		ls := []ports.FlattenLayer{{MediaType: MediaTar, Digest: "sha256:test0", Blob: io.MultiReader(bytes.NewReader(Tar(t, Reg("a", "a"))[:700]), errReader{boom})}}
-		if _, _, err := flatten(t, f, ls); !errors.Is(err, boom) {
-			t.Fatalf("Flatten = %v, want the blob's read error", err)
+		tarB := Tar(t, Reg("a", strings.Repeat("a", 100_000)))
+		// A download that breaks is the download's error, not bad layer
+		// bytes, whatever decodes the stream.
+		gz := Gzip(t, tarB)
+		for _, b := range []Blob{{tarB[:700], MediaTar}, {gz[:len(gz)/2], MediaGzip}} {
+			ls := []ports.FlattenLayer{{MediaType: b.MediaType, Digest: "sha256:test0", Blob: io.MultiReader(bytes.NewReader(b.Data), errReader{boom})}}
+			_, _, err := flatten(t, f, ls)
+			if !errors.Is(err, boom) || RuleOf(err) != "" {
+				t.Fatalf("%s: Flatten = %v, want the blob's read error", b.MediaType, err)
+			}
 		}
 	})
 }

@@ -117,7 +117,11 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		return explainSource(src, cfg.RegistryTimeout), nil
 	})
 	do.Provide(i, func(do.Injector) (ports.TreeFlattener, error) {
-		return layers.Flattener{Limits: layers.DefaultLimits()}, nil
+		g, err := GzipDecoder(cfg.GzipDecoder)
+		if err != nil {
+			return nil, err
+		}
+		return layers.Flattener{Limits: layers.DefaultLimits(), Gunzip: g}, nil
 	})
 	do.Provide(i, func(do.Injector) (ports.RootfsBuilder, error) {
 		if o.RootfsBuilder != nil {
@@ -223,4 +227,24 @@ func dockerConfigPath() string {
 		}
 	}
 	return ""
+}
+
+// GzipDecoder resolves CUBE_TEMPLATE_CENTER_GZIP_DECODER: nil is the
+// built-in decoder. A path must name a program anyone may run: run as
+// root, the data plane starts it as nobody.
+func GzipDecoder(setting string) (*layers.GzipProgram, error) {
+	switch setting {
+	case "", "auto":
+		return layers.LookGzipProgram("igzip"), nil
+	case "builtin":
+		return nil, nil
+	}
+	st, err := os.Stat(setting)
+	if err != nil {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_GZIP_DECODER: %w (install igzip, Debian package isal, or set builtin)", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o001 == 0 {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_GZIP_DECODER: %s is not a program anyone may run (mode %s)", setting, st.Mode())
+	}
+	return &layers.GzipProgram{Path: setting}, nil
 }

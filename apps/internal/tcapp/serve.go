@@ -20,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
+	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
@@ -95,12 +96,17 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		return err
 	}
 	b := do.MustInvoke[ports.RootfsBuilder](i)
+	fl, err := do.Invoke[ports.TreeFlattener](i)
+	if err != nil {
+		return err
+	}
 	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
 		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", cfg.Backend(),
 		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
 		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
 		"registry_allow_loopback", cfg.RegistryAllowLoopback, "registry_allow_private", cfg.RegistryAllowPrivate,
-		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds)
+		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds,
+		"gzip_decoder", gzipDescription(fl))
 
 	srv := startup.HTTPServer(router, o.ServerTimeouts)
 	recCtx, stopRec := context.WithCancel(ctx)
@@ -358,4 +364,12 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 		return nil, err
 	}
 	return artifactstore.Open(ctx, "file://"+dir+"?create_dir=1")
+}
+
+// gzipDescription names the gzip decoder builds use.
+func gzipDescription(fl ports.TreeFlattener) string {
+	if f, ok := fl.(layers.Flattener); ok {
+		return f.Gunzip.String()
+	}
+	return "custom flattener"
 }
