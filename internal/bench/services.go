@@ -507,6 +507,7 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 					return fmt.Errorf("download through the master: %w", err)
 				}
 				d.download, d.proxy, d.artifactBytes = append(d.download, direct), append(d.proxy, viaMaster), n/8
+				syscall.Sync() // the downloads' writeback is not the polling's to pay
 				lat, rate, fails, err := s.poll("/cube/template/from-image?job_id="+url.QueryEscape(jt.job.JobID), 1000, 10*time.Second)
 				if err != nil {
 					s.close()

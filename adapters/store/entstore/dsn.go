@@ -108,6 +108,17 @@ func mysqlTarget(dsn string) (Target, error) {
 	// timestamp in UTC so compare-and-set comparisons are exact.
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// A query with arguments is otherwise a prepared statement: prepare,
+	// execute and close, three round trips where one does. The driver
+	// escapes the arguments itself; it refuses to for the few multi-byte
+	// character sets where that is unsafe, and an explicit
+	// interpolateParams=false is kept.
+	if !strings.Contains(dsn, "interpolateParams=") {
+		cfg.InterpolateParams = true
+		if _, err := mysql.ParseDSN(cfg.FormatDSN()); err != nil {
+			cfg.InterpolateParams = false
+		}
+	}
 	return Target{Driver: "mysql", DSN: cfg.FormatDSN(), Dialect: migrations.MySQL}, nil
 }
 

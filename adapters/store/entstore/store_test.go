@@ -28,6 +28,10 @@ func TestParseDSN(t *testing.T) {
 		{"mysql://u:p@tcp(h:3306)/db?charset=utf8mb4", "mysql", migrations.MySQL, []string{"u:p@tcp(h:3306)/db?", "parseTime=true"}},
 		{"u:p@tcp(h:3306)/db", "mysql", migrations.MySQL, []string{"parseTime=true"}},
 		{"mysql://u:p%40ss@h:3306/db?timeout=5s", "mysql", migrations.MySQL, []string{"u:p@ss@tcp(h:3306)/db?", "timeout=5s", "parseTime=true"}},
+		// One round trip per query, not prepare + execute + close...
+		{"u:p@tcp(h:3306)/db?charset=utf8mb4", "mysql", migrations.MySQL, []string{"interpolateParams=true"}},
+		// ...unless the character set makes client-side escaping unsafe.
+		{"u:p@tcp(h:3306)/db?collation=gbk_chinese_ci", "mysql", migrations.MySQL, []string{"collation=gbk_chinese_ci"}},
 	}
 	for _, c := range cases {
 		got, err := entstore.ParseDSN(c.dsn)
@@ -41,6 +45,9 @@ func TestParseDSN(t *testing.T) {
 			if !strings.Contains(got.DSN, s) {
 				t.Fatalf("ParseDSN(%q).DSN = %q, lacks %q", c.dsn, got.DSN, s)
 			}
+		}
+		if strings.Contains(c.dsn, "gbk") && strings.Contains(got.DSN, "interpolateParams=true") {
+			t.Fatalf("ParseDSN interpolates under an unsafe collation: %s", got.DSN)
 		}
 		if strings.Contains(c.dsn, "busy_timeout(50)") && strings.Contains(got.DSN, "busy_timeout%2810000%29") {
 			t.Fatalf("ParseDSN overrode the caller's busy_timeout: %s", got.DSN)
