@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
@@ -48,9 +49,19 @@ func (s *server) initProxies() error {
 		s.log.WarnContext(r.Context(), "compat proxy to template center failed", "err", err)
 		envelope.Write(w, envelope.Response{Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: "template center unavailable"}})
 	}}
-	s.download = &httputil.ReverseProxy{Rewrite: rewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+	s.download = &httputil.ReverseProxy{Rewrite: rewrite, BufferPool: downloadBuffers{}, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "download proxy to template center failed", "err", err)
 		http.Error(w, "template center unavailable", http.StatusBadGateway)
 	}}
 	return nil
 }
+
+// downloadBuffers lends the artifact proxy 256 KiB copy buffers instead
+// of ReverseProxy's 32 KiB: a gigabyte image is then 4,000 reads and
+// writes, not 32,000 of each.
+type downloadBuffers struct{}
+
+var downloadPool = sync.Pool{New: func() any { return new([256 << 10]byte) }}
+
+func (downloadBuffers) Get() []byte  { return downloadPool.Get().(*[256 << 10]byte)[:] }
+func (downloadBuffers) Put(b []byte) { downloadPool.Put((*[256 << 10]byte)(b)) }
