@@ -60,6 +60,11 @@
 //   - Type flags other than regular, directory, symlink, hard link, char,
 //     block and FIFO are refused by name (PAX global headers are skipped).
 //   - A declared media type must match the magic bytes.
+//   - Gzip is decoded in Go, or by an external program (GzipProgram: ISA-L's
+//     igzip, about 2.5 times faster) in a child process with no environment
+//     and, under root, the uid of nobody. Its output goes through the same
+//     tar reader, budgets and DiffID check; a broken download stays the
+//     download's error, and a decoder that dies by a signal is a host error.
 //
 // Extract takes a flattened tree, not a layer, and holds it to the
 // BuildSpec.Tree contract: every entry is re-validated with the same

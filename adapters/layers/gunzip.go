@@ -1,11 +1,14 @@
 package layers
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // GzipProgram decodes gzip layers in a child process instead of in Go:
@@ -49,6 +52,30 @@ func LookGzipProgram(name string) *GzipProgram {
 		p = abs
 	}
 	return &GzipProgram{Path: p}
+}
+
+// Check decodes a small stream with the program, as a build would run it:
+// a program that is missing, cannot run as nobody, or decodes wrongly is
+// found before the first build instead of falling back on every layer.
+func (p *GzipProgram) Check() error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	want := bytes.Repeat([]byte("cube template center "), 1000)
+	zw.Write(want)
+	zw.Close()
+	dec, err := p.open(&buf)
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	got, err := io.ReadAll(dec)
+	if err != nil {
+		return fmt.Errorf("gzip decoder %s: %w", p.Path, err)
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("gzip decoder %s: decoded %d bytes, not the %d written", p.Path, len(got), len(want))
+	}
+	return nil
 }
 
 // String names the decoder in logs and reports.

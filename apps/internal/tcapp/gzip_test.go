@@ -5,26 +5,41 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/templatecenter/internal/testenv"
 )
 
 func TestGzipDecoder(t *testing.T) {
-	dir := t.TempDir()
-	private := filepath.Join(dir, "private")
-	if err := os.WriteFile(private, []byte("#!/bin/sh\n"), 0o700); err != nil {
+	igzip := testenv.Tool(t, "igzip")
+	// A directory anyone may enter: run as root, the data plane starts
+	// the decoder as nobody, whom t.TempDir()'s private directories shut out.
+	dir, err := os.MkdirTemp("", "gzip-decoder-test-")
+	if err != nil {
 		t.Fatal(err)
 	}
-	public := filepath.Join(dir, "igzip")
-	if err := os.WriteFile(public, []byte("#!/bin/sh\n"), 0o755); err != nil {
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	script := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	wrapper := script("igzip", "exec "+igzip+` "$@"`, 0o755)
 	for _, c := range []struct {
 		setting, want, err string
 	}{
 		{setting: "builtin", want: "built-in"},
-		{setting: public, want: public},
+		{setting: "auto", want: igzip},
+		{setting: wrapper, want: wrapper},
 		{setting: filepath.Join(dir, "absent"), err: "install igzip"},
 		// Run as root, the data plane starts the decoder as nobody.
-		{setting: private, err: "not a program anyone may run"},
+		{setting: script("private", "exec "+igzip+` "$@"`, 0o700), err: "not a program anyone may run"},
+		// Found before the first build, not by every layer falling back.
+		{setting: script("broken", "cat >/dev/null", 0o755), err: "decoded 0 bytes"},
 	} {
 		g, err := GzipDecoder(c.setting)
 		switch {

@@ -235,7 +235,12 @@ func dockerConfigPath() string {
 func GzipDecoder(setting string) (*layers.GzipProgram, error) {
 	switch setting {
 	case "", "auto":
-		return layers.LookGzipProgram("igzip"), nil
+		// A program that fails its check leaves builds to the built-in
+		// decoder (the startup log names the decoder in use).
+		if p := layers.LookGzipProgram("igzip"); p != nil && p.Check() == nil {
+			return p, nil
+		}
+		return nil, nil
 	case "builtin":
 		return nil, nil
 	}
@@ -246,5 +251,9 @@ func GzipDecoder(setting string) (*layers.GzipProgram, error) {
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o001 == 0 {
 		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_GZIP_DECODER: %s is not a program anyone may run (mode %s)", setting, st.Mode())
 	}
-	return &layers.GzipProgram{Path: setting}, nil
+	p := &layers.GzipProgram{Path: setting}
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_GZIP_DECODER: %w", err)
+	}
+	return p, nil
 }
