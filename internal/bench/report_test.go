@@ -48,3 +48,28 @@ func TestSummarizeAndTable(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
+
+// TestPastBuild: a job the master already distributes counts as built; a
+// poll that missed the brief BUILT status once made "distribution" 0 s
+// and "build" the whole create -> READY.
+func TestPastBuild(t *testing.T) {
+	for _, c := range []struct {
+		status, phase string
+		want          bool
+	}{
+		{"PENDING", "", false},
+		{"RUNNING", "PULLING", false},
+		{"RUNNING", "BUILDING_EXT4", false},
+		{"RUNNING", "UPLOADING", false},
+		{"BUILT", "UPLOADING", true},
+		{"RUNNING", "REGISTERING", true},
+		{"RUNNING", "DISTRIBUTING", true},
+		{"RUNNING", "SNAPSHOTTING", true},
+		{"READY", "READY", true},
+		{"FAILED", "DISTRIBUTING", false},
+	} {
+		if got := pastBuild(c.status, c.phase); got != c.want {
+			t.Errorf("pastBuild(%s, %s) = %v, want %v", c.status, c.phase, got, c.want)
+		}
+	}
+}

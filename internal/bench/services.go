@@ -289,10 +289,28 @@ func (s *stack) call(method, path string, body any) (envelope, error) {
 	return e, nil
 }
 
+// pastBuild reports whether a job in status and phase has its artifact
+// built. BUILT lasts only until the master picks the job up (milliseconds,
+// often between two polls): a RUNNING job in one of the master's phases
+// (registering, distributing, defining the template) is past it too.
+func pastBuild(status, phase string) bool {
+	switch status {
+	case "BUILT", "READY":
+		return true
+	case "RUNNING":
+		switch phase {
+		case "REGISTERING", "DISTRIBUTING", "CREATING_TEMPLATE", "SNAPSHOTTING":
+			return true
+		}
+	}
+	return false
+}
+
 // jobTimes is when a job was first seen in each status.
 type jobTimes struct {
 	job          job
 	built, ready time.Duration // since the create request was sent
+	slowest      time.Duration // the slowest status read while waiting
 }
 
 // createAndWait creates a template from the image and polls its job every
@@ -311,17 +329,22 @@ func (s *stack) createAndWait(templateID, ref, wls string, timeout time.Duration
 	var jt jobTimes
 	id := e.Job.JobID
 	for time.Since(start) < timeout {
+		t0 := time.Now()
 		e, err := s.call(http.MethodGet, "/cube/template/from-image?job_id="+url.QueryEscape(id), nil)
+		jt.slowest = max(jt.slowest, time.Since(t0))
 		if err != nil {
 			return jt, err
+		}
+		if e.Ret.Code != 200 {
+			return jt, fmt.Errorf("status of job %s: %d %s", id, e.Ret.Code, e.Ret.Msg)
 		}
 		if e.Job != nil {
 			jt.job = *e.Job
 			switch e.Job.Status {
 			case "FAILED":
 				return jt, fmt.Errorf("job %s failed: %s", id, e.Job.ErrorMessage)
-			case "BUILT":
-				if jt.built == 0 {
+			case "BUILT", "RUNNING":
+				if jt.built == 0 && pastBuild(e.Job.Status, e.Job.Phase) {
 					jt.built = time.Since(start)
 				}
 			case "READY":
@@ -487,8 +510,8 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 			}
 			d.dupBuilt = append(d.dupBuilt, dup.built)
 			d.dupReady = append(d.dupReady, dup.ready)
-			logf("%d node(s), round %d: new template built %.2fs, distributed in %.2fs; same spec again: answered %.0f ms, READY %.0f ms",
-				nodes, round, jt.built.Seconds(), (jt.ready - jt.built).Seconds(), dup.built.Seconds()*1000, dup.ready.Seconds()*1000)
+			logf("%d node(s), round %d: new template built %.2fs, distributed in %.2fs (slowest status read %.0f ms); same spec again: answered %.0f ms, READY %.0f ms",
+				nodes, round, jt.built.Seconds(), (jt.ready - jt.built).Seconds(), jt.slowest.Seconds()*1000, dup.built.Seconds()*1000, dup.ready.Seconds()*1000)
 			if nodes == 8 {
 				tok, err := s.downloadToken(jt.job.ArtifactID)
 				if err != nil {
