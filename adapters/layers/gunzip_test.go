@@ -13,26 +13,11 @@ import (
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 )
 
-// openDir is a directory anyone may use: run as root, the decoder runs
-// as nobody, which t.TempDir()'s private directories shut out.
-func openDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "gunzip-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // script writes an executable shell script standing in for the decoder:
 // a wrapper around igzip, or a program that misbehaves as a real one can.
 func script(t *testing.T, body string) *GzipProgram {
 	t.Helper()
-	p := filepath.Join(openDir(t), "gunzip")
+	p := filepath.Join(testenv.SharedTempDir(t), "gunzip")
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +42,7 @@ func TestGzipProgram(t *testing.T) {
 	crc := gz(t, tarB)
 	crc[len(crc)-6] ^= 1 // the trailer's CRC-32
 
-	marker := filepath.Join(openDir(t), "ran")
+	marker := filepath.Join(testenv.SharedTempDir(t), "ran")
 	cases := []struct {
 		name string
 		prog *GzipProgram

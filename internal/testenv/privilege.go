@@ -23,3 +23,19 @@ func Root(t testing.TB, why string) {
 		missing(t, "not root: "+why)
 	}
 }
+
+// SharedTempDir returns a fresh directory anyone may enter and write
+// (mode 1777, removed after the test), for programs a root process starts
+// as another user: t.TempDir()'s directories are private to root.
+func SharedTempDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "cube-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

@@ -11,16 +11,8 @@ import (
 
 func TestGzipDecoder(t *testing.T) {
 	igzip := testenv.Tool(t, "igzip")
-	// A directory anyone may enter: run as root, the data plane starts
-	// the decoder as nobody, whom t.TempDir()'s private directories shut out.
-	dir, err := os.MkdirTemp("", "gzip-decoder-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// Run as root, the data plane starts the decoder as nobody.
+	dir := testenv.SharedTempDir(t)
 	script := func(name, body string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), mode); err != nil {
