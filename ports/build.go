@@ -181,7 +181,10 @@ type ArtifactStore interface {
 	// want.SHA256; otherwise nothing is published and the error says why
 	// (a mismatch wraps core.ErrInvalidArgument). Put reads r at most one
 	// byte past want.Size, so a reader longer than declared (even an
-	// endless one) fails promptly, and stops reading once ctx ends.
+	// endless one) fails promptly, and stops reading once ctx ends. A
+	// store on a local filesystem may take an *os.File r by linking it
+	// rather than copying it (held to the same checks): the caller must
+	// not change the file afterwards.
 	Put(ctx context.Context, key string, r io.Reader, want ObjectInfo) error
 	// Stat returns the object's info or core.ErrNotFound.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)

@@ -119,6 +119,79 @@ func (d *dirBackend) put(ctx context.Context, key string, src io.Reader, want po
 	return nil
 }
 
+// errNoLink: the file cannot be linked into the store; it is copied.
+var errNoLink = errors.New("cannot link the file into the store")
+
+// putFile publishes src under key by linking it into the store rather
+// than copying it, when src is a regular file of want.Size bytes on the
+// store's filesystem: a gigabyte image is then neither written a second
+// time nor left dirty twice for the kernel to write back. It is held to
+// what put guarantees: the bytes are hashed (while the disk flushes them)
+// and must be want; nothing is visible before the rename. The caller must
+// not change src afterwards. errNoLink when src cannot be linked: nothing
+// was read from it, and the caller copies.
+func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want ports.ObjectInfo) (err error) {
+	st, err := src.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() != want.Size {
+		return errNoLink
+	}
+	dir := path.Dir(key)
+	if err := d.mkdirAll(dir); err != nil {
+		return err
+	}
+	df, err := d.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer df.Close()
+	name := tmpPrefix + randomHex()
+	if err := linkInto(src, df, name); err != nil {
+		return err
+	}
+	tmp := path.Join(dir, name)
+	published := false
+	defer func() {
+		if !published {
+			_ = d.root.Remove(tmp)
+		}
+	}()
+	f, err := d.root.OpenFile(tmp, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
+		return fmt.Errorf("linked %s is not the file handed to Put", tmp)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
+		return fmt.Errorf("record sha256: %w", err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	v := newVerifier(ctxReader{ctx, io.NewSectionReader(f, 0, want.Size+1)}, want)
+	_, herr := io.CopyBuffer(io.Discard, v, make([]byte, copyBufferSize))
+	if serr := <-synced; herr == nil && serr != nil {
+		herr = fmt.Errorf("sync: %w", serr)
+	}
+	if herr != nil {
+		return herr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.root.Rename(tmp, key); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	published = true
+	if err := d.syncDir(dir); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
+}
+
 // mkdirAll creates the key's parent directories one by one and fsyncs the
 // parent of each one it creates, so the new entries are durable too.
 func (d *dirBackend) mkdirAll(dir string) error {

@@ -253,3 +253,90 @@ func TestFileWholeReadIsAnOSFile(t *testing.T) {
 		t.Fatalf("read %q", b)
 	}
 }
+
+// TestFilePutLinksAFileOnItsFilesystem: an *os.File on the store's
+// filesystem is linked in, not copied (one inode), and still held to the
+// size and sha256 it is published with; a file that does not match leaves
+// nothing behind, and one elsewhere is copied.
+func TestFilePutLinksAFileOnItsFilesystem(t *testing.T) {
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	base := t.TempDir()
+	src := filepath.Join(base, "scratch", "image.ext4")
+	if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func(t *testing.T, p string) *os.File {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	storeDir := filepath.Join(base, "store")
+	if err := os.Mkdir(storeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := openFileStore(t, storeDir)
+
+	// Another size (copied, and refused) or the right size with another
+	// sha256 (linked, hashed, refused).
+	for _, want := range []ports.ObjectInfo{info(data[1:]), {Size: int64(len(data)), SHA256: info(data[1:]).SHA256}} {
+		if err := s.Put(ctx, "a/rootfs.ext4", open(t, src), want); !errors.Is(err, ErrContentMismatch) {
+			t.Fatalf("Put of other bytes (want %d bytes) = %v, want ErrContentMismatch", want.Size, err)
+		}
+		if files := regularFiles(t, storeDir); len(files) != 0 {
+			t.Fatalf("files left behind: %v", files)
+		}
+	}
+
+	if err := s.Put(ctx, "a/rootfs.ext4", open(t, src), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	stored := filepath.Join(storeDir, "a", "rootfs.ext4")
+	a, _ := os.Stat(src)
+	b, err := os.Stat(stored)
+	if err != nil || !os.SameFile(a, b) {
+		t.Fatalf("the object is not the linked file: %v", err)
+	}
+	if b.Mode().Perm() != 0o644 {
+		t.Errorf("object mode %v, want 0644 as copied objects have", b.Mode().Perm())
+	}
+	// The scratch name can go; the object stays.
+	if err := os.RemoveAll(filepath.Dir(src)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Stat(ctx, "a/rootfs.ext4")
+	if err != nil || got.Size != int64(len(data)) || got.SHA256 != info(data).SHA256 {
+		t.Fatalf("Stat = %+v, %v", got, err)
+	}
+
+	// Another filesystem: copied.
+	shm := "/dev/shm"
+	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
+		t.Skip("no /dev/shm to hold a file on another filesystem")
+	}
+	f, err := os.CreateTemp(shm, "cube-store-test-")
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "b/rootfs.ext4", f, info(data)); err != nil {
+		t.Fatal(err)
+	}
+	fa, _ := f.Stat()
+	fb, _ := os.Stat(filepath.Join(storeDir, "b", "rootfs.ext4"))
+	if os.SameFile(fa, fb) {
+		t.Fatal("a file on another filesystem was linked")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -71,7 +72,8 @@ func (s *Store) fullKey(key string) (string, error) {
 // nothing is published at all (an existing object under key stays as it
 // was). Mismatches wrap ErrContentMismatch. r is read at most one byte past
 // want.Size, so a longer (or endless) reader fails at once, and not at all
-// once ctx ends.
+// once ctx ends. On the file backend an *os.File of want.Size bytes on the
+// store's filesystem is linked in instead of copied (see putFile).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
 	full, err := s.fullKey(key)
 	if err != nil {
@@ -79,6 +81,16 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 	}
 	if err := checkWant(want); err != nil {
 		return fmt.Errorf("put artifact %s: %w", key, err)
+	}
+	if f, ok := r.(*os.File); ok {
+		if d, ok := s.be.(*dirBackend); ok {
+			switch err := d.putFile(ctx, full, f, want); {
+			case err == nil:
+				return nil
+			case !errors.Is(err, errNoLink):
+				return fmt.Errorf("put artifact %s: %w", key, err)
+			}
+		}
 	}
 	if err := s.be.put(ctx, full, newVerifier(r, want), want); err != nil {
 		return fmt.Errorf("put artifact %s: %w", key, err)
