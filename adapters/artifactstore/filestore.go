@@ -103,20 +103,26 @@ func (d *dirBackend) put(ctx context.Context, key string, src io.Reader, want po
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
+	published, err = d.publishTemp(ctx, tmp, key)
+	return err
+}
+
+// publishTemp renames the complete, synced temp file tmp to key unless
+// ctx ended, and makes the rename durable. renamed says whether key now
+// names it: if only the directory sync fails the object is visible but
+// may not survive a crash, and the error makes the caller skip its
+// metadata rows, leaving at worst an orphan object.
+func (d *dirBackend) publishTemp(ctx context.Context, tmp, key string) (renamed bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	if err := d.root.Rename(tmp, key); err != nil {
-		return fmt.Errorf("publish: %w", err)
+		return false, fmt.Errorf("publish: %w", err)
 	}
-	published = true
-	// Make the rename itself durable. If this fails the object is visible
-	// but may not survive a crash; reporting failure makes the caller skip
-	// its metadata rows, leaving at worst an orphan object.
-	if err := d.syncDir(dir); err != nil {
-		return fmt.Errorf("sync directory: %w", err)
+	if err := d.syncDir(path.Dir(key)); err != nil {
+		return true, fmt.Errorf("sync directory: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // errNoLink: the file cannot be linked into the store; it is copied.
@@ -179,17 +185,8 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 	if herr != nil {
 		return herr
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := d.root.Rename(tmp, key); err != nil {
-		return fmt.Errorf("publish: %w", err)
-	}
-	published = true
-	if err := d.syncDir(dir); err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	return nil
+	published, err = d.publishTemp(ctx, tmp, key)
+	return err
 }
 
 // mkdirAll creates the key's parent directories one by one and fsyncs the

@@ -340,17 +340,13 @@ func (s *stack) createAndWait(templateID, ref, wls string, timeout time.Duration
 		}
 		if e.Job != nil {
 			jt.job = *e.Job
+			if jt.built == 0 && pastBuild(e.Job.Status, e.Job.Phase) {
+				jt.built = time.Since(start)
+			}
 			switch e.Job.Status {
 			case "FAILED":
 				return jt, fmt.Errorf("job %s failed: %s", id, e.Job.ErrorMessage)
-			case "BUILT", "RUNNING":
-				if jt.built == 0 && pastBuild(e.Job.Status, e.Job.Phase) {
-					jt.built = time.Since(start)
-				}
 			case "READY":
-				if jt.built == 0 {
-					jt.built = time.Since(start)
-				}
 				jt.ready = time.Since(start)
 				return jt, nil
 			}
@@ -530,7 +526,7 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 					return fmt.Errorf("download through the master: %w", err)
 				}
 				d.download, d.proxy, d.artifactBytes = append(d.download, direct), append(d.proxy, viaMaster), n/8
-				syscall.Sync() // the downloads' writeback is not the polling's to pay
+				syscall.Sync() // what the round left dirty (layer cache, artifacts) is not written back while polling is timed
 				lat, rate, fails, err := s.poll("/cube/template/from-image?job_id="+url.QueryEscape(jt.job.JobID), 1000, 10*time.Second)
 				if err != nil {
 					s.close()
