@@ -65,6 +65,9 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		cacheFD: -1,
 		buf:     make([]byte, 1<<20),
 	}
+	if opt.HoleMin > 0 {
+		x.chunk = make([]byte, len(x.buf))
+	}
 	defer x.close()
 
 	src := &eofReader{r: tree}
@@ -155,6 +158,7 @@ type extractor struct {
 	cachePath string // last parent directory opened
 	cacheFD   int
 	buf       []byte
+	chunk     []byte // what writeSparse reads into (buf holds what it writes)
 }
 
 func (x *extractor) close() {
@@ -421,7 +425,7 @@ func (x *extractor) writeSparse(f *os.File, tr io.Reader, size int64) (int64, Bl
 		}
 		return nil
 	}
-	chunk := make([]byte, len(x.buf))
+	chunk := x.chunk
 	for n < size {
 		c := chunk[:min(int64(len(chunk)), size-n)]
 		got, rerr := io.ReadFull(tr, c)

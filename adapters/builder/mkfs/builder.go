@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,9 +39,9 @@ type Options struct {
 	// WorkDir is where private staging directories are made; "" means
 	// os.TempDir(). It needs room for the unpacked tree.
 	WorkDir string
-	// Paths of the e2fsprogs tools; "" means mkfs.ext4, debugfs, e2fsck
-	// and dumpe2fs looked up on PATH.
-	Mkfs, Debugfs, E2fsck, Dumpe2fs string
+	// Paths of the e2fsprogs tools; "" means mkfs.ext4, tune2fs,
+	// debugfs, e2fsck and dumpe2fs looked up on PATH.
+	Mkfs, Tune2fs, Debugfs, E2fsck, Dumpe2fs string
 }
 
 // Builder builds ext4 images with mkfs.ext4 -d. It is safe for concurrent
@@ -55,8 +54,10 @@ type Builder struct {
 }
 
 // FormatVersion is the version of this builder's own layout choices
-// (sizing, features, the pinned mke2fs.conf); bump it when they change.
-const FormatVersion = "1"
+// (sizing, features, the pinned mke2fs.conf and e2fsck.conf, the steps
+// that write the image); bump it when they change. 2: directories
+// rebuilt and indexed by e2fsck -D.
+const FormatVersion = "2"
 
 var _ ports.RootfsBuilder = (*Builder)(nil)
 
@@ -143,9 +144,9 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
 	}
 
-	conf := filepath.Join(work, "mke2fs.conf")
-	if err := os.WriteFile(conf, []byte(mke2fsConf), 0o600); err != nil {
-		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
+	conf, err := writeConfs(work)
+	if err != nil {
+		return ports.BuildResult{}, err
 	}
 	r := &runner{tools: t, env: childEnv(conf, spec.Time)}
 	j := &job{
@@ -194,20 +195,39 @@ func validate(spec ports.BuildSpec) (string, error) {
 	return u.String(), nil
 }
 
+// confs are the pinned configuration files of mke2fs and e2fsck.
+type confs struct{ mke2fs, e2fsck string }
+
+// writeConfs writes the pinned configuration files into the work
+// directory.
+func writeConfs(work string) (confs, error) {
+	c := confs{mke2fs: filepath.Join(work, "mke2fs.conf"), e2fsck: filepath.Join(work, "e2fsck.conf")}
+	for _, f := range [][2]string{{c.mke2fs, mke2fsConf}, {c.e2fsck, e2fsckConf}} {
+		if err := os.WriteFile(f[0], []byte(f[1]), 0o600); err != nil {
+			return confs{}, fmt.Errorf("mkfs builder: %w", err)
+		}
+	}
+	return c, nil
+}
+
 // childEnv is the whole environment of every tool we run: nothing from the
 // host may change the image (locale changes alphasort, MKE2FS_* variables
-// change layout).
-func childEnv(conf string, t time.Time) []string {
+// change layout, /etc/e2fsck.conf the directories e2fsck rebuilds, the
+// clock the superblock's check and write times).
+func childEnv(c confs, t time.Time) []string {
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = "/usr/sbin:/usr/bin:/sbin:/bin"
 	}
+	now := strconv.FormatInt(t.Unix(), 10)
 	return []string{
 		"PATH=" + path,
 		"LC_ALL=C",
 		"TZ=UTC",
-		"MKE2FS_CONFIG=" + conf,
-		"E2FSPROGS_FAKE_TIME=" + strconv.FormatInt(t.Unix(), 10),
+		"MKE2FS_CONFIG=" + c.mke2fs,
+		"E2FSCK_CONFIG=" + c.e2fsck,
+		"E2FSPROGS_FAKE_TIME=" + now,
+		"E2FSCK_TIME=" + now,
 	}
 }
 
@@ -330,7 +350,11 @@ func (j *job) attempt(ctx context.Context, tmp string, blocks, inodes int64) (at
 		blocks: blocks,
 		inodes: inodes,
 		uuid:   j.uuid,
+		noCsum: true,
 	})
+	if err == nil {
+		err = j.r.checksum(ctx, tmp)
+	}
 	if res, ok := shortage(err, blocks, inodes); ok {
 		return res, nil
 	}
@@ -503,59 +527,76 @@ func copyOut(ctx context.Context, img, out string) (string, error) {
 	return sum, nil
 }
 
-// copyHashing copies src to dst in 4 MiB pieces; a second goroutine hashes
-// each piece while the next one is read. Runs of zero blocks are left as
-// holes in dst (the file keeps its length), as they were in src.
+// copyHashing copies src to dst and returns src's sha256. The file is
+// mapped, a window at a time, by two goroutines: one writes it out, one
+// hashes it, so each byte is copied once (into dst's page cache) and the
+// copy takes as long as the slower of the two. A window is unmapped once
+// done, so the process never holds more than two windows of the image in
+// its address space. 4 MiB pieces of zeros are left as holes in dst (the
+// file keeps its length), as they were in src.
 func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
-	const piece = 4 << 20
-	free := make(chan []byte, 3)
-	for range 3 {
-		free <- make([]byte, piece)
+	fi, err := src.Stat()
+	if err != nil {
+		return "", err
 	}
-	full := make(chan []byte, 3)
+	size := fi.Size()
+	hashed := make(chan error, 1)
 	h := sha256.New()
-	hashed := make(chan struct{})
 	go func() {
-		for b := range full {
-			h.Write(b)
-			free <- b[:piece]
-		}
-		close(hashed)
+		hashed <- eachWindow(ctx, src, size, func(m []byte, _ int64) error {
+			h.Write(m)
+			return nil
+		})
 	}()
-	var off int64
-	var err error
-	for err == nil {
-		if err = ctx.Err(); err != nil {
-			break
-		}
-		b := <-free
-		n, rerr := io.ReadFull(src, b)
-		b = b[:n]
-		if n > 0 {
-			if !isZero(b) {
-				_, err = dst.WriteAt(b, off)
+	err = eachWindow(ctx, src, size, func(m []byte, off int64) error {
+		for len(m) > 0 {
+			n := min(len(m), copyPiece)
+			if !isZero(m[:n]) {
+				if _, err := dst.WriteAt(m[:n], off); err != nil {
+					return err
+				}
 			}
-			off += int64(n)
-			full <- b
-		} else {
-			free <- b
+			m, off = m[n:], off+int64(n)
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil && err == nil {
-			err = rerr
-		}
+		return nil
+	})
+	if herr := <-hashed; err == nil {
+		err = herr
 	}
-	close(full)
-	<-hashed
 	if err == nil {
-		err = dst.Truncate(off)
+		err = dst.Truncate(size)
 	}
 	if err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+const (
+	copyWindow = 16 << 20
+	copyPiece  = 4 << 20
+)
+
+// eachWindow maps f's first size bytes a window at a time and calls fn
+// with each, stopping at the first error or when ctx ends.
+func eachWindow(ctx context.Context, f *os.File, size int64, fn func(m []byte, off int64) error) error {
+	for off := int64(0); off < size; off += copyWindow {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := int(min(copyWindow, size-off))
+		m, err := unix.Mmap(int(f.Fd()), off, n, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("map %s: %w", f.Name(), err)
+		}
+		unix.Madvise(m, unix.MADV_SEQUENTIAL)
+		err = fn(m, off)
+		unix.Munmap(m)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var zeroPiece [64 << 10]byte

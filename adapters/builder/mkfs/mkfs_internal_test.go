@@ -174,7 +174,7 @@ func TestScanZeros(t *testing.T) {
 // runs out of blocks and inodes; the build must grow and succeed, or fail
 // with a clear error when the cap forbids growing.
 func TestRetryWhenFull(t *testing.T) {
-	for _, tool := range []string{"mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs"} {
+	for _, tool := range []string{"mkfs.ext4", "tune2fs", "debugfs", "e2fsck", "dumpe2fs"} {
 		testenv.Tool(t, tool)
 	}
 	stage := t.TempDir()
@@ -190,8 +190,8 @@ func TestRetryWhenFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	conf := filepath.Join(work, "mke2fs.conf")
-	if err := os.WriteFile(conf, []byte(mke2fsConf), 0o600); err != nil {
+	conf, err := writeConfs(work)
+	if err != nil {
 		t.Fatal(err)
 	}
 	when := time.Unix(1_700_000_000, 0)

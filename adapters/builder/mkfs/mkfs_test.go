@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +28,7 @@ import (
 // needRoot skips when the builder cannot run: it stages with real owners.
 func needRoot(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs"} {
+	for _, tool := range []string{"mkfs.ext4", "tune2fs", "debugfs", "e2fsck", "dumpe2fs"} {
 		testenv.Tool(t, tool)
 	}
 	testenv.Root(t, "the mkfs builder stages trees with their owners")
@@ -228,6 +230,59 @@ func TestTimesClamped(t *testing.T) {
 	for p, m := range want {
 		if got[p] == nil || got[p].MTime != m {
 			t.Errorf("%s: mtime %v, want %d", p, got[p], m)
+		}
+	}
+}
+
+// TestLargeDirectoryIndexed: a directory of several blocks comes out
+// indexed (e2fsck -D rebuilt it after the checksums were turned on), holds
+// every name, and the superblock's check and write times are spec.Time,
+// not the clock's.
+func TestLargeDirectoryIndexed(t *testing.T) {
+	needRoot(t)
+	spec := time.Unix(1_700_000_000, 0)
+	es := []entry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "big/", Mode: 0o755, ModTime: spec}}}
+	for i := range 3000 {
+		es = append(es, entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("big/entry-with-a-longish-name-%05d", i), Mode: 0o644, ModTime: spec}})
+	}
+	out := filepath.Join(t.TempDir(), "img")
+	if _, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(),
+		ports.BuildSpec{Tree: bytes.NewReader(tarOf(t, es)), OutPath: out, UUID: buildertest.FixtureUUID, Time: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := buildertest.Fsck(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	stat, err := exec.Command("debugfs", "-R", "stat /big", out).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// EXT4_INDEX_FL is 0x1000; debugfs prints the flags in hex.
+	m := regexp.MustCompile(`Flags: 0x([0-9a-f]+)`).FindSubmatch(stat)
+	if m == nil {
+		t.Fatalf("no flags in debugfs stat:\n%s", stat)
+	}
+	if flags, _ := strconv.ParseUint(string(m[1]), 16, 32); flags&0x1000 == 0 {
+		t.Errorf("big/ is not indexed (flags %#x)", flags)
+	}
+	got, err := buildertest.ReadImage(context.Background(), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es[1:] {
+		if got[e.hdr.Name] == nil {
+			t.Fatalf("%s missing from the image", e.hdr.Name)
+		}
+	}
+	sb, err := exec.Command("dumpe2fs", "-h", out).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := spec.UTC().Format("Mon Jan _2 15:04:05 2006")
+	for _, field := range []string{"Last checked", "Last write time"} {
+		m := regexp.MustCompile(field + `:\s+(.*)`).FindSubmatch(sb)
+		if m == nil || strings.TrimSpace(string(m[1])) != want {
+			t.Errorf("%s = %q, want %q", field, m, want)
 		}
 	}
 }

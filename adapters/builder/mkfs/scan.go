@@ -82,18 +82,24 @@ const (
 // recLen is the size of a directory entry for a name of n bytes.
 func recLen(n int) int64 { return int64(8+n+3) &^ 3 }
 
-// dirBlocks bounds the blocks a linear directory with entries of total
-// size n takes. mke2fs fills blocks first-fit, so a block wastes less than
-// the longest entry (264 bytes).
+// dirBlocks bounds the blocks a directory with entries of total size n
+// takes once e2fsck -D has rebuilt it (checksum). One that fits a block
+// stays a single linear block; a larger one is indexed: a root block, leaf
+// blocks packed in hash order (e2fsckConf leaves no slack, so a leaf
+// wastes less than the longest entry, 264 bytes), one index block per 510
+// leaves past the 508 the root holds, and an extent tree block when the
+// blocks, allocated between the files' data, take more than four extents.
 func dirBlocks(n int64) int64 {
 	usable := int64(blockSize - dirTail)
 	if n <= usable {
 		return 1
 	}
-	b := ceilDiv(n, usable-264)
+	leaves := ceilDiv(n, usable-264)
+	b := 1 + leaves
+	if leaves > 508 {
+		b += ceilDiv(leaves, 510)
+	}
 	if b > 4 {
-		// Directory blocks are allocated as entries are added, between
-		// the files' data, so they can need an extent tree block.
 		b += ceilDiv(b, extentsPerBlock)
 	}
 	return b
