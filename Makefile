@@ -29,9 +29,13 @@ demo: build
 	$(GO) run ./internal/demo --bin $(BIN)
 
 # The fault, load and soak suites (internal/faults, internal/load,
-# internal/soak) run the binaries make build just made.
+# internal/soak) run the binaries make build just made. The packages in
+# RACEPKGS, where goroutines share a stream (layer decoding and its gzip
+# feeder, Extract's workers), run a second time under the race detector.
+RACEPKGS ?= ./adapters/layers
 test: build tools
 	CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test -race $(TESTFLAGS) $(RACEPKGS)
 
 # tools installs what some tests run as external programs (helm, for the
 # chart tests), with the Go toolchain only.

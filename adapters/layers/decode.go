@@ -100,6 +100,10 @@ func detectBytes(head []byte, mediaType string) (compression, *rejection) {
 // from blob (a buffered stream) or, when that is nil, from file. Gzip
 // goes through prog when one is set and starts; a program that cannot
 // run leaves the layer to the built-in decoder.
+// sourceFeeder is a decoder that reads its source in a goroutine of its
+// own until it has decoded it all; the source is its alone until then.
+type sourceFeeder interface{ feedsSource() }
+
 func openDecoder(c compression, blob *bufio.Reader, file *os.File, prog *GzipProgram, lim Limits) (io.ReadCloser, error) {
 	if c == gzipped && prog != nil {
 		var in io.Reader = blob

@@ -11,7 +11,9 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +40,13 @@ import (
 // entries. Hard links carry no metadata of their own. The root itself gets
 // the metadata of a "." entry, or 0755 root:root with mtime 0. On error root
 // holds a partial tree that the caller discards.
+//
+// With more than one CPU, regular files of up to 256 KiB are read from the
+// stream here and created by worker goroutines (one per CPU, at most four),
+// each under its own handle on the parent directory that this goroutine
+// opened and checked; a hard link, the directory metadata and the return
+// wait for them. Every check above still runs here, before any worker
+// sees the entry.
 func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
 	lim := opt.Limits.orDefault()
 	d, err := os.Open(root)
@@ -63,11 +72,9 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		kinds:   map[string]byte{".": tar.TypeDir},
 		meta:    map[string]*entry{},
 		cacheFD: -1,
-		buf:     make([]byte, 1<<20),
+		w:       newFileWriter(opt.HoleMin > 0),
 	}
-	if opt.HoleMin > 0 {
-		x.chunk = make([]byte, len(x.buf))
-	}
+	x.startWorkers()
 	defer x.close()
 
 	src := &eofReader{r: tree}
@@ -157,11 +164,108 @@ type extractor struct {
 
 	cachePath string // last parent directory opened
 	cacheFD   int
-	buf       []byte
-	chunk     []byte // what writeSparse reads into (buf holds what it writes)
+	w         *fileWriter // the buffers of files written in this goroutine
+
+	// Small regular files are read here and written by workers (see
+	// writeFile); sparseMu guards res.Sparse, which workers fill.
+	jobs     chan fileJob
+	free     chan []byte
+	pending  sync.WaitGroup // jobs sent and not done
+	workers  sync.WaitGroup
+	sparseMu sync.Mutex
+	errMu    sync.Mutex
+	jobErr   error
+}
+
+// fileWriter holds the buffers one goroutine writes files with.
+type fileWriter struct {
+	buf   []byte
+	chunk []byte // what writeSparse reads into (buf holds what it writes)
+}
+
+func newFileWriter(sparse bool) *fileWriter {
+	w := &fileWriter{buf: make([]byte, 1<<20)}
+	if sparse {
+		w.chunk = make([]byte, len(w.buf))
+	}
+	return w
+}
+
+// fileJob is a small regular file read from the stream, for a worker to
+// create under its own handle on the parent directory.
+type fileJob struct {
+	pfd  int
+	base string
+	e    *entry
+	buf  []byte // data is buf[:e.size]
+}
+
+const (
+	// asyncMax is the largest file handed to a worker: the stream is read
+	// by one goroutine, and tens of thousands of small files cost far
+	// more in syscalls (create, write, chown, chmod, xattrs, times) than
+	// in bytes.
+	asyncMax = 256 << 10
+	// asyncBufs bounds the files read and not yet written (and so the
+	// memory held: asyncBufs × asyncMax).
+	asyncBufs = 32
+)
+
+// startWorkers starts the goroutines that write small files, when there
+// is more than one CPU to run them on.
+func (x *extractor) startWorkers() {
+	n := min(runtime.GOMAXPROCS(0), 4)
+	if n < 2 {
+		return
+	}
+	x.jobs = make(chan fileJob, asyncBufs)
+	x.free = make(chan []byte, asyncBufs)
+	for range asyncBufs {
+		x.free <- make([]byte, asyncMax)
+	}
+	for range n {
+		x.workers.Add(1)
+		go func() {
+			defer x.workers.Done()
+			w := newFileWriter(x.opt.HoleMin > 0)
+			for j := range x.jobs {
+				err := x.createFile(w, j.pfd, j.base, j.e, bytes.NewReader(j.buf[:j.e.size]))
+				unix.Close(j.pfd)
+				x.free <- j.buf
+				if err != nil {
+					x.errMu.Lock()
+					if x.jobErr == nil {
+						x.jobErr = err
+					}
+					x.errMu.Unlock()
+				}
+				x.pending.Done()
+			}
+		}()
+	}
+}
+
+// wait returns once every file handed to a worker is written, with the
+// first error a worker met.
+func (x *extractor) wait() error {
+	if x.jobs == nil {
+		return nil
+	}
+	x.pending.Wait()
+	return x.workerErr()
+}
+
+func (x *extractor) workerErr() error {
+	x.errMu.Lock()
+	defer x.errMu.Unlock()
+	return x.jobErr
 }
 
 func (x *extractor) close() {
+	if x.jobs != nil {
+		close(x.jobs)
+		x.workers.Wait()
+	}
 	if x.cacheFD >= 0 {
 		unix.Close(x.cacheFD)
 	}
@@ -352,6 +456,41 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) er
 	if x.total > x.lim.MaxTotalBytes {
 		return x.reject(e.raw, reject(RuleImageTooLarge, "declared sizes %d > %d", x.total, x.lim.MaxTotalBytes))
 	}
+	if x.jobs == nil || e.size > asyncMax {
+		return x.createFile(x.w, pfd, base, e, tr)
+	}
+	// Read the content here, where the stream is, and let a worker make
+	// the file. It gets its own handle on the parent: ours is cached and
+	// may be closed before the worker runs.
+	if err := x.workerErr(); err != nil {
+		return err
+	}
+	buf := <-x.free
+	n, err := io.ReadFull(tr, buf[:e.size])
+	if err == nil && int64(n) != e.size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		x.free <- buf
+		rj, ioErr := classify(err)
+		if ioErr != nil {
+			return opErr("read", e.name, ioErr)
+		}
+		return x.reject(e.raw, rj)
+	}
+	dfd, err := unix.Dup(pfd)
+	if err != nil {
+		x.free <- buf
+		return opErr("open parent of", e.name, err)
+	}
+	x.pending.Add(1)
+	x.jobs <- fileJob{pfd: dfd, base: base, e: e, buf: buf}
+	return nil
+}
+
+// createFile creates regular file base in directory pfd with the content
+// read from src and applies its metadata, with w's buffers.
+func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, src io.Reader) error {
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return opErr("create", e.name, err)
@@ -361,18 +500,20 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) er
 	var n int64
 	if x.opt.HoleMin > 0 && e.size >= x.opt.SparseMin {
 		var bc BlockCount
-		n, bc, err = x.writeSparse(f, tr, e.size)
+		n, bc, err = x.writeSparse(w, f, src, e.size)
 		if err == nil {
 			var st unix.Stat_t
 			if err = unix.Fstat(fd, &st); err == nil {
+				x.sparseMu.Lock()
 				if x.res.Sparse == nil {
 					x.res.Sparse = map[[2]uint64]BlockCount{}
 				}
 				x.res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}] = bc
+				x.sparseMu.Unlock()
 			}
 		}
 	} else {
-		n, err = io.CopyBuffer(hostWriter{f}, tr, x.buf)
+		n, err = io.CopyBuffer(hostWriter{f}, src, w.buf)
 	}
 	if err == nil && n != e.size {
 		err = io.ErrUnexpectedEOF
@@ -407,12 +548,12 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) er
 // writeSparse copies size bytes of content from tr into f, counting its
 // non-zero 4 KiB blocks and their runs, and leaving zero runs of at least
 // HoleMin bytes unwritten (the file gets its full length at the end).
-func (x *extractor) writeSparse(f *os.File, tr io.Reader, size int64) (int64, BlockCount, error) {
+func (x *extractor) writeSparse(w *fileWriter, f *os.File, tr io.Reader, size int64) (int64, BlockCount, error) {
 	var bc BlockCount
 	var n int64
 	inRun := false
 	zeroStart := int64(-1)
-	pending := x.buf[:0] // bytes to write at pendingOff
+	pending := w.buf[:0] // bytes to write at pendingOff
 	pendingOff := int64(0)
 	flush := func() error {
 		if len(pending) == 0 {
@@ -425,7 +566,7 @@ func (x *extractor) writeSparse(f *os.File, tr io.Reader, size int64) (int64, Bl
 		}
 		return nil
 	}
-	chunk := x.chunk
+	chunk := w.chunk
 	for n < size {
 		c := chunk[:min(int64(len(chunk)), size-n)]
 		got, rerr := io.ReadFull(tr, c)
@@ -518,6 +659,10 @@ func (x *extractor) link(pfd int, base string, e *entry) error {
 	case k != tar.TypeReg:
 		return x.reject(e.raw, reject(RuleHardlinkNotRegular, "target %q is of type %q", e.link, k))
 	}
+	// The target may still be with a worker.
+	if err := x.wait(); err != nil {
+		return err
+	}
 	tdir, tbase := path.Split(e.link)
 	tfd, err := openBeneath(x.rootFD, path.Clean(tdir))
 	if err != nil {
@@ -595,6 +740,9 @@ func setTimes(dirFD int, base string, e *entry, name string) error {
 // finish applies directory metadata, deepest first so that a restrictive
 // mode never blocks a later step, and the root's last.
 func (x *extractor) finish() error {
+	if err := x.wait(); err != nil {
+		return err
+	}
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		if err := x.dirMeta(x.dirs[i]); err != nil {
 			return err

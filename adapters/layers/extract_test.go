@@ -7,8 +7,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,10 +227,11 @@ func TestExtractSyscallFence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &extractor{rootFD: fd, lim: DefaultLimits(), cacheFD: -1, buf: make([]byte, 4096),
+			x := &extractor{rootFD: fd, lim: DefaultLimits(), cacheFD: -1, w: newFileWriter(false),
 				kinds: map[string]byte{".": tar.TypeDir, "etc": tar.TypeDir, "d": tar.TypeDir, "d/up": tar.TypeDir, "etc/hello": tar.TypeReg,
 					"etc/sub": tar.TypeDir, "d/up/sub": tar.TypeDir, "d/up/sub/deep": tar.TypeReg},
 				meta: map[string]*entry{}}
+			x.startWorkers() // small files go to workers; the parent is still resolved here
 			defer x.close()
 			tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("x", "pwned"))))
 			tr.Next()
@@ -318,5 +321,64 @@ func TestExtractSparse(t *testing.T) {
 	}
 	if len(res.Sparse) != 1 {
 		t.Errorf("%d files counted; the small one is under SparseMin", len(res.Sparse))
+	}
+}
+
+// TestExtractSmallFilesByWorkers: files small enough for the workers come
+// out with their content, metadata and block counts, and a worker's
+// failure fails the extraction.
+func TestExtractSmallFilesByWorkers(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("workers need two CPUs")
+	}
+	body := make([]byte, 50*4096)
+	copy(body, "head")
+	copy(body[40*4096:], "after a hole") // blocks 1-39: a zero run of 156 KiB
+	var es []ent
+	for i := range 200 {
+		es = append(es, reg(fmt.Sprintf("d/f%03d", i), strings.Repeat(string(rune('a'+i%26)), i*37)).With(func(h *tar.Header) { h.Mode = 0o640 }))
+	}
+	es = append(es, reg("d/sparse", string(body)))
+	root := t.TempDir()
+	res, err := Extract(context.Background(), bytes.NewReader(mustFlatten(t, es)), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		p := filepath.Join(root, fmt.Sprintf("d/f%03d", i))
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != strings.Repeat(string(rune('a'+i%26)), i*37) {
+			t.Fatalf("%s: content differs (%v)", p, err)
+		}
+		if st := lstat(t, p); st.Mode&0o7777 != 0o640 {
+			t.Fatalf("%s: mode %o", p, st.Mode&0o7777)
+		}
+	}
+	st := lstat(t, filepath.Join(root, "d/sparse"))
+	if bc := res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}]; bc.Data != 2 || bc.Runs != 2 {
+		t.Errorf("sparse block count %+v, want 2 data blocks in 2 runs", bc)
+	}
+
+	// A file already on disk that the stream did not make: only the
+	// worker's O_EXCL create can find it.
+	root = t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "planted"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &extractor{rootFD: fd, lim: DefaultLimits(), cacheFD: -1, w: newFileWriter(false),
+		kinds: map[string]byte{".": tar.TypeDir}, meta: map[string]*entry{}}
+	x.startWorkers()
+	defer x.close()
+	tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("planted", "data"))))
+	tr.Next()
+	if err := x.add(&entry{name: "planted", raw: "planted", typ: tar.TypeReg, size: 4, mode: 0o644}, tr); err != nil {
+		t.Fatalf("add: %v (the create is the worker's)", err)
+	}
+	if err := x.finish(); err == nil || !strings.Contains(err.Error(), "planted") {
+		t.Fatalf("finish = %v, want the worker's failure to create planted", err)
 	}
 }

@@ -301,6 +301,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 		pos     *posReader
 		bounded *boundedReader
 		raw     io.Reader // the uncompressed stream
+		fed     bool      // a goroutine copies blob into the decoder
 	)
 	switch {
 	case comp == plain && blob == nil:
@@ -318,6 +319,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 			return d, rej("", rj)
 		}
 		defer dec.Close()
+		_, fed = dec.(sourceFeeder)
 		bounded = &boundedReader{r: dec, allow: metaBase + metaPerEntry}
 		raw = bounded
 	}
@@ -434,8 +436,10 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 	}
 	// The DiffID covers the whole uncompressed stream, padding after the
 	// end-of-archive marker included; a stream must also be read to its
-	// end, which is where its digest is verified.
-	if diff != nil {
+	// end, which is where its digest is verified. A gzip program's output
+	// is read to its end in any case: its feeder reads the blob until the
+	// program ends, and nothing else may read the blob before.
+	if diff != nil || fed {
 		if _, err := io.Copy(io.Discard, raw); err != nil {
 			return d, readErr(err)
 		}

@@ -92,6 +92,8 @@ type gzipProcess struct {
 	err     error // the stream's end: io.EOF or why it failed
 }
 
+func (*gzipProcess) feedsSource() {}
+
 func (d *gzipProcess) Read(p []byte) (int, error) {
 	if d.done {
 		return 0, d.err
