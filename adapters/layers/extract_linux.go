@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // Extract writes a flattened tree (the output of Flatten) under root, which
@@ -48,34 +49,12 @@ import (
 // wait for them. Every check above still runs here, before any worker
 // sees the entry.
 func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
-	lim := opt.Limits.orDefault()
-	d, err := os.Open(root)
+	x, err := newExtractor(root, opt)
 	if err != nil {
-		return ExtractResult{}, fmt.Errorf("extract: %w", err)
+		return ExtractResult{}, err
 	}
-	names, err := d.Readdirnames(1)
-	d.Close()
-	if err != nil && err != io.EOF {
-		return ExtractResult{}, fmt.Errorf("extract: %w", err)
-	}
-	if len(names) > 0 {
-		return ExtractResult{}, fmt.Errorf("extract: root %s is not empty: %w", root, core.ErrInvalidArgument)
-	}
-	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return ExtractResult{}, fmt.Errorf("extract: open %s: %w", root, err)
-	}
-	x := &extractor{
-		rootFD:  rootFD,
-		lim:     lim,
-		opt:     opt,
-		kinds:   map[string]byte{".": tar.TypeDir},
-		meta:    map[string]*entry{},
-		cacheFD: -1,
-		w:       newFileWriter(opt.HoleMin > 0),
-	}
-	x.startWorkers()
 	defer x.close()
+	lim := x.lim
 
 	src := &eofReader{r: tree}
 	tr := tar.NewReader(src)
@@ -101,27 +80,14 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		if entries++; entries > lim.MaxEntries {
 			return x.res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
 		}
-		if hdr.Typeflag != tar.TypeXGlobalHeader {
-			if rj := checkTreeName(hdr.Name, false); rj != nil {
-				return x.res, x.reject(hdr.Name, rj)
-			}
-			if hdr.Typeflag == tar.TypeLink {
-				if rj := checkTreeName(hdr.Linkname, true); rj != nil {
-					return x.res, x.reject(hdr.Name, rj)
-				}
-			}
-		}
-		e, rj := parseHeader(hdr, lim)
-		if rj != nil {
-			return x.res, x.reject(hdr.Name, rj)
+		e, err := x.check(hdr)
+		if err != nil {
+			return x.res, err
 		}
 		if e == nil {
 			continue
 		}
-		if e.wh != whNone {
-			return x.res, x.reject(hdr.Name, reject(RuleWhiteoutInTree, "a flattened tree has no whiteouts"))
-		}
-		if err := x.add(e, tr); err != nil {
+		if err := x.add(e, content{r: tr}); err != nil {
 			return x.res, err
 		}
 	}
@@ -146,6 +112,117 @@ func (e *eofReader) Read(p []byte) (int, error) {
 		e.eof = true
 	}
 	return n, err
+}
+
+// ExtractEntries is Extract for a tree handed over as entries
+// (ports.EntryFlattener) instead of as tar bytes: every header is checked
+// and applied exactly as Extract does, and the content of a regular file
+// is copied by the kernel from its File at Offset (sendfile), never
+// through this process. With HoleMin, the all-zero blocks an entry lists
+// (ZeroKnown) are left out as holes and counted in ExtractResult.Sparse
+// without reading them; content without that list is read and scanned as
+// Extract does. The staged tree is the one Extract makes of the same
+// tree's tar stream, up to which zero blocks are holes.
+func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (ExtractResult, error) {
+	x, err := newExtractor(root, opt)
+	if err != nil {
+		return ExtractResult{}, err
+	}
+	defer x.close()
+	if len(entries) > x.lim.MaxEntries {
+		return x.res, x.reject(entries[x.lim.MaxEntries].Header.Name, reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
+	}
+	for _, te := range entries {
+		if err := ctx.Err(); err != nil {
+			return x.res, err
+		}
+		if te.Header == nil {
+			return x.res, x.reject("", reject(RuleCorruptArchive, "an entry without a header"))
+		}
+		e, err := x.check(te.Header)
+		if err != nil {
+			return x.res, err
+		}
+		if e == nil {
+			continue
+		}
+		c := content{file: te.File, off: te.Offset, zero: te.Zero, zeroKnown: te.ZeroKnown}
+		if e.typ == tar.TypeReg && e.size > 0 && te.File == nil {
+			return x.res, x.reject(e.raw, reject(RuleCorruptArchive, "a regular file of %d bytes without content", e.size))
+		}
+		if err := x.add(e, c); err != nil {
+			return x.res, err
+		}
+	}
+	if err := x.finish(); err != nil {
+		return x.res, err
+	}
+	return x.res, nil
+}
+
+// newExtractor opens root, which must be an empty directory, for Extract
+// and ExtractEntries.
+func newExtractor(root string, opt ExtractOptions) (*extractor, error) {
+	d, err := os.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("extract: %w", err)
+	}
+	names, err := d.Readdirnames(1)
+	d.Close()
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("extract: %w", err)
+	}
+	if len(names) > 0 {
+		return nil, fmt.Errorf("extract: root %s is not empty: %w", root, core.ErrInvalidArgument)
+	}
+	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("extract: open %s: %w", root, err)
+	}
+	x := &extractor{
+		rootFD:  rootFD,
+		lim:     opt.Limits.orDefault(),
+		opt:     opt,
+		kinds:   map[string]byte{".": tar.TypeDir},
+		meta:    map[string]*entry{},
+		cacheFD: -1,
+		w:       newFileWriter(opt.HoleMin > 0),
+	}
+	x.startWorkers()
+	return x, nil
+}
+
+// check validates one header with Flatten's rules; nil, nil means an entry
+// that carries nothing to create (a global header).
+func (x *extractor) check(hdr *tar.Header) (*entry, error) {
+	if hdr.Typeflag != tar.TypeXGlobalHeader {
+		if rj := checkTreeName(hdr.Name, false); rj != nil {
+			return nil, x.reject(hdr.Name, rj)
+		}
+		if hdr.Typeflag == tar.TypeLink {
+			if rj := checkTreeName(hdr.Linkname, true); rj != nil {
+				return nil, x.reject(hdr.Name, rj)
+			}
+		}
+	}
+	e, rj := parseHeader(hdr, x.lim)
+	if rj != nil {
+		return nil, x.reject(hdr.Name, rj)
+	}
+	if e != nil && e.wh != whNone {
+		return nil, x.reject(hdr.Name, reject(RuleWhiteoutInTree, "a flattened tree has no whiteouts"))
+	}
+	return e, nil
+}
+
+// content is where a regular file's bytes come from: the tar stream (r),
+// or a file at an offset (ExtractEntries), with its zero blocks when known.
+type content struct {
+	r         io.Reader
+	file      *os.File
+	off       int64
+	zero      [][2]uint32
+	zeroKnown bool
 }
 
 // kindImplied marks a directory Extract created for a missing parent.
@@ -197,7 +274,8 @@ type fileJob struct {
 	pfd  int
 	base string
 	e    *entry
-	buf  []byte // data is buf[:e.size]
+	buf  []byte  // stream: the content is buf[:e.size]
+	c    content // entries: where the content is
 }
 
 const (
@@ -229,9 +307,15 @@ func (x *extractor) startWorkers() {
 			defer x.workers.Done()
 			w := newFileWriter(x.opt.HoleMin > 0)
 			for j := range x.jobs {
-				err := x.createFile(w, j.pfd, j.base, j.e, bytes.NewReader(j.buf[:j.e.size]))
+				c := j.c
+				if j.buf != nil {
+					c = content{r: bytes.NewReader(j.buf[:j.e.size])}
+				}
+				err := x.createFile(w, j.pfd, j.base, j.e, c)
 				unix.Close(j.pfd)
-				x.free <- j.buf
+				if j.buf != nil {
+					x.free <- j.buf
+				}
 				if err != nil {
 					x.errMu.Lock()
 					if x.jobErr == nil {
@@ -280,7 +364,7 @@ func opErr(op, name string, err error) error {
 	return fmt.Errorf("extract: %s %q: %w", op, name, err)
 }
 
-func (x *extractor) add(e *entry, tr *tar.Reader) error {
+func (x *extractor) add(e *entry, c content) error {
 	if e.name == "." {
 		x.meta["."] = e // parseHeader refused non-directories
 		return nil
@@ -311,7 +395,7 @@ func (x *extractor) add(e *entry, tr *tar.Reader) error {
 		x.dirs = append(x.dirs, e.name)
 		x.meta[e.name] = e
 	case tar.TypeReg:
-		if err := x.writeFile(pfd, base, e, tr); err != nil {
+		if err := x.writeFile(pfd, base, e, c); err != nil {
 			return err
 		}
 	case tar.TypeLink:
@@ -451,68 +535,79 @@ func openBeneath(rootFD int, p string) (int, error) {
 	return fd, nil
 }
 
-func (x *extractor) writeFile(pfd int, base string, e *entry, tr *tar.Reader) error {
+func (x *extractor) writeFile(pfd int, base string, e *entry, c content) error {
 	x.total += e.size
 	if x.total > x.lim.MaxTotalBytes {
 		return x.reject(e.raw, reject(RuleImageTooLarge, "declared sizes %d > %d", x.total, x.lim.MaxTotalBytes))
 	}
-	if x.jobs == nil || e.size > asyncMax {
-		return x.createFile(x.w, pfd, base, e, tr)
+	if x.jobs == nil || (c.file == nil && e.size > asyncMax) {
+		return x.createFile(x.w, pfd, base, e, c)
 	}
-	// Read the content here, where the stream is, and let a worker make
-	// the file. It gets its own handle on the parent: ours is cached and
-	// may be closed before the worker runs.
 	if err := x.workerErr(); err != nil {
 		return err
 	}
-	buf := <-x.free
-	n, err := io.ReadFull(tr, buf[:e.size])
-	if err == nil && int64(n) != e.size {
-		err = io.ErrUnexpectedEOF
-	}
-	if err != nil {
-		x.free <- buf
-		rj, ioErr := classify(err)
-		if ioErr != nil {
-			return opErr("read", e.name, ioErr)
+	// Content in a file goes to a worker as it is. Content in the stream
+	// is read here, where the stream is, into a buffer the worker writes.
+	// Either way the worker gets its own handle on the parent: ours is
+	// cached and may be closed before the worker runs.
+	var buf []byte
+	if c.file == nil {
+		buf = <-x.free
+		n, err := io.ReadFull(c.r, buf[:e.size])
+		if err == nil && int64(n) != e.size {
+			err = io.ErrUnexpectedEOF
 		}
-		return x.reject(e.raw, rj)
+		if err != nil {
+			x.free <- buf
+			rj, ioErr := classify(err)
+			if ioErr != nil {
+				return opErr("read", e.name, ioErr)
+			}
+			return x.reject(e.raw, rj)
+		}
 	}
 	dfd, err := unix.Dup(pfd)
 	if err != nil {
-		x.free <- buf
+		if buf != nil {
+			x.free <- buf
+		}
 		return opErr("open parent of", e.name, err)
 	}
 	x.pending.Add(1)
-	x.jobs <- fileJob{pfd: dfd, base: base, e: e, buf: buf}
+	x.jobs <- fileJob{pfd: dfd, base: base, e: e, buf: buf, c: c}
 	return nil
 }
 
 // createFile creates regular file base in directory pfd with the content
 // read from src and applies its metadata, with w's buffers.
-func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, src io.Reader) error {
+func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c content) error {
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return opErr("create", e.name, err)
 	}
 	f := os.NewFile(uintptr(fd), e.name)
 	defer f.Close()
+	src := c.r
+	if c.file != nil {
+		src = io.NewSectionReader(c.file, c.off, e.size)
+	}
 	var n int64
-	if x.opt.HoleMin > 0 && e.size >= x.opt.SparseMin {
+	counted := x.opt.HoleMin > 0 && e.size >= x.opt.SparseMin
+	switch {
+	case c.file != nil && (!counted || c.zeroKnown):
+		// The kernel copies the content; with HoleMin, the zero blocks
+		// the entry lists stay holes.
 		var bc BlockCount
-		n, bc, err = x.writeSparse(w, f, src, e.size)
-		if err == nil {
-			var st unix.Stat_t
-			if err = unix.Fstat(fd, &st); err == nil {
-				x.sparseMu.Lock()
-				if x.res.Sparse == nil {
-					x.res.Sparse = map[[2]uint64]BlockCount{}
-				}
-				x.res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}] = bc
-				x.sparseMu.Unlock()
-			}
+		n, bc, err = copyRuns(fd, c, e.size, x.opt.HoleMin > 0)
+		if err == nil && counted {
+			err = x.recordSparse(fd, bc)
 		}
-	} else {
+	case counted:
+		var bc BlockCount
+		if n, bc, err = x.writeSparse(w, f, src, e.size); err == nil {
+			err = x.recordSparse(fd, bc)
+		}
+	default:
 		n, err = io.CopyBuffer(hostWriter{f}, src, w.buf)
 	}
 	if err == nil && n != e.size {
@@ -543,6 +638,85 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, sr
 		return opErr("close", e.name, err)
 	}
 	return setTimes(pfd, base, e, e.name)
+}
+
+// recordSparse files the block count of the file open at fd under its
+// device and inode.
+func (x *extractor) recordSparse(fd int, bc BlockCount) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	x.sparseMu.Lock()
+	defer x.sparseMu.Unlock()
+	if x.res.Sparse == nil {
+		x.res.Sparse = map[[2]uint64]BlockCount{}
+	}
+	x.res.Sparse[[2]uint64{uint64(st.Dev), st.Ino}] = bc
+	return nil
+}
+
+// copyRuns copies size bytes of c.file from c.off into the file open at fd
+// with sendfile and counts its non-zero 4 KiB blocks and their runs. With
+// holes, the zero blocks c lists (when known) are not copied and stay
+// holes (the file gets its full length at the end).
+func copyRuns(fd int, c content, size int64, holes bool) (int64, BlockCount, error) {
+	blocks := (size + zeroBlockSize - 1) / zeroBlockSize
+	var bc BlockCount
+	var runs [][2]int64 // blocks [first, end) to copy
+	next := int64(0)
+	if holes && c.zeroKnown {
+		for _, z := range c.zero {
+			first, end := int64(z[0]), int64(z[0])+int64(z[1])
+			if first < next || end > blocks {
+				return 0, bc, fmt.Errorf("zero blocks %d+%d out of order or past the %d blocks of the content", z[0], z[1], blocks)
+			}
+			if first > next {
+				runs = append(runs, [2]int64{next, first})
+			}
+			next = end
+		}
+	}
+	if next < blocks {
+		runs = append(runs, [2]int64{next, blocks})
+	}
+	for _, r := range runs {
+		bc.Runs++
+		bc.Data += r[1] - r[0]
+		start, end := r[0]*zeroBlockSize, min(r[1]*zeroBlockSize, size)
+		if err := sendRange(fd, c.file, c.off+start, start, end-start); err != nil {
+			return 0, bc, err
+		}
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return 0, bc, &hostWriteError{err}
+	}
+	return size, bc, nil
+}
+
+// sendRange copies n bytes of src from srcOff to dstOff of the file open
+// at fd, in the kernel.
+func sendRange(fd int, src *os.File, srcOff, dstOff, n int64) error {
+	if _, err := unix.Seek(fd, dstOff, io.SeekStart); err != nil {
+		return &hostWriteError{err}
+	}
+	sfd := int(src.Fd())
+	for n > 0 {
+		off := srcOff
+		w, err := unix.Sendfile(fd, sfd, &off, int(min(n, 1<<30)))
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if err != nil {
+			return &hostWriteError{err}
+		}
+		if w == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		srcOff += int64(w)
+		n -= int64(w)
+	}
+	return nil
 }
 
 // writeSparse copies size bytes of content from tr into f, counting its

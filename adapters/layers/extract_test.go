@@ -6,11 +6,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
@@ -247,7 +250,7 @@ func TestExtractSyscallFence(t *testing.T) {
 				{name: "lnk2", typ: tar.TypeLink, link: "d/up/sub/deep"},
 			} {
 				e.raw = e.name
-				if err := x.add(e, tr); err == nil {
+				if err := x.add(e, content{r: tr}); err == nil {
 					t.Errorf("%s: accepted through a planted symlink", e.name)
 				} else {
 					t.Logf("%s: %v", e.name, err)
@@ -375,10 +378,121 @@ func TestExtractSmallFilesByWorkers(t *testing.T) {
 	defer x.close()
 	tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("planted", "data"))))
 	tr.Next()
-	if err := x.add(&entry{name: "planted", raw: "planted", typ: tar.TypeReg, size: 4, mode: 0o644}, tr); err != nil {
+	if err := x.add(&entry{name: "planted", raw: "planted", typ: tar.TypeReg, size: 4, mode: 0o644}, content{r: tr}); err != nil {
 		t.Fatalf("add: %v (the create is the worker's)", err)
 	}
 	if err := x.finish(); err == nil || !strings.Contains(err.Error(), "planted") {
 		t.Fatalf("finish = %v, want the worker's failure to create planted", err)
 	}
+}
+
+// TestExtractEntriesMatchesExtract: a tree handed over as entries
+// (FlattenTo) is staged exactly as its tar stream is by Extract: the same
+// names, types, owners, modes, times, xattrs, link targets, content,
+// deferred devices and block counts; only which zero blocks are holes may
+// differ.
+func TestExtractEntriesMatchesExtract(t *testing.T) {
+	needRoot(t)
+	big := make([]byte, 600*4096+77) // past asyncMax, with a long zero run
+	copy(big, "head")
+	copy(big[300*4096:], "middle")
+	big[len(big)-1] = 9
+	mid := make([]byte, 40*4096) // under asyncMax, zero blocks inside
+	copy(mid[4096:], "x")
+	copy(mid[30*4096:], "y")
+	base := []ent{
+		dir("bin"), reg("bin/su", "su").With(func(h *tar.Header) { h.Mode = 0o4755 }),
+		reg("bin/ping", "ping").With(xattrs("security.capability", capValue, "user.comment", "c")),
+		hard("bin/ping6", "bin/ping"),
+		dir("locked").With(func(h *tar.Header) { h.Mode = 0o000; h.Uid = 42 }), reg("locked/inside", "i"),
+		sym("rel", "bin/su").With(func(h *tar.Header) { h.Uid, h.Gid = 5, 6 }),
+		fifo("run/initctl"), dev("dev/null", tar.TypeChar, 1, 3),
+		reg("data/big", string(big)), reg("data/mid", string(mid)), reg("data/empty", ""),
+	}
+	var many []ent
+	for i := range 300 {
+		many = append(many, reg(fmt.Sprintf("many/f%03d", i), strings.Repeat("z", i*13)).With(func(h *tar.Header) { h.Uid = i }))
+	}
+	layers := writeLayers(t, blob{Data: gz(t, mkTar(t, base...)), MediaType: mtGzip}, blob{Data: gz(t, mkTar(t, many...)), MediaType: mtGzip})
+	opt := ExtractOptions{SkipDevices: true, HoleMin: 64 << 10, SparseMin: 64 << 10}
+
+	var stream bytes.Buffer
+	if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
+		t.Fatal(err)
+	}
+	fromStream := t.TempDir()
+	want, err := Extract(context.Background(), &stream, fromStream, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromEntries := t.TempDir()
+	var got ExtractResult
+	if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+		got, err = ExtractEntries(context.Background(), es, fromEntries, opt)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := describeTree(t, fromStream, want.Sparse), describeTree(t, fromEntries, got.Sparse)
+	if len(a) != len(b) {
+		t.Fatalf("%d entries from the stream, %d from entries", len(a), len(b))
+	}
+	for p, d := range a {
+		if b[p] != d {
+			t.Errorf("%s:\n stream  %s\n entries %s", p, d, b[p])
+		}
+	}
+	if len(want.Deferred) != 1 || len(got.Deferred) != 1 || want.Deferred[0].Name != got.Deferred[0].Name {
+		t.Errorf("deferred devices differ: %v / %v", want.Deferred, got.Deferred)
+	}
+	if want.Stats != got.Stats {
+		t.Errorf("stats differ: %+v / %+v", want.Stats, got.Stats)
+	}
+}
+
+// describeTree maps every path below root to one line of what Extract
+// promises about it (its block count too, when counted).
+func describeTree(t *testing.T, root string, sparse map[[2]uint64]BlockCount) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		st := fi.Sys().(*syscall.Stat_t)
+		d := fmt.Sprintf("mode %o uid %d gid %d mtime %d size %d nlink %d", st.Mode, st.Uid, st.Gid, st.Mtim.Sec, st.Size, st.Nlink)
+		switch {
+		case fi.Mode().IsRegular():
+			body, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			d += fmt.Sprintf(" sha %x", sha256.Sum256(body))
+			if bc, ok := sparse[[2]uint64{uint64(st.Dev), st.Ino}]; ok {
+				d += fmt.Sprintf(" blocks %+v", bc)
+			}
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			d += " -> " + target
+		}
+		sz, _ := unix.Llistxattr(p, nil)
+		if sz > 0 {
+			buf := make([]byte, sz)
+			n, _ := unix.Llistxattr(p, buf)
+			names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
+			sort.Strings(names)
+			for _, name := range names {
+				v := make([]byte, 256)
+				vn, _ := unix.Lgetxattr(p, name, v)
+				d += fmt.Sprintf(" %s=%q", name, v[:max(vn, 0)])
+			}
+		}
+		out[rel] = d
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

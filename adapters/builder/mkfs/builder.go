@@ -97,6 +97,29 @@ func e2fsprogsVersion(mkfs string) string {
 // Build implements ports.RootfsBuilder. See the package documentation for
 // the steps, the filesystem choices and the sizing rule.
 func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	if spec.Tree == nil {
+		return ports.BuildResult{}, &core.FieldError{Field: "Tree", Reason: "is nil"}
+	}
+	return b.build(ctx, spec, func(stage string, opt layers.ExtractOptions) (layers.ExtractResult, error) {
+		return layers.Extract(ctx, spec.Tree, stage, opt)
+	})
+}
+
+// BuildEntries implements ports.PlannedBuilder: the tree is staged from
+// entries whose content the kernel copies from the flattener's files, so
+// no tar stream is written or parsed and no byte of content passes
+// through this process. The image is Build's of the same tree.
+func (b *Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
+	return b.build(ctx, spec, func(stage string, opt layers.ExtractOptions) (layers.ExtractResult, error) {
+		return layers.ExtractEntries(ctx, entries, stage, opt)
+	})
+}
+
+var _ ports.PlannedBuilder = (*Builder)(nil)
+
+// build is Build with the staging step given: stage writes the tree under
+// the staging directory with the options it is given.
+func (b *Builder) build(ctx context.Context, spec ports.BuildSpec, stage func(string, layers.ExtractOptions) (layers.ExtractResult, error)) (ports.BuildResult, error) {
 	fsUUID, err := validate(spec)
 	if err != nil {
 		return ports.BuildResult{}, err
@@ -126,20 +149,20 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 
 	// The root keeps 0755 root:root unless the tree has a "." entry; chmod
 	// because Mkdir is subject to the umask.
-	stage := filepath.Join(work, "root")
-	if err := os.Mkdir(stage, 0o755); err != nil {
+	root := filepath.Join(work, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
 	}
-	if err := os.Chmod(stage, 0o755); err != nil {
+	if err := os.Chmod(root, 0o755); err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: staging dir: %w", err)
 	}
 	// Extract counts the zero blocks mke2fs will leave out and leaves long
 	// runs of them as holes, so that nothing is read twice.
-	xr, err := layers.Extract(ctx, spec.Tree, stage, layers.ExtractOptions{SkipDevices: true, HoleMin: punchMin, SparseMin: sparseScanMin})
+	xr, err := stage(root, layers.ExtractOptions{SkipDevices: true, HoleMin: punchMin, SparseMin: sparseScanMin})
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: extract tree: %w", err)
 	}
-	tree, err := scan(ctx, stage, spec.Time, xr.Deferred, xr.Sparse)
+	tree, err := scan(ctx, root, spec.Time, xr.Deferred, xr.Sparse)
 	if err != nil {
 		return ports.BuildResult{}, fmt.Errorf("mkfs builder: %w", err)
 	}
@@ -154,7 +177,7 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 		spec:  spec,
 		tree:  tree,
 		work:  work,
-		stage: stage,
+		stage: root,
 		uuid:  fsUUID,
 	}
 	size, sum, err := j.build(ctx)
@@ -167,8 +190,6 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 // validate checks spec and returns its UUID in canonical lower case.
 func validate(spec ports.BuildSpec) (string, error) {
 	switch {
-	case spec.Tree == nil:
-		return "", &core.FieldError{Field: "Tree", Reason: "is nil"}
 	case spec.OutPath == "":
 		return "", &core.FieldError{Field: "OutPath", Reason: "is empty"}
 	case spec.Time.Unix() <= 0:
