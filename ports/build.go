@@ -105,9 +105,7 @@ type BuildSpec struct {
 type BuildResult struct {
 	SizeBytes int64
 	// SHA256 is the image's sha256 (lowercase hex) when the builder hashed
-	// it while writing it; "" means the caller hashes the file. It is the
-	// builder's claim (an out-of-process plugin's too): ArtifactStore.Put
-	// checks it against the bytes before publishing them.
+	// it while writing it; "" means the caller hashes the file.
 	SHA256 string
 }
 

@@ -9,11 +9,5 @@
 // HTTP/2 flow control in the way; v1 plugins get chunk messages, as does
 // every plugin when Options.Chunks is set.
 //
-// A plugin that hashes the image while writing it says so in its answer
-// (BuildResponse.sha256), and the host then does not read the image again:
-// the sha256 is the plugin's claim, which the artifact store checks on
-// Put before anything is published (ports.ArtifactStore), so a plugin
-// that reports a wrong one fails its builds instead of publishing them.
-//
 // plugins/ext4stream is the builder this project ships this way.
 package plugin

@@ -316,12 +316,8 @@ func (x *BuildSpec) GetTreeFifo() string {
 }
 
 type BuildResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SizeBytes int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	// sha256 is the image's sha256 (64 lowercase hex digits) when the plugin
-	// hashed it while writing it; empty (plugins that predate it, or do not
-	// hash) means the host hashes the file.
-	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SizeBytes     int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -361,13 +357,6 @@ func (x *BuildResponse) GetSizeBytes() int64 {
 		return x.SizeBytes
 	}
 	return 0
-}
-
-func (x *BuildResponse) GetSha256() string {
-	if x != nil {
-		return x.Sha256
-	}
-	return ""
 }
 
 type CancelRequest struct {
@@ -474,11 +463,10 @@ const file_builder_proto_rawDesc = "" +
 	"\x0fheadroom_inodes\x18\x06 \x01(\x03R\x0eheadroomInodes\x12$\n" +
 	"\x0emax_size_bytes\x18\a \x01(\x03R\fmaxSizeBytes\x12\x19\n" +
 	"\bbuild_id\x18\b \x01(\tR\abuildId\x12\x1b\n" +
-	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\"F\n" +
+	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\".\n" +
 	"\rBuildResponse\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"*\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"*\n" +
 	"\rCancelRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\"\x10\n" +
 	"\x0eCancelResponse2\xfb\x01\n" +

@@ -153,31 +153,7 @@ func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string
 	if err != nil {
 		return ports.BuildResult{}, fromStatus(err)
 	}
-	sum := resp.GetSha256()
-	if sum != "" && !isSHA256Hex(sum) {
-		_ = os.Remove(out)
-		return ports.BuildResult{}, fmt.Errorf("build: the plugin answered sha256 %q, not 64 lowercase hex digits", clipString(sum, 80))
-	}
-	return ports.BuildResult{SizeBytes: resp.GetSizeBytes(), SHA256: sum}, nil
-}
-
-func isSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func clipString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
+	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
 }
 
 // treeReadError marks a failure to read the tree (not to write the pipe).

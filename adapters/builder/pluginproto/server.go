@@ -115,7 +115,7 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 		}
 		return toStatus(err)
 	}
-	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes, Sha256: res.SHA256})
+	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes})
 }
 
 // openFIFO opens the host's tree pipe for reading; it must be a named
