@@ -496,3 +496,52 @@ func describeTree(t *testing.T, root string, sparse map[[2]uint64]BlockCount) ma
 	}
 	return out
 }
+
+// TestExtractEntriesRefusesHostileEntries: entries handed over whole get
+// Extract's checks, each refused with its rule before anything is made
+// for it, and content that is not where the entry says fails.
+func TestExtractEntriesRefusesHostileEntries(t *testing.T) {
+	needRoot(t)
+	content, err := os.CreateTemp(t.TempDir(), "content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := content.WriteString("0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	h := func(typ byte, name string, f func(*tar.Header)) *tar.Header {
+		hdr := &tar.Header{Typeflag: typ, Name: name, Mode: 0o644, ModTime: fixedTime}
+		if f != nil {
+			f(hdr)
+		}
+		return hdr
+	}
+	file := func(name string, size int64) ports.TreeEntry {
+		return ports.TreeEntry{Header: h(tar.TypeReg, name, func(x *tar.Header) { x.Size = size }), File: content}
+	}
+	cases := []struct {
+		name    string
+		entries []ports.TreeEntry
+		rule    string // "" means an error that is not a rejection
+	}{
+		{"traversal", []ports.TreeEntry{file("../escape", 1)}, RulePathTraversal},
+		{"absolute", []ports.TreeEntry{file("/etc/passwd", 1)}, "absolute-name"},
+		{"whiteout", []ports.TreeEntry{{Header: h(tar.TypeReg, "d/.wh.x", nil)}}, RuleWhiteoutInTree},
+		{"below a symlink", []ports.TreeEntry{{Header: h(tar.TypeSymlink, "l", func(x *tar.Header) { x.Linkname = "/" })}, file("l/x", 1)}, RuleParentSymlink},
+		{"twice", []ports.TreeEntry{file("a", 1), file("a", 1)}, RuleDuplicateEntry},
+		{"link to nothing", []ports.TreeEntry{{Header: h(tar.TypeLink, "b", func(x *tar.Header) { x.Linkname = "missing" })}}, RuleHardlinkMissing},
+		{"no header", []ports.TreeEntry{{}}, RuleCorruptArchive},
+		{"no content", []ports.TreeEntry{{Header: h(tar.TypeReg, "a", func(x *tar.Header) { x.Size = 5 })}}, RuleCorruptArchive},
+		{"content short", []ports.TreeEntry{file("a", 11)}, RuleCorruptArchive},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			_, err := ExtractEntries(context.Background(), tc.entries, root, ExtractOptions{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			wantRule(t, err, tc.rule)
+		})
+	}
+}
