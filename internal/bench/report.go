@@ -51,6 +51,7 @@ type Summary struct {
 	Pipeline   string
 	Runs       []Run
 	Median     time.Duration
+	Fastest    time.Duration // the shortest run: the least disturbed by the machine
 	PeakRSS    int64         // largest over the runs
 	CPU        time.Duration // median
 	ImageBytes int64
@@ -83,6 +84,7 @@ func Summarize(runs []Run) []Summary {
 			}
 		}
 		s.Median, s.CPU = Median(walls), Median(cpus)
+		s.Fastest = slices.Min(walls)
 		for k, v := range phases {
 			s.Phases[k] = Median(v).Milliseconds()
 		}

@@ -39,7 +39,8 @@ func TestSummarizeAndTable(t *testing.T) {
 		{Pipeline: "b", Wall: 4 * time.Second, PeakRSS: 30, Phases: map[string]int64{"x": 300}},
 	}
 	sums := Summarize(runs)
-	if len(sums) != 2 || sums[0].Pipeline != "b" || sums[0].Median != 3*time.Second || sums[0].PeakRSS != 30 || sums[0].Phases["x"] != 200 {
+	if len(sums) != 2 || sums[0].Pipeline != "b" || sums[0].Median != 3*time.Second || sums[0].Fastest != 2*time.Second ||
+		sums[0].PeakRSS != 30 || sums[0].Phases["x"] != 200 {
 		t.Fatalf("%+v", sums)
 	}
 	var b strings.Builder
