@@ -96,14 +96,14 @@ func detectBytes(head []byte, mediaType string) (compression, *rejection) {
 	return actual, nil
 }
 
-// openDecoder opens the decompressed stream of a compressed layer read
-// from blob (a buffered stream) or, when that is nil, from file. Gzip
-// goes through prog when one is set and starts; a program that cannot
-// run leaves the layer to the built-in decoder.
 // sourceFeeder is a decoder that reads its source in a goroutine of its
 // own until it has decoded it all; the source is its alone until then.
 type sourceFeeder interface{ feedsSource() }
 
+// openDecoder opens the decompressed stream of a compressed layer read
+// from blob (a buffered stream) or, when that is nil, from file. Gzip
+// goes through prog when one is set and starts; a program that cannot
+// run leaves the layer to the built-in decoder.
 func openDecoder(c compression, blob *bufio.Reader, file *os.File, prog *GzipProgram, lim Limits) (io.ReadCloser, error) {
 	if c == gzipped && prog != nil {
 		var in io.Reader = blob
