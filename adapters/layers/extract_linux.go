@@ -129,12 +129,12 @@ func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string,
 		return ExtractResult{}, err
 	}
 	defer x.close()
-	if len(entries) > x.lim.MaxEntries {
-		return x.res, x.reject(entries[x.lim.MaxEntries].Header.Name, reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
-	}
-	for _, te := range entries {
+	for i, te := range entries {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
+		}
+		if i >= x.lim.MaxEntries {
+			return x.res, x.reject("", reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
 		}
 		if te.Header == nil {
 			return x.res, x.reject("", reject(RuleCorruptArchive, "an entry without a header"))

@@ -545,3 +545,24 @@ func TestExtractEntriesRefusesHostileEntries(t *testing.T) {
 		})
 	}
 }
+
+// TestExtractEntriesCountsLikeExtract: more entries than MaxEntries is
+// refused by the entry limit, even when the entry past the limit has no
+// header (which once made the count check panic naming it).
+func TestExtractEntriesCountsLikeExtract(t *testing.T) {
+	needRoot(t)
+	opt := ExtractOptions{Limits: Limits{MaxEntries: 2}}
+	d := func(name string) ports.TreeEntry {
+		return ports.TreeEntry{Header: &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: fixedTime}}
+	}
+	for _, es := range [][]ports.TreeEntry{
+		{d("a"), d("b"), d("c")},
+		{d("a"), d("b"), {}},
+	} {
+		_, err := ExtractEntries(context.Background(), es, t.TempDir(), opt)
+		wantRule(t, err, RuleTooManyEntries)
+	}
+	if _, err := ExtractEntries(context.Background(), []ports.TreeEntry{d("a"), d("b")}, t.TempDir(), opt); err != nil {
+		t.Fatalf("two entries under a limit of two: %v", err)
+	}
+}
