@@ -31,11 +31,14 @@ demo: build
 # The fault, load and soak suites (internal/faults, internal/load,
 # internal/soak) run the binaries make build just made. The packages in
 # RACEPKGS, where goroutines share a stream (layer decoding and its gzip
-# feeder, Extract's workers), run a second time under the race detector.
+# feeder, Extract's workers), run a second time under the race detector,
+# which needs a C compiler (cgo): without one that run is skipped, saying so.
 RACEPKGS ?= ./adapters/layers
 test: build tools
 	CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -race $(TESTFLAGS) $(RACEPKGS)
+	@if command -v "$$($(GO) env CC)" >/dev/null 2>&1; then \
+		echo "$(GO) test -race $(TESTFLAGS) $(RACEPKGS)"; $(GO) test -race $(TESTFLAGS) $(RACEPKGS); \
+	else echo "no C compiler ($$($(GO) env CC)): skipping the race detector run of $(RACEPKGS)"; fi
 
 # tools installs what some tests run as external programs (helm, for the
 # chart tests), with the Go toolchain only.
