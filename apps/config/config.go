@@ -211,6 +211,9 @@ type Master struct {
 	// ConvergeAtOnce bounds the convergence jobs one sweep starts
 	// (CUBE_MASTER_CONVERGE_AT_ONCE).
 	ConvergeAtOnce int `yaml:"converge_at_once"`
+	// DistributionWorkers bounds the node RPCs one job runs at once
+	// (CUBE_MASTER_DISTRIBUTION_WORKERS).
+	DistributionWorkers int `yaml:"distribution_workers"`
 	// EnvdHostDir holds the envd binary (<dir>/envd) injected into
 	// templates that opt in (CUBE_MASTER_ENVD_HOST_DIR). Optional.
 	EnvdHostDir string `yaml:"envd_host_dir"`
@@ -308,15 +311,16 @@ func DefaultsFor(d Dirs) Config {
 		S3:          S3{Region: "us-east-1", UsePathStyle: true},
 		AutoMigrate: true,
 		Master: Master{
-			Listen:             "127.0.0.1:8089",
-			TemplateCenterAddr: "http://127.0.0.1:8090",
-			SweepInterval:      time.Minute,
-			NodeProbeInterval:  10 * time.Second,
-			Converge:           true,
-			ConvergeBackoff:    10 * time.Minute,
-			ConvergeAtOnce:     4,
-			EnvdHostDir:        DefaultEnvdHostDir,
-			Log:                Log{Level: "info", Format: "json"},
+			Listen:              "127.0.0.1:8089",
+			TemplateCenterAddr:  "http://127.0.0.1:8090",
+			SweepInterval:       time.Minute,
+			NodeProbeInterval:   10 * time.Second,
+			Converge:            true,
+			ConvergeBackoff:     10 * time.Minute,
+			ConvergeAtOnce:      4,
+			DistributionWorkers: 16,
+			EnvdHostDir:         DefaultEnvdHostDir,
+			Log:                 Log{Level: "info", Format: "json"},
 			Request: RequestSettings{
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
@@ -445,6 +449,9 @@ func (c Config) validate() error {
 	}
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
+	}
+	if c.Master.DistributionWorkers <= 0 {
+		return fmt.Errorf("CUBE_MASTER_DISTRIBUTION_WORKERS: %d, must be positive", c.Master.DistributionWorkers)
 	}
 	if c.Master.Auth.Expiry <= 0 {
 		return fmt.Errorf("CUBE_MASTER_AUTH_EXPIRY: %s, must be positive", c.Master.Auth.Expiry)

@@ -146,8 +146,9 @@ func TestMasterSettings(t *testing.T) {
 			"CUBE_MASTER_SWEEP_INTERVAL": "15s", "CUBE_MASTER_ENVD_HOST_DIR": "/opt/envd",
 			"CUBE_MASTER_NODE_PROBE_INTERVAL": "250ms",
 			"CUBE_MASTER_CONVERGE":            "false", "CUBE_MASTER_CONVERGE_BACKOFF": "3m", "CUBE_MASTER_CONVERGE_AT_ONCE": "2",
+			"CUBE_MASTER_DISTRIBUTION_WORKERS": "64",
 		}, func(m Master) bool {
-			return !m.Converge && m.ConvergeBackoff == 3*time.Minute && m.ConvergeAtOnce == 2 && m.NodeProbeInterval == 250*time.Millisecond && m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
+			return !m.Converge && m.ConvergeBackoff == 3*time.Minute && m.ConvergeAtOnce == 2 && m.DistributionWorkers == 64 && m.NodeProbeInterval == 250*time.Millisecond && m.Listen == "127.0.0.1:9000" && m.TemplateCenterAddr == "http://tc:8090" && m.Nodes == "n1=127.0.0.1:7001" &&
 				m.DownloadBaseURL == "http://10.0.0.1:8089" && m.SweepInterval == 15*time.Second && m.EnvdHostDir == "/opt/envd"
 		}},
 	}

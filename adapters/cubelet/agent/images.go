@@ -3,8 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -167,18 +165,11 @@ func hashFile(p string) (string, error) {
 	return sum, err
 }
 
-// fetch downloads into final+".download", verifies size and sha256, syncs
-// and renames it into place.
+// fetch downloads into final+".download" (saveFile), verifies size and
+// sha256 and renames it into place.
 func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int64, err error) {
 	tmp := final + ".download"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return 0, err
-	}
 	defer func() {
-		if f != nil {
-			f.Close()
-		}
 		if err != nil {
 			os.Remove(tmp)
 		}
@@ -207,9 +198,7 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if j.size >= 0 {
 		body = io.LimitReader(resp.Body, j.size+1) // one extra byte reveals an oversized body
 	}
-	h := sha256.New()
-	// 1 MiB pieces: a gigabyte image in 1,000 writes rather than 32,000.
-	n, err = io.CopyBuffer(io.MultiWriter(f, h), body, make([]byte, 1<<20))
+	n, sum, err := saveFile(ctx, tmp, body)
 	if err != nil {
 		return n, fmt.Errorf("download %s: after %d bytes: %w", redact(j.url), n, err)
 	}
@@ -219,17 +208,9 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 		}
 		return n, fmt.Errorf("size mismatch: got %d bytes, annotated %d", n, j.size)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != j.sha256 {
-		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", got, j.sha256)
+	if sum != j.sha256 {
+		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", sum, j.sha256)
 	}
-	if err := f.Sync(); err != nil {
-		return n, err
-	}
-	if err := f.Close(); err != nil {
-		f = nil
-		return n, err
-	}
-	f = nil
 	if err := os.Rename(tmp, final); err != nil {
 		return n, err
 	}

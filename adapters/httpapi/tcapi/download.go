@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
@@ -174,12 +176,8 @@ func (s *storeReader) Read(p []byte) (int, error) {
 	if s.off >= s.size {
 		return 0, io.EOF
 	}
-	if s.rc == nil {
-		rc, err := s.store.Open(s.ctx, s.key, s.off, -1)
-		if err != nil {
-			return 0, err
-		}
-		s.rc = rc
+	if err := s.open(); err != nil {
+		return 0, err
 	}
 	n, err := s.rc.Read(p)
 	s.off += int64(n)
@@ -187,6 +185,68 @@ func (s *storeReader) Read(p []byte) (int, error) {
 		err = io.ErrUnexpectedEOF
 	}
 	return n, err
+}
+
+// open opens the store's reader at off unless one is open.
+func (s *storeReader) open() error {
+	if s.rc != nil {
+		return nil
+	}
+	rc, err := s.store.Open(s.ctx, s.key, s.off, -1)
+	if err != nil {
+		return err
+	}
+	s.rc = rc
+	return nil
+}
+
+// errNotAFile: the store's reader is not a local file; net/http copies
+// through a buffer instead of calling sendfile.
+var errNotAFile = errors.New("the artifact is not read from a local file")
+
+// SyscallConn hands net/http the open file when the store reads from local
+// files (the file store returns the *os.File itself): its copy to the TCP
+// connection then becomes sendfile(2), and the page cache goes to the
+// socket without being copied into this process and out again. sendfile
+// moves the file's own offset; the RawConn reads it back into off, so a
+// Read or Seek afterwards is where the bytes sent left off.
+func (s *storeReader) SyscallConn() (syscall.RawConn, error) {
+	if s.off >= s.size {
+		return nil, errNotAFile
+	}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	f, ok := s.rc.(*os.File)
+	if !ok {
+		return nil, errNotAFile
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &offsetConn{RawConn: raw, s: s, f: f}, nil
+}
+
+// offsetConn is a file's RawConn that keeps storeReader.off in step with
+// the file offset the calls move.
+type offsetConn struct {
+	syscall.RawConn
+	s *storeReader
+	f *os.File
+}
+
+func (c *offsetConn) Read(fn func(fd uintptr) bool) error {
+	err := c.RawConn.Read(fn)
+	off, serr := c.f.Seek(0, io.SeekCurrent)
+	if serr != nil {
+		// The position is unknown: end the reader rather than read
+		// on from a wrong offset.
+		c.s.off = c.s.size
+		return errors.Join(err, serr)
+	}
+	c.s.off = off
+	return err
 }
 
 func (s *storeReader) Seek(offset int64, whence int) (int64, error) {

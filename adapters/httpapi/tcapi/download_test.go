@@ -8,6 +8,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -133,6 +134,45 @@ func TestDownloadFileStore(t *testing.T) {
 				t.Errorf("error response carries artifact headers")
 			}
 		})
+	}
+}
+
+// Over a real TCP connection the file store's bytes go out with
+// sendfile(2) (storeReader.SyscallConn); ranges, and requests that follow
+// one another on a kept-alive connection, must still get their own bytes.
+func TestDownloadOverTCP(t *testing.T) {
+	f := newDownloadFixture(t, fileStore(t))
+	srv := httptest.NewServer(f.h)
+	defer srv.Close()
+	tests := []struct {
+		rng    string
+		status int
+		want   []byte
+	}{
+		{"", 200, f.data},
+		{"bytes=4096-8191", 206, f.data[4096:8192]},
+		{"bytes=9000-", 206, f.data[9000:]},
+		{"bytes=-700", 206, f.data[9300:]},
+		{"bytes=100-9999", 206, f.data[100:]},
+		{"", 200, f.data},
+	}
+	for _, tc := range tests {
+		req, err := http.NewRequest("GET", srv.URL+dlURL("rfs-ready", dlToken), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.rng != "" {
+			req.Header.Set("Range", tc.rng)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tc.status || !bytes.Equal(got, tc.want) {
+			t.Fatalf("Range %q: status %d, %d bytes (err %v), want %d and %d bytes", tc.rng, resp.StatusCode, len(got), err, tc.status, len(tc.want))
+		}
 	}
 }
 

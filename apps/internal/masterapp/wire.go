@@ -142,7 +142,8 @@ func newInjector(w wiring) *do.RootScope {
 			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
-				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce},
+				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
+				DistributionWorkers: cfg.Master.DistributionWorkers},
 		}
 		// Registry credentials are sealed with a key derived from the
 		// callback token every master replica shares.
