@@ -49,10 +49,14 @@ func (s *server) initProxies() error {
 		s.log.WarnContext(r.Context(), "compat proxy to template center failed", "err", err)
 		envelope.Write(w, envelope.Response{Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: "template center unavailable"}})
 	}}
-	s.download = &httputil.ReverseProxy{Rewrite: rewrite, BufferPool: downloadBuffers{}, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+	proxy := &httputil.ReverseProxy{Rewrite: rewrite, BufferPool: downloadBuffers{}, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "download proxy to template center failed", "err", err)
 		http.Error(w, "template center unavailable", http.StatusBadGateway)
 	}}
+	s.download = proxy
+	if target.Scheme == "http" {
+		s.download = &spliceProxy{target: target, rewrite: rewrite, fallback: proxy, log: s.log}
+	}
 	return nil
 }
 
