@@ -39,6 +39,9 @@ type Config struct {
 	// RegistryTimeout fails a registry connection that moves no byte for
 	// this long, and bounds resolving a tag.
 	RegistryTimeout time.Duration `yaml:"registry_timeout"`
+	// BuildTimeout fails a build that runs longer than this, from
+	// resolving the image to the published bytes.
+	BuildTimeout time.Duration `yaml:"build_timeout"`
 	// Builder is "ext4stream" (the default, in process), "mkfs", or the
 	// name of a builder plugin under PluginDir ("plugin:NAME").
 	Builder   string `yaml:"builder"`
@@ -298,6 +301,7 @@ func DefaultsFor(d Dirs) Config {
 		LayerCacheMaxBytes:  20 << 30,
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
+		BuildTimeout:        2 * time.Hour,
 		Builder:             "ext4stream",
 		GzipDecoder:         "auto",
 		ReleaseManifest:     DefaultReleaseManifest,
@@ -461,6 +465,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
+	}
+	if c.BuildTimeout <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT: %s, must be positive", c.BuildTimeout)
 	}
 	if c.RegistryTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)

@@ -54,6 +54,8 @@ func TestLoadRejectsBadValuesNamingTheVariable(t *testing.T) {
 		"CUBE_S3_USE_SSL":                     "perhaps",
 		"CUBE_TEMPLATE_CENTER_HEADROOM_BYTES": "-5",
 		"CUBE_TEMPLATE_CENTER_GZIP_DECODER":   "igzip", // a bare name: which one would run?
+		"CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT":  "0s",
+		"CUBE_MASTER_DISTRIBUTION_WORKERS":    "0",
 	}
 	for name, v := range cases {
 		_, err := Load(mapEnv(map[string]string{name: v}))

@@ -1,8 +1,10 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -16,6 +18,24 @@ var ErrNotPending = errors.New("job is not pending")
 // ErrShuttingDown is returned by Submit once Shutdown has begun. It wraps
 // core.ErrBusy: the control plane should retry later (or elsewhere).
 var ErrShuttingDown = fmt.Errorf("template center shutting down: %w", core.ErrBusy)
+
+// errBuildTimeout is the cause of a build context that reached
+// ExecutorConfig.BuildTimeout.
+var errBuildTimeout = errors.New("build timeout")
+
+// BuildTimeoutError fails a build that ran longer than
+// ExecutorConfig.BuildTimeout; Err is what the build was doing when it was
+// stopped. It matches context.DeadlineExceeded.
+type BuildTimeoutError struct {
+	Limit time.Duration
+	Err   error
+}
+
+func (e *BuildTimeoutError) Error() string {
+	return fmt.Sprintf("build stopped after %s, the limit CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT sets (a registry this slow or stalling is not usable): %v", e.Limit, e.Err)
+}
+
+func (e *BuildTimeoutError) Unwrap() []error { return []error{context.DeadlineExceeded, e.Err} }
 
 // NotPendingError names the job and the status it is in.
 type NotPendingError struct {

@@ -25,6 +25,7 @@ const (
 	DefaultPublishEvery    = 500 * time.Millisecond
 	DefaultGCDeadlineAfter = 7 * 24 * time.Hour
 	DefaultFinalTimeout    = 2 * time.Minute
+	DefaultBuildTimeout    = 2 * time.Hour
 )
 
 // LockPrefix starts the name of a build's fingerprint lock.
@@ -60,6 +61,12 @@ type ExecutorConfig struct {
 	// FinalTimeout bounds the terminal report and row writes, which run
 	// even when the build's context was cancelled.
 	FinalTimeout time.Duration
+	// BuildTimeout bounds a whole build, from resolving the image to the
+	// published bytes (CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT, default 2h). The
+	// registry's idle timeout catches a connection that stops; this
+	// catches one that trickles, and Retry-After waits a day long: either
+	// would otherwise hold one of the few build slots for ever.
+	BuildTimeout time.Duration
 	// DownloadBaseURL is recorded on built artifacts when the build request
 	// names none (upstream column master_node_ip).
 	DownloadBaseURL string
@@ -142,6 +149,9 @@ func (e *Executor) cfg() ExecutorConfig {
 	}
 	if c.FinalTimeout <= 0 {
 		c.FinalTimeout = DefaultFinalTimeout
+	}
+	if c.BuildTimeout <= 0 {
+		c.BuildTimeout = DefaultBuildTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

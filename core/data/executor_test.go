@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
@@ -334,4 +335,34 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// TestBuildTimeoutFreesTheSlot: a registry that trickles bytes (or asks
+// to be retried in a day) never trips the idle timeout; the build limit
+// fails the job, releases its lock and frees its build slot.
+func TestBuildTimeoutFreesTheSlot(t *testing.T) {
+	w := newWorld()
+	req := fromImage("tpl-slow")
+	w.addJob(t, "job-slow", req)
+	r := newReplica(t, w, data.ExecutorConfig{MaxConcurrent: 1, BuildTimeout: 50 * time.Millisecond})
+	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+		<-ctx.Done() // a pull that would go on for hours
+		return nil, fmt.Errorf("fetch layer: %w", ctx.Err())
+	}
+	if err := r.exec.Submit(context.Background(), buildReq("job-slow", req)); err != nil {
+		t.Fatal(err)
+	}
+	o := r.wait(t)
+	var te *data.BuildTimeoutError
+	if !errors.As(o.Err, &te) || !errors.Is(o.Err, context.DeadlineExceeded) || o.Phase != core.PhasePulling {
+		t.Fatalf("outcome = %+v, want a BuildTimeoutError while pulling", o)
+	}
+	j := w.job("job-slow")
+	if j.Status != core.JobFailed || !strings.Contains(j.ErrorMessage, "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT") {
+		t.Fatalf("job row = %s %q, want FAILED naming the setting", j.Status, j.ErrorMessage)
+	}
+	if len(w.locker.heldNames()) != 0 {
+		t.Fatal("lock leaked")
+	}
+	eventually(t, "the build slot to be free", func() bool { return r.exec.Running() == 0 })
 }

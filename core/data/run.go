@@ -96,7 +96,12 @@ func (r *run) execute() {
 			stopLoop()
 			<-loopDone
 		}()
-		res, err = r.e.Pipeline.Run(r.ctx, r.input(), r.onEvent)
+		ctx, stop := context.WithTimeoutCause(r.ctx, r.c.BuildTimeout, errBuildTimeout)
+		defer stop()
+		res, err = r.e.Pipeline.Run(ctx, r.input(), r.onEvent)
+		if err != nil && context.Cause(ctx) == errBuildTimeout {
+			err = &BuildTimeoutError{Limit: r.c.BuildTimeout, Err: err}
+		}
 	}()
 
 	var reuse *reuseSignal

@@ -249,7 +249,7 @@ func provideServe(i do.Injector, o Options) {
 		e := &data.Executor{
 			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
-			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), Logger: log, OnDone: func(o data.Outcome) {
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
 						m.ObservePhase(string(ph), d)
