@@ -32,7 +32,7 @@ type BuildTimeoutError struct {
 }
 
 func (e *BuildTimeoutError) Error() string {
-	return fmt.Sprintf("build stopped after %s, the limit CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT sets (a registry this slow or stalling is not usable): %v", e.Limit, e.Err)
+	return fmt.Sprintf("build stopped after %s, the CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT limit (raise it for registries this slow): %v", e.Limit, e.Err)
 }
 
 func (e *BuildTimeoutError) Unwrap() []error { return []error{context.DeadlineExceeded, e.Err} }

@@ -110,6 +110,21 @@ func (w *world) registryScenarios(t *testing.T) {
 			w.redo(t, "tpl-rstall")
 			return map[string]any{"time_to_fail_s": took.Seconds(), "error": short(j.ErrorMessage)}
 		}},
+		sc{"RegistryTrickle", "a registry that sends a few bytes at a time, never idle long enough to count as stalled, fails the build at CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT instead of holding a build slot for ever; a redo after it recovers succeeds (I6)", func(t *testing.T) map[string]any {
+			ref, dg := c.PushImage("rtrickle", 256<<10)
+			// 1 KiB every 2 s (the idle timeout is 5 s): about 4 minutes
+			// for the layer.
+			heal := c.RegProxy.Add(harness.Rule{Target: harness.Blobs, Digest: dg, Kind: harness.FaultSlow, Chunk: 1 << 10, Delay: 2 * time.Second})
+			start := time.Now()
+			j := w.mustFail(t, w.create(t, "tpl-rtrickle", ref), buildTimeout+time.Minute, "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT")
+			took := time.Since(start)
+			if took < buildTimeout {
+				t.Errorf("failed after %s, before the %s build limit", took, buildTimeout)
+			}
+			heal()
+			w.redo(t, "tpl-rtrickle")
+			return map[string]any{"time_to_fail_s": took.Seconds(), "error": short(j.ErrorMessage)}
+		}},
 	)
 }
 

@@ -22,9 +22,17 @@ type world struct {
 }
 
 func newWorld(t *testing.T) *world {
-	c := harness.Start(t, harness.Options{PrivateDB: true, PrivateRedis: true})
+	// The build limit is above the longest build a scenario must finish
+	// or fail on its own (RegistryStalled's retries, about 50 s) and is
+	// what ends RegistryTrickle.
+	c := harness.Start(t, harness.Options{PrivateDB: true, PrivateRedis: true,
+		TCEnv: []string{"CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT=" + buildTimeout.String()}})
 	return &world{c: c, api: c.API(), mon: c.Watch(t)}
 }
+
+// buildTimeout is CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT of the suite's
+// template centers.
+const buildTimeout = 80 * time.Second
 
 // sc is one fault scenario: fn injects the fault and checks the outcome,
 // returning the scenario's figures.
