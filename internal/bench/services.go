@@ -280,6 +280,34 @@ func (s *stack) copyBound(artifactID string) (time.Duration, error) {
 	return time.Since(start), errors.Join(errs...)
 }
 
+// buildPhases reads the template center's per-phase build time sums
+// (cube_template_build_phase_duration_seconds) from /metrics: on a fresh
+// stack after one build, that build's phases.
+func (s *stack) buildPhases() (string, error) {
+	resp, err := http.Get(s.tcURL + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	const prefix = `cube_template_build_phase_duration_seconds_sum{phase="`
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		phase, val, ok := strings.Cut(rest, `"} `)
+		if ok {
+			out = append(out, phase+" "+strings.TrimSpace(val)+"s")
+		}
+	}
+	return strings.Join(out, ", "), nil
+}
+
 func waitHTTP(u string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -559,6 +587,11 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 			}
 			d.build = append(d.build, jt.built)
 			d.distribute = append(d.distribute, jt.ready-jt.built)
+			if ph, err := s.buildPhases(); err == nil {
+				logf("%d node(s), round %d: the build's phases in the template center: %s", nodes, round, ph)
+			} else {
+				logf("build phases: %v", err)
+			}
 			dup, err := s.createAndWait("bench-b", ref, "20Gi", time.Minute)
 			if err != nil {
 				s.close()

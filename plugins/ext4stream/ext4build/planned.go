@@ -224,6 +224,7 @@ func (w *fsWriter) copyData(ctx context.Context, free <-chan []byte, full chan<-
 		if _, err := w.f.WriteAt(buf, at*blockSize); err != nil {
 			return fmt.Errorf("write image: %w", err)
 		}
+		writeBehind(w.f, at*blockSize, int64(len(buf)))
 		at += int64(len(buf) / blockSize)
 		full <- buf
 		buf = <-free

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package ext4build
+
+import "os"
+
+// writeBehind does nothing where sync_file_range(2) does not exist.
+func writeBehind(*os.File, int64, int64) {}
