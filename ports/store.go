@@ -135,7 +135,8 @@ type ArtifactRepository interface {
 	// Delete removes the row; a missing row is not an error.
 	Delete(ctx context.Context, artifactID string) error
 	// ListByStatus returns up to limit artifacts in status whose updated_at
-	// is older than updatedBefore (zero time: no age filter).
+	// is older than updatedBefore (zero time: no age filter), oldest
+	// updated_at first.
 	ListByStatus(ctx context.Context, status core.ArtifactStatus, updatedBefore time.Time, limit int) ([]*core.Artifact, error)
 	// CountReferences counts what still needs the artifact: replicas bound
 	// to it, jobs naming it that are not yet terminal (PENDING, RUNNING and

@@ -42,6 +42,11 @@ type Config struct {
 	// BuildTimeout fails a build that runs longer than this, from
 	// resolving the image to the published bytes.
 	BuildTimeout time.Duration `yaml:"build_timeout"`
+	// ScrubInterval is how often every READY artifact is read back and
+	// checked against its sha256 (0: never); ScrubRemote extends it to
+	// S3 and GCS stores.
+	ScrubInterval time.Duration `yaml:"scrub_interval"`
+	ScrubRemote   bool          `yaml:"scrub_remote"`
 	// Builder is "ext4stream" (the default, in process), "mkfs", or the
 	// name of a builder plugin under PluginDir ("plugin:NAME").
 	Builder   string `yaml:"builder"`
@@ -302,6 +307,7 @@ func DefaultsFor(d Dirs) Config {
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
 		BuildTimeout:        2 * time.Hour,
+		ScrubInterval:       7 * 24 * time.Hour,
 		Builder:             "ext4stream",
 		GzipDecoder:         "auto",
 		ReleaseManifest:     DefaultReleaseManifest,
@@ -465,6 +471,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
+	}
+	if c.ScrubInterval < 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL: %s, must be 0 (off) or positive", c.ScrubInterval)
 	}
 	if c.BuildTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT: %s, must be positive", c.BuildTimeout)

@@ -55,6 +55,7 @@ func TestLoadRejectsBadValuesNamingTheVariable(t *testing.T) {
 		"CUBE_TEMPLATE_CENTER_HEADROOM_BYTES": "-5",
 		"CUBE_TEMPLATE_CENTER_GZIP_DECODER":   "igzip", // a bare name: which one would run?
 		"CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT":  "0s",
+		"CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL": "-1h",
 		"CUBE_MASTER_DISTRIBUTION_WORKERS":    "0",
 	}
 	for name, v := range cases {

@@ -91,6 +91,10 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	scrub, err := do.Invoke[*data.Scrubber](i)
+	if err != nil {
+		return err
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err
@@ -114,6 +118,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	go func() {
 		if err := rec.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("reconciler stopped", "err", err)
+		}
+	}()
+	go func() {
+		if err := scrub.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("scrubber stopped", "err", err)
 		}
 	}()
 	errc := make(chan error, 1)
@@ -284,6 +293,18 @@ func provideServe(i do.Injector, o Options) {
 				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,
 				DeleteArtifact: d.Delete, ScratchDir: cfg.WorkDir, Logger: log,
 			}}, nil
+	})
+	do.Provide(i, func(i do.Injector) (*data.Scrubber, error) {
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		b := cfg.Backend()
+		remote := b == "s3" || b == "gs"
+		return &data.Scrubber{Store: do.MustInvoke[*entstore.Store](i), Artifacts: do.MustInvoke[*artifactstore.Store](i),
+			Locker: locker, Clock: system.Clock{},
+			Config: data.ScrubConfig{Every: cfg.ScrubInterval, Disabled: cfg.ScrubInterval == 0 || remote && !cfg.ScrubRemote, Logger: log},
+		}, nil
 	})
 	do.Provide(i, func(i do.Injector) (http.Handler, error) {
 		st := do.MustInvoke[*entstore.Store](i)
