@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -16,4 +17,22 @@ func SHA256Of(r io.Reader) (sum string, n int64, err error) {
 		return "", n, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// SHA256OfContext is SHA256Of that stops, with ctx's error, once ctx ends:
+// hashing a gigabyte from a store can outlive the work it is for.
+func SHA256OfContext(ctx context.Context, r io.Reader) (sum string, n int64, err error) {
+	return SHA256Of(ctxReader{ctx, r})
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
 }

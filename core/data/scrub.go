@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -218,7 +217,7 @@ func (s *Scrubber) verify(ctx context.Context, a *core.Artifact) (string, error)
 		return "", fmt.Errorf("open: %w", err)
 	}
 	defer rc.Close()
-	sum, n, err := core.SHA256Of(ctxReader{ctx, rc})
+	sum, n, err := core.SHA256OfContext(ctx, rc)
 	if err != nil {
 		return "", fmt.Errorf("read back: %w", err)
 	}
@@ -245,17 +244,4 @@ func (s *Scrubber) now() time.Time {
 		return s.Clock.Now()
 	}
 	return time.Now()
-}
-
-// ctxReader stops a long read when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
 }

@@ -419,23 +419,11 @@ func hashFile(ctx context.Context, file string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
-	sum, n, err := core.SHA256Of(ctxReader{ctx, f})
+	sum, n, err := core.SHA256OfContext(ctx, f)
 	if err != nil {
 		return "", 0, fmt.Errorf("hash %s: %w", file, err)
 	}
 	return sum, n, nil
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
 }
 
 // uuidFrom formats the first 128 bits of the fingerprint as a UUID.
