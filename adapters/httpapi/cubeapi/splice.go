@@ -81,9 +81,10 @@ func (p *spliceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, vv := range resp.Header {
 		w.Header()[k] = vv
 	}
-	if resp.ContentLength < 0 || len(resp.TransferEncoding) > 0 {
-		// No length to splice up to (not what the template center sends
-		// for artifact bytes): an ordinary copy.
+	if resp.ContentLength <= 0 || len(resp.TransferEncoding) > 0 {
+		// Nothing to splice (a 304, an empty body) or no length to splice
+		// up to (not what the template center sends for artifact
+		// bytes): the headers as they came and an ordinary copy.
 		w.WriteHeader(resp.StatusCode)
 		if _, err := io.Copy(w, resp.Body); err != nil {
 			p.abort(r, err)

@@ -52,10 +52,12 @@ func TestDownloadProxyOverTCP(t *testing.T) {
 	defer master.Close()
 	tests := []struct {
 		name, method, id, rng string
+		inm                   string // If-None-Match
 		status                int
 		body                  []byte
 		contains              string
 	}{
+		{name: "not modified", method: "GET", id: "rfs-1", inm: `"e"`, status: 304, body: []byte{}},
 		{name: "whole", method: "GET", id: "rfs-1", status: 200, body: data},
 		{name: "range", method: "GET", id: "rfs-1", rng: "bytes=100-2000000", status: 206, body: data[100:2000001]},
 		{name: "tail", method: "GET", id: "rfs-1", rng: "bytes=-10", status: 206, body: data[len(data)-10:]},
@@ -68,6 +70,9 @@ func TestDownloadProxyOverTCP(t *testing.T) {
 			req, _ := http.NewRequest(tc.method, master.URL+PathDownload+"?artifact_id="+tc.id+"&token=t", nil)
 			if tc.rng != "" {
 				req.Header.Set("Range", tc.rng)
+			}
+			if tc.inm != "" {
+				req.Header.Set("If-None-Match", tc.inm)
 			}
 			resp, err := master.Client().Do(req)
 			if err != nil {
@@ -87,7 +92,10 @@ func TestDownloadProxyOverTCP(t *testing.T) {
 			if tc.method == "HEAD" && resp.ContentLength != int64(len(data)) {
 				t.Fatalf("HEAD Content-Length %d", resp.ContentLength)
 			}
-			if tc.status < 300 && resp.Header.Get("ETag") != `"e"` {
+			if tc.status == 304 && resp.Header.Get("Content-Length") != "" {
+				t.Fatalf("304 carries Content-Length %q", resp.Header.Get("Content-Length"))
+			}
+			if (tc.status < 300 || tc.status == 304) && resp.Header.Get("ETag") != `"e"` {
 				t.Fatalf("ETag %q not passed on", resp.Header.Get("ETag"))
 			}
 		})
