@@ -36,7 +36,11 @@ type Options struct {
 	Logger hclog.Logger
 	// Chunks sends the tree in gRPC chunk messages even to a plugin that
 	// can read it from a named pipe (API v2), for comparing the two.
+	// It implies Stream.
 	Chunks bool
+	// Stream hands the tree over as a tar stream (a named pipe) even to a
+	// plugin that builds from entries (API v3): Planned returns nil.
+	Stream bool
 }
 
 // Builder is a ports.RootfsBuilder served by a plugin process.
@@ -46,6 +50,7 @@ type Builder struct {
 	name   string
 	format string
 	api    string
+	stream bool
 }
 
 var _ ports.RootfsBuilder = (*Builder)(nil)
@@ -93,6 +98,7 @@ func Load(ctx context.Context, path string, opts Options) (*Builder, error) {
 		return nil, fmt.Errorf("builder plugin %s: %w", path, err)
 	}
 	b.rpc.Chunks = opts.Chunks
+	b.stream = opts.Stream || opts.Chunks
 	return b, nil
 }
 
@@ -155,6 +161,30 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 	res, err := b.rpc.Build(ctx, b.api, spec)
 	if err != nil {
 		return res, fmt.Errorf("builder plugin %s: %w", b.name, err)
+	}
+	return res, nil
+}
+
+// Planned returns the plugin's build from entries (ports.PlannedBuilder)
+// when it speaks API v3 and Options asked for no tar stream, else nil.
+// The pipeline then hands the plugin the flattened tree's entries: the
+// plugin reads the content from the host's files in place, lays the image
+// out first and hashes it as it writes it, so neither the tar stream nor
+// a second pass over the image is needed. The sha256 it reports is held
+// to the bytes again by the artifact store before anything is published.
+func (b *Builder) Planned() ports.PlannedBuilder {
+	if b.api != pluginproto.APIVersion3 || b.stream {
+		return nil
+	}
+	return planned{b}
+}
+
+type planned struct{ b *Builder }
+
+func (p planned) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
+	res, err := p.b.rpc.BuildEntries(ctx, spec, entries)
+	if err != nil {
+		return res, fmt.Errorf("builder plugin %s: %w", p.b.name, err)
 	}
 	return res, nil
 }

@@ -102,9 +102,24 @@ func TestConformance(t *testing.T) {
 }
 
 // harness shares one plugin process: the suite's builds are sequential.
+// The builder builds from tar streams and, through the plugin's API v3,
+// from entries: the suite holds the second to the bytes of the first.
 type harness struct{ b *Builder }
 
-func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { return h.b, nil }
+// plannedPlugin is a plugin builder that also builds from entries, as the
+// data plane wires it.
+type plannedPlugin struct {
+	*Builder
+	ports.PlannedBuilder
+}
+
+func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) {
+	pb := h.b.Planned()
+	if pb == nil {
+		return nil, errors.New("the ext4stream plugin does not build from entries")
+	}
+	return plannedPlugin{h.b, pb}, nil
+}
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
@@ -123,7 +138,7 @@ func (harness) Close() {}
 
 func TestLoad(t *testing.T) {
 	b := load(t)
-	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion2 {
+	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion3 || b.Planned() == nil {
 		t.Errorf("Name %q, API %q", b.Name(), b.APIVersion())
 	}
 	if err := b.Close(); err != nil {

@@ -126,6 +126,7 @@ type BuildRequest struct {
 	//
 	//	*BuildRequest_Spec
 	//	*BuildRequest_Chunk
+	//	*BuildRequest_Entries
 	Msg           isBuildRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -186,6 +187,15 @@ func (x *BuildRequest) GetChunk() []byte {
 	return nil
 }
 
+func (x *BuildRequest) GetEntries() *EntryBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*BuildRequest_Entries); ok {
+			return x.Entries
+		}
+	}
+	return nil
+}
+
 type isBuildRequest_Msg interface {
 	isBuildRequest_Msg()
 }
@@ -198,9 +208,328 @@ type BuildRequest_Chunk struct {
 	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
 }
 
+type BuildRequest_Entries struct {
+	Entries *EntryBatch `protobuf:"bytes,3,opt,name=entries,proto3,oneof"`
+}
+
 func (*BuildRequest_Spec) isBuildRequest_Msg() {}
 
 func (*BuildRequest_Chunk) isBuildRequest_Msg() {}
+
+func (*BuildRequest_Entries) isBuildRequest_Msg() {}
+
+// EntryBatch (API v3) carries tree entries in the order of the tree's tar
+// stream. sources adds content files to the build's list of them (the
+// first batch's first source is number 1, and so on across batches).
+type EntryBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sources       [][]byte               `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
+	Entries       []*TreeEntry           `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntryBatch) Reset() {
+	*x = EntryBatch{}
+	mi := &file_builder_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntryBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntryBatch) ProtoMessage() {}
+
+func (x *EntryBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_builder_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntryBatch.ProtoReflect.Descriptor instead.
+func (*EntryBatch) Descriptor() ([]byte, []int) {
+	return file_builder_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EntryBatch) GetSources() [][]byte {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *EntryBatch) GetEntries() []*TreeEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// TreeEntry is ports.TreeEntry: a tar header and where its content is.
+// Names, link targets and PAX values are bytes: a tree may hold names
+// that are not UTF-8.
+type TreeEntry struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Typeflag uint32                 `protobuf:"varint,1,opt,name=typeflag,proto3" json:"typeflag,omitempty"`
+	Name     []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Linkname []byte                 `protobuf:"bytes,3,opt,name=linkname,proto3" json:"linkname,omitempty"`
+	Size     int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Mode     int64                  `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid      int64                  `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid      int64                  `protobuf:"varint,7,opt,name=gid,proto3" json:"gid,omitempty"`
+	Uname    []byte                 `protobuf:"bytes,8,opt,name=uname,proto3" json:"uname,omitempty"`
+	Gname    []byte                 `protobuf:"bytes,9,opt,name=gname,proto3" json:"gname,omitempty"`
+	// Unset means the zero time.
+	Mtime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Atime      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=atime,proto3" json:"atime,omitempty"`
+	Ctime      *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	Devmajor   int64                  `protobuf:"varint,13,opt,name=devmajor,proto3" json:"devmajor,omitempty"`
+	Devminor   int64                  `protobuf:"varint,14,opt,name=devminor,proto3" json:"devminor,omitempty"`
+	PaxRecords []*PAXRecord           `protobuf:"bytes,15,rep,name=pax_records,json=paxRecords,proto3" json:"pax_records,omitempty"`
+	// archive/tar's Format of the header.
+	Format int32 `protobuf:"varint,16,opt,name=format,proto3" json:"format,omitempty"`
+	// A regular file with size > 0: its content is size bytes at
+	// source_offset of source (a number from the batches' sources, which are
+	// paths the plugin opens for reading, such as /proc/<host pid>/fd/<fd>).
+	Source       uint32 `protobuf:"varint,17,opt,name=source,proto3" json:"source,omitempty"`
+	SourceOffset int64  `protobuf:"varint,18,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
+	// zero_runs lists the all-zero 4 KiB blocks of the content as pairs
+	// first, count (ascending), when zero_known.
+	ZeroRuns      []uint32 `protobuf:"varint,19,rep,packed,name=zero_runs,json=zeroRuns,proto3" json:"zero_runs,omitempty"`
+	ZeroKnown     bool     `protobuf:"varint,20,opt,name=zero_known,json=zeroKnown,proto3" json:"zero_known,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TreeEntry) Reset() {
+	*x = TreeEntry{}
+	mi := &file_builder_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TreeEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TreeEntry) ProtoMessage() {}
+
+func (x *TreeEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_builder_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
+func (*TreeEntry) Descriptor() ([]byte, []int) {
+	return file_builder_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TreeEntry) GetTypeflag() uint32 {
+	if x != nil {
+		return x.Typeflag
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetLinkname() []byte {
+	if x != nil {
+		return x.Linkname
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetMode() int64 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetUid() int64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetGid() int64 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetUname() []byte {
+	if x != nil {
+		return x.Uname
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetGname() []byte {
+	if x != nil {
+		return x.Gname
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetMtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Mtime
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetAtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Atime
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetCtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Ctime
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetDevmajor() int64 {
+	if x != nil {
+		return x.Devmajor
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetDevminor() int64 {
+	if x != nil {
+		return x.Devminor
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetPaxRecords() []*PAXRecord {
+	if x != nil {
+		return x.PaxRecords
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetFormat() int32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetSource() uint32 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetSourceOffset() int64 {
+	if x != nil {
+		return x.SourceOffset
+	}
+	return 0
+}
+
+func (x *TreeEntry) GetZeroRuns() []uint32 {
+	if x != nil {
+		return x.ZeroRuns
+	}
+	return nil
+}
+
+func (x *TreeEntry) GetZeroKnown() bool {
+	if x != nil {
+		return x.ZeroKnown
+	}
+	return false
+}
+
+type PAXRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PAXRecord) Reset() {
+	*x = PAXRecord{}
+	mi := &file_builder_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PAXRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PAXRecord) ProtoMessage() {}
+
+func (x *PAXRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_builder_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PAXRecord.ProtoReflect.Descriptor instead.
+func (*PAXRecord) Descriptor() ([]byte, []int) {
+	return file_builder_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PAXRecord) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PAXRecord) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
 
 // BuildSpec mirrors ports.BuildSpec without the tree.
 type BuildSpec struct {
@@ -217,14 +546,18 @@ type BuildSpec struct {
 	// tree_fifo (API v2) is a named pipe the host writes the tree's tar
 	// bytes into, instead of chunk messages: the plugin opens it for
 	// reading, and no tree byte goes through gRPC. Empty: chunks follow.
-	TreeFifo      string `protobuf:"bytes,9,opt,name=tree_fifo,json=treeFifo,proto3" json:"tree_fifo,omitempty"`
+	TreeFifo string `protobuf:"bytes,9,opt,name=tree_fifo,json=treeFifo,proto3" json:"tree_fifo,omitempty"`
+	// entries (API v3): the tree comes as EntryBatch messages and the
+	// plugin builds from them (ports.PlannedBuilder), hashing the image as
+	// it writes it.
+	Entries       bool `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BuildSpec) Reset() {
 	*x = BuildSpec{}
-	mi := &file_builder_proto_msgTypes[3]
+	mi := &file_builder_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +569,7 @@ func (x *BuildSpec) String() string {
 func (*BuildSpec) ProtoMessage() {}
 
 func (x *BuildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_builder_proto_msgTypes[3]
+	mi := &file_builder_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +582,7 @@ func (x *BuildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildSpec.ProtoReflect.Descriptor instead.
 func (*BuildSpec) Descriptor() ([]byte, []int) {
-	return file_builder_proto_rawDescGZIP(), []int{3}
+	return file_builder_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BuildSpec) GetApiVersion() string {
@@ -315,16 +648,26 @@ func (x *BuildSpec) GetTreeFifo() string {
 	return ""
 }
 
+func (x *BuildSpec) GetEntries() bool {
+	if x != nil {
+		return x.Entries
+	}
+	return false
+}
+
 type BuildResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SizeBytes     int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SizeBytes int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// sha256 (lowercase hex) of the image when the plugin hashed it as it
+	// wrote it (API v3 builds from entries); empty otherwise.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BuildResponse) Reset() {
 	*x = BuildResponse{}
-	mi := &file_builder_proto_msgTypes[4]
+	mi := &file_builder_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +679,7 @@ func (x *BuildResponse) String() string {
 func (*BuildResponse) ProtoMessage() {}
 
 func (x *BuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_builder_proto_msgTypes[4]
+	mi := &file_builder_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +692,7 @@ func (x *BuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildResponse.ProtoReflect.Descriptor instead.
 func (*BuildResponse) Descriptor() ([]byte, []int) {
-	return file_builder_proto_rawDescGZIP(), []int{4}
+	return file_builder_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BuildResponse) GetSizeBytes() int64 {
@@ -357,6 +700,13 @@ func (x *BuildResponse) GetSizeBytes() int64 {
 		return x.SizeBytes
 	}
 	return 0
+}
+
+func (x *BuildResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
 }
 
 type CancelRequest struct {
@@ -368,7 +718,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_builder_proto_msgTypes[5]
+	mi := &file_builder_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +730,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_builder_proto_msgTypes[5]
+	mi := &file_builder_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +743,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_builder_proto_rawDescGZIP(), []int{5}
+	return file_builder_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CancelRequest) GetBuildId() string {
@@ -411,7 +761,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_builder_proto_msgTypes[6]
+	mi := &file_builder_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +773,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_builder_proto_msgTypes[6]
+	mi := &file_builder_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +786,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_builder_proto_rawDescGZIP(), []int{6}
+	return file_builder_proto_rawDescGZIP(), []int{9}
 }
 
 var File_builder_proto protoreflect.FileDescriptor
@@ -448,11 +798,43 @@ const file_builder_proto_rawDesc = "" +
 	"\x12PluginInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fapi_versions\x18\x02 \x03(\tR\vapiVersions\x12\x16\n" +
-	"\x06format\x18\x03 \x01(\tR\x06format\"_\n" +
+	"\x06format\x18\x03 \x01(\tR\x06format\"\x98\x01\n" +
 	"\fBuildRequest\x120\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.cube.builder.v1.BuildSpecH\x00R\x04spec\x12\x16\n" +
-	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
-	"\x03msg\"\xb9\x02\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x127\n" +
+	"\aentries\x18\x03 \x01(\v2\x1b.cube.builder.v1.EntryBatchH\x00R\aentriesB\x05\n" +
+	"\x03msg\"\\\n" +
+	"\n" +
+	"EntryBatch\x12\x18\n" +
+	"\asources\x18\x01 \x03(\fR\asources\x124\n" +
+	"\aentries\x18\x02 \x03(\v2\x1a.cube.builder.v1.TreeEntryR\aentries\"\xeb\x04\n" +
+	"\tTreeEntry\x12\x1a\n" +
+	"\btypeflag\x18\x01 \x01(\rR\btypeflag\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x1a\n" +
+	"\blinkname\x18\x03 \x01(\fR\blinkname\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\x03R\x04mode\x12\x10\n" +
+	"\x03uid\x18\x06 \x01(\x03R\x03uid\x12\x10\n" +
+	"\x03gid\x18\a \x01(\x03R\x03gid\x12\x14\n" +
+	"\x05uname\x18\b \x01(\fR\x05uname\x12\x14\n" +
+	"\x05gname\x18\t \x01(\fR\x05gname\x120\n" +
+	"\x05mtime\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x05mtime\x120\n" +
+	"\x05atime\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05atime\x120\n" +
+	"\x05ctime\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05ctime\x12\x1a\n" +
+	"\bdevmajor\x18\r \x01(\x03R\bdevmajor\x12\x1a\n" +
+	"\bdevminor\x18\x0e \x01(\x03R\bdevminor\x12;\n" +
+	"\vpax_records\x18\x0f \x03(\v2\x1a.cube.builder.v1.PAXRecordR\n" +
+	"paxRecords\x12\x16\n" +
+	"\x06format\x18\x10 \x01(\x05R\x06format\x12\x16\n" +
+	"\x06source\x18\x11 \x01(\rR\x06source\x12#\n" +
+	"\rsource_offset\x18\x12 \x01(\x03R\fsourceOffset\x12\x1b\n" +
+	"\tzero_runs\x18\x13 \x03(\rR\bzeroRuns\x12\x1d\n" +
+	"\n" +
+	"zero_known\x18\x14 \x01(\bR\tzeroKnown\"3\n" +
+	"\tPAXRecord\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xd3\x02\n" +
 	"\tBuildSpec\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x19\n" +
@@ -463,10 +845,13 @@ const file_builder_proto_rawDesc = "" +
 	"\x0fheadroom_inodes\x18\x06 \x01(\x03R\x0eheadroomInodes\x12$\n" +
 	"\x0emax_size_bytes\x18\a \x01(\x03R\fmaxSizeBytes\x12\x19\n" +
 	"\bbuild_id\x18\b \x01(\tR\abuildId\x12\x1b\n" +
-	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\".\n" +
+	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\x12\x18\n" +
+	"\aentries\x18\n" +
+	" \x01(\bR\aentries\"F\n" +
 	"\rBuildResponse\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"*\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"*\n" +
 	"\rCancelRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\"\x10\n" +
 	"\x0eCancelResponse2\xfb\x01\n" +
@@ -488,31 +873,40 @@ func file_builder_proto_rawDescGZIP() []byte {
 	return file_builder_proto_rawDescData
 }
 
-var file_builder_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_builder_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_builder_proto_goTypes = []any{
 	(*PluginInfoRequest)(nil),     // 0: cube.builder.v1.PluginInfoRequest
 	(*PluginInfoResponse)(nil),    // 1: cube.builder.v1.PluginInfoResponse
 	(*BuildRequest)(nil),          // 2: cube.builder.v1.BuildRequest
-	(*BuildSpec)(nil),             // 3: cube.builder.v1.BuildSpec
-	(*BuildResponse)(nil),         // 4: cube.builder.v1.BuildResponse
-	(*CancelRequest)(nil),         // 5: cube.builder.v1.CancelRequest
-	(*CancelResponse)(nil),        // 6: cube.builder.v1.CancelResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*EntryBatch)(nil),            // 3: cube.builder.v1.EntryBatch
+	(*TreeEntry)(nil),             // 4: cube.builder.v1.TreeEntry
+	(*PAXRecord)(nil),             // 5: cube.builder.v1.PAXRecord
+	(*BuildSpec)(nil),             // 6: cube.builder.v1.BuildSpec
+	(*BuildResponse)(nil),         // 7: cube.builder.v1.BuildResponse
+	(*CancelRequest)(nil),         // 8: cube.builder.v1.CancelRequest
+	(*CancelResponse)(nil),        // 9: cube.builder.v1.CancelResponse
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_builder_proto_depIdxs = []int32{
-	3, // 0: cube.builder.v1.BuildRequest.spec:type_name -> cube.builder.v1.BuildSpec
-	7, // 1: cube.builder.v1.BuildSpec.time:type_name -> google.protobuf.Timestamp
-	0, // 2: cube.builder.v1.RootfsBuilder.PluginInfo:input_type -> cube.builder.v1.PluginInfoRequest
-	2, // 3: cube.builder.v1.RootfsBuilder.Build:input_type -> cube.builder.v1.BuildRequest
-	5, // 4: cube.builder.v1.RootfsBuilder.Cancel:input_type -> cube.builder.v1.CancelRequest
-	1, // 5: cube.builder.v1.RootfsBuilder.PluginInfo:output_type -> cube.builder.v1.PluginInfoResponse
-	4, // 6: cube.builder.v1.RootfsBuilder.Build:output_type -> cube.builder.v1.BuildResponse
-	6, // 7: cube.builder.v1.RootfsBuilder.Cancel:output_type -> cube.builder.v1.CancelResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	6,  // 0: cube.builder.v1.BuildRequest.spec:type_name -> cube.builder.v1.BuildSpec
+	3,  // 1: cube.builder.v1.BuildRequest.entries:type_name -> cube.builder.v1.EntryBatch
+	4,  // 2: cube.builder.v1.EntryBatch.entries:type_name -> cube.builder.v1.TreeEntry
+	10, // 3: cube.builder.v1.TreeEntry.mtime:type_name -> google.protobuf.Timestamp
+	10, // 4: cube.builder.v1.TreeEntry.atime:type_name -> google.protobuf.Timestamp
+	10, // 5: cube.builder.v1.TreeEntry.ctime:type_name -> google.protobuf.Timestamp
+	5,  // 6: cube.builder.v1.TreeEntry.pax_records:type_name -> cube.builder.v1.PAXRecord
+	10, // 7: cube.builder.v1.BuildSpec.time:type_name -> google.protobuf.Timestamp
+	0,  // 8: cube.builder.v1.RootfsBuilder.PluginInfo:input_type -> cube.builder.v1.PluginInfoRequest
+	2,  // 9: cube.builder.v1.RootfsBuilder.Build:input_type -> cube.builder.v1.BuildRequest
+	8,  // 10: cube.builder.v1.RootfsBuilder.Cancel:input_type -> cube.builder.v1.CancelRequest
+	1,  // 11: cube.builder.v1.RootfsBuilder.PluginInfo:output_type -> cube.builder.v1.PluginInfoResponse
+	7,  // 12: cube.builder.v1.RootfsBuilder.Build:output_type -> cube.builder.v1.BuildResponse
+	9,  // 13: cube.builder.v1.RootfsBuilder.Cancel:output_type -> cube.builder.v1.CancelResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_builder_proto_init() }
@@ -523,6 +917,7 @@ func file_builder_proto_init() {
 	file_builder_proto_msgTypes[2].OneofWrappers = []any{
 		(*BuildRequest_Spec)(nil),
 		(*BuildRequest_Chunk)(nil),
+		(*BuildRequest_Entries)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -530,7 +925,7 @@ func file_builder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_builder_proto_rawDesc), len(file_builder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

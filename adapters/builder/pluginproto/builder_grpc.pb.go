@@ -37,7 +37,9 @@ type RootfsBuilderClient interface {
 	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
 	// the tree comes through spec.tree_fifo and no chunk follows). The
 	// plugin writes the image at spec.out_path (host and plugin share the
-	// file system).
+	// file system). With API v3 and spec.entries set, every later message
+	// is a batch of the tree's entries instead (ports.PlannedBuilder): the
+	// plugin reads each file's content from the file the entry names.
 	Build(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BuildRequest, BuildResponse], error)
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so
@@ -99,7 +101,9 @@ type RootfsBuilderServer interface {
 	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
 	// the tree comes through spec.tree_fifo and no chunk follows). The
 	// plugin writes the image at spec.out_path (host and plugin share the
-	// file system).
+	// file system). With API v3 and spec.entries set, every later message
+	// is a batch of the tree's entries instead (ports.PlannedBuilder): the
+	// plugin reads each file's content from the file the entry names.
 	Build(grpc.ClientStreamingServer[BuildRequest, BuildResponse]) error
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so

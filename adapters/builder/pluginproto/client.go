@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -82,18 +81,7 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	defer close(finished)
 	go c.cancelOnDone(ctx, id, finished, abort)
 
-	head := &BuildSpec{
-		ApiVersion:     apiVersion,
-		BuildId:        id,
-		OutPath:        spec.OutPath,
-		Uuid:           spec.UUID,
-		HeadroomBytes:  spec.HeadroomBytes,
-		HeadroomInodes: spec.HeadroomInodes,
-		MaxSizeBytes:   spec.MaxSizeBytes,
-	}
-	if !spec.Time.IsZero() {
-		head.Time = timestamppb.New(spec.Time)
-	}
+	head := specMessage(apiVersion, id, spec)
 	if apiVersion != APIVersion1 && !c.Chunks {
 		return c.buildFIFO(ctx, stream, head, spec)
 	}
@@ -153,7 +141,12 @@ func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string
 	if err != nil {
 		return ports.BuildResult{}, fromStatus(err)
 	}
-	return ports.BuildResult{SizeBytes: resp.GetSizeBytes()}, nil
+	sum := resp.GetSha256()
+	if sum != "" && !validSHA256(sum) {
+		_ = os.Remove(out)
+		return ports.BuildResult{}, fmt.Errorf("build: the plugin answered with sha256 %q, not 64 lowercase hex digits", sum)
+	}
+	return ports.BuildResult{SizeBytes: resp.GetSizeBytes(), SHA256: sum}, nil
 }
 
 // treeReadError marks a failure to read the tree (not to write the pipe).

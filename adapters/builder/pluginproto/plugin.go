@@ -30,10 +30,15 @@ const (
 	// (BuildSpec.tree_fifo) instead: the tar bytes then cross the process
 	// boundary through the kernel, with no gRPC framing or copies.
 	APIVersion2 = "v2"
+	// APIVersion3: v2, and a plugin whose builder is a
+	// ports.PlannedBuilder may get the tree as entries (BuildSpec.entries,
+	// EntryBatch messages): it reads each file's content from the host's
+	// files itself and answers with the image's sha256.
+	APIVersion3 = "v3"
 )
 
 // APIVersions lists what this package speaks, most preferred first.
-var APIVersions = []string{APIVersion2, APIVersion1}
+var APIVersions = []string{APIVersion3, APIVersion2, APIVersion1}
 
 // ChunkSize is the size of the tree chunks the host sends.
 const ChunkSize = 1 << 20
@@ -47,7 +52,8 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	Impl ports.RootfsBuilder
 	// APIVersions overrides what the plugin reports in PluginInfo; nil
-	// means every version this package speaks.
+	// means every version this package speaks that Impl can serve (v3
+	// only for a ports.PlannedBuilder).
 	APIVersions []string
 }
 
@@ -56,6 +62,9 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	versions := p.APIVersions
 	if versions == nil {
 		versions = APIVersions
+		if _, ok := p.Impl.(ports.PlannedBuilder); !ok {
+			versions = []string{APIVersion2, APIVersion1}
+		}
 	}
 	RegisterRootfsBuilderServer(s, &server{impl: p.Impl, versions: versions})
 	return nil

@@ -75,8 +75,13 @@ func TestPluginInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "fake" || fmt.Sprint(info.APIVersions) != fmt.Sprint(APIVersions) {
+	// A builder that cannot build from entries is not offered API v3.
+	if info.Name != "fake" || fmt.Sprint(info.APIVersions) != "[v2 v1]" {
 		t.Errorf("info = %+v", info)
+	}
+	info, err = connect(t, &GRPCPlugin{Impl: &plannedFake{}}).PluginInfo(context.Background())
+	if err != nil || fmt.Sprint(info.APIVersions) != fmt.Sprint(APIVersions) {
+		t.Errorf("planned builder: info = %+v, err %v", info, err)
 	}
 	info, err = connect(t, &GRPCPlugin{Impl: &fakeBuilder{}, APIVersions: []string{"v9"}}).PluginInfo(context.Background())
 	if err != nil || fmt.Sprint(info.APIVersions) != "[v9]" {

@@ -86,6 +86,17 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 	if spec.GetTime() != nil {
 		when = spec.GetTime().AsTime()
 	}
+	bspec := ports.BuildSpec{
+		OutPath:        spec.GetOutPath(),
+		UUID:           spec.GetUuid(),
+		Time:           when,
+		HeadroomBytes:  spec.GetHeadroomBytes(),
+		HeadroomInodes: spec.GetHeadroomInodes(),
+		MaxSizeBytes:   spec.GetMaxSizeBytes(),
+	}
+	if spec.GetEntries() {
+		return s.buildEntries(ctx, stream, spec.GetApiVersion(), bspec)
+	}
 	var tree io.Reader = &chunkReader{stream: stream}
 	if fifo := spec.GetTreeFifo(); fifo != "" {
 		if spec.GetApiVersion() == APIVersion1 {
@@ -98,24 +109,39 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 		defer f.Close()
 		tree = f
 	}
-	res, err := s.impl.Build(ctx, ports.BuildSpec{
-		Tree:           tree,
-		OutPath:        spec.GetOutPath(),
-		UUID:           spec.GetUuid(),
-		Time:           when,
-		HeadroomBytes:  spec.GetHeadroomBytes(),
-		HeadroomInodes: spec.GetHeadroomInodes(),
-		MaxSizeBytes:   spec.GetMaxSizeBytes(),
-	})
+	bspec.Tree = tree
+	res, err := s.impl.Build(ctx, bspec)
 	if err != nil {
-		// Report cancellation as such even if the builder saw it only as
-		// a broken stream.
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (%w)", ctxErr, err)
-		}
-		return toStatus(err)
+		return buildStatus(ctx, err)
 	}
 	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes})
+}
+
+// buildEntries serves an API v3 build from entries.
+func (s *server) buildEntries(ctx context.Context, stream RootfsBuilder_BuildServer, version string, spec ports.BuildSpec) error {
+	pb, ok := s.impl.(ports.PlannedBuilder)
+	if version == APIVersion1 || version == APIVersion2 || !ok {
+		return status.Errorf(codes.InvalidArgument, "a build from entries needs API v3 and a builder that builds from entries (%s, API %s): invalid argument", s.impl.Name(), version)
+	}
+	entries, closeAll, err := receiveEntries(ctx, stream)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	res, err := pb.BuildEntries(ctx, spec, entries)
+	if err != nil {
+		return buildStatus(ctx, err)
+	}
+	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes, Sha256: res.SHA256})
+}
+
+// buildStatus reports cancellation as such even if the builder saw it only
+// as a broken stream.
+func buildStatus(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = fmt.Errorf("%w (%w)", ctxErr, err)
+	}
+	return toStatus(err)
 }
 
 // openFIFO opens the host's tree pipe for reading; it must be a named

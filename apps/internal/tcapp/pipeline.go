@@ -73,6 +73,12 @@ type pluginBuilder struct{ *plugin.Builder }
 
 func (p pluginBuilder) Shutdown() error { return p.Close() }
 
+// plannedPluginBuilder is a plugin that also builds from entries.
+type plannedPluginBuilder struct {
+	pluginBuilder
+	ports.PlannedBuilder
+}
+
 // NewBuildInjector wires the build pipeline's adapters. ctx bounds the
 // start of a builder plugin.
 func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
@@ -146,11 +152,17 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
-		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks sends the tree in gRPC
-		// messages instead of a named pipe (the benchmark compares both).
-		b, err := plugin.Load(ctx, path, plugin.Options{Chunks: os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE") == "chunks"})
+		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo or chunks hands the tree
+		// over as a tar stream, through a named pipe or in gRPC messages,
+		// even to a plugin that builds from entries (the benchmark
+		// compares the three).
+		tree := os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE")
+		b, err := plugin.Load(ctx, path, plugin.Options{Chunks: tree == "chunks", Stream: tree == "fifo"})
 		if err != nil {
 			return nil, fmt.Errorf("load builder plugin %s: %w", name, err)
+		}
+		if pb := b.Planned(); pb != nil {
+			return plannedPluginBuilder{pluginBuilder{b}, pb}, nil
 		}
 		return pluginBuilder{b}, nil
 	})

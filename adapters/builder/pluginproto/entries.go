@@ -1,0 +1,281 @@
+package pluginproto
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// API v3 builds from entries: the host sends the tree's headers with, for
+// each file, where its content lies in a file the host holds open; the
+// plugin opens that file through /proc/<host pid>/fd/<fd> (the spool files
+// are unlinked, so they have no other name) and reads the content in
+// place. No content byte crosses the boundary: the kernel copies it once,
+// from the host's page cache into the image.
+
+// batchBytes bounds an EntryBatch well under gRPC's 4 MiB message limit.
+const batchBytes = 1 << 20
+
+// BuildEntries hands the tree over as entries (API v3) and returns the
+// plugin's answer, with the sha256 it computed while writing. Like Build,
+// cancelling ctx asks the plugin to cancel and waits for its cleanup.
+func (c *Client) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
+	var res ports.BuildResult
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("build: %w", err)
+	}
+	var idb [16]byte
+	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	callCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	stream, err := c.rpc.Build(callCtx)
+	if err != nil {
+		return res, c.fail(ctx, err)
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go c.cancelOnDone(ctx, id, finished, abort)
+	head := specMessage(APIVersion3, id, spec)
+	head.Entries = true
+	if err := sendEntries(ctx, stream, head, entries); err != nil {
+		abortErr := c.cancelAndWait(ctx, id, stream, spec.OutPath)
+		return res, errors.Join(err, abortErr)
+	}
+	resp, err := stream.CloseAndRecv()
+	return buildAnswer(ctx, resp, err, spec.OutPath)
+}
+
+// sendEntries sends the spec, then the entries in batches. Like sendTree
+// it returns only errors of its own side: a plugin that ends the call
+// early (Send fails) says why in its answer.
+func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, entries []ports.TreeEntry) error {
+	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
+		return nil
+	}
+	pid := os.Getpid()
+	sources := map[*os.File]uint32{}
+	batch := &EntryBatch{}
+	size := 0
+	flush := func() bool {
+		if len(batch.Entries) == 0 && len(batch.Sources) == 0 {
+			return true
+		}
+		err := stream.Send(&BuildRequest{Msg: &BuildRequest_Entries{Entries: batch}})
+		batch, size = &EntryBatch{}, 0
+		return err == nil
+	}
+	for i, e := range entries {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return nil // cancelled; cancelOnDone has told the plugin
+		}
+		if e.Header == nil {
+			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)
+		}
+		m := entryMessage(e.Header)
+		if e.Header.Typeflag == tar.TypeReg && e.Header.Size > 0 {
+			if e.File == nil {
+				return fmt.Errorf("tree entry %q: %d bytes of content and no file: %w", e.Header.Name, e.Header.Size, core.ErrInvalidArgument)
+			}
+			n, ok := sources[e.File]
+			if !ok {
+				n = uint32(len(sources) + 1)
+				sources[e.File] = n
+				p := []byte(fmt.Sprintf("/proc/%d/fd/%d", pid, e.File.Fd()))
+				batch.Sources = append(batch.Sources, p)
+				size += len(p) + 4
+			}
+			m.Source, m.SourceOffset = n, e.Offset
+			if e.ZeroKnown {
+				m.ZeroKnown = true
+				m.ZeroRuns = make([]uint32, 0, 2*len(e.Zero))
+				for _, r := range e.Zero {
+					m.ZeroRuns = append(m.ZeroRuns, r[0], r[1])
+				}
+			}
+		}
+		batch.Entries = append(batch.Entries, m)
+		if size += proto.Size(m) + 4; size >= batchBytes && !flush() {
+			return nil
+		}
+	}
+	flush()
+	return nil
+}
+
+// specMessage is the wire form of spec (without the tree).
+func specMessage(apiVersion, id string, spec ports.BuildSpec) *BuildSpec {
+	head := &BuildSpec{
+		ApiVersion:     apiVersion,
+		BuildId:        id,
+		OutPath:        spec.OutPath,
+		Uuid:           spec.UUID,
+		HeadroomBytes:  spec.HeadroomBytes,
+		HeadroomInodes: spec.HeadroomInodes,
+		MaxSizeBytes:   spec.MaxSizeBytes,
+	}
+	if !spec.Time.IsZero() {
+		head.Time = timestamppb.New(spec.Time)
+	}
+	return head
+}
+
+func entryMessage(h *tar.Header) *TreeEntry {
+	m := &TreeEntry{
+		Typeflag: uint32(h.Typeflag),
+		Name:     []byte(h.Name),
+		Linkname: []byte(h.Linkname),
+		Size:     h.Size,
+		Mode:     h.Mode,
+		Uid:      int64(h.Uid),
+		Gid:      int64(h.Gid),
+		Uname:    []byte(h.Uname),
+		Gname:    []byte(h.Gname),
+		Mtime:    timeMessage(h.ModTime),
+		Atime:    timeMessage(h.AccessTime),
+		Ctime:    timeMessage(h.ChangeTime),
+		Devmajor: h.Devmajor,
+		Devminor: h.Devminor,
+		Format:   int32(h.Format),
+	}
+	for k, v := range h.PAXRecords {
+		m.PaxRecords = append(m.PaxRecords, &PAXRecord{Key: []byte(k), Value: []byte(v)})
+	}
+	return m
+}
+
+func timeMessage(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func timeOf(m *timestamppb.Timestamp) time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return m.AsTime()
+}
+
+// headerOf is the tar header an entry message carries.
+func headerOf(m *TreeEntry) (*tar.Header, error) {
+	if m.GetTypeflag() > 0xFF {
+		return nil, fmt.Errorf("entry %q: type flag %d", m.GetName(), m.GetTypeflag())
+	}
+	h := &tar.Header{
+		Typeflag:   byte(m.GetTypeflag()),
+		Name:       string(m.GetName()),
+		Linkname:   string(m.GetLinkname()),
+		Size:       m.GetSize(),
+		Mode:       m.GetMode(),
+		Uid:        int(m.GetUid()),
+		Gid:        int(m.GetGid()),
+		Uname:      string(m.GetUname()),
+		Gname:      string(m.GetGname()),
+		ModTime:    timeOf(m.GetMtime()),
+		AccessTime: timeOf(m.GetAtime()),
+		ChangeTime: timeOf(m.GetCtime()),
+		Devmajor:   m.GetDevmajor(),
+		Devminor:   m.GetDevminor(),
+		Format:     tar.Format(m.GetFormat()),
+	}
+	if len(m.GetPaxRecords()) > 0 {
+		h.PAXRecords = make(map[string]string, len(m.GetPaxRecords()))
+		for _, r := range m.GetPaxRecords() {
+			h.PAXRecords[string(r.GetKey())] = string(r.GetValue())
+		}
+	}
+	return h, nil
+}
+
+// receiveEntries reads the entry batches that follow an entries spec to
+// the end of the stream, opening each content source once; close closes
+// them. The entries are valid until close.
+func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer) (entries []ports.TreeEntry, closeAll func(), err error) {
+	var files []*os.File
+	closeAll = func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	fail := func(err error) ([]ports.TreeEntry, func(), error) {
+		closeAll()
+		return nil, func() {}, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return fail(status.FromContextError(err).Err())
+		}
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return entries, closeAll, nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		b := msg.GetEntries()
+		if b == nil {
+			return fail(status.Error(codes.InvalidArgument, "build stream: an entries build takes only entry batches after the spec: invalid argument"))
+		}
+		for _, p := range b.GetSources() {
+			f, err := os.Open(string(p))
+			if err != nil {
+				return fail(status.Errorf(codes.InvalidArgument, "content source %q: %v: invalid argument", p, err))
+			}
+			files = append(files, f)
+		}
+		for _, m := range b.GetEntries() {
+			h, err := headerOf(m)
+			if err != nil {
+				return fail(status.Errorf(codes.InvalidArgument, "%v: invalid argument", err))
+			}
+			e := ports.TreeEntry{Header: h}
+			if n := m.GetSource(); n > 0 {
+				if int(n) > len(files) {
+					return fail(status.Errorf(codes.InvalidArgument, "entry %q: content source %d of %d: invalid argument", h.Name, n, len(files)))
+				}
+				e.File, e.Offset = files[n-1], m.GetSourceOffset()
+			}
+			if m.GetZeroKnown() {
+				z := m.GetZeroRuns()
+				if len(z)%2 != 0 {
+					return fail(status.Errorf(codes.InvalidArgument, "entry %q: odd zero run list: invalid argument", h.Name))
+				}
+				e.ZeroKnown = true
+				e.Zero = make([][2]uint32, 0, len(z)/2)
+				for i := 0; i < len(z); i += 2 {
+					e.Zero = append(e.Zero, [2]uint32{z[i], z[i+1]})
+				}
+			}
+			entries = append(entries, e)
+		}
+	}
+}
+
+// validSHA256 reports whether s is a lowercase hex sha256.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
