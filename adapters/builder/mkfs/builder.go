@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -312,13 +313,22 @@ func (j *job) build(ctx context.Context) (int64, string, error) {
 			}
 			var sum string
 			if inWork {
-				// The staged tree is no longer needed: delete it while
-				// the image is copied out.
+				// The staged tree is no longer needed: delete it, and
+				// run the final check (read only), while the image is
+				// copied out; a failed check removes the copy.
 				removed := make(chan struct{})
 				go func() { removeTree(j.stage); close(removed) }()
+				checked := make(chan error, 1)
+				go func() { checked <- j.r.fsck(ctx, tmp) }()
 				sum, err = copyOut(ctx, tmp, j.spec.OutPath)
+				if ferr := <-checked; ferr != nil {
+					if err == nil {
+						os.Remove(j.spec.OutPath)
+					}
+					err = ferr
+				}
 				<-removed
-			} else {
+			} else if err = j.r.fsck(ctx, tmp); err == nil {
 				err = publish(tmp, j.spec.OutPath)
 			}
 			if err != nil {
@@ -402,9 +412,6 @@ func (j *job) attempt(ctx context.Context, tmp string, blocks, inodes int64) (at
 		return res, nil
 	}
 	if err != nil {
-		return attemptResult{}, err
-	}
-	if err := j.r.fsck(ctx, tmp); err != nil {
 		return attemptResult{}, err
 	}
 	post, err := j.r.dumpe2fs(ctx, tmp, false)
@@ -548,13 +555,17 @@ func copyOut(ctx context.Context, img, out string) (string, error) {
 	return sum, nil
 }
 
-// copyHashing copies src to dst and returns src's sha256. The file is
-// mapped, a window at a time, by two goroutines: one writes it out, one
-// hashes it, so each byte is copied once (into dst's page cache) and the
-// copy takes as long as the slower of the two. A window is unmapped once
-// done, so the process never holds more than two windows of the image in
-// its address space. 4 MiB pieces of zeros are left as holes in dst (the
-// file keeps its length), as they were in src.
+// copyHashing copies src to dst and returns src's sha256. Two goroutines
+// go through the file a window at a time: one maps it and hashes it, the
+// other checks each 4 MiB piece in the mapping and has the kernel copy the
+// non-zero ones (sendfile), so each byte is copied once (into dst's page
+// cache) and the copy takes as long as the slower of the two. (A write
+// from the mapping itself costs more: the kernel copies into the page
+// cache without faulting, and each page not yet mapped makes it zero the
+// target and try again.) A window is unmapped once done, so the process
+// never holds more than two windows of the image in its address space.
+// Pieces of zeros are left as holes in dst (the file keeps its length), as
+// they were in src.
 func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 	fi, err := src.Stat()
 	if err != nil {
@@ -573,7 +584,7 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		for len(m) > 0 {
 			n := min(len(m), copyPiece)
 			if !isZero(m[:n]) {
-				if _, err := dst.WriteAt(m[:n], off); err != nil {
+				if err := sendRange(dst, src, off, n); err != nil {
 					return err
 				}
 			}
@@ -591,6 +602,30 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sendRange copies n bytes at off from src to the same offset of dst in
+// the kernel. sendfile writes at dst's file offset, which only this
+// function moves.
+func sendRange(dst, src *os.File, off int64, n int) error {
+	if _, err := dst.Seek(off, io.SeekStart); err != nil {
+		return err
+	}
+	in := off
+	for n > 0 {
+		k, err := unix.Sendfile(int(dst.Fd()), int(src.Fd()), &in, n)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copy image: %w", err)
+		}
+		if k == 0 {
+			return fmt.Errorf("copy image: %w", io.ErrUnexpectedEOF)
+		}
+		n -= k
+	}
+	return nil
 }
 
 const (

@@ -36,12 +36,14 @@
 //     a "." entry if there is one; mtime spec.Time), rewrites the xattrs of
 //     entries that have several in sorted order, and sets ctime to
 //     spec.Time on every used inode.
-//  5. `e2fsck -fn` must exit 0, dumpe2fs must report 4 KiB blocks, the pinned
-//     features and the requested free blocks and inodes; then the file is
-//     renamed onto OutPath or, made on tmpfs, copied there with its sha256
-//     computed on the way (BuildResult.SHA256: the image is mapped a
-//     window at a time, one goroutine writes it out while another hashes
-//     it, so each byte is copied once). It is not fsynced again:
+//  5. dumpe2fs must report 4 KiB blocks, the pinned features and the
+//     requested free blocks and inodes, and `e2fsck -fn` must exit 0; then
+//     the file is renamed onto OutPath or, made on tmpfs, copied there with
+//     its sha256 computed on the way (BuildResult.SHA256: the image is
+//     mapped a window at a time, one goroutine hashes it while another has
+//     the kernel copy its non-zero pieces out, so each byte is copied
+//     once). The copy runs alongside the read-only e2fsck -fn, whose
+//     failure removes it. It is not fsynced again:
 //     the artifact store makes the published copy durable. The staging
 //     tree and every temporary file are removed on every path.
 //

@@ -369,6 +369,51 @@ func TestToolFailureReported(t *testing.T) {
 	}
 }
 
+// TestFinalCheckFailure: the last check (e2fsck -fn) runs while the image
+// is copied out of a tmpfs work directory, or before it is renamed into
+// place from any other; when it fails the build fails with its output and
+// nothing is left at OutPath either way.
+func TestFinalCheckFailure(t *testing.T) {
+	needRoot(t)
+	real, err := exec.LookPath("e2fsck")
+	if err != nil {
+		t.Skip("no e2fsck")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "e2fsck")
+	script := "#!/bin/sh\nif [ \"$1\" = -fn ]; then echo 'Pass 5: bitmap differences' >&2; exit 4; fi\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	works := map[string]string{"disk": t.TempDir()}
+	if shm := mkfs.FastWorkDir("", 1<<30); shm == "/dev/shm" {
+		d, err := os.MkdirTemp(shm, "mkfs-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		works["tmpfs"] = d
+	}
+	for name, work := range works {
+		t.Run(name, func(t *testing.T) {
+			outDir := t.TempDir()
+			_, err := mkfs.New(mkfs.Options{WorkDir: work, E2fsck: fake}).Build(context.Background(), ports.BuildSpec{
+				Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: filepath.Join(outDir, "img"),
+				UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+			})
+			if err == nil || !strings.Contains(err.Error(), "bitmap differences") || !strings.Contains(err.Error(), "failed its check") {
+				t.Fatalf("err = %v, want the final check's failure and output", err)
+			}
+			if left, _ := os.ReadDir(outDir); len(left) != 0 {
+				t.Errorf("left at OutPath's directory: %v", left)
+			}
+			if left, _ := os.ReadDir(work); len(left) != 0 {
+				t.Errorf("left in the work directory: %v", left)
+			}
+		})
+	}
+}
+
 // TestCancelKillsTool replaces mkfs.ext4 with a script that hangs, cancels
 // the build, and checks the child is gone and nothing is left behind.
 func TestCancelKillsTool(t *testing.T) {
