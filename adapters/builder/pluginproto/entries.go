@@ -61,8 +61,8 @@ func (c *Client) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries
 }
 
 // sendEntries sends the spec, then the entries in batches. Like sendTree
-// it returns only errors of its own side: a plugin that ends the call
-// early (Send fails) says why in its answer.
+// it returns only errors of its own side (a bad entry, cancellation): a
+// plugin that ends the call early (Send fails) says why in its answer.
 func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, entries []ports.TreeEntry) error {
 	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
 		return nil
@@ -81,7 +81,9 @@ func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *Bu
 	}
 	for i, e := range entries {
 		if i%1024 == 0 && ctx.Err() != nil {
-			return nil // cancelled; cancelOnDone has told the plugin
+			// Never end the stream early: the plugin would take the
+			// entries so far for the whole tree.
+			return fmt.Errorf("build: %w", ctx.Err())
 		}
 		if e.Header == nil {
 			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)
