@@ -237,7 +237,9 @@ func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer) (entr
 		for _, p := range b.GetSources() {
 			f, err := os.Open(string(p))
 			if err != nil {
-				return fail(status.Errorf(codes.InvalidArgument, "content source %q: %v: invalid argument", p, err))
+				// The usual cause is a plugin that runs as another user than
+				// the host (or without the host's /proc): say what to do.
+				return fail(status.Errorf(codes.InvalidArgument, "content source %q: %v (a plugin reads the host's files in place: run it as the host's user, or set CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo to send it the tar stream): invalid argument", p, err))
 			}
 			files = append(files, f)
 		}

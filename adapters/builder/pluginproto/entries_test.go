@@ -238,8 +238,9 @@ func TestV3UnreadableSource(t *testing.T) {
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}})
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Entries{Entries: &EntryBatch{Sources: [][]byte{[]byte("/nonexistent/spool")}}}})
 	_, err = stream.CloseAndRecv()
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/nonexistent/spool") {
-		t.Fatalf("err = %v, want InvalidArgument naming the source", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/nonexistent/spool") ||
+		!strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo") {
+		t.Fatalf("err = %v, want InvalidArgument naming the source and the way out", err)
 	}
 	// And a chunk in an entries build is refused too.
 	stream, _ = c.rpc.Build(context.Background())
