@@ -315,18 +315,20 @@ func (j *job) build(ctx context.Context) (int64, string, error) {
 			if inWork {
 				// The staged tree is no longer needed: delete it, and
 				// run the final check (read only), while the image is
-				// copied out; a failed check removes the copy.
+				// copied out; the copy is renamed onto OutPath only
+				// once the check passed.
 				removed := make(chan struct{})
 				go func() { removeTree(j.stage); close(removed) }()
+				checkCtx, stopCheck := context.WithCancel(ctx)
 				checked := make(chan error, 1)
-				go func() { checked <- j.r.fsck(ctx, tmp) }()
-				sum, err = copyOut(ctx, tmp, j.spec.OutPath)
-				if ferr := <-checked; ferr != nil {
-					if err == nil {
-						os.Remove(j.spec.OutPath)
-					}
-					err = ferr
+				go func() { checked <- j.r.fsck(checkCtx, tmp) }()
+				waited := false
+				sum, err = copyOut(ctx, tmp, j.spec.OutPath, func() error { waited = true; return <-checked })
+				if !waited { // the copy failed: the check is moot
+					stopCheck()
+					<-checked
 				}
+				stopCheck()
 				<-removed
 			} else if err = j.r.fsck(ctx, tmp); err == nil {
 				err = publish(tmp, j.spec.OutPath)
@@ -518,9 +520,10 @@ func publish(tmp, out string) error {
 }
 
 // copyOut copies the image from the work directory to a temporary file
-// beside out, hashing it in a second goroutine as it goes, and renames it
-// onto out. It returns the sha256.
-func copyOut(ctx context.Context, img, out string) (string, error) {
+// beside out, hashing it in a second goroutine as it goes, and, if check
+// (called once the copy is complete) passes, renames it onto out. It
+// returns the sha256.
+func copyOut(ctx context.Context, img, out string, check func() error) (string, error) {
 	src, err := os.Open(img)
 	if err != nil {
 		return "", fmt.Errorf("mkfs builder: %w", err)
@@ -545,10 +548,13 @@ func copyOut(ctx context.Context, img, out string) (string, error) {
 	if err == nil {
 		err = dst.Close()
 	}
-	if err == nil {
-		err = os.Rename(dst.Name(), out)
-	}
 	if err != nil {
+		return "", fmt.Errorf("mkfs builder: copy image to %s: %w", out, err)
+	}
+	if err := check(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(dst.Name(), out); err != nil {
 		return "", fmt.Errorf("mkfs builder: copy image to %s: %w", out, err)
 	}
 	ok = true

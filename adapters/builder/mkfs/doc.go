@@ -42,8 +42,8 @@
 //     its sha256 computed on the way (BuildResult.SHA256: the image is
 //     mapped a window at a time, one goroutine hashes it while another has
 //     the kernel copy its non-zero pieces out, so each byte is copied
-//     once). The copy runs alongside the read-only e2fsck -fn, whose
-//     failure removes it. It is not fsynced again:
+//     once). The copy runs alongside the read-only e2fsck -fn and is
+//     renamed onto OutPath only once that passed. It is not fsynced again:
 //     the artifact store makes the published copy durable. The staging
 //     tree and every temporary file are removed on every path.
 //

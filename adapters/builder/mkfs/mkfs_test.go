@@ -371,19 +371,14 @@ func TestToolFailureReported(t *testing.T) {
 
 // TestFinalCheckFailure: the last check (e2fsck -fn) runs while the image
 // is copied out of a tmpfs work directory, or before it is renamed into
-// place from any other; when it fails the build fails with its output and
-// nothing is left at OutPath either way.
+// place from any other; OutPath never holds an image that has not passed
+// it (the fake check looks, after the copy had time to finish), and when
+// it fails the build fails with its output and nothing is left behind.
 func TestFinalCheckFailure(t *testing.T) {
 	needRoot(t)
 	real, err := exec.LookPath("e2fsck")
 	if err != nil {
 		t.Skip("no e2fsck")
-	}
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "e2fsck")
-	script := "#!/bin/sh\nif [ \"$1\" = -fn ]; then echo 'Pass 5: bitmap differences' >&2; exit 4; fi\nexec " + real + " \"$@\"\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
 	}
 	works := map[string]string{"disk": t.TempDir()}
 	if shm := mkfs.FastWorkDir("", 1<<30); shm == "/dev/shm" {
@@ -397,12 +392,22 @@ func TestFinalCheckFailure(t *testing.T) {
 	for name, work := range works {
 		t.Run(name, func(t *testing.T) {
 			outDir := t.TempDir()
+			out := filepath.Join(outDir, "img")
+			fake := filepath.Join(t.TempDir(), "e2fsck")
+			script := "#!/bin/sh\nif [ \"$1\" = -fn ]; then sleep 0.5; [ -e " + out + " ] && echo 'OutPath is already there' >&2\n" +
+				"echo 'Pass 5: bitmap differences' >&2; exit 4; fi\nexec " + real + " \"$@\"\n"
+			if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			_, err := mkfs.New(mkfs.Options{WorkDir: work, E2fsck: fake}).Build(context.Background(), ports.BuildSpec{
-				Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: filepath.Join(outDir, "img"),
+				Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: out,
 				UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
 			})
 			if err == nil || !strings.Contains(err.Error(), "bitmap differences") || !strings.Contains(err.Error(), "failed its check") {
 				t.Fatalf("err = %v, want the final check's failure and output", err)
+			}
+			if strings.Contains(err.Error(), "already there") {
+				t.Errorf("the image reached OutPath before its check passed: %v", err)
 			}
 			if left, _ := os.ReadDir(outDir); len(left) != 0 {
 				t.Errorf("left at OutPath's directory: %v", left)

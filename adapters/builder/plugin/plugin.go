@@ -170,8 +170,11 @@ func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildR
 // The pipeline then hands the plugin the flattened tree's entries: the
 // plugin reads the content from the host's files in place, lays the image
 // out first and hashes it as it writes it, so neither the tar stream nor
-// a second pass over the image is needed. The sha256 it reports is held
-// to the bytes again by the artifact store before anything is published.
+// a second pass over the image is needed. The sha256 it reports is taken
+// as an in-process builder's is: the artifact store holds it to the bytes
+// again before anything is published; a build without a store (the
+// one-shot CLI) reports it as the plugin computed it, from the bytes the
+// plugin wrote.
 func (b *Builder) Planned() ports.PlannedBuilder {
 	if b.api != pluginproto.APIVersion3 || b.stream {
 		return nil

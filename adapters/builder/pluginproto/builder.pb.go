@@ -550,7 +550,10 @@ type BuildSpec struct {
 	// entries (API v3): the tree comes as EntryBatch messages and the
 	// plugin builds from them (ports.PlannedBuilder), hashing the image as
 	// it writes it.
-	Entries       bool `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
+	Entries bool `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
+	// entry_count (API v3, with entries) is how many entries the batches
+	// carry: a stream that ends with fewer is a broken build, not a tree.
+	EntryCount    int64 `protobuf:"varint,11,opt,name=entry_count,json=entryCount,proto3" json:"entry_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +656,13 @@ func (x *BuildSpec) GetEntries() bool {
 		return x.Entries
 	}
 	return false
+}
+
+func (x *BuildSpec) GetEntryCount() int64 {
+	if x != nil {
+		return x.EntryCount
+	}
+	return 0
 }
 
 type BuildResponse struct {
@@ -834,7 +844,7 @@ const file_builder_proto_rawDesc = "" +
 	"zero_known\x18\x14 \x01(\bR\tzeroKnown\"3\n" +
 	"\tPAXRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xd3\x02\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xf4\x02\n" +
 	"\tBuildSpec\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x19\n" +
@@ -847,7 +857,9 @@ const file_builder_proto_rawDesc = "" +
 	"\bbuild_id\x18\b \x01(\tR\abuildId\x12\x1b\n" +
 	"\ttree_fifo\x18\t \x01(\tR\btreeFifo\x12\x18\n" +
 	"\aentries\x18\n" +
-	" \x01(\bR\aentries\"F\n" +
+	" \x01(\bR\aentries\x12\x1f\n" +
+	"\ventry_count\x18\v \x01(\x03R\n" +
+	"entryCount\"F\n" +
 	"\rBuildResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x16\n" +

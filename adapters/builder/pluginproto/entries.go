@@ -28,7 +28,14 @@ import (
 // from the host's page cache into the image.
 
 // batchBytes bounds an EntryBatch well under gRPC's 4 MiB message limit.
-const batchBytes = 1 << 20
+// One entry stays under it too: names, links and xattrs are bounded by the
+// flattener's limits, and a file's zero-run list longer than maxZeroRuns is
+// not sent (the plugin then finds the zero blocks by reading the content,
+// as for any entry whose runs are unknown; the image is the same).
+const (
+	batchBytes  = 1 << 20
+	maxZeroRuns = 64 << 10
+)
 
 // BuildEntries hands the tree over as entries (API v3) and returns the
 // plugin's answer, with the sha256 it computed while writing. Like Build,
@@ -52,6 +59,7 @@ func (c *Client) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries
 	go c.cancelOnDone(ctx, id, finished, abort)
 	head := specMessage(APIVersion3, id, spec)
 	head.Entries = true
+	head.EntryCount = int64(len(entries))
 	if err := sendEntries(ctx, stream, head, entries); err != nil {
 		abortErr := c.cancelAndWait(ctx, id, stream, spec.OutPath)
 		return res, errors.Join(err, abortErr)
@@ -102,7 +110,7 @@ func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *Bu
 				size += len(p) + 4
 			}
 			m.Source, m.SourceOffset = n, e.Offset
-			if e.ZeroKnown {
+			if e.ZeroKnown && len(e.Zero) <= maxZeroRuns {
 				m.ZeroKnown = true
 				m.ZeroRuns = make([]uint32, 0, 2*len(e.Zero))
 				for _, r := range e.Zero {
@@ -207,8 +215,10 @@ func headerOf(m *TreeEntry) (*tar.Header, error) {
 
 // receiveEntries reads the entry batches that follow an entries spec to
 // the end of the stream, opening each content source once; close closes
-// them. The entries are valid until close.
-func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer) (entries []ports.TreeEntry, closeAll func(), err error) {
+// them. The entries are valid until close. A stream that ends before the
+// count the spec announced is refused: the host stopped sending (it was
+// cancelled, or failed), and the entries so far are not the tree.
+func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer, count int64) (entries []ports.TreeEntry, closeAll func(), err error) {
 	var files []*os.File
 	closeAll = func() {
 		for _, f := range files {
@@ -225,6 +235,12 @@ func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer) (entr
 		}
 		msg, err := stream.Recv()
 		if err == io.EOF {
+			if err := ctx.Err(); err != nil {
+				return fail(status.FromContextError(err).Err())
+			}
+			if int64(len(entries)) != count {
+				return fail(status.Errorf(codes.InvalidArgument, "build stream: %d entries arrived, the spec announced %d: invalid argument", len(entries), count))
+			}
 			return entries, closeAll, nil
 		}
 		if err != nil {

@@ -250,3 +250,59 @@ func TestV3UnreadableSource(t *testing.T) {
 		t.Fatalf("chunk in an entries build: err = %v, want InvalidArgument", err)
 	}
 }
+
+// A stream that ends before the announced count is a broken build: the
+// plugin must not take the entries so far for the tree (the host closes
+// its side cleanly when it gives up, e.g. cancelled before the plugin
+// registered the build).
+func TestV3TruncatedStreamRefused(t *testing.T) {
+	pf := &plannedFake{}
+	c := connect(t, &GRPCPlugin{Impl: pf})
+	stream, err := c.rpc.Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := specMessage(APIVersion3, "id", ports.BuildSpec{OutPath: "/x"})
+	head.Entries, head.EntryCount = true, 2
+	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}})
+	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Entries{Entries: &EntryBatch{Entries: []*TreeEntry{
+		entryMessage(&tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755})}}}})
+	_, err = stream.CloseAndRecv()
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "1 entries arrived, the spec announced 2") {
+		t.Fatalf("err = %v, want the truncated stream refused", err)
+	}
+	if pf.got != nil {
+		t.Fatalf("the plugin built from %d entries of a truncated stream", len(pf.got))
+	}
+}
+
+// A file whose zero-run list would not fit a message goes without it; the
+// plugin then finds the zero blocks itself.
+func TestV3LongZeroRunListNotSent(t *testing.T) {
+	var got []ports.TreeEntry
+	pf := &plannedFake{entries: func(_ context.Context, _ ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
+		got = es // the content is not read: only the lists matter here
+		return ports.BuildResult{}, nil
+	}}
+	c := connect(t, &GRPCPlugin{Impl: pf})
+	const blocks = 2*maxZeroRuns + 2
+	spool := unlinkedFile(t, []byte("x"))
+	var runs [][2]uint32
+	for b := uint32(0); b < blocks; b += 2 { // every other block zero: one run each
+		runs = append(runs, [2]uint32{b, 1})
+	}
+	short := [][2]uint32{{0, 3}}
+	entries := []ports.TreeEntry{
+		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "long", Mode: 0o644, Size: blocks * 4096}, File: spool, Zero: runs, ZeroKnown: true},
+		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "short", Mode: 0o644, Size: 3 * 4096}, File: spool, Zero: short, ZeroKnown: true},
+	}
+	if _, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: "/x"}, entries); err != nil {
+		t.Fatal(err)
+	}
+	if g := got[0]; g.ZeroKnown || g.Zero != nil {
+		t.Errorf("the long list arrived (known %v, %d runs)", g.ZeroKnown, len(g.Zero))
+	}
+	if g := got[1]; !g.ZeroKnown || fmt.Sprint(g.Zero) != fmt.Sprint(short) {
+		t.Errorf("the short list arrived as %v (known %v)", g.Zero, g.ZeroKnown)
+	}
+}

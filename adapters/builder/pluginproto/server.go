@@ -95,7 +95,7 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 		MaxSizeBytes:   spec.GetMaxSizeBytes(),
 	}
 	if spec.GetEntries() {
-		return s.buildEntries(ctx, stream, spec.GetApiVersion(), bspec)
+		return s.buildEntries(ctx, stream, spec.GetApiVersion(), spec.GetEntryCount(), bspec)
 	}
 	var tree io.Reader = &chunkReader{stream: stream}
 	if fifo := spec.GetTreeFifo(); fifo != "" {
@@ -118,12 +118,12 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 }
 
 // buildEntries serves an API v3 build from entries.
-func (s *server) buildEntries(ctx context.Context, stream RootfsBuilder_BuildServer, version string, spec ports.BuildSpec) error {
+func (s *server) buildEntries(ctx context.Context, stream RootfsBuilder_BuildServer, version string, count int64, spec ports.BuildSpec) error {
 	pb, ok := s.impl.(ports.PlannedBuilder)
 	if version == APIVersion1 || version == APIVersion2 || !ok {
 		return status.Errorf(codes.InvalidArgument, "a build from entries needs API v3 and a builder that builds from entries (%s, API %s): invalid argument", s.impl.Name(), version)
 	}
-	entries, closeAll, err := receiveEntries(ctx, stream)
+	entries, closeAll, err := receiveEntries(ctx, stream, count)
 	if err != nil {
 		return err
 	}
