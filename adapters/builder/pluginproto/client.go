@@ -64,23 +64,11 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	if spec.Tree == nil {
 		return res, &core.FieldError{Field: "Tree", Reason: "is nil"}
 	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("build: %w", err)
-	}
-	var idb [16]byte
-	_, _ = rand.Read(idb[:])
-	id := hex.EncodeToString(idb[:])
-
-	callCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	stream, err := c.rpc.Build(callCtx)
+	id, stream, end, err := c.startBuild(ctx)
 	if err != nil {
-		return res, c.fail(ctx, err)
+		return res, err
 	}
-	finished := make(chan struct{})
-	defer close(finished)
-	go c.cancelOnDone(ctx, id, finished, abort)
-
+	defer end()
 	head := specMessage(apiVersion, id, spec)
 	if apiVersion != APIVersion1 && !c.Chunks {
 		return c.buildFIFO(ctx, stream, head, spec)
@@ -93,6 +81,28 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	}
 	resp, err := stream.CloseAndRecv()
 	return buildAnswer(ctx, resp, err, spec.OutPath)
+}
+
+// startBuild opens a Build call with a fresh build id that outlives
+// ctx: when ctx ends first, the plugin is asked to cancel (cancelOnDone)
+// and the call is cut only if it does not end within CancelGrace. end
+// must be called when the call is over.
+func (c *Client) startBuild(ctx context.Context) (id string, stream RootfsBuilder_BuildClient, end func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return "", nil, nil, fmt.Errorf("build: %w", err)
+	}
+	var idb [16]byte
+	_, _ = rand.Read(idb[:])
+	id = hex.EncodeToString(idb[:])
+	callCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	stream, err = c.rpc.Build(callCtx)
+	if err != nil {
+		abort()
+		return "", nil, nil, c.fail(ctx, err)
+	}
+	finished := make(chan struct{})
+	go c.cancelOnDone(ctx, id, finished, abort)
+	return id, stream, func() { close(finished); abort() }, nil
 }
 
 // buildFIFO hands the tree over through a named pipe beside the output

@@ -3,8 +3,6 @@ package pluginproto
 import (
 	"archive/tar"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,21 +40,11 @@ const (
 // cancelling ctx asks the plugin to cancel and waits for its cleanup.
 func (c *Client) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
 	var res ports.BuildResult
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("build: %w", err)
-	}
-	var idb [16]byte
-	_, _ = rand.Read(idb[:])
-	id := hex.EncodeToString(idb[:])
-	callCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	stream, err := c.rpc.Build(callCtx)
+	id, stream, end, err := c.startBuild(ctx)
 	if err != nil {
-		return res, c.fail(ctx, err)
+		return res, err
 	}
-	finished := make(chan struct{})
-	defer close(finished)
-	go c.cancelOnDone(ctx, id, finished, abort)
+	defer end()
 	head := specMessage(APIVersion3, id, spec)
 	head.Entries = true
 	head.EntryCount = int64(len(entries))
