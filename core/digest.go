@@ -25,6 +25,20 @@ func SHA256OfContext(ctx context.Context, r io.Reader) (sum string, n int64, err
 	return SHA256Of(ctxReader{ctx, r})
 }
 
+// IsSHA256Hex reports whether s is a sha256 as SHA256Of writes it: 64
+// lowercase hex digits.
+func IsSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader

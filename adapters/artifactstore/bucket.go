@@ -114,7 +114,7 @@ func (bb *bucketBackend) stat(ctx context.Context, key string) (ports.ObjectInfo
 		return ports.ObjectInfo{}, classify(err)
 	}
 	info := ports.ObjectInfo{Size: a.Size, ModTime: a.ModTime}
-	if sha := a.Metadata[shaMetadataKey]; isLowerHexSHA256(sha) {
+	if sha := a.Metadata[shaMetadataKey]; core.IsSHA256Hex(sha) {
 		info.SHA256 = sha
 	}
 	return info, nil

@@ -260,7 +260,7 @@ func (d *dirBackend) stat(_ context.Context, key string) (ports.ObjectInfo, erro
 	info := ports.ObjectInfo{Size: fi.Size(), ModTime: fi.ModTime()}
 	sha, err := getXattr(f, shaXattr)
 	switch {
-	case err == nil && isLowerHexSHA256(sha):
+	case err == nil && core.IsSHA256Hex(sha):
 		info.SHA256 = sha
 	case err != nil && !errors.Is(err, errNoXattr):
 		return ports.ObjectInfo{}, fmt.Errorf("read sha256: %w", err)

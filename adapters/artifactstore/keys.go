@@ -78,17 +78,3 @@ func normalizePrefix(p string) (string, error) {
 	}
 	return p + "/", nil
 }
-
-// isLowerHexSHA256 reports whether s is 64 lowercase hex digits.
-func isLowerHexSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}

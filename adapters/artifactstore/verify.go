@@ -83,7 +83,7 @@ func checkWant(want ports.ObjectInfo) error {
 	if want.Size < 0 {
 		return &core.FieldError{Field: "size", Reason: fmt.Sprintf("%d is negative", want.Size)}
 	}
-	if !isLowerHexSHA256(want.SHA256) {
+	if !core.IsSHA256Hex(want.SHA256) {
 		return &core.FieldError{Field: "sha256", Reason: fmt.Sprintf("%q is not 64 lowercase hex digits", want.SHA256)}
 	}
 	return nil

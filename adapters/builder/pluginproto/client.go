@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -83,6 +84,23 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	return buildAnswer(ctx, resp, err, spec.OutPath)
 }
 
+// specMessage is the wire form of spec (without the tree).
+func specMessage(apiVersion, id string, spec ports.BuildSpec) *BuildSpec {
+	head := &BuildSpec{
+		ApiVersion:     apiVersion,
+		BuildId:        id,
+		OutPath:        spec.OutPath,
+		Uuid:           spec.UUID,
+		HeadroomBytes:  spec.HeadroomBytes,
+		HeadroomInodes: spec.HeadroomInodes,
+		MaxSizeBytes:   spec.MaxSizeBytes,
+	}
+	if !spec.Time.IsZero() {
+		head.Time = timestamppb.New(spec.Time)
+	}
+	return head
+}
+
 // startBuild opens a Build call with a fresh build id that outlives
 // ctx: when ctx ends first, the plugin is asked to cancel (cancelOnDone)
 // and the call is cut only if it does not end within CancelGrace. end
@@ -152,7 +170,7 @@ func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string
 		return ports.BuildResult{}, fromStatus(err)
 	}
 	sum := resp.GetSha256()
-	if sum != "" && !validSHA256(sum) {
+	if sum != "" && !core.IsSHA256Hex(sum) {
 		_ = os.Remove(out)
 		return ports.BuildResult{}, fmt.Errorf("build: the plugin answered with sha256 %q, not 64 lowercase hex digits", sum)
 	}

@@ -115,23 +115,6 @@ func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *Bu
 	return nil
 }
 
-// specMessage is the wire form of spec (without the tree).
-func specMessage(apiVersion, id string, spec ports.BuildSpec) *BuildSpec {
-	head := &BuildSpec{
-		ApiVersion:     apiVersion,
-		BuildId:        id,
-		OutPath:        spec.OutPath,
-		Uuid:           spec.UUID,
-		HeadroomBytes:  spec.HeadroomBytes,
-		HeadroomInodes: spec.HeadroomInodes,
-		MaxSizeBytes:   spec.MaxSizeBytes,
-	}
-	if !spec.Time.IsZero() {
-		head.Time = timestamppb.New(spec.Time)
-	}
-	return head
-}
-
 func entryMessage(h *tar.Header) *TreeEntry {
 	m := &TreeEntry{
 		Typeflag: uint32(h.Typeflag),
@@ -273,17 +256,4 @@ func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer, count
 			entries = append(entries, e)
 		}
 	}
-}
-
-// validSHA256 reports whether s is a lowercase hex sha256.
-func validSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
