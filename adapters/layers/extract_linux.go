@@ -694,6 +694,13 @@ func copyRuns(fd int, c content, size int64, holes bool) (int64, BlockCount, err
 	return size, bc, nil
 }
 
+// SendRange copies n bytes of src from srcOff to dstOff of dst in the
+// kernel (sendfile), as ExtractEntries stages content; the mkfs builder
+// copies its image out with it. It moves dst's file offset.
+func SendRange(dst, src *os.File, srcOff, dstOff, n int64) error {
+	return sendRange(int(dst.Fd()), src, srcOff, dstOff, n)
+}
+
 // sendRange copies n bytes of src from srcOff to dstOff of the file open
 // at fd, in the kernel.
 func sendRange(fd int, src *os.File, srcOff, dstOff, n int64) error {

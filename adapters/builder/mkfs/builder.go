@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -590,8 +589,8 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		for len(m) > 0 {
 			n := min(len(m), copyPiece)
 			if !isZero(m[:n]) {
-				if err := sendRange(dst, src, off, n); err != nil {
-					return err
+				if err := layers.SendRange(dst, src, off, off, int64(n)); err != nil {
+					return fmt.Errorf("copy image: %w", err)
 				}
 			}
 			m, off = m[n:], off+int64(n)
@@ -608,30 +607,6 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// sendRange copies n bytes at off from src to the same offset of dst in
-// the kernel. sendfile writes at dst's file offset, which only this
-// function moves.
-func sendRange(dst, src *os.File, off int64, n int) error {
-	if _, err := dst.Seek(off, io.SeekStart); err != nil {
-		return err
-	}
-	in := off
-	for n > 0 {
-		k, err := unix.Sendfile(int(dst.Fd()), int(src.Fd()), &in, n)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("copy image: %w", err)
-		}
-		if k == 0 {
-			return fmt.Errorf("copy image: %w", io.ErrUnexpectedEOF)
-		}
-		n -= k
-	}
-	return nil
 }
 
 const (
