@@ -178,13 +178,18 @@ ENV
 }
 
 stop_all() {
-  local f
+  local f pids=()
   for f in "$DIR/registry/registry.pid" "$DIR/minio/minio.pid" "$DIR/fakegcs/fakegcs.pid" "$DIR/redis/redis.pid" "$DIR/mariadb/mysqld.pid"; do
-    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+    if [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; then pids+=("$(cat "$f")"); fi
   done
   if [ -f "$DIR/postgres/data/postmaster.pid" ]; then
     runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/postgres/data" -m fast stop >/dev/null 2>&1 || true
   fi
+  # Wait (up to 10 s) for them to exit, so a caller may remove $DIR.
+  local p _
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+  done
 }
 
 case "${1:-start}" in
