@@ -380,6 +380,72 @@ func TestResumeWithBadPrefixFailsAndStartsOver(t *testing.T) {
 	}
 }
 
+// SkipHash hands the digest check to the caller's reader, and only for a
+// file with no byte in it yet; the size is still checked, and Reset turns
+// the writer's own hash back on.
+func TestSkipHash(t *testing.T) {
+	data := randomBytes(t, 30_000)
+	d := digest.FromBytes(data)
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		prefix   int  // bytes a previous attempt left in the partial file
+		before   int  // bytes written before SkipHash
+		reset    bool // Reset after SkipHash
+		write    []byte
+		wantSkip bool
+		wantErr  error
+	}{
+		{name: "fresh file, bytes the caller checked", write: data, wantSkip: true},
+		{name: "fresh file, short", write: data[:10_000], wantSkip: true, wantErr: ErrSizeMismatch},
+		{name: "resumed prefix keeps the hash", prefix: 10_000, write: append([]byte{1}, data[10_001:]...), wantErr: ErrDigestMismatch},
+		{name: "after a write keeps the hash", before: 100, write: append([]byte{1}, data[101:]...), wantErr: ErrDigestMismatch},
+		{name: "reset hashes again", reset: true, write: append([]byte{1}, data[1:]...), wantSkip: true, wantErr: ErrDigestMismatch},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openCache(t, 0)
+			if tc.prefix > 0 {
+				if err := os.WriteFile(c.partialPath(d), data[:tc.prefix], 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, _, err := c.Begin(ctx, d, int64(len(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.Write(data[:tc.before]); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.SkipHash(); got != tc.wantSkip {
+				t.Fatalf("SkipHash = %v, want %v", got, tc.wantSkip)
+			}
+			if tc.reset {
+				if err := w.Reset(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := w.Write(tc.write); err != nil {
+				t.Fatal(err)
+			}
+			p, err := w.Commit()
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Commit = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
+				t.Fatal("committed blob differs")
+			}
+		})
+	}
+}
+
 func TestBeginHonoursContextWhileAnotherWriterHoldsTheLock(t *testing.T) {
 	c := openCache(t, 0)
 	d := digest.FromString("blob")

@@ -5,6 +5,8 @@
 //
 //	blobs/<alg>/<hex>        the blob, read-only, renamed into place only after
 //	                         its size and digest were verified while writing
+//	                         (by the writer, or after Writer.SkipHash by the
+//	                         caller's own checking reader)
 //	meta/<alg>/<hex>.json    sidecar: size, digest, the blob's mtime and inode,
 //	                         labels (for example a layer's DiffID); its own
 //	                         mtime is the entry's last access time (LRU)

@@ -128,13 +128,30 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return n, w.wrErr
 	}
 	n, err := w.f.Write(p)
-	w.h.Write(p[:n])
+	if w.h != nil {
+		w.h.Write(p[:n])
+	}
 	w.n += int64(n)
 	if err != nil {
 		w.wrErr = fmt.Errorf("layercache: %w", err)
 		return n, w.wrErr
 	}
 	return n, nil
+}
+
+// SkipHash is for a caller that writes, from byte 0, exactly the bytes of
+// a reader that checks size and digest itself when it reaches its end
+// (regclient's blob reader), and that calls Commit only after that reader
+// ended without an error: the writer then does not hash the same bytes a
+// second time. It refuses (false) once the file holds any byte, resumed
+// ones included, since those never passed through that reader; Reset turns
+// the writer's own hash back on.
+func (w *Writer) SkipHash() bool {
+	if w.n != 0 || w.done || w.wrErr != nil {
+		return false
+	}
+	w.h = nil
+	return true
 }
 
 // Reset discards everything written so far.
@@ -145,13 +162,14 @@ func (w *Writer) Reset() error {
 	if _, err := w.f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("layercache: %w", err)
 	}
-	w.h.Reset()
+	w.h = w.d.Algorithm().Hash() // what follows is hashed here again
 	w.n = 0
 	w.wrErr = nil
 	return nil
 }
 
-// Commit verifies size and digest, makes the blob durable (fsync file,
+// Commit verifies size and digest (the digest only if SkipHash was not
+// taken), makes the blob durable (fsync file,
 // rename, fsync directory) and releases the write lock. On a mismatch the
 // partial file is deleted: its bytes can never become the blob. A short
 // blob (fewer bytes than expected) keeps the partial for a later resume.
@@ -169,10 +187,12 @@ func (w *Writer) Commit() (string, error) {
 		w.Close()
 		return "", err
 	}
-	if got := digest.NewDigest(w.d.Algorithm(), w.h); got != w.d {
-		err := fmt.Errorf("layercache: blob %s: content hashes to %s: %w", w.d, got, ErrDigestMismatch)
-		w.Abort()
-		return "", err
+	if w.h != nil { // nil after SkipHash: the caller's reader checked the bytes
+		if got := digest.NewDigest(w.d.Algorithm(), w.h); got != w.d {
+			err := fmt.Errorf("layercache: blob %s: content hashes to %s: %w", w.d, got, ErrDigestMismatch)
+			w.Abort()
+			return "", err
+		}
 	}
 	fail := func(err error) (string, error) {
 		w.Abort()

@@ -265,6 +265,13 @@ func (s *Source) downloadOnce(ctx context.Context, rc *regclient.RegClient, r re
 	if off > 0 {
 		s.log.DebugContext(ctx, "resuming layer download", "digest", d.Digest.String(), "offset", off, "size", d.Size)
 	}
+	if off == 0 {
+		// regclient's reader checks size and digest as it reaches EOF, and
+		// only a clean EOF below leads to Commit: the cache need not hash
+		// the same bytes again. A resumed file keeps the cache's own hash,
+		// which is the only one that covers the prefix as it is on disk.
+		w.SkipHash()
+	}
 	hint := &blobHint{digest: d.Digest.String(), size: d.Size, offset: off, prefix: w}
 	br, err := rc.BlobGet(withBlobHint(ctx, hint), r, regDesc(d))
 	if err != nil {
