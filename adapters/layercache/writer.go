@@ -168,11 +168,11 @@ func (w *Writer) Reset() error {
 	return nil
 }
 
-// Commit verifies size and digest (the digest only if SkipHash was not
-// taken), makes the blob durable (fsync file,
-// rename, fsync directory) and releases the write lock. On a mismatch the
-// partial file is deleted: its bytes can never become the blob. A short
-// blob (fewer bytes than expected) keeps the partial for a later resume.
+// Commit verifies size and digest (the digest unless SkipHash was taken),
+// makes the blob durable (fsync file, rename, fsync directory) and releases
+// the write lock. On a mismatch the partial file is deleted: its bytes can
+// never become the blob. A short blob (fewer bytes than expected) keeps the
+// partial for a later resume.
 func (w *Writer) Commit() (string, error) {
 	if w.done {
 		return "", errors.New("layercache: commit after commit or abort")
