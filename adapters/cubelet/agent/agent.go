@@ -25,7 +25,8 @@ type Config struct {
 	// NodeID names this node in logs and messages (required).
 	NodeID string
 	// HTTPClient downloads artifacts. Default: a client whose redirects
-	// drop the artifact token when they leave the original host.
+	// send no Referer and drop the artifact token header when they leave
+	// the original host.
 	HTTPClient *http.Client
 	// Logger receives structured logs (default slog.Default()). Tokens and
 	// URL query strings are never logged.
@@ -99,11 +100,13 @@ func (a *Agent) TemplateDir(templateID string) string {
 
 // dropTokenOffHost stops the artifact token from following a redirect to
 // another host (a presigned object-store URL needs no token, and must not
-// learn it).
+// learn it). Referer goes on every redirect: Go's client fills it with the
+// previous URL, whose query carries the token.
 func dropTokenOffHost(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
 	}
+	req.Header.Del("Referer")
 	if req.URL.Host != via[0].URL.Host {
 		req.Header.Del(core.DownloadTokenHeader)
 	}

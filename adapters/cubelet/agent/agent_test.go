@@ -184,11 +184,12 @@ func TestCreateImageStatuses(t *testing.T) {
 
 func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
 	data := []byte("redirected ext4")
+	type seenReq struct{ token, referer string }
 	var mu sync.Mutex
-	var seen []string
+	var seen []seenReq
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, r.Header.Get(core.DownloadTokenHeader))
+		seen = append(seen, seenReq{r.Header.Get(core.DownloadTokenHeader), r.Header.Get("Referer")})
 		mu.Unlock()
 		w.Write(data)
 	}))
@@ -199,17 +200,35 @@ func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
 		}
-		http.Redirect(w, r, strings.Replace(target.URL, "127.0.0.1", "localhost", 1)+"/signed", http.StatusFound)
+		http.Redirect(w, r, strings.Replace(target.URL, "127.0.0.1", "localhost", 1)+"/signed?X-Amz-Signature=abc", http.StatusFound)
 	}))
 	defer origin.Close()
-	ta := newTestAgent(t)
-	if ret := ta.create(t, ext4Spec("rfs-r", origin.URL+"/a", "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
-		t.Fatalf("ret %v", ret)
+	tests := []struct {
+		name string
+		url  string // the download URL; the master's carries the token in its query too
+	}{
+		{"header only", origin.URL + "/a"},
+		{"token in query", origin.URL + core.DownloadPath + "?artifact_id=rfs-r&token=SECRET-TOKEN"},
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 1 || seen[0] != "" {
-		t.Fatalf("redirect target saw token headers %q, want one request without a token", seen)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			ta := newTestAgent(t)
+			if ret := ta.create(t, ext4Spec("rfs-r", tc.url, "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+				t.Fatalf("ret %v", ret)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 1 || seen[0].token != "" {
+				t.Fatalf("redirect target saw token headers %q, want one request without a token", seen)
+			}
+			// Go's client would send the origin URL, query and all, as Referer.
+			if seen[0].referer != "" {
+				t.Fatalf("redirect target saw Referer %q, want none", seen[0].referer)
+			}
+		})
 	}
 }
 

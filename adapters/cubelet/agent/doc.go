@@ -18,7 +18,8 @@
 // CreateImage for storage_media "ext4" downloads the URL in the
 // cube.master.rootfs.artifact.url annotation with the header
 // X-Cube-Artifact-Token (the URL's own query, token included, is kept;
-// the header is dropped on a redirect to another host), accepts only HTTP
+// the header is dropped on a redirect to another host, and no redirect
+// carries a Referer, which would quote that query), accepts only HTTP
 // 200 or 206, checks the annotated size and sha256 (hex in any case),
 // fsyncs and renames into place. It is idempotent and safe to call
 // concurrently for one artifact. DestroyImage deletes the artifact's
