@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -56,6 +57,8 @@ type Options struct {
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	// reconnectWait is a seam for tests; New sets it to reconnectWait.
+	reconnectWait time.Duration
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -84,7 +87,7 @@ func New(opts Options) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{opts: opts, log: log.With("component", "cubelet-client"), conns: map[string]*grpc.ClientConn{}}
+	return &Client{opts: opts, log: log.With("component", "cubelet-client"), reconnectWait: reconnectWait, conns: map[string]*grpc.ClientConn{}}
 }
 
 // ErrClosed is returned by calls made after Close.
@@ -136,23 +139,48 @@ func (c *Client) conn(node ports.Node) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// reconnectWait bounds the one retry after a node was unreachable.
+// reconnectWait bounds the wait for an unreachable node before the one
+// retry.
 const reconnectWait = 3 * time.Second
 
 // call runs one RPC. If the node was unreachable (Unavailable: the request
 // never reached a server, or the connection broke), it wakes the
-// connection out of its reconnect backoff and retries once, waiting up to
-// reconnectWait for the node. All four RPCs are idempotent on the node, so
-// the retry is safe; a node that stays down still fails within seconds.
-func call[T any](ctx context.Context, cc *grpc.ClientConn, rpc func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, error) {
+// connection out of its reconnect backoff, waits up to wait for it to be
+// ready and retries once under ctx alone: the wait bounds reaching the
+// node, not the call (a CreateImage download takes minutes). All four RPCs
+// are idempotent on the node, so the retry is safe; a node that stays down
+// still fails within seconds.
+func call[T any](ctx context.Context, cc *grpc.ClientConn, wait time.Duration, rpc func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, error) {
 	resp, err := rpc(ctx)
 	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 		return resp, err
 	}
 	cc.ResetConnectBackoff()
-	rctx, cancel := context.WithTimeout(ctx, reconnectWait)
+	if !waitReady(ctx, cc, wait) {
+		return resp, err
+	}
+	// No WaitForReady: if the connection fails again the retry fails fast
+	// instead of waiting out ctx.
+	return rpc(ctx)
+}
+
+// waitReady reports whether cc became ready within wait.
+func waitReady(ctx context.Context, cc *grpc.ClientConn, wait time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	return rpc(rctx, grpc.WaitForReady(true))
+	cc.Connect() // an idle connection does not dial by itself
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.Shutdown:
+			return false
+		}
+		if !cc.WaitForStateChange(wctx, s) {
+			return false
+		}
+	}
 }
 
 func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -176,7 +204,7 @@ func (c *Client) CreateImage(ctx context.Context, node ports.Node, art core.Node
 	ctx, cancel := withTimeout(ctx, c.opts.CreateImageTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CreateImageRequestResponse, error) {
+	resp, err := call(ctx, cc, c.reconnectWait, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CreateImageRequestResponse, error) {
 		return cubeletpb.NewImagesClient(cc).CreateImage(ctx, req, o...)
 	})
 	err = c.result(node, "CreateImage", req.RequestID, resp.GetRet(), err, true)
@@ -198,7 +226,7 @@ func (c *Client) DestroyImage(ctx context.Context, node ports.Node, image string
 	req := &cubeletpb.DestroyImageRequest{RequestID: c.opts.NewRequestID(), Spec: &cubeletpb.ImageSpec{Image: image}}
 	ctx, cancel := withTimeout(ctx, c.opts.DestroyImageTimeout)
 	defer cancel()
-	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.DestroyImageResponse, error) {
+	resp, err := call(ctx, cc, c.reconnectWait, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.DestroyImageResponse, error) {
 		return cubeletpb.NewImagesClient(cc).DestroyImage(ctx, req, o...)
 	})
 	err = c.result(node, "DestroyImage", req.RequestID, resp.GetRet(), err, false)
@@ -228,7 +256,7 @@ func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, sreq *core.Sa
 	ctx, cancel := withTimeout(ctx, c.opts.AppSnapshotTimeout)
 	defer cancel()
 	areq := &cubeletpb.AppSnapshotRequest{CreateRequest: run, SnapshotDir: snapshotDir, Backend: SnapshotBackend(sreq)}
-	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.AppSnapshotResponse, error) {
+	resp, err := call(ctx, cc, c.reconnectWait, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.AppSnapshotResponse, error) {
 		return cubeletpb.NewCubeboxMgrClient(cc).AppSnapshot(ctx, areq, o...)
 	})
 	if err := c.result(node, "AppSnapshot", run.RequestID, resp.GetRet(), err, true); err != nil {
@@ -254,7 +282,7 @@ func (c *Client) CleanupTemplate(ctx context.Context, node ports.Node, templateI
 	req := &cubeletpb.CleanupTemplateRequest{RequestID: c.opts.NewRequestID(), TemplateID: templateID, SnapshotPath: snapshotPath}
 	ctx, cancel := withTimeout(ctx, c.opts.CleanupTemplateTimeout)
 	defer cancel()
-	resp, err := call(ctx, cc, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CleanupTemplateResponse, error) {
+	resp, err := call(ctx, cc, c.reconnectWait, func(ctx context.Context, o ...grpc.CallOption) (*cubeletpb.CleanupTemplateResponse, error) {
 		return cubeletpb.NewCubeboxMgrClient(cc).CleanupTemplate(ctx, req, o...)
 	})
 	err = c.result(node, "CleanupTemplate", req.RequestID, resp.GetRet(), err, false)

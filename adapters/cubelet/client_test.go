@@ -34,17 +34,32 @@ type fakeCubelet struct {
 	lastSnap  *cubeletpb.AppSnapshotRequest
 	lastClean *cubeletpb.CleanupTemplateRequest
 	deadlines map[string]time.Duration // method -> time left at arrival; absent = none
+	// unavailable calls answer Unavailable before any other; the rest take
+	// delay (a download) before answering.
+	unavailable int
+	delay       time.Duration
 }
 
 func (f *fakeCubelet) record(ctx context.Context, method string) (*cubeletpb.Ret, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	if f.unavailable > 0 {
+		f.unavailable--
+		f.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "node restarting")
+	}
 	if d, ok := ctx.Deadline(); ok {
 		f.deadlines[method] = time.Until(d)
 	} else {
 		delete(f.deadlines, method)
 	}
-	return f.ret, f.grpcErr
+	ret, err, delay := f.ret, f.grpcErr, f.delay
+	f.mu.Unlock()
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return ret, err
 }
 
 func (f *fakeCubelet) CreateImage(ctx context.Context, r *cubeletpb.CreateImageRequest) (*cubeletpb.CreateImageRequestResponse, error) {
@@ -395,6 +410,45 @@ func TestNodeBackAfterOutage(t *testing.T) {
 	defer srv.Stop()
 	if err := c.CreateImage(ctx, down, core.NodeArtifact{ArtifactID: "rfs-1"}); err != nil {
 		t.Fatalf("first call after the node came back: %v", err)
+	}
+}
+
+// The retry after Unavailable waits reconnectWait for the node, not for the
+// whole call: a download that outlasts the wait still gets the call's
+// timeout.
+func TestRetryAfterUnavailable(t *testing.T) {
+	const wait = 50 * time.Millisecond
+	tests := []struct {
+		name        string
+		unavailable int
+		delay       time.Duration
+		wantCode    codes.Code // codes.OK: success
+	}{
+		{"node back, quick answer", 1, 0, codes.OK},
+		{"node back, download outlasts the wait", 1, 6 * wait, codes.OK},
+		{"node still unavailable", 2, 0, codes.Unavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, node := startFake(t)
+			f.set(ret(cubeletpb.ErrorCode_Success, ""), nil)
+			f.unavailable, f.delay = tc.unavailable, tc.delay
+			c := quietClient(Options{})
+			c.reconnectWait = wait
+			defer c.Close()
+			err := c.CreateImage(context.Background(), node, core.NodeArtifact{ArtifactID: "rfs-1"})
+			if got := status.Code(errors.Unwrap(err)); got != tc.wantCode {
+				t.Fatalf("CreateImage: %v (code %v), want code %v", err, got, tc.wantCode)
+			}
+			if tc.wantCode != codes.OK {
+				return
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if d := f.deadlines["CreateImage"]; d <= wait || d > DefaultImageTimeout {
+				t.Errorf("retried CreateImage had %v left, want the call's timeout %v", d, DefaultImageTimeout)
+			}
+		})
 	}
 }
 
