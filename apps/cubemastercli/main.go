@@ -12,7 +12,7 @@
 // create-from-image, redo and merge wait for the job by default, polling
 // every --interval; on a terminal the progress is one live line, otherwise
 // a plain line per change. --detach returns right after submission. A job
-// that ends FAILED exits 1.
+// that ends FAILED exits 1, with --json too (after printing the response).
 package main
 
 import (

@@ -276,17 +276,23 @@ func TestJSONOutput(t *testing.T) {
 		name   string
 		args   []string
 		status string
+		code   int // a job that ends FAILED exits 1 with --json too
 	}{
-		{"wait", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "READY"},
-		{"detach", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--detach"}, "PENDING"},
-		{"status", []string{"tpl", "status", "--job-id", "job-ok", "--json"}, "RUNNING"},
+		{"wait", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "READY", 0},
+		{"wait failed", []string{"tpl", "create-from-image", "--image", "fail:image", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "FAILED", 1},
+		{"watch failed", []string{"tpl", "watch", "--job-id", "job-fail", "--json", "--interval", "1ms"}, "FAILED", 1},
+		{"detach", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--detach"}, "PENDING", 0},
+		{"status", []string{"tpl", "status", "--job-id", "job-ok", "--json"}, "RUNNING", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, global := start(t)
 			r := runCLI(t, global, tc.args...)
-			if r.code != 0 {
-				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			if r.code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", r.code, tc.code, r.stderr)
+			}
+			if tc.code != 0 && !strings.Contains(r.stderr, "FAILED") {
+				t.Errorf("stderr %q does not say the job failed", r.stderr)
 			}
 			var resp struct {
 				Ret struct {

@@ -24,7 +24,8 @@ func terminal(j *cubeview.JobInfo) bool { return j.Status == statusReady || j.St
 // follow polls pollPath?job_id= until the job is READY or FAILED. first,
 // when non-nil, is the job as submission returned it. The progress goes
 // through a display (live bars on a terminal, plain lines elsewhere);
-// --json prints only the last raw response.
+// --json prints only the last raw response. A FAILED job is an error
+// either way.
 func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *cubeview.JobInfo, w waitFlags) error {
 	d := newDisplay(a.out, !w.json && stdoutIsTerminal(a.out))
 	var (
@@ -60,10 +61,14 @@ func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, fir
 		show(job)
 	}
 	if w.json {
-		return a.printJSON(raw)
+		if err := a.printJSON(raw); err != nil {
+			return err
+		}
+	} else {
+		d.end(job)
+		printJob(a.out, job)
 	}
-	d.end(job)
-	printJob(a.out, job)
+	// The exit status says FAILED with or without --json: scripts read it.
 	if job.Status == statusFailed {
 		msg := job.ErrorMessage
 		if msg == "" {
