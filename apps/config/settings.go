@@ -413,20 +413,18 @@ func render(p any) string {
 	panic(fmt.Sprintf("config: unsupported setting type %T", p))
 }
 
-// RedactDSN hides the password of a database DSN.
+// RedactDSN hides the password of a database DSN, in every form the store
+// accepts (see entstore.ParseDSN), the bare go-sql-driver one included.
 func RedactDSN(dsn string) string {
 	scheme, rest, ok := strings.Cut(dsn, "://")
 	if !ok {
-		return dsn
+		if strings.HasPrefix(dsn, "file:") {
+			return dsn // SQLite: no password
+		}
+		return redactMySQL(dsn)
 	}
 	if scheme == "mysql" {
-		// user:pass@tcp(host)/db: not a URL.
-		if at := strings.LastIndex(rest, "@"); at > 0 {
-			if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-				return scheme + "://" + user + ":<redacted>" + rest[at:]
-			}
-		}
-		return dsn
+		return scheme + "://" + redactMySQL(rest)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil || u.User == nil {
@@ -437,6 +435,28 @@ func RedactDSN(dsn string) string {
 		return strings.Replace(u.String(), ":redacted@", ":<redacted>@", 1)
 	}
 	return dsn
+}
+
+// redactMySQL hides the password of user:pass@net(addr)/db, which is not
+// a URL. It splits the way go-sql-driver does: the database name after the
+// last '/', the password between the first ':' and the last '@' before it.
+func redactMySQL(dsn string) string {
+	end := strings.LastIndex(dsn, "/")
+	if end < 0 {
+		end = len(dsn)
+	}
+	at := strings.LastIndex(dsn[:end], "@")
+	if at < 0 {
+		at = strings.LastIndex(dsn, "@") // malformed: hide too much rather than too little
+	}
+	if at <= 0 {
+		return dsn
+	}
+	user, _, hasPass := strings.Cut(dsn[:at], ":")
+	if !hasPass {
+		return dsn
+	}
+	return user + ":<redacted>" + dsn[at:]
 }
 
 // ForService lists the settings a service reads.

@@ -216,6 +216,12 @@ func TestRedactDSN(t *testing.T) {
 		"mysql://u:pw@tcp(h:3306)/db":  "mysql://u:<redacted>@tcp(h:3306)/db",
 		"sqlite:///var/lib/x/tc.db":    "sqlite:///var/lib/x/tc.db",
 		"mysql://u@tcp(h:3306)/db?x=1": "mysql://u@tcp(h:3306)/db?x=1",
+		// go-sql-driver's own form, without a scheme.
+		"root:hunter2@tcp(db:3306)/cube?parseTime=true": "root:<redacted>@tcp(db:3306)/cube?parseTime=true",
+		"u:p@ss/w@unix(/run/mysqld.sock)/db":            "u:<redacted>@unix(/run/mysqld.sock)/db",
+		"u:pw@/db":                                      "u:<redacted>@/db",
+		"u@tcp(h:3306)/db":                              "u@tcp(h:3306)/db",
+		"file:/var/lib/x/tc.db?_pragma=foreign_keys(1)": "file:/var/lib/x/tc.db?_pragma=foreign_keys(1)",
 	}
 	for in, want := range cases {
 		if got := RedactDSN(in); got != want {
