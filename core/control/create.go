@@ -67,9 +67,11 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 // cannot. req still carries the registry credentials (they are never
 // stored, so only the submitting call can pass them on).
 func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
-	if job.Status != core.JobPending {
-		// Only PENDING jobs go to the data plane; a BUILT job sent again
-		// would be refused there and wrongly failed here.
+	if job.Status != core.JobPending || job.Phase.PostBuild() {
+		// Only PENDING jobs that still need a build go to the data plane;
+		// a BUILT job sent again would be refused there and wrongly failed
+		// here, and a redo that reuses its artifact (PENDING in a
+		// post-build phase) has nothing to build: its resume runs here.
 		return job, nil
 	}
 	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
@@ -185,5 +186,55 @@ func TestResubmitRedispatchesAPendingJob(t *testing.T) {
 	e.submitErr = fmt.Errorf("in flight: %w", core.ErrConflict)
 	if again, err := e.svc.CreateFromImage(e.ctx, request("tpl-wedged"), baseURL); err != nil || again.Status != core.JobPending {
 		t.Fatalf("resubmit while in flight: %+v, %v", again, err)
+	}
+}
+
+// TestResubmitLeavesAReuseRedoAlone: a redo that reuses its artifact is a
+// PENDING REDO job in a post-build phase with the create's stored request,
+// so re-posting the original request finds it as "the same request". Once
+// it is older than the redispatch delay (here: its resume waits for the
+// artifact's lock), the resubmit must neither send it to the data plane
+// (there is nothing to build) nor fail it when the data plane is busy;
+// before, it did both.
+func TestResubmitLeavesAReuseRedoAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		submitErr error
+	}{
+		{"data plane idle", nil},
+		{"data plane at capacity", fmt.Errorf("full: %w", core.ErrBusy)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			e.ready("tpl-r", fpA)
+			// Another template's resume holds the artifact's lock.
+			l, err := e.locker.Lock(e.ctx, "tc_resume_"+aidOf(fpA))
+			if err != nil {
+				t.Fatal(err)
+			}
+			redo, err := e.svc.Redo(e.ctx, control.RedoRequest{RequestID: "redo-1", TemplateID: "tpl-r"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "redo status", redo.Status, core.JobPending)
+			if !redo.Phase.PostBuild() {
+				t.Fatalf("redo phase %s: the artifact was not reused", redo.Phase)
+			}
+			before := len(e.disp.SubmitBuildCalls())
+			e.clock.Advance(20 * time.Second)
+			e.set(func() { e.submitErr = tc.submitErr })
+
+			job, err := e.svc.CreateFromImage(e.ctx, request("tpl-r"), baseURL)
+			if err != nil {
+				t.Fatalf("resubmit: %v", err)
+			}
+			eq(t, "resubmit returns the redo", job.JobID, redo.JobID)
+			eq(t, "builds sent to the data plane", len(e.disp.SubmitBuildCalls())-before, 0)
+			eq(t, "redo status after the resubmit", e.job(redo.JobID).Status, core.JobPending)
+
+			_ = l.Unlock(e.ctx)
+			e.wait()
+			eq(t, "redo status at the end", e.job(redo.JobID).Status, core.JobReady)
+		})
 	}
 }
