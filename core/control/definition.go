@@ -13,10 +13,22 @@ import (
 // one at this artifact and stored request. An alias from the request that
 // is taken by another template is not applied; the returned note says so
 // (it ends up in the job's message and the definition's last error).
+//
+// A redo leaves an existing definition's alias alone: since the create the
+// alias is the user's (SetAlias may have changed or cleared it, releasing
+// the name), and the stored request it works from still names the
+// create's.
 func (s *Service) ensureDefinition(ctx context.Context, p *pipeline) (aliasNote string, err error) {
 	tpl := s.Store.Templates()
 	tid := p.job.TemplateID
 	alias := p.req.Alias
+	if p.redo && alias != "" {
+		if _, err := tpl.GetDefinition(ctx, tid); err == nil {
+			alias = ""
+		} else if !isNotFound(err) {
+			return "", err
+		}
+	}
 	note := func(holder string) string {
 		return fmt.Sprintf("alias %q not applied: already used by template %s", alias, holder)
 	}
@@ -34,7 +46,7 @@ func (s *Service) ensureDefinition(ctx context.Context, p *pipeline) (aliasNote 
 			d.Status = core.TemplatePending
 			d.RequestJSON = p.stored
 			d.RootfsArtifactID = p.artifact.ArtifactID
-			if alias != "" && d.Alias == "" {
+			if alias != "" && d.Alias == "" && !p.redo {
 				d.Alias = alias
 			}
 			return nil
