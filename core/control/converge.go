@@ -26,8 +26,9 @@ const ConvergeRequestPrefix = "converge-"
 // template with an active job is left to it; the redo's own rules — one
 // active job per template, the template's lock, the artifact's lock —
 // apply), and backs off (Config.ConvergeBackoff) after a convergence job
-// of the template failed, so a node that keeps failing is not hammered. It
-// returns the jobs it started.
+// of the template left one of its nodes without a READY replica (the job
+// failed, or only the snapshot did), so a node that keeps failing is not
+// hammered. It returns the jobs it started.
 func (s *Service) Converge(ctx context.Context) ([]*core.Job, error) {
 	if s.cfg().ConvergeDisabled {
 		return nil, nil
@@ -70,10 +71,6 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if latest.Status.Active() || latest.Status == core.JobBuilt || strings.TrimSpace(latest.RequestJSON) == "" {
 		return nil, nil
 	}
-	if latest.Operation == core.OpRedo && latest.Status == core.JobFailed && strings.HasPrefix(latest.RequestID, ConvergeRequestPrefix) &&
-		s.storeNow(ctx).Sub(latest.UpdatedAt) < s.cfg().ConvergeBackoff {
-		return nil, nil
-	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
 	if err != nil {
 		return nil, nil // not a from-image template
@@ -87,7 +84,7 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 		return nil, err
 	}
 	missing := missingNodes(inScope(nodes, req.DistributionScope), replicas)
-	if len(missing) == 0 {
+	if len(missing) == 0 || s.backingOff(ctx, latest, missing) {
 		return nil, nil
 	}
 	job, err := s.Redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing})
@@ -100,6 +97,20 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	}
 	s.log().Info("converging template onto nodes", "template", d.TemplateID, "nodes", missing, "job", job.JobID)
 	return job, nil
+}
+
+// backingOff reports whether the template's last attempt to converge is
+// too recent to try again: a convergence redo that ended less than
+// Config.ConvergeBackoff ago without bringing its nodes to READY, because
+// it FAILED or because one of them is still missing (the copy worked, the
+// snapshot did not: the job ended READY, the template PARTIALLY_READY).
+func (s *Service) backingOff(ctx context.Context, latest *core.Job, missing []string) bool {
+	if latest.Operation != core.OpRedo || !strings.HasPrefix(latest.RequestID, ConvergeRequestPrefix) ||
+		s.storeNow(ctx).Sub(latest.UpdatedAt) >= s.cfg().ConvergeBackoff {
+		return false
+	}
+	return latest.Status == core.JobFailed ||
+		slices.ContainsFunc(latest.RedoScope, func(id string) bool { return slices.Contains(missing, id) })
 }
 
 // inScope keeps the nodes a template's scope names (by id or IP); an empty

@@ -83,3 +83,47 @@ func TestConvergenceRespectsScopeAndBacksOff(t *testing.T) {
 		t.Fatal("a failing node was not retried after the backoff")
 	}
 }
+
+// TestConvergenceBacksOffANodeThatStaysUnready: node-2 comes back but its
+// convergence keeps failing, whether the copy fails (the redo job FAILS) or
+// only the snapshot does (the job ends READY, the template PARTIALLY_READY).
+// Either way it is retried only after the backoff; before, a snapshot
+// failure started a new redo on every sweep.
+func TestConvergenceBacksOffANodeThatStaysUnready(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(e *env)
+	}{
+		{"copy fails", func(e *env) { e.createFail["node-2"] = errors.New("disk full") }},
+		{"snapshot fails", func(e *env) { e.snapFail["node-2"] = errors.New("snapshot broke") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1", "node-2")
+			e.setHealthy("node-1")
+			e.ready("tpl-flaky", fpB)
+			e.setHealthy("node-1", "node-2")
+			e.set(func() { tc.fail(e) })
+			if started, err := e.svc.Converge(e.ctx); err != nil || len(started) != 1 {
+				t.Fatalf("first pass: %d, %v", len(started), err)
+			}
+			e.wait()
+			for i := range 3 {
+				e.clock.Advance(time.Minute)
+				if started, err := e.svc.Converge(e.ctx); err != nil || len(started) != 0 {
+					t.Fatalf("pass %d within the backoff started %d jobs, %v", i+2, len(started), err)
+				}
+				e.wait()
+			}
+			e.clock.Advance(10 * time.Minute)
+			if started, _ := e.svc.Converge(e.ctx); len(started) != 1 {
+				t.Fatal("a failing node was not retried after the backoff")
+			}
+			e.wait()
+			jobs, err := e.store.Jobs().ListByTemplate(e.ctx, "tpl-flaky")
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "jobs (create and two convergence attempts)", len(jobs), 3)
+		})
+	}
+}
