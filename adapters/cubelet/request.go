@@ -220,8 +220,9 @@ type RequestOptions struct {
 	// Region fills cube.master.instance.region when the request has none
 	// (log.region).
 	Region string
-	// AllowedHostMountPrefixes bound host-dir volume paths: a cleaned path
-	// plus "/" must start with one of them.
+	// AllowedHostMountPrefixes bound host-dir volume paths: each is a
+	// directory (with or without a trailing "/"), and a cleaned path must
+	// be one of them or below one.
 	AllowedHostMountPrefixes []string
 }
 
@@ -243,7 +244,13 @@ func (o RequestOptions) hostPath(field, p string) (string, error) {
 	}
 	cleaned := path.Clean(p)
 	for _, prefix := range o.AllowedHostMountPrefixes {
-		if strings.HasPrefix(cleaned+"/", prefix) {
+		// Both sides end in one "/", so "/data/shared" admits itself and
+		// what is below it but not "/data/shared-evil".
+		dir := path.Clean(prefix)
+		if dir != "/" {
+			dir += "/"
+		}
+		if strings.HasPrefix(cleaned+"/", dir) {
 			return cleaned, nil
 		}
 	}

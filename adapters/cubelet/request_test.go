@@ -168,3 +168,39 @@ func TestRunRequestFromJSONRejects(t *testing.T) {
 		})
 	}
 }
+
+// A prefix names a directory: the directory itself and what is below it,
+// never a sibling sharing its leading characters.
+func TestHostPathPrefixes(t *testing.T) {
+	tests := []struct {
+		name, prefix, path, want string // want "" means rejected
+	}{
+		{"below, slash prefix", "/data/shared/", "/data/shared/code", "/data/shared/code"},
+		{"below, bare prefix", "/data/shared", "/data/shared/code", "/data/shared/code"},
+		{"the dir, slash prefix", "/data/shared/", "/data/shared", "/data/shared"},
+		{"the dir, bare prefix", "/data/shared", "/data/shared/", "/data/shared"},
+		{"sibling dir, bare prefix", "/data/shared", "/data/shared-evil/x", ""},
+		{"sibling name, bare prefix", "/data/shared", "/data/sharedfoo", ""},
+		{"sibling dir, slash prefix", "/data/shared/", "/data/shared-evil/x", ""},
+		{"uncleaned prefix", "/data//shared/./", "/data/shared/x", "/data/shared/x"},
+		{"uncleaned prefix, sibling", "/data//shared", "/data/shared-evil", ""},
+		{"traversal out", "/data/shared", "/data/shared/../../etc", ""},
+		{"root prefix", "/", "/etc/x", "/etc/x"},
+		{"parent of prefix", "/data/shared", "/data", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := RequestOptions{AllowedHostMountPrefixes: []string{tc.prefix}}
+			got, err := o.hostPath("f", tc.path)
+			if tc.want == "" {
+				if !errors.Is(err, core.ErrInvalidArgument) {
+					t.Fatalf("hostPath(%q) under %q = %q, %v; want rejected", tc.path, tc.prefix, got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("hostPath(%q) under %q = %q, %v; want %q", tc.path, tc.prefix, got, err, tc.want)
+			}
+		})
+	}
+}
