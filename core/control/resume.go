@@ -224,7 +224,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		return s.fail(ctx, job, core.PhaseCreatingTemplate, err)
 	}
 	if err := s.settleOtherReplicas(ctx, p); err != nil {
-		return s.fail(ctx, job, core.PhaseCreatingTemplate, err)
+		return s.failDefined(ctx, job, core.PhaseCreatingTemplate, err)
 	}
 
 	// 5. Snapshot on the nodes that got the artifact.
@@ -236,7 +236,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	// 6. Finalize over ALL replica rows of the template.
 	replicas, err := s.Store.Templates().ListReplicas(ctx, job.TemplateID)
 	if err != nil {
-		return s.fail(ctx, job, core.PhaseSnapshotting, err)
+		return s.failDefined(ctx, job, core.PhaseSnapshotting, err)
 	}
 	status := core.SummarizeReplicas(derefReplicas(replicas))
 	lastErr := strings.Join(append(distErrs, snapErrs...), "; ")
@@ -251,7 +251,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		return err
 	})
 	if err != nil {
-		return s.fail(ctx, job, core.PhaseSnapshotting, err)
+		return s.failDefined(ctx, job, core.PhaseSnapshotting, err)
 	}
 	counts := withCounts(expected, snapped, expected-snapped)
 	if status == core.TemplateFailed {
@@ -365,6 +365,39 @@ func (s *Service) fail(ctx context.Context, job *core.Job, phase core.Phase, cau
 	s.dropProgress(wctx, job.JobID)
 	s.log().Warn("job failed", "job", job.JobID, "template", job.TemplateID, "phase", phase, "err", cause)
 	return fmt.Errorf("job %s: %w", job.JobID, cause)
+}
+
+// failDefined is fail for a job whose run has written its definition
+// PENDING (ensureDefinition). The definition first takes the status its
+// replica rows give, the one finalize would have written: those rows are
+// what sandboxes can use now, so a create that got nowhere ends FAILED (and
+// may be posted again) and a READY template whose redo failed on some
+// nodes stays READY or PARTIALLY_READY on the others. Going back to the
+// status before the run would claim replicas the run has since rewritten.
+// Like fail, nothing is written once another run may own the job.
+func (s *Service) failDefined(ctx context.Context, job *core.Job, phase core.Phase, cause error, extra ...core.JobUpdate) error {
+	if !lockLost(ctx) && !errors.Is(cause, core.ErrFenced) {
+		wctx, cancel := detached(ctx, 30*time.Second)
+		err := s.fenced(wctx, job.JobID, func(ctx context.Context, r ports.Repos) error {
+			rows, err := r.Templates().ListReplicas(ctx, job.TemplateID)
+			if err != nil {
+				return err
+			}
+			status := core.SummarizeReplicas(derefReplicas(rows))
+			_, err = r.Templates().UpdateDefinition(ctx, job.TemplateID, func(d *core.Definition) error {
+				if d.Status == core.TemplatePending {
+					d.Status, d.LastError = status, cause.Error()
+				}
+				return nil
+			})
+			return err
+		})
+		cancel()
+		if err != nil && !isNotFound(err) {
+			s.log().Error("definition of a failed job not settled", "job", job.JobID, "template", job.TemplateID, "err", err)
+		}
+	}
+	return s.fail(ctx, job, phase, cause, extra...)
 }
 
 func (s *Service) dropProgress(ctx context.Context, jobID string) {

@@ -487,3 +487,78 @@ func TestResumeTimeoutStillRecordsFailure(t *testing.T) {
 		t.Errorf("job message = %q", j.ErrorMessage)
 	}
 }
+
+// TestFailureAfterTheDefinitionSettlesIt: the resume writes the definition
+// PENDING before the snapshot; when the job then fails (here the snapshot
+// outlives the resume's budget) the definition must take the status its
+// replicas give, not stay PENDING with no job at work. A create that got
+// nowhere ends FAILED, so the request can be posted again; a READY
+// template whose redo failed on one node keeps serving from the others
+// (PARTIALLY_READY) and stays in convergence. Before, both were left
+// PENDING: the re-post was refused as "already exists (PENDING)" and the
+// READY template dropped out of convergence and migrate.
+func TestFailureAfterTheDefinitionSettlesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		redo bool
+		want core.TemplateStatus
+	}{
+		{"create", false, core.TemplateFailed},
+		{"redo of a READY template", true, core.TemplatePartiallyReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1", "node-2")
+			if tc.redo {
+				eq(t, "before the redo", e.ready("tpl-to", fpA).Status, core.JobReady)
+			}
+			snapshot := e.agent.AppSnapshotFunc
+			e.agent.AppSnapshotFunc = func(ctx context.Context, n ports.Node, req *core.SandboxRequest, dir string) (ports.SnapshotResult, error) {
+				if n.ID != "node-2" && tc.redo {
+					return snapshot(ctx, n, req, dir)
+				}
+				<-ctx.Done()
+				return ports.SnapshotResult{}, ctx.Err()
+			}
+			e.svc.Config.ResumeTimeout = 50 * time.Millisecond
+			var job *core.Job
+			if tc.redo {
+				var err error
+				if job, err = e.svc.Redo(e.ctx, control.RedoRequest{RequestID: "redo-1", TemplateID: "tpl-to", DistributionScope: []string{"node-2"}}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				job = e.create(request("tpl-to"))
+				e.build(job.JobID, fpA)
+			}
+			e.wait()
+			j := e.job(job.JobID)
+			eq(t, "job status", j.Status, core.JobFailed)
+			d := e.def("tpl-to")
+			eq(t, "definition status", d.Status, tc.want)
+			if d.LastError == "" {
+				t.Error("the definition does not say why")
+			}
+
+			e.svc.Config.ResumeTimeout = 0
+			e.agent.AppSnapshotFunc = snapshot
+			if tc.redo {
+				if def, err := e.svc.ResolveTemplate(e.ctx, "tpl-to"); err != nil || def.TemplateID != "tpl-to" {
+					t.Fatalf("ResolveTemplate after the failed redo: %v, %v", def, err)
+				}
+				started, err := e.svc.Converge(e.ctx)
+				if err != nil || len(started) != 1 {
+					t.Fatalf("convergence after the failed redo started %d jobs, %v", len(started), err)
+				}
+				e.wait()
+			} else {
+				again := e.create(request("tpl-to"))
+				if again.JobID == job.JobID {
+					t.Fatal("the re-post got the failed job back")
+				}
+				e.build(again.JobID, fpA)
+				e.wait()
+			}
+			eq(t, "definition at the end", e.def("tpl-to").Status, core.TemplateReady)
+		})
+	}
+}
