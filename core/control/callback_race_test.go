@@ -3,11 +3,14 @@ package control_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -240,4 +243,71 @@ func TestBuiltReportAfterItsArtifactWasDeleted(t *testing.T) {
 		t.Errorf("artifact row recreated as %s without bytes", a.Status)
 	}
 	eq(t, "node copies", len(e.agent.CreateImageCalls()), 0)
+}
+
+// TestBuiltReportWithNoRowAsksTheDataPlane: the artifact has no row when
+// its BUILT report is bound (its last template deleted and GC run while it
+// was built), and the master asks the real data-plane client whether the
+// bytes are there. The client can only ask about a READY row with a
+// download token, and answers "present" without asking for anything else;
+// before, the master asked with a bare row, so the guard never ran and a
+// READY row was created for bytes that were gone.
+func TestBuiltReportWithNoRowAsksTheDataPlane(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer int // the download route's answer to HEAD
+		want   core.JobStatus
+	}{
+		{"bytes gone", http.StatusNotFound, core.JobFailed},
+		{"bytes there", http.StatusOK, core.JobReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			var mu sync.Mutex
+			var asked []string // download tokens the data plane was asked with
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodHead || r.URL.Path != core.DownloadPath {
+					http.Error(w, "unexpected request", http.StatusTeapot)
+					return
+				}
+				mu.Lock()
+				asked = append(asked, r.Header.Get(core.DownloadTokenHeader))
+				mu.Unlock()
+				w.WriteHeader(tc.answer)
+			}))
+			defer srv.Close()
+			dp, err := tcclient.New(tcclient.Config{BaseURL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.disp.ArtifactExistsFunc = dp.ArtifactExists
+
+			job := e.create(request("tpl-late"))
+			e.build(job.JobID, fpA)
+			e.wait()
+			j := e.job(job.JobID)
+			eq(t, "job status", j.Status, tc.want)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 1 || asked[0] == "" {
+				t.Fatalf("the data plane was asked %d times, with tokens %q; want once, with a token", len(asked), asked)
+			}
+			a, err := e.store.Artifacts().Get(e.ctx, aidOf(fpA))
+			if tc.want == core.JobFailed {
+				if err == nil {
+					t.Errorf("artifact row created as %s for bytes the data plane does not have", a.Status)
+				}
+				if !strings.Contains(j.ErrorMessage, "redo") {
+					t.Errorf("error message %q does not name the fix", j.ErrorMessage)
+				}
+				eq(t, "node copies", len(e.agent.CreateImageCalls()), 0)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "artifact status", a.Status, core.ArtifactReady)
+			eq(t, "the row keeps the token it was asked with", a.DownloadToken, asked[0])
+		})
+	}
 }

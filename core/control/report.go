@@ -231,7 +231,8 @@ func (s *Service) bindBuilt(ctx context.Context, job *core.Job) error {
 // data fields onto the existing row. The status moves to READY only from
 // PENDING/BUILDING/FAILED; a row being cleaned up (CLEANUP_PENDING,
 // DELETING) is refused with errArtifactDeleting, and the download token is
-// the pipeline's. The caller holds the artifact's lock.
+// the pipeline's (a row created here gets the one its bytes were checked
+// with, and claimArtifact keeps it). The caller holds the artifact's lock.
 func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 	arts := s.Store.Artifacts()
 	for range 2 {
@@ -266,11 +267,18 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 		if !isNotFound(err) {
 			return err
 		}
-		row := *m
 		// No row: either a data plane that keeps no rows here, or the
 		// artifact was deleted (its last template gone, GC run) while this
 		// build was being reported. Only bytes that are there get a READY
-		// row.
+		// row. The data plane is asked about the row as it would be
+		// created, READY with its download token, the way nodes will ask:
+		// a row without them cannot be asked and would be answered
+		// "present" unseen (ports.DataPlane).
+		row := *m
+		row.Status = core.ArtifactReady
+		row.DownloadToken = s.IDs.NewToken()
+		row.GeneratedRequestJSON = ""
+		row.GCDeadline = s.gcDeadline()
 		ok, err := s.DataPlane.ArtifactExists(ctx, &row)
 		if err != nil {
 			return fmt.Errorf("artifact %s has no row; checking its bytes: %w", m.ArtifactID, err)
@@ -278,10 +286,6 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 		if !ok {
 			return fmt.Errorf("artifact %s was deleted while it was being built (no row, no bytes); redo to rebuild: %w", m.ArtifactID, core.ErrConflict)
 		}
-		row.Status = core.ArtifactReady
-		row.DownloadToken = ""
-		row.GeneratedRequestJSON = ""
-		row.GCDeadline = s.gcDeadline()
 		err = arts.Create(ctx, &row)
 		if !errors.Is(err, core.ErrConflict) {
 			return err
