@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -559,6 +560,66 @@ func TestFailureAfterTheDefinitionSettlesIt(t *testing.T) {
 				e.wait()
 			}
 			eq(t, "definition at the end", e.def("tpl-to").Status, core.TemplateReady)
+		})
+	}
+}
+
+// TestNodeErrorsNeverStoreTheDownloadToken: a node's error may quote the
+// artifact URL it was given, token included, whether the copy or the
+// snapshot failed (the snapshot request carries the URL too). No stored
+// message the API shows may hold the token: the job's message and result,
+// the replica's message, the definition's last error. Before, snapshot
+// errors were stored as the node sent them.
+func TestNodeErrorsNeverStoreTheDownloadToken(t *testing.T) {
+	quoting := func(url string) error { return errors.New("fetch " + url + ": connection reset") }
+	for _, tc := range []struct {
+		name    string
+		failing []string // nodes whose call fails
+		copy    bool     // CreateImage fails, else AppSnapshot
+	}{
+		{"copy fails on one node", []string{"node-2"}, true},
+		{"snapshot fails on one node", []string{"node-2"}, false},
+		{"snapshot fails on every node", []string{"node-1", "node-2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1", "node-2")
+			copyImage, snapshot := e.agent.CreateImageFunc, e.agent.AppSnapshotFunc
+			e.agent.CreateImageFunc = func(ctx context.Context, n ports.Node, art core.NodeArtifact) error {
+				if tc.copy && slices.Contains(tc.failing, n.ID) {
+					return quoting(art.DownloadURL)
+				}
+				return copyImage(ctx, n, art)
+			}
+			e.agent.AppSnapshotFunc = func(ctx context.Context, n ports.Node, req *core.SandboxRequest, dir string) (ports.SnapshotResult, error) {
+				if !tc.copy && slices.Contains(tc.failing, n.ID) {
+					for _, c := range req.Containers {
+						if c.Image != nil && c.Image.Annotations[core.AnnotationArtifactURL] != "" {
+							return ports.SnapshotResult{}, quoting(c.Image.Annotations[core.AnnotationArtifactURL])
+						}
+					}
+					t.Error("the snapshot request carries no artifact URL")
+				}
+				return snapshot(ctx, n, req, dir)
+			}
+			job := e.ready("tpl-leak", fpA)
+			token := e.artifact(aidOf(fpA)).DownloadToken
+			if token == "" {
+				t.Fatal("the artifact has no download token")
+			}
+			stored := map[string]string{
+				"job message":            job.ErrorMessage,
+				"job result":             job.ResultJSON,
+				"definition last error":  e.def("tpl-leak").LastError,
+				"node-2 replica message": e.replicas("tpl-leak")["node-2"].ErrorMessage,
+			}
+			if !strings.Contains(stored["node-2 replica message"], "connection reset") {
+				t.Errorf("the node's error is lost: %q", stored["node-2 replica message"])
+			}
+			for what, msg := range stored {
+				if strings.Contains(msg, token) {
+					t.Errorf("%s holds the download token: %q", what, msg)
+				}
+			}
 		})
 	}
 }

@@ -21,9 +21,13 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 		rep := s.replica(p, n)
 		res, err := s.snapshotOne(ctx, n, p, p.previous[n.ID])
 		if err != nil {
-			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
+			// The snapshot request carries the artifact URL with its
+			// download token, and a node may quote it: like distribution
+			// errors, the message is stored without it.
+			msg := redact(err.Error(), p.artifact.DownloadToken)
+			errs[i] = fmt.Sprintf("node %s: %s", n.ID, msg)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
-			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, err.Error()
+			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, msg
 		} else {
 			rep.Status, rep.Phase, rep.SnapshotPath = core.ReplicaReady, core.ReplicaPhaseReady, res.SnapshotPath
 			// A new snapshot: its versions replace the old ones and the
