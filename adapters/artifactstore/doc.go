@@ -12,7 +12,9 @@
 // package itself (temp file in the same directory, fsync, rename, fsync of
 // the directory) because gocloud's fileblob never fsyncs; the sha256 travels
 // with the file as the extended attribute user.cube.sha256, set before the
-// rename, so bytes and checksum become visible together.
+// rename, so bytes and checksum become visible together. Temp files a
+// killed process left behind are removed when a file store opens while no
+// other store has the directory open (a shared flock on it tells).
 //
 // Credentials never appear in URLs: s3:// takes them from the standard AWS
 // chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, shared config), OpenS3 from

@@ -33,6 +33,9 @@ const shaXattr = "user.cube.sha256"
 type dirBackend struct {
 	dir  string
 	root *os.Root
+	// lock is the store directory, held with a shared flock while the
+	// store is open (nil when the filesystem has no flock): see sweepIfSole.
+	lock *os.File
 }
 
 func openDir(dir string, create bool) (*dirBackend, error) {
@@ -50,7 +53,40 @@ func openDir(dir string, create bool) (*dirBackend, error) {
 		_ = root.Close()
 		return nil, err
 	}
+	d.sweepIfSole()
 	return d, nil
+}
+
+// sweepIfSole removes the temp files a killed Put left behind (a hard link
+// among them can hold a build's whole image). Every open store holds a
+// shared flock on the directory, so getting it exclusively proves no other
+// store, in this process or another, has a Put in flight, and this one has
+// not started any. Otherwise, or without flock (NFS refuses it on a
+// directory), nothing is removed: a later sole opener does it.
+func (d *dirBackend) sweepIfSole() {
+	f, err := d.root.Open(".")
+	if err != nil {
+		return
+	}
+	if tryLockExclusive(f) == nil {
+		d.sweepTemp()
+	}
+	if lockShared(f) != nil {
+		_ = f.Close()
+		return
+	}
+	d.lock = f
+}
+
+// sweepTemp removes every temp file under the store; best effort, since a
+// leftover costs only space.
+func (d *dirBackend) sweepTemp() {
+	_ = fs.WalkDir(d.root.FS(), ".", func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() && strings.HasPrefix(e.Name(), tmpPrefix) {
+			_ = d.root.Remove(p)
+		}
+		return nil // an unreadable directory is skipped, not fatal
+	})
 }
 
 // probeXattr fails early, at Open, on filesystems without user extended
@@ -312,7 +348,13 @@ func (d *dirBackend) signedURL(context.Context, string, time.Duration) (string, 
 	return "", fmt.Errorf("signed URLs for local files: %w", core.ErrUnsupported)
 }
 
-func (d *dirBackend) close() error { return d.root.Close() }
+func (d *dirBackend) close() error {
+	err := d.root.Close()
+	if d.lock != nil {
+		_ = d.lock.Close() // releases the flock
+	}
+	return err
+}
 
 // isNotExist also counts ENOTDIR: "a/b" when "a" is a file does not exist.
 func isNotExist(err error) bool {

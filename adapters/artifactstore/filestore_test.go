@@ -340,3 +340,74 @@ func TestFilePutLinksAFileOnItsFilesystem(t *testing.T) {
 		t.Fatal("a file on another filesystem was linked")
 	}
 }
+
+// TestFileOpenSweepsCrashLeftovers: temp files a killed Put left (a copy or
+// a hard link to a build's image) are removed when the store opens and no
+// other opener could be writing them; objects and foreign files stay, and
+// an opener beside a live one removes nothing.
+func TestFileOpenSweepsCrashLeftovers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := []byte("a published artifact")
+	s := openFileStore(t, dir)
+	if err := s.Put(ctx, "a/a.ext4", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(t.TempDir(), "image.ext4")
+	if err := os.WriteFile(scratch, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := []struct {
+		path string // under dir
+		link bool   // a hard link to scratch, as putFile makes
+		kept bool
+	}{
+		{"a/a.ext4", false, true},
+		{"a/.cube-tmp-deadbeef", false, false},
+		{"a/.cube-tmp-0123456789abcdef", true, false},
+		{".cube-tmp-probe-feed", false, false},
+		{"p/q/.cube-tmp-cafe", false, false},
+		{"a/notes.txt", false, true},
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch {
+		case f.path == "a/a.ext4":
+		case f.link:
+			err = os.Link(scratch, p)
+		default:
+			err = os.WriteFile(p, []byte("partial"), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s = openFileStore(t, dir)
+	for _, f := range files {
+		_, err := os.Lstat(filepath.Join(dir, f.path))
+		if kept := err == nil; kept != f.kept {
+			t.Errorf("%s: kept=%v after Open, want %v (%v)", f.path, kept, f.kept, err)
+		}
+	}
+	if got, err := s.Stat(ctx, "a/a.ext4"); err != nil || got.SHA256 != info(data).SHA256 {
+		t.Fatalf("the artifact after the sweep: %+v, %v", got, err)
+	}
+
+	// While s is open its Puts may be live: a second opener keeps them.
+	live := filepath.Join(dir, "a", ".cube-tmp-live")
+	if err := os.WriteFile(live, []byte("being written"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openFileStore(t, dir)
+	if _, err := os.Lstat(live); err != nil {
+		t.Fatalf("a second opener removed a temp file the first may be writing: %v", err)
+	}
+}
