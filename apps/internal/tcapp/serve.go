@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -384,7 +385,10 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 	if err != nil {
 		return nil, err
 	}
-	return artifactstore.Open(ctx, "file://"+dir+"?create_dir=1")
+	// url.URL escapes '#', '?' and '%' in the name, which the file store's
+	// URL parsing decodes back to dir.
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
+	return artifactstore.Open(ctx, u.String())
 }
 
 // gzipDescription names the gzip decoder builds use.

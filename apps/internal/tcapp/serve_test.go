@@ -1,0 +1,40 @@
+package tcapp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// The local store opens the configured directory itself, whatever URL
+// syntax its name holds: objects land where localPath (the BUILT report's
+// ext4_path) says they are.
+func TestOpenArtifactStoreDirNames(t *testing.T) {
+	data := []byte("ext4 bytes")
+	sum := sha256.Sum256(data)
+	want := ports.ObjectInfo{Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	for _, name := range []string{"plain", "cube#1", "a%20b", "sp ace", "why?not", "semi;colon"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
+			cfg.ArtifactStoreDir = filepath.Join(t.TempDir(), name, "artifacts")
+			s, err := OpenArtifactStore(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("OpenArtifactStore(%q): %v", cfg.ArtifactStoreDir, err)
+			}
+			defer s.Close()
+			if err := s.Put(t.Context(), "rfs-1/rfs-1.ext4", bytes.NewReader(data), want); err != nil {
+				t.Fatal(err)
+			}
+			p := localPath(cfg)("rfs-1/rfs-1.ext4")
+			if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the object is not at %s: %q, %v", p, got, err)
+			}
+		})
+	}
+}
