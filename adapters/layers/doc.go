@@ -56,7 +56,9 @@
 //     zstd windows are capped by MaxZstdWindow.
 //   - Xattrs: user.* (files and directories only), security.*, trusted.*
 //     and POSIX ACLs; overlay control attributes (trusted.overlay.*,
-//     user.overlay.*) and unknown namespaces are refused.
+//     user.overlay.*), unknown namespaces and names with a control
+//     character (below 0x20, or DEL; a newline would end an argument of
+//     the mkfs builder's debugfs script) are refused.
 //   - Type flags other than regular, directory, symlink, hard link, char,
 //     block and FIFO are refused by name (PAX global headers are skipped).
 //   - A declared media type must match the magic bytes.

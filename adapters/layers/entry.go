@@ -296,7 +296,8 @@ func (e *entry) classifyWhiteout() *rejection {
 }
 
 // parseXattrs keeps SCHILY.xattr.* records that pass the namespace
-// allow-list and budgets.
+// allow-list (control characters in a name included) and budgets.
+// Values may hold any byte: builders store them as data, never as text.
 func (e *entry) parseXattrs(hdr *tar.Header, lim Limits) *rejection {
 	if e.typ == tar.TypeLink {
 		return nil // a hard link shares its target's inode and xattrs
@@ -317,6 +318,9 @@ func (e *entry) parseXattrs(hdr *tar.Header, lim Limits) *rejection {
 		total += len(name) + len(v)
 		if total > lim.MaxXattrBytes {
 			return reject(RuleXattrTooLarge, "xattrs of %d+ bytes > %d", total, lim.MaxXattrBytes)
+		}
+		if !core.XattrNameClean(name) {
+			return reject(RuleXattrForbidden, "xattr %q: a control character in the name", name)
 		}
 		if !core.XattrAllowed(name, e.typ) {
 			return reject(RuleXattrForbidden, "xattr %q", name)

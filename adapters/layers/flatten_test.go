@@ -2,6 +2,8 @@ package layers
 
 import (
 	"archive/tar"
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -169,4 +171,41 @@ func TestFlattenBigFileIsNoBomb(t *testing.T) {
 
 func zeroTar(t testing.TB, n int) []byte {
 	return mkTar(t, ent{Header: tar.Header{Typeflag: tar.TypeReg, Name: "zeros", Size: int64(n), Mode: 0o644}, Body: make([]byte, n)})
+}
+
+// TestXattrNameControlChars: an xattr name with a control character is
+// refused, by Flatten and by Extract, naming the entry and the xattr. A
+// builder that scripts debugfs would otherwise run what follows a newline
+// as a command.
+func TestXattrNameControlChars(t *testing.T) {
+	inject := "\ndump -p /payload /tmp/x\n"
+	for _, c := range []struct {
+		name  string
+		entry ent
+		xattr string
+	}{
+		{"newline on a file", reg("etc/f", "x").With(xattrs("user.a", "1", "user.x"+inject, "v")), "user.x" + inject},
+		{"newline on a device", dev("dev/null", tar.TypeChar, 1, 3).With(xattrs("security.x"+inject, "v")), "security.x" + inject},
+		{"carriage return", dir("d").With(xattrs("trusted.x\rrm", "v")), "trusted.x\rrm"},
+		{"tab", reg("f", "x").With(xattrs("user.a\tb", "v")), "user.a\tb"},
+		{"DEL", reg("f", "x").With(xattrs("security.a\x7f", "v")), "security.a\x7f"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			check := func(err error) {
+				t.Helper()
+				wantRule(t, err, RuleXattrForbidden)
+				var re *RejectError
+				errors.As(err, &re)
+				if re.Entry != c.entry.Header.Name || !strings.Contains(err.Error(), fmt.Sprintf("%q", c.xattr)) {
+					t.Errorf("error %q should name entry %q and xattr %q", err, c.entry.Header.Name, c.xattr)
+				}
+			}
+			_, _, err := flatten(t, plainLayers(t, []ent{c.entry}), DefaultLimits())
+			check(err)
+			if os.Geteuid() == 0 {
+				_, err := Extract(context.Background(), bytes.NewReader(mkTar(t, c.entry)), t.TempDir(), ExtractOptions{SkipDevices: true})
+				check(err)
+			}
+		})
+	}
 }

@@ -13,12 +13,75 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // debugfsQuote quotes one argument for debugfs's command parser: inside
-// double quotes a doubled quote stands for one.
+// double quotes a doubled quote stands for one. It cannot quote a line
+// end; script.quote refuses those.
 func debugfsQuote(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// maxScriptLine bounds a debugfs command line. debugfs reads its command
+// file with fgets into a BUFSIZ buffer (8192 bytes with glibc, 1024 with
+// musl) and runs what does not fit as the next command, so a line must
+// fit the smaller: 1022 bytes and the newline.
+const maxScriptLine = 1022
+
+// unscriptable says why s cannot be one debugfs argument, or "". debugfs
+// ends a command line at its first '\n' or '\r' (and a NUL ends the
+// string), so the rest of s would run as a command of its own, on the
+// host, as root ("dump" writes a host file, "!" runs a shell). No quoting
+// spells them.
+func unscriptable(s string) string {
+	switch i := strings.IndexAny(s, "\n\r\x00"); {
+	case i < 0:
+		return ""
+	case s[i] == '\n':
+		return "holds a newline"
+	case s[i] == '\r':
+		return "holds a carriage return"
+	default:
+		return "holds a NUL byte"
+	}
+}
+
+// script is a debugfs command file being written. Each argument and each
+// line is checked as it is added; the first that cannot be passed safely
+// is kept in err, and a script with an error is never run.
+type script struct {
+	b     strings.Builder
+	entry string // the tree entry the commands are for, named in errors
+	err   error
+}
+
+func (s *script) fail(detail string) {
+	if s.err == nil {
+		s.err = fmt.Errorf("mkfs builder: entry %q: %s: %w", s.entry, detail, core.ErrUnsupported)
+	}
+}
+
+// quote returns v as one quoted argument.
+func (s *script) quote(v string) string {
+	if why := unscriptable(v); why != "" {
+		s.fail(fmt.Sprintf("%q %s, which a debugfs script cannot pass", v, why))
+	}
+	return debugfsQuote(v)
+}
+
+// cmd adds one command line. The whole line is checked again, so an
+// unquoted argument cannot break out either.
+func (s *script) cmd(args ...string) {
+	line := strings.Join(args, " ")
+	if why := unscriptable(line); why != "" {
+		s.fail(fmt.Sprintf("debugfs command %q %s", clip(line), why))
+	} else if len(line) > maxScriptLine {
+		s.fail(fmt.Sprintf("a debugfs command of %d bytes, more than the %d debugfs reads as one line", len(line), maxScriptLine))
+	}
+	s.b.WriteString(line)
+	s.b.WriteByte('\n')
 }
 
 // encodeDev returns i_block[0] and i_block[1] of a device inode the way
@@ -40,27 +103,32 @@ func encodeDev(major, minor int64) (b0, b1 int64) {
 // Entries with several xattrs (inos maps their staged path to the image
 // inode) get them removed and set again in sorted order, so their layout
 // does not depend on the order the staging filesystem listed them in.
+// They are named by inode, so their own names never enter the script.
+//
+// Every string that does enter it (device paths, xattr names, the work
+// directory) is checked: one debugfs cannot take as a single argument
+// fails the build (core.ErrUnsupported) before debugfs runs.
 func fixupScript(t *treeInfo, pre *fsInfo, now int64, work, stage string, inos map[string]uint64) (string, error) {
-	var b strings.Builder
-	cmd := func(args ...string) {
-		b.WriteString(strings.Join(args, " "))
-		b.WriteByte('\n')
-	}
+	s := &script{}
+	cmd, quote := s.cmd, s.quote
 	at := func(sec int64) string { return "@" + strconv.FormatInt(sec, 10) }
 
 	for _, h := range t.devices {
+		s.entry = h.Name
 		name := path.Clean(h.Name)
 		dir, base := path.Split(name)
 		kind := "c"
 		if h.Typeflag == tar.TypeBlock {
 			kind = "b"
 		}
-		cmd("cd", debugfsQuote(path.Clean("/"+dir)))
-		cmd("mknod", debugfsQuote(base), kind, "0", "0")
+		cmd("cd", quote(path.Clean("/"+dir)))
+		cmd("mknod", quote(base), kind, "0", "0")
 	}
+	s.entry = "."
 	cmd("cd", "/")
 	for i, h := range t.devices {
-		abs := debugfsQuote("/" + path.Clean(h.Name))
+		s.entry = h.Name
+		abs := quote("/" + path.Clean(h.Name))
 		typ := int64(0o020000)
 		if h.Typeflag == tar.TypeBlock {
 			typ = 0o060000
@@ -89,11 +157,12 @@ func fixupScript(t *treeInfo, pre *fsInfo, now int64, work, stage string, inos m
 			if err := os.WriteFile(vf, []byte(x[n]), 0o600); err != nil {
 				return "", err
 			}
-			cmd("ea_set", "-f", debugfsQuote(vf), abs, debugfsQuote(n))
+			cmd("ea_set", "-f", quote(vf), abs, quote(n))
 		}
 	}
 
 	for i, rel := range t.multiXattr {
+		s.entry = rel
 		p := filepath.Join(stage, filepath.FromSlash(rel))
 		names, err := listXattrs(p)
 		if err != nil {
@@ -101,11 +170,11 @@ func fixupScript(t *treeInfo, pre *fsInfo, now int64, work, stage string, inos m
 		}
 		sort.Strings(names)
 		ino := "<" + strconv.FormatUint(inos[rel], 10) + ">"
-		rm := []string{"ea_rm", ino}
+		// One name per ea_rm, so the line stays short however many
+		// xattrs the entry has.
 		for _, n := range names {
-			rm = append(rm, debugfsQuote(n))
+			cmd("ea_rm", ino, quote(n))
 		}
-		cmd(rm...)
 		for k, n := range names {
 			v, err := getXattr(p, n)
 			if err != nil {
@@ -115,10 +184,11 @@ func fixupScript(t *treeInfo, pre *fsInfo, now int64, work, stage string, inos m
 			if err := os.WriteFile(vf, v, 0o600); err != nil {
 				return "", err
 			}
-			cmd("ea_set", "-f", debugfsQuote(vf), ino, debugfsQuote(n))
+			cmd("ea_set", "-f", quote(vf), ino, quote(n))
 		}
 	}
 
+	s.entry = "."
 	cmd("sif", "<2>", "mode", "0"+strconv.FormatInt(int64(0o040000|t.rootMode), 8))
 	cmd("sif", "<2>", "uid", strconv.FormatUint(uint64(t.rootUID), 10))
 	cmd("sif", "<2>", "gid", strconv.FormatUint(uint64(t.rootGID), 10))
@@ -130,7 +200,10 @@ func fixupScript(t *treeInfo, pre *fsInfo, now int64, work, stage string, inos m
 			cmd("sif", "<"+strconv.FormatInt(ino, 10)+">", "ctime", at(now))
 		}
 	}
-	return b.String(), nil
+	if s.err != nil {
+		return "", s.err
+	}
+	return s.b.String(), nil
 }
 
 // debugfsRead runs cmds in one read-only debugfs and returns the output of

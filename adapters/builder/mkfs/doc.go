@@ -93,8 +93,23 @@
 //
 // Not covered: xattrs the host filesystem adds on its own (SELinux labels,
 // inherited default ACLs on WorkDir) are copied like any other xattr; use a
-// WorkDir without them. Device nodes whose names contain a newline cannot
-// be spelled in a debugfs script and are refused with an error.
+// WorkDir without them.
+//
+// # The debugfs script
+//
+// debugfs runs its command file one line at a time, as root, and goes on
+// after a failed command; a line starting with "!" runs a shell. A string
+// that ended a line early would therefore run the rest as a command on the
+// host. Every string the script interpolates (device paths, xattr names,
+// the work directory) is checked first: one holding a newline, a carriage
+// return or a NUL, or a command line longer than 1022 bytes (debugfs
+// reads a line into a BUFSIZ buffer, 1024 bytes with musl, and runs the
+// excess as the next command), fails the build with core.ErrUnsupported
+// before debugfs runs. Xattr values never enter it (ea_set -f reads them
+// from files), and entries other than devices are named by inode, so a
+// file name with a newline is fine. The flattener and Extract already
+// refuse xattr names with control characters (core.XattrAllowed); this is
+// the second line.
 //
 // The builder needs root: staging keeps owners, setuid bits and trusted.*
 // and security.* xattrs, which only root can set. Without root Build fails

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -114,6 +116,113 @@ func TestDebugfsQuote(t *testing.T) {
 		if got := debugfsQuote(in); got != want {
 			t.Errorf("debugfsQuote(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestUnscriptable(t *testing.T) {
+	for _, c := range []struct {
+		in, why string
+	}{
+		{"plain", ""},
+		{`q"uote and space`, ""},
+		{"tab\tand\x7f are quoted", ""},
+		{"utf-8 \u00e9", ""},
+		{"user.x\ndump -p /payload /tmp/x", "holds a newline"},
+		{"\n", "holds a newline"},
+		{"user.x\r", "holds a carriage return"},
+		{"a\x00b", "holds a NUL byte"},
+		{"\r\n", "holds a carriage return"},
+	} {
+		if got := unscriptable(c.in); got != c.why {
+			t.Errorf("unscriptable(%q) = %q, want %q", c.in, got, c.why)
+		}
+	}
+}
+
+// TestFixupScriptRefusesWhatDebugfsCannotRead: a string debugfs would
+// read as more than one argument, or a line longer than it reads as one,
+// fails the script (naming the entry) instead of reaching debugfs; names
+// of entries that are only named by inode pass, however odd.
+func TestFixupScriptRefusesWhatDebugfsCannotRead(t *testing.T) {
+	when := time.Unix(1_700_000_000, 0)
+	device := func(name string, kv ...string) *tar.Header {
+		h := &tar.Header{Typeflag: tar.TypeChar, Name: name, Mode: 0o600, Devmajor: 1, Devminor: 3, ModTime: when, PAXRecords: map[string]string{}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.PAXRecords["SCHILY.xattr."+kv[i]] = kv[i+1]
+		}
+		return h
+	}
+	// staged makes one staged file named name with the given xattrs.
+	staged := func(t *testing.T, stage, name string, names ...string) {
+		p := filepath.Join(stage, name)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if err := unix.Lsetxattr(p, n, []byte("v"), 0); err != nil {
+				t.Skipf("cannot set xattr %q in %s: %v", n, stage, err)
+			}
+		}
+	}
+	var many []string
+	for i := range 12 {
+		many = append(many, fmt.Sprintf("user.%02d-%s", i, strings.Repeat("n", 100)))
+	}
+	cases := []struct {
+		name    string
+		devices []*tar.Header
+		multi   func(t *testing.T, stage string) string // stages one entry, returns its name
+		wantErr string                                  // "" means the script is made
+	}{
+		{name: "device xattr with a newline", devices: []*tar.Header{device("dev/null", "security.x\ndump -p /payload /tmp/x\n", "v")},
+			wantErr: `entry "dev/null": "security.x\ndump -p /payload /tmp/x\n" holds a newline`},
+		{name: "device xattr with a carriage return", devices: []*tar.Header{device("dev/null", "security.x\r", "v")},
+			wantErr: "holds a carriage return"},
+		{name: "device name with a newline", devices: []*tar.Header{device("dev/a\n!touch /tmp/x")}, wantErr: "holds a newline"},
+		{name: "device directory with a NUL", devices: []*tar.Header{device("d\x00/null")}, wantErr: "holds a NUL byte"},
+		// Doubled quotes make the line longer than the path.
+		{name: "device path longer than a line", devices: []*tar.Header{device(strings.Repeat(strings.Repeat(`"`, 200)+"/", 3) + "null")},
+			wantErr: "more than the 1022 debugfs reads as one line"},
+		{name: "second xattr with a newline", multi: func(t *testing.T, stage string) string {
+			staged(t, stage, "f", "user.a", "user.x\n!touch /tmp/x")
+			return "f"
+		}, wantErr: `entry "f": "user.x\n!touch /tmp/x" holds a newline`},
+		{name: "newline in a name debugfs never sees", multi: func(t *testing.T, stage string) string {
+			staged(t, stage, "new\nline", "user.a", "user.b")
+			return "new\nline"
+		}},
+		{name: "many long xattr names", multi: func(t *testing.T, stage string) string {
+			staged(t, stage, "f", many...)
+			return "f"
+		}},
+		{name: "ordinary device", devices: []*tar.Header{device("dev/null", "security.x", "v", "user.y", "w")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stage, work := t.TempDir(), t.TempDir()
+			tree := &treeInfo{rootMode: 0o755, devices: c.devices}
+			inos := map[string]uint64{}
+			if c.multi != nil {
+				rel := c.multi(t, stage)
+				tree.multiXattr = []string{rel}
+				inos[rel] = 12
+			}
+			script, err := fixupScript(tree, &fsInfo{}, when.Unix(), work, stage, inos)
+			if c.wantErr != "" {
+				if err == nil || !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want ErrUnsupported with %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(strings.TrimSuffix(script, "\n"), "\n") {
+				if len(l) > maxScriptLine || strings.ContainsAny(l, "\r\x00") {
+					t.Errorf("line debugfs cannot read as one: %q", clip(l))
+				}
+			}
+		})
 	}
 }
 

@@ -465,3 +465,53 @@ func TestCancelKillsTool(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileXattrNamesNeverReachDebugfs: xattr names are passed to the
+// debugfs fixup script (device xattrs, and the sorted rewrite of entries
+// with several), which runs one command per line as root on the host. A
+// newline in a name would end the argument and run the rest, writing a
+// host file with "dump" or running a shell with "!". Each tree must fail
+// the build and leave the sentinel host path absent.
+func TestHostileXattrNamesNeverReachDebugfs(t *testing.T) {
+	needRoot(t)
+	mt := time.Unix(1_700_000_000, 0)
+	payload := []byte("written to the host by debugfs\n")
+	cases := []struct {
+		name  string
+		entry func(sentinel string) entry
+	}{
+		{"device xattr", func(s string) entry {
+			return entry{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "dev/null", Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: mt,
+				Format: tar.FormatPAX, PAXRecords: map[string]string{"SCHILY.xattr.security.x\ndump -p /payload " + s + "\n": "v"}}}
+		}},
+		{"second xattr of a file", func(s string) entry {
+			return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "etc/f", Mode: 0o644, ModTime: mt, Format: tar.FormatPAX,
+				PAXRecords: map[string]string{"SCHILY.xattr.user.a": "1", "SCHILY.xattr.user.x\ndump -p /payload " + s + "\n": "v"}}}
+		}},
+		{"shell escape", func(s string) entry {
+			return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "etc/g", Mode: 0o644, ModTime: mt, Format: tar.FormatPAX,
+				PAXRecords: map[string]string{"SCHILY.xattr.user.a": "1", "SCHILY.xattr.user.x\n!touch " + s + "\n": "v"}}}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sentinel := filepath.Join(t.TempDir(), "pwned")
+			tree := tarOf(t, []entry{
+				{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "payload", Mode: 0o644, Size: int64(len(payload)), ModTime: mt}, body: payload},
+				c.entry(sentinel),
+			})
+			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), ports.BuildSpec{
+				Tree: bytes.NewReader(tree), OutPath: filepath.Join(t.TempDir(), "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+			})
+			if _, serr := os.Lstat(sentinel); serr == nil {
+				t.Errorf("debugfs wrote %s on the host", sentinel)
+			}
+			if err == nil {
+				t.Fatal("Build accepted an xattr name with a newline")
+			}
+			if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "xattr") {
+				t.Errorf("err = %v, want an invalid-argument error naming the xattr", err)
+			}
+		})
+	}
+}

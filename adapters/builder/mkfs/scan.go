@@ -241,8 +241,15 @@ func scan(ctx context.Context, stage string, limit time.Time, deferred []*tar.He
 	// Deferred devices add an inode each and an entry to their parent.
 	extra := map[string]int64{}
 	for _, h := range deferred {
-		if strings.ContainsAny(h.Name, "\n\x00") {
-			return nil, fmt.Errorf("device %q: a device name with a newline cannot be created inside the image: %w", h.Name, core.ErrUnsupported)
+		// Checked again as fixupScript writes them; here so a build that
+		// cannot finish fails before mke2fs runs.
+		if why := unscriptable(h.Name); why != "" {
+			return nil, fmt.Errorf("device %q: the name %s, so the device cannot be created inside the image: %w", h.Name, why, core.ErrUnsupported)
+		}
+		for n := range paxXattrs(h) {
+			if why := unscriptable(n); why != "" {
+				return nil, fmt.Errorf("device %q: xattr %q %s, so it cannot be set inside the image: %w", h.Name, n, why, core.ErrUnsupported)
+			}
 		}
 		dir, base := path.Split(path.Clean(h.Name))
 		extra[path.Clean("/"+dir)] += recLen(len(base))
