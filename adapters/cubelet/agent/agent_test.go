@@ -254,6 +254,57 @@ func TestCreateImageReplacesCorruptFile(t *testing.T) {
 	}
 }
 
+// The digest sidecar is gone before new bytes take the artifact's name: a
+// crash (here a failing sidecar write) after the rename must not leave the
+// old digest vouching for the new bytes.
+func TestCreateImageNeverTrustsAStaleSidecar(t *testing.T) {
+	oldData, newData := []byte("artifact, first build"), []byte("artifact, other bytes")
+	var oldGets int
+	var mu sync.Mutex
+	oldSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		oldGets++
+		mu.Unlock()
+		w.Write(oldData)
+	}))
+	defer oldSrv.Close()
+	newSrv := serveBytes(t, newData, http.StatusOK)
+	ta := newTestAgent(t)
+	oldSpec := ext4Spec("rfs-s", oldSrv.URL+"/a", "tok", oldData)
+	if ret := ta.create(t, oldSpec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	final := ta.ArtifactFile("cubebox", "rfs-s")
+	// The next sidecar write fails after the new bytes are in place.
+	blocker := sidecar(final) + ".tmp"
+	if err := os.Mkdir(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ret := ta.create(t, ext4Spec("rfs-s", newSrv.URL+"/a", "tok", newData)); ret.GetRetCode() == cubeletpb.ErrorCode_Success {
+		t.Fatalf("CreateImage succeeded although its sidecar write failed: %v", ret)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(final); !bytes.Equal(got, newData) {
+		t.Fatalf("setup: file holds %q, want the second download", got)
+	}
+	if b, err := os.ReadFile(sidecar(final)); err == nil && strings.TrimSpace(string(b)) == hexSHA(oldData) {
+		t.Errorf("the old digest stayed beside the new bytes")
+	}
+	if ret := ta.create(t, oldSpec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	if got, _ := os.ReadFile(final); !bytes.Equal(got, oldData) {
+		t.Fatalf("file holds %q after CreateImage of the first build, want it (a stale sidecar was trusted)", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if oldGets != 2 {
+		t.Errorf("%d downloads of the first build, want 2", oldGets)
+	}
+}
+
 func runRequest(tid, aid string) *cubeletpb.RunCubeSandboxRequest {
 	return &cubeletpb.RunCubeSandboxRequest{
 		RequestID: "req-snap",

@@ -211,6 +211,15 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if sum != j.sha256 {
 		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", sum, j.sha256)
 	}
+	// present trusts the sidecar without hashing, so the old one goes (for
+	// good, the directory synced) before new bytes take the name; a crash
+	// before the new one is written leaves none, and the next call hashes.
+	if err := os.Remove(sidecar(final)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return n, err
+	}
+	if err := syncDir(filepath.Dir(final)); err != nil {
+		return n, err
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		return n, err
 	}
