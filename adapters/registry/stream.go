@@ -51,9 +51,13 @@ func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *
 		streams[d.Digest] = newBlobStream()
 		order = append(order, d)
 	}
-	if ctx.Done() != nil {
+	// A ctx that can never end would never end the lease, so wait
+	// releases it. Decided here, on the caller's ctx: the one derived
+	// from it below always has a Done channel.
+	releaseInWait := ctx.Done() == nil
+	if !releaseInWait {
 		context.AfterFunc(ctx, lease.Release)
-	} // else: nothing would ever end the lease; wait releases it
+	}
 
 	prog := newProgress(layers, progress)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -113,7 +117,7 @@ func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *
 		once.Do(func() {
 			wg.Wait()
 			cancel(nil)
-			if ctx.Done() == nil {
+			if releaseInWait {
 				lease.Release()
 			}
 			if firstErr != nil {

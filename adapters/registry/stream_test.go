@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -173,5 +174,78 @@ func TestStreamReaderCloseWakesRead(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Read still waiting after Close")
+	}
+}
+
+// TestStreamLeaseEnds: the lease pinning the streamed blobs ends with the
+// caller's context, or in wait when that context can never end
+// (context.Background); after it a full cache evicts them.
+func TestStreamLeaseEnds(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	layers := []testLayer{makeLayer(t, 20_000, compNone, false)}
+	refStr := reg.host + "/" + uniqueRepo("lease") + ":v1"
+	pushImage(t, rc, refStr, testImage{layers: layers})
+	d := layers[0].desc().Digest
+
+	for _, c := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		// pinnedAfterWait: the layers wait returned stay pinned until
+		// the context ends.
+		pinnedAfterWait bool
+	}{
+		{"background", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, false},
+		{"cancellable", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// A cap of one byte: whatever is not pinned is evicted.
+			cache, err := layercache.Open(t.TempDir(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cached := func() bool {
+				t.Helper()
+				if _, err := cache.Evict(); err != nil {
+					t.Fatal(err)
+				}
+				_, ok, err := cache.Get(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			}
+			s := newTestSource(t, cache, nil, reg.host)
+			req := ports.ImageRequest{Ref: refStr}
+			img, err := s.Resolve(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := c.ctx()
+			defer cancel()
+			ls, wait, err := s.StreamLayers(ctx, req, img, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, errs := readAllConcurrently(ls); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			if _, err := wait(); err != nil {
+				t.Fatal(err)
+			}
+			// Checked at once: a leaked lease is unreachable after this,
+			// and the garbage collector closing its files would hide it.
+			if got := cached(); got != c.pinnedAfterWait {
+				t.Fatalf("blob cached after wait = %v, want %v", got, c.pinnedAfterWait)
+			}
+			runtime.KeepAlive(wait)
+			cancel()
+			// The context's end releases the lease from its own goroutine.
+			for deadline := time.Now().Add(10 * time.Second); cached(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("blob still pinned after the context ended")
+				}
+			}
+		})
 	}
 }
