@@ -294,6 +294,9 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 	}
 	layers, err = in.Inject.appendLayer(layers, scratch, buildTime(img))
 	if err != nil {
+		// Nothing will read the layers: stop their downloads rather
+		// than wait for them.
+		stopFetch()
 		closeBlobs()
 		<-fetchDone
 		return tree, br, err

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -25,8 +27,10 @@ type streamingSource struct {
 	// untilCanceled: the fetch is still running when the build ends and
 	// stops only when its context is canceled (a large layer downloading).
 	untilCanceled bool
-	closed        int
-	mu            sync.Mutex
+	// onStream, when set, runs as StreamLayers starts.
+	onStream func()
+	closed   int
+	mu       sync.Mutex
 }
 
 type closeCounter struct {
@@ -42,6 +46,9 @@ func (c closeCounter) Close() error {
 }
 
 func (s *streamingSource) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	if s.onStream != nil {
+		s.onStream()
+	}
 	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Size: 10}
 	ls := []ports.StreamedLayer{{Descriptor: d, DiffID: "sha256:diff", Blob: closeCounter{strings.NewReader("blob"), s}}}
 	return ls, func() ([]ports.LocalLayer, error) {
@@ -127,6 +134,40 @@ func TestStreamingBuildFailureWinsOverTheFetchItStopped(t *testing.T) {
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
 	if !errors.Is(err, full) || errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want the build's error", err)
+	}
+}
+
+// A build whose injected layer cannot be written stops the downloads it
+// started instead of waiting for them to finish.
+func TestStreamingInjectionFailureStopsTheFetch(t *testing.T) {
+	f := newFixture(t)
+	scratch := f.pipeline.ScratchDir
+	f.pipeline.Source = &streamingSource{ImageSource: f.source, untilCanceled: true, onStream: func() {
+		// A directory where the injected layer goes: writing it fails.
+		builds, _ := filepath.Glob(filepath.Join(scratch, "build-*"))
+		for _, b := range builds {
+			if err := os.Mkdir(filepath.Join(b, "inject.tar"), 0o700); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	ca := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}, Request: request(),
+			Inject: Injection{CABundle: ca}}, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "inject.tar") {
+			t.Fatalf("err = %v, want the failed write of the injected layer", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("Run still waiting for the downloads after the injected layer failed")
+	}
+	if len(f.put) != 0 {
+		t.Fatal("published after a failed injection")
 	}
 }
 
