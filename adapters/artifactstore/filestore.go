@@ -168,9 +168,8 @@ var errNoLink = errors.New("cannot link the file into the store")
 // than copying it, when src is a regular file of want.Size bytes on the
 // store's filesystem: a gigabyte image is then neither written a second
 // time nor left dirty twice for the kernel to write back. It is held to
-// what put guarantees: the bytes are hashed (while the disk flushes them,
-// read from the disk rather than the page cache: see diskReader) and must
-// be want; nothing is visible before the rename. The caller must
+// what put guarantees: the bytes are hashed (while the disk flushes them)
+// and must be want; nothing is visible before the rename. The caller must
 // not change src afterwards. errNoLink when src cannot be linked: nothing
 // was read from it, and the caller copies.
 func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want ports.ObjectInfo) (err error) {
@@ -214,14 +213,7 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 	}
 	synced := make(chan error, 1)
 	go func() { synced <- f.Sync() }()
-	var direct io.ReaderAt // stays nil, not a nil *os.File, without one
-	if df := openDirect(f); df != nil {
-		defer df.Close()
-		direct = df
-	}
-	back := newDiskReader(direct, f, want.Size+1)
-	defer back.Close()
-	v := newVerifier(ctxReader{ctx, back}, want)
+	v := newVerifier(ctxReader{ctx, io.NewSectionReader(f, 0, want.Size+1)}, want)
 	_, herr := io.CopyBuffer(io.Discard, v, make([]byte, copyBufferSize))
 	if serr := <-synced; herr == nil && serr != nil {
 		herr = fmt.Errorf("sync: %w", serr)
