@@ -22,7 +22,8 @@ type Layer struct {
 	// Blob, when set, is read instead of Path: the blob from its first
 	// byte, io.EOF only once it arrived whole and verified.
 	Blob io.Reader
-	// DiffID, when set, must be the digest of the uncompressed layer.
+	// DiffID, when set, must be the digest of the uncompressed layer, in
+	// sha256 or sha512 (others are refused with core.ErrUnsupported).
 	DiffID string
 	// Derived, when set, keeps the decoded layer for later builds.
 	Derived ports.DerivedCache

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -65,7 +66,7 @@ var errNoDerived = errors.New("no derived layer")
 
 // loadDerived reads a decoded layer back, or fails (errNoDerived for a
 // miss, ports.ErrDiffIDMismatch when it decodes to another DiffID than
-// the one asked for).
+// the one asked for, in the same algorithm).
 func loadDerived(l Layer, lim Limits) (*layerData, error) {
 	f, err := l.Derived.Open(derivedName(lim, "index"))
 	if err != nil {
@@ -77,6 +78,10 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 		return nil, errNoDerived
 	}
 	if l.DiffID != "" && ix.DiffID != l.DiffID {
+		if a, _, _ := strings.Cut(ix.DiffID, ":"); !strings.HasPrefix(l.DiffID, a+":") {
+			// Kept with a digest in another algorithm: decode again.
+			return nil, errNoDerived
+		}
 		return nil, fmt.Errorf("uncompressed digest %s, config says %s: %w", ix.DiffID, l.DiffID, ports.ErrDiffIDMismatch)
 	}
 	d := &layerData{entries: make([]*entry, 0, len(ix.Entries))}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,10 +16,12 @@ import (
 	"path"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -231,6 +234,10 @@ var (
 // earlier build decoded it, else by decoding it (and keeping the result
 // in the derived cache).
 func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.Int64) (*layerData, error) {
+	alg, err := diffAlgorithm(l.DiffID)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
+	}
 	if l.Derived != nil {
 		d, err := loadDerived(l, lim)
 		if err == nil {
@@ -247,11 +254,37 @@ func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.
 			return nil, fmt.Errorf("layer %d (%s): %w", idx, l.Digest, err)
 		}
 	}
-	return decodeLayer(ctx, idx, l, lim, total)
+	return decodeLayer(ctx, idx, l, alg, lim, total)
 }
 
-// decodeLayer decodes one layer blob.
-func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.Int64) (d *layerData, err error) {
+// diffAlgorithm is the algorithm a diff_id is written in: sha256 or
+// sha512, the two an image config may use (the registry accepts both).
+// Without a diff_id (nothing to verify, the digest is only kept with a
+// derived layer) it is sha256.
+func diffAlgorithm(diffID string) (string, error) {
+	if diffID == "" {
+		return "sha256", nil
+	}
+	alg, _, ok := strings.Cut(diffID, ":")
+	if !ok {
+		return "", fmt.Errorf("diff_id %q names no algorithm: %w", diffID, core.ErrUnsupported)
+	}
+	if alg != "sha256" && alg != "sha512" {
+		return "", fmt.Errorf("diff_id %q: algorithm %q cannot be verified (sha256 or sha512): %w", diffID, alg, core.ErrUnsupported)
+	}
+	return alg, nil
+}
+
+// newDiffHash returns a hash for an algorithm diffAlgorithm accepted.
+func newDiffHash(alg string) hash.Hash {
+	if alg == "sha512" {
+		return sha512.New()
+	}
+	return sha256.New()
+}
+
+// decodeLayer decodes one layer blob; alg is its diff_id's algorithm.
+func decodeLayer(ctx context.Context, idx int, l Layer, alg string, lim Limits, total *atomic.Int64) (d *layerData, err error) {
 	rej := func(entry string, rj *rejection) error {
 		return &RejectError{Layer: idx, Digest: l.Digest, Entry: entry, Rule: rj.rule, Detail: rj.detail}
 	}
@@ -294,7 +327,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 	// verified or kept.
 	var diff hash.Hash
 	if l.DiffID != "" || l.Derived != nil {
-		diff = sha256.New()
+		diff = newDiffHash(alg)
 	}
 	var (
 		tr      *tar.Reader
@@ -451,7 +484,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomi
 	}
 	var got string
 	if diff != nil {
-		got = "sha256:" + hex.EncodeToString(diff.Sum(nil))
+		got = alg + ":" + hex.EncodeToString(diff.Sum(nil))
 		if l.DiffID != "" && got != l.DiffID {
 			return d, fmt.Errorf("layer %d (%s): uncompressed digest %s, config says %s: %w", idx, l.Digest, got, l.DiffID, ports.ErrDiffIDMismatch)
 		}

@@ -4,6 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
@@ -205,6 +209,57 @@ func TestXattrNameControlChars(t *testing.T) {
 			if os.Geteuid() == 0 {
 				_, err := Extract(context.Background(), bytes.NewReader(mkTar(t, c.entry)), t.TempDir(), ExtractOptions{SkipDevices: true})
 				check(err)
+			}
+		})
+	}
+}
+
+// TestFlattenDiffIDAlgorithms: a diff_id is checked with its own
+// algorithm (the registry accepts sha256 and sha512), on a decode and on
+// a layer kept in the derived cache; another algorithm is refused by name.
+func TestFlattenDiffIDAlgorithms(t *testing.T) {
+	tarB := mkTar(t, dir("d"), reg("d/f", strings.Repeat("x", 10000)))
+	sum256, sum512 := sha256.Sum256(tarB), sha512.Sum512(tarB)
+	id256, id512 := "sha256:"+hex.EncodeToString(sum256[:]), "sha512:"+hex.EncodeToString(sum512[:])
+	plainB, gzB := blob{Data: tarB, MediaType: mtTar}, blob{Data: gz(t, tarB), MediaType: mtGzip}
+	cases := []struct {
+		name  string
+		blob  blob
+		ids   []string // flattened in turn, over one derived cache when cache is set
+		cache bool
+		want  error // for the last id; nil means it flattens
+	}{
+		{"sha256", plainB, []string{id256}, false, nil},
+		{"sha512", plainB, []string{id512}, false, nil},
+		{"sha512 gzip", gzB, []string{id512}, false, nil},
+		{"sha512 kept and loaded", gzB, []string{id512, id512}, true, nil},
+		{"kept as sha512, asked as sha256", gzB, []string{id512, id256}, true, nil},
+		{"wrong sha512", plainB, []string{"sha512:" + strings.Repeat("0", 128)}, false, ports.ErrDiffIDMismatch},
+		{"wrong sha512 over a kept layer", gzB, []string{id512, "sha512:" + strings.Repeat("0", 128)}, true, ports.ErrDiffIDMismatch},
+		{"sha384", plainB, []string{"sha384:" + strings.Repeat("0", 96)}, false, core.ErrUnsupported},
+		{"no algorithm", plainB, []string{hex.EncodeToString(sum256[:])}, false, core.ErrUnsupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ls := writeLayers(t, c.blob)
+			if c.cache {
+				ls[0].Derived = &flattenertest.DirCache{Dir: t.TempDir()}
+			}
+			var err error
+			for i, id := range c.ids {
+				ls[0].DiffID = id
+				_, _, err = flatten(t, ls, DefaultLimits())
+				if i < len(c.ids)-1 && err != nil {
+					t.Fatalf("flatten %d with %s: %v", i, id, err)
+				}
+			}
+			switch {
+			case c.want == nil && err != nil:
+				t.Fatalf("flatten: %v", err)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Fatalf("flatten = %v, want %v", err, c.want)
+			case errors.Is(c.want, core.ErrUnsupported) && !strings.Contains(err.Error(), "diff_id"):
+				t.Fatalf("error %q does not name the diff_id", err)
 			}
 		})
 	}
