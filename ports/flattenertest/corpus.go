@@ -337,6 +337,10 @@ func metadataCases() []Case {
 		{Name: "xattr-unknown-namespace", Layers: one(Reg("f", "x").With(Xattrs("weird.attr", "v"))), Flatten: RuleXattrForbidden, Tree: RuleXattrForbidden},
 		{Name: "xattr-user-on-symlink", Layers: one(Sym("s", "t").With(Xattrs("user.x", "v"))), Flatten: RuleXattrForbidden, Tree: RuleXattrForbidden},
 		{Name: "xattr-user-on-device", Layers: one(Dev("null", tar.TypeChar, 1, 3).With(Xattrs("user.x", "v"))), Flatten: RuleXattrForbidden, Tree: RuleXattrForbidden},
+		// A control character in a name: builders that write a script
+		// (debugfs) would take the rest of the name as commands.
+		{Name: "xattr-name-newline", Layers: one(Reg("f", "x").With(Xattrs("user.a", "1", "user.x\n!touch /tmp/cube-corpus-pwned\n", "v"))), Flatten: RuleXattrForbidden, Tree: RuleXattrForbidden},
+		{Name: "xattr-name-carriage-return-on-device", Layers: one(Dev("null", tar.TypeChar, 1, 3).With(Xattrs("security.x\rdump -p /f /tmp/cube-corpus-pwned", "v"))), Flatten: RuleXattrForbidden, Tree: RuleXattrForbidden},
 		{Name: "xattr-value-too-large", Layers: one(Reg("f", "x").With(Xattrs("user.big", strings.Repeat("v", 70000)))), Flatten: RuleXattrTooLarge, Tree: RuleXattrTooLarge},
 		{Name: "xattr-budget", Layers: one(Reg("f", "x").With(Xattrs("user.a", strings.Repeat("v", 40000), "user.b", strings.Repeat("v", 40000)))),
 			Limits: Limits{MaxXattrBytes: 64 << 10}, Flatten: RuleXattrTooLarge, Tree: RuleXattrTooLarge},
