@@ -216,8 +216,9 @@ type FlattenLayer struct {
 	// comes only after the whole blob arrived and matched its digest.
 	Blob io.Reader
 	// DiffID, when set, is the config's digest of the uncompressed layer
-	// ("sha256:..."); the flattener verifies it while decoding and fails
-	// the layer with an error wrapping ErrDiffIDMismatch otherwise.
+	// ("sha256:..." or "sha512:..."); the flattener verifies it with its
+	// algorithm while decoding and fails the layer with an error wrapping
+	// ErrDiffIDMismatch otherwise (ErrUnsupported for another algorithm).
 	DiffID string
 	// Derived, when set, is where the flattener may keep what it derives
 	// from this blob (its decoded entries and content), so that a later

@@ -298,7 +298,7 @@ func Settings() []Setting {
 			Doc:   "Fills `cube.master.instance.region` of a request that has none.",
 			Field: func(c *Config) any { return &c.Master.Request.Region }},
 		{Env: "CUBE_MASTER_HOST_MOUNT_PREFIXES", YAML: "master.request.host_mount_prefixes", Service: ControlPlane,
-			Doc:   "Host-dir volume paths must be under one of these prefixes (the path cleaned, plus `/`).",
+			Doc:   "Host-dir volume paths must be one of these directories or under one (paths and prefixes are cleaned; `/data/shared` admits `/data/shared/x`, not `/data/shared-x`).",
 			Field: func(c *Config) any { return &c.Master.Request.HostMountPrefixes }},
 		{Env: "CUBE_MASTER_CREATE_IMAGE_TIMEOUT", YAML: "master.request.create_image_timeout", Upstream: []string{"cubelet_conf.create_image_timeout_insec"}, Service: ControlPlane,
 			Doc:   "Bound of one CreateImage call to a node (upstream's key is in seconds).",
