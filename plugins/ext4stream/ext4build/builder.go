@@ -73,8 +73,10 @@ func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit in
 	if err != nil {
 		return res, fmt.Errorf("ext4stream: create temporary image: %w", err)
 	}
+	published := false
 	defer func() {
-		if err != nil {
+		// Also on a panic, which leaves err nil.
+		if !published {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
 		}
@@ -114,6 +116,7 @@ func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit in
 	if err := os.Rename(tmp.Name(), spec.OutPath); err != nil {
 		return res, fmt.Errorf("ext4stream: publish image: %w", err)
 	}
+	published = true
 	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
 }
 
@@ -147,6 +150,8 @@ func checkSpec(spec ports.BuildSpec) (id [16]byte, limit int64, err error) {
 		return id, 0, &core.FieldError{Field: "OutPath", Reason: "is empty"}
 	case spec.HeadroomBytes < 0 || spec.HeadroomInodes < 0:
 		return id, 0, &core.FieldError{Field: "Headroom", Reason: "must not be negative"}
+	case spec.HeadroomBytes > MaxSize:
+		return id, 0, &core.FieldError{Field: "HeadroomBytes", Reason: fmt.Sprintf("more than the largest image, %d bytes", int64(MaxSize))}
 	case spec.HeadroomInodes > maxInodes:
 		return id, 0, &core.FieldError{Field: "HeadroomInodes", Reason: fmt.Sprintf("more than ext4's %d inodes", int64(maxInodes))}
 	case spec.MaxSizeBytes < 0:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,6 +199,8 @@ func TestBuildErrors(t *testing.T) {
 		{"headroom over the cap", ok, func(s *ports.BuildSpec) { s.HeadroomBytes, s.MaxSizeBytes = 8<<20, 8<<20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes"},
 		{"absurd headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 1 << 40 }, core.ErrInvalidArgument, "HeadroomInodes"},
 		{"negative headroom", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = -1 }, core.ErrInvalidArgument, "Headroom"},
+		{"headroom over the largest image", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = math.MaxInt64 }, core.ErrInvalidArgument, "HeadroomBytes"},
+		{"more inode groups than descriptors reserved", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 34_000_000 }, core.ErrUnsupported, "HeadroomInodes"},
 		{"bad uuid", ok, func(s *ports.BuildSpec) { s.UUID = "nope" }, core.ErrInvalidArgument, "UUID"},
 		{"nil tree", ok, func(s *ports.BuildSpec) { s.Tree = nil }, core.ErrInvalidArgument, "Tree"},
 		{"cap below 2 MiB", ok, func(s *ports.BuildSpec) { s.MaxSizeBytes = 1 << 20 }, core.ErrInvalidArgument, "MaxSizeBytes"},
@@ -232,6 +235,20 @@ func TestBuildErrors(t *testing.T) {
 		want   error
 		msg    string
 	}{"file over 1 TiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`})
+	// The tree's inodes and the headroom, each allowed, round to more than
+	// a 32-bit inode count.
+	var many []entry
+	for i := range 40_000 {
+		many = append(many, file(fmt.Sprintf("f%05d", i), 0o644, ""))
+	}
+	tests = append(tests, struct {
+		name   string
+		tree   []byte
+		mutate func(*ports.BuildSpec)
+		want   error
+		msg    string
+	}{"inode count over 32 bits", tarOf(t, many...),
+		func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m []func(*ports.BuildSpec)
@@ -247,6 +264,61 @@ func TestBuildErrors(t *testing.T) {
 			}
 			noLeftovers(t, filepath.Dir(out))
 		})
+	}
+}
+
+// TestInodeHeavyImagesAreFsckClean: an image with many inodes for its
+// blocks gets small groups, each still spanning its inode table and four
+// blocks more, as e2fsck requires.
+func TestInodeHeavyImagesAreFsckClean(t *testing.T) {
+	for _, inodes := range []int64{400_000, 3_271_989} {
+		t.Run(fmt.Sprint(inodes), func(t *testing.T) {
+			img, _, err := build(t, tarOf(t), func(s *ports.BuildSpec) { s.HeadroomInodes = inodes })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rc, out := fsck(t, img); rc != 0 {
+				t.Fatalf("e2fsck -fn exit %d:\n%s", rc, out)
+			}
+		})
+	}
+}
+
+// TestLayoutGeometry holds layout to what e2fsck checks in a superblock,
+// over a grid of used blocks and inode counts.
+func TestLayoutGeometry(t *testing.T) {
+	// Dense where groups shrink for inodes (about 300k-5M inodes with few
+	// blocks), sparse elsewhere.
+	next := func(n int64) int64 {
+		if n >= 300_000 && n < 5_000_000 {
+			return n + 1009
+		}
+		return n*5/4 + 7
+	}
+	for _, used := range []int64{1, 100, 600, 5000, 40_000, 300_000} {
+		for inodes := int64(11); inodes < 20_000_000; inodes = next(inodes) {
+			g := layout(used, inodes, 0)
+			bad := func(what string) {
+				t.Helper()
+				t.Fatalf("layout(%d, %d, 0) = %+v: %s", used, inodes, g, what)
+			}
+			switch {
+			case g.blocks%alignBlocks != 0:
+				bad("size not 2 MiB aligned")
+			case g.blocksPerGroup > blocksPerGroup || g.blocksPerGroup%alignBlocks != 0:
+				bad("blocks per group not a multiple of 512 up to 32768")
+			case g.inodesPerGroup > blockSize*8 || g.inodesPerGroup%inodesPerBlock != 0:
+				bad("inodes per group not whole blocks up to a bitmap's worth")
+			case g.inodesPerGroup > inodesPerBlock*(g.blocksPerGroup-4):
+				bad("a group smaller than its inode table and four blocks")
+			case g.groups*g.inodesPerGroup < inodes:
+				bad("fewer inodes than asked")
+			case (g.groups-1)*g.blocksPerGroup >= g.blocks || g.groups*g.blocksPerGroup < g.blocks:
+				bad("group count does not match the blocks")
+			case g.blocks < used+g.groups*g.inodesPerGroup/inodesPerBlock+2*g.groups:
+				bad("no room for the metadata")
+			}
+		}
 	}
 }
 

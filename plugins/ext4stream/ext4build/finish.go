@@ -2,6 +2,9 @@ package ext4build
 
 import (
 	"fmt"
+	"math"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // alignBlocks is the image size granularity in blocks (2 MiB).
@@ -35,7 +38,11 @@ func layout(used, inodes, headroom int64) geometry {
 			// More groups than the blocks fill: shrink the groups (a
 			// multiple of 512 blocks, mke2fs's minimum is 256) and, if
 			// rounding left the last group empty, give it 512 blocks.
-			g.blocksPerGroup = min(blocksPerGroup, roundUp(ceilDiv(g.blocks, g.groups), alignBlocks))
+			// e2fsck also wants a group to span its inode table and four
+			// more blocks (inodes_per_group <= inodes_per_block *
+			// (blocks_per_group - 4)), which an inode-heavy image's
+			// share of the blocks can fall short of.
+			g.blocksPerGroup = min(blocksPerGroup, roundUp(max(ceilDiv(g.blocks, g.groups), g.inodesPerGroup/inodesPerBlock+4), alignBlocks))
 			if (g.groups-1)*g.blocksPerGroup >= g.blocks {
 				g.blocks = (g.groups-1)*g.blocksPerGroup + alignBlocks
 			}
@@ -88,13 +95,21 @@ func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (in
 	lastIno := int64(len(w.nodes))
 	g := layout(int64(w.next), lastIno+headroomInodes, headroomBlocks)
 
+	if n := g.groups * g.inodesPerGroup; n > math.MaxUint32 {
+		return 0, &core.FieldError{Field: "HeadroomInodes", Reason: fmt.Sprintf(
+			"the tree's %d inodes and %d of headroom round to %d inodes in whole groups, more than ext4's %d", lastIno, headroomInodes, n, uint32(math.MaxUint32))}
+	}
 	if g.blocks > w.limitBlocks {
 		w.exceeded = true
 		return 0, errLimit
 	}
 	gdtBlocks := ceilDiv(g.groups, descsPerBlock)
 	if gdtBlocks > int64(w.gdtReserve) {
-		return 0, fmt.Errorf("%d groups need %d descriptor blocks, %d reserved", g.groups, gdtBlocks, w.gdtReserve)
+		// Descriptor blocks are reserved by image size, for groups of
+		// 32768 blocks; this many inodes for so few blocks needs smaller
+		// groups than that reserve holds.
+		return 0, fmt.Errorf("%d inodes (%d of them headroom) in a %d-block image need %d block groups, %d descriptor blocks, and %d are reserved for an image this size: lower HeadroomInodes or raise MaxSizeBytes: %w",
+			lastIno+headroomInodes, headroomInodes, g.blocks, g.groups, gdtBlocks, w.gdtReserve, core.ErrUnsupported)
 	}
 
 	// Inode tables: one array indexed by inode number, group after group.
