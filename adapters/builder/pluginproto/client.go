@@ -140,13 +140,10 @@ func (c *Client) buildFIFO(ctx context.Context, stream RootfsBuilder_BuildClient
 		return res, c.fail(ctx, errors.Join(err, rerr))
 	}
 	treeErr := make(chan error, 1)
-	go func() { treeErr <- feedFIFO(ctx, fifo, spec.Tree) }()
+	opened := make(chan struct{})
+	go func() { treeErr <- feedFIFO(ctx, fifo, spec.Tree, opened) }()
 	resp, err := stream.CloseAndRecv()
-	// A plugin that answered without opening the pipe leaves the writer
-	// waiting in open: open the other end to let it go.
-	if r, oerr := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); oerr == nil {
-		r.Close()
-	}
+	releaseFeeder(fifo, opened)
 	terr := <-treeErr
 	if terr != nil {
 		if err == nil {
@@ -193,11 +190,48 @@ func (t treeReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// feedFIFO copies the tree into the pipe. Only a failure to read the tree
-// is returned: a plugin that stops reading (EPIPE) says why in its answer.
-// Cancellation closes the pipe, so a plugin blocked reading it returns.
-func feedFIFO(ctx context.Context, fifo string, tree io.Reader) error {
+// releaseFeeder lets feedFIFO past its open once the plugin has answered.
+// A plugin that answered without opening the pipe leaves the feeder in, or
+// still on its way to, a blocking open (a goroutine may run late), so a
+// reader opened and closed at once can miss it. Holding a reader until the
+// feeder says it is past open frees it whenever it gets there; dropping the
+// reader then makes its writes fail (EPIPE) rather than fill a pipe nobody
+// reads. The reader must not exist before the answer: the feeder could then
+// write a small tree and close before the plugin opens, and the plugin's
+// open would wait for a writer forever.
+func releaseFeeder(fifo string, opened <-chan struct{}) {
+	for {
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			if testHookReaderHeld != nil {
+				testHookReaderHeld()
+			}
+			<-opened
+			r.Close()
+			return
+		}
+		// Out of descriptors, say: retry until the feeder is past open.
+		select {
+		case <-opened:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Test hooks: run while releaseFeeder holds its reader, and before the
+// feeder opens the pipe.
+var testHookReaderHeld, testHookBeforeOpen func()
+
+// feedFIFO copies the tree into the pipe, closing opened once its open has
+// returned. Only a failure to read the tree is returned: a plugin that stops
+// reading (EPIPE) says why in its answer. Cancellation closes the pipe, so a
+// plugin blocked reading it returns.
+func feedFIFO(ctx context.Context, fifo string, tree io.Reader, opened chan<- struct{}) error {
+	if testHookBeforeOpen != nil {
+		testHookBeforeOpen()
+	}
 	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	close(opened)
 	if err != nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -141,5 +142,49 @@ func TestV1RefusesAPipe(t *testing.T) {
 	stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: &BuildSpec{ApiVersion: APIVersion2, TreeFifo: "/etc/passwd"}}})
 	if _, err := stream.CloseAndRecv(); !errors.Is(fromStatus(err), core.ErrInvalidArgument) {
 		t.Fatalf("a regular file as the tree pipe: err = %v, want invalid argument", err)
+	}
+}
+
+// The plugin answers before the host's feeder has got to opening the pipe
+// (the hooks order it so): the build must end all the same, and the feeder
+// with it. Before the fix the feeder sat in open for good, and Build with it.
+func TestV2AnswerBeforeTheFeederOpensThePipe(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cancel bool // ctx ends while the feeder is still late
+		want   error
+	}{
+		{"refused", false, core.ErrUnsupported},
+		{"refused, then cancelled", true, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			held := make(chan struct{})
+			testHookReaderHeld = func() { close(held) }
+			testHookBeforeOpen = func() {
+				<-held
+				if tc.cancel {
+					cancel()
+				}
+			}
+			t.Cleanup(func() { testHookReaderHeld, testHookBeforeOpen = nil, nil })
+			c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{}, APIVersions: []string{APIVersion1}})
+			dir := t.TempDir()
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Build(ctx, APIVersion2, ports.BuildSpec{Tree: bytes.NewReader(randomTree(8 * ChunkSize)), OutPath: filepath.Join(dir, "a.ext4")})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("err = %v, want %v", err, tc.want)
+				}
+			case <-time.After(20 * time.Second): // a hang guard, not a timing check
+				t.Fatal("Build hangs: the feeder never got past opening the pipe")
+			}
+			noPipesLeft(t, dir)
+		})
 	}
 }
