@@ -64,8 +64,12 @@ type Artifact struct {
 	GCDeadline           int64 // unix seconds; 0 = none
 	StorageBackend       string
 	ObjectKey            string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// BuildOwnerToken is unique to the build that last claimed the row
+	// (BUILDING); that build only finishes the row while it still carries
+	// it, so a build that lost its lock cannot overwrite a newer one.
+	BuildOwnerToken string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 // MoveTo changes the status if the state machine allows it.

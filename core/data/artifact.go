@@ -2,6 +2,8 @@ package data
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // reuseSignal stops the pipeline after resolution: the artifact already
@@ -35,6 +38,7 @@ func (r *run) afterResolve(ctx context.Context, res pipeline.Resolved) error {
 			r.mu.Lock()
 			r.lock = lk
 			r.mu.Unlock()
+			go r.watchLock(lk)
 			break
 		}
 		if !errors.Is(err, core.ErrLocked) {
@@ -65,6 +69,49 @@ func (r *run) afterResolve(ctx context.Context, res pipeline.Resolved) error {
 	r.mu.Unlock()
 	r.wake()
 	return nil
+}
+
+// watchLock stops the build when lk is lost: another replica may take the
+// lock and claim the row, and this build must stop writing the row and the
+// bytes (ports.Lock.Lost).
+func (r *run) watchLock(lk ports.Lock) {
+	select {
+	case <-lk.Lost():
+	case <-r.ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	held := r.lock == lk // a release closes Lost too on some adapters
+	if held {
+		r.lockLost = true
+	}
+	r.mu.Unlock()
+	if held {
+		r.log.Error("fingerprint lock lost; stopping the build", "lock", lk.Name())
+		r.abort(ErrLockLost)
+	}
+}
+
+func (r *run) isLockLost() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lockLost
+}
+
+// newOwnerToken is unique to one claim of the row. It is random rather
+// than from Executor.IDs: fencing must not depend on an injected generator.
+func newOwnerToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// ownsRow reports whether a still carries this build's claim.
+func (r *run) ownsRow(a *core.Artifact) bool {
+	r.mu.Lock()
+	owner := r.owner
+	r.mu.Unlock()
+	return a.Status == core.ArtifactBuilding && owner != "" && a.BuildOwnerToken == owner
 }
 
 // reusable is the check made while waiting for the lock; any error just
@@ -109,6 +156,7 @@ func (r *run) bytesExist(ctx context.Context, a *core.Artifact) (bool, error) {
 // it PENDING first when there is none.
 func (r *run) claim(ctx context.Context, res pipeline.Resolved) (*core.Artifact, bool, error) {
 	repo := r.e.Store.Artifacts()
+	owner := newOwnerToken()
 	for round := 0; round < maxClaimRounds; round++ {
 		a, err := repo.Get(ctx, res.ArtifactID)
 		switch {
@@ -157,6 +205,9 @@ func (r *run) claim(ctx context.Context, res pipeline.Resolved) (*core.Artifact,
 			a.SourceImageDigest = res.ImageDigest
 			a.WritableLayerSize = r.norm.WritableLayerSize
 			a.LastError = ""
+			// Fences the row: an older build that lost its lock no longer
+			// matches and leaves the row alone.
+			a.BuildOwnerToken = owner
 			return a.MoveTo(core.ArtifactBuilding)
 		})
 		if errors.Is(err, core.ErrNotFound) {
@@ -165,6 +216,9 @@ func (r *run) claim(ctx context.Context, res pipeline.Resolved) (*core.Artifact,
 		if err != nil {
 			return nil, false, fmt.Errorf("claim artifact %s: %w", res.ArtifactID, err)
 		}
+		r.mu.Lock()
+		r.owner = owner
+		r.mu.Unlock()
 		return a, false, nil
 	}
 	return nil, false, fmt.Errorf("claim artifact %s: the row kept changing: %w", res.ArtifactID, core.ErrConflict)
@@ -206,7 +260,7 @@ func (r *run) markReady(res *pipeline.Result) error {
 	ctx, cancel := r.finalCtx()
 	defer cancel()
 	a, err := r.e.Store.Artifacts().Update(ctx, res.ArtifactID, func(a *core.Artifact) error {
-		if a.Status != core.ArtifactBuilding {
+		if !r.ownsRow(a) {
 			return fmt.Errorf("artifact %s is %s, no longer claimed by this build: %w", a.ArtifactID, a.Status, core.ErrConflict)
 		}
 		a.Fingerprint = res.Fingerprint
@@ -237,10 +291,10 @@ func (r *run) markReady(res *pipeline.Result) error {
 }
 
 // markFailed moves the row this build claimed from BUILDING to FAILED; a
-// row that moved on (another build took it over) is left alone.
+// row that moved on (another build claimed it) is left alone.
 func (r *run) markFailed(ctx context.Context, artifactID, msg string) {
 	_, err := r.e.Store.Artifacts().Update(ctx, artifactID, func(a *core.Artifact) error {
-		if a.Status != core.ArtifactBuilding {
+		if !r.ownsRow(a) {
 			return errLeaveRow
 		}
 		a.LastError = msg

@@ -23,6 +23,11 @@ var ErrShuttingDown = fmt.Errorf("template center shutting down: %w", core.ErrBu
 // ExecutorConfig.BuildTimeout.
 var errBuildTimeout = errors.New("build timeout")
 
+// ErrLockLost fails a build whose fingerprint lock was lost mid-build:
+// another replica may hold the lock and have claimed the row, so this build
+// stops writing the row and the artifact's bytes (ports.Lock.Lost).
+var ErrLockLost = errors.New("fingerprint lock lost during the build")
+
 // BuildTimeoutError fails a build that ran longer than
 // ExecutorConfig.BuildTimeout; Err is what the build was doing when it was
 // stopped. It matches context.DeadlineExceeded.

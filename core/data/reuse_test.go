@@ -1,10 +1,15 @@
 package data_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -412,5 +417,141 @@ func TestPanicInThePipelineFailsTheJob(t *testing.T) {
 	}
 	if len(w.locker.heldNames()) != 0 {
 		t.Fatal("lock leaked after a panic")
+	}
+}
+
+// droppableLocker hands out locks the test can take away from their holder,
+// as a dead database session does; notice decides whether Lost() closes.
+type droppableLocker struct {
+	ports.Locker
+	mu    sync.Mutex
+	locks []*droppableLock
+}
+
+type droppableLock struct {
+	ports.Lock
+	lost chan struct{}
+	once sync.Once
+}
+
+func (k *droppableLock) Lost() <-chan struct{} { return k.lost }
+
+func (l *droppableLocker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	k, err := l.Locker.TryLock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	lk := &droppableLock{Lock: k, lost: make(chan struct{})}
+	l.mu.Lock()
+	l.locks = append(l.locks, lk)
+	l.mu.Unlock()
+	return lk, nil
+}
+
+// drop frees the first lock handed out for another holder.
+func (l *droppableLocker) drop(notice bool) {
+	l.mu.Lock()
+	k := l.locks[0]
+	l.mu.Unlock()
+	k.once.Do(func() {
+		_ = k.Lock.Unlock(context.Background())
+		if notice {
+			close(k.lost)
+		}
+	})
+}
+
+// A build whose fingerprint lock is lost mid-build (replica A) must not
+// overwrite the row or bytes of the build that took the lock after it (B),
+// whichever finishes first; when the loss goes unnoticed, the row's claim
+// still fences A's writes off.
+func TestLostLockBuildDoesNotOverwriteTheNewerBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		notice       bool // the lock's Lost() closes
+		staleFirst   bool // A finishes before B
+		staleFails   bool // A's build fails instead of finishing
+		wantLockLost bool
+	}{
+		{name: "noticed, stale build finishes first", notice: true, staleFirst: true, wantLockLost: true},
+		{name: "noticed, newer build finishes first", notice: true, wantLockLost: true},
+		{name: "noticed, stale build fails first", notice: true, staleFirst: true, staleFails: true, wantLockLost: true},
+		{name: "unnoticed, stale build finishes first", staleFirst: true},
+		{name: "unnoticed, stale build fails first", staleFirst: true, staleFails: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			a := newReplica(t, w, data.ExecutorConfig{})
+			b := newReplica(t, w, data.ExecutorConfig{})
+			locks := &droppableLocker{Locker: w.locker}
+			a.exec.Locker = locks
+			w.addJob(t, "job-a", fromImage("tpl-a"))
+			w.addJob(t, "job-b", fromImage("tpl-b"))
+
+			aIn, aGo := make(chan struct{}), make(chan struct{})
+			a.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+				close(aIn)
+				<-aGo // ignores ctx: a builder may notice the cancellation late
+				if tc.staleFails {
+					return ports.BuildResult{}, errors.New("mkfs failed")
+				}
+				return writeImage(spec)
+			}
+			bIn, bGo := make(chan struct{}), make(chan struct{})
+			b.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+				close(bIn)
+				<-bGo
+				tree, err := io.ReadAll(spec.Tree)
+				if err != nil {
+					return ports.BuildResult{}, err
+				}
+				img := append([]byte("ext4-of-B:"), tree...) // builds are not reproducible
+				return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
+			}
+			if err := a.exec.Submit(context.Background(), buildReq("job-a", fromImage("tpl-a"))); err != nil {
+				t.Fatal(err)
+			}
+			<-aIn
+			locks.drop(tc.notice)
+			if err := b.exec.Submit(context.Background(), buildReq("job-b", fromImage("tpl-b"))); err != nil {
+				t.Fatal(err)
+			}
+			<-bIn // B holds the lock and claimed the row
+			aid, _ := expectedArtifactID(t, fromImage("tpl-a"))
+			claimed, _ := w.artifact(aid)
+
+			var oa, ob data.Outcome
+			if tc.staleFirst {
+				close(aGo)
+				oa = a.wait(t)
+				if row, _ := w.artifact(aid); row.Status != core.ArtifactBuilding || row.BuildOwnerToken != claimed.BuildOwnerToken {
+					t.Fatalf("after the stale build ended the row is %s (owner %q), want B's BUILDING claim %q", row.Status, row.BuildOwnerToken, claimed.BuildOwnerToken)
+				}
+				close(bGo)
+				ob = b.wait(t)
+			} else {
+				close(bGo)
+				ob = b.wait(t)
+				close(aGo)
+				oa = a.wait(t)
+			}
+			if oa.Err == nil {
+				t.Errorf("the stale build succeeded")
+			} else if tc.wantLockLost && !errors.Is(oa.Err, data.ErrLockLost) {
+				t.Errorf("stale build failed with %v, want ErrLockLost", oa.Err)
+			}
+			if ob.Err != nil {
+				t.Fatalf("newer build: %v", ob.Err)
+			}
+			row, _ := w.artifact(aid)
+			obj, ok := w.object(t, core.ObjectKeyOf(&row))
+			sum := sha256.Sum256(obj)
+			if row.Status != core.ArtifactReady || !ok || row.Ext4SHA256 != hex.EncodeToString(sum[:]) {
+				t.Fatalf("row %s sha %s; stored %v sha %x", row.Status, row.Ext4SHA256, ok, sum)
+			}
+			if !bytes.HasPrefix(obj, []byte("ext4-of-B:")) {
+				t.Fatalf("stored bytes %q are not the newer build's", obj)
+			}
+		})
 	}
 }

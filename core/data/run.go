@@ -33,6 +33,10 @@ type run struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// pctx is the pipeline's context; abort cancels it with a cause
+	// (ErrLockLost) without touching the report loop.
+	pctx  context.Context
+	abort context.CancelCauseFunc
 
 	// changed wakes the report loop after an event (capacity 1).
 	changed chan struct{}
@@ -41,6 +45,8 @@ type run struct {
 	st       state
 	lock     ports.Lock     // the fingerprint lock, once held
 	claimed  bool           // this build moved the artifact row to BUILDING
+	owner    string         // the BuildOwnerToken this build's claim wrote
+	lockLost bool           // the fingerprint lock's Lost() closed while held
 	artifact *core.Artifact // the row reported with BUILT
 	reused   bool
 }
@@ -57,11 +63,14 @@ type state struct {
 func (e *Executor) newRun(req ports.BuildRequest, norm *core.FromImageRequest) *run {
 	c := e.conf
 	ctx, cancel := context.WithCancel(e.root)
+	pctx, abort := context.WithCancelCause(ctx)
 	return &run{
 		e: e, c: c, req: req, norm: norm, start: e.now(),
 		log:     c.Logger.With("job_id", req.JobID, "template_id", norm.TemplateID),
 		ctx:     ctx,
 		cancel:  cancel,
+		pctx:    pctx,
+		abort:   abort,
 		changed: make(chan struct{}, 1),
 		st:      state{phase: core.PhasePulling, progress: 5},
 	}
@@ -96,7 +105,7 @@ func (r *run) execute() {
 			stopLoop()
 			<-loopDone
 		}()
-		ctx, stop := context.WithTimeoutCause(r.ctx, r.c.BuildTimeout, errBuildTimeout)
+		ctx, stop := context.WithTimeoutCause(r.pctx, r.c.BuildTimeout, errBuildTimeout)
 		defer stop()
 		res, err = r.e.Pipeline.Run(ctx, r.input(), r.onEvent)
 		if err != nil && context.Cause(ctx) == errBuildTimeout {
@@ -110,10 +119,18 @@ func (r *run) execute() {
 		r.artifact, r.reused = reuse.artifact, true
 		r.mu.Unlock()
 		err = nil
+	} else if r.isLockLost() {
+		// Whatever the pipeline returned, a newer build may own the row
+		// now: neither READY nor FAILED is this build's to write.
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrLockLost, err)
+		} else {
+			err = fmt.Errorf("%w; the finished build is not recorded", ErrLockLost)
+		}
 	} else if err == nil {
 		err = r.markReady(res)
 	}
-	if err != nil {
+	if err != nil && !r.isLockLost() {
 		// Still under the fingerprint lock, so the next build's claim of
 		// the row cannot be overwritten.
 		r.releaseClaim(err)
@@ -343,7 +360,7 @@ func (r *run) failed(err error) {
 		u.Pull = &pp
 	}
 	r.mu.Lock()
-	if r.claimed {
+	if r.claimed && !r.lockLost {
 		u.ArtifactStatus = string(core.ArtifactFailed)
 	}
 	r.mu.Unlock()

@@ -43,6 +43,7 @@ func newArtifact() *core.Artifact {
 		GCDeadline:           1_900_000_000,
 		StorageBackend:       "s3",
 		ObjectKey:            "artifacts/" + id + ".ext4",
+		BuildOwnerToken:      ids.NewToken(),
 	}
 }
 

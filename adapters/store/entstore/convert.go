@@ -233,6 +233,7 @@ func artifactFromEnt(e *ent.RootfsArtifact) (*core.Artifact, error) {
 		GCDeadline:           e.GcDeadline,
 		StorageBackend:       e.StorageBackend,
 		ObjectKey:            e.ObjectKey,
+		BuildOwnerToken:      e.BuildOwnerToken,
 		CreatedAt:            e.CreatedAt.UTC(),
 		UpdatedAt:            e.UpdatedAt.UTC(),
 	}, nil
@@ -257,4 +258,5 @@ func setArtifact(m *ent.RootfsArtifactMutation, a *core.Artifact) {
 	m.SetGcDeadline(a.GCDeadline)
 	m.SetStorageBackend(a.StorageBackend)
 	m.SetObjectKey(a.ObjectKey)
+	m.SetBuildOwnerToken(a.BuildOwnerToken)
 }
