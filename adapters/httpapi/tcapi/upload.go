@@ -1,6 +1,7 @@
 package tcapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -60,16 +61,14 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, http.StatusServiceUnavailable, "artifact store not attached")
 		return
 	}
-	if _, err := s.recordedInfo(r, id, sha); err != nil {
-		s.internalError(w, r, err)
-		return
-	}
 	s.storeUpload(w, r, id, ports.ObjectInfo{Size: size, SHA256: sha}, r.Body)
 }
 
 // recordedInfo reads what the artifact row says about the bytes; a row
-// whose sha256 differs from the declared one is a conflict (409).
-func (s *server) recordedInfo(r *http.Request, id, sha string) (ports.ObjectInfo, error) {
+// whose sha256 or size differs from the declared one (when both are known)
+// is a conflict (409). It must run before anything is stored: bytes put
+// under the key are never replaced by a later upload of other bytes.
+func (s *server) recordedInfo(r *http.Request, id string, declared ports.ObjectInfo) (ports.ObjectInfo, error) {
 	if s.cfg.Artifacts == nil {
 		return ports.ObjectInfo{}, nil
 	}
@@ -77,17 +76,25 @@ func (s *server) recordedInfo(r *http.Request, id, sha string) (ports.ObjectInfo
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("artifact %s: %w", id, err)
 	}
-	if sha != "" && a.Ext4SHA256 != "" && !strings.EqualFold(a.Ext4SHA256, sha) {
-		return ports.ObjectInfo{}, fmt.Errorf("artifact %s records sha256 %s, the upload declares %s: %w", id, a.Ext4SHA256, sha, core.ErrConflict)
+	if declared.SHA256 != "" && a.Ext4SHA256 != "" && !strings.EqualFold(a.Ext4SHA256, declared.SHA256) {
+		return ports.ObjectInfo{}, fmt.Errorf("artifact %s records sha256 %s, the upload declares %s: %w", id, a.Ext4SHA256, declared.SHA256, core.ErrConflict)
+	}
+	if declared.Size > 0 && a.Ext4SizeBytes > 0 && a.Ext4SizeBytes != declared.Size {
+		return ports.ObjectInfo{}, fmt.Errorf("artifact %s records %d bytes, the upload declares %d: %w", id, a.Ext4SizeBytes, declared.Size, core.ErrConflict)
 	}
 	return ports.ObjectInfo{Size: a.Ext4SizeBytes, SHA256: strings.ToLower(a.Ext4SHA256)}, nil
 }
 
 // storeUpload stores body (want.Size bytes of sha256 want.SHA256) under the
-// artifact's key, records where it lives and answers.
+// artifact's key, records where it lives and answers. It reads no body
+// when the row refuses want.
 func (s *server) storeUpload(w http.ResponseWriter, r *http.Request, id string, want ports.ObjectInfo, body io.Reader) {
 	ctx := r.Context()
 	key := core.ArtifactObjectKey(id)
+	if _, err := s.recordedInfo(r, id, want); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	resp := wire.UploadResponse{Status: "uploaded", ArtifactID: id, ObjectKey: key,
 		StorageBackend: s.cfg.Store.Backend(), SHA256: want.SHA256, SizeBytes: want.Size,
 		Ext4SHA256: want.SHA256, Ext4SizeBytes: want.Size}
@@ -115,12 +122,29 @@ func (s *server) storeUpload(w http.ResponseWriter, r *http.Request, id string, 
 		err := s.cfg.Uploads.RecordUpload(ctx, core.UploadedArtifact{ArtifactID: id, ObjectKey: key,
 			StorageBackend: resp.StorageBackend, SHA256: want.SHA256, SizeBytes: want.Size})
 		if err != nil {
+			if resp.Status == "uploaded" && errors.Is(err, core.ErrConflict) {
+				// The row changed after the check: what was just stored
+				// must not stay under the key and block the right bytes.
+				s.dropUpload(r, key)
+			}
 			s.internalError(w, r, fmt.Errorf("record upload of %s: %w", id, err))
 			return
 		}
 	}
 	wire.WriteJSON(w, http.StatusOK, resp)
 }
+
+// dropUpload deletes the object this request stored, even if the client
+// has gone.
+func (s *server) dropUpload(r *http.Request, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), dropUploadTimeout)
+	defer cancel()
+	if err := s.cfg.Store.Delete(ctx, key); err != nil {
+		s.log.ErrorContext(ctx, "delete refused upload", "key", key, "err", err)
+	}
+}
+
+const dropUploadTimeout = 30 * time.Second
 
 // idleReads lifts the server's read timeout (which bounds a whole request
 // and would cut a large upload) for an upload's body: each read must
@@ -199,7 +223,7 @@ func (s *server) uploadForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) uploadFormFile(w http.ResponseWriter, r *http.Request, id string, file io.Reader) {
-	want, err := s.recordedInfo(r, id, "")
+	want, err := s.recordedInfo(r, id, ports.ObjectInfo{})
 	if err != nil {
 		s.internalError(w, r, err)
 		return

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/data"
 )
 
 func uploadReq(id, sha string, body io.Reader, size string, contentLength int64) *http.Request {
@@ -64,6 +66,9 @@ func TestUpload(t *testing.T) {
 		{name: "bad sha", id: "rfs-1", sha: "abc", body: data, cl: n, want: 400},
 		{name: "bad id", id: "..", sha: sha, body: data, cl: n, want: 400},
 		{name: "recorder fails", id: "rfs-1", sha: sha, body: data, cl: n, recErr: errors.New("db"), want: 500, wantStored: data, wantRecord: true},
+		{name: "row records another size", id: "rfs-1", sha: sha, body: data, cl: n, row: &core.Artifact{ArtifactID: "rfs-1", Ext4SizeBytes: n + 1}, want: 409},
+		// The row changed between the check and the record: the bytes go.
+		{name: "recorder refuses", id: "rfs-1", sha: sha, body: data, cl: n, recErr: fmt.Errorf("size: %w", core.ErrConflict), want: 409, wantRecord: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,4 +135,60 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
+}
+
+// An upload the artifact row refuses stores nothing under the key, so the
+// right bytes can still be uploaded afterwards (an object once stored is
+// never replaced by other bytes). Both upload forms, against the real
+// recorder.
+func TestRefusedUploadDoesNotBlockTheRightOne(t *testing.T) {
+	good := bytes.Repeat([]byte("ext4"), 3000)
+	bad := []byte("wrong")
+	raw := func(t *testing.T, b []byte) *http.Request {
+		return uploadReq("rfs-1", sum(b), bytes.NewReader(b), "", int64(len(b)))
+	}
+	form := func(t *testing.T, b []byte) *http.Request { return formUpload(t, "rfs-1", b, true) }
+	for _, tc := range []struct {
+		name    string
+		row     core.Artifact
+		req     func(*testing.T, []byte) *http.Request
+		wantBad int // the wrong upload's status
+	}{
+		{"raw, row records the size only", core.Artifact{Ext4SizeBytes: int64(len(good))}, raw, http.StatusConflict},
+		{"raw, row records size and sha", core.Artifact{Ext4SizeBytes: int64(len(good)), Ext4SHA256: sum(good)}, raw, http.StatusConflict},
+		{"form, row records the size only", core.Artifact{Ext4SizeBytes: int64(len(good))}, form, http.StatusConflict},
+		// Streamed against the row's sha256 and size: the store refuses it.
+		{"form, row records size and sha", core.Artifact{Ext4SizeBytes: int64(len(good)), Ext4SHA256: sum(good)}, form, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := memstore.New()
+			row := tc.row
+			row.ArtifactID, row.Fingerprint, row.Status = "rfs-1", "fp1", core.ArtifactReady
+			if err := db.Artifacts().Create(ctx, &row); err != nil {
+				t.Fatal(err)
+			}
+			st := fileStore(t)
+			h := New(Config{Token: testToken, Store: st, Artifacts: db.Artifacts(), Uploads: data.UploadRecorder{Artifacts: db.Artifacts()},
+				MaxUploadBytes: 1 << 30, SpoolDir: t.TempDir()})
+			key := core.ArtifactObjectKey("rfs-1")
+
+			resp := httptest.NewRecorder()
+			h.ServeHTTP(resp, tc.req(t, bad))
+			if resp.Code != tc.wantBad {
+				t.Fatalf("wrong upload: %d %s, want %d", resp.Code, resp.Body.String(), tc.wantBad)
+			}
+			if info, err := st.Stat(ctx, key); !errors.Is(err, core.ErrNotFound) {
+				t.Fatalf("the refused upload left %+v (%v) under the key", info, err)
+			}
+			resp = httptest.NewRecorder()
+			h.ServeHTTP(resp, tc.req(t, good))
+			if resp.Code != http.StatusOK {
+				t.Fatalf("right upload after a refused one: %d %s", resp.Code, resp.Body.String())
+			}
+			if info, err := st.Stat(ctx, key); err != nil || info.SHA256 != sum(good) {
+				t.Fatalf("stored %+v %v, want sha %s", info, err, sum(good))
+			}
+		})
+	}
 }
