@@ -25,6 +25,7 @@ const (
 	DefaultPublishEvery    = 500 * time.Millisecond
 	DefaultGCDeadlineAfter = 7 * 24 * time.Hour
 	DefaultFinalTimeout    = 2 * time.Minute
+	DefaultShutdownGrace   = 10 * time.Second
 	DefaultBuildTimeout    = 2 * time.Hour
 )
 
@@ -61,6 +62,12 @@ type ExecutorConfig struct {
 	// FinalTimeout bounds the terminal report and row writes, which run
 	// even when the build's context was cancelled.
 	FinalTimeout time.Duration
+	// ShutdownGrace is how long Shutdown still waits, once its context has
+	// ended, for the cancelled builds' terminal writes (row FAILED, FAILED
+	// report, unlock). The caller's budget may be spent elsewhere (an HTTP
+	// drain); without this the writes would start on a cancelled context
+	// and leave rows BUILDING and jobs RUNNING until the reconciler.
+	ShutdownGrace time.Duration
 	// BuildTimeout bounds a whole build, from resolving the image to the
 	// published bytes (CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT, default 2h). The
 	// registry's idle timeout catches a connection that stops; this
@@ -152,6 +159,9 @@ func (e *Executor) cfg() ExecutorConfig {
 	}
 	if c.BuildTimeout <= 0 {
 		c.BuildTimeout = DefaultBuildTimeout
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -319,8 +329,9 @@ func (e *Executor) Running() int {
 
 // Shutdown refuses new builds, cancels the running ones (each reports its
 // job FAILED "template center shutting down", best effort) and waits for
-// them. If ctx ends first, the terminal reports still in progress are
-// abandoned too and ctx's error is returned.
+// them. If ctx ends first (even before the call), the builds still get
+// ExecutorConfig.ShutdownGrace for their terminal writes; only those still
+// in progress after it are abandoned, and then ctx's error is returned.
 func (e *Executor) Shutdown(ctx context.Context) error {
 	e.init()
 	e.mu.Lock()
@@ -337,8 +348,16 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 		e.hardStop()
 		return nil
 	case <-ctx.Done():
+	}
+	grace := time.NewTimer(e.conf.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
 		e.hardStop()
-		return fmt.Errorf("build executor shutdown: %w", ctx.Err())
+		return nil
+	case <-grace.C:
+		e.hardStop()
+		return fmt.Errorf("build executor shutdown: terminal writes still running after %s: %w", e.conf.ShutdownGrace, ctx.Err())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 // buildOnce runs job jobID for req on r and returns the outcome.
@@ -332,6 +334,91 @@ func TestShutdownCancelsRunningBuilds(t *testing.T) {
 	w.addJob(t, "job-b", fromImage("tpl-b"))
 	if err := r.exec.Submit(context.Background(), buildReq("job-b", fromImage("tpl-b"))); !errors.Is(err, data.ErrShuttingDown) || !errors.Is(err, core.ErrBusy) {
 		t.Fatalf("submit after shutdown: %v", err)
+	}
+}
+
+// A Shutdown whose budget is already spent (the HTTP drain used it up)
+// still lets the cancelled build record its end: row FAILED, job FAILED,
+// reported on a live context, lock released. Only a build that outlasts
+// ShutdownGrace too is abandoned.
+func TestShutdownWithSpentBudgetStillFailsTheBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		budget  time.Duration // <0: cancelled before the call
+		hang    bool          // the build ignores its cancellation
+		wantErr bool
+	}{
+		{name: "budget spent before the call", budget: -1},
+		{name: "budget ends while the build unwinds", budget: time.Millisecond},
+		{name: "build outlasts the grace", budget: -1, hang: true, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			r := newReplica(t, w, data.ExecutorConfig{ShutdownGrace: 5 * time.Second})
+			if tc.hang {
+				r.exec.Config.ShutdownGrace = 50 * time.Millisecond
+			}
+			var (
+				mu        sync.Mutex
+				failedCtx []error // ctx.Err() of each FAILED report
+			)
+			r.exec.Reporter = &portsmock.StatusReporterMock{ReportFunc: func(ctx context.Context, jobID string, rep ports.StatusReport) error {
+				if rep.Update.Status == core.JobFailed {
+					mu.Lock()
+					failedCtx = append(failedCtx, ctx.Err())
+					mu.Unlock()
+				}
+				return w.reporter.Report(ctx, jobID, rep)
+			}}
+			w.addJob(t, "job-a", fromImage("tpl-a"))
+			inBuild, release := make(chan struct{}), make(chan struct{})
+			defer close(release)
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+				io.Copy(io.Discard, spec.Tree)
+				close(inBuild)
+				if tc.hang {
+					<-release
+				}
+				<-ctx.Done()
+				time.Sleep(20 * time.Millisecond) // unwinding takes a moment
+				return ports.BuildResult{}, ctx.Err()
+			}
+			if err := r.exec.Submit(context.Background(), buildReq("job-a", fromImage("tpl-a"))); err != nil {
+				t.Fatal(err)
+			}
+			<-inBuild
+			ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+			defer cancel()
+			if tc.budget < 0 {
+				cancel()
+			}
+			err := r.exec.Shutdown(ctx)
+			if tc.wantErr {
+				if !errors.Is(err, ctx.Err()) {
+					t.Fatalf("Shutdown = %v, want the context's error once the grace ran out", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Shutdown = %v", err)
+			}
+			aid, _ := expectedArtifactID(t, fromImage("tpl-a"))
+			if a, _ := w.artifact(aid); a.Status != core.ArtifactFailed {
+				t.Errorf("artifact is %s, want FAILED", a.Status)
+			}
+			if j := w.job("job-a"); j.Status != core.JobFailed || j.ErrorMessage != "template center shutting down" {
+				t.Errorf("job is %s %q, want FAILED", j.Status, j.ErrorMessage)
+			}
+			mu.Lock()
+			got := slices.Clone(failedCtx)
+			mu.Unlock()
+			if len(got) != 1 || got[0] != nil {
+				t.Errorf("FAILED reports sent on contexts %v, want one live one", got)
+			}
+			if held := w.locker.heldNames(); len(held) != 0 {
+				t.Errorf("locks still held: %v", held)
+			}
+		})
 	}
 }
 

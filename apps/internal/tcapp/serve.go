@@ -135,10 +135,24 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	}
 	log.Info("templatecenter shutting down", "timeout", ShutdownTimeout.String())
 	stopRec()
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	// The HTTP drain and the build shutdown run side by side, each with its
+	// own budget: a slow download must not use up the time the cancelled
+	// builds need to mark their rows and jobs FAILED.
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		hctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(hctx); err != nil {
+			log.Warn("http drain cut short", "err", err)
+		}
+	}()
+	// Shutdown adds up to its grace for the terminal writes; the whole
+	// stays within ShutdownTimeout.
+	bctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout-data.DefaultShutdownGrace)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
-	err = exec.Shutdown(sctx)
+	err = exec.Shutdown(bctx)
+	<-httpDone
 	log.Info("templatecenter stopped")
 	return err
 }
