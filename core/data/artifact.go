@@ -92,9 +92,18 @@ func (r *run) watchLock(lk ports.Lock) {
 	}
 }
 
+// isLockLost also looks at Lost() itself, so the check after the pipeline
+// does not depend on the watcher having run yet.
 func (r *run) isLockLost() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.lockLost && r.lock != nil {
+		select {
+		case <-r.lock.Lost():
+			r.lockLost = true
+		default:
+		}
+	}
 	return r.lockLost
 }
 
