@@ -189,6 +189,18 @@ func TestMaxSizeDoesNotChangeBytes(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	ok := tarOf(t, dir("etc", 0o755), file("etc/a", 0o644, "a"))
+	// A header announcing a file over the builder's maximum; it is refused
+	// before any data is read.
+	var huge bytes.Buffer
+	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}); err != nil {
+		t.Fatal(err)
+	}
+	// The tree's inodes and the headroom, each allowed, round to more than
+	// a 32-bit inode count.
+	var many []entry
+	for i := range 40_000 {
+		many = append(many, file(fmt.Sprintf("f%05d", i), 0o644, ""))
+	}
 	tests := []struct {
 		name   string
 		tree   []byte
@@ -221,34 +233,10 @@ func TestBuildErrors(t *testing.T) {
 		{"xattrs too big", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "x", Mode: 0o644,
 			PAXRecords: map[string]string{"SCHILY.xattr.user.big": strings.Repeat("v", 5000)}}}),
 			nil, core.ErrUnsupported, "more than one 4096-byte block"},
+		{"file over 1 TiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`},
+		{"inode count over 32 bits", tarOf(t, many...),
+			func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes"},
 	}
-	// A header announcing a file over the builder's maximum; it is refused
-	// before any data is read.
-	var huge bytes.Buffer
-	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}); err != nil {
-		t.Fatal(err)
-	}
-	tests = append(tests, struct {
-		name   string
-		tree   []byte
-		mutate func(*ports.BuildSpec)
-		want   error
-		msg    string
-	}{"file over 1 TiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`})
-	// The tree's inodes and the headroom, each allowed, round to more than
-	// a 32-bit inode count.
-	var many []entry
-	for i := range 40_000 {
-		many = append(many, file(fmt.Sprintf("f%05d", i), 0o644, ""))
-	}
-	tests = append(tests, struct {
-		name   string
-		tree   []byte
-		mutate func(*ports.BuildSpec)
-		want   error
-		msg    string
-	}{"inode count over 32 bits", tarOf(t, many...),
-		func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m []func(*ports.BuildSpec)
