@@ -62,26 +62,43 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 }
 
+// TestReadyReportsEachDependency: /ready names each dependency and, for one
+// that fails, says so in the check's fixed words. The check's error, which
+// can carry an address, a user or a driver's message, is logged and never
+// answered.
 func TestReadyReportsEachDependency(t *testing.T) {
+	const secret = "dial tcp 10.1.2.3:3306: secret-host"
 	cases := []struct {
 		name   string
 		checks []Check
 		code   int
 		want   []string
+		hidden []string // in the log, never in the answer
 	}{
 		{"all pass", []Check{
-			{"database", func(context.Context) (string, error) { return "sqlite", nil }},
-			{"nodes", func(context.Context) (string, error) { return "1/1 healthy", nil }},
-		}, 200, []string{`"status":"ready"`, `"detail":"1/1 healthy"`}},
+			{Name: "database", Run: func(context.Context) (string, error) { return "sqlite", nil }},
+			{Name: "nodes", Run: func(context.Context) (string, error) { return "1/1 healthy", nil }},
+		}, 200, []string{`"status":"ready"`, `"detail":"1/1 healthy"`}, nil},
 		{"data plane down", []Check{
-			{"database", func(context.Context) (string, error) { return "", nil }},
-			{"data_plane", func(context.Context) (string, error) { return "", errors.New("connection refused") }},
-		}, 503, []string{`"status":"unavailable"`, `"data_plane":{"status":"failed","error":"connection refused"}`}},
-		{"nothing to check", nil, 200, []string{`"status":"ready"`}},
+			{Name: "database", Run: func(context.Context) (string, error) { return "", nil }},
+			{Name: "data_plane", Failure: "not reachable", Run: func(context.Context) (string, error) { return "", errors.New("connection refused") }},
+		}, 503, []string{`"status":"unavailable"`, `"data_plane":{"status":"failed","error":"not reachable"}`}, []string{"connection refused"}},
+		{"database down", []Check{
+			{Name: "database", Failure: "not reachable", Run: func(context.Context) (string, error) {
+				return "mysql", fmt.Errorf("ping: %w", errors.New(secret))
+			}},
+		}, 503, []string{`"database":{"status":"failed","detail":"mysql","error":"not reachable"}`}, []string{secret}},
+		{"failure words default", []Check{
+			{Name: "nodes", Run: func(context.Context) (string, error) {
+				return "0/2 healthy", errors.New("no node is healthy at 10.1.2.3")
+			}},
+		}, 503, []string{`"nodes":{"status":"failed","detail":"0/2 healthy","error":"not ready"}`}, []string{"no node is healthy at 10.1.2.3"}},
+		{"nothing to check", nil, 200, []string{`"status":"ready"`}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := New(Config{Token: testToken, Readiness: tc.checks, Logger: slog.New(slog.DiscardHandler)})
+			var logs strings.Builder
+			h, err := New(Config{Token: testToken, Readiness: tc.checks, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,6 +109,14 @@ func TestReadyReportsEachDependency(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(rec.Body.String(), w) {
 					t.Errorf("body %s lacks %s", rec.Body, w)
+				}
+			}
+			for _, e := range tc.hidden {
+				if strings.Contains(rec.Body.String(), e) || strings.Contains(rec.Body.String(), "10.1.2.3") {
+					t.Errorf("body %s quotes the error %q", rec.Body, e)
+				}
+				if !strings.Contains(logs.String(), e) {
+					t.Errorf("the error %q is not logged:\n%s", e, logs.String())
 				}
 			}
 			if health := do(h, http.MethodGet, PathHealth, "", nil); health.Code != 200 {

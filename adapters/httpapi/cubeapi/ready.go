@@ -11,9 +11,15 @@ import (
 
 // Check is one dependency /ready reports: Run returns a short detail
 // ("2/2 nodes healthy") and an error when the dependency cannot serve.
+// /ready is unauthenticated, so the detail must hold nothing private. The
+// error is logged and never answered (it can name a database's address,
+// user or driver); the answer says Failure instead.
 type Check struct {
 	Name string
 	Run  func(ctx context.Context) (detail string, err error)
+	// Failure is the answer's error when Run fails, in fixed words ("not
+	// reachable"); empty is "not ready".
+	Failure string
 }
 
 // ReadyResponse is the body of GET /ready.
@@ -36,6 +42,7 @@ const readyTimeout = 3 * time.Second
 // ready is GET /ready: the data plane, the database and the nodes, each
 // checked now (in parallel, bounded). 200 when all pass, else 503. Unlike
 // /notify/health, which only says the process is up, it depends on them.
+// A failed check is answered in its fixed words and its error logged.
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 	resp := ReadyResponse{Status: "ready", Checks: map[string]CheckResult{}}
 	var mu sync.Mutex
@@ -49,7 +56,11 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 			detail, err := c.Run(ctx)
 			res := CheckResult{Status: "ok", Detail: detail}
 			if err != nil {
-				res.Status, res.Error = "failed", err.Error()
+				s.log.WarnContext(r.Context(), "readiness check failed", "check", c.Name, "err", err)
+				res.Status, res.Error = "failed", c.Failure
+				if res.Error == "" {
+					res.Error = "not ready"
+				}
 			}
 			mu.Lock()
 			resp.Checks[c.Name] = res

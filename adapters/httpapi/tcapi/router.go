@@ -47,8 +47,9 @@ type UploadRecorder interface {
 	RecordUpload(ctx context.Context, u core.UploadedArtifact) error
 }
 
-// Readiness reports whether the service can serve: the store is attached and
-// node metadata initialised. It must not depend on a release manifest.
+// Readiness reports whether the database can serve (the wiring pings it).
+// It must not depend on a release manifest. Its error is logged, never
+// answered: /health and /ready say "database: not reachable".
 type Readiness func(ctx context.Context) error
 
 // Config wires the router. Nil services make their routes answer 503.
@@ -202,11 +203,9 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "artifact store not attached"})
 		return
 	}
-	if s.cfg.Readiness != nil {
-		if err := s.cfg.Readiness(r.Context()); err != nil {
-			wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
-			return
-		}
+	if !s.databaseReady(r) {
+		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "database: " + dbNotReachable})
+		return
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -217,14 +216,29 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Store == nil {
 		resp.Status, resp.Checks["artifact_store"] = "unavailable", "not attached"
 	}
-	if s.cfg.Readiness != nil {
-		if err := s.cfg.Readiness(r.Context()); err != nil {
-			resp.Status, resp.Checks["database"] = "unavailable", err.Error()
-		}
+	if !s.databaseReady(r) {
+		resp.Status, resp.Checks["database"] = "unavailable", dbNotReachable
 	}
 	code := http.StatusOK
 	if resp.Status != "ready" {
 		code = http.StatusServiceUnavailable
 	}
 	wire.WriteJSON(w, code, resp)
+}
+
+// dbNotReachable is what /health and /ready answer for a failed Readiness.
+const dbNotReachable = "not reachable"
+
+// databaseReady runs Readiness. Its error is logged, never answered: the
+// routes are unauthenticated and a driver's error can name the database's
+// address, user and driver.
+func (s *server) databaseReady(r *http.Request) bool {
+	if s.cfg.Readiness == nil {
+		return true
+	}
+	if err := s.cfg.Readiness(r.Context()); err != nil {
+		s.log.WarnContext(r.Context(), "readiness check failed", "check", "database", "path", r.URL.Path, "err", err)
+		return false
+	}
+	return true
 }

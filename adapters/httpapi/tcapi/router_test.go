@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -203,7 +204,7 @@ func TestReadyNamesEachCheck(t *testing.T) {
 		want string
 	}{
 		{"ready", Config{Store: st, Readiness: func(context.Context) error { return nil }}, 200, `"database":"ok"`},
-		{"db down", Config{Store: st, Readiness: func(context.Context) error { return errors.New("db gone") }}, 503, `"database":"db gone"`},
+		{"db down", Config{Store: st, Readiness: func(context.Context) error { return errors.New("db gone") }}, 503, `"database":"not reachable"`},
 		{"no store", Config{}, 503, `"artifact_store":"not attached"`},
 	}
 	for _, tc := range cases {
@@ -211,5 +212,40 @@ func TestReadyNamesEachCheck(t *testing.T) {
 		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
 			t.Errorf("%s: %d %s, want %d with %s", tc.name, rec.Code, rec.Body, tc.code, tc.want)
 		}
+	}
+}
+
+// TestReadinessHidesTheError: /health and /ready name the dependency that
+// is not ready in fixed words. The database's error, which can carry its
+// address, user and driver, goes to the log and never into the answer.
+func TestReadinessHidesTheError(t *testing.T) {
+	const secret = "dial tcp 10.1.2.3:3306: secret-host"
+	cases := []struct {
+		name string
+		path string
+		want string
+	}{
+		{"health", PathHealth, `{"error":"database: not reachable","status":"unavailable"}`},
+		{"ready", PathReady, `"database":"not reachable"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			h := New(Config{Store: fileStore(t), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+				Readiness: func(context.Context) error { return fmt.Errorf("ping database: %w", errors.New(secret)) }})
+			rec := do(t, h, call{method: http.MethodGet, target: tc.path})
+			body := rec.Body.String()
+			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, tc.want) {
+				t.Errorf("%d %s, want 503 with %s", rec.Code, body, tc.want)
+			}
+			for _, leak := range []string{"10.1.2.3", "3306", "secret-host", "dial tcp"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("the answer quotes the error (%q): %s", leak, body)
+				}
+			}
+			if !strings.Contains(logs.String(), secret) {
+				t.Errorf("the error is not logged for the operator:\n%s", logs.String())
+			}
+		})
 	}
 }

@@ -208,25 +208,30 @@ func renderCubelet(o cubelet.RequestOptions) cubeapi.CubeletRenderer {
 func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cubeapi.Check {
 	hc := &http.Client{Timeout: 3 * time.Second}
 	return []cubeapi.Check{
-		{Name: "database", Run: func(ctx context.Context) (string, error) {
-			return st.Dialect(), st.DB().PingContext(ctx)
+		{Name: "database", Failure: "not reachable", Run: func(ctx context.Context) (string, error) {
+			if err := st.DB().PingContext(ctx); err != nil {
+				return st.Dialect(), fmt.Errorf("ping %s database: %w", st.Dialect(), err)
+			}
+			return st.Dialect(), nil
 		}},
+		// The detail leaves out the data plane's address: /ready is
+		// unauthenticated. The errors, which are only logged, name it.
 		{Name: "data_plane", Run: func(ctx context.Context) (string, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, tcBase+"/health", nil)
 			if err != nil {
-				return tcBase, err
+				return "", err
 			}
 			resp, err := hc.Do(req)
 			if err != nil {
-				return tcBase, fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
+				return "", fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return tcBase, fmt.Errorf("GET %s/health answered %s", tcBase, resp.Status)
+				return "", fmt.Errorf("GET %s/health answered %s", tcBase, resp.Status)
 			}
-			return tcBase, nil
+			return "", nil
 		}},
-		{Name: "nodes", Run: func(context.Context) (string, error) {
+		{Name: "nodes", Failure: "no healthy node", Run: func(context.Context) (string, error) {
 			all := dir.Statuses()
 			healthy := 0
 			for _, s := range all {
