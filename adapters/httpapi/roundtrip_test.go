@@ -1,16 +1,22 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
@@ -131,5 +137,107 @@ func TestReporterAgainstMaster(t *testing.T) {
 	}
 	if len(rs.got) != 2 {
 		t.Fatalf("a final 404 was retried: %d calls", len(rs.got))
+	}
+}
+
+type artifactRows map[string]*core.Artifact
+
+func (a artifactRows) Get(_ context.Context, id string) (*core.Artifact, error) {
+	if r, ok := a[id]; ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("artifact %s: %w", id, core.ErrNotFound)
+}
+
+// TestDownloadHidesWhichArtifactsExist: through the master's download
+// proxy, which strips the internal token, an unknown id and a refused token
+// get the same answer, whatever headers the caller adds; the master's own
+// ArtifactExists, which sends the internal token to the data plane, still
+// tells an unknown id (absent) from a refused token (an error).
+func TestDownloadHidesWhichArtifactsExist(t *testing.T) {
+	ctx := context.Background()
+	blobs, err := artifactstore.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	data := []byte("the bytes of rfs-a")
+	sum := sha256.Sum256(data)
+	sha := hex.EncodeToString(sum[:])
+	if err := blobs.Put(ctx, core.ArtifactObjectKey("rfs-a"), bytes.NewReader(data), ports.ObjectInfo{Size: int64(len(data)), SHA256: sha}); err != nil {
+		t.Fatal(err)
+	}
+	rows := artifactRows{"rfs-a": {ArtifactID: "rfs-a", Status: core.ArtifactReady, DownloadToken: "token-a", Ext4SHA256: sha}}
+	tc := httptest.NewServer(tcapi.New(tcapi.Config{Token: token, Artifacts: rows, Store: blobs, Logger: quiet}))
+	defer tc.Close()
+	h, err := cubeapi.New(cubeapi.Config{Token: token, TemplateCenterURL: tc.URL, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := httptest.NewServer(h)
+	defer master.Close()
+
+	get := func(method, id string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, master.URL+core.DownloadPath+"?artifact_id="+id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := master.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		refusedCode, refusedBody := get(method, "rfs-unknown", nil)
+		if refusedCode != http.StatusForbidden {
+			t.Errorf("%s of an unknown id: %d %q, want 403", method, refusedCode, refusedBody)
+		}
+		for _, probe := range []struct {
+			name string
+			id   string
+			hdr  map[string]string
+		}{
+			{"unknown id, a download token", "rfs-unknown", map[string]string{core.DownloadTokenHeader: "token-a"}},
+			{"unknown id, the internal token", "rfs-unknown", map[string]string{auth.Header: token}},
+			{"existing id, no token", "rfs-a", nil},
+			{"existing id, wrong token", "rfs-a", map[string]string{core.DownloadTokenHeader: "guess"}},
+			{"existing id, the internal token", "rfs-a", map[string]string{auth.Header: token}},
+		} {
+			if code, body := get(method, probe.id, probe.hdr); code != refusedCode || body != refusedBody {
+				t.Errorf("%s %s: %d %q, unlike an unknown id's %d %q", method, probe.name, code, body, refusedCode, refusedBody)
+			}
+		}
+		if code, body := get(method, "rfs-a", map[string]string{core.DownloadTokenHeader: "token-a"}); code != http.StatusOK ||
+			(method == http.MethodGet && body != string(data)) {
+			t.Errorf("%s with the artifact's token: %d %q", method, code, body)
+		}
+	}
+
+	c, err := tcclient.New(tcclient.Config{BaseURL: tc.URL, Token: token, Logger: quiet,
+		Sleep: func(context.Context, time.Duration) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		a       *core.Artifact
+		want    bool
+		wantErr bool
+	}{
+		{"present", rows["rfs-a"], true, false},
+		{"no row", &core.Artifact{ArtifactID: "rfs-unknown", Status: core.ArtifactReady, DownloadToken: "token-a"}, false, false},
+		{"refused token", &core.Artifact{ArtifactID: "rfs-a", Status: core.ArtifactReady, DownloadToken: "guess"}, false, true},
+	} {
+		ok, err := c.ArtifactExists(ctx, tt.a)
+		if ok != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("ArtifactExists %s = %v, %v; want %v, error %v", tt.name, ok, err, tt.want, tt.wantErr)
+		}
 	}
 }

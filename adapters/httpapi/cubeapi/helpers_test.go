@@ -150,7 +150,7 @@ func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case PathDownload:
 		if r.URL.Query().Get("token") != "good" {
-			http.Error(w, "invalid or missing download token", http.StatusForbidden)
+			http.Error(w, "unknown artifact, or a missing or wrong download token", http.StatusForbidden)
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")

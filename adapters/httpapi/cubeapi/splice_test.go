@@ -13,14 +13,14 @@ import (
 )
 
 // artifactTC serves data like the template center's download route:
-// ranges, a Content-Length, and a plain-text 404 for unknown ids. With
+// ranges, a Content-Length, and a plain-text 403 for unknown ids. With
 // cut set it declares the whole length, sends half and drops the
 // connection.
 func artifactTC(t *testing.T, data []byte, cut bool) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("artifact_id") != "rfs-1" {
-			http.Error(w, "artifact not found", http.StatusNotFound)
+			http.Error(w, "unknown artifact, or a missing or wrong download token", http.StatusForbidden)
 			return
 		}
 		if cut {
@@ -61,7 +61,7 @@ func TestDownloadProxyOverTCP(t *testing.T) {
 		{name: "whole", method: "GET", id: "rfs-1", status: 200, body: data},
 		{name: "range", method: "GET", id: "rfs-1", rng: "bytes=100-2000000", status: 206, body: data[100:2000001]},
 		{name: "tail", method: "GET", id: "rfs-1", rng: "bytes=-10", status: 206, body: data[len(data)-10:]},
-		{name: "unknown", method: "GET", id: "rfs-2", status: 404, contains: "artifact not found"},
+		{name: "unknown", method: "GET", id: "rfs-2", status: 403, contains: "unknown artifact"},
 		{name: "head", method: "HEAD", id: "rfs-1", status: 200, body: []byte{}},
 		{name: "whole again", method: "GET", id: "rfs-1", status: 200, body: data},
 	}

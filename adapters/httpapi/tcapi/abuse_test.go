@@ -356,7 +356,8 @@ func TestAbuseDownloads(t *testing.T) {
 		named(get("rfs-a", "token-", nil), "token prefix", 403, ""),
 		named(get("rfs-a", testToken, nil), "the callback token", 403, ""),
 		named(get("rfs-c", "token-c", nil), "artifact not ready", 404, "not ready"),
-		named(get("rfs-none", "token-a", nil), "unknown artifact", 404, ""),
+		named(get("rfs-none", "token-a", nil), "unknown artifact", 403, "token"),
+		named(get("rfs-none", "", map[string]string{auth.Header: testToken}), "unknown artifact, internal token", 404, "not found"),
 		named(get("..%2F..%2Fetc%2Fpasswd", "token-a", nil), "traversal id", 400, ""),
 		named(get("rfs-a%00", "token-a", nil), "NUL id", 400, ""),
 		named(get("rfs-a", "token-a", rng(ranges(17))), "17 ranges", 416, "at most 16"),
@@ -374,7 +375,7 @@ func TestAbuseDownloads(t *testing.T) {
 		named(get("rfs-a", "token-a", rng("items=0-1")), "another unit", 416, ""),
 		named(get("rfs-a", "token-a", rng("bytes=a-b")), "letters", 416, ""),
 		named(get("rfs-a", "token-a", rng("bytes=0x10-0x20")), "hex", 416, ""),
-		named(get("rfs-none", "token-a", rng(ranges(500))), "ranges on an unknown artifact", 404, ""),
+		named(get("rfs-none", "token-a", rng(ranges(500))), "ranges on an unknown artifact", 403, ""),
 		named(get("rfs-a", "token-b", rng(ranges(500))), "ranges with another's token", 403, ""),
 	}
 	e.run(t, cases)

@@ -24,9 +24,15 @@ const HeaderArtifactID = "X-Cube-Artifact-Id"
 // download is GET|HEAD /cube/template/artifact/download?artifact_id=A&token=T.
 //
 // Errors are real statuses with a plain-text body (upstream answered an
-// empty 200, which cubelet took for an empty artifact): 400 bad id, 403
-// missing or wrong token, 404 unknown artifact, artifact not READY or bytes
-// missing. A GET on a store that can presign (S3, GCS) is a 302 to a URL
+// empty 200, which cubelet took for an empty artifact): 400 bad id; 403,
+// always with the same body, for an unknown artifact and for a missing or
+// wrong token (the token is the row's, so telling the two apart would let
+// anyone probe which ids exist); 404 for an artifact not READY or without
+// bytes, told only to a caller with its token. A caller that passes the
+// internal routes' check (auth.Header: the master, which may delete
+// artifacts anyway; everyone in insecure no-token mode) gets 404 for an
+// unknown artifact; that token opens no bytes. The master's proxy strips
+// it. A GET on a store that can presign (S3, GCS) is a 302 to a URL
 // minted now; otherwise, and for every HEAD (a presigned GET URL does not
 // answer HEAD), the bytes or headers are served here with Range, ETag and
 // If-None-Match.
@@ -54,14 +60,20 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 	a, err := s.cfg.Artifacts.Get(ctx, id)
 	switch {
 	case errors.Is(err, core.ErrNotFound):
-		http.Error(w, "artifact not found", http.StatusNotFound)
+		// The token lives on the row: without one, an unknown id must look
+		// like a refused token, or the route tells anyone which ids exist.
+		if s.internalCaller(r) {
+			http.Error(w, "artifact not found", http.StatusNotFound)
+			return
+		}
+		s.refuseDownload(w, r, id, "unknown artifact")
 		return
 	case err != nil:
 		s.plainInternal(w, r, fmt.Errorf("look up artifact %s: %w", id, err))
 		return
 	}
 	if !auth.Equal(token, a.DownloadToken) {
-		http.Error(w, "invalid or missing download token", http.StatusForbidden)
+		s.refuseDownload(w, r, id, "missing or wrong download token")
 		return
 	}
 	if a.Status != core.ArtifactReady {
@@ -130,6 +142,27 @@ func rangeCount(h string) int {
 		return 0
 	}
 	return strings.Count(spec, ",") + 1
+}
+
+// downloadRefused is the body of every 403 of the download route.
+const downloadRefused = "unknown artifact, or a missing or wrong download token"
+
+// refuseDownload answers 403 with the one body every refusal shares, and
+// logs the reason (never the token) for the operator.
+func (s *server) refuseDownload(w http.ResponseWriter, r *http.Request, id, reason string) {
+	s.log.InfoContext(r.Context(), "artifact download refused", "artifact_id", id, "reason", reason)
+	http.Error(w, downloadRefused, http.StatusForbidden)
+}
+
+// internalCaller reports whether r passes the internal routes' token check
+// (auth.Middleware): it carries the configured token, or none is
+// configured and the insecure opt-in is on.
+func (s *server) internalCaller(r *http.Request) bool {
+	token := strings.TrimSpace(s.cfg.Token)
+	if token == "" {
+		return s.cfg.InsecureNoToken
+	}
+	return auth.Equal(r.Header.Get(auth.Header), token)
 }
 
 func (s *server) plainInternal(w http.ResponseWriter, r *http.Request, err error) {

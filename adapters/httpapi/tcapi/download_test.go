@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -105,7 +106,9 @@ func TestDownloadFileStore(t *testing.T) {
 		{name: "missing token", method: "GET", target: dlURL("rfs-ready", ""), wantStatus: 403},
 		{name: "token of a row without token", method: "GET", target: dlURL("rfs-notoken", ""), wantStatus: 403},
 		{name: "wrong token on HEAD", method: "HEAD", target: dlURL("rfs-ready", "nope"), wantStatus: 403},
-		{name: "unknown artifact", method: "GET", target: dlURL("rfs-unknown", dlToken), wantStatus: 404},
+		{name: "unknown artifact", method: "GET", target: dlURL("rfs-unknown", dlToken), wantStatus: 403},
+		{name: "unknown artifact, internal token", method: "GET", target: dlURL("rfs-unknown", ""),
+			header: map[string]string{auth.Header: testToken}, wantStatus: 404},
 		{name: "not ready", method: "GET", target: dlURL("rfs-building", dlToken), wantStatus: 404},
 		{name: "cleanup pending", method: "GET", target: dlURL("rfs-cleanup", dlToken), wantStatus: 404},
 		{name: "bytes missing", method: "GET", target: dlURL("rfs-nobytes", dlToken), wantStatus: 404},
@@ -241,7 +244,7 @@ func TestDownloadSignedURL(t *testing.T) {
 		{dlURL("rfs-ready", "bad"), 403},
 		{dlURL("rfs-nobytes", dlToken), 404},
 		{dlURL("rfs-building", dlToken), 404},
-		{dlURL("nope", dlToken), 404},
+		{dlURL("nope", dlToken), 403},
 	} {
 		if rec := do(t, h, call{method: "GET", target: tc.target}); rec.Code != tc.want {
 			t.Errorf("%s: %d, want %d", tc.target, rec.Code, tc.want)

@@ -263,8 +263,11 @@ func (b *exactBody) fail(err error) { b.mismatch, b.err = err, err }
 // may be a directory on the data plane's host), and this route is exactly
 // what nodes use, so its answer is the one that matters: 2xx present, 404
 // absent, anything else (403 after a concurrent token rotation, 5xx, no
-// answer) an error. A row that is not READY or has no token cannot be
-// asked and is reported present (see ports.DataPlane).
+// answer) an error. The shared token goes along: without it the route
+// answers an unknown id like a refused token (403), so that nobody can
+// probe which ids exist; with it, an unknown id is 404. A row that is not
+// READY or has no token cannot be asked and is reported present (see
+// ports.DataPlane).
 func (c *Client) ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error) {
 	if a.Status != core.ArtifactReady || a.DownloadToken == "" {
 		return true, nil
@@ -277,6 +280,7 @@ func (c *Client) ArtifactExists(ctx context.Context, a *core.Artifact) (bool, er
 		return false, err
 	}
 	req.Header.Set(core.DownloadTokenHeader, a.DownloadToken)
+	c.setToken(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("ask the template center whether artifact %s exists: %w", a.ArtifactID, err)

@@ -292,7 +292,8 @@ func TestUploadArtifactWrongSize(t *testing.T) {
 }
 
 // TestArtifactExists checks the probe against a stand-in for the data
-// plane's download route: what it asks (HEAD, id, token header) and how it
+// plane's download route: what it asks (HEAD, id, download token header,
+// and the shared token, without which an unknown id is a 403) and how it
 // reads the answers.
 func TestArtifactExists(t *testing.T) {
 	var status atomic.Int32
@@ -300,7 +301,8 @@ func TestArtifactExists(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if r.Method != http.MethodHead || r.URL.Path != core.DownloadPath ||
-			r.URL.Query().Get("artifact_id") != "rfs-1" || r.Header.Get(core.DownloadTokenHeader) != "tok" {
+			r.URL.Query().Get("artifact_id") != "rfs-1" || r.Header.Get(core.DownloadTokenHeader) != "tok" ||
+			r.Header.Get(auth.Header) != token {
 			http.Error(w, "unexpected request "+r.Method+" "+r.URL.String(), http.StatusTeapot)
 			return
 		}
