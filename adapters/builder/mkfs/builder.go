@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
+	"github.com/cubesandbox/templatecenter/adapters/diskio"
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -560,45 +561,44 @@ func copyOut(ctx context.Context, img, out string, check func() error) (string, 
 	return sum, nil
 }
 
-// copyHashing copies src to dst and returns src's sha256. Two goroutines
-// go through the file a window at a time: one maps it and hashes it, the
-// other checks each 4 MiB piece in the mapping and has the kernel copy the
-// non-zero ones (sendfile), so each byte is copied once (into dst's page
-// cache) and the copy takes as long as the slower of the two. (A write
-// from the mapping itself costs more: the kernel copies into the page
-// cache without faulting, and each page not yet mapped makes it zero the
-// target and try again.) A window is unmapped once done, so the process
-// never holds more than two windows of the image in its address space.
-// Pieces of zeros are left as holes in dst (the file keeps its length), as
-// they were in src.
+// copyHashing copies src to dst and returns src's sha256. The image is
+// mapped a window at a time (populated in one go); the window's non-zero
+// 4 MiB pieces go to a diskio.Writer, which writes them straight from the
+// mapping, with direct I/O where dst's filesystem takes it and several at
+// once, while this goroutine hashes the window. The image is read back in
+// order by the artifact store, so filling a gigabyte of page cache on the
+// way buys nothing, and on VMs whose host hands out memory lazily it was
+// most of the copy's time. A window is unmapped once its writes are done,
+// so the process never holds more than one window of the image in its
+// address space. Pieces of zeros are left as holes in dst (the file keeps
+// its length), as they were in src.
 func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 	fi, err := src.Stat()
 	if err != nil {
 		return "", err
 	}
 	size := fi.Size()
-	hashed := make(chan error, 1)
 	h := sha256.New()
-	go func() {
-		hashed <- eachWindow(ctx, src, size, func(m []byte, _ int64) error {
-			h.Write(m)
-			return nil
-		})
-	}()
+	dw := diskio.NewWriter(dst, diskio.DefaultDepth)
 	err = eachWindow(ctx, src, size, func(m []byte, off int64) error {
-		for len(m) > 0 {
-			n := min(len(m), copyPiece)
-			if !isZero(m[:n]) {
-				if err := layers.SendRange(dst, src, off, off, int64(n)); err != nil {
-					return fmt.Errorf("copy image: %w", err)
-				}
+		var pending sync.WaitGroup
+		for p := m; len(p) > 0; {
+			n := min(len(p), copyPiece)
+			if !isZero(p[:n]) {
+				pending.Add(1)
+				dw.WriteAt(p[:n], off, pending.Done)
 			}
-			m, off = m[n:], off+int64(n)
+			p, off = p[n:], off+int64(n)
+		}
+		h.Write(m)
+		pending.Wait() // before the window is unmapped
+		if err := dw.Err(); err != nil {
+			return fmt.Errorf("copy image: %w", err)
 		}
 		return nil
 	})
-	if herr := <-hashed; err == nil {
-		err = herr
+	if cerr := dw.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("copy image: %w", cerr)
 	}
 	if err == nil {
 		err = dst.Truncate(size)
@@ -610,7 +610,7 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 }
 
 const (
-	copyWindow = 16 << 20
+	copyWindow = 32 << 20
 	copyPiece  = 4 << 20
 )
 
@@ -622,11 +622,10 @@ func eachWindow(ctx context.Context, f *os.File, size int64, fn func(m []byte, o
 			return err
 		}
 		n := int(min(copyWindow, size-off))
-		m, err := unix.Mmap(int(f.Fd()), off, n, unix.PROT_READ, unix.MAP_SHARED)
+		m, err := unix.Mmap(int(f.Fd()), off, n, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
 		if err != nil {
 			return fmt.Errorf("map %s: %w", f.Name(), err)
 		}
-		unix.Madvise(m, unix.MADV_SEQUENTIAL)
 		err = fn(m, off)
 		unix.Munmap(m)
 		if err != nil {

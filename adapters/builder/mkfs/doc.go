@@ -40,9 +40,10 @@
 //     requested free blocks and inodes, and `e2fsck -fn` must exit 0; then
 //     the file is renamed onto OutPath or, made on tmpfs, copied there with
 //     its sha256 computed on the way (BuildResult.SHA256: the image is
-//     mapped a window at a time, one goroutine hashes it while another has
-//     the kernel copy its non-zero pieces out, so each byte is copied
-//     once). The copy runs alongside the read-only e2fsck -fn and is
+//     mapped a window at a time, one goroutine hashes it while another
+//     writes its non-zero pieces out straight from the mapping, with direct
+//     I/O and several at once where the filesystem takes it: adapters/diskio).
+//     The copy runs alongside the read-only e2fsck -fn and is
 //     renamed onto OutPath only once that passed. It is not fsynced again:
 //     the artifact store makes the published copy durable. The staging
 //     tree and every temporary file are removed on every path.

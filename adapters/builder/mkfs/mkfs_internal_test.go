@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -346,5 +348,67 @@ func TestRetryWhenFull(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(filepath.Dir(out)); len(left) != 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// TestCopyHashing: the copy out of the work directory keeps every byte
+// and the length, leaves zero pieces as holes, and hashes the source,
+// across several windows and with a tail that is not a whole piece (it
+// takes the page-cache path).
+func TestCopyHashing(t *testing.T) {
+	tests := []struct {
+		name string
+		size int64
+		zero []int // pieces left all zero
+	}{
+		{name: "one piece", size: 64 << 10},
+		{name: "windows, holes, short tail", size: 2*copyWindow + 3*copyPiece + 12345, zero: []int{1, 8, 9, 17}},
+		{name: "all zero", size: copyWindow + copyPiece, zero: []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			want := make([]byte, tt.size)
+			for i := range want {
+				if !slices.Contains(tt.zero, i/copyPiece) {
+					want[i] = byte(i*7 + i/4096)
+				}
+			}
+			srcPath := filepath.Join(dir, "src")
+			if err := os.WriteFile(srcPath, want, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			src, err := os.Open(srcPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			dst, err := os.Create(filepath.Join(dir, "dst"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			sum, err := copyHashing(context.Background(), dst, src)
+			if err != nil {
+				t.Fatalf("copyHashing: %v", err)
+			}
+			if h := sha256.Sum256(want); sum != hex.EncodeToString(h[:]) {
+				t.Errorf("sha256 %s, want the source's %x", sum, h)
+			}
+			got, err := os.ReadFile(dst.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(dst.Name(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if allocated, most := st.Blocks*512, tt.size-int64(len(tt.zero))*copyPiece+copyPiece; allocated > most {
+				t.Errorf("copy allocates %d bytes, more than its %d non-zero ones: zero pieces were written", allocated, most)
+			}
+		})
 	}
 }

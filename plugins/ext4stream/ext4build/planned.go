@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"unsafe"
 
+	"github.com/cubesandbox/templatecenter/adapters/diskio"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -177,24 +177,35 @@ var errContentChanged = errors.New("file content does not match its list of zero
 
 // copyAndHash copies the content into the data area and returns the sha256
 // of the whole image: the head and the metadata, already written, are read
-// back; the data is hashed from the copy buffers, by a second goroutine,
-// while the next buffer fills.
+// back; the data is hashed from the copy buffers, in order, by a second
+// goroutine while the next buffer fills, and then written by a
+// diskio.Writer, several buffers at once.
 func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) {
 	const bufSize = 4 << 20
-	free := make(chan []byte, 3)
-	for range 3 {
-		free <- alignedBuffer(bufSize)[:0]
+	// Enough buffers for one filling, one hashing and every write in
+	// flight: none of the three waits for another while the disk keeps up.
+	const bufs = diskio.DefaultDepth + 3
+	free := make(chan []byte, bufs)
+	for range bufs {
+		free <- diskio.AlignedBuffer(bufSize)[:0]
 	}
-	full := make(chan []byte, 3)
+	full := make(chan dataPiece, bufs)
 	hashed := make(chan error, 1)
+	// The content goes to the disk with direct I/O where the filesystem
+	// takes it: the image is written once and read back in order by the
+	// store, so a gigabyte of page cache filled on the way is work (on
+	// VMs whose host hands out memory lazily, most of the copy's time)
+	// that buys nothing. The metadata around it stays buffered.
+	dw := diskio.NewWriter(w.f, diskio.DefaultDepth)
 	h := sha256.New()
 	go func() {
 		err := hashRange(h, w.f, 0, int64(w.dataStart)*blockSize)
-		for b := range full {
+		for p := range full {
 			if err == nil {
-				h.Write(b)
+				h.Write(p.b)
 			}
-			free <- b[:0]
+			b := p.b
+			dw.WriteAt(b, p.off, func() { free <- b[:0] })
 		}
 		if err == nil {
 			err = hashRange(h, w.f, w.dataEnd*blockSize, w.metaEnd*blockSize)
@@ -204,39 +215,38 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 		}
 		hashed <- err
 	}()
-	// The content goes to the disk with direct I/O where the filesystem
-	// takes it: the image is written once and read back in order by the
-	// store, so a gigabyte of page cache filled on the way is work (on
-	// VMs whose host hands out memory lazily, most of the copy's time)
-	// that buys nothing. The metadata around it stays buffered.
-	direct := openDirect(w.f)
-	cerr := w.copyData(ctx, &direct, free, full)
-	if direct != nil {
-		cerr = errors.Join(cerr, direct.Close())
-	}
+	cerr := w.copyData(ctx, dw, free, full)
 	close(full)
 	herr := <-hashed
+	if err := dw.Close(); err != nil {
+		cerr = errors.Join(cerr, fmt.Errorf("write image: %w", err))
+	}
 	if err := errors.Join(cerr, herr); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// copyData fills buffers from free with the data area's blocks in order,
-// writes them (through *direct while it is not nil) and hands them to
-// full.
-func (w *fsWriter) copyData(ctx context.Context, direct **os.File, free <-chan []byte, full chan<- []byte) error {
+// dataPiece is a filled copy buffer and its offset in the image.
+type dataPiece struct {
+	b   []byte
+	off int64
+}
+
+// copyData fills buffers from free with the data area's blocks in order
+// and hands them to full; it stops at the first failed write.
+func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan []byte, full chan<- dataPiece) error {
 	buf := <-free
 	at := int64(w.dataStart) // block of buf[0]
 	flush := func() error {
 		if len(buf) == 0 {
 			return nil
 		}
-		if err := w.writeDirect(direct, buf, at*blockSize); err != nil {
+		if err := dw.Err(); err != nil {
 			return fmt.Errorf("write image: %w", err)
 		}
+		full <- dataPiece{b: buf, off: at * blockSize}
 		at += int64(len(buf) / blockSize)
-		full <- buf
 		buf = <-free
 		return nil
 	}
@@ -272,34 +282,6 @@ func (w *fsWriter) copyData(ctx context.Context, direct **os.File, free <-chan [
 		return fmt.Errorf("copied %d data blocks, planned %d", at-int64(w.dataStart), w.dataEnd-int64(w.dataStart))
 	}
 	return nil
-}
-
-// writeDirect writes whole blocks from a block-aligned buffer at off:
-// directly while *direct is open, else (or once the filesystem refuses a
-// direct write, which is then closed) through the page cache with the
-// write-back started at once.
-func (w *fsWriter) writeDirect(direct **os.File, b []byte, off int64) error {
-	if *direct != nil {
-		_, err := (*direct).WriteAt(b, off)
-		if err == nil || !isDirectRefused(err) {
-			return err
-		}
-		_ = (*direct).Close()
-		*direct = nil
-	}
-	if _, err := w.f.WriteAt(b, off); err != nil {
-		return err
-	}
-	writeBehind(w.f, off, int64(len(b)))
-	return nil
-}
-
-// alignedBuffer returns n bytes starting on a block boundary, as direct
-// I/O requires (the Go heap does not move objects).
-func alignedBuffer(n int) []byte {
-	b := make([]byte, n+blockSize)
-	k := int(-uintptr(unsafe.Pointer(&b[0])) & (blockSize - 1))
-	return b[k : k+n : k+n]
 }
 
 // copyFile appends one file's non-zero blocks to *buf, reading straight

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -133,65 +132,5 @@ func TestPlannedRefusesBadTrees(t *testing.T) {
 		func(s *ports.BuildSpec) { s.MaxSizeBytes = 2 << 20 })
 	if err == nil || !strings.Contains(err.Error(), "exceeds MaxSizeBytes") {
 		t.Fatalf("err = %v, want the cap", err)
-	}
-}
-
-// TestWriteDirect: the data area goes through the direct descriptor while
-// the filesystem takes it, and through the page cache once it refuses
-// (here: a buffer off the block boundary gets EINVAL), with the same bytes
-// on disk either way.
-func TestWriteDirect(t *testing.T) {
-	block := func(b byte) []byte { return bytes.Repeat([]byte{b}, blockSize) }
-	tests := []struct {
-		name       string
-		openDirect bool
-		misalign   bool
-		wantDirect bool // the direct descriptor is still open afterwards
-	}{
-		{name: "aligned", openDirect: true, wantDirect: true},
-		{name: "refused", openDirect: true, misalign: true, wantDirect: false},
-		{name: "no direct descriptor", openDirect: false, wantDirect: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f, err := os.Create(filepath.Join(t.TempDir(), "img"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			var direct *os.File
-			if tt.openDirect {
-				if direct = openDirect(f); direct == nil {
-					t.Skip("the test directory's filesystem refuses direct I/O")
-				}
-				defer func() {
-					if direct != nil {
-						direct.Close()
-					}
-				}()
-			}
-			buf := alignedBuffer(3 * blockSize)
-			if tt.misalign {
-				buf = alignedBuffer(3*blockSize + 1)[1 : 2*blockSize+1]
-			}
-			buf = buf[:2*blockSize]
-			copy(buf, block('a'))
-			copy(buf[blockSize:], block('b'))
-			w := &fsWriter{f: f}
-			if err := w.writeDirect(&direct, buf, blockSize); err != nil {
-				t.Fatalf("writeDirect: %v", err)
-			}
-			if got := direct != nil; got != tt.wantDirect {
-				t.Errorf("direct descriptor open afterwards = %v, want %v", got, tt.wantDirect)
-			}
-			got, err := os.ReadFile(f.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := slices.Concat(make([]byte, blockSize), block('a'), block('b'))
-			if !bytes.Equal(got, want) {
-				t.Errorf("file holds %d bytes, not the two blocks at block 1", len(got))
-			}
-		})
 	}
 }

@@ -1,0 +1,34 @@
+package diskio
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// openDirect opens path for direct writes, or returns nil where the
+// filesystem refuses O_DIRECT (tmpfs, some overlay and network
+// filesystems).
+func openDirect(path string) *os.File {
+	d, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+// isDirectRefused reports whether a direct write failed because the
+// filesystem will not take it (alignment, no O_DIRECT support), not
+// because of the disk.
+func isDirectRefused(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// writeBehind starts writing a range just written through the page cache
+// to disk, without waiting: a gigabyte left dirty until the final fsync is
+// a second of waiting after the copy, where started now it reaches the
+// disk while the rest is copied. Errors are the fsync's to report.
+func writeBehind(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package diskio
+
+import "os"
+
+// openDirect: direct I/O is only used on Linux.
+func openDirect(string) *os.File { return nil }
+
+func isDirectRefused(error) bool { return false }
+
+// writeBehind does nothing where sync_file_range(2) does not exist.
+func writeBehind(*os.File, int64, int64) {}
