@@ -12,13 +12,15 @@ import (
 	"syscall"
 	"testing"
 	"testing/iotest"
+
+	"github.com/cubesandbox/templatecenter/adapters/diskio"
 )
 
 func TestSaveFileSizes(t *testing.T) {
 	// Around the alignment block and the chunk, and more chunks than are
 	// in flight, each with short reads from the network.
-	sizes := []int{0, 1, directAlign - 1, directAlign, directAlign + 1,
-		saveChunk - 1, saveChunk, saveChunk + directAlign + 7, saveDepth*saveChunk + 12345}
+	sizes := []int{0, 1, diskio.Align - 1, diskio.Align, diskio.Align + 1,
+		saveChunk - 1, saveChunk, saveChunk + diskio.Align + 7, saveBuffers*saveChunk + 12345}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, size := range sizes {
 		data := make([]byte, size)
@@ -82,8 +84,8 @@ func TestSaveFileWriteError(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "/dev/full") {
 		t.Fatalf("err %v, want ENOSPC naming the file", err)
 	}
-	if r.n > int64(saveDepth+2)*saveChunk {
-		t.Fatalf("read %d bytes after the write failed, want at most %d", r.n, (saveDepth+2)*saveChunk)
+	if r.n > int64(saveBuffers+2)*saveChunk {
+		t.Fatalf("read %d bytes after the write failed, want at most %d", r.n, (saveBuffers+2)*saveChunk)
 	}
 }
 
