@@ -24,6 +24,10 @@ type Options struct {
 	// its ext4stream plugin) whose default (mkfs) and ext4stream builds are
 	// timed in the same rounds, for before/after ratios.
 	Baseline string
+	// NodeLinkMbit, when above zero, runs the services part's node agents
+	// each in a network namespace of its own, its link shaped to this
+	// many Mbit/s (links.go).
+	NodeLinkMbit int
 }
 
 func (o Options) part(p string) bool { return contains(o.Parts, p) }

@@ -77,6 +77,7 @@ func (p *proc) stop() {
 // stack is a running system.
 type stack struct {
 	o         Options
+	links     *links // nil: every process on loopback
 	dir       string
 	token     string
 	apiToken  string // the master's public API bearer token
@@ -89,8 +90,8 @@ type stack struct {
 	nodeDirs  []string
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(host string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", err
 	}
@@ -105,8 +106,18 @@ func randHex(n int) string {
 }
 
 func (s *stack) start(name, bin string, args, env []string) (*proc, error) {
+	return s.startIn(-1, name, bin, args, env)
+}
+
+// startIn starts bin in node's network namespace (node >= 0 with links),
+// else on the host.
+func (s *stack) startIn(node int, name, bin string, args, env []string) (*proc, error) {
 	p := &proc{name: name, log: &bytes.Buffer{}}
-	p.cmd = exec.Command(filepath.Join(s.o.Bin, bin), args...)
+	argv := append([]string{filepath.Join(s.o.Bin, bin)}, args...)
+	if node >= 0 && s.links != nil {
+		argv = s.links.wrap(node, argv)
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
@@ -131,8 +142,8 @@ func (s *stack) close() {
 }
 
 // startStack starts master, templatecenter and nodes node agents.
-func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err error) {
-	s := &stack{o: o, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
+func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *stack, err error) {
+	s := &stack{o: o, links: l, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
 	defer func() {
 		if err != nil {
 			for _, p := range s.procs {
@@ -160,11 +171,14 @@ func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err 
 	if s.db, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
 		return nil, err
 	}
-	masterAddr, err := freeAddr()
+	masterAddr, err := freeAddr("127.0.0.1")
+	if l != nil { // the nodes reach the master over their links
+		masterAddr, err = freeAddr(l.hostAddr())
+	}
 	if err != nil {
 		return nil, err
 	}
-	tcAddr, err := freeAddr()
+	tcAddr, err := freeAddr("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +186,10 @@ func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err 
 	var spec []string
 	var nodeArgs [][]string
 	for i := range nodes {
-		addr, err := freeAddr()
+		addr, err := freeAddr("127.0.0.1")
+		if l != nil { // a namespace of its own: any port is free there
+			addr, err = net.JoinHostPort(l.nodeAddr(i), "7101"), nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -212,7 +229,7 @@ func startStack(o Options, nodes int, logf func(string, ...any)) (_ *stack, err 
 		return nil, err
 	}
 	for i, a := range nodeArgs {
-		if _, err := s.start(fmt.Sprintf("node-%d", i+1), "nodeagent", a, nil); err != nil {
+		if _, err := s.startIn(i, fmt.Sprintf("node-%d", i+1), "nodeagent", a, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -555,7 +572,17 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 	if _, err := img.Push(ref); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n## Services\n\nOne cubemaster and one templatecenter (file store, default builder) on a fresh MariaDB database, node agents on loopback; the image of the builds part. Load average at start: %s\n\n", Load())
+	var l *links
+	where := "node agents on loopback"
+	if o.NodeLinkMbit > 0 {
+		l = &links{nodes: 8, mbit: o.NodeLinkMbit}
+		if err := l.setup(); err != nil {
+			return err
+		}
+		defer l.teardown()
+		where = fmt.Sprintf("each node agent in a network namespace of its own, its link from the master shaped to %d Mbit/s (tc tbf on a veth pair; the master listens on the bridge)", o.NodeLinkMbit)
+	}
+	fmt.Fprintf(out, "\n## Services\n\nOne cubemaster and one templatecenter (file store, default builder) on a fresh MariaDB database, %s; the image of the builds part. Load average at start: %s\n\n", where, Load())
 
 	type dist struct {
 		nodes              int
@@ -573,7 +600,7 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 		d := &dist{nodes: nodes}
 		results = append(results, d)
 		for round := 1; round <= o.Rounds; round++ {
-			s, err := startStack(o, nodes, logf)
+			s, err := startStack(o, nodes, l, logf)
 			if err != nil {
 				return err
 			}
@@ -650,6 +677,12 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 	t.Rows = append(t.Rows, []string{"distribution / its floor",
 		fmt.Sprintf("%.2f", Ratio(Median(one.distribute), Median(one.floor))),
 		fmt.Sprintf("%.2f", Ratio(Median(eight.distribute), Median(eight.floor))), ""})
+	if l != nil {
+		// What one link takes for the artifact at its rate, whatever else.
+		wire := time.Duration(float64(eight.artifactBytes*8) / float64(l.mbit*1e6) * float64(time.Second))
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("the artifact over one %d Mbit/s link (s)", l.mbit), Secs(wire), Secs(wire), "1.00"},
+			[]string{"distribution / one link's time", fmt.Sprintf("%.2f", Ratio(Median(one.distribute), wire)), fmt.Sprintf("%.2f", Ratio(Median(eight.distribute), wire)), ""})
+	}
 	var tot1, tot8 []time.Duration
 	for i := range one.build {
 		tot1 = append(tot1, one.build[i]+one.distribute[i])

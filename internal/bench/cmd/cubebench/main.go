@@ -46,6 +46,7 @@ func main() {
 	flag.StringVar(&o.Only, "only", "", "comma-separated pipeline names to run (default all)")
 	flag.StringVar(&o.Report, "report", "", "also write the report (markdown) to this file")
 	flag.StringVar(&o.Baseline, "baseline", "", "bin directory of an earlier build to time in the same rounds (its default mkfs and its ext4stream plugin, cold)")
+	flag.IntVar(&o.NodeLinkMbit, "node-link", 0, "services part: run each node agent in a network namespace of its own, its link shaped to this many Mbit/s (needs root and iproute2; 0: every process on loopback)")
 	flag.BoolVar(&o.Profile, "profile", false, "write CPU and allocation profiles of our default builder's cold build under -work/profiles")
 	flag.Parse()
 	self, err := os.Executable()
