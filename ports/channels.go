@@ -56,10 +56,13 @@ type DataPlane interface {
 	// row; idempotent (a missing artifact is not an error).
 	DeleteArtifact(ctx context.Context, artifactID string) error
 	// ArtifactExists reports whether a's bytes are in the data plane's
-	// store, asked the way nodes download them. A row that is not READY, or
-	// has no download token, cannot be asked and is reported present (the
-	// data plane deletes bytes and row together). Any answer other than
-	// present or absent is an error, never a guess.
+	// store, asked the way nodes download them: with a's download token. A
+	// row that is not READY cannot be asked and is reported present (the
+	// data plane deletes bytes and row together). A READY row without a
+	// download token cannot be asked either, and is an error wrapping
+	// core.ErrInvalidArgument, with nothing sent: the caller gives the row
+	// its token first. Any answer other than present or absent is an
+	// error, never a guess.
 	ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error)
 	// UploadArtifact moves an artifact's bytes into the data plane's store
 	// (migrate). body yields exactly info.Size bytes whose sha256 is

@@ -249,9 +249,9 @@ func TestBuiltReportAfterItsArtifactWasDeleted(t *testing.T) {
 // its BUILT report is bound (its last template deleted and GC run while it
 // was built), and the master asks the real data-plane client whether the
 // bytes are there. The client can only ask about a READY row with a
-// download token, and answers "present" without asking for anything else;
-// before, the master asked with a bare row, so the guard never ran and a
-// READY row was created for bytes that were gone.
+// download token (it answers "present" without asking for a row that is
+// not READY); before, the master asked with a bare row, so the guard never
+// ran and a READY row was created for bytes that were gone.
 func TestBuiltReportWithNoRowAsksTheDataPlane(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

@@ -187,9 +187,16 @@ func (s *Service) migrateArtifact(ctx context.Context, aid string) (string, erro
 		return "", fmt.Errorf("artifact %s is %s, not READY: %w", aid, a.Status, core.ErrInvalidArgument)
 	}
 	if a.ObjectKey != "" {
-		ok, err := s.DataPlane.ArtifactExists(ctx, a)
+		// Asked for real (bytesServed): a legacy row without a download
+		// token answered "present" unasked would have its only copy, the
+		// local one, removed while the store holds nothing.
+		var ok bool
+		a, ok, err = s.bytesServed(ctx, a)
 		if err != nil {
 			return "", fmt.Errorf("check artifact %s in the store: %w", aid, err)
+		}
+		if a.Status != core.ArtifactReady {
+			return "", fmt.Errorf("artifact %s is %s, not READY: %w", aid, a.Status, core.ErrInvalidArgument)
 		}
 		if ok {
 			s.removeLocal(ctx, a)

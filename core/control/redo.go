@@ -224,9 +224,11 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's
-// artifact: it must be named, its row READY and its bytes present.
-// Anything else means a rebuild. The resume re-checks under the artifact's
-// lock and rebuilds if the artifact went away meanwhile (rebuildInstead).
+// artifact: it must be named, its row READY and its bytes present, as the
+// data plane answers when asked with the row's download token
+// (bytesServed). Anything else means a rebuild. The resume re-checks under
+// the artifact's lock and rebuilds if the artifact went away meanwhile
+// (rebuildInstead).
 func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase core.Phase) (*core.Artifact, bool, error) {
 	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
 		return nil, true, nil
@@ -243,9 +245,12 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 		// ones may be half-written.
 		return nil, true, nil
 	}
-	ok, err := s.DataPlane.ArtifactExists(ctx, a)
+	// Asked for real: a legacy row without a download token gets one
+	// first; answered "present" unasked, a redo would reuse bytes that are
+	// gone and send the nodes to download nothing.
+	a, ok, err := s.bytesServed(ctx, a)
 	if err != nil {
-		return nil, false, fmt.Errorf("check artifact %s bytes: %w", a.ArtifactID, err)
+		return nil, false, fmt.Errorf("check artifact %s bytes: %w", latest.ArtifactID, err)
 	}
 	if !ok {
 		return nil, true, nil

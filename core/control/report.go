@@ -272,8 +272,8 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 		// build was being reported. Only bytes that are there get a READY
 		// row. The data plane is asked about the row as it would be
 		// created, READY with its download token, the way nodes will ask:
-		// a row without them cannot be asked and would be answered
-		// "present" unseen (ports.DataPlane).
+		// a row that is not READY would be answered "present" unseen, and
+		// one without a token cannot be asked at all (ports.DataPlane).
 		row := *m
 		row.Status = core.ArtifactReady
 		row.DownloadToken = s.IDs.NewToken()

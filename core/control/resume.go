@@ -318,6 +318,46 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artif
 	return a, nil
 }
 
+// bytesServed asks the data plane whether a READY artifact's bytes are
+// served the way nodes will download them: with the row's download token.
+// A legacy row (adopted from upstream, or written before tokens) may have
+// none, and the download route opens no row without its token (the shared
+// token only tells an unknown id from a refused one); ports.DataPlane
+// cannot ask about such a row. So a READY row without a token first gets
+// one, the token claimArtifact would mint when the artifact is next
+// distributed, and is asked with it. The write is conditional on the row
+// under its lock, so a token minted concurrently (another template's
+// resume) is kept, never replaced. It returns the row as it now is; a row
+// that is gone or no longer READY is reported absent, without asking.
+func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Artifact, bool, error) {
+	if a.Status == core.ArtifactReady && a.DownloadToken == "" {
+		updated, err := s.Store.Artifacts().Update(ctx, a.ArtifactID, func(cur *core.Artifact) error {
+			if cur.Status == core.ArtifactReady && cur.DownloadToken == "" {
+				cur.DownloadToken = s.IDs.NewToken()
+			}
+			return nil
+		})
+		if isNotFound(err) {
+			return a, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("give artifact %s a download token to ask about its bytes: %w", a.ArtifactID, err)
+		}
+		a = updated
+	}
+	if a.Status != core.ArtifactReady {
+		return a, false, nil
+	}
+	if a.DownloadToken == "" {
+		return nil, false, fmt.Errorf("artifact %s has no download token to ask about its bytes with: %w", a.ArtifactID, core.ErrInvalidArgument)
+	}
+	ok, err := s.DataPlane.ArtifactExists(ctx, a)
+	if err != nil {
+		return nil, false, err
+	}
+	return a, ok, nil
+}
+
 // step applies u to the job. A stale update (a replay behind the job's
 // phase) is skipped; errJobFinished when the job is terminal.
 func (s *Service) step(ctx context.Context, jobID string, u core.JobUpdate) (*core.Job, error) {

@@ -82,6 +82,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"ArtifactExistsAsksTheDataPlane", testExists},
 		{"ArtifactExistsErrorIsNotAbsent", testExistsError},
 		{"ArtifactExistsPresentWithoutAsking", testExistsWithoutAsking},
+		{"ArtifactExistsWithoutTokenIsAnError", testExistsWithoutToken},
 		{"UploadArtifactStoresVerifiedBytes", testUpload},
 		{"UploadArtifactRefusesMismatches", testUploadMismatch},
 		{"UploadArtifactNeverReplaces", testUploadNeverReplaces},
@@ -425,28 +426,47 @@ func testExistsError(t *testing.T, e *env) {
 }
 
 func testExistsWithoutAsking(t *testing.T, e *env) {
-	cases := []struct {
-		name string
-		edit func(*core.Artifact)
-	}{
-		{"READY without a token", func(a *core.Artifact) { a.DownloadToken = "" }},
-	}
 	for _, st := range []core.ArtifactStatus{core.ArtifactPending, core.ArtifactBuilding, core.ArtifactFailed,
 		core.ArtifactCleanupPending, core.ArtifactDeleting} {
-		cases = append(cases, struct {
-			name string
-			edit func(*core.Artifact)
-		}{string(st), func(a *core.Artifact) { a.Status = st }})
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(string(st), func(t *testing.T) {
 			// The data plane has no such artifact: asking would say absent.
 			a := e.artifact(randomBytes(10))
-			tc.edit(a)
+			a.Status = st
 			before := e.h.Requests()
 			ok, err := e.exists(t, a)
 			if err != nil || !ok {
 				t.Fatalf("ArtifactExists = %v, %v; want true, nil", ok, err)
+			}
+			if n := e.h.Requests() - before; n != 0 {
+				t.Errorf("ArtifactExists made %d requests for a row it cannot ask about", n)
+			}
+		})
+	}
+}
+
+// testExistsWithoutToken: a READY row without a download token cannot be
+// asked the way nodes download it, whether or not its bytes are there, and
+// the answer is an error rather than a guess ("present" would let a caller
+// reuse bytes that are gone).
+func testExistsWithoutToken(t *testing.T, e *env) {
+	data := randomBytes(1000)
+	stored := e.artifact(data)
+	e.seed(t, stored, data)
+	for _, tc := range []struct {
+		name string
+		a    *core.Artifact
+	}{
+		{"bytes served", stored},
+		{"no row", e.artifact(data)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := *tc.a
+			a.DownloadToken = ""
+			before := e.h.Requests()
+			ok, err := e.exists(t, &a)
+			wantErrIs(t, "ArtifactExists without a token", err, core.ErrInvalidArgument)
+			if ok {
+				t.Errorf("ArtifactExists without a token returned true with its error %v", err)
 			}
 			if n := e.h.Requests() - before; n != 0 {
 				t.Errorf("ArtifactExists made %d requests for a row it cannot ask about", n)

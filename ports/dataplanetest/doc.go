@@ -16,8 +16,9 @@
 //   - ArtifactExists is true when the bytes are served (the way nodes
 //     download them), false when the data plane answers that they are
 //     absent (no row, no bytes), and an error, never a guess, for any other
-//     answer (a wrong download token). Rows that are not READY or have no
-//     download token are reported present without asking.
+//     answer (a wrong download token). Rows that are not READY are reported
+//     present without asking; a READY row without a download token is an
+//     error wrapping core.ErrInvalidArgument, also without asking.
 //   - UploadArtifact stores verified bytes and returns where they are
 //     stored; an identical second upload is answered as done; a wrong
 //     sha256, a body shorter or longer than the declared size, and bytes

@@ -265,12 +265,17 @@ func (b *exactBody) fail(err error) { b.mismatch, b.err = err, err }
 // absent, anything else (403 after a concurrent token rotation, 5xx, no
 // answer) an error. The shared token goes along: without it the route
 // answers an unknown id like a refused token (403), so that nobody can
-// probe which ids exist; with it, an unknown id is 404. A row that is not
-// READY or has no token cannot be asked and is reported present (see
+// probe which ids exist; with it, an unknown id is 404, but it opens no
+// row: a row is asked about with its own token. A row that is not READY
+// cannot be asked and is reported present; a READY row without a token
+// cannot be asked either, and that is an error, not a guess (see
 // ports.DataPlane).
 func (c *Client) ArtifactExists(ctx context.Context, a *core.Artifact) (bool, error) {
-	if a.Status != core.ArtifactReady || a.DownloadToken == "" {
+	if a.Status != core.ArtifactReady {
 		return true, nil
+	}
+	if a.DownloadToken == "" {
+		return false, fmt.Errorf("artifact %s has no download token to ask the template center with: %w", a.ArtifactID, core.ErrInvalidArgument)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SubmitTimeout)
 	defer cancel()

@@ -330,15 +330,17 @@ func TestArtifactExists(t *testing.T) {
 		}
 	}
 
-	// Rows the route cannot be asked about are trusted, without a request.
+	// Rows the route cannot be asked about: one that is not READY is
+	// trusted, a READY one without a token is an error, never a guess;
+	// neither makes a request.
 	before := calls.Load()
-	for _, a := range []*core.Artifact{
-		{ArtifactID: "rfs-1", Status: core.ArtifactCleanupPending, DownloadToken: "tok"},
-		{ArtifactID: "rfs-1", Status: core.ArtifactReady},
-	} {
-		if ok, err := p.ArtifactExists(t.Context(), a); !ok || err != nil {
-			t.Errorf("Exists(%s, token %q) = %v, %v; want trusted", a.Status, a.DownloadToken, ok, err)
-		}
+	cleanup := &core.Artifact{ArtifactID: "rfs-1", Status: core.ArtifactCleanupPending, DownloadToken: "tok"}
+	if ok, err := p.ArtifactExists(t.Context(), cleanup); !ok || err != nil {
+		t.Errorf("Exists(%s) = %v, %v; want trusted", cleanup.Status, ok, err)
+	}
+	tokenless := &core.Artifact{ArtifactID: "rfs-1", Status: core.ArtifactReady}
+	if ok, err := p.ArtifactExists(t.Context(), tokenless); ok || !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Exists(READY without a token) = %v, %v; want an error wrapping core.ErrInvalidArgument", ok, err)
 	}
 	if calls.Load() != before {
 		t.Error("asked the data plane about a row it cannot answer for")
