@@ -14,5 +14,12 @@
 // HTTP/2 flow control in the way; v1 plugins get chunk messages, as does
 // every plugin when Options.Chunks is set.
 //
+// The plugin never writes beside the output itself: the host makes a
+// directory of its own there (StagePrefix), hands the plugin a path inside
+// it and moves the finished image out. Whatever the plugin leaves there
+// (its temporary image, when it fails, is cancelled or is killed before it
+// can clean up) goes with the directory; a host that died mid-build leaves
+// the directory unlocked, and the next build beside that output removes it.
+//
 // plugins/ext4stream is the builder this project ships this way.
 package plugin

@@ -157,8 +157,13 @@ func (b *Builder) Format() string { return b.format }
 func (b *Builder) APIVersion() string { return b.api }
 
 // Build implements ports.RootfsBuilder by streaming the tree to the plugin.
+// The plugin writes in a directory of the host's beside spec.OutPath
+// (staged), so nothing it writes outlives a failed build, even one whose
+// plugin process was killed.
 func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-	res, err := b.rpc.Build(ctx, b.api, spec)
+	res, err := staged(spec, func(spec ports.BuildSpec) (ports.BuildResult, error) {
+		return b.rpc.Build(ctx, b.api, spec)
+	})
 	if err != nil {
 		return res, fmt.Errorf("builder plugin %s: %w", b.name, err)
 	}
@@ -185,7 +190,9 @@ func (b *Builder) Planned() ports.PlannedBuilder {
 type planned struct{ b *Builder }
 
 func (p planned) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
-	res, err := p.b.rpc.BuildEntries(ctx, spec, entries)
+	res, err := staged(spec, func(spec ports.BuildSpec) (ports.BuildResult, error) {
+		return p.b.rpc.BuildEntries(ctx, spec, entries)
+	})
 	if err != nil {
 		return res, fmt.Errorf("builder plugin %s: %w", p.b.name, err)
 	}

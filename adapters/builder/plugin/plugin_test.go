@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
 
@@ -67,10 +70,33 @@ func (nameOnly) Build(context.Context, ports.BuildSpec) (ports.BuildResult, erro
 	return ports.BuildResult{}, errors.New("not a real builder")
 }
 
+// hangs is a plugin that opens its temporary image beside spec.OutPath,
+// as ext4stream does, and then never finishes, cancelled or not: only a
+// kill ends it.
+type hangs struct{ nameOnly }
+
+func (hangs) Build(_ context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	if _, err := tmp.Write(make([]byte, 1<<20)); err != nil {
+		return ports.BuildResult{}, err
+	}
+	select {}
+}
+
+func (h hangs) BuildEntries(ctx context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+	return h.Build(ctx, spec)
+}
+
 func serveHelper(mode string) {
 	p := &pluginproto.GRPCPlugin{Impl: nameOnly{}}
-	if mode == "future-api" {
+	switch mode {
+	case "future-api":
 		p.APIVersions = []string{"v99"}
+	case "hang":
+		p.Impl = hangs{}
 	}
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: pluginproto.Handshake,
@@ -272,4 +298,129 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// A plugin process that dies mid-build (the OOM killer, a crash, the host
+// closing it) cannot remove its temporary image: nothing it wrote may be
+// left beside the output all the same.
+func TestKilledPluginLeavesNothing(t *testing.T) {
+	killPlugin := func(t *testing.T, b *Builder) {
+		t.Helper()
+		if err := syscall.Kill(b.client.ReattachConfig().Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closePlugin := func(t *testing.T, b *Builder) {
+		t.Helper()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		hang    bool // the helper that never finishes; else ext4stream
+		opts    Options
+		entries bool // BuildEntries (API v3); else Build
+		end     func(t *testing.T, b *Builder)
+	}{
+		{"ext4stream, tree through a pipe, SIGKILL", false, Options{}, false, killPlugin},
+		{"ext4stream, tree in chunks, SIGKILL", false, Options{Chunks: true}, false, killPlugin},
+		{"ext4stream, the host closes the plugin", false, Options{}, false, closePlugin},
+		{"hung plugin, tree, SIGKILL", true, Options{}, false, killPlugin},
+		{"hung plugin, entries, SIGKILL", true, Options{}, true, killPlugin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, opts := pluginBin, tt.opts
+			if tt.hang {
+				self, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				path, opts.Env = self, []string{helperEnv + "=hang"}
+			} else if pluginBin == "" {
+				t.Skip("no go toolchain to build the plugin")
+			}
+			b, err := Load(context.Background(), path, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			dir := t.TempDir()
+			release := make(chan struct{})
+			tree := gatedTree(release)
+			defer tree.CloseWithError(errors.New("test over"))
+			done := make(chan error, 1)
+			go func() {
+				spec := ports.BuildSpec{Tree: tree, OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}
+				var err error
+				if tt.entries {
+					_, err = b.Planned().BuildEntries(context.Background(), spec, nil)
+				} else {
+					_, err = b.Build(context.Background(), spec)
+				}
+				done <- err
+			}()
+			waitForTemp(t, dir)
+			tt.end(t, b)
+			close(release)
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("the build of a killed plugin succeeded")
+				}
+			case <-time.After(30 * time.Second): // a hang guard, not a timing check
+				t.Fatal("Build hangs after its plugin died")
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				t.Errorf("the killed plugin's build left %s behind", e.Name())
+			}
+		})
+	}
+}
+
+// gatedTree is a tar stream of one 64 MiB file that stops after 8 MiB,
+// until release is closed.
+func gatedTree(release <-chan struct{}) *io.PipeReader {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 64 << 20})
+		chunk := bytes.Repeat([]byte{0x5a}, 1<<20)
+		for i := range 64 {
+			if i == 8 {
+				<-release
+			}
+			if _, err := tw.Write(chunk); err != nil {
+				return
+			}
+		}
+		_ = tw.Close()
+		pw.Close()
+	}()
+	return pr
+}
+
+// waitForTemp waits until the plugin has a temporary image somewhere
+// under dir.
+func waitForTemp(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		found := false
+		_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && strings.Contains(d.Name(), ".tmp-") {
+				found = true
+			}
+			return nil
+		})
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin made no temporary image in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
