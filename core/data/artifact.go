@@ -299,9 +299,12 @@ func (r *run) markReady(res *pipeline.Result) error {
 	return nil
 }
 
-// markFailed moves the row this build claimed from BUILDING to FAILED; a
-// row that moved on (another build claimed it) is left alone.
-func (r *run) markFailed(ctx context.Context, artifactID, msg string) {
+// markFailed moves the row this build claimed from BUILDING to FAILED and
+// reports whether it did; a row that moved on (another build claimed it,
+// writing its own owner token) is left alone. The check and the write are
+// one Update under the row's lock, so a claim cannot slip in between: this
+// holds without the fingerprint lock, once it was lost.
+func (r *run) markFailed(ctx context.Context, artifactID, msg string) bool {
 	_, err := r.e.Store.Artifacts().Update(ctx, artifactID, func(a *core.Artifact) error {
 		if !r.ownsRow(a) {
 			return errLeaveRow
@@ -312,6 +315,7 @@ func (r *run) markFailed(ctx context.Context, artifactID, msg string) {
 	if err != nil && !errors.Is(err, errLeaveRow) {
 		r.log.Error("mark artifact FAILED", "artifact_id", artifactID, "err", err)
 	}
+	return err == nil
 }
 
 var errLeaveRow = errors.New("artifact row moved on; left alone")

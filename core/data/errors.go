@@ -25,7 +25,10 @@ var errBuildTimeout = errors.New("build timeout")
 
 // ErrLockLost fails a build whose fingerprint lock was lost mid-build:
 // another replica may hold the lock and have claimed the row, so this build
-// stops writing the row and the artifact's bytes (ports.Lock.Lost).
+// stops writing the artifact's bytes and never records them READY
+// (ports.Lock.Lost). It still moves the row to FAILED while the row carries
+// its own claim (build_owner_token), that is, while no newer build claimed
+// it.
 var ErrLockLost = errors.New("fingerprint lock lost during the build")
 
 // BuildTimeoutError fails a build that ran longer than

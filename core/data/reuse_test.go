@@ -642,3 +642,67 @@ func TestLostLockBuildDoesNotOverwriteTheNewerBuild(t *testing.T) {
 		})
 	}
 }
+
+// A build whose fingerprint lock is lost while no other build takes it
+// over (a dropped database session) settles the row it still owns: FAILED
+// at once, naming the lost lock, and reported so with the job, rather than
+// left BUILDING with no build at work until the reconciler's abandoned-row
+// sweep (RunningStaleAfter) fails it. The next build of the spec claims it
+// as usual. A row a newer build has claimed is left alone
+// (TestLostLockBuildDoesNotOverwriteTheNewerBuild).
+func TestLostLockBuildSettlesTheRowItStillOwns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails bool // the builder fails instead of finishing
+	}{
+		{name: "the build fails", fails: true},
+		{name: "the build finishes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			r := newReplica(t, w, data.ExecutorConfig{})
+			locks := &droppableLocker{Locker: w.locker}
+			r.exec.Locker = locks
+			req := fromImage("tpl-a")
+			w.addJob(t, "job-a", req)
+			in, release := make(chan struct{}), make(chan struct{})
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+				close(in)
+				<-release // ignores ctx: a builder may notice the cancellation late
+				if tc.fails {
+					return ports.BuildResult{}, errors.New("mkfs failed")
+				}
+				return writeImage(spec)
+			}
+			if err := r.exec.Submit(context.Background(), buildReq("job-a", req)); err != nil {
+				t.Fatal(err)
+			}
+			<-in // the build holds the lock and claimed the row
+			aid, _ := expectedArtifactID(t, req)
+			claimed, _ := w.artifact(aid)
+			locks.drop(true)
+			close(release)
+			o := r.wait(t)
+			if !errors.Is(o.Err, data.ErrLockLost) {
+				t.Fatalf("build ended with %v, want ErrLockLost", o.Err)
+			}
+			row, _ := w.artifact(aid)
+			if row.Status != core.ArtifactFailed || !strings.Contains(row.LastError, "lock lost") || row.BuildOwnerToken != claimed.BuildOwnerToken {
+				t.Fatalf("after the build ended the row is %s (last error %q, owner %q); want FAILED by its own claim %q, naming the lost lock",
+					row.Status, row.LastError, row.BuildOwnerToken, claimed.BuildOwnerToken)
+			}
+			if last := lastReport(w, "job-a").Update; last.Status != core.JobFailed || last.ArtifactStatus != string(core.ArtifactFailed) {
+				t.Fatalf("terminal report %s with artifact status %q, want FAILED with FAILED", last.Status, last.ArtifactStatus)
+			}
+
+			// The next build of the spec claims the row and finishes it.
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) { return writeImage(spec) }
+			if next := buildOnce(t, w, r, "job-b", fromImage("tpl-b")); next.Err != nil || next.Reused {
+				t.Fatalf("next build: %+v", next)
+			}
+			if row, _ := w.artifact(aid); row.Status != core.ArtifactReady {
+				t.Fatalf("after the next build the row is %s, want READY", row.Status)
+			}
+		})
+	}
+}

@@ -45,6 +45,7 @@ type run struct {
 	st       state
 	lock     ports.Lock     // the fingerprint lock, once held
 	claimed  bool           // this build moved the artifact row to BUILDING
+	released bool           // and then moved it to FAILED (releaseClaim)
 	owner    string         // the BuildOwnerToken this build's claim wrote
 	lockLost bool           // the fingerprint lock's Lost() closed while held
 	artifact *core.Artifact // the row reported with BUILT
@@ -120,8 +121,8 @@ func (r *run) execute() {
 		r.mu.Unlock()
 		err = nil
 	} else if r.isLockLost() {
-		// Whatever the pipeline returned, a newer build may own the row
-		// now: neither READY nor FAILED is this build's to write.
+		// Whatever the pipeline returned, a newer build may hold the lock
+		// now: the bytes are not this build's to record READY.
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrLockLost, err)
 		} else {
@@ -130,9 +131,12 @@ func (r *run) execute() {
 	} else if err == nil {
 		err = r.markReady(res)
 	}
-	if err != nil && !r.isLockLost() {
-		// Still under the fingerprint lock, so the next build's claim of
-		// the row cannot be overwritten.
+	if err != nil {
+		// FAILED only while the row still carries this build's claim
+		// (markFailed): a newer build's claim is never overwritten, even
+		// after the lock was lost. A row nobody claimed since is settled
+		// now rather than left BUILDING, with no build at work, until the
+		// reconciler's abandoned-row sweep (RunningStaleAfter, an hour).
 		r.releaseClaim(err)
 	}
 	r.unlock()
@@ -327,7 +331,8 @@ func (r *run) failureMessage(err error) string {
 	return err.Error()
 }
 
-// releaseClaim marks the row this build claimed FAILED.
+// releaseClaim marks the row this build claimed FAILED, if it still
+// carries the claim.
 func (r *run) releaseClaim(err error) {
 	r.mu.Lock()
 	claimed := r.claimed
@@ -341,7 +346,10 @@ func (r *run) releaseClaim(err error) {
 	}
 	ctx, cancel := r.finalCtx()
 	defer cancel()
-	r.markFailed(ctx, id, r.failureMessage(err))
+	released := r.markFailed(ctx, id, r.failureMessage(err))
+	r.mu.Lock()
+	r.released = released
+	r.mu.Unlock()
 }
 
 func (r *run) failed(err error) {
@@ -360,7 +368,7 @@ func (r *run) failed(err error) {
 		u.Pull = &pp
 	}
 	r.mu.Lock()
-	if r.claimed && !r.lockLost {
+	if r.released {
 		u.ArtifactStatus = string(core.ArtifactFailed)
 	}
 	r.mu.Unlock()
