@@ -162,6 +162,8 @@ func portsForbidden(dep string) string {
 // internals and fails the test.
 var adapterEdges = map[string]string{
 	"builder -> layers":      "the mkfs builder stages the tree with the safe extractor",
+	"builder -> diskio":      "the mkfs builder copies its image out with the shared direct-I/O writer",
+	"cubelet -> diskio":      "the node agent writes a downloaded artifact with the shared direct-I/O writer",
 	"registry -> layercache": "the image source keeps verified layers in the content-addressed cache",
 }
 
