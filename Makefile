@@ -81,12 +81,14 @@ generate:
 
 # bench runs the benchmark of internal/bench (see its README): it starts
 # MariaDB and a registry on loopback if they are not running, installs
-# pigz and igzip (isal) if missing, and prints the table. BENCHFLAGS passes flags to
+# pigz, igzip (isal) and iproute2 (the links part's namespaces and tc) if
+# missing, and prints the table. BENCHFLAGS passes flags to
 # cubebench (for example BENCHFLAGS='-rounds 5 -parts builds').
 BENCHFLAGS ?=
 bench: build
 	@command -v pigz >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pigz >/dev/null; }
 	@command -v igzip >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq isal >/dev/null; }
+	@command -v tc >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; }
 	bash scripts/testservers.sh start mariadb registry >/dev/null
 	$(GO) build -o $(BIN)/cubebench ./internal/bench/cmd/cubebench
 	set -a && . $${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}/env && set +a && \

@@ -24,9 +24,9 @@ type Options struct {
 	// its ext4stream plugin) whose default (mkfs) and ext4stream builds are
 	// timed in the same rounds, for before/after ratios.
 	Baseline string
-	// NodeLinkMbit, when above zero, runs the services part's node agents
-	// each in a network namespace of its own, its link shaped to this
-	// many Mbit/s (links.go).
+	// NodeLinkMbit is the rate of the link each node agent gets in the
+	// links part: the services part again, each node agent in a network
+	// namespace of its own, its link shaped to this many Mbit/s (links.go).
 	NodeLinkMbit int
 }
 
@@ -71,6 +71,16 @@ func Main(o Options, out io.Writer, logf func(string, ...any)) error {
 		}
 	}
 	if o.part("services") {
+		loopback := o
+		loopback.NodeLinkMbit = 0
+		if err := services(loopback, out, logf); err != nil {
+			return err
+		}
+	}
+	if o.part("links") {
+		if o.NodeLinkMbit <= 0 {
+			return fmt.Errorf("the links part needs -node-link above 0 (Mbit/s), not %d", o.NodeLinkMbit)
+		}
 		if err := services(o, out, logf); err != nil {
 			return err
 		}

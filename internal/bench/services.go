@@ -573,16 +573,17 @@ func services(o Options, out io.Writer, logf func(string, ...any)) error {
 		return err
 	}
 	var l *links
-	where := "node agents on loopback"
+	heading, where := "Services", "node agents on loopback"
 	if o.NodeLinkMbit > 0 {
 		l = &links{nodes: 8, mbit: o.NodeLinkMbit}
 		if err := l.setup(); err != nil {
 			return err
 		}
 		defer l.teardown()
+		heading = fmt.Sprintf("Services, a %d Mbit/s link per node agent", o.NodeLinkMbit)
 		where = fmt.Sprintf("each node agent in a network namespace of its own, its link from the master shaped to %d Mbit/s (tc tbf on a veth pair; the master listens on the bridge)", o.NodeLinkMbit)
 	}
-	fmt.Fprintf(out, "\n## Services\n\nOne cubemaster and one templatecenter (file store, default builder) on a fresh MariaDB database, %s; the image of the builds part. Load average at start: %s\n\n", where, Load())
+	fmt.Fprintf(out, "\n## %s\n\nOne cubemaster and one templatecenter (file store, default builder) on a fresh MariaDB database, %s; the image of the builds part. Load average at start: %s\n\n", heading, where, Load())
 
 	type dist struct {
 		nodes              int

@@ -42,11 +42,11 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds")
 	flag.StringVar(&o.Builders, "builders", "ext4stream,ext4stream@builtin-gzip,plugin:ext4stream,plugin:ext4stream@chunks,mkfs",
 		"our builders to time (NAME@fifo, NAME@chunks: a plugin fed the tar stream through a named pipe or gRPC messages instead of entries; NAME@builtin-gzip: gzip decoded in Go instead of by igzip)")
-	flag.StringVar(&o.Parts, "parts", "builds,services", "what to run: builds, services")
+	flag.StringVar(&o.Parts, "parts", "builds,services,links", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2)")
 	flag.StringVar(&o.Only, "only", "", "comma-separated pipeline names to run (default all)")
 	flag.StringVar(&o.Report, "report", "", "also write the report (markdown) to this file")
 	flag.StringVar(&o.Baseline, "baseline", "", "bin directory of an earlier build to time in the same rounds (its default mkfs and its ext4stream plugin, cold)")
-	flag.IntVar(&o.NodeLinkMbit, "node-link", 0, "services part: run each node agent in a network namespace of its own, its link shaped to this many Mbit/s (needs root and iproute2; 0: every process on loopback)")
+	flag.IntVar(&o.NodeLinkMbit, "node-link", 400, "links part: the Mbit/s of each node agent's link (all 8 together must stay well inside what the machine can hash and write)")
 	flag.BoolVar(&o.Profile, "profile", false, "write CPU and allocation profiles of our default builder's cold build under -work/profiles")
 	flag.Parse()
 	self, err := os.Executable()
