@@ -348,9 +348,6 @@ func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Arti
 	if a.Status != core.ArtifactReady {
 		return a, false, nil
 	}
-	if a.DownloadToken == "" {
-		return nil, false, fmt.Errorf("artifact %s has no download token to ask about its bytes with: %w", a.ArtifactID, core.ErrInvalidArgument)
-	}
 	ok, err := s.DataPlane.ArtifactExists(ctx, a)
 	if err != nil {
 		return nil, false, err

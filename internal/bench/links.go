@@ -83,7 +83,7 @@ func (l *links) setupCommands() [][]string {
 // caller, so it also clears what an interrupted run left.
 func (l *links) teardownCommands() [][]string {
 	var cmds [][]string
-	for i := range 8 * max(1, (l.nodes+7)/8) {
+	for i := range l.nodes {
 		cmds = append(cmds, []string{"ip", "netns", "del", l.netns(i)})
 	}
 	return append(cmds, []string{"ip", "link", "del", linkBridge})

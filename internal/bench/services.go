@@ -171,10 +171,11 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 	if s.db, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
 		return nil, err
 	}
-	masterAddr, err := freeAddr("127.0.0.1")
+	masterHost := "127.0.0.1"
 	if l != nil { // the nodes reach the master over their links
-		masterAddr, err = freeAddr(l.hostAddr())
+		masterHost = l.hostAddr()
 	}
+	masterAddr, err := freeAddr(masterHost)
 	if err != nil {
 		return nil, err
 	}
@@ -186,11 +187,11 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 	var spec []string
 	var nodeArgs [][]string
 	for i := range nodes {
-		addr, err := freeAddr("127.0.0.1")
-		if l != nil { // a namespace of its own: any port is free there
-			addr, err = net.JoinHostPort(l.nodeAddr(i), "7101"), nil
-		}
-		if err != nil {
+		// With links, a namespace of its own: any port is free there.
+		addr := ""
+		if l != nil {
+			addr = net.JoinHostPort(l.nodeAddr(i), "7101")
+		} else if addr, err = freeAddr("127.0.0.1"); err != nil {
 			return nil, err
 		}
 		data := filepath.Join(s.dir, fmt.Sprintf("node%d", i))
