@@ -56,7 +56,9 @@ type Input struct {
 	Request *core.FromImageRequest
 	Inject  Injection
 	// OutPath, when set, is where the image is kept; otherwise it lives in
-	// scratch only until it is published to Store.
+	// scratch only until it is published to Store. The builder writes it
+	// in a stage directory beside OutPath (OutStagePrefix), renamed onto
+	// OutPath once hashed.
 	OutPath string
 	// AfterResolve, when set, runs once the digest and fingerprint are
 	// known, before any layer is fetched. An error stops the build and Run
@@ -170,9 +172,16 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	pullProgress := func(pp ports.PullProgress) {
 		onEvent(Event{Phase: core.PhasePulling, Progress: 5 + pullShare(pp), Pull: core.PullProgress(pp)})
 	}
-	out := in.OutPath
-	if out == "" {
-		out = filepath.Join(scratch, aid+".ext4")
+	out := filepath.Join(scratch, aid+".ext4")
+	var stage *Stage
+	if in.OutPath != "" {
+		// The builder writes in a held directory beside OutPath, so that
+		// a killed build leaves nothing the next one cannot remove.
+		if stage, err = NewStage(in.OutPath, OutStagePrefix); err != nil {
+			return nil, err
+		}
+		defer stage.Remove()
+		out = stage.Path(in.OutPath)
 	}
 	defer func() {
 		if err != nil && in.OutPath != "" {
@@ -232,8 +241,11 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}
 	timed(core.PhaseGeneratingJSON, start)
 	res.SHA256, res.SizeBytes = sum, size
-	if in.OutPath != "" {
-		res.Path = in.OutPath
+	if stage != nil {
+		if err := stage.Publish(in.OutPath); err != nil {
+			return nil, err
+		}
+		out, res.Path = in.OutPath, in.OutPath
 	}
 
 	if p.Store != nil {
