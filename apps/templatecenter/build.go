@@ -61,7 +61,9 @@ flattens them safely and writes a reproducible ext4 image to FILE.
 The registry password, if needed, is read from CUBE_REGISTRY_PASSWORD (never a flag,
 so it stays out of process listings); --registry-username names the user.
 
-FILE is not fsynced (run sync if it must survive a power loss). With --json, phases_ms
+The image is written in a .cube-build-* directory beside FILE and renamed onto FILE
+once whole; a build killed mid-way leaves that directory, and the next build beside
+FILE removes it. FILE is not fsynced (run sync if it must survive a power loss). With --json, phases_ms
 gives pull (until the last layer arrived) and flatten_and_build (from the first layer
 byte to the written image); they overlap, since layers are decoded as they download,
 and hash is 0 when the builder hashed the image as it wrote it.`,
