@@ -63,7 +63,15 @@ func Main(o Options, out io.Writer, logf func(string, ...any)) error {
 		}
 	}
 	fmt.Fprintf(out, "machine: %s\n", Machine())
-	fmt.Fprintf(out, "load average at start: %s\n\n", Load())
+	fmt.Fprintf(out, "load average at start: %s\n", Load())
+	if err := os.MkdirAll(o.Work, 0o755); err != nil {
+		return err
+	}
+	sp, err := MeasureSpeeds(o.Work, 1<<30)
+	if err != nil {
+		return fmt.Errorf("machine speeds: %w", err)
+	}
+	fmt.Fprintf(out, "speeds: %s\n\n", sp)
 	warnLowSpace(o.Work, logf)
 	if o.part("builds") {
 		if err := builds(o, out, logf); err != nil {

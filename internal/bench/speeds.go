@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cubesandbox/templatecenter/adapters/diskio"
+)
+
+// Speeds are what this machine's memory, disk and CPU give every pipeline,
+// measured before the rounds so that reports from different machines can be
+// compared. The pipelines fill page cache (layer caches, spools, staged
+// trees) and write images; on a VM whose host takes freed memory back,
+// filling new page cache costs several times what reusing freshly freed
+// memory does, and that, more than the CPU, moves a pipeline's time from
+// one machine to the next.
+type Speeds struct {
+	// Size is how many bytes each fill and the direct write moved.
+	Size int64
+	// SHA256 is one core's sha256 rate, bytes per second.
+	SHA256 float64
+	// Fill and FillSys are the wall and system time of writing Size bytes
+	// into new files through the page cache (four writers, 1 MiB writes);
+	// Refill and RefillSys the same again right after the first files were
+	// deleted, which reuses the memory they freed.
+	Fill, FillSys, Refill, RefillSys time.Duration
+	// Direct is the rate of Size bytes of 4 MiB O_DIRECT writes, four in
+	// flight; 0 where the file system refuses direct I/O.
+	Direct float64
+}
+
+// MeasureSpeeds measures Speeds with files of size bytes (rounded down to
+// a multiple of 4 MiB, at least 4 MiB) under dir (the work directory, on
+// the disk the pipelines use); it removes them.
+func MeasureSpeeds(dir string, size int64) (Speeds, error) {
+	size = max(4<<20, size&^(4<<20-1))
+	s := Speeds{Size: size}
+	s.SHA256 = sha256Rate(min(size, 256<<20))
+	var err error
+	if s.Fill, s.FillSys, err = pageCacheFill(dir, size); err != nil {
+		return s, err
+	}
+	if s.Refill, s.RefillSys, err = pageCacheFill(dir, size); err != nil {
+		return s, err
+	}
+	s.Direct, err = directRate(dir, size)
+	return s, err
+}
+
+// String is the report's line.
+func (s Speeds) String() string {
+	direct := "refused"
+	if s.Direct > 0 {
+		direct = fmt.Sprintf("%.2f GB/s", s.Direct/1e9)
+	}
+	return fmt.Sprintf("sha256 %.2f GB/s on one core; %d MiB written into new page cache %.2f s (system %.2f s), again at once %.2f s (system %.2f s); direct writes (4 MiB, 4 in flight) %s",
+		s.SHA256/1e9, s.Size>>20, s.Fill.Seconds(), s.FillSys.Seconds(), s.Refill.Seconds(), s.RefillSys.Seconds(), direct)
+}
+
+func sha256Rate(n int64) float64 {
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 31)
+	}
+	h := sha256.New()
+	start := time.Now()
+	for done := int64(0); done < n; done += int64(len(buf)) {
+		h.Write(buf)
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// pageCacheFill writes size bytes into four new files under dir with
+// buffered 1 MiB writes and returns the wall and system time it took; the
+// files are removed after.
+func pageCacheFill(dir string, size int64) (time.Duration, time.Duration, error) {
+	const writers = 4
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	files := make([]*os.File, writers)
+	for i := range files {
+		f, err := os.CreateTemp(dir, "speeds-fill-")
+		if err != nil {
+			return 0, 0, err
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		files[i] = f
+	}
+	sys0 := systemTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for i, f := range files {
+		wg.Go(func() {
+			for done := int64(0); done < size/writers; done += int64(len(buf)) {
+				if _, err := f.Write(buf); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), systemTime() - sys0, errors.Join(errs...)
+}
+
+// directRate writes size bytes with direct I/O into a new file under dir
+// and returns bytes per second, 0 if the file system refuses direct I/O.
+func directRate(dir string, size int64) (float64, error) {
+	p := filepath.Join(dir, "speeds-direct")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_DIRECT, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	defer os.Remove(p)
+	defer f.Close()
+	const piece, depth = 4 << 20, 4
+	var mu sync.Mutex
+	next := int64(0)
+	errs := make([]error, depth)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range depth {
+		buf := diskio.AlignedBuffer(piece)
+		for j := range buf {
+			buf[j] = byte(j * 13)
+		}
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				off := next
+				next += piece
+				mu.Unlock()
+				if off >= size {
+					return
+				}
+				if _, err := f.WriteAt(buf[:min(piece, size-off)], off); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return float64(size) / el.Seconds(), nil
+}
+
+// systemTime is the system CPU time this process has used.
+func systemTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Stime.Nano())
+}
