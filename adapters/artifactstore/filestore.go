@@ -169,7 +169,8 @@ var errNoLink = errors.New("cannot link the file into the store")
 // store's filesystem: a gigabyte image is then neither written a second
 // time nor left dirty twice for the kernel to write back. It is held to
 // what put guarantees: the bytes are hashed (while the disk flushes them)
-// and must be want; nothing is visible before the rename. The caller must
+// and must be want before the file's mode and sha256 are set; nothing is
+// visible before the rename. The caller must
 // not change src afterwards. errNoLink when src cannot be linked: nothing
 // was read from it, and the caller copies.
 func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want ports.ObjectInfo) (err error) {
@@ -205,12 +206,6 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
 		return fmt.Errorf("linked %s is not the file handed to Put", tmp)
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
-		return fmt.Errorf("record sha256: %w", err)
-	}
 	synced := make(chan error, 1)
 	go func() { synced <- f.Sync() }()
 	v := newVerifier(ctxReader{ctx, io.NewSectionReader(f, 0, want.Size+1)}, want)
@@ -220,6 +215,19 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 	}
 	if herr != nil {
 		return herr
+	}
+	// The file is src itself, which may be someone's file or even another
+	// object (Open hands out the *os.File): its mode and sha256 change
+	// only once its bytes are known to be want, and that change is made
+	// durable before the rename publishes it.
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
+		return fmt.Errorf("record sha256: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
 	}
 	published, err = d.publishTemp(ctx, tmp, key)
 	return err

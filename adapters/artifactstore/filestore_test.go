@@ -411,3 +411,35 @@ func TestFileOpenSweepsCrashLeftovers(t *testing.T) {
 		t.Fatalf("a second opener removed a temp file the first may be writing: %v", err)
 	}
 }
+
+// TestFileFailedLinkPutLeavesTheLinkedFileAlone: a Put of an *os.File that
+// is already an object (Open gives one) is linked, and when its bytes are
+// not what the Put claims, the object it came from keeps its sha256, under
+// its own key or another: a refused Put changes nothing.
+func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
+	ctx := context.Background()
+	data := []byte("a published artifact")
+	wrong := ports.ObjectInfo{Size: int64(len(data)), SHA256: info([]byte("other bytes of the same size!")).SHA256}
+	for _, key := range []string{"b/copy.ext4", "a/a.ext4"} {
+		t.Run(key, func(t *testing.T) {
+			s := openFileStore(t, t.TempDir())
+			if err := s.Put(ctx, "a/a.ext4", bytes.NewReader(data), info(data)); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := s.Open(ctx, "a/a.ext4", 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			if _, ok := rc.(*os.File); !ok {
+				t.Skip("Open does not return an *os.File; nothing is linked")
+			}
+			if err := s.Put(ctx, key, rc, wrong); !errors.Is(err, ErrContentMismatch) {
+				t.Fatalf("Put of mismatching bytes = %v, want ErrContentMismatch", err)
+			}
+			if got, err := s.Stat(ctx, "a/a.ext4"); err != nil || got.SHA256 != info(data).SHA256 {
+				t.Fatalf("the object after a refused Put of its file: %+v, %v; want sha256 %s", got, err, info(data).SHA256)
+			}
+		})
+	}
+}
