@@ -230,6 +230,11 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 		return fmt.Errorf("sync: %w", err)
 	}
 	published, err = d.publishTemp(ctx, tmp, key)
+	if published {
+		// When key already named this file (src is the object itself),
+		// the rename did nothing and tmp is still there.
+		_ = d.root.Remove(tmp)
+	}
 	return err
 }
 

@@ -443,3 +443,30 @@ func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestFileLinkPutOfTheObjectItself: a Put of an object's own file under its
+// own key succeeds and leaves no temp name behind (renaming a link onto
+// another link of the same file does nothing, so the temp name would stay).
+func TestFileLinkPutOfTheObjectItself(t *testing.T) {
+	ctx := context.Background()
+	data := []byte("a published artifact")
+	dir := t.TempDir()
+	s := openFileStore(t, dir)
+	if err := s.Put(ctx, "a/a.ext4", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Open(ctx, "a/a.ext4", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := s.Put(ctx, "a/a.ext4", rc, info(data)); err != nil {
+		t.Fatal(err)
+	}
+	if files := regularFiles(t, dir); len(files) != 1 || files[0] != filepath.Join(dir, "a", "a.ext4") {
+		t.Fatalf("files after the Put: %v, want only the object", files)
+	}
+	if got, err := s.Stat(ctx, "a/a.ext4"); err != nil || got.SHA256 != info(data).SHA256 {
+		t.Fatalf("Stat = %+v, %v", got, err)
+	}
+}
