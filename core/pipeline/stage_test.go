@@ -160,3 +160,31 @@ func names(t *testing.T, dir string) []string {
 	}
 	return got
 }
+
+// A sweep (SweepStages, the data plane's SweepScratch) probes a directory
+// by taking its flock for an instant. A build that makes its directory
+// during such a probe must still end up holding it: failing there fails
+// the build (scratch) or, worse, leaves its stage unheld for a later sweep
+// to remove while the build writes in it (NewStage ignores the error).
+func TestLockScratchWaitsOutAProbe(t *testing.T) {
+	dir := t.TempDir()
+	probe, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(probe.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the probe is brief, but not over yet
+		probe.Close()
+	}()
+	release, err := lockScratch(dir)
+	if err != nil {
+		t.Fatalf("lockScratch during a probe: %v", err)
+	}
+	defer release()
+	if held, known, err := ScratchHeld(dir); err != nil || !known || !held {
+		t.Fatalf("ScratchHeld = %v, %v, %v; want held", held, known, err)
+	}
+}
