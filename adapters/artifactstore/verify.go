@@ -39,9 +39,10 @@ func (v *verifier) Read(p []byte) (int, error) {
 		return 0, v.err
 	}
 	// Ask for at most one byte beyond the expected size: enough to notice a
-	// reader that is too long without reading it to its end.
-	if room := v.want.Size - v.n + 1; int64(len(p)) > room {
-		p = p[:room]
+	// reader that is too long without reading it to its end. (rest+1
+	// would overflow for a size near math.MaxInt64; rest < len(p) cannot.)
+	if rest := v.want.Size - v.n; int64(len(p)) > rest {
+		p = p[:rest+1]
 	}
 	n, err := v.r.Read(p)
 	if v.n+int64(n) > v.want.Size {
