@@ -570,8 +570,9 @@ func copyOut(ctx context.Context, img, out string, check func() error) (string, 
 // way buys nothing, and on VMs whose host hands out memory lazily it was
 // most of the copy's time. A window is unmapped once its writes are done,
 // so the process never holds more than one window of the image in its
-// address space. Pieces of zeros are left as holes in dst (the file keeps
-// its length), as they were in src.
+// address space. Only src's data is mapped: its holes are hashed as zeros
+// without being touched (see eachWindow). Pieces of zeros are left as
+// holes in dst (the file keeps its length), as they were in src.
 func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 	fi, err := src.Stat()
 	if err != nil {
@@ -579,18 +580,26 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 	}
 	size := fi.Size()
 	h := sha256.New()
+	hashed := int64(0) // bytes of src hashed so far
+	hashZeros := func(n int64) {
+		for ; n > 0; n -= int64(len(zeroPiece)) {
+			h.Write(zeroPiece[:min(n, int64(len(zeroPiece)))])
+		}
+	}
 	dw := diskio.NewWriter(dst, diskio.DefaultDepth)
 	err = eachWindow(ctx, src, size, func(m []byte, off int64) error {
+		hashZeros(off - hashed) // the hole before this window
 		var pending sync.WaitGroup
-		for p := m; len(p) > 0; {
+		for p, at := m, off; len(p) > 0; {
 			n := min(len(p), copyPiece)
 			if !isZero(p[:n]) {
 				pending.Add(1)
-				dw.WriteAt(p[:n], off, pending.Done)
+				dw.WriteAt(p[:n], at, pending.Done)
 			}
-			p, off = p[n:], off+int64(n)
+			p, at = p[n:], at+int64(n)
 		}
 		h.Write(m)
+		hashed = off + int64(len(m))
 		pending.Wait() // before the window is unmapped
 		if err := dw.Err(); err != nil {
 			return fmt.Errorf("copy image: %w", err)
@@ -601,6 +610,7 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		err = fmt.Errorf("copy image: %w", cerr)
 	}
 	if err == nil {
+		hashZeros(size - hashed) // the hole at the end
 		err = dst.Truncate(size)
 	}
 	if err != nil {
@@ -614,23 +624,48 @@ const (
 	copyPiece  = 4 << 20
 )
 
-// eachWindow maps f's first size bytes a window at a time and calls fn
-// with each, stopping at the first error or when ctx ends.
+// eachWindow maps the data of f's first size bytes a window at a time, in
+// order, and calls fn with each, stopping at the first error or when ctx
+// ends. The holes between (SEEK_DATA, SEEK_HOLE) are skipped, not mapped:
+// on tmpfs, where the work directory usually is, a read fault on a hole
+// allocates a page, so mapping a sparse image would grow it to its full
+// size in memory (and a tmpfs without that room answers with SIGBUS). The
+// caller takes the bytes between one window and the next as zeros. Where
+// the filesystem does not tell holes apart, everything is data.
 func eachWindow(ctx context.Context, f *os.File, size int64, fn func(m []byte, off int64) error) error {
-	for off := int64(0); off < size; off += copyWindow {
+	fd := int(f.Fd())
+	page := int64(os.Getpagesize())
+	for pos := int64(0); pos < size; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := int(min(copyWindow, size-off))
-		m, err := unix.Mmap(int(f.Fd()), off, n, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+		start, end := pos, size // the data from pos on: [start, end)
+		if d, err := unix.Seek(fd, pos, unix.SEEK_DATA); errors.Is(err, unix.ENXIO) {
+			return nil // nothing but holes from pos on
+		} else if err == nil {
+			start = d
+			if e, err := unix.Seek(fd, d, unix.SEEK_HOLE); err == nil {
+				end = min(e, size)
+			}
+		}
+		if start >= size {
+			return nil
+		}
+		// Mappings start on a page; a piece that starts there is aligned
+		// for direct I/O too.
+		start = max(pos, start-start%page)
+		to := min(end, start+copyWindow)
+		mapAt := start - start%page
+		m, err := unix.Mmap(fd, mapAt, int(to-mapAt), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
 		if err != nil {
 			return fmt.Errorf("map %s: %w", f.Name(), err)
 		}
-		err = fn(m, off)
+		err = fn(m[start-mapAt:], start)
 		unix.Munmap(m)
 		if err != nil {
 			return err
 		}
+		pos = to
 	}
 	return nil
 }

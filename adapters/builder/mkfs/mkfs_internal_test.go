@@ -412,3 +412,87 @@ func TestCopyHashing(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyHashingSparseTmpfs: the image mke2fs leaves in a tmpfs work
+// directory is mostly holes; copying it out must not make tmpfs allocate
+// them (a read fault on a mapped tmpfs hole does: the image would grow to
+// its full size in memory, and a tmpfs too small for that kills the
+// process with SIGBUS). The copy still holds every byte and the sha256 is
+// the source's.
+func TestCopyHashingSparseTmpfs(t *testing.T) {
+	if !onTmpfs("/dev/shm") {
+		t.Skip("/dev/shm is not a tmpfs")
+	}
+	const page = 4096
+	tests := []struct {
+		name string
+		size int64
+		data [][2]int64 // written ranges [from, to); the rest stays a hole
+	}{
+		{name: "all hole", size: copyWindow + copyPiece + 123},
+		{name: "data at both ends", size: 3 * copyWindow,
+			data: [][2]int64{{0, 3 * page}, {3*copyWindow - 5*page, 3 * copyWindow}}},
+		{name: "data off piece boundaries, short tail", size: 2*copyWindow + 12345,
+			data: [][2]int64{{copyPiece + 7*page, 3*copyPiece + 100}, {copyWindow - page, copyWindow + page}, {2*copyWindow + 4000, 2*copyWindow + 12345}}},
+		{name: "written zeros between holes", size: copyWindow,
+			data: [][2]int64{{copyPiece, 2 * copyPiece}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("/dev/shm", "copyhashing-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			want := make([]byte, tt.size)
+			src, err := os.Create(filepath.Join(dir, "src"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			if err := src.Truncate(tt.size); err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range tt.data {
+				for o := r[0]; o < r[1]; o++ {
+					if tt.name != "written zeros between holes" {
+						want[o] = byte(o*7 + o/4096 + int64(i) + 1)
+					}
+				}
+				if _, err := src.WriteAt(want[r[0]:r[1]], r[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			allocated := func(f *os.File) int64 {
+				var st unix.Stat_t
+				if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+					t.Fatal(err)
+				}
+				return st.Blocks * 512
+			}
+			before := allocated(src)
+			dst, err := os.Create(filepath.Join(t.TempDir(), "dst"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			sum, err := copyHashing(context.Background(), dst, src)
+			if err != nil {
+				t.Fatalf("copyHashing: %v", err)
+			}
+			if after := allocated(src); after != before {
+				t.Errorf("the tmpfs source holds %d bytes after the copy, %d before: its holes were filled", after, before)
+			}
+			if h := sha256.Sum256(want); sum != hex.EncodeToString(h[:]) {
+				t.Errorf("sha256 %s, want the source's %x", sum, h)
+			}
+			got, err := os.ReadFile(dst.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
+			}
+		})
+	}
+}
