@@ -198,6 +198,11 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 	// that buys nothing. The metadata around it stays buffered.
 	dw := diskio.NewWriter(w.f, diskio.DefaultDepth)
 	h := sha256.New()
+	// The zeros after the metadata (the headroom: gigabytes, maybe) are
+	// hashed only while the build stands: not once ctx ends, nor once the
+	// copy failed.
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
 	go func() {
 		err := hashRange(h, w.f, 0, int64(w.dataStart)*blockSize)
 		for p := range full {
@@ -211,13 +216,19 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 			err = hashRange(h, w.f, w.dataEnd*blockSize, w.metaEnd*blockSize)
 		}
 		if err == nil {
-			err = hashZeros(h, size-w.metaEnd*blockSize)
+			err = hashZeros(hctx, h, size-w.metaEnd*blockSize)
 		}
 		hashed <- err
 	}()
 	cerr := w.copyData(ctx, dw, free, full)
+	if cerr != nil {
+		stop() // the hash is moot
+	}
 	close(full)
 	herr := <-hashed
+	if cerr != nil {
+		herr = nil // stopped, or moot
+	}
 	if err := dw.Close(); err != nil {
 		cerr = errors.Join(cerr, fmt.Errorf("write image: %w", err))
 	}
@@ -234,13 +245,17 @@ type dataPiece struct {
 }
 
 // copyData fills buffers from free with the data area's blocks in order
-// and hands them to full; it stops at the first failed write.
+// and hands them to full; it stops at the first failed write, or when ctx
+// ends (checked at every buffer: one file may be gigabytes).
 func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan []byte, full chan<- dataPiece) error {
 	buf := <-free
 	at := int64(w.dataStart) // block of buf[0]
 	flush := func() error {
 		if len(buf) == 0 {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		if err := dw.Err(); err != nil {
 			return fmt.Errorf("write image: %w", err)
@@ -339,10 +354,15 @@ func hashRange(h io.Writer, f *os.File, from, to int64) error {
 	return err
 }
 
-// hashZeros hashes n zero bytes.
-func hashZeros(h io.Writer, n int64) error {
+// hashZeros hashes n zero bytes, or stops when ctx ends.
+func hashZeros(ctx context.Context, h io.Writer, n int64) error {
 	var z [64 << 10]byte
-	for n > 0 {
+	for i := 0; n > 0; i++ {
+		if i%1024 == 0 { // every 64 MiB
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
 		k := min(n, int64(len(z)))
 		h.Write(z[:k])
 		n -= k

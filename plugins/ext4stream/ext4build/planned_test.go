@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/adapters/diskio"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -133,4 +134,75 @@ func TestPlannedRefusesBadTrees(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exceeds MaxSizeBytes") {
 		t.Fatalf("err = %v, want the cap", err)
 	}
+}
+
+// canceledCopyWriter is an fsWriter over a fresh image file whose data
+// area is one file of content (all non-zero) of the given blocks.
+func canceledCopyWriter(t *testing.T, blocks int64) *fsWriter {
+	t.Helper()
+	dir := t.TempDir()
+	img, err := os.Create(filepath.Join(dir, "img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { img.Close() })
+	w := &fsWriter{f: img, dataStart: 1, dataEnd: 1 + blocks, metaEnd: 1 + blocks}
+	if blocks > 0 {
+		src, err := os.Create(filepath.Join(dir, "content"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		if _, err := src.Write(bytes.Repeat([]byte{'x'}, int(blocks*blockSize))); err != nil {
+			t.Fatal(err)
+		}
+		w.jobs = []copyJob{{src: plannedSource{file: src}, size: blocks * blockSize, first: 1}}
+	}
+	return w
+}
+
+// TestCopyStopsWhenCanceled: a canceled build stops copying within a file
+// (an image may hold one file of many gigabytes) and stops hashing the
+// zeros after the metadata (an image may have gigabytes of headroom).
+func TestCopyStopsWhenCanceled(t *testing.T) {
+	t.Run("within one large file", func(t *testing.T) {
+		const blocks = 16 << 20 / blockSize * 4 // 64 MiB, 16 buffers
+		w := canceledCopyWriter(t, blocks)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		free := make(chan []byte, 2)
+		for range 2 {
+			free <- make([]byte, 0, 4<<20)
+		}
+		full := make(chan dataPiece)
+		pieces := make(chan int)
+		go func() {
+			n := 0
+			for p := range full {
+				n++
+				cancel() // the build is canceled once the copy is under way
+				free <- p.b[:0]
+			}
+			pieces <- n
+		}()
+		dw := diskio.NewWriter(w.f, 1)
+		err := w.copyData(ctx, dw, free, full)
+		close(full)
+		n := <-pieces
+		if err := dw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(err, context.Canceled) || n > 3 {
+			t.Fatalf("copyData = %v after %d of 16 pieces, want context.Canceled within the first few", err, n)
+		}
+	})
+	t.Run("while hashing the zeros after the metadata", func(t *testing.T) {
+		w := canceledCopyWriter(t, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		// 16 GiB of zeros: seconds of hashing for a build already canceled.
+		if _, err := w.copyAndHash(ctx, 16<<30); !errors.Is(err, context.Canceled) {
+			t.Fatalf("copyAndHash = %v, want context.Canceled", err)
+		}
+	})
 }
