@@ -580,15 +580,24 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 	}
 	size := fi.Size()
 	h := sha256.New()
-	hashed := int64(0) // bytes of src hashed so far
-	hashZeros := func(n int64) {
-		for ; n > 0; n -= int64(len(zeroPiece)) {
+	hashed := int64(0)                 // bytes of src hashed so far
+	hashZeros := func(n int64) error { // a hole: gigabytes, maybe
+		for i := 0; n > 0; i++ {
+			if i%1024 == 0 { // every 64 MiB
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			h.Write(zeroPiece[:min(n, int64(len(zeroPiece)))])
+			n -= int64(len(zeroPiece))
 		}
+		return nil
 	}
 	dw := diskio.NewWriter(dst, diskio.DefaultDepth)
 	err = eachWindow(ctx, src, size, func(m []byte, off int64) error {
-		hashZeros(off - hashed) // the hole before this window
+		if err := hashZeros(off - hashed); err != nil { // the hole before this window
+			return err
+		}
 		var pending sync.WaitGroup
 		for p, at := m, off; len(p) > 0; {
 			n := min(len(p), copyPiece)
@@ -610,7 +619,9 @@ func copyHashing(ctx context.Context, dst, src *os.File) (string, error) {
 		err = fmt.Errorf("copy image: %w", cerr)
 	}
 	if err == nil {
-		hashZeros(size - hashed) // the hole at the end
+		err = hashZeros(size - hashed) // the hole at the end
+	}
+	if err == nil {
 		err = dst.Truncate(size)
 	}
 	if err != nil {

@@ -496,3 +496,63 @@ func TestCopyHashingSparseTmpfs(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyHashingCanceled: a build canceled once the copy is under way
+// does not go on hashing the zeros of a long hole (an image's headroom
+// may be gigabytes).
+func TestCopyHashingCanceled(t *testing.T) {
+	if !onTmpfs("/dev/shm") {
+		t.Skip("/dev/shm is not a tmpfs")
+	}
+	const hole = 16 << 30 // seconds of hashing
+	for _, tt := range []struct {
+		name string
+		data int64 // bytes written after the hole
+	}{
+		{name: "only a hole"},
+		{name: "a hole, then data", data: copyPiece},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("/dev/shm", "copyhashing-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			src, err := os.Create(filepath.Join(dir, "src"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			if _, err := src.WriteAt(bytes.Repeat([]byte{1}, int(tt.data)), hole); err != nil {
+				t.Fatal(err)
+			}
+			if err := src.Truncate(hole + tt.data); err != nil {
+				t.Fatal(err)
+			}
+			dst, err := os.Create(filepath.Join(t.TempDir(), "dst"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			ctx := &canceledAfter{Context: context.Background(), checks: 1}
+			if _, err := copyHashing(ctx, dst, src); !errors.Is(err, context.Canceled) {
+				t.Fatalf("copyHashing = %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// canceledAfter is a context that reports itself canceled from its
+// checks+1st Err on: canceled at a set point of the work.
+type canceledAfter struct {
+	context.Context
+	checks int
+	n      int
+}
+
+func (c *canceledAfter) Err() error {
+	if c.n++; c.n > c.checks {
+		return context.Canceled
+	}
+	return nil
+}
