@@ -50,12 +50,13 @@ type piece struct {
 // NewWriter returns a Writer over f with depth writes in flight (depth < 1
 // means DefaultDepth). f must be open for writing; the Writer opens the
 // same file a second time for direct I/O where the filesystem allows it
-// (f's name must still lead to it) and never closes f.
+// and f's name still leads to it (else every write goes through f), and
+// never closes f.
 func NewWriter(f *os.File, depth int) *Writer {
 	if depth < 1 {
 		depth = DefaultDepth
 	}
-	return newWriter(f, openDirect(f.Name()), depth)
+	return newWriter(f, openDirect(f), depth)
 }
 
 func newWriter(f, direct *os.File, depth int) *Writer {

@@ -7,12 +7,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openDirect opens path for direct writes, or returns nil where the
-// filesystem refuses O_DIRECT (tmpfs, some overlay and network
-// filesystems).
-func openDirect(path string) *os.File {
-	d, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
+// openDirect opens f's file a second time for direct writes, or returns
+// nil where the filesystem refuses O_DIRECT (tmpfs, some overlay and
+// network filesystems) or f's name no longer leads to f's file (renamed,
+// or replaced since it was opened): the writes would land in another file.
+func openDirect(f *os.File) *os.File {
+	d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
+		return nil
+	}
+	a, aerr := f.Stat()
+	b, berr := d.Stat()
+	if aerr != nil || berr != nil || !os.SameFile(a, b) {
+		d.Close()
 		return nil
 	}
 	return d

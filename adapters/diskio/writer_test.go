@@ -29,7 +29,7 @@ func TestWriter(t *testing.T) {
 			f := create(t)
 			var direct *os.File
 			if tt.direct {
-				if direct = openDirect(f.Name()); direct == nil {
+				if direct = openDirect(f); direct == nil {
 					t.Skip("the test directory's filesystem refuses direct I/O")
 				}
 			}
@@ -61,7 +61,7 @@ func TestWriter(t *testing.T) {
 // and direct I/O stays off for the rest of the file.
 func TestWriterRefusedDirect(t *testing.T) {
 	f := create(t)
-	direct := openDirect(f.Name())
+	direct := openDirect(f)
 	if direct == nil {
 		t.Skip("the test directory's filesystem refuses direct I/O")
 	}
@@ -103,6 +103,29 @@ func TestWriterFailure(t *testing.T) {
 	if fi, _ := os.Stat(f.Name()); fi.Size() != 0 {
 		t.Errorf("file holds %d bytes, want none", fi.Size())
 	}
+}
+
+// TestWriterRenamedFile: the bytes land in the file the Writer was given,
+// even when its name has since been given to another file (a temporary
+// renamed into place, a path reused): the second descriptor for direct
+// I/O would otherwise open that other file.
+func TestWriterRenamedFile(t *testing.T) {
+	f := create(t)
+	moved := f.Name() + ".moved"
+	if err := os.Rename(f.Name(), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Name(), nil, 0o600); err != nil { // another file, same name
+		t.Fatal(err)
+	}
+	w := NewWriter(f, 1)
+	b := block('r', false)
+	w.WriteAt(b, 0, nil)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, moved, b)
+	sameFile(t, f.Name(), nil)
 }
 
 func TestAlignedBuffer(t *testing.T) {
