@@ -19,8 +19,9 @@ var _ ports.LayerStreamer = (*Source)(nil)
 // StreamLayers implements ports.LayerStreamer: every distinct blob is
 // fetched at once (bounded by Options.Concurrency) into the cache, and
 // each layer's Blob follows its download through the partial file, so a
-// decoder reads the bytes as they land, from the page cache. DiffIDs are
-// left to the decoder.
+// decoder reads the bytes as they land, from the page cache, and hands the
+// pages it has read back to the kernel (dropBehind). DiffIDs are left to
+// the decoder.
 func (s *Source) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
 	out, wait, err := s.streamLayers(ctx, req, img, progress)
 	if err != nil {
@@ -202,6 +203,27 @@ type blobReader struct {
 	f      *os.File
 	pos    int64
 	closed bool // under s.mu: Close wakes a Read that waits for bytes
+	// dropped is how far the bytes already read have been handed back
+	// to the kernel (see dropBehind).
+	dropped int64
+}
+
+// dropEvery is how many bytes a reader reads between two dropBehind calls.
+const dropEvery = 8 << 20
+
+// dropBehind drops the cached pages of what the reader has read from f,
+// every dropEvery bytes. The decoder reads each byte of the compressed
+// blob once and nothing else in a build reads it again (a later build of
+// the same layer uses the decoded copy), so those pages only hold memory;
+// freed while the build runs, they are reused by its next page-cache
+// writes (the decoded content), which on a VM whose host takes freed
+// memory back costs a fraction of filling new memory. Pages not yet
+// written back are kept (their write-back starts); Close drops them.
+func (r *blobReader) dropBehind(f *os.File) {
+	if r.pos-r.dropped >= dropEvery {
+		dropCached(f, r.dropped, r.pos-r.dropped)
+		r.dropped = r.pos
+	}
 }
 
 var errReaderClosed = errors.New("layer stream closed")
@@ -248,6 +270,7 @@ func (r *blobReader) Read(p []byte) (int, error) {
 	if rerr == io.EOF && n > 0 {
 		rerr = nil
 	}
+	r.dropBehind(f)
 	return n, rerr
 }
 
@@ -292,6 +315,7 @@ func (r *blobReader) Close() error {
 	r.s.cond.Broadcast()
 	r.s.mu.Unlock()
 	if f != nil {
+		dropCached(f, 0, 0) // what was still being written back
 		return f.Close()
 	}
 	return nil
