@@ -74,3 +74,28 @@ func TestPastBuild(t *testing.T) {
 		}
 	}
 }
+
+// Even rounds run the pipelines in reverse, each warm build still right
+// after its cold one.
+func TestRoundOrder(t *testing.T) {
+	ps := []pipeline{{name: "a cold"}, {name: "a warm", follows: true}, {name: "b cold"}, {name: "b warm", follows: true}, {name: "upstream"}, {name: "bound"}}
+	names := func(ps []pipeline) string {
+		var n []string
+		for _, p := range ps {
+			n = append(n, p.name)
+		}
+		return strings.Join(n, ", ")
+	}
+	for _, tt := range []struct {
+		round int
+		want  string
+	}{
+		{1, "a cold, a warm, b cold, b warm, upstream, bound"},
+		{2, "bound, upstream, b cold, b warm, a cold, a warm"},
+		{3, "a cold, a warm, b cold, b warm, upstream, bound"},
+	} {
+		if got := names(roundOrder(ps, tt.round)); got != tt.want {
+			t.Errorf("round %d: %s, want %s", tt.round, got, tt.want)
+		}
+	}
+}
