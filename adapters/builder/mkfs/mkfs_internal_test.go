@@ -392,16 +392,7 @@ func TestCopyHashing(t *testing.T) {
 			if err != nil {
 				t.Fatalf("copyHashing: %v", err)
 			}
-			if h := sha256.Sum256(want); sum != hex.EncodeToString(h[:]) {
-				t.Errorf("sha256 %s, want the source's %x", sum, h)
-			}
-			got, err := os.ReadFile(dst.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
-			}
+			checkCopy(t, sum, dst.Name(), want)
 			var st unix.Stat_t
 			if err := unix.Stat(dst.Name(), &st); err != nil {
 				t.Fatal(err)
@@ -483,16 +474,7 @@ func TestCopyHashingSparseTmpfs(t *testing.T) {
 			if after := allocated(src); after != before {
 				t.Errorf("the tmpfs source holds %d bytes after the copy, %d before: its holes were filled", after, before)
 			}
-			if h := sha256.Sum256(want); sum != hex.EncodeToString(h[:]) {
-				t.Errorf("sha256 %s, want the source's %x", sum, h)
-			}
-			got, err := os.ReadFile(dst.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
-			}
+			checkCopy(t, sum, dst.Name(), want)
 		})
 	}
 }
@@ -555,4 +537,19 @@ func (c *canceledAfter) Err() error {
 		return context.Canceled
 	}
 	return nil
+}
+
+// checkCopy: the copy at dst holds want and sum is want's sha256.
+func checkCopy(t *testing.T, sum, dst string, want []byte) {
+	t.Helper()
+	if h := sha256.Sum256(want); sum != hex.EncodeToString(h[:]) {
+		t.Errorf("sha256 %s, want the source's %x", sum, h)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
+	}
 }
