@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,7 +35,8 @@ type Stage struct {
 // (SweepStages, best effort: a directory that cannot be swept now is swept
 // by a later build), then makes and holds a new one named prefix + random.
 // Where the file system has no flock the directory is still made and
-// removed by Remove; only a killed build's would stay.
+// removed by Remove; only a killed build's would stay. Any other failure
+// to hold it fails the build.
 func NewStage(out, prefix string) (*Stage, error) {
 	parent := filepath.Dir(out)
 	_, _ = SweepStages(parent, prefix, time.Now())
@@ -42,12 +44,24 @@ func NewStage(out, prefix string) (*Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage directory for %s: %w", out, err)
 	}
-	release, err := lockScratch(dir)
-	if err != nil {
+	release, err := lockStage(dir)
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP):
+		// No flock on this file system: no sweep can tell a live stage
+		// from a dead one here either, so none removes it.
 		release = func() {}
+	default:
+		// A stage others could probe but this build does not hold would
+		// be swept from under a build that runs past StageGrace.
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("stage directory for %s: hold it: %w", out, err)
 	}
 	return &Stage{dir: dir, release: release}, nil
 }
+
+// lockStage holds a stage directory (lockScratch; a variable for tests).
+var lockStage = lockScratch
 
 // Path is where the build writes out's image: its name, inside the stage.
 func (s *Stage) Path(out string) string { return filepath.Join(s.dir, filepath.Base(out)) }

@@ -4,6 +4,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,5 +187,56 @@ func TestLockScratchWaitsOutAProbe(t *testing.T) {
 	defer release()
 	if held, known, err := ScratchHeld(dir); err != nil || !known || !held {
 		t.Fatalf("ScratchHeld = %v, %v, %v; want held", held, known, err)
+	}
+}
+
+// A stage this build cannot hold is refused (a sweep could remove it
+// under the build), unless the file system has no flock at all (then no
+// sweep removes it either).
+func TestNewStageMustHoldItsDirectory(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"held", nil, false},
+		{"no flock here", syscall.ENOLCK, false},
+		{"flock not supported", syscall.EOPNOTSUPP, false},
+		{"cannot open it", syscall.EMFILE, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(l func(string) (func(), error)) { lockStage = l }(lockStage)
+			lockStage = func(dir string) (func(), error) {
+				if tt.err != nil {
+					return nil, tt.err
+				}
+				return lockScratch(dir)
+			}
+			dir := t.TempDir()
+			out := filepath.Join(dir, "rootfs.ext4")
+			st, err := NewStage(out, OutStagePrefix)
+			if tt.wantErr {
+				if err == nil || !errors.Is(err, tt.err) {
+					t.Fatalf("NewStage = %v, want an error wrapping %v", err, tt.err)
+				}
+				if got := names(t, dir); got != nil {
+					t.Errorf("a refused stage left %q", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(st.Path(out), []byte("img"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Publish(out); err != nil {
+				t.Fatal(err)
+			}
+			st.Remove()
+			if got := names(t, dir); !slices.Equal(got, []string{"rootfs.ext4"}) {
+				t.Errorf("after Publish and Remove the directory holds %q", got)
+			}
+		})
 	}
 }
