@@ -383,18 +383,10 @@ func TestCopyHashing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			dst, err := os.Create(filepath.Join(dir, "dst"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dst.Close()
-			sum, err := copyHashing(context.Background(), dst, src)
-			if err != nil {
-				t.Fatalf("copyHashing: %v", err)
-			}
-			checkCopy(t, sum, dst.Name(), want)
+			sum, dst := copyTo(t, src, dir)
+			checkCopy(t, sum, dst, want)
 			var st unix.Stat_t
-			if err := unix.Stat(dst.Name(), &st); err != nil {
+			if err := unix.Stat(dst, &st); err != nil {
 				t.Fatal(err)
 			}
 			if allocated, most := st.Blocks*512, tt.size-int64(len(tt.zero))*copyPiece+copyPiece; allocated > most {
@@ -462,19 +454,11 @@ func TestCopyHashingSparseTmpfs(t *testing.T) {
 				return st.Blocks * 512
 			}
 			before := allocated(src)
-			dst, err := os.Create(filepath.Join(t.TempDir(), "dst"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dst.Close()
-			sum, err := copyHashing(context.Background(), dst, src)
-			if err != nil {
-				t.Fatalf("copyHashing: %v", err)
-			}
+			sum, dst := copyTo(t, src, t.TempDir())
 			if after := allocated(src); after != before {
 				t.Errorf("the tmpfs source holds %d bytes after the copy, %d before: its holes were filled", after, before)
 			}
-			checkCopy(t, sum, dst.Name(), want)
+			checkCopy(t, sum, dst, want)
 		})
 	}
 }
@@ -552,4 +536,19 @@ func checkCopy(t *testing.T, sum, dst string, want []byte) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("copy holds %d bytes, not the %d of the source", len(got), len(want))
 	}
+}
+
+// copyTo copies src with copyHashing into a new file dst under dir.
+func copyTo(t *testing.T, src *os.File, dir string) (sum, dst string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum, err = copyHashing(context.Background(), f, src)
+	if err != nil {
+		t.Fatalf("copyHashing: %v", err)
+	}
+	return sum, f.Name()
 }
