@@ -58,7 +58,8 @@ type Input struct {
 	// OutPath, when set, is where the image is kept; otherwise it lives in
 	// scratch only until it is published to Store. The builder writes it
 	// in a stage directory beside OutPath (OutStagePrefix), renamed onto
-	// OutPath once hashed.
+	// OutPath once hashed and stored: the last step, so a failed build
+	// never touches a file already there.
 	OutPath string
 	// AfterResolve, when set, runs once the digest and fingerprint are
 	// known, before any layer is fetched. An error stops the build and Run
@@ -101,8 +102,11 @@ type Resolved struct {
 	ArtifactID  string
 }
 
-// Run executes the build. onEvent may be nil. On any error, nothing is left
-// at OutPath, nothing is published, and scratch space is removed.
+// Run executes the build. onEvent may be nil. On any error OutPath is as
+// Run found it (absent, or an earlier image, kept), scratch space is
+// removed, and nothing is published, except when the image cannot be moved
+// onto OutPath once the store has taken it (the stored object, verified,
+// stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
 	if onEvent == nil {
 		onEvent = func(Event) {}
@@ -183,11 +187,6 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		defer stage.Remove()
 		out = stage.Path(in.OutPath)
 	}
-	defer func() {
-		if err != nil && in.OutPath != "" {
-			os.Remove(in.OutPath)
-		}
-	}()
 	var tree ports.TreeStats
 	var buildRes ports.BuildResult
 	if streamer, ok := p.Source.(ports.LayerStreamer); ok && !p.NoStreaming {
@@ -241,13 +240,6 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}
 	timed(core.PhaseGeneratingJSON, start)
 	res.SHA256, res.SizeBytes = sum, size
-	if stage != nil {
-		if err := stage.Publish(in.OutPath); err != nil {
-			return nil, err
-		}
-		out, res.Path = in.OutPath, in.OutPath
-	}
-
 	if p.Store != nil {
 		start = p.now()
 		onEvent(Event{Phase: core.PhaseUploading, Progress: 80})
@@ -256,6 +248,13 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		}
 		res.ObjectKey = core.ArtifactObjectKey(aid)
 		timed(core.PhaseUploading, start)
+	}
+	// Last: until here a failure leaves OutPath as it was.
+	if stage != nil {
+		if err := stage.Publish(in.OutPath); err != nil {
+			return nil, err
+		}
+		res.Path = in.OutPath
 	}
 	onEvent(Event{Phase: core.PhaseReady, Progress: 100})
 	return res, nil

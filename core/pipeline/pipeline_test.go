@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -173,22 +174,50 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 		}, errBuilderSize},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
-			tc.setup(f)
-			out := filepath.Join(t.TempDir(), "out.ext4")
-			_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request(), OutPath: out}, nil)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
-			}
-			if len(f.put) != 0 {
-				t.Fatalf("published %v after a failure", keys(f.put))
-			}
-			if _, serr := os.Stat(out); !os.IsNotExist(serr) {
-				t.Fatalf("%s left behind after failure", out)
-			}
-			assertEmptyDir(t, f.pipeline.ScratchDir)
-		})
+		// A failed build leaves OutPath as it found it: absent, or the
+		// image of an earlier build (which it must not delete).
+		for _, earlier := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/earlier image %v", tc.name, earlier), func(t *testing.T) {
+				f := newFixture(t)
+				tc.setup(f)
+				out := filepath.Join(t.TempDir(), "out.ext4")
+				if earlier {
+					if err := os.WriteFile(out, []byte("earlier image"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request(), OutPath: out}, nil)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("err = %v, want %v", err, tc.want)
+				}
+				if len(f.put) != 0 {
+					t.Fatalf("published %v after a failure", keys(f.put))
+				}
+				got, rerr := os.ReadFile(out)
+				switch {
+				case earlier && string(got) != "earlier image":
+					t.Fatalf("%s after failure: %q, %v; want the earlier image kept", out, got, rerr)
+				case !earlier && !os.IsNotExist(rerr):
+					t.Fatalf("%s left behind after failure", out)
+				}
+				assertEmptyDir(t, f.pipeline.ScratchDir)
+				assertNoStage(t, filepath.Dir(out))
+			})
+		}
+	}
+}
+
+// assertNoStage fails when a stage directory is left in dir.
+func assertNoStage(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), OutStagePrefix) {
+			t.Errorf("stage directory %s left in %s", e.Name(), dir)
+		}
 	}
 }
 
