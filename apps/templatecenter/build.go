@@ -72,7 +72,7 @@ and hash is 0 when the builder hashed the image as it wrote it.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "image reference to build (required)")
-	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required)")
+	fl.StringVar(&f.out, "out", "", "path of the ext4 file to write (required); a file already there is replaced only by a successful build")
 	fl.StringVar(&f.builder, "builder", "", `"ext4stream" (pure Go, in process), "mkfs" (e2fsprogs) or "plugin:NAME" for a builder plugin (default from config, "ext4stream")`)
 	fl.StringVar(&f.platform, "platform", core.DefaultPlatform, "platform to resolve, OS/ARCH[/VARIANT]")
 	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "registry HOST[:PORT] spoken to over plain HTTP, allowed on loopback/private addresses (repeatable)")
