@@ -21,7 +21,7 @@ func TestMeasureSpeeds(t *testing.T) {
 			if s.Size != 4<<20 {
 				t.Errorf("Size = %d, want 5 MiB rounded down to 4 MiB", s.Size)
 			}
-			if s.SHA256 <= 0 || s.Fill <= 0 || s.Refill <= 0 {
+			if s.SHA256 <= 0 || s.Fill <= 0 || s.Refill <= 0 || s.HashWriting <= 0 {
 				t.Errorf("a figure was not measured: %+v", s)
 			}
 			line := s.String()
