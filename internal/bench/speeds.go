@@ -136,10 +136,10 @@ func directWrite(dir string, size int64, hash bool) (float64, float64, error) {
 	defer f.Close()
 	const piece = 4 << 20
 	free := make(chan []byte, diskio.DefaultDepth)
-	for i := range diskio.DefaultDepth {
+	for range diskio.DefaultDepth {
 		buf := diskio.AlignedBuffer(piece)
 		for j := range buf {
-			buf[j] = byte(j*13 + i)
+			buf[j] = byte(j * 13)
 		}
 		free <- buf
 	}
