@@ -13,6 +13,10 @@
 // with one in flight, 0.7–1.0 s with four, 2.1–2.3 s through the page
 // cache).
 //
+// Buffers hands out the pieces to write from, backed by transparent huge
+// pages where the kernel gives them: pinning a piece for a direct write
+// then costs two pages, not a thousand.
+//
 // A Writer is positional: every piece names its offset, so pieces may
 // complete in any order. A piece whose address, length or offset is not
 // a multiple of Align goes through the page cache; so does everything

@@ -123,8 +123,8 @@ func pageCacheFill(dir string, size int64) (time.Duration, time.Duration, error)
 
 // directWrite writes size bytes into a new file under dir through the
 // pipelines' own direct-I/O writer (adapters/diskio, DefaultDepth 4 MiB
-// pieces in flight) and returns its bytes per second, 0 if the file system
-// refuses direct I/O. With hash set, each piece is hashed (sha256) before
+// pieces of its Buffers in flight) and returns its bytes per second, 0 if
+// the file system refuses direct I/O. With hash set, each piece is hashed (sha256) before
 // it is handed to the writer, as the ext4 builder's copy does, and the
 // second rate is the hashing's alone.
 func directWrite(dir string, size int64, hash bool) (float64, float64, error) {
@@ -135,9 +135,10 @@ func directWrite(dir string, size int64, hash bool) (float64, float64, error) {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	const piece = 4 << 20
+	mem := diskio.NewBuffers(diskio.DefaultDepth, piece)
+	defer mem.Release() // after w.Close, which waits for every write
 	free := make(chan []byte, diskio.DefaultDepth)
-	for range diskio.DefaultDepth {
-		buf := diskio.AlignedBuffer(piece)
+	for _, buf := range mem.Pieces() {
 		for j := range buf {
 			buf[j] = byte(j * 13)
 		}

@@ -43,9 +43,13 @@ func saveFile(ctx context.Context, path string, body io.Reader) (n int64, sum st
 		}
 	}()
 	h := sha256.New()
+	// Released last (deferred before the writer exists): dw.Close below
+	// waits for every write, on every path.
+	mem := diskio.NewBuffers(saveBuffers, saveChunk)
+	defer mem.Release()
 	free := make(chan []byte, saveBuffers)
-	for range saveBuffers {
-		free <- diskio.AlignedBuffer(saveChunk)
+	for _, b := range mem.Pieces() {
+		free <- b
 	}
 	dw := diskio.NewWriter(f, diskio.DefaultDepth)
 	var rerr error

@@ -185,9 +185,13 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 	// Enough buffers for one filling, one hashing and every write in
 	// flight: none of the three waits for another while the disk keeps up.
 	const bufs = diskio.DefaultDepth + 3
+	// Released last (deferred first): after the writer is closed and the
+	// hashing has ended, nothing holds a piece.
+	mem := diskio.NewBuffers(bufs, bufSize)
+	defer mem.Release()
 	free := make(chan []byte, bufs)
-	for range bufs {
-		free <- diskio.AlignedBuffer(bufSize)[:0]
+	for _, b := range mem.Pieces() {
+		free <- b[:0]
 	}
 	full := make(chan dataPiece, bufs)
 	hashed := make(chan error, 1)
