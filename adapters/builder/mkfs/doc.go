@@ -39,10 +39,10 @@
 //  5. dumpe2fs must report 4 KiB blocks, the pinned features and the
 //     requested free blocks and inodes, and `e2fsck -fn` must exit 0; then
 //     the file is renamed onto OutPath or, made on tmpfs, copied there with
-//     its sha256 computed on the way (BuildResult.SHA256: the image is
-//     mapped a window at a time, one goroutine hashes it while another
-//     writes its non-zero pieces out straight from the mapping, with direct
-//     I/O and several at once where the filesystem takes it: adapters/diskio).
+//     its sha256 computed on the way (BuildResult.SHA256: the image's data
+//     is read 4 MiB at a time into a few buffers, each hashed and, unless
+//     all zeros, written out with direct I/O, several at once where the
+//     filesystem takes it: adapters/diskio; holes are hashed, not read).
 //     The copy runs alongside the read-only e2fsck -fn and is
 //     renamed onto OutPath only once that passed. It is not fsynced again:
 //     the artifact store makes the published copy durable. The staging

@@ -351,9 +351,12 @@ func TestRetryWhenFull(t *testing.T) {
 	}
 }
 
+// manyPieces is a size of several copy pieces.
+const manyPieces = 8 * copyPiece
+
 // TestCopyHashing: the copy out of the work directory keeps every byte
 // and the length, leaves zero pieces as holes, and hashes the source,
-// across several windows and with a tail that is not a whole piece (it
+// across several ranges and with a tail that is not a whole piece (it
 // takes the page-cache path).
 func TestCopyHashing(t *testing.T) {
 	tests := []struct {
@@ -362,8 +365,8 @@ func TestCopyHashing(t *testing.T) {
 		zero []int // pieces left all zero
 	}{
 		{name: "one piece", size: 64 << 10},
-		{name: "windows, holes, short tail", size: 2*copyWindow + 3*copyPiece + 12345, zero: []int{1, 8, 9, 17}},
-		{name: "all zero", size: copyWindow + copyPiece, zero: []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
+		{name: "windows, holes, short tail", size: 2*manyPieces + 3*copyPiece + 12345, zero: []int{1, 8, 9, 17}},
+		{name: "all zero", size: manyPieces + copyPiece, zero: []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,11 +400,10 @@ func TestCopyHashing(t *testing.T) {
 }
 
 // TestCopyHashingSparseTmpfs: the image mke2fs leaves in a tmpfs work
-// directory is mostly holes; copying it out must not make tmpfs allocate
-// them (a read fault on a mapped tmpfs hole does: the image would grow to
-// its full size in memory, and a tmpfs too small for that kills the
-// process with SIGBUS). The copy still holds every byte and the sha256 is
-// the source's.
+// directory is mostly holes; copying it out must skip them, not read
+// gigabytes of zeros (nor, were the image mapped, make tmpfs allocate
+// them: a read fault on a mapped tmpfs hole does). The copy still holds
+// every byte and the sha256 is the source's.
 func TestCopyHashingSparseTmpfs(t *testing.T) {
 	if !onTmpfs("/dev/shm") {
 		t.Skip("/dev/shm is not a tmpfs")
@@ -412,12 +414,12 @@ func TestCopyHashingSparseTmpfs(t *testing.T) {
 		size int64
 		data [][2]int64 // written ranges [from, to); the rest stays a hole
 	}{
-		{name: "all hole", size: copyWindow + copyPiece + 123},
-		{name: "data at both ends", size: 3 * copyWindow,
-			data: [][2]int64{{0, 3 * page}, {3*copyWindow - 5*page, 3 * copyWindow}}},
-		{name: "data off piece boundaries, short tail", size: 2*copyWindow + 12345,
-			data: [][2]int64{{copyPiece + 7*page, 3*copyPiece + 100}, {copyWindow - page, copyWindow + page}, {2*copyWindow + 4000, 2*copyWindow + 12345}}},
-		{name: "written zeros between holes", size: copyWindow,
+		{name: "all hole", size: manyPieces + copyPiece + 123},
+		{name: "data at both ends", size: 3 * manyPieces,
+			data: [][2]int64{{0, 3 * page}, {3*manyPieces - 5*page, 3 * manyPieces}}},
+		{name: "data off piece boundaries, short tail", size: 2*manyPieces + 12345,
+			data: [][2]int64{{copyPiece + 7*page, 3*copyPiece + 100}, {manyPieces - page, manyPieces + page}, {2*manyPieces + 4000, 2*manyPieces + 12345}}},
+		{name: "written zeros between holes", size: manyPieces,
 			data: [][2]int64{{copyPiece, 2 * copyPiece}}},
 	}
 	for _, tt := range tests {
