@@ -179,6 +179,11 @@ func newExtractor(root string, opt ExtractOptions) (*extractor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extract: open %s: %w", root, err)
 	}
+	uid, gid, err := newOwner(rootFD)
+	if err != nil {
+		unix.Close(rootFD)
+		return nil, fmt.Errorf("extract: %s: %w", root, err)
+	}
 	x := &extractor{
 		rootFD:  rootFD,
 		lim:     opt.Limits.orDefault(),
@@ -187,9 +192,33 @@ func newExtractor(root string, opt ExtractOptions) (*extractor, error) {
 		meta:    map[string]*entry{},
 		cacheFD: -1,
 		w:       newFileWriter(opt.HoleMin > 0),
+		newUID:  uid,
+		newGID:  gid,
 	}
 	x.startWorkers()
 	return x, nil
+}
+
+// ownerProbe is the file newOwner creates and removes in the empty root.
+const ownerProbe = ".cube-owner-probe"
+
+// newOwner returns the owner a file created under rootFD gets: this
+// process's user, and its group or, where the root directory is setgid or
+// the filesystem is mounted grpid, the root's. The directories Extract
+// makes below are 0700 and owned by it until finish, so files anywhere in
+// the tree start out the same.
+func newOwner(rootFD int) (uid, gid int, err error) {
+	fd, err := unix.Openat(rootFD, ownerProbe, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, 0, err
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	if uerr := unix.Unlinkat(rootFD, ownerProbe, 0); err == nil {
+		err = uerr
+	}
+	return int(st.Uid), int(st.Gid), err
 }
 
 // check validates one header with Flatten's rules; nil, nil means an entry
@@ -242,6 +271,9 @@ type extractor struct {
 	cachePath string // last parent directory opened
 	cacheFD   int
 	w         *fileWriter // the buffers of files written in this goroutine
+	// newUID and newGID own a file this process creates in the tree
+	// (newOwner): files meant to be theirs need no chown.
+	newUID, newGID int
 
 	// Small regular files are read here and written by workers (see
 	// writeFile); sparseMu guards res.Sparse, which workers fill.
@@ -580,13 +612,32 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, c content) error {
 
 // createFile creates regular file base in directory pfd with the content
 // read from src and applies its metadata, with w's buffers.
+//
+// Staging makes tens of thousands of files, and a system call costs
+// microseconds on a paravirtualized guest (each entry to the kernel is a
+// hypercall there), so this makes no call it can do without: content the
+// kernel copies needs no *os.File (whose creation asks fcntl for the
+// descriptor's flags), a file whose last block was copied needs no
+// truncate, and a file to be owned by whom a new file belongs to anyway
+// (newOwner) needs no chown.
 func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c content) error {
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return opErr("create", e.name, err)
 	}
-	f := os.NewFile(uintptr(fd), e.name)
-	defer f.Close()
+	var f *os.File // only where the content goes through Go's I/O
+	closeFD := func() error {
+		if f != nil {
+			return f.Close()
+		}
+		return unix.Close(fd)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			closeFD()
+		}
+	}()
 	src := c.r
 	if c.file != nil {
 		src = io.NewSectionReader(c.file, c.off, e.size)
@@ -603,11 +654,13 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c 
 			err = x.recordSparse(fd, bc)
 		}
 	case counted:
+		f = os.NewFile(uintptr(fd), e.name)
 		var bc BlockCount
 		if n, bc, err = x.writeSparse(w, f, src, e.size); err == nil {
 			err = x.recordSparse(fd, bc)
 		}
 	default:
+		f = os.NewFile(uintptr(fd), e.name)
 		n, err = io.CopyBuffer(hostWriter{f}, src, w.buf)
 	}
 	if err == nil && n != e.size {
@@ -623,8 +676,10 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c 
 		}
 		return x.reject(e.raw, rj)
 	}
-	if err := unix.Fchown(fd, e.uid, e.gid); err != nil {
-		return opErr("chown", e.name, err)
+	if e.uid != x.newUID || e.gid != x.newGID {
+		if err := unix.Fchown(fd, e.uid, e.gid); err != nil {
+			return opErr("chown", e.name, err)
+		}
 	}
 	if err := unix.Fchmod(fd, uint32(e.mode)); err != nil {
 		return opErr("chmod", e.name, err)
@@ -634,7 +689,8 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c 
 			return opErr("setxattr "+xa.name+" on", e.name, err)
 		}
 	}
-	if err := f.Close(); err != nil {
+	closed = true
+	if err := closeFD(); err != nil {
 		return opErr("close", e.name, err)
 	}
 	return setTimes(pfd, base, e, e.name)
@@ -657,9 +713,10 @@ func (x *extractor) recordSparse(fd int, bc BlockCount) error {
 }
 
 // copyRuns copies size bytes of c.file from c.off into the file open at fd
-// with sendfile and counts its non-zero 4 KiB blocks and their runs. With
-// holes, the zero blocks c lists (when known) are not copied and stay
-// holes (the file gets its full length at the end).
+// (just created: its offset is 0) with sendfile and counts its non-zero
+// 4 KiB blocks and their runs. With holes, the zero blocks c lists (when
+// known) are not copied and stay holes (the file gets its full length at
+// the end).
 func copyRuns(fd int, c content, size int64, holes bool) (int64, BlockCount, error) {
 	blocks := (size + zeroBlockSize - 1) / zeroBlockSize
 	var bc BlockCount
@@ -680,33 +737,32 @@ func copyRuns(fd int, c content, size int64, holes bool) (int64, BlockCount, err
 	if next < blocks {
 		runs = append(runs, [2]int64{next, blocks})
 	}
+	pos := int64(0) // fd's offset: sendfile writes there and moves it
 	for _, r := range runs {
 		bc.Runs++
 		bc.Data += r[1] - r[0]
 		start, end := r[0]*zeroBlockSize, min(r[1]*zeroBlockSize, size)
-		if err := sendRange(fd, c.file, c.off+start, start, end-start); err != nil {
+		if start != pos {
+			if _, err := unix.Seek(fd, start, io.SeekStart); err != nil {
+				return 0, bc, &hostWriteError{err}
+			}
+		}
+		if err := sendRange(fd, c.file, c.off+start, end-start); err != nil {
 			return 0, bc, err
 		}
+		pos = end
 	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		return 0, bc, &hostWriteError{err}
+	if pos != size { // zeros at the end, or nothing but zeros
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return 0, bc, &hostWriteError{err}
+		}
 	}
 	return size, bc, nil
 }
 
-// SendRange copies n bytes of src from srcOff to dstOff of dst in the
-// kernel (sendfile), as ExtractEntries stages content; the mkfs builder
-// copies its image out with it. It moves dst's file offset.
-func SendRange(dst, src *os.File, srcOff, dstOff, n int64) error {
-	return sendRange(int(dst.Fd()), src, srcOff, dstOff, n)
-}
-
-// sendRange copies n bytes of src from srcOff to dstOff of the file open
-// at fd, in the kernel.
-func sendRange(fd int, src *os.File, srcOff, dstOff, n int64) error {
-	if _, err := unix.Seek(fd, dstOff, io.SeekStart); err != nil {
-		return &hostWriteError{err}
-	}
+// sendRange copies n bytes of src from srcOff to the file open at fd, at
+// its offset, in the kernel.
+func sendRange(fd int, src *os.File, srcOff, n int64) error {
 	sfd := int(src.Fd())
 	for n > 0 {
 		off := srcOff

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -15,11 +14,6 @@ import (
 // Extract needs Linux (openat2, *at syscalls without following symlinks).
 func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
 	return ExtractResult{}, fmt.Errorf("extract: only on linux: %w", core.ErrUnsupported)
-}
-
-// SendRange needs Linux (sendfile to a file).
-func SendRange(dst, src *os.File, srcOff, dstOff, n int64) error {
-	return fmt.Errorf("send range: only on linux: %w", core.ErrUnsupported)
 }
 
 // ExtractEntries needs Linux, as Extract does.

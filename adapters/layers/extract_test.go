@@ -566,3 +566,66 @@ func TestExtractEntriesCountsLikeExtract(t *testing.T) {
 		t.Fatalf("two entries under a limit of two: %v", err)
 	}
 }
+
+// TestExtractOwnersUnderSetgidRoot: a file Extract creates belongs to the
+// entry's owner even where new files start out with another group (a
+// setgid staging root hands its group down): a file meant for root:root
+// must be chowned there, not assumed to be root's already.
+func TestExtractOwnersUnderSetgidRoot(t *testing.T) {
+	needRoot(t)
+	const rootGID = 4321
+	data := make([]byte, 3*4096) // the last two blocks zero: a truncated tail
+	copy(data, "head")
+	tree := []ent{
+		reg("a", "a"), reg("d/b", string(data)), dir("d"),
+		reg("owned", "o").With(func(h *tar.Header) { h.Uid, h.Gid = 7, 8 }),
+	}
+	layers := writeLayers(t, blob{Data: gz(t, mkTar(t, tree...)), MediaType: mtGzip})
+	opt := ExtractOptions{SkipDevices: true, HoleMin: 4096, SparseMin: 4096}
+	setgidRoot := func(t *testing.T) string {
+		root := t.TempDir()
+		if err := os.Chown(root, 0, rootGID); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(root, 0o755|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	check := func(t *testing.T, root string) {
+		t.Helper()
+		for name, want := range map[string][2]uint32{"a": {0, 0}, "d/b": {0, 0}, "owned": {7, 8}} {
+			st := lstat(t, filepath.Join(root, name))
+			if st.Uid != want[0] || st.Gid != want[1] {
+				t.Errorf("%s: owner %d:%d, want %d:%d", name, st.Uid, st.Gid, want[0], want[1])
+			}
+		}
+		if st := lstat(t, filepath.Join(root, "d/b")); st.Size != int64(len(data)) {
+			t.Errorf("d/b: %d bytes, want %d", st.Size, len(data))
+		}
+		if _, err := os.Lstat(filepath.Join(root, ownerProbe)); !os.IsNotExist(err) {
+			t.Errorf("the owner probe is left in the tree (%v)", err)
+		}
+	}
+	t.Run("entries", func(t *testing.T) {
+		root := setgidRoot(t)
+		if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+			_, err := ExtractEntries(context.Background(), es, root, opt)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, root)
+	})
+	t.Run("stream", func(t *testing.T) {
+		root := setgidRoot(t)
+		var stream bytes.Buffer
+		if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Extract(context.Background(), &stream, root, opt); err != nil {
+			t.Fatal(err)
+		}
+		check(t, root)
+	})
+}
