@@ -2,10 +2,10 @@ package diskio
 
 import "sync"
 
-// HugeAlign is the size of a transparent huge page on the machines we run
+// hugeAlign is the size of a transparent huge page on the machines we run
 // on: pieces of Buffers whose size is a multiple of it start on such a
 // boundary, so each can be backed by whole huge pages.
-const HugeAlign = 2 << 20
+const hugeAlign = 2 << 20
 
 // Buffers is a set of equal pieces for direct writes, carved from one
 // region of memory that the kernel is asked to back with transparent huge
@@ -29,7 +29,7 @@ type Buffers struct {
 }
 
 // NewBuffers returns count pieces of size bytes each, every one starting
-// on an Align boundary (on a HugeAlign boundary when size is a multiple
+// on an Align boundary (on a hugeAlign boundary when size is a multiple
 // of it and the region was mapped).
 func NewBuffers(count, size int) *Buffers {
 	if count < 1 || size < 1 {

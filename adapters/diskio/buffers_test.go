@@ -39,8 +39,8 @@ func TestBuffers(t *testing.T) {
 					t.Errorf("piece %d was overwritten by another", i)
 				}
 			}
-			if runtime.GOOS == "linux" && tc.size%HugeAlign == 0 && addr(p[0])%HugeAlign != 0 {
-				t.Errorf("pieces of %d bytes start at %#x, not on a HugeAlign boundary", tc.size, addr(p[0]))
+			if runtime.GOOS == "linux" && tc.size%hugeAlign == 0 && addr(p[0])%hugeAlign != 0 {
+				t.Errorf("pieces of %d bytes start at %#x, not on a hugeAlign boundary", tc.size, addr(p[0]))
 			}
 			b.Release()
 			b.Release() // a second call does nothing

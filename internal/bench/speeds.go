@@ -124,9 +124,9 @@ func pageCacheFill(dir string, size int64) (time.Duration, time.Duration, error)
 // directWrite writes size bytes into a new file under dir through the
 // pipelines' own direct-I/O writer (adapters/diskio, DefaultDepth 4 MiB
 // pieces of its Buffers in flight) and returns its bytes per second, 0 if
-// the file system refuses direct I/O. With hash set, each piece is hashed (sha256) before
-// it is handed to the writer, as the ext4 builder's copy does, and the
-// second rate is the hashing's alone.
+// the file system refuses direct I/O. With hash set, each piece is hashed
+// (sha256) before it is handed to the writer, as the ext4 builder's copy
+// does, and the second rate is the hashing's alone.
 func directWrite(dir string, size int64, hash bool) (float64, float64, error) {
 	f, err := os.Create(filepath.Join(dir, "speeds-direct"))
 	if err != nil {

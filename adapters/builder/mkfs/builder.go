@@ -569,9 +569,9 @@ func copyOut(ctx context.Context, img, out string, check func() error) (string, 
 // direct I/O where dst's filesystem takes it, several at once. The image
 // is read back in order by the artifact store, so filling a gigabyte of
 // page cache on the way buys nothing. src's holes (SEEK_DATA, SEEK_HOLE)
-// are hashed as zeros without being read: on tmpfs a read of a hole
-// costs nothing, but the image may be mostly hole. Pieces of zeros are
-// left as holes in dst (the file keeps its length), as they were in src.
+// are hashed as zeros without being read, so an image that is mostly
+// headroom costs only its data. Pieces of zeros are left as holes in dst
+// (the file keeps its length), as they were in src.
 //
 // Reading beats mapping the image here: on a paravirtualized guest,
 // populating page tables for a gigabyte of tmpfs made the copy 1.5-1.85 s

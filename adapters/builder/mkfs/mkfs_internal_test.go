@@ -365,7 +365,7 @@ func TestCopyHashing(t *testing.T) {
 		zero []int // pieces left all zero
 	}{
 		{name: "one piece", size: 64 << 10},
-		{name: "windows, holes, short tail", size: 2*manyPieces + 3*copyPiece + 12345, zero: []int{1, 8, 9, 17}},
+		{name: "many pieces, holes, short tail", size: 2*manyPieces + 3*copyPiece + 12345, zero: []int{1, 8, 9, 17}},
 		{name: "all zero", size: manyPieces + copyPiece, zero: []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
 	}
 	for _, tt := range tests {
