@@ -645,6 +645,8 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c 
 	var n int64
 	counted := x.opt.HoleMin > 0 && e.size >= x.opt.SparseMin
 	switch {
+	case e.size == 0:
+		// Nothing to copy (an entry of an empty file names no content).
 	case c.file != nil && (!counted || c.zeroKnown):
 		// The kernel copies the content; with HoleMin, the zero blocks
 		// the entry lists stay holes.

@@ -393,6 +393,20 @@ func TestExtractSmallFilesByWorkers(t *testing.T) {
 // differ.
 func TestExtractEntriesMatchesExtract(t *testing.T) {
 	needRoot(t)
+	// With one CPU there are no workers: every file, the empty one too, is
+	// written by the goroutine that walks the entries.
+	for _, c := range []struct {
+		name  string
+		procs int
+	}{{"one CPU", 1}, {"workers", max(2, runtime.GOMAXPROCS(0))}} {
+		t.Run(c.name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.procs))
+			testExtractEntriesMatchesExtract(t)
+		})
+	}
+}
+
+func testExtractEntriesMatchesExtract(t *testing.T) {
 	big := make([]byte, 600*4096+77) // past asyncMax, with a long zero run
 	copy(big, "head")
 	copy(big[300*4096:], "middle")
