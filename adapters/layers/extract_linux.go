@@ -39,8 +39,9 @@ import (
 // Ownership is applied before modes (chown clears setuid), xattrs such as
 // security.capability after both, and directory modes and times after all
 // entries. Hard links carry no metadata of their own. The root itself gets
-// the metadata of a "." entry, or 0755 root:root with mtime 0. On error root
-// holds a partial tree that the caller discards.
+// the metadata of a "." entry, or 0755 root:root with mtime 0, and loses
+// the POSIX ACLs it inherited from its parent. On error root holds a
+// partial tree that the caller discards.
 //
 // With more than one CPU, regular files of up to 256 KiB are read from the
 // stream here and created by worker goroutines (one per CPU, at most four),
@@ -179,6 +180,10 @@ func newExtractor(root string, opt ExtractOptions) (*extractor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extract: open %s: %w", root, err)
 	}
+	if err := dropACLs(rootFD); err != nil {
+		unix.Close(rootFD)
+		return nil, fmt.Errorf("extract: %s: %w", root, err)
+	}
 	uid, gid, err := newOwner(rootFD)
 	if err != nil {
 		unix.Close(rootFD)
@@ -197,6 +202,20 @@ func newExtractor(root string, opt ExtractOptions) (*extractor, error) {
 	}
 	x.startWorkers()
 	return x, nil
+}
+
+// dropACLs removes the POSIX ACLs root got from the directory it was made
+// in: everything created below would inherit its default ACL, and the
+// image would carry ACLs no layer declared (the tree's own, a "." entry's
+// included, are set later, explicitly).
+func dropACLs(rootFD int) error {
+	for _, name := range []string{"system.posix_acl_default", "system.posix_acl_access"} {
+		err := unix.Fremovexattr(rootFD, name)
+		if err != nil && err != unix.ENODATA && err != unix.EOPNOTSUPP {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // ownerProbe is the file newOwner creates and removes in the empty root.

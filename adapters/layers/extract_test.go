@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -642,4 +644,88 @@ func TestExtractOwnersUnderSetgidRoot(t *testing.T) {
 		}
 		check(t, root)
 	})
+}
+
+// TestExtractRootACLNotInherited: a default ACL on the directory the root
+// is made in (an operator's work directory) must not reach the tree: the
+// image would carry ACLs no layer declared, granting a host user access.
+func TestExtractRootACLNotInherited(t *testing.T) {
+	needRoot(t)
+	// A default ACL granting user 1234 rwx: version 2, then (tag, perm,
+	// id) entries sorted by tag: user_obj, user, group_obj, mask, other.
+	acl := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{0x01, 7, ^uint32(0)}, {0x02, 7, 1234}, {0x04, 5, ^uint32(0)}, {0x10, 7, ^uint32(0)}, {0x20, 5, ^uint32(0)}} {
+		acl = binary.LittleEndian.AppendUint16(acl, e.tag)
+		acl = binary.LittleEndian.AppendUint16(acl, e.perm)
+		acl = binary.LittleEndian.AppendUint32(acl, e.id)
+	}
+	// A layer's own ACL is kept ("kept" declares the same list as its
+	// access ACL).
+	tree := []ent{dir("d"), reg("d/f", "f"), reg("g", "g"), reg("kept", "k").With(xattrs("system.posix_acl_access", string(acl)))}
+	layers := writeLayers(t, blob{Data: gz(t, mkTar(t, tree...)), MediaType: mtGzip})
+	opt := ExtractOptions{SkipDevices: true}
+	aclRoot := func(t *testing.T) string {
+		parent := t.TempDir()
+		if err := unix.Setxattr(parent, "system.posix_acl_default", acl, 0); err != nil {
+			t.Skipf("no POSIX ACLs on %s: %v", parent, err)
+		}
+		root := filepath.Join(parent, "root")
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	check := func(t *testing.T, root string) {
+		t.Helper()
+		for _, name := range []string{".", "d", "d/f", "g"} {
+			for _, x := range listXattrs(t, filepath.Join(root, name)) {
+				if strings.HasPrefix(x, "system.posix_acl") {
+					t.Errorf("%s: carries %s, which no layer declared", name, x)
+				}
+			}
+		}
+		if got := listXattrs(t, filepath.Join(root, "kept")); !slices.Equal(got, []string{"system.posix_acl_access"}) {
+			t.Errorf("kept: xattrs %q, want its declared access ACL only", got)
+		}
+	}
+	t.Run("entries", func(t *testing.T) {
+		root := aclRoot(t)
+		if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+			_, err := ExtractEntries(context.Background(), es, root, opt)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, root)
+	})
+	t.Run("stream", func(t *testing.T) {
+		root := aclRoot(t)
+		var stream bytes.Buffer
+		if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Extract(context.Background(), &stream, root, opt); err != nil {
+			t.Fatal(err)
+		}
+		check(t, root)
+	})
+}
+
+func listXattrs(t *testing.T, p string) []string {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range strings.Split(string(buf[:n]), "\x00") {
+		if s != "" {
+			names = append(names, s)
+		}
+	}
+	return names
 }
