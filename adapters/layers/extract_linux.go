@@ -49,12 +49,12 @@ import (
 // opened and checked; a hard link, the directory metadata and the return
 // wait for them. Every check above still runs here, before any worker
 // sees the entry.
-func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
+func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (res ExtractResult, err error) {
 	x, err := newExtractor(root, opt)
 	if err != nil {
 		return ExtractResult{}, err
 	}
-	defer x.close()
+	defer x.closeInto(&res)
 	lim := x.lim
 
 	src := &eofReader{r: tree}
@@ -62,11 +62,11 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 	entries := 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return x.res, err
+			return res, err
 		}
 		hdr, err := tr.Next()
 		if err == io.EOF && src.eof {
-			return x.res, x.reject("", reject(RuleCorruptArchive, "the tree ended without the tar end-of-archive marker (truncated?)"))
+			return res, x.reject("", reject(RuleCorruptArchive, "the tree ended without the tar end-of-archive marker (truncated?)"))
 		}
 		if err == io.EOF {
 			break
@@ -74,28 +74,28 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 		if err != nil {
 			rj, ioErr := classify(err)
 			if ioErr != nil {
-				return x.res, fmt.Errorf("extract: %w", ioErr)
+				return res, fmt.Errorf("extract: %w", ioErr)
 			}
-			return x.res, x.reject("", rj)
+			return res, x.reject("", rj)
 		}
 		if entries++; entries > lim.MaxEntries {
-			return x.res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
+			return res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
 		}
 		e, err := x.check(hdr)
 		if err != nil {
-			return x.res, err
+			return res, err
 		}
 		if e == nil {
 			continue
 		}
 		if err := x.add(e, content{r: tr}); err != nil {
-			return x.res, err
+			return res, err
 		}
 	}
 	if err := x.finish(); err != nil {
-		return x.res, err
+		return res, err
 	}
-	return x.res, nil
+	return res, nil
 }
 
 // eofReader notes whether the tree ran dry. archive/tar takes a stream
@@ -124,41 +124,41 @@ func (e *eofReader) Read(p []byte) (int, error) {
 // without reading them; content without that list is read and scanned as
 // Extract does. The staged tree is the one Extract makes of the same
 // tree's tar stream, up to which zero blocks are holes.
-func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (ExtractResult, error) {
+func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (res ExtractResult, err error) {
 	x, err := newExtractor(root, opt)
 	if err != nil {
 		return ExtractResult{}, err
 	}
-	defer x.close()
+	defer x.closeInto(&res)
 	for i, te := range entries {
 		if err := ctx.Err(); err != nil {
-			return x.res, err
+			return res, err
 		}
 		if i >= x.lim.MaxEntries {
-			return x.res, x.reject("", reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
+			return res, x.reject("", reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
 		}
 		if te.Header == nil {
-			return x.res, x.reject("", reject(RuleCorruptArchive, "an entry without a header"))
+			return res, x.reject("", reject(RuleCorruptArchive, "an entry without a header"))
 		}
 		e, err := x.check(te.Header)
 		if err != nil {
-			return x.res, err
+			return res, err
 		}
 		if e == nil {
 			continue
 		}
 		c := content{file: te.File, off: te.Offset, zero: te.Zero, zeroKnown: te.ZeroKnown}
 		if e.typ == tar.TypeReg && e.size > 0 && te.File == nil {
-			return x.res, x.reject(e.raw, reject(RuleCorruptArchive, "a regular file of %d bytes without content", e.size))
+			return res, x.reject(e.raw, reject(RuleCorruptArchive, "a regular file of %d bytes without content", e.size))
 		}
 		if err := x.add(e, c); err != nil {
-			return x.res, err
+			return res, err
 		}
 	}
 	if err := x.finish(); err != nil {
-		return x.res, err
+		return res, err
 	}
-	return x.res, nil
+	return res, nil
 }
 
 // newExtractor opens root, which must be an empty directory, for Extract
@@ -394,6 +394,13 @@ func (x *extractor) workerErr() error {
 	x.errMu.Lock()
 	defer x.errMu.Unlock()
 	return x.jobErr
+}
+
+// closeInto closes x and then sets *res to its result: only then have the
+// workers, which count sparse files into it, stopped.
+func (x *extractor) closeInto(res *ExtractResult) {
+	x.close()
+	*res = x.res
 }
 
 func (x *extractor) close() {

@@ -729,3 +729,32 @@ func listXattrs(t *testing.T, p string) []string {
 	}
 	return names
 }
+
+// TestExtractEntriesErrorWhileWorkersWrite: a tree refused part-way, while
+// workers are still writing and counting files, returns only after they
+// have stopped (the race detector, which make test runs on this package,
+// saw the result read while a worker wrote it).
+func TestExtractEntriesErrorWhileWorkersWrite(t *testing.T) {
+	needRoot(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	const files, size = 4, 64 << 10 // fewer than the jobs queue holds: nothing orders the workers before the return
+	content := filepath.Join(t.TempDir(), "content")
+	if err := os.WriteFile(content, bytes.Repeat([]byte("c"), files*size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var es []ports.TreeEntry
+	for i := range files {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("f%02d", i), Size: size, Mode: 0o644}
+		es = append(es, ports.TreeEntry{Header: h, File: f, Offset: int64(i) * size, ZeroKnown: true})
+	}
+	es = append(es, ports.TreeEntry{}) // no header: refused
+	_, err = ExtractEntries(context.Background(), es, t.TempDir(), ExtractOptions{SkipDevices: true, HoleMin: 4096, SparseMin: 4096})
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("err = %v, want a rejection", err)
+	}
+}
