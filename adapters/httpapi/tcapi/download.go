@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -196,23 +197,37 @@ func quoteBareETags(r *http.Request, header string) {
 // storeReader is an io.ReadSeeker over ArtifactStore.Open: Seek only moves
 // the offset; the next Read opens a ranged reader there. http.ServeContent
 // seeks to each requested range, so only the bytes asked for are read.
+//
+// A multi-range answer is written by a goroutine of net/http's that can
+// still be reading when the handler returns (the client went away): mu
+// guards the fields, and once Close has run nothing opens a reader again.
 type storeReader struct {
 	ctx   context.Context
 	store ports.ArtifactStore
 	key   string
 	size  int64
-	off   int64
-	rc    io.ReadCloser
+
+	mu     sync.Mutex
+	off    int64
+	rc     io.ReadCloser
+	closed bool
 }
 
 func (s *storeReader) Read(p []byte) (int, error) {
+	s.mu.Lock()
 	if s.off >= s.size {
+		s.mu.Unlock()
 		return 0, io.EOF
 	}
-	if err := s.open(); err != nil {
+	rc, err := s.openLocked()
+	s.mu.Unlock()
+	if err != nil {
 		return 0, err
 	}
-	n, err := s.rc.Read(p)
+	// Not under mu: a Close meanwhile closes rc, which ends this read.
+	n, err := rc.Read(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.off += int64(n)
 	if errors.Is(err, io.EOF) && s.off < s.size {
 		err = io.ErrUnexpectedEOF
@@ -220,17 +235,20 @@ func (s *storeReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// open opens the store's reader at off unless one is open.
-func (s *storeReader) open() error {
-	if s.rc != nil {
-		return nil
+// openLocked returns the store's reader at off, opening one unless one is
+// open; s.mu is held.
+func (s *storeReader) openLocked() (io.ReadCloser, error) {
+	if s.closed {
+		return nil, os.ErrClosed
 	}
-	rc, err := s.store.Open(s.ctx, s.key, s.off, -1)
-	if err != nil {
-		return err
+	if s.rc == nil {
+		rc, err := s.store.Open(s.ctx, s.key, s.off, -1)
+		if err != nil {
+			return nil, err
+		}
+		s.rc = rc
 	}
-	s.rc = rc
-	return nil
+	return s.rc, nil
 }
 
 // errNotAFile: the store's reader is not a local file; net/http copies
@@ -244,13 +262,16 @@ var errNotAFile = errors.New("the artifact is not read from a local file")
 // moves the file's own offset; the RawConn reads it back into off, so a
 // Read or Seek afterwards is where the bytes sent left off.
 func (s *storeReader) SyscallConn() (syscall.RawConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.off >= s.size {
 		return nil, errNotAFile
 	}
-	if err := s.open(); err != nil {
+	rc, err := s.openLocked()
+	if err != nil {
 		return nil, err
 	}
-	f, ok := s.rc.(*os.File)
+	f, ok := rc.(*os.File)
 	if !ok {
 		return nil, errNotAFile
 	}
@@ -272,6 +293,8 @@ type offsetConn struct {
 func (c *offsetConn) Read(fn func(fd uintptr) bool) error {
 	err := c.RawConn.Read(fn)
 	off, serr := c.f.Seek(0, io.SeekCurrent)
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
 	if serr != nil {
 		// The position is unknown: end the reader rather than read
 		// on from a wrong offset.
@@ -283,6 +306,8 @@ func (c *offsetConn) Read(fn func(fd uintptr) bool) error {
 }
 
 func (s *storeReader) Seek(offset int64, whence int) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var abs int64
 	switch whence {
 	case io.SeekStart:
@@ -298,13 +323,22 @@ func (s *storeReader) Seek(offset int64, whence int) (int64, error) {
 		return 0, errors.New("storeReader: negative position")
 	}
 	if abs != s.off {
-		s.Close()
+		s.dropLocked()
 	}
 	s.off = abs
 	return abs, nil
 }
 
+// Close closes the open reader, if any, and keeps any from opening again.
 func (s *storeReader) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.dropLocked()
+}
+
+// dropLocked closes the open reader; the next Read opens one at off.
+func (s *storeReader) dropLocked() error {
 	if s.rc == nil {
 		return nil
 	}

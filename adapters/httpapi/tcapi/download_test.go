@@ -2,15 +2,20 @@ package tcapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/core"
@@ -281,4 +286,67 @@ func short(b []byte) string {
 		return fmt.Sprintf("%q... (%d bytes)", b[:120], len(b))
 	}
 	return string(b)
+}
+
+// countingStore counts the readers Open hands out and those closed.
+type countingStore struct {
+	ports.ArtifactStore
+	opened, closed atomic.Int64
+}
+
+func (s *countingStore) Open(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, err := s.ArtifactStore.Open(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	s.opened.Add(1)
+	return &countedReader{ReadCloser: rc, s: s}, nil
+}
+
+type countedReader struct {
+	io.ReadCloser
+	s    *countingStore
+	once sync.Once
+}
+
+func (r *countedReader) Close() error {
+	r.once.Do(func() { r.s.closed.Add(1) })
+	return r.ReadCloser.Close()
+}
+
+// TestDownloadMultiRangeAbortedClosesReaders: net/http writes a
+// multi-range answer from a goroutine that can outlive the handler when
+// the client goes away; every store reader it opened must still be closed
+// (one a goroutine opened after the handler's close was never closed).
+func TestDownloadMultiRangeAbortedClosesReaders(t *testing.T) {
+	store := &countingStore{ArtifactStore: fileStore(t)}
+	f := newDownloadFixture(t, store)
+	big := bytes.Repeat([]byte("artifact"), 1<<20) // 8 MiB: more than the sockets buffer
+	put(t, store, core.ArtifactObjectKey("rfs-big"), big)
+	f.lookup.rows["rfs-big"] = &core.Artifact{ArtifactID: "rfs-big", Status: core.ArtifactReady, DownloadToken: dlToken, Ext4SHA256: sum(big)}
+	srv := httptest.NewServer(f.h)
+	defer srv.Close()
+	var ranges []string
+	for i := range MaxRanges {
+		ranges = append(ranges, fmt.Sprintf("%d-%d", i<<19, i<<19+(1<<19)-1))
+	}
+	rng := "bytes=" + strings.Join(ranges, ",")
+	for range 100 {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nRange: %s\r\n\r\n", dlURL("rfs-big", dlToken), rng)
+		if _, err := io.ReadFull(conn, make([]byte, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for store.opened.Load() != store.closed.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o, c := store.opened.Load(), store.closed.Load(); o != c {
+		t.Fatalf("%d store readers opened, %d closed", o, c)
+	}
 }
