@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -47,7 +49,11 @@ func (p *spliceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	out := r.Clone(ctx)
 	out.RequestURI, out.Body, out.ContentLength, out.Close = "", nil, 0, true
-	for _, h := range hopHeaders {
+	dropHopHeaders(out.Header)
+	// As the ReverseProxy does before its Rewrite: the client's own
+	// forwarding headers are not passed on (rewrite sets X-Forwarded-*
+	// from what the proxy sees). A GET has no body to continue.
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Expect"} {
 		out.Header.Del(h)
 	}
 	p.rewrite(&httputil.ProxyRequest{In: r, Out: out})
@@ -70,14 +76,21 @@ func (p *spliceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	resp, err := http.ReadResponse(br, out)
+	// Interim answers (100 Continue, 103 Early Hints: from a proxy in
+	// front of the template center) come before the real one; passed on
+	// as the answer they would be an empty 200.
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(br, out)
+	}
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		err = errors.New("the template center switched protocols on a download")
+	}
 	if err != nil {
 		p.fail(w, r, fmt.Errorf("read response: %w", err))
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	for _, h := range hopHeaders {
-		resp.Header.Del(h)
-	}
+	dropHopHeaders(resp.Header)
 	for k, vv := range resp.Header {
 		w.Header()[k] = vv
 	}
@@ -109,10 +122,29 @@ func (p *spliceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fail answers a download the template center did not answer.
+// fail answers a download the template center did not answer; a client
+// that went away meanwhile (which closes the connection) is no failure of
+// the template center's.
 func (p *spliceProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
-	p.log.WarnContext(r.Context(), "download proxy to template center failed", "err", err)
+	if r.Context().Err() == nil {
+		p.log.WarnContext(r.Context(), "download proxy to template center failed", "err", err)
+	}
 	http.Error(w, "template center unavailable", http.StatusBadGateway)
+}
+
+// dropHopHeaders removes the headers meant for one connection only: the
+// fixed list and those its Connection header names.
+func dropHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
 }
 
 // abort ends a response whose body could not be sent in full: the client

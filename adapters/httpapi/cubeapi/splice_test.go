@@ -1,9 +1,11 @@
 package cubeapi
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -116,5 +118,98 @@ func TestDownloadProxyBrokenBody(t *testing.T) {
 	resp.Body.Close()
 	if err == nil {
 		t.Fatalf("read %d of %d bytes without an error", len(got), len(data))
+	}
+}
+
+// rawTC is a template center that answers every request with the bytes
+// answer returns, verbatim, and hands the request it read to seen.
+func rawTC(t *testing.T, answer func(*http.Request) string, seen chan<- *http.Request) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				if seen != nil {
+					seen <- req
+				}
+				io.WriteString(conn, answer(req))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// An interim 1xx answer before the real one (a proxy in front of the
+// template center answering Expect, or sending Early Hints) must not
+// become the answer: it was passed on as an empty 200.
+func TestDownloadProxySkipsInterimResponses(t *testing.T) {
+	body := strings.Repeat("ext4", 1000)
+	tc := rawTC(t, func(*http.Request) string {
+		return "HTTP/1.1 100 Continue\r\n\r\n" +
+			"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n" +
+			"HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}, nil)
+	master := httptest.NewServer(newServer(t, &services{}, tc))
+	defer master.Close()
+	resp, err := http.Get(master.URL + PathDownload + "?artifact_id=rfs-1&token=t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || string(got) != body {
+		t.Fatalf("status %d, %d bytes (err %v), want 200 and %d bytes", resp.StatusCode, len(got), err, len(body))
+	}
+}
+
+// The proxy passes on what the ReverseProxy does: the client's own
+// forwarding headers are dropped (X-Forwarded-For is the proxy's view of
+// the client alone), and headers a Connection header names are hop-by-hop
+// both ways.
+func TestDownloadProxyHopHeaders(t *testing.T) {
+	seen := make(chan *http.Request, 1)
+	tc := rawTC(t, func(*http.Request) string {
+		return "HTTP/1.1 200 OK\r\nConnection: X-Up-Hop\r\nX-Up-Hop: secret\r\nContent-Length: 4\r\n\r\next4"
+	}, seen)
+	master := httptest.NewServer(newServer(t, &services{}, tc))
+	defer master.Close()
+	req, _ := http.NewRequest("GET", master.URL+PathDownload+"?artifact_id=rfs-1&token=t", nil)
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	req.Header.Set("Forwarded", "for=6.6.6.6")
+	req.Header.Set("Connection", "X-Hop")
+	req.Header.Set("X-Hop", "1")
+	resp, err := master.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(got) != "ext4" {
+		t.Fatalf("status %d, body %q", resp.StatusCode, got)
+	}
+	if v := resp.Header.Get("X-Up-Hop"); v != "" {
+		t.Errorf("the client got the template center's hop-by-hop header X-Up-Hop: %q", v)
+	}
+	in := <-seen
+	if v := in.Header.Get("X-Forwarded-For"); v != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q, want the client's address alone", v)
+	}
+	for _, h := range []string{"Forwarded", "X-Hop"} {
+		if v := in.Header.Get(h); v != "" {
+			t.Errorf("the template center got %s: %q", h, v)
+		}
 	}
 }
