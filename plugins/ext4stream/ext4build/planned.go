@@ -82,7 +82,7 @@ func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 			}
 			w.src = &plannedSource{file: e.File, off: e.Offset, zero: e.Zero}
 			if !e.ZeroKnown {
-				z, err := w.zeroRuns(e.File, e.Offset, it.size)
+				z, err := w.zeroRuns(ctx, e.File, e.Offset, it.size)
 				if err != nil {
 					return fmt.Errorf("tree entry %q: read content: %w", it.raw, err)
 				}
@@ -140,17 +140,22 @@ func (w *fsWriter) allocInline(n *node, b []byte) error {
 }
 
 // zeroRuns finds the all-zero blocks of content the tree gave no list for.
-func (w *fsWriter) zeroRuns(f *os.File, off, size int64) ([][2]uint32, error) {
+func (w *fsWriter) zeroRuns(ctx context.Context, f *os.File, off, size int64) ([][2]uint32, error) {
 	if w.scratch == nil {
 		w.scratch = make([]byte, 1<<20)
 	}
-	return zeroRunsBuf(f, off, size, w.scratch)
+	return zeroRunsBuf(ctx, f, off, size, w.scratch)
 }
 
-func zeroRunsBuf(f *os.File, off, size int64, buf []byte) ([][2]uint32, error) {
+// zeroRunsBuf is zeroRuns reading through buf; it stops when ctx ends (one
+// file may be gigabytes).
+func zeroRunsBuf(ctx context.Context, f *os.File, off, size int64, buf []byte) ([][2]uint32, error) {
 	var runs [][2]uint32
 	blk := uint32(0)
 	for done := int64(0); done < size; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		chunk := buf[:min(int64(len(buf)), size-done)]
 		if _, err := f.ReadAt(chunk, off+done); err != nil {
 			return nil, err
@@ -208,7 +213,7 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		err := hashRange(h, w.f, 0, int64(w.dataStart)*blockSize)
+		err := hashRange(hctx, h, w.f, 0, int64(w.dataStart)*blockSize)
 		for p := range full {
 			if err == nil {
 				h.Write(p.b)
@@ -217,7 +222,7 @@ func (w *fsWriter) copyAndHash(ctx context.Context, size int64) (string, error) 
 			dw.WriteAt(b, p.off, func() { free <- b[:0] })
 		}
 		if err == nil {
-			err = hashRange(h, w.f, w.dataEnd*blockSize, w.metaEnd*blockSize)
+			err = hashRange(hctx, h, w.f, w.dataEnd*blockSize, w.metaEnd*blockSize)
 		}
 		if err == nil {
 			err = hashZeros(hctx, h, size-w.metaEnd*blockSize)
@@ -255,11 +260,11 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 	buf := <-free
 	at := int64(w.dataStart) // block of buf[0]
 	flush := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if len(buf) == 0 {
+			return nil
 		}
 		if err := dw.Err(); err != nil {
 			return fmt.Errorf("write image: %w", err)
@@ -290,7 +295,7 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 			copy(buf[k:], j.inline)
 			continue
 		}
-		if err := w.copyFile(j, &buf, flush); err != nil {
+		if err := w.copyFile(ctx, j, &buf, flush); err != nil {
 			return err
 		}
 	}
@@ -304,11 +309,15 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 }
 
 // copyFile appends one file's non-zero blocks to *buf, reading straight
-// into it and checking every block against the zero list.
-func (w *fsWriter) copyFile(j copyJob, buf *[]byte, flush func() error) error {
+// into it and checking every block against the zero list. ctx is checked
+// at every read: a file of zero blocks never fills a buffer to flush.
+func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush func() error) error {
 	zero := j.src.zero
 	blk := uint32(0)
 	for done := int64(0); done < j.size; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if len(*buf) == cap(*buf) {
 			if err := flush(); err != nil {
 				return err
@@ -349,13 +358,19 @@ func (w *fsWriter) copyFile(j copyJob, buf *[]byte, flush func() error) error {
 	return nil
 }
 
-// hashRange hashes the file's bytes [from, to).
-func hashRange(h io.Writer, f *os.File, from, to int64) error {
-	if to <= from {
-		return nil
+// hashRange hashes the file's bytes [from, to), or stops when ctx ends
+// (the metadata of an image with millions of spare inodes is gigabytes).
+func hashRange(ctx context.Context, h io.Writer, f *os.File, from, to int64) error {
+	const step = 64 << 20
+	for off := from; off < to; off += step {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := io.Copy(h, io.NewSectionReader(f, off, min(step, to-off))); err != nil {
+			return err
+		}
 	}
-	_, err := io.Copy(h, io.NewSectionReader(f, from, to-from))
-	return err
+	return nil
 }
 
 // hashZeros hashes n zero bytes, or stops when ctx ends.

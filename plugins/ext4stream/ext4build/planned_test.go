@@ -4,11 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/adapters/diskio"
@@ -43,7 +45,7 @@ func entriesOf(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
 			}
 			e.File, e.Offset = f, off
 			if withZero {
-				if e.Zero, err = zeroRunsBuf(f, off, n, make([]byte, 1<<20)); err != nil {
+				if e.Zero, err = zeroRunsBuf(context.Background(), f, off, n, make([]byte, 1<<20)); err != nil {
 					t.Fatal(err)
 				}
 				e.ZeroKnown = true
@@ -196,6 +198,49 @@ func TestCopyStopsWhenCanceled(t *testing.T) {
 			t.Fatalf("copyData = %v after %d of 16 pieces, want context.Canceled within the first few", err, n)
 		}
 	})
+	t.Run("within a file of zero blocks", func(t *testing.T) {
+		// 256 MiB of holes with their zero list: read and checked, never
+		// filling a buffer, so no flush sees the context.
+		const blocks = 256 << 20 / blockSize
+		w := canceledCopyWriter(t, 0)
+		src, err := os.Create(filepath.Join(t.TempDir(), "zeros"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		if err := src.Truncate(blocks * blockSize); err != nil {
+			t.Fatal(err)
+		}
+		w.jobs = []copyJob{{src: plannedSource{file: src, zero: [][2]uint32{{0, blocks}}}, size: blocks * blockSize, first: 1}}
+		free := make(chan []byte, 1)
+		free <- make([]byte, 0, 4<<20)
+		full := make(chan dataPiece, 1)
+		// Canceled once the copy has looked at it the first time.
+		ctx := &cancelAfterFirstCheck{Context: context.Background()}
+		dw := diskio.NewWriter(w.f, 1)
+		err = w.copyData(ctx, dw, free, full)
+		if cerr := dw.Close(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("copyData = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("while hashing the metadata", func(t *testing.T) {
+		f, err := os.Create(filepath.Join(t.TempDir(), "img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(1 << 30); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := hashRange(ctx, sha256.New(), f, 0, 1<<30); !errors.Is(err, context.Canceled) {
+			t.Fatalf("hashRange = %v, want context.Canceled", err)
+		}
+	})
 	t.Run("while hashing the zeros after the metadata", func(t *testing.T) {
 		w := canceledCopyWriter(t, 0)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -205,4 +250,18 @@ func TestCopyStopsWhenCanceled(t *testing.T) {
 			t.Fatalf("copyAndHash = %v, want context.Canceled", err)
 		}
 	})
+}
+
+// cancelAfterFirstCheck is a context whose Err is nil the first time it
+// is asked and context.Canceled from then on.
+type cancelAfterFirstCheck struct {
+	context.Context
+	asked atomic.Bool
+}
+
+func (c *cancelAfterFirstCheck) Err() error {
+	if c.asked.Swap(true) {
+		return context.Canceled
+	}
+	return nil
 }
