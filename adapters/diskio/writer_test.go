@@ -65,8 +65,12 @@ func TestWriterRefusedDirect(t *testing.T) {
 	if direct == nil {
 		t.Skip("the test directory's filesystem refuses direct I/O")
 	}
-	w := newWriter(f, direct, 1)
 	b := block('x', true)
+	if _, err := direct.WriteAt(b, Align); err == nil {
+		// tmpfs since Linux 6.6 takes any buffer: nothing is refused.
+		t.Skip("the test directory's filesystem takes misaligned direct writes")
+	}
+	w := newWriter(f, direct, 1)
 	if err := w.writeDirect(b, Align); err != nil {
 		t.Fatalf("writeDirect: %v", err)
 	}
