@@ -1,0 +1,6 @@
+//go:build !race
+
+package diskio
+
+// raceEnabled: built with -race (see race.go).
+const raceEnabled = false
