@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,14 +101,16 @@ func (a *Agent) TemplateDir(templateID string) string {
 
 // dropTokenOffHost stops the artifact token from following a redirect to
 // another host (a presigned object-store URL needs no token, and must not
-// learn it). Referer goes on every redirect: Go's client fills it with the
-// previous URL, whose query carries the token.
+// learn it) or from https to plain http (it would cross the network in
+// clear text). Referer goes on every redirect: Go's client fills it with
+// the previous URL, whose query carries the token.
 func dropTokenOffHost(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
 	}
 	req.Header.Del("Referer")
-	if req.URL.Host != via[0].URL.Host {
+	downgrade := via[0].URL.Scheme == "https" && req.URL.Scheme != "https"
+	if req.URL.Host != via[0].URL.Host || downgrade {
 		req.Header.Del(core.DownloadTokenHeader)
 	}
 	return nil
@@ -142,25 +145,26 @@ type keyedMutex struct {
 }
 
 type keyedEntry struct {
-	mu   sync.Mutex
+	held chan struct{} // holds a value while the key is locked
 	refs int
 }
 
-func (k *keyedMutex) lock(key string) (unlock func()) {
+// lock waits for key, or for ctx to end: a call whose caller gave up
+// while another held the key returns ctx's error and does nothing (the
+// caller has recorded it as failed and moved on).
+func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedEntry{}
 	}
 	e := k.locks[key]
 	if e == nil {
-		e = &keyedEntry{}
+		e = &keyedEntry{held: make(chan struct{}, 1)}
 		k.locks[key] = e
 	}
 	e.refs++
 	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		e.refs--
 		if e.refs == 0 {
@@ -168,6 +172,21 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+	select {
+	case e.held <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return nil, fmt.Errorf("gave up waiting for another call on %s: %w", key, ctx.Err())
+	}
+	if err := ctx.Err(); err != nil {
+		<-e.held
+		release()
+		return nil, fmt.Errorf("gave up waiting for another call on %s: %w", key, err)
+	}
+	return func() {
+		<-e.held
+		release()
+	}, nil
 }
 
 func ok() *cubeletpb.Ret {

@@ -444,3 +444,67 @@ func TestDestroyImageRemovesEveryInstanceType(t *testing.T) {
 		t.Fatalf("traversal image gave %v", resp.GetRet())
 	}
 }
+
+// TestRedirectDropsTokenOnDowngrade: a redirect from https to plain http,
+// even on the same host, must not carry the token in clear text.
+func TestRedirectDropsTokenOnDowngrade(t *testing.T) {
+	tests := []struct {
+		name, from, to string
+		keep           bool
+	}{
+		{"same host and scheme", "https://master.example/d", "https://master.example/blob", true},
+		{"same host, https to http", "https://master.example/d", "http://master.example/blob", false},
+		{"same host, http to https", "http://master.example/d", "https://master.example/blob", true},
+		{"another host", "https://master.example/d", "https://store.example/blob", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			via, _ := http.NewRequest("GET", tc.from, nil)
+			req, _ := http.NewRequest("GET", tc.to, nil)
+			req.Header.Set(core.DownloadTokenHeader, "tok")
+			if err := dropTokenOffHost(req, []*http.Request{via}); err != nil {
+				t.Fatal(err)
+			}
+			if got := req.Header.Get(core.DownloadTokenHeader) != ""; got != tc.keep {
+				t.Fatalf("token kept = %v, want %v", got, tc.keep)
+			}
+		})
+	}
+}
+
+// TestDestroyImageCanceledWhileWaiting: a DestroyImage whose caller gave
+// up while another call held the artifact returns, and later deletes
+// nothing (the master has recorded it as failed and moved on).
+func TestDestroyImageCanceledWhileWaiting(t *testing.T) {
+	data := []byte("x")
+	srv := serveBytes(t, data, http.StatusOK)
+	ta := newTestAgent(t)
+	if ret := ta.create(t, ext4Spec("rfs-w", srv.URL+"/a", "", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	unlock, err := ta.locks.lock(context.Background(), "artifact/rfs-w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *cubeletpb.DestroyImageResponse, 1)
+	go func() {
+		resp, _ := ta.img.DestroyImage(ctx, &cubeletpb.DestroyImageRequest{Spec: &cubeletpb.ImageSpec{Image: "rfs-w"}})
+		done <- resp
+	}()
+	cancel()
+	var resp *cubeletpb.DestroyImageResponse
+	select {
+	case resp = <-done:
+	case <-time.After(time.Minute):
+		unlock()
+		t.Fatal("DestroyImage still waiting for the artifact after its caller gave up")
+	}
+	unlock()
+	if resp.GetRet().GetRetCode() == cubeletpb.ErrorCode_Success {
+		t.Errorf("a canceled DestroyImage answered success: %v", resp.GetRet())
+	}
+	if _, err := os.Stat(ta.ArtifactFile("cubebox", "rfs-w")); err != nil {
+		t.Errorf("the artifact is gone after a canceled DestroyImage: %v", err)
+	}
+}

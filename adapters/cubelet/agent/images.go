@@ -94,7 +94,12 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 		return resp, nil
 	}
 	log = log.With("artifact_id", job.id, "instance_type", job.instanceType)
-	unlock := a.locks.lock("artifact/" + job.id)
+	unlock, err := a.locks.lock(ctx, "artifact/"+job.id)
+	if err != nil {
+		log.Warn("create image abandoned", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_CreateImageFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
+		return resp, nil
+	}
 	defer unlock()
 	start := time.Now()
 	n, fetched, err := a.ensureArtifact(ctx, job)
@@ -115,7 +120,7 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 // ensureArtifact returns the artifact size and whether it had to fetch it.
 func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool, error) {
 	final := a.ArtifactFile(j.instanceType, j.id)
-	if n, ok := a.present(final, j); ok {
+	if n, ok := a.present(ctx, final, j); ok {
 		return n, false, nil
 	}
 	dir := filepath.Dir(final)
@@ -136,7 +141,7 @@ func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool
 func sidecar(final string) string { return final + ".sha256" }
 
 // present reports whether final already holds the artifact.
-func (a *Agent) present(final string, j *artifactJob) (int64, bool) {
+func (a *Agent) present(ctx context.Context, final string, j *artifactJob) (int64, bool) {
 	st, err := os.Stat(final)
 	if err != nil || !st.Mode().IsRegular() {
 		return 0, false
@@ -147,7 +152,7 @@ func (a *Agent) present(final string, j *artifactJob) (int64, bool) {
 	if b, err := os.ReadFile(sidecar(final)); err == nil && string(bytes.TrimSpace(b)) == j.sha256 {
 		return st.Size(), true
 	}
-	sum, err := hashFile(final)
+	sum, err := hashFile(ctx, final)
 	if err != nil || sum != j.sha256 {
 		return 0, false
 	}
@@ -155,14 +160,29 @@ func (a *Agent) present(final string, j *artifactJob) (int64, bool) {
 	return st.Size(), true
 }
 
-func hashFile(p string) (string, error) {
+// hashFile is the sha256 of the file at p; it stops when ctx ends (an
+// artifact is gigabytes).
+func hashFile(ctx context.Context, p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	sum, _, err := core.SHA256Of(f)
+	sum, _, err := core.SHA256Of(ctxReader{ctx, f})
 	return sum, err
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // fetch downloads into final+".download" (saveFile), verifies size and
@@ -244,7 +264,12 @@ func (s imagesServer) DestroyImage(ctx context.Context, req *cubeletpb.DestroyIm
 		resp.Ret = fail(cubeletpb.ErrorCode_InvalidParamFormat, "node %s: DestroyImage: %v", a.cfg.NodeID, err)
 		return resp, nil
 	}
-	unlock := a.locks.lock("artifact/" + aid)
+	unlock, err := a.locks.lock(ctx, "artifact/"+aid)
+	if err != nil {
+		log.Warn("destroy image abandoned", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_DestroyImageFailed, "node %s: DestroyImage %s: %v", a.cfg.NodeID, aid, err)
+		return resp, nil
+	}
 	defer unlock()
 	removed, err := a.removeArtifact(aid)
 	if err != nil {

@@ -99,7 +99,12 @@ func (s cubeboxServer) AppSnapshot(ctx context.Context, req *cubeletpb.AppSnapsh
 		rootfsBytes += st.Size()
 	}
 
-	unlock := a.locks.lock("template/" + tid)
+	unlock, err := a.locks.lock(ctx, "template/"+tid)
+	if err != nil {
+		log.Warn("snapshot abandoned", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_GrpcError, "node %s: AppSnapshot %s: %v", a.cfg.NodeID, tid, err)
+		return resp, nil
+	}
 	defer unlock()
 	rec := TemplateRecord{
 		TemplateID:           tid,
@@ -228,7 +233,12 @@ func (s cubeboxServer) CleanupTemplate(ctx context.Context, req *cubeletpb.Clean
 	if p := req.GetSnapshotPath(); p != "" && filepath.Clean(p) != dir {
 		log.Warn("ignoring snapshot path that is not this agent's template dir", "snapshot_path", p, "dir", dir)
 	}
-	unlock := a.locks.lock("template/" + tid)
+	unlock, err := a.locks.lock(ctx, "template/"+tid)
+	if err != nil {
+		log.Warn("cleanup abandoned", "err", err)
+		resp.Ret = fail(cubeletpb.ErrorCode_GrpcError, "node %s: CleanupTemplate %s: %v", a.cfg.NodeID, tid, err)
+		return resp, nil
+	}
 	defer unlock()
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		log.Info("template not present, nothing to remove")
