@@ -31,6 +31,10 @@ func TestStreamReaderDropsWhatItRead(t *testing.T) {
 	if cached(t, path) == 0 {
 		t.Skip("the test directory's filesystem keeps no written page in the cache")
 	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the test directory is on tmpfs, whose pages are the file itself")
+	}
 
 	st := newBlobStream()
 	st.finish(path, nil)
