@@ -106,7 +106,8 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 }
 
 // ErrStoredMismatch is wrapped by Put errors when a remote store
-// acknowledged an upload but reads back other bytes; the object is removed.
+// acknowledged an upload but reads back other bytes; the object is removed
+// unless another upload of the key has replaced it.
 var ErrStoredMismatch = errors.New("the store acknowledged the upload but holds other bytes")
 
 // readBack hashes the stored object and removes it when it is not want.
@@ -122,8 +123,16 @@ func (s *Store) readBack(ctx context.Context, full string, want ports.ObjectInfo
 		return fmt.Errorf("read back: %w", err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); n != want.Size || got != want.SHA256 {
-		rerr := s.be.remove(context.WithoutCancel(ctx), full)
-		return errors.Join(fmt.Errorf("%w: %d bytes with sha256 %s, want %d bytes with %s", ErrStoredMismatch, n, got, want.Size, want.SHA256), rerr)
+		mismatch := fmt.Errorf("%w: %d bytes with sha256 %s, want %d bytes with %s", ErrStoredMismatch, n, got, want.Size, want.SHA256)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		// Only an object that still claims to be this upload is removed:
+		// another Put of the key may have replaced it meanwhile, and that
+		// Put reported its object stored.
+		if cur, err := s.be.stat(rctx, full); err == nil && cur.SHA256 != want.SHA256 {
+			return fmt.Errorf("%w (the key now holds another upload, left in place)", mismatch)
+		}
+		return errors.Join(mismatch, s.be.remove(rctx, full))
 	}
 	return nil
 }
