@@ -107,6 +107,11 @@ func parseStoreURL(raw string) (*storeURL, error) {
 		return nil, err
 	}
 	q.Del("prefix")
+	if p := strings.Trim(u.Path, "/"); p != "" && (u.Scheme == BackendS3 || u.Scheme == BackendGCS) {
+		// Dropped, the path would put the objects at the bucket's root,
+		// beside those of any other deployment sharing the bucket.
+		return nil, &core.FieldError{Field: "url", Reason: fmt.Sprintf("%s://%s/%s: a folder in the bucket is given as ?prefix=%s, not as a path", u.Scheme, u.Host, p, p)}
+	}
 	switch u.Scheme {
 	case BackendFile:
 		return su, su.parseFile(u, q)

@@ -98,6 +98,10 @@ func TestParseStoreURLRejects(t *testing.T) {
 		{"s3://b?endpoint=https://h&disable_https=true", "contradicts"},
 		{"s3://b?profile=x&zz=1", "unknown parameter(s) profile, zz"},
 		{"gs://?prefix=x", "bucket name"},
+		// A folder as a path would be dropped: the objects would land at
+		// the bucket's root, beside another deployment's.
+		{"s3://b/tenant-a/artifacts?region=r", "?prefix=tenant-a/artifacts"},
+		{"gs://b/tenant-a", "?prefix=tenant-a"},
 	} {
 		_, err := parseStoreURL(tc.url)
 		if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.reason) {
