@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -1149,5 +1151,53 @@ func TestParseRefDefaults(t *testing.T) {
 		if r.Registry != tt.registry || r.Repository != tt.repo || r.Tag != tt.tag || r.Digest != tt.digest || r.CommonName() != tt.common {
 			t.Errorf("%s parsed as %+v (%s)", tt.in, r, r.CommonName())
 		}
+	}
+}
+
+// TestTokenFetchIsBounded: regclient fetches bearer tokens with requests
+// no context can cancel; a token endpoint that trickles bytes forever must
+// not hold the build (and every build sharing its credentials) for ever.
+func TestTokenFetchIsBounded(t *testing.T) {
+	defer func(d time.Duration) { contextlessTimeout = d }(contextlessTimeout)
+	contextlessTimeout = time.Second
+	done := make(chan struct{})
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/token" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"token":"`)
+			for {
+				select {
+				case <-done:
+					return
+				case <-r.Context().Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				io.WriteString(w, strings.Repeat("A", 1024))
+				w.(http.Flusher).Flush()
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+srv.URL+`/token",service="x"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	defer close(done)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	s := newTestSource(t, nil, func(o *Options) { o.IdleTimeout = 300 * time.Millisecond; o.Retries = -1 }, host)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		_, err := s.Resolve(ctx, ports.ImageRequest{Ref: host + "/repo:tag"})
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err == nil {
+			t.Fatal("Resolve succeeded against a token endpoint that never ends")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Resolve still blocked a minute after its context ended: the token fetch is unbounded")
 	}
 }

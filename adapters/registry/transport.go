@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // blobHint rides in the request context of one blob download. regclient
@@ -45,6 +46,9 @@ type resumeTransport struct {
 }
 
 func (t *resumeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Context().Done() == nil {
+		return t.bounded(req)
+	}
 	h := hintFrom(req.Context())
 	if h == nil || req.Method != http.MethodGet {
 		return t.base.RoundTrip(req)
@@ -155,4 +159,47 @@ func parseContentRange(s string) (start, end, total int64, ok bool) {
 		}
 	}
 	return start, end, total, true
+}
+
+// A request whose context can never end is one of regclient's bearer-token
+// fetches (it makes them without a context, and holds the credential's
+// lock meanwhile): a token endpoint that trickles bytes forever would hold
+// the build, and every build sharing those credentials, for good. Such a
+// request gets contextlessTimeout for the whole exchange and at most
+// contextlessMaxBody bytes of answer.
+var contextlessTimeout = time.Minute
+
+const contextlessMaxBody = 1 << 20
+
+func (t *resumeTransport) bounded(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(req.Context(), contextlessTimeout)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &boundedBody{body: resp.Body, left: contextlessMaxBody, cancel: cancel}
+	return resp, nil
+}
+
+// boundedBody fails a read past its limit; closing it ends its request.
+type boundedBody struct {
+	body   io.ReadCloser
+	left   int64
+	cancel context.CancelFunc
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("answer to a token request longer than %d bytes", contextlessMaxBody)
+	}
+	n, err := b.body.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *boundedBody) Close() error {
+	err := b.body.Close()
+	b.cancel()
+	return err
 }
