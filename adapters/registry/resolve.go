@@ -229,6 +229,9 @@ func (s *Source) resolve(ctx context.Context, req ports.ImageRequest) (*ports.Re
 	if r.Digest != "" && manDigest.String() != r.Digest {
 		return nil, fmt.Errorf("manifest of %s hashes to %s: %w", name, manDigest, ErrDigestMismatch)
 	}
+	if mt, err = manifestKind(raw, mt); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	s.log.DebugContext(ctx, "manifest resolved", "ref", name, "digest", manDigest.String(), "media_type", mt)
 
 	for depth := 0; mt == mtOCIIndex || mt == mtDockerList; depth++ {
@@ -261,6 +264,12 @@ func (s *Source) resolve(ctx context.Context, req ports.ImageRequest) (*ports.Re
 		mt = m.GetDescriptor().MediaType
 		if mt == "" {
 			mt = d.MediaType
+		}
+		if mt, err = manifestKind(raw, mt); err != nil {
+			return nil, fmt.Errorf("manifest %s of %s: %w", d.Digest, name, err)
+		}
+		if d.MediaType != "" && isIndexType(d.MediaType) != isIndexType(mt) {
+			return nil, rejectf("manifest %s of %s: the index lists it as %s, it is %s", d.Digest, name, d.MediaType, mt)
 		}
 	}
 	if mt != mtOCIManifest && mt != mtDockerV2 {
@@ -438,4 +447,44 @@ func checkRootFS(cfg *ocispec.Image, layers int) error {
 // no URLs (regclient would fall back to them) and no embedded data.
 func regDesc(d ocispec.Descriptor) descriptor.Descriptor {
 	return descriptor.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}
+}
+
+// manifestKind returns the media type a manifest's bytes are read as: a
+// pinned digest names the bytes, not the Content-Type they were served
+// with, so the bytes decide. A body with both an index's "manifests" and
+// an image's "config" or "layers" is refused (read by its Content-Type it
+// would be one image as a manifest and another as an index: the
+// CVE-2021-41190 class), as is a body whose own mediaType, or whose
+// fields, contradict the media type it came with.
+func manifestKind(raw []byte, said string) (string, error) {
+	var probe struct {
+		MediaType string          `json:"mediaType"`
+		Manifests json.RawMessage `json:"manifests"`
+		Config    json.RawMessage `json:"config"`
+		Layers    json.RawMessage `json:"layers"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return "", rejectf("manifest is not valid JSON: %v", err)
+	}
+	index, image := probe.Manifests != nil, probe.Config != nil || probe.Layers != nil
+	if index && image {
+		return "", rejectf("manifest has both an index's manifests and an image's config or layers")
+	}
+	mt := said
+	if probe.MediaType != "" {
+		if said != "" && knownType(said) && knownType(probe.MediaType) && isIndexType(said) != isIndexType(probe.MediaType) {
+			return "", rejectf("manifest served as %s says it is %s", said, probe.MediaType)
+		}
+		mt = probe.MediaType
+	}
+	if knownType(mt) && (index && !isIndexType(mt) || image && isIndexType(mt)) {
+		return "", rejectf("manifest of media type %s has the fields of another kind", mt)
+	}
+	return mt, nil
+}
+
+func isIndexType(mt string) bool { return mt == mtOCIIndex || mt == mtDockerList }
+
+func knownType(mt string) bool {
+	return mt == mtOCIIndex || mt == mtDockerList || mt == mtOCIManifest || mt == mtDockerV2
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/regclient/regclient/types/ref"
 
 	"github.com/cubesandbox/templatecenter/adapters/layercache"
 	"github.com/cubesandbox/templatecenter/core"
@@ -1200,4 +1202,71 @@ func TestTokenFetchIsBounded(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Resolve still blocked a minute after its context ended: the token fetch is unbounded")
 	}
+}
+
+// TestPinnedManifestMeansOneImage: a pinned digest names bytes, and the
+// bytes alone must say what they are. One body with both an image's
+// layers and an index's manifests, pushed once as an image manifest and
+// once as an index, resolved to two different images by the same digest.
+func TestPinnedManifestMeansOneImage(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	repo := reg.host + "/" + uniqueRepo("pinned")
+	x := pushImage(t, rc, repo+":x", testImage{layers: []testLayer{makeLayer(t, 100, compGzip, false)}})
+	y := pushImage(t, rc, repo+":y", testImage{layers: []testLayer{makeLayer(t, 100, compGzip, false)}})
+	xr, err := ref.New(repo + ":x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rc.ManifestGet(context.Background(), xr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := m.RawBody()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	child := []map[string]any{{"mediaType": y.mt, "digest": y.digest.String(), "size": y.size, "platform": map[string]string{"os": "linux", "architecture": "amd64"}}}
+	both := map[string]any{"schemaVersion": 2, "config": body["config"], "layers": body["layers"], "manifests": child}
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		as   string // Content-Type
+	}{
+		{"layers and manifests, as a manifest", both, mtOCIManifest},
+		{"layers and manifests, as an index", both, mtOCIIndex},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pinned := repo + "@" + digest.FromBytes(b).String()
+			r, err := ref.New(pinned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pushManifest(t, rc, r, b, tc.as)
+			s := newTestSource(t, nil, nil, reg.host)
+			img, err := s.Resolve(context.Background(), ports.ImageRequest{Ref: pinned})
+			if !errors.Is(err, ErrImageRejected) {
+				t.Fatalf("Resolve = %v (layers %v; x %s, y %s), want the manifest rejected", err, layerDigests(img), x.digest, y.digest)
+			}
+		})
+	}
+}
+
+func layerDigests(img *ports.ResolvedImage) []string {
+	if img == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range img.Layers {
+		out = append(out, l.Digest.String())
+	}
+	return out
 }
