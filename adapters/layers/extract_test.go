@@ -623,8 +623,15 @@ func TestExtractOwnersUnderSetgidRoot(t *testing.T) {
 			t.Errorf("the owner probe is left in the tree (%v)", err)
 		}
 	}
+	extractBothWays(t, layers, opt, setgidRoot, check)
+}
+
+// extractBothWays stages layers with ExtractEntries and with Extract of
+// their tar stream, each into a root made by newRoot, and checks each.
+func extractBothWays(t *testing.T, layers []Layer, opt ExtractOptions, newRoot func(*testing.T) string, check func(*testing.T, string)) {
+	t.Helper()
 	t.Run("entries", func(t *testing.T) {
-		root := setgidRoot(t)
+		root := newRoot(t)
 		if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
 			_, err := ExtractEntries(context.Background(), es, root, opt)
 			return err
@@ -634,7 +641,7 @@ func TestExtractOwnersUnderSetgidRoot(t *testing.T) {
 		check(t, root)
 	})
 	t.Run("stream", func(t *testing.T) {
-		root := setgidRoot(t)
+		root := newRoot(t)
 		var stream bytes.Buffer
 		if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
 			t.Fatal(err)
@@ -691,27 +698,7 @@ func TestExtractRootACLNotInherited(t *testing.T) {
 			t.Errorf("kept: xattrs %q, want its declared access ACL only", got)
 		}
 	}
-	t.Run("entries", func(t *testing.T) {
-		root := aclRoot(t)
-		if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
-			_, err := ExtractEntries(context.Background(), es, root, opt)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		check(t, root)
-	})
-	t.Run("stream", func(t *testing.T) {
-		root := aclRoot(t)
-		var stream bytes.Buffer
-		if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Extract(context.Background(), &stream, root, opt); err != nil {
-			t.Fatal(err)
-		}
-		check(t, root)
-	})
+	extractBothWays(t, layers, opt, aclRoot, check)
 }
 
 func listXattrs(t *testing.T, p string) []string {

@@ -168,21 +168,8 @@ func hashFile(ctx context.Context, p string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	sum, _, err := core.SHA256Of(ctxReader{ctx, f})
+	sum, _, err := core.SHA256OfContext(ctx, f)
 	return sum, err
-}
-
-// ctxReader reads r until ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // fetch downloads into final+".download" (saveFile), verifies size and

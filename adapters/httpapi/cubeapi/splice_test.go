@@ -110,12 +110,7 @@ func TestDownloadProxyBrokenBody(t *testing.T) {
 	data := bytes.Repeat([]byte("ext4"), 1<<18)
 	master := httptest.NewServer(newServer(t, &services{}, artifactTC(t, data, true).URL))
 	defer master.Close()
-	resp, err := http.Get(master.URL + PathDownload + "?artifact_id=rfs-1&token=t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, got, err := getArtifact(t, master)
 	if err == nil {
 		t.Fatalf("read %d of %d bytes without an error", len(got), len(data))
 	}
@@ -164,12 +159,7 @@ func TestDownloadProxySkipsInterimResponses(t *testing.T) {
 	}, nil)
 	master := httptest.NewServer(newServer(t, &services{}, tc))
 	defer master.Close()
-	resp, err := http.Get(master.URL + PathDownload + "?artifact_id=rfs-1&token=t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, got, err := getArtifact(t, master)
 	if err != nil || resp.StatusCode != 200 || string(got) != body {
 		t.Fatalf("status %d, %d bytes (err %v), want 200 and %d bytes", resp.StatusCode, len(got), err, len(body))
 	}
@@ -212,4 +202,17 @@ func TestDownloadProxyHopHeaders(t *testing.T) {
 			t.Errorf("the template center got %s: %q", h, v)
 		}
 	}
+}
+
+// getArtifact downloads rfs-1 through master and reads the whole answer;
+// err is the body's read error.
+func getArtifact(t *testing.T, master *httptest.Server) (*http.Response, []byte, error) {
+	t.Helper()
+	resp, err := http.Get(master.URL + PathDownload + "?artifact_id=rfs-1&token=t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, got, err
 }
