@@ -214,9 +214,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		p.Start(t)
 		WaitHTTP(t, c.TCURLs[i]+"/health", time.Minute)
 	}
-	for i, p := range c.Nodes {
-		p.Start(t)
-		WaitTCP(t, c.NodeAddrs[i], 30*time.Second)
+	for i := range c.Nodes {
+		c.startNode(t, i)
 	}
 	if c.broken["active-key"] {
 		// Without the unique key, nothing but timing keeps two active jobs
@@ -454,5 +453,48 @@ func (c *Cluster) dropObjects() {
 	defer cancel()
 	for _, k := range c.bucketKeys(ctx) {
 		deleteObject(ctx, c.S3, k)
+	}
+}
+
+// startNode starts node agent i and waits until it says it listens. The
+// port was free when picked, but another test running at the same time
+// may take it before the agent binds (the agent then exits, and a wait
+// for the port alone would see the other process): the agent is started
+// again on a new port, which its proxy then forwards to.
+func (c *Cluster) startNode(t testing.TB, i int) {
+	t.Helper()
+	p := c.Nodes[i]
+	for attempt := 1; ; attempt++ {
+		p.Start(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			log := p.Log()
+			if k := strings.LastIndex(log, "=== start "); k >= 0 {
+				log = log[k:]
+			}
+			if strings.Contains(log, "node agent listening") {
+				return
+			}
+			if !p.Running() {
+				if strings.Contains(log, "address already in use") && attempt < 3 {
+					break
+				}
+				t.Fatalf("%s exited at start:\n%s", p.Name, p.Tail(2000))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never said it listens:\n%s", p.Name, p.Tail(2000))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		p.Stop() // reaped; start may run again
+		addr := FreeAddr(t)
+		t.Logf("%s: %s was taken before it could bind; starting it on %s", p.Name, c.NodeAddrs[i], addr)
+		for k, a := range p.Args {
+			if a == c.NodeAddrs[i] {
+				p.Args[k] = addr
+			}
+		}
+		c.NodeAddrs[i] = addr
+		c.NodeProxies[i].retarget(addr)
 	}
 }

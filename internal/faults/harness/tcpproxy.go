@@ -74,7 +74,10 @@ func (p *TCPProxy) handle(in net.Conn) {
 	}
 	defer p.untrack(in)
 	p.gate()
-	out, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	out, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}
@@ -173,4 +176,11 @@ func (p *TCPProxy) Close() {
 	p.mu.Unlock()
 	p.ln.Close()
 	p.Sever()
+}
+
+// retarget sends the connections accepted from now on to target.
+func (p *TCPProxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
