@@ -9,8 +9,9 @@ import (
 
 // openDirect opens f's file a second time for direct writes, or returns
 // nil where the filesystem refuses O_DIRECT (tmpfs before Linux 6.6, some
-// overlay and network filesystems) or f's name no longer leads to f's file (renamed,
-// or replaced since it was opened): the writes would land in another file.
+// overlay and network filesystems) or f's name no longer leads to f's
+// file (renamed, or replaced since it was opened): the writes would land
+// in another file.
 func openDirect(f *os.File) *os.File {
 	d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {

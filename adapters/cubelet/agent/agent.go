@@ -172,21 +172,22 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err e
 		}
 		k.mu.Unlock()
 	}
+	unlock = func() {
+		<-e.held
+		release()
+	}
 	select {
 	case e.held <- struct{}{}:
+		// Both may have been ready: a caller gone meanwhile still does
+		// nothing.
+		if ctx.Err() == nil {
+			return unlock, nil
+		}
+		unlock()
 	case <-ctx.Done():
 		release()
-		return nil, fmt.Errorf("gave up waiting for another call on %s: %w", key, ctx.Err())
 	}
-	if err := ctx.Err(); err != nil {
-		<-e.held
-		release()
-		return nil, fmt.Errorf("gave up waiting for another call on %s: %w", key, err)
-	}
-	return func() {
-		<-e.held
-		release()
-	}, nil
+	return nil, fmt.Errorf("gave up waiting for another call on %s: %w", key, ctx.Err())
 }
 
 func ok() *cubeletpb.Ret {
