@@ -26,10 +26,10 @@ build:
 # template and distributed to the embedded node, its sha256 checked there,
 # a summary printed, dev stopped. Offline; needs only Go.
 demo: build
-	$(GO) run ./internal/demo --bin $(BIN)
+	$(GO) run ./internal/tools/demo --bin $(BIN)
 
-# The fault, load and soak suites (internal/faults, internal/load,
-# internal/soak) run the binaries make build just made. The packages in
+# The fault, load and soak suites (internal/systemtest/faults, internal/systemtest/load,
+# internal/systemtest/soak) run the binaries make build just made. The packages in
 # RACEPKGS, where goroutines share a stream (layer decoding and its gzip
 # feeder, Extract's workers), run a second time under the race detector,
 # which needs a C compiler (cgo): without one that run is skipped, saying so.
@@ -65,8 +65,8 @@ RELIABILITY_OUT ?= $(CURDIR)/.reliability
 reliability: build
 	rm -rf $(RELIABILITY_OUT)
 	CUBE_TEST_REQUIRE_SERVERS=1 CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) CUBE_RELIABILITY_OUT=$(RELIABILITY_OUT) CUBE_SOAK_DURATION=$(SOAK) \
-		bash -o pipefail -c "$(GO) test -p 1 -count=1 -timeout 60m -v ./internal/faults ./internal/load ./internal/soak | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'"
-	$(GO) run ./internal/faults/reliabilitydoc -in $(RELIABILITY_OUT) -doc docs/reliability.md
+		bash -o pipefail -c "$(GO) test -p 1 -count=1 -timeout 60m -v ./internal/systemtest/faults ./internal/systemtest/load ./internal/systemtest/soak | grep -E '^(=== RUN|--- |ok|FAIL|PASS)'"
+	$(GO) run ./internal/tools/reliabilitydoc -in $(RELIABILITY_OUT) -doc docs/reliability.md
 
 test-short:
 	$(GO) test -short $(PKGS)
@@ -79,7 +79,7 @@ lint:
 generate:
 	$(GO) generate ./...
 
-# bench runs the benchmark of internal/bench (see its README): it starts
+# bench runs the benchmark of internal/tools/bench (see its README): it starts
 # MariaDB and a registry on loopback if they are not running, installs
 # pigz, igzip (isal) and iproute2 (the links part's namespaces and tc) if
 # missing, and prints the table. BENCHFLAGS passes flags to
@@ -90,7 +90,7 @@ bench: build
 	@command -v igzip >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq isal >/dev/null; }
 	@command -v tc >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; }
 	bash scripts/testservers.sh start mariadb registry >/dev/null
-	$(GO) build -o $(BIN)/cubebench ./internal/bench/cmd/cubebench
+	$(GO) build -o $(BIN)/cubebench ./internal/tools/bench/cmd/cubebench
 	set -a && . $${CUBE_TEST_SERVERS_DIR:-/tmp/cube-test-servers}/env && set +a && \
 		$(BIN)/cubebench -bin $(BIN) $(BENCHFLAGS)
 

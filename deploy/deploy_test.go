@@ -15,7 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/templatecenter/apps/config"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 var binaries = []string{"cubemaster", "templatecenter", "nodeagent", "cubemastercli", "ext4stream"}

@@ -10,9 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/artifactstoretest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // urlHarness opens a store from a URL; file and mem need nothing else.

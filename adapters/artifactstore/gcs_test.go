@@ -25,9 +25,9 @@ import (
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/gcp"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/artifactstoretest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // The service account the tests sign as, and its key: a key made for these

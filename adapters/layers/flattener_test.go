@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // harness runs the port's suite against Flattener (with gunzip as its

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // script writes an executable shell script standing in for the decoder:

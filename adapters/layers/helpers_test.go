@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // Fixture entries come from the port's suite.

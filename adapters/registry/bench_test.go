@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/adapters/layercache"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // benchImage pushes one image with a 64 MiB gzip layer and a 16 MiB zstd

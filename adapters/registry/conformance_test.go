@@ -22,9 +22,9 @@ import (
 	"github.com/regclient/regclient/types/ref"
 
 	"github.com/cubesandbox/templatecenter/adapters/layercache"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/imagesourcetest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // faultProxy stands between the Source and a registry: it forwards every

@@ -25,8 +25,8 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/layercache"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func TestFetchMediaTypes(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // TestServeWithUpstreamConf starts `cubemaster serve` from an upstream

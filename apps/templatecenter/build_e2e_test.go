@@ -13,9 +13,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
-	"github.com/cubesandbox/templatecenter/internal/testimage"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testimage"
 )
 
 // richImage is a three-layer image holding every kind of entry the builders

@@ -26,9 +26,9 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/system"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
-	"github.com/cubesandbox/templatecenter/internal/testimage"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testimage"
 )
 
 // fakeMaster records the status callbacks the data plane sends and applies

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // TestRun builds the plugin binary, runs the host against it and checks

@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // TestRun runs the example once per store combination. The database

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // Harness makes builders for one adapter.

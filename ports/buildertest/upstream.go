@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	ft "github.com/cubesandbox/templatecenter/ports/flattenertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // UpstreamImage is one image of the upstream fidelity corpus: realistic

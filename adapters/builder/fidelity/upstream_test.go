@@ -9,9 +9,9 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/builder/mkfs"
 	"github.com/cubesandbox/templatecenter/adapters/builder/plugin"
 	"github.com/cubesandbox/templatecenter/adapters/layers"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // harness feeds a builder from the layers flattener, as production does.

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func TestParseDumpe2fs(t *testing.T) {

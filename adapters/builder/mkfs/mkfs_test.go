@@ -19,10 +19,10 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/builder/mkfs"
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // needRoot skips when the builder cannot run: it stages with real owners.

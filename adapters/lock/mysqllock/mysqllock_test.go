@@ -10,9 +10,9 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/lockertest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // harness gives every Locker its own pool, as separate processes would have.

@@ -15,7 +15,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func TestNormalizeName(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func TestKey(t *testing.T) {

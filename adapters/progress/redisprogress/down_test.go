@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // cutProxy forwards to Redis until cut, then refuses every connection, as

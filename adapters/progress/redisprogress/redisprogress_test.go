@@ -9,9 +9,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/progresstest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // harness gives every sink its own client, as separate replicas would

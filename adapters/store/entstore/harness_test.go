@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/storetest"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // dialects lists the databases every store test runs against.

@@ -24,7 +24,7 @@ func TestMigrationsMatchSchema(t *testing.T) {
 				t.Fatalf("Drift: %v", err)
 			}
 			if ddl != "" {
-				t.Fatalf("the %s migrations differ from the ent schema; run ent/cmd/migrationgen to write the next migration. ent would execute:\n%s", d, ddl)
+				t.Fatalf("the %s migrations differ from the ent schema; run internal/tools/migrationgen to write the next migration. ent would execute:\n%s", d, ddl)
 			}
 		})
 	}

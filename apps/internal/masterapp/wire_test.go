@@ -18,8 +18,8 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func testWiring(t *testing.T, dsn string) wiring {

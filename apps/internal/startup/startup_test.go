@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // TestLockWaitersLeaveTheStoreAlone: more lock waiters queue on one held

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 func TestGzipDecoder(t *testing.T) {

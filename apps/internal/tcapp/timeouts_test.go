@@ -8,7 +8,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // The served data plane applies the server timeouts it is given: a client

@@ -11,7 +11,7 @@
 // single writer via BEGIN IMMEDIATE).
 //
 // The files are generated from the ent schema (see NextMigration and
-// ent/cmd/migrationgen) and then kept as committed files; Drift reports any
+// internal/tools/migrationgen) and then kept as committed files; Drift reports any
 // difference between a migrated database and the ent schema, and a test runs
 // it for every dialect.
 package migrations

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/templatecenter/internal/testenv"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
 // entry is one tar entry for test trees; Body is the content of regular files.
