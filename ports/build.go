@@ -57,32 +57,20 @@ type ImageSource interface {
 	// else is fetched. Errors wrap core.ErrInvalidArgument for refused
 	// references and core.ErrNotFound for missing images.
 	Resolve(ctx context.Context, req ImageRequest) (*ResolvedImage, error)
-	// FetchLayers makes every layer of img available as a verified local
-	// file, fetching what the cache lacks; progress may be nil. Layers come
-	// back in manifest order.
-	FetchLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) ([]LocalLayer, error)
+	// StreamLayers starts fetching every layer of img (concurrently,
+	// reusing what the source's cache holds; progress may be nil) and
+	// returns at once, in manifest order, so that decoding overlaps the
+	// download. Layer DiffIDs are not verified by the source: whoever
+	// decodes Blob verifies them. wait blocks until every fetch ended and
+	// returns the verified local layers or the first error; it must be
+	// called once, after the blobs are consumed or abandoned. The layers
+	// stay pinned (not evicted from the source's cache) until ctx ends.
+	StreamLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) (layers []StreamedLayer, wait func() ([]LocalLayer, error), err error)
 }
 
-// BuildSpec is one ext4 build.
+// BuildSpec is one ext4 build; the tree comes with it as entries
+// (RootfsBuilder.Build).
 type BuildSpec struct {
-	// Tree is the flattened root filesystem as a tar stream: whiteouts
-	// already applied, every path clean and relative (a directory may
-	// carry one trailing "/"; "." is the root), parents before children,
-	// hard links pointing at earlier regular files, ending with the tar
-	// end-of-archive marker. It is resolved: no entry lies below a symlink
-	// (the flattener has placed writes through symlinked parents where they
-	// resolve inside the root), and no name appears twice except a
-	// directory declared after it was implied by a child.
-	//
-	// A builder refuses a tree that breaks the contract with an error
-	// wrapping core.ErrInvalidArgument whose message holds
-	// `entry "<name>" rejected: <rule>`, using the rule names of
-	// ports/flattenertest (path-traversal, absolute-name, unclean-name,
-	// parent-symlink, parent-not-dir, duplicate-entry, whiteout-in-tree,
-	// hardlink-target-missing, corrupt-archive, ...). It never writes
-	// outside its scratch and output directories and never creates device
-	// nodes on the host.
-	Tree io.Reader
 	// OutPath is where the image is written; the builder writes a temporary
 	// file beside it and renames it into place only on success.
 	OutPath string
@@ -109,11 +97,25 @@ type BuildResult struct {
 	SHA256 string
 }
 
-// TreeEntry is one entry of a flattened tree handed over whole
-// (EntryFlattener, PlannedBuilder) instead of as tar bytes.
+// TreeEntry is one entry of a flattened tree. A tree is a slice of them
+// in the order a tar archive of it lists them: whiteouts already applied,
+// every path clean and relative (a directory may carry one trailing "/";
+// "." is the root), parents before children, hard links pointing at
+// earlier regular files. It is resolved: no entry lies below a symlink
+// (the flattener has placed writes through symlinked parents where they
+// resolve inside the root), and no name appears twice except a directory
+// declared after it was implied by a child.
+//
+// A builder refuses a tree that breaks the contract with an error
+// wrapping core.ErrInvalidArgument whose message holds
+// `entry "<name>" rejected: <rule>`, using the rule names of
+// ports/flattenertest (path-traversal, absolute-name, unclean-name,
+// parent-symlink, parent-not-dir, duplicate-entry, whiteout-in-tree,
+// hardlink-target-missing, ...). It never writes outside its scratch and
+// output directories and never creates device nodes on the host.
 type TreeEntry struct {
-	// Header is the entry exactly as the tree's tar stream carries it
-	// (BuildSpec.Tree's rules; xattrs as SCHILY.xattr.* PAX records).
+	// Header is the entry as a tar archive of the tree carries it (xattrs
+	// as SCHILY.xattr.* PAX records).
 	Header *tar.Header
 	// File and Offset hold the content of a regular file with Size > 0:
 	// Header.Size bytes from Offset. Valid until the call that handed the
@@ -127,26 +129,6 @@ type TreeEntry struct {
 	ZeroKnown bool
 }
 
-// EntryFlattener is implemented by TreeFlatteners that can hand the tree
-// over as entries with references to their content, so that an in-process
-// builder knows the whole tree before it writes (PlannedBuilder). The
-// entries are those, in the order, of the tar stream Flatten writes.
-type EntryFlattener interface {
-	// FlattenTo applies layers as Flatten does and calls use once with
-	// every entry of the result; content files stay valid until use
-	// returns. use's error is returned as is.
-	FlattenTo(ctx context.Context, layers []FlattenLayer, use func([]TreeEntry) error) (TreeStats, error)
-}
-
-// PlannedBuilder is implemented by RootfsBuilders that can build from the
-// whole tree known up front: they lay the image out first and write it in
-// one sequential pass, hashing it as they go. spec.Tree is unused; the
-// result must be the image Build makes of the same tree's tar stream,
-// byte for byte.
-type PlannedBuilder interface {
-	BuildEntries(ctx context.Context, spec BuildSpec, entries []TreeEntry) (BuildResult, error)
-}
-
 // RootfsBuilder turns a flattened tree into an ext4 image.
 type RootfsBuilder interface {
 	// Name identifies the builder ("mkfs", or a plugin's name).
@@ -157,14 +139,13 @@ type RootfsBuilder interface {
 	// builders, or one builder before and after an upgrade that changes
 	// its output, never publish different bytes under one id.
 	Format() string
-	// Build writes spec.OutPath or fails leaving nothing at OutPath. The
-	// image uses 4 KiB blocks, is sized to the content plus headroom and is
-	// a multiple of 2 MiB. It need not be durable (fsynced): whoever keeps
-	// it makes it so (the artifact store syncs the copy it publishes). A
-	// build whose ctx ends fails with an error wrapping ctx.Err(); one
-	// whose Tree fails to read fails too, never taking a broken stream for
-	// its end.
-	Build(ctx context.Context, spec BuildSpec) (BuildResult, error)
+	// Build writes the image of tree at spec.OutPath or fails leaving
+	// nothing there. The image uses 4 KiB blocks, is sized to the content
+	// plus headroom and is a multiple of 2 MiB. It need not be durable
+	// (fsynced): whoever keeps it makes it so (the artifact store syncs the
+	// copy it publishes). A build whose ctx ends fails with an error
+	// wrapping ctx.Err(); one whose content cannot be read fails too.
+	Build(ctx context.Context, spec BuildSpec, tree []TreeEntry) (BuildResult, error)
 }
 
 // ObjectInfo describes a stored artifact object.
@@ -247,7 +228,7 @@ type DerivedCache interface {
 	Create(name string) (f *os.File, commit func() error, err error)
 }
 
-// StreamedLayer is a layer being fetched (LayerStreamer).
+// StreamedLayer is a layer being fetched (ImageSource.StreamLayers).
 type StreamedLayer struct {
 	Descriptor ocispec.Descriptor
 	// DiffID is the config's rootfs.diff_ids entry for the layer.
@@ -262,28 +243,17 @@ type StreamedLayer struct {
 	Derived DerivedCache
 }
 
-// LayerStreamer is implemented by ImageSources that can hand out layers
-// while they are fetched, so that decoding overlaps the download.
-type LayerStreamer interface {
-	// StreamLayers starts fetching every layer of img (concurrently,
-	// reusing what the cache holds) and returns at once, in manifest
-	// order. Layer DiffIDs are not verified by the source: whoever
-	// decodes Blob verifies them. wait blocks until every fetch ended and
-	// returns the verified local layers (as FetchLayers would) or the
-	// first error; it must be called once, after the blobs are consumed
-	// or abandoned. Like FetchLayers, layers stay pinned until ctx ends.
-	StreamLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) (layers []StreamedLayer, wait func() ([]LocalLayer, error), err error)
-}
-
 // TreeStats summarizes a flattened tree.
 type TreeStats struct {
 	Entries      int
 	ContentBytes int64
 }
 
-// TreeFlattener applies layers in order and writes the resulting root
-// filesystem as one tar stream in the BuildSpec.Tree format, siblings
-// sorted by name bytes so that the same layers give the same bytes.
+// TreeFlattener applies layers in order and hands the resulting root
+// filesystem over as entries (TreeEntry's contract), siblings sorted by
+// name bytes so that the same layers give the same tree, with references
+// to their content in files the flattener holds open while use runs: an
+// in-process builder knows the whole tree before it writes.
 // Layers apply with OCI semantics: whiteouts and opaque markers hide lower
 // layers only, a directory over a directory merges, anything else replaces
 // the path and its subtree. Parent components resolve through symlinks as
@@ -298,5 +268,7 @@ type TreeStats struct {
 // nothing outside the flattener's own scratch space is written, and no
 // scratch outlives the call. ports/flattenertest is the conformance suite.
 type TreeFlattener interface {
-	Flatten(ctx context.Context, layers []FlattenLayer, w io.Writer) (TreeStats, error)
+	// Flatten calls use once with every entry of the result; content
+	// files stay valid until use returns. use's error is returned as is.
+	Flatten(ctx context.Context, layers []FlattenLayer, use func([]TreeEntry) error) (TreeStats, error)
 }

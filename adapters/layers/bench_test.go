@@ -14,6 +14,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // benchImage writes a three-layer image of about 100 MB per layer
@@ -117,11 +119,11 @@ func BenchmarkFlatten(b *testing.B) {
 			setup(b)
 			var out int64
 			for b.Loop() {
-				cw := &countWriter{w: io.Discard}
-				if _, err := Flatten(context.Background(), layers, cw, DefaultLimits()); err != nil {
+				st, err := Flatten(context.Background(), layers, DefaultLimits(), func([]ports.TreeEntry) error { return nil })
+				if err != nil {
 					b.Fatal(err)
 				}
-				out = cw.n
+				out = st.ContentBytes
 			}
 			var compressed int64
 			for _, l := range layers {

@@ -23,17 +23,18 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Extract writes a flattened tree (the output of Flatten) under root, which
-// must be an existing empty directory. No write ever leaves root.
+// ExtractEntries writes a flattened tree (the entries Flatten hands over)
+// under root, which must be an existing empty directory. No write ever
+// leaves root.
 //
 // Every entry is validated again with the rules Flatten applies, because
-// the stream may come from anywhere. Parent directories are opened from a
+// the entries may come from anywhere. Parent directories are opened from a
 // handle on root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), falling
 // back to a component-by-component O_NOFOLLOW walk, and every operation then
 // names a single component relative to that handle without following it: a
 // symlink in the tree is never traversed, and ownership, modes, xattrs and
-// times are set on the entry itself, never through a link. Extract also
-// remembers what it created so a stream that writes below its own symlink
+// times are set on the entry itself, never through a link. It also
+// remembers what it created so a tree that writes below its own symlink
 // or file, or names an entry twice, is refused before any syscall.
 //
 // Ownership is applied before modes (chown clears setuid), xattrs such as
@@ -43,87 +44,16 @@ import (
 // the POSIX ACLs it inherited from its parent. On error root holds a
 // partial tree that the caller discards.
 //
-// With more than one CPU, regular files of up to 256 KiB are read from the
-// stream here and created by worker goroutines (one per CPU, at most four),
-// each under its own handle on the parent directory that this goroutine
-// opened and checked; a hard link, the directory metadata and the return
-// wait for them. Every check above still runs here, before any worker
-// sees the entry.
-func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (res ExtractResult, err error) {
-	x, err := newExtractor(root, opt)
-	if err != nil {
-		return ExtractResult{}, err
-	}
-	defer x.closeInto(&res)
-	lim := x.lim
-
-	src := &eofReader{r: tree}
-	tr := tar.NewReader(src)
-	entries := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF && src.eof {
-			return res, x.reject("", reject(RuleCorruptArchive, "the tree ended without the tar end-of-archive marker (truncated?)"))
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			rj, ioErr := classify(err)
-			if ioErr != nil {
-				return res, fmt.Errorf("extract: %w", ioErr)
-			}
-			return res, x.reject("", rj)
-		}
-		if entries++; entries > lim.MaxEntries {
-			return res, x.reject(hdr.Name, reject(RuleTooManyEntries, "more than %d entries", lim.MaxEntries))
-		}
-		e, err := x.check(hdr)
-		if err != nil {
-			return res, err
-		}
-		if e == nil {
-			continue
-		}
-		if err := x.add(e, content{r: tr}); err != nil {
-			return res, err
-		}
-	}
-	if err := x.finish(); err != nil {
-		return res, err
-	}
-	return res, nil
-}
-
-// eofReader notes whether the tree ran dry. archive/tar takes a stream
-// that stops at an entry boundary for a clean end; a whole tree ends with
-// the two zero blocks and is never read past them, so reaching EOF means
-// it was cut short.
-type eofReader struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if n == 0 && err == io.EOF {
-		e.eof = true
-	}
-	return n, err
-}
-
-// ExtractEntries is Extract for a tree handed over as entries
-// (ports.EntryFlattener) instead of as tar bytes: every header is checked
-// and applied exactly as Extract does, and the content of a regular file
-// is copied by the kernel from its File at Offset (sendfile), never
-// through this process. With HoleMin, the all-zero blocks an entry lists
-// (ZeroKnown) are left out as holes and counted in ExtractResult.Sparse
-// without reading them; content without that list is read and scanned as
-// Extract does. The staged tree is the one Extract makes of the same
-// tree's tar stream, up to which zero blocks are holes.
+// The content of a regular file is copied by the kernel from its File at
+// Offset (sendfile), never through this process. With HoleMin, the
+// all-zero blocks an entry lists (ZeroKnown) are left out as holes and
+// counted in ExtractResult.Sparse without reading them; content without
+// that list is read and scanned. With more than one CPU, regular files of
+// up to 256 KiB are created by worker goroutines (one per CPU, at most
+// four), each under its own handle on the parent directory that this
+// goroutine opened and checked; a hard link, the directory metadata and
+// the return wait for them. Every check above still runs here, before
+// any worker sees the entry.
 func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (res ExtractResult, err error) {
 	x, err := newExtractor(root, opt)
 	if err != nil {
@@ -263,10 +193,9 @@ func (x *extractor) check(hdr *tar.Header) (*entry, error) {
 	return e, nil
 }
 
-// content is where a regular file's bytes come from: the tar stream (r),
-// or a file at an offset (ExtractEntries), with its zero blocks when known.
+// content is where a regular file's bytes come from: a file at an offset,
+// with its zero blocks when known.
 type content struct {
-	r         io.Reader
 	file      *os.File
 	off       int64
 	zero      [][2]uint32
@@ -297,7 +226,6 @@ type extractor struct {
 	// Small regular files are read here and written by workers (see
 	// writeFile); sparseMu guards res.Sparse, which workers fill.
 	jobs     chan fileJob
-	free     chan []byte
 	pending  sync.WaitGroup // jobs sent and not done
 	workers  sync.WaitGroup
 	sparseMu sync.Mutex
@@ -319,24 +247,21 @@ func newFileWriter(sparse bool) *fileWriter {
 	return w
 }
 
-// fileJob is a small regular file read from the stream, for a worker to
-// create under its own handle on the parent directory.
+// fileJob is a small regular file for a worker to create under its own
+// handle on the parent directory.
 type fileJob struct {
 	pfd  int
 	base string
 	e    *entry
-	buf  []byte  // stream: the content is buf[:e.size]
-	c    content // entries: where the content is
+	c    content
 }
 
 const (
-	// asyncMax is the largest file handed to a worker: the stream is read
-	// by one goroutine, and tens of thousands of small files cost far
-	// more in syscalls (create, write, chown, chmod, xattrs, times) than
-	// in bytes.
+	// asyncMax is the largest file handed to a worker: tens of thousands
+	// of small files cost far more in syscalls (create, write, chown,
+	// chmod, xattrs, times) than in bytes.
 	asyncMax = 256 << 10
-	// asyncBufs bounds the files read and not yet written (and so the
-	// memory held: asyncBufs × asyncMax).
+	// asyncBufs bounds the files queued and not yet written.
 	asyncBufs = 32
 )
 
@@ -348,25 +273,14 @@ func (x *extractor) startWorkers() {
 		return
 	}
 	x.jobs = make(chan fileJob, asyncBufs)
-	x.free = make(chan []byte, asyncBufs)
-	for range asyncBufs {
-		x.free <- make([]byte, asyncMax)
-	}
 	for range n {
 		x.workers.Add(1)
 		go func() {
 			defer x.workers.Done()
 			w := newFileWriter(x.opt.HoleMin > 0)
 			for j := range x.jobs {
-				c := j.c
-				if j.buf != nil {
-					c = content{r: bytes.NewReader(j.buf[:j.e.size])}
-				}
-				err := x.createFile(w, j.pfd, j.base, j.e, c)
+				err := x.createFile(w, j.pfd, j.base, j.e, j.c)
 				unix.Close(j.pfd)
-				if j.buf != nil {
-					x.free <- j.buf
-				}
 				if err != nil {
 					x.errMu.Lock()
 					if x.jobErr == nil {
@@ -598,41 +512,20 @@ func (x *extractor) writeFile(pfd int, base string, e *entry, c content) error {
 	if x.total > x.lim.MaxTotalBytes {
 		return x.reject(e.raw, reject(RuleImageTooLarge, "declared sizes %d > %d", x.total, x.lim.MaxTotalBytes))
 	}
-	if x.jobs == nil || (c.file == nil && e.size > asyncMax) {
+	if x.jobs == nil || e.size > asyncMax {
 		return x.createFile(x.w, pfd, base, e, c)
 	}
 	if err := x.workerErr(); err != nil {
 		return err
 	}
-	// Content in a file goes to a worker as it is. Content in the stream
-	// is read here, where the stream is, into a buffer the worker writes.
-	// Either way the worker gets its own handle on the parent: ours is
-	// cached and may be closed before the worker runs.
-	var buf []byte
-	if c.file == nil {
-		buf = <-x.free
-		n, err := io.ReadFull(c.r, buf[:e.size])
-		if err == nil && int64(n) != e.size {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			x.free <- buf
-			rj, ioErr := classify(err)
-			if ioErr != nil {
-				return opErr("read", e.name, ioErr)
-			}
-			return x.reject(e.raw, rj)
-		}
-	}
+	// The worker gets its own handle on the parent: ours is cached and
+	// may be closed before the worker runs.
 	dfd, err := unix.Dup(pfd)
 	if err != nil {
-		if buf != nil {
-			x.free <- buf
-		}
 		return opErr("open parent of", e.name, err)
 	}
 	x.pending.Add(1)
-	x.jobs <- fileJob{pfd: dfd, base: base, e: e, buf: buf, c: c}
+	x.jobs <- fileJob{pfd: dfd, base: base, e: e, c: c}
 	return nil
 }
 
@@ -664,7 +557,7 @@ func (x *extractor) createFile(w *fileWriter, pfd int, base string, e *entry, c 
 			closeFD()
 		}
 	}()
-	src := c.r
+	var src io.Reader
 	if c.file != nil {
 		src = io.NewSectionReader(c.file, c.off, e.size)
 	}

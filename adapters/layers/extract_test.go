@@ -60,7 +60,7 @@ func lstat(t *testing.T, p string) *syscall.Stat_t {
 func TestExtractRoundTrip(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
-	res, err := Extract(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{})
+	res, err := extractTar(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestExtractRoundTrip(t *testing.T) {
 func TestExtractSkipDevices(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
-	res, err := Extract(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{SkipDevices: true})
+	res, err := extractTar(context.Background(), bytes.NewReader(richImage(t)), root, ExtractOptions{SkipDevices: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestExtractSkipDevices(t *testing.T) {
 func TestExtractRootMustBeEmpty(t *testing.T) {
 	root := t.TempDir()
 	os.WriteFile(filepath.Join(root, "x"), nil, 0o600)
-	_, err := Extract(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{})
+	_, err := extractTar(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{})
 	if !errors.Is(err, core.ErrInvalidArgument) || errors.Is(err, ErrRejected) {
 		t.Fatalf("got %v", err)
 	}
-	_, err = Extract(context.Background(), bytes.NewReader(nil), filepath.Join(root, "missing"), ExtractOptions{})
+	_, err = extractTar(context.Background(), bytes.NewReader(nil), filepath.Join(root, "missing"), ExtractOptions{})
 	if err == nil {
 		t.Fatal("missing root accepted")
 	}
@@ -171,7 +171,7 @@ func TestExtractRootEntry(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
 	stream := mkTar(t, dir("./").With(func(h *tar.Header) { h.Mode = 0o750; h.Uid = 7 }), reg("a", "a"))
-	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+	if _, err := extractTar(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := lstat(t, root); st.Mode&0o7777 != 0o750 || st.Uid != 7 || st.Mtim.Sec != fixedTime.Unix() {
@@ -183,7 +183,7 @@ func TestExtractRootDefaults(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
 	os.Chmod(root, 0o700)
-	if _, err := Extract(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{}); err != nil {
+	if _, err := extractTar(context.Background(), bytes.NewReader(mkTar(t, reg("a", "a"))), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := lstat(t, root); st.Mode&0o7777 != 0o755 || st.Uid != 0 || st.Mtim.Sec != 0 {
@@ -196,7 +196,7 @@ func TestExtractImpliedThenDeclared(t *testing.T) {
 	root := t.TempDir()
 	// A child before its parent: the parent is implied, then declared.
 	stream := mkTar(t, reg("a/b", "b"), dir("a").With(func(h *tar.Header) { h.Mode = 0o711; h.Uid = 9 }))
-	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+	if _, err := extractTar(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := lstat(t, filepath.Join(root, "a")); st.Mode&0o7777 != 0o711 || st.Uid != 9 {
@@ -238,8 +238,15 @@ func TestExtractSyscallFence(t *testing.T) {
 				meta: map[string]*entry{}}
 			x.startWorkers() // small files go to workers; the parent is still resolved here
 			defer x.close()
-			tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("x", "pwned"))))
-			tr.Next()
+			pwned := filepath.Join(t.TempDir(), "content")
+			if err := os.WriteFile(pwned, []byte("pwned"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			src, err := os.Open(pwned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
 			for _, e := range []*entry{
 				{name: "etc/hello2", typ: tar.TypeReg, size: 5, mode: 0o777},
 				{name: "d/up/new", typ: tar.TypeDir, mode: 0o777},
@@ -252,7 +259,7 @@ func TestExtractSyscallFence(t *testing.T) {
 				{name: "lnk2", typ: tar.TypeLink, link: "d/up/sub/deep"},
 			} {
 				e.raw = e.name
-				if err := x.add(e, content{r: tr}); err == nil {
+				if err := x.add(e, content{file: src}); err == nil {
 					t.Errorf("%s: accepted through a planted symlink", e.name)
 				} else {
 					t.Logf("%s: %v", e.name, err)
@@ -273,7 +280,7 @@ func TestExtractSyscallFence(t *testing.T) {
 func TestExtractCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Extract(ctx, bytes.NewReader(mkTar(t, reg("a", "a"))), t.TempDir(), ExtractOptions{})
+	_, err := extractTar(ctx, bytes.NewReader(mkTar(t, reg("a", "a"))), t.TempDir(), ExtractOptions{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
@@ -286,7 +293,7 @@ func TestExtractHardlinkCarriesNoMetadata(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
 	stream := mkTar(t, reg("a", "a"), hard("b", "a").With(func(h *tar.Header) { h.Mode = 0o4777; h.Uid, h.Gid = 1234, 1234 }))
-	if _, err := Extract(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
+	if _, err := extractTar(context.Background(), bytes.NewReader(stream), root, ExtractOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := lstat(t, filepath.Join(root, "b")); st.Mode&0o7777 != 0o644 || st.Uid != 0 || st.Nlink != 2 {
@@ -305,7 +312,7 @@ func TestExtractSparse(t *testing.T) {
 	body[len(body)-1] = 1                 // the last, partial block
 	tree := mustFlatten(t, []ent{reg("big", string(body)), reg("small", "x")})
 	root := t.TempDir()
-	res, err := Extract(context.Background(), bytes.NewReader(tree), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
+	res, err := extractTar(context.Background(), bytes.NewReader(tree), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +352,7 @@ func TestExtractSmallFilesByWorkers(t *testing.T) {
 	}
 	es = append(es, reg("d/sparse", string(body)))
 	root := t.TempDir()
-	res, err := Extract(context.Background(), bytes.NewReader(mustFlatten(t, es)), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
+	res, err := extractTar(context.Background(), bytes.NewReader(mustFlatten(t, es)), root, ExtractOptions{HoleMin: 64 << 10, SparseMin: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,9 +385,12 @@ func TestExtractSmallFilesByWorkers(t *testing.T) {
 		kinds: map[string]byte{".": tar.TypeDir}, meta: map[string]*entry{}}
 	x.startWorkers()
 	defer x.close()
-	tr := tar.NewReader(bytes.NewReader(mkTar(t, reg("planted", "data"))))
-	tr.Next()
-	if err := x.add(&entry{name: "planted", raw: "planted", typ: tar.TypeReg, size: 4, mode: 0o644}, content{r: tr}); err != nil {
+	planted, done, err := tarEntries(bytes.NewReader(mkTar(t, reg("planted", "data"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	if err := x.add(&entry{name: "planted", raw: "planted", typ: tar.TypeReg, size: 4, mode: 0o644}, content{file: planted[0].File, off: planted[0].Offset}); err != nil {
 		t.Fatalf("add: %v (the create is the worker's)", err)
 	}
 	if err := x.finish(); err == nil || !strings.Contains(err.Error(), "planted") {
@@ -388,11 +398,11 @@ func TestExtractSmallFilesByWorkers(t *testing.T) {
 	}
 }
 
-// TestExtractEntriesMatchesExtract: a tree handed over as entries
-// (FlattenTo) is staged exactly as its tar stream is by Extract: the same
-// names, types, owners, modes, times, xattrs, link targets, content,
-// deferred devices and block counts; only which zero blocks are holes may
-// differ.
+// TestExtractEntriesMatchesExtract: a tree handed over by Flatten, with
+// its zero-block lists, is staged exactly as the same tree read back from
+// its tar form (no lists: the content is scanned): the same names, types,
+// owners, modes, times, xattrs, link targets, content, deferred devices
+// and block counts; only which zero blocks are holes may differ.
 func TestExtractEntriesMatchesExtract(t *testing.T) {
 	needRoot(t)
 	// With one CPU there are no workers: every file, the empty one too, is
@@ -432,18 +442,18 @@ func testExtractEntriesMatchesExtract(t *testing.T) {
 	layers := writeLayers(t, blob{Data: gz(t, mkTar(t, base...)), MediaType: mtGzip}, blob{Data: gz(t, mkTar(t, many...)), MediaType: mtGzip})
 	opt := ExtractOptions{SkipDevices: true, HoleMin: 64 << 10, SparseMin: 64 << 10}
 
-	var stream bytes.Buffer
-	if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
+	stream, _, err := flatten(t, layers, DefaultLimits())
+	if err != nil {
 		t.Fatal(err)
 	}
 	fromStream := t.TempDir()
-	want, err := Extract(context.Background(), &stream, fromStream, opt)
+	want, err := extractTar(context.Background(), bytes.NewReader(stream), fromStream, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fromEntries := t.TempDir()
 	var got ExtractResult
-	if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+	if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
 		got, err = ExtractEntries(context.Background(), es, fromEntries, opt)
 		return err
 	}); err != nil {
@@ -626,13 +636,14 @@ func TestExtractOwnersUnderSetgidRoot(t *testing.T) {
 	extractBothWays(t, layers, opt, setgidRoot, check)
 }
 
-// extractBothWays stages layers with ExtractEntries and with Extract of
-// their tar stream, each into a root made by newRoot, and checks each.
+// extractBothWays stages layers with ExtractEntries of Flatten's entries
+// (zero-block lists known) and of their tar form read back (lists
+// unknown), each into a root made by newRoot, and checks each.
 func extractBothWays(t *testing.T, layers []Layer, opt ExtractOptions, newRoot func(*testing.T) string, check func(*testing.T, string)) {
 	t.Helper()
 	t.Run("entries", func(t *testing.T) {
 		root := newRoot(t)
-		if _, err := FlattenTo(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+		if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
 			_, err := ExtractEntries(context.Background(), es, root, opt)
 			return err
 		}); err != nil {
@@ -642,11 +653,11 @@ func extractBothWays(t *testing.T, layers []Layer, opt ExtractOptions, newRoot f
 	})
 	t.Run("stream", func(t *testing.T) {
 		root := newRoot(t)
-		var stream bytes.Buffer
-		if _, err := Flatten(context.Background(), layers, &stream, DefaultLimits()); err != nil {
+		stream, _, err := flatten(t, layers, DefaultLimits())
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Extract(context.Background(), &stream, root, opt); err != nil {
+		if _, err := extractTar(context.Background(), bytes.NewReader(stream), root, opt); err != nil {
 			t.Fatal(err)
 		}
 		check(t, root)

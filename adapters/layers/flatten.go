@@ -26,8 +26,10 @@ import (
 )
 
 // Flatten applies layers in order (OCI whiteouts ".wh.<name>" and opaque
-// directories ".wh..wh..opq") and writes the final tree as one tar stream to
-// w. See the package documentation for the rules it enforces.
+// directories ".wh..wh..opq") and hands the final tree to use as entries
+// (ports.TreeFlattener): the content stays in the layer files and spools,
+// which remain open until use returns. See the package documentation for
+// the rules it enforces.
 //
 // It works in two passes. Pass one decodes every layer once, several at a
 // time (the largest first), validating each header and spooling regular
@@ -37,20 +39,8 @@ import (
 // decoded by an earlier build is loaded from Layer.Derived instead. Each
 // layer is applied to an in-memory tree as soon as it and every layer
 // below it are read, so the tree is ready when the last one is. Pass two
-// streams the surviving entries, sorted, from the spools.
-func Flatten(ctx context.Context, layers []Layer, w io.Writer, lim Limits) (Stats, error) {
-	var st Stats
-	err := flattenLayers(ctx, layers, lim, func(t *tree) (err error) {
-		st, err = t.write(ctx, w)
-		return err
-	})
-	return st, err
-}
-
-// FlattenTo is Flatten handing the result to use as entries (see
-// ports.EntryFlattener) instead of writing it as tar: the content stays in
-// the layer files and spools, which remain open until use returns.
-func FlattenTo(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
+// lists the surviving entries, sorted, with where their content is.
+func Flatten(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
 	var st Stats
 	err := flattenLayers(ctx, layers, lim, func(t *tree) error {
 		es, s, err := t.entries(ctx)
@@ -718,38 +708,7 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 	return walk(t.root, "")
 }
 
-// write streams the tree as tar.
-func (t *tree) write(ctx context.Context, w io.Writer) (Stats, error) {
-	var st Stats
-	tw := tar.NewWriter(w)
-	buf := make([]byte, 1<<20)
-	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
-		if err := tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("flatten: write %q: %w", h.Name, err)
-		}
-		if content != nil && content.size > 0 {
-			n, err := io.CopyBuffer(tw, io.NewSectionReader(content.src, content.off, content.size), buf)
-			if err == nil && n != content.size {
-				err = io.ErrUnexpectedEOF
-			}
-			if err != nil {
-				return fmt.Errorf("flatten: content of %q: %w", h.Name, err)
-			}
-		}
-		st.count(h.Typeflag, h.Size)
-		return nil
-	})
-	if err != nil {
-		return st, err
-	}
-	if err := tw.Close(); err != nil {
-		return st, fmt.Errorf("flatten: %w", err)
-	}
-	return st, nil
-}
-
-// entries lists the tree as ports.TreeEntry values, in the order write
-// streams it.
+// entries lists the tree as ports.TreeEntry values, in tar order.
 func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
 	var st Stats
 	var out []ports.TreeEntry

@@ -2,7 +2,6 @@ package layers
 
 import (
 	"context"
-	"io"
 
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -15,10 +14,7 @@ type Flattener struct {
 	Gunzip *GzipProgram
 }
 
-var (
-	_ ports.TreeFlattener  = Flattener{}
-	_ ports.EntryFlattener = Flattener{}
-)
+var _ ports.TreeFlattener = Flattener{}
 
 func (f Flattener) layersOf(layers []ports.FlattenLayer) []Layer {
 	ls := make([]Layer, len(layers))
@@ -29,13 +25,7 @@ func (f Flattener) layersOf(layers []ports.FlattenLayer) []Layer {
 }
 
 // Flatten implements ports.TreeFlattener.
-func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
-	st, err := Flatten(ctx, f.layersOf(layers), w, f.Limits)
-	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
-}
-
-// FlattenTo implements ports.EntryFlattener.
-func (f Flattener) FlattenTo(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
-	st, err := FlattenTo(ctx, f.layersOf(layers), f.Limits, use)
+func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	st, err := Flatten(ctx, f.layersOf(layers), f.Limits, use)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
 }

@@ -1,10 +1,8 @@
 package layers
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -26,9 +24,9 @@ func (h harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limit
 	return Flattener{Limits: limitsOf(lim), Gunzip: h.gunzip}, nil
 }
 
-func (harness) Materialize(ctx context.Context, t testing.TB, tree io.Reader, dest string) error {
+func (harness) Materialize(ctx context.Context, t testing.TB, tree []ports.TreeEntry, dest string) error {
 	needRoot(t)
-	_, err := Extract(ctx, tree, dest, ExtractOptions{SkipDevices: true})
+	_, err := ExtractEntries(ctx, tree, dest, ExtractOptions{SkipDevices: true})
 	return err
 }
 
@@ -54,13 +52,13 @@ func TestConformanceGzipProgram(t *testing.T) {
 	})
 }
 
-// TestExtractTreeCorpus holds Extract, the mkfs builder's staging, to the
+// TestExtractTreeCorpus holds ExtractEntries, the mkfs builder's staging, to the
 // tree-level corpus.
 func TestExtractTreeCorpus(t *testing.T) {
 	needRoot(t)
 	extract := func(lim Limits) flattenertest.TreeConsumer {
-		return func(ctx context.Context, tree io.Reader, dest string) error {
-			_, err := Extract(ctx, tree, dest, ExtractOptions{SkipDevices: true, Limits: lim})
+		return func(ctx context.Context, tree []ports.TreeEntry, dest string) error {
+			_, err := ExtractEntries(ctx, tree, dest, ExtractOptions{SkipDevices: true, Limits: lim})
 			return err
 		}
 	}
@@ -71,12 +69,13 @@ func TestExtractTreeCorpus(t *testing.T) {
 
 func TestFlattenerPort(t *testing.T) {
 	ls := plainLayers(t, []ent{reg("a", "abc"), dir("d")}, []ent{reg("../x", "")})
-	var out bytes.Buffer
-	st, err := Flattener{}.Flatten(context.Background(), []ports.FlattenLayer{{Path: ls[0].Path, MediaType: mtTar, Digest: "sha256:a"}}, &out)
-	if err != nil || st != (ports.TreeStats{Entries: 2, ContentBytes: 3}) {
-		t.Fatalf("%+v %v", st, err)
+	var got []ports.TreeEntry
+	use := func(es []ports.TreeEntry) error { got = es; return nil }
+	st, err := Flattener{}.Flatten(context.Background(), []ports.FlattenLayer{{Path: ls[0].Path, MediaType: mtTar, Digest: "sha256:a"}}, use)
+	if err != nil || st != (ports.TreeStats{Entries: 2, ContentBytes: 3}) || len(got) != 2 {
+		t.Fatalf("%+v %v, %d entries", st, err, len(got))
 	}
-	_, err = Flattener{}.Flatten(context.Background(), []ports.FlattenLayer{{Path: ls[0].Path}, {Path: ls[1].Path, Digest: "sha256:b"}}, &out)
+	_, err = Flattener{}.Flatten(context.Background(), []ports.FlattenLayer{{Path: ls[0].Path}, {Path: ls[1].Path, Digest: "sha256:b"}}, use)
 	if !errors.Is(err, core.ErrInvalidArgument) {
 		t.Fatalf("got %v", err)
 	}

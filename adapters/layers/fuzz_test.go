@@ -32,32 +32,32 @@ func FuzzFlatten(f *testing.F) {
 		lp, up := filepath.Join(d, "lower"), filepath.Join(d, "upper")
 		os.WriteFile(lp, lower, 0o600)
 		os.WriteFile(up, data, 0o600)
-		var out bytes.Buffer
-		_, err := Flatten(context.Background(), []Layer{{Path: lp}, {Path: up}}, &out, fuzzLimits)
+		out, _, err := flatten(t, []Layer{{Path: lp}, {Path: up}}, fuzzLimits)
 		if err != nil {
 			if !errors.Is(err, ErrRejected) {
 				t.Fatalf("non-rejection error: %v", err)
 			}
 			return
 		}
-		flattenertest.CheckTree(t, out.Bytes())
+		flattenertest.CheckTree(t, out)
 		needRoot(t) // the extract half
 		v := flattenertest.NewVictim(t)
-		if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits}); err != nil {
+		if _, err := extractTar(context.Background(), bytes.NewReader(out), v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits}); err != nil {
 			t.Fatalf("Extract refused Flatten output: %v", err)
 		}
 		v.Check(t)
 	})
 }
 
-// FuzzExtract hands random bytes straight to Extract: no panic, and nothing
-// outside the root may change whatever the outcome.
+// FuzzExtract hands whatever tree random bytes hold straight to
+// ExtractEntries: no panic, and nothing outside the root may change
+// whatever the outcome.
 func FuzzExtract(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		needRoot(t)
 		v := flattenertest.NewVictim(t)
-		_, err := Extract(context.Background(), bytes.NewReader(data), v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits})
+		_, err := extractTar(context.Background(), bytes.NewReader(data), v.Root, ExtractOptions{SkipDevices: true, Limits: fuzzLimits})
 		_ = err // any outcome is fine; only the outside matters
 		v.Check(t)
 	})
@@ -77,17 +77,16 @@ func FuzzTreeOps(f *testing.F) {
 		if layers == nil {
 			return
 		}
-		var out bytes.Buffer
-		_, err := Flatten(context.Background(), plainLayers(t, layers...), &out, fuzzLimits)
+		out, _, err := flatten(t, plainLayers(t, layers...), fuzzLimits)
 		if err != nil && !errors.Is(err, ErrRejected) {
 			t.Fatalf("non-rejection error: %v", err)
 		}
 		if err == nil {
-			flattenertest.CheckTree(t, out.Bytes())
+			flattenertest.CheckTree(t, out)
 		}
 		needRoot(t) // the extract half
 		if err == nil {
-			if _, err := Extract(context.Background(), &out, v.Root, ExtractOptions{SkipDevices: true}); err != nil {
+			if _, err := extractTar(context.Background(), bytes.NewReader(out), v.Root, ExtractOptions{SkipDevices: true}); err != nil {
 				t.Fatalf("Extract refused Flatten output: %v", err)
 			}
 			v.Check(t)
@@ -97,7 +96,7 @@ func FuzzTreeOps(f *testing.F) {
 		for _, l := range layers {
 			all = append(all, l...)
 		}
-		Extract(context.Background(), bytes.NewReader(mkTar(t, all...)), v.Root, ExtractOptions{SkipDevices: true})
+		extractTar(context.Background(), bytes.NewReader(mkTar(t, all...)), v.Root, ExtractOptions{SkipDevices: true})
 		v.Check(t)
 	})
 }

@@ -1,14 +1,17 @@
 package layers
 
 import (
-	"bytes"
+	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 
+	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
@@ -61,11 +64,62 @@ func plainLayers(t testing.TB, layers ...[]ent) []Layer {
 	return writeLayers(t, bs...)
 }
 
+// flatten returns the tree Flatten hands over, as tar.
 func flatten(t testing.TB, layers []Layer, lim Limits) ([]byte, Stats, error) {
 	t.Helper()
-	var out bytes.Buffer
-	st, err := Flatten(context.Background(), layers, &out, lim)
-	return out.Bytes(), st, err
+	var out []byte
+	st, err := Flatten(context.Background(), layers, lim, func(es []ports.TreeEntry) error {
+		out = flattenertest.EntriesTar(t, es)
+		return nil
+	})
+	return out, st, err
+}
+
+// extractTar is ExtractEntries of the tree a tar stream holds (tests write
+// their trees as tar); its content sits in a temporary file. A stream that
+// is not a whole tar archive is an error of its own, which is not a
+// refusal: ExtractEntries never sees it.
+func extractTar(ctx context.Context, tree io.Reader, root string, opt ExtractOptions) (ExtractResult, error) {
+	es, done, err := tarEntries(tree)
+	if err != nil {
+		return ExtractResult{}, err
+	}
+	defer done()
+	return ExtractEntries(ctx, es, root, opt)
+}
+
+var errNotTar = errors.New("test tree is not a tar archive")
+
+func tarEntries(tree io.Reader) ([]ports.TreeEntry, func(), error) {
+	f, err := os.CreateTemp("", "extract-content-")
+	if err != nil {
+		return nil, nil, err
+	}
+	os.Remove(f.Name())
+	var out []ports.TreeEntry
+	tr := tar.NewReader(tree)
+	var off int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out, func() { f.Close() }, nil
+		}
+		if err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("%w: %v", errNotTar, err)
+		}
+		e := ports.TreeEntry{Header: h}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			n, err := io.Copy(f, tr)
+			if err != nil {
+				f.Close()
+				return nil, nil, fmt.Errorf("%w: %v", errNotTar, err)
+			}
+			e.File, e.Offset = f, off
+			off += n
+		}
+		out = append(out, e)
+	}
 }
 
 func mustFlatten(t testing.TB, layers ...[]ent) []byte {

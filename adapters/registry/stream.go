@@ -14,9 +14,9 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-var _ ports.LayerStreamer = (*Source)(nil)
+var _ ports.ImageSource = (*Source)(nil)
 
-// StreamLayers implements ports.LayerStreamer: every distinct blob is
+// StreamLayers implements ports.ImageSource: every distinct blob is
 // fetched at once (bounded by Options.Concurrency) into the cache, and
 // each layer's Blob follows its download through the partial file, so a
 // decoder reads the bytes as they land, from the page cache, and hands the

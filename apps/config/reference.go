@@ -46,7 +46,6 @@ var OtherVariables = []struct{ Env, Doc string }{
 	{"CUBE_MASTER_USER_ID", "User id `cubemastercli` signs requests as (upstream's signed headers, `--user-id`); the master's CUBE_MASTER_AUTH_SECRET_KEYS holds its key."},
 	{"CUBE_MASTER_SECRET_KEY", "Secret key `cubemastercli` signs with for CUBE_MASTER_USER_ID; never printed. `--secret-key` also works, with a warning; on a terminal the CLI asks when a user id is given without a key."},
 	{"CUBE_ROOTFS_BUILDER_PLUGIN", "Handshake cookie the data plane sets for the builder plugins it starts (hashicorp/go-plugin); a plugin run without it only explains what it is. Never set it yourself."},
-	{"CUBE_TEMPLATE_CENTER_PLUGIN_TREE", "How the data plane hands the flattened tree to a builder plugin. Unset: as entries the plugin reads in place (API v3) when it can, else as a tar stream through a named pipe (API v2). `fifo` forces the named pipe, `chunks` gRPC messages; for comparing them (`make bench`), not for production."},
 	{"CUBE_TEMPLATE_CENTER_TRACE", "File `templatecenter build` writes a Go execution trace of the build to (`go tool trace`)."},
 	{"CUBE_TEMPLATE_CENTER_CPUPROFILE", "File `templatecenter build` writes a CPU profile of the build to (pprof format; `make bench -profile` sets it)."},
 	{"CUBE_TEMPLATE_CENTER_MEMPROFILE", "File `templatecenter build` writes an allocation profile of the build to (pprof format)."},

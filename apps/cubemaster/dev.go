@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/agentapp"
@@ -25,7 +26,6 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/internal/masterapp"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/apps/internal/tcapp"
-	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 )
 
 // devNodeID is the embedded node's id, the one the docs' examples use.
@@ -157,7 +157,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	cfg.ArtifactStoreDir = filepath.Join(dataDir, "artifacts")
 	cfg.WorkDir = filepath.Join(dataDir, "work")
 	cfg.LayerCacheDir = filepath.Join(dataDir, "layer-cache")
-	cfg.Builder = ext4build.Name
+	cfg.Builder = ext4stream.Name
 	cfg.CallbackToken = hex.EncodeToString(token)
 	cfg.InsecureRegistries = append([]string{reg.Host()}, f.insecure...)
 	cfg.TrustedRegistries = f.trusted
@@ -207,7 +207,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	})
 	run("data plane", func() error {
 		return tcapp.Run(ctx, tcapp.Options{Config: cfg, Logger: log.With("component", "templatecenter"),
-			Store: st, Locker: locker, Progress: progress, RootfsBuilder: ext4build.New()}, tcLn)
+			Store: st, Locker: locker, Progress: progress, RootfsBuilder: ext4stream.New()}, tcLn)
 	})
 	run("master", func() error {
 		return masterapp.Run(ctx, masterapp.Options{Config: cfg, Logger: log.With("component", "cubemaster"),

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core/data"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 func TestSubmitValidation(t *testing.T) {
@@ -123,14 +123,14 @@ func TestSubmitInFlightAndCapacity(t *testing.T) {
 	r := newReplica(t, w, data.ExecutorConfig{MaxConcurrent: 2})
 	release := make(chan struct{})
 	started := make(chan struct{}, 3)
-	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	r.source.StreamLayersFunc = portsmock.Streamed(func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 		started <- struct{}{}
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
 		return nil, ctx.Err()
-	}
+	})
 	ctx := context.Background()
 	if err := r.exec.Submit(ctx, buildReq("job-1", reqs["job-1"])); err != nil {
 		t.Fatal(err)
@@ -174,16 +174,16 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 	}
 	// Hold the pipeline at each step until the matching report arrived, so
 	// the test sees every report the build makes while it runs.
-	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	r.source.StreamLayersFunc = portsmock.Streamed(func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 		eventually(t, "report naming the artifact", seen(func(s ports.StatusReport) bool {
 			return s.Update.ArtifactID == aid && s.Update.Fingerprint == fp && s.Update.SourceImageDigest == testDigest && s.Update.Phase == core.PhasePulling
 		}))
 		progress(ports.PullProgress{TotalBytes: 100, DownloadedBytes: 100, TotalLayers: 1, CompletedLayers: 1})
 		return nil, nil
-	}
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	})
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 		eventually(t, "BUILDING_EXT4 report", seen(func(s ports.StatusReport) bool { return s.Update.Phase == core.PhaseBuildingExt4 }))
-		return writeImage(spec)
+		return writeImage(spec, tree)
 	}
 
 	if err := r.exec.Submit(context.Background(), buildReq("job-a", req)); err != nil {
@@ -263,12 +263,12 @@ func TestBuildFailureReportsPhaseAndFailsTheArtifact(t *testing.T) {
 			r.source.ResolveFunc = func(context.Context, ports.ImageRequest) (*ports.ResolvedImage, error) { return nil, boom }
 		}, core.PhasePulling, "registry said 503", false, false},
 		{"fetch", func(r *replica, w *world) {
-			r.source.FetchLayersFunc = func(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+			r.source.StreamLayersFunc = portsmock.Streamed(func(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 				return nil, boom
-			}
+			})
 		}, core.PhasePulling, "registry said 503", true, false},
 		{"hostile layer", func(r *replica, w *world) {
-			r.flattener.FlattenFunc = func(ctx context.Context, _ []ports.FlattenLayer, out io.Writer) (ports.TreeStats, error) {
+			r.flattener.FlattenFunc = func(ctx context.Context, _ []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 				return ports.TreeStats{}, &core.FieldError{Field: "layer 0 (sha256:abcd) entry ../../etc/passwd", Reason: "path escapes the root"}
 			}
 		}, core.PhaseBuildingExt4, "layer 0 (sha256:abcd) entry ../../etc/passwd: path escapes the root", true, false},
@@ -345,10 +345,10 @@ func TestBuildTimeoutFreesTheSlot(t *testing.T) {
 	req := fromImage("tpl-slow")
 	w.addJob(t, "job-slow", req)
 	r := newReplica(t, w, data.ExecutorConfig{MaxConcurrent: 1, BuildTimeout: 50 * time.Millisecond})
-	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	r.source.StreamLayersFunc = portsmock.Streamed(func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 		<-ctx.Done() // a pull that would go on for hours
 		return nil, fmt.Errorf("fetch layer: %w", ctx.Err())
-	}
+	})
 	if err := r.exec.Submit(context.Background(), buildReq("job-slow", req)); err != nil {
 		t.Fatal(err)
 	}

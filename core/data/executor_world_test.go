@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -346,22 +347,21 @@ func newReplica(t *testing.T, w *world, cfg data.ExecutorConfig) *replica {
 			img.Config.Config = ocispec.ImageConfig{Entrypoint: []string{"/app"}, Cmd: []string{"serve"}, Env: []string{"A=1"}, WorkingDir: "/srv", User: "1000"}
 			return img, nil
 		},
-		FetchLayersFunc: func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+		StreamLayersFunc: portsmock.Streamed(func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 			progress(ports.PullProgress{TotalBytes: 100, DownloadedBytes: 100, TotalLayers: 1, CompletedLayers: 1})
 			return []ports.LocalLayer{{Descriptor: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip}, Path: "/layers/1"}}, nil
-		},
+		}),
 	}
 	r.flattener = &portsmock.TreeFlattenerMock{
-		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, out io.Writer) (ports.TreeStats, error) {
-			_, err := out.Write([]byte("tree"))
-			return ports.TreeStats{Entries: 1, ContentBytes: 4}, err
+		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use([]ports.TreeEntry{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
 		},
 	}
 	r.builder = &portsmock.RootfsBuilderMock{
 		NameFunc:   func() string { return "fake" },
 		FormatFunc: func() string { return "fake/1" },
-		BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-			return writeImage(spec)
+		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			return writeImage(spec, tree)
 		},
 	}
 	if cfg.LockPoll == 0 {
@@ -391,12 +391,12 @@ func newReplica(t *testing.T, w *world, cfg data.ExecutorConfig) *replica {
 	return r
 }
 
-func writeImage(spec ports.BuildSpec) (ports.BuildResult, error) {
-	tree, err := io.ReadAll(spec.Tree)
-	if err != nil {
-		return ports.BuildResult{}, err
+// writeImage is the fake builder: the image names the tree's entries.
+func writeImage(spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	img := []byte("ext4:" + spec.UUID + ":")
+	for _, e := range tree {
+		img = append(img, e.Header.Name...)
 	}
-	img := append([]byte("ext4:"+spec.UUID+":"), tree...)
 	return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
 }
 

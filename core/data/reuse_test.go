@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -52,7 +51,7 @@ func TestReadyArtifactWithBytesIsReused(t *testing.T) {
 	if n := len(r.builder.BuildCalls()); n != 1 {
 		t.Fatalf("builder ran %d times, want 1", n)
 	}
-	if n := len(r.source.FetchLayersCalls()); n != 1 {
+	if n := len(r.source.StreamLayersCalls()); n != 1 {
 		t.Fatalf("layers fetched %d times; a reuse must not pull", n)
 	}
 	last := lastReport(w, "job-2")
@@ -231,11 +230,11 @@ func TestTwoReplicasBuildASpecOnce(t *testing.T) {
 
 	building := make(chan struct{})
 	for _, r := range []*replica{a, b} {
-		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 			close(building) // a second build would panic here
 			// Hold the build until the other replica has found the lock taken.
 			eventually(t, "the other replica to wait on the lock", func() bool { return w.locker.contention() > 0 })
-			return writeImage(spec)
+			return writeImage(spec, tree)
 		}
 	}
 	ctx := context.Background()
@@ -279,14 +278,14 @@ func TestHeartbeatKeepsTheJobFresh(t *testing.T) {
 		return n
 	}
 	var before, after time.Time
-	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	r.source.StreamLayersFunc = portsmock.Streamed(func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, _ func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 		// A long pull that emits no event: only heartbeats report.
 		before = w.job("job-a").UpdatedAt
 		n := pulling()
 		eventually(t, "three heartbeats during the pull", func() bool { return pulling() >= n+3 })
 		after = w.job("job-a").UpdatedAt
 		return nil, nil
-	}
+	})
 	if o := buildOnce(t, w, r, "job-a", fromImage("tpl-a")); o.Err != nil {
 		t.Fatal(o.Err)
 	}
@@ -305,8 +304,7 @@ func TestShutdownCancelsRunningBuilds(t *testing.T) {
 	r := newReplica(t, w, data.ExecutorConfig{})
 	w.addJob(t, "job-a", fromImage("tpl-a"))
 	inBuild := make(chan struct{})
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-		io.Copy(io.Discard, spec.Tree)
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 		close(inBuild)
 		<-ctx.Done()
 		return ports.BuildResult{}, ctx.Err()
@@ -373,8 +371,7 @@ func TestShutdownWithSpentBudgetStillFailsTheBuild(t *testing.T) {
 			w.addJob(t, "job-a", fromImage("tpl-a"))
 			inBuild, release := make(chan struct{}), make(chan struct{})
 			defer close(release)
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-				io.Copy(io.Discard, spec.Tree)
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 				close(inBuild)
 				if tc.hang {
 					<-release
@@ -434,13 +431,13 @@ func TestLiveProgressIsThrottledAndDeletedAfterTheTerminalReport(t *testing.T) {
 		return out
 	}
 	const events = 200
-	r.source.FetchLayersFunc = func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	r.source.StreamLayersFunc = portsmock.Streamed(func(ctx context.Context, _ ports.ImageRequest, _ *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 		for i := 1; i <= events; i++ {
 			progress(ports.PullProgress{TotalBytes: events, DownloadedBytes: int64(i), TotalLayers: 1})
 		}
 		return nil, nil
-	}
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+	})
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 		eventually(t, "BUILDING_EXT4 published", func() bool {
 			for _, p := range published() {
 				if p.Phase == core.PhaseBuildingExt4 {
@@ -449,7 +446,7 @@ func TestLiveProgressIsThrottledAndDeletedAfterTheTerminalReport(t *testing.T) {
 			}
 			return false
 		})
-		return writeImage(spec)
+		return writeImage(spec, tree)
 	}
 	if o := buildOnce(t, w, r, "job-a", fromImage("tpl-a")); o.Err != nil {
 		t.Fatal(o.Err)
@@ -485,12 +482,11 @@ func TestLiveProgressIsThrottledAndDeletedAfterTheTerminalReport(t *testing.T) {
 func TestPanicInThePipelineFailsTheJob(t *testing.T) {
 	w := newWorld()
 	r := newReplica(t, w, data.ExecutorConfig{})
-	// The builder runs on the build goroutine (the flattener runs on one of
-	// the pipeline's own, where nothing could recover it).
-	r.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
-		return ports.TreeStats{}, nil
+	// The builder runs on the build goroutine, inside the flattener's
+	// call, where the executor recovers it.
+	r.builder.BuildFunc = func(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
+		panic("builder bug")
 	}
-	r.builder.BuildFunc = func(context.Context, ports.BuildSpec) (ports.BuildResult, error) { panic("builder bug") }
 	o := buildOnce(t, w, r, "job-a", fromImage("tpl-a"))
 	if o.Err == nil || !strings.Contains(o.Err.Error(), "builder bug") {
 		t.Fatalf("outcome %+v", o)
@@ -576,23 +572,19 @@ func TestLostLockBuildDoesNotOverwriteTheNewerBuild(t *testing.T) {
 			w.addJob(t, "job-b", fromImage("tpl-b"))
 
 			aIn, aGo := make(chan struct{}), make(chan struct{})
-			a.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+			a.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 				close(aIn)
 				<-aGo // ignores ctx: a builder may notice the cancellation late
 				if tc.staleFails {
 					return ports.BuildResult{}, errors.New("mkfs failed")
 				}
-				return writeImage(spec)
+				return writeImage(spec, tree)
 			}
 			bIn, bGo := make(chan struct{}), make(chan struct{})
-			b.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+			b.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 				close(bIn)
 				<-bGo
-				tree, err := io.ReadAll(spec.Tree)
-				if err != nil {
-					return ports.BuildResult{}, err
-				}
-				img := append([]byte("ext4-of-B:"), tree...) // builds are not reproducible
+				img := append([]byte("ext4-of-B:"), tree[0].Header.Name...) // builds are not reproducible
 				return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
 			}
 			if err := a.exec.Submit(context.Background(), buildReq("job-a", fromImage("tpl-a"))); err != nil {
@@ -666,13 +658,13 @@ func TestLostLockBuildSettlesTheRowItStillOwns(t *testing.T) {
 			req := fromImage("tpl-a")
 			w.addJob(t, "job-a", req)
 			in, release := make(chan struct{}), make(chan struct{})
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 				close(in)
 				<-release // ignores ctx: a builder may notice the cancellation late
 				if tc.fails {
 					return ports.BuildResult{}, errors.New("mkfs failed")
 				}
-				return writeImage(spec)
+				return writeImage(spec, tree)
 			}
 			if err := r.exec.Submit(context.Background(), buildReq("job-a", req)); err != nil {
 				t.Fatal(err)
@@ -696,7 +688,9 @@ func TestLostLockBuildSettlesTheRowItStillOwns(t *testing.T) {
 			}
 
 			// The next build of the spec claims the row and finishes it.
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) { return writeImage(spec) }
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+				return writeImage(spec, tree)
+			}
 			if next := buildOnce(t, w, r, "job-b", fromImage("tpl-b")); next.Err != nil || next.Reused {
 				t.Fatalf("next build: %+v", next)
 			}

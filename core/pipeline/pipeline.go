@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -43,9 +42,6 @@ type Pipeline struct {
 	HeadroomBytes  int64
 	HeadroomInodes int64
 	MaxSizeBytes   int64
-	// NoStreaming makes a Source that implements ports.LayerStreamer fetch
-	// every layer before flattening starts, as other sources do.
-	NoStreaming bool
 }
 
 // Input is one build.
@@ -187,38 +183,11 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		defer stage.Remove()
 		out = stage.Path(in.OutPath)
 	}
-	var tree ports.TreeStats
-	var buildRes ports.BuildResult
-	if streamer, ok := p.Source.(ports.LayerStreamer); ok && !p.NoStreaming {
-		// Decoding follows the download: the flattener reads each layer
-		// as it lands, and the builder writes as soon as the tree is known.
-		tree, buildRes, err = p.streamedBuild(ctx, streamer, in, img, scratch, out, fp, res, start, pullProgress, onEvent)
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		local, err := p.Source.FetchLayers(ctx, in.Image, img, pullProgress)
-		if err != nil {
-			return nil, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
-		}
-		timed(core.PhasePulling, start)
-		res.Layers = len(local)
-		layers := make([]ports.FlattenLayer, 0, len(local)+1)
-		for _, l := range local {
-			layers = append(layers, ports.FlattenLayer{Path: l.Path, MediaType: l.Descriptor.MediaType, Digest: l.Descriptor.Digest.String(), Size: l.Descriptor.Size})
-		}
-		if layers, err = in.Inject.appendLayer(layers, scratch, buildTime(img)); err != nil {
-			return nil, err
-		}
-		start = p.now()
-		onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-		tree, buildRes, err = p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent, nil)
-		if err != nil {
-			return nil, err
-		}
-		// Flattening and the ext4 writer run as one stream; their time is
-		// reported under BUILDING_EXT4.
-		timed(core.PhaseBuildingExt4, start)
+	// Decoding follows the download: the flattener reads each layer as it
+	// lands, and the builder writes as soon as the tree is known.
+	tree, buildRes, err := p.streamedBuild(ctx, in, img, scratch, out, fp, res, start, pullProgress, onEvent)
+	if err != nil {
+		return nil, err
 	}
 	res.Tree = tree
 
@@ -260,11 +229,11 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	return res, nil
 }
 
-// streamedBuild is the build over a ports.LayerStreamer: the layers are
-// flattened while they download, and the pull phase is the time until the
-// last one arrived (it overlaps BUILDING_EXT4, which runs from the first
-// byte to the written image).
-func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStreamer, in Input, img *ports.ResolvedImage,
+// streamedBuild is the build: the layers are flattened while they
+// download, and the pull phase is the time until the last one arrived (it
+// overlaps BUILDING_EXT4, which runs from the first byte to the written
+// image).
+func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.ResolvedImage,
 	scratch, out, fp string, res *Result, start time.Time, pullProgress func(ports.PullProgress), onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
 	var tree ports.TreeStats
 	var br ports.BuildResult
@@ -272,7 +241,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 	// image is written, and a failed build stops the downloads.
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
-	streams, wait, err := streamer.StreamLayers(fetchCtx, in.Image, img, pullProgress)
+	streams, wait, err := p.Source.StreamLayers(fetchCtx, in.Image, img, pullProgress)
 	if err != nil {
 		return tree, br, fmt.Errorf("fetch layers of %s: %w", in.Image.Ref, err)
 	}
@@ -313,7 +282,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 		return tree, br, err
 	}
 	bstart := p.now()
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), func(Event) {}, closeBlobs)
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -333,25 +302,25 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 	return tree, br, nil
 }
 
+// errNoTree is the failure of a flattener that returned without handing
+// a tree to the builder.
+var errNoTree = errors.New("the flattener returned no tree")
+
 // errBuilderSize is the failure of a builder whose reported size is not
 // the size of the file it wrote.
 var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
-// errBuilderDone closes the tree pipe once the builder returns, so a
-// flattener still writing stops.
-var errBuilderDone = errors.New("ext4 builder stopped reading the tree")
-
-// flattenAndBuild streams the flattened tree straight into the builder.
-// stop, when set, runs once the flatten is cancelled (it unblocks readers
-// of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event), stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// flattenAndBuild hands the flattened tree to the builder: it gets the
+// whole tree, with references to the content, lays the image out first
+// and hashes it as it writes it. stop, when set, runs once the flatten is
+// cancelled (it unblocks readers of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
 		// Only while flattening: returning normally disarms it.
 		defer context.AfterFunc(ctx, stop)()
 	}
-	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
 	spec := ports.BuildSpec{
 		OutPath:        out,
 		UUID:           uuidFrom(fp),
@@ -360,59 +329,23 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		HeadroomInodes: p.HeadroomInodes,
 		MaxSizeBytes:   p.MaxSizeBytes,
 	}
-	ef, okF := p.Flattener.(ports.EntryFlattener)
-	pb, okB := p.Builder.(ports.PlannedBuilder)
-	if okF && okB {
-		// Both in process: the builder gets the whole tree, with
-		// references to the content, instead of a tar stream, lays the
-		// image out first and hashes it as it writes it.
-		var br ports.BuildResult
-		var berr error
-		st, err := ef.FlattenTo(ctx, layers, func(es []ports.TreeEntry) error {
-			br, berr = pb.BuildEntries(ctx, spec, es)
-			return berr
-		})
-		switch {
-		case berr != nil:
-			return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
-		case err != nil:
-			return st, br, fmt.Errorf("flatten layers: %w", err)
-		}
-		return st, br, nil
-	}
-
-	pr, pw := io.Pipe()
-	type flat struct {
-		stats ports.TreeStats
-		err   error
-	}
-	done := make(chan flat, 1)
-	go func() {
-		st, err := p.Flattener.Flatten(ctx, layers, pw)
-		pw.CloseWithError(err)
-		if err != nil {
-			cancel()
-		}
-		done <- flat{st, err}
-	}()
-	spec.Tree = pr
-	br, berr := p.Builder.Build(ctx, spec)
-	pr.CloseWithError(errBuilderDone)
-	if berr != nil {
-		cancel() // the flattener may still be reading layers
-	}
-	f := <-done
+	var br ports.BuildResult
+	var berr error
+	built := false
+	st, err := p.Flattener.Flatten(ctx, layers, func(tree []ports.TreeEntry) error {
+		built = true
+		br, berr = p.Builder.Build(ctx, spec, tree)
+		return berr
+	})
 	switch {
-	case errors.Is(f.err, errBuilderDone) && berr != nil:
-		// The builder stopped reading first; its error is the cause.
-		return f.stats, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
-	case f.err != nil:
-		// The flattener's error is the cause; the builder only saw a broken stream.
-		return f.stats, br, fmt.Errorf("flatten layers: %w", f.err)
+	case err == nil && !built:
+		return st, br, errNoTree
 	case berr != nil:
-		return f.stats, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+		return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
+	case err != nil:
+		return st, br, fmt.Errorf("flatten layers: %w", err)
 	}
-	return f.stats, br, nil
+	return st, br, nil
 }
 
 func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) error {

@@ -39,27 +39,22 @@ func newFixture(t *testing.T) *fixture {
 		ResolveFunc: func(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
 			return &ports.ResolvedImage{Ref: req.Ref, Digest: testDigest, Platform: req.Platform}, nil
 		},
-		FetchLayersFunc: func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+		StreamLayersFunc: portsmock.Streamed(func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 			progress(ports.PullProgress{TotalBytes: 10, DownloadedBytes: 10, TotalLayers: 1, CompletedLayers: 1})
 			return []ports.LocalLayer{{Descriptor: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip}, Path: "/layers/1"}}, nil
-		},
+		}),
 	}
 	f.flattener = &portsmock.TreeFlattenerMock{
-		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 			f.layers = append(f.layers, layers)
-			_, err := w.Write([]byte("tree"))
-			return ports.TreeStats{Entries: 1, ContentBytes: 4}, err
+			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use([]ports.TreeEntry{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
 		},
 	}
 	f.builder = &portsmock.RootfsBuilderMock{
 		NameFunc:   func() string { return "fake" },
 		FormatFunc: func() string { return "fake/1" },
-		BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-			b, err := io.ReadAll(spec.Tree)
-			if err != nil {
-				return ports.BuildResult{}, err
-			}
-			img := append([]byte("ext4:"+spec.UUID+":"), b...)
+		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			img := append([]byte("ext4:"+spec.UUID+":"), treeNames(tree)...)
 			return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
 		},
 	}
@@ -142,19 +137,17 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 			f.source.ResolveFunc = func(context.Context, ports.ImageRequest) (*ports.ResolvedImage, error) { return nil, boom }
 		}, boom},
 		{"fetch", func(f *fixture) {
-			f.source.FetchLayersFunc = func(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+			f.source.StreamLayersFunc = portsmock.Streamed(func(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.LocalLayer, error) {
 				return nil, boom
-			}
+			})
 		}, boom},
 		{"flatten rejects a layer", func(f *fixture) {
-			f.flattener.FlattenFunc = func(ctx context.Context, l []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
-				w.Write([]byte("partial"))
+			f.flattener.FlattenFunc = func(ctx context.Context, l []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 				return ports.TreeStats{}, &core.FieldError{Field: "layer 0 entry ../x", Reason: "path escapes the root"}
 			}
 		}, core.ErrInvalidArgument},
 		{"builder", func(f *fixture) {
-			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec) (ports.BuildResult, error) {
-				io.Copy(io.Discard, s.Tree)
+			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 				os.WriteFile(s.OutPath, []byte("half"), 0o644) // a misbehaving builder
 				return ports.BuildResult{}, boom
 			}
@@ -166,8 +159,8 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 		// plugin that lost bytes, or lies) publishes nothing.
 		{"builder misreports the image size", func(f *fixture) {
 			build := f.builder.BuildFunc
-			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec) (ports.BuildResult, error) {
-				res, err := build(ctx, s)
+			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+				res, err := build(ctx, s, tree)
 				res.SizeBytes++
 				return res, err
 			}
@@ -231,11 +224,14 @@ func TestInjectionIsFingerprintedAndAppendedLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	var injectedTar []byte
-	f.flattener.FlattenFunc = func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 		last := layers[len(layers)-1]
 		b, err := os.ReadFile(last.Path)
 		injectedTar = b
-		return ports.TreeStats{}, err
+		if err != nil {
+			return ports.TreeStats{}, err
+		}
+		return ports.TreeStats{}, use(nil)
 	}
 	withEnvd, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
 		Inject: Injection{Envd: envd, EnvdClaimedSHA256: hex.EncodeToString(sum[:]), CABundle: ca}}, nil)
@@ -294,7 +290,7 @@ func TestInjectionRejectsBadInput(t *testing.T) {
 func TestRunHonoursCancellation(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.builder.BuildFunc = func(c context.Context, s ports.BuildSpec) (ports.BuildResult, error) {
+	f.builder.BuildFunc = func(c context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 		cancel()
 		<-c.Done()
 		return ports.BuildResult{}, c.Err()
@@ -304,6 +300,15 @@ func TestRunHonoursCancellation(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	assertEmptyDir(t, f.pipeline.ScratchDir)
+}
+
+// treeNames is what the fixture's builder writes of a tree.
+func treeNames(tree []ports.TreeEntry) []byte {
+	var b []byte
+	for _, e := range tree {
+		b = append(b, e.Header.Name...)
+	}
+	return b
 }
 
 func normalized(t *testing.T, r *core.FromImageRequest) *core.FromImageRequest {
@@ -340,7 +345,7 @@ func TestAfterResolveRunsBeforeFetchAndCanStopTheBuild(t *testing.T) {
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
 		AfterResolve: func(ctx context.Context, r Resolved) error {
 			got = r
-			if n := len(f.source.FetchLayersCalls()); n != 0 {
+			if n := len(f.source.StreamLayersCalls()); n != 0 {
 				t.Errorf("AfterResolve ran after %d layer fetches", n)
 			}
 			return stop
@@ -351,7 +356,7 @@ func TestAfterResolveRunsBeforeFetchAndCanStopTheBuild(t *testing.T) {
 	if got.ImageDigest != testDigest || got.Fingerprint == "" || got.ArtifactID != "rfs-"+got.Fingerprint[:24] {
 		t.Fatalf("hook got %+v", got)
 	}
-	if len(f.source.FetchLayersCalls()) != 0 || len(f.builder.BuildCalls()) != 0 || len(f.put) != 0 {
+	if len(f.source.StreamLayersCalls()) != 0 || len(f.builder.BuildCalls()) != 0 || len(f.put) != 0 {
 		t.Fatal("a stopped build fetched, built or published")
 	}
 	assertEmptyDir(t, f.pipeline.ScratchDir)

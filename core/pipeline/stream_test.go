@@ -80,9 +80,6 @@ func TestStreamingSourceFeedsTheFlattenerWhileFetching(t *testing.T) {
 	if len(f.layers) != 1 || len(f.layers[0]) != 1 || f.layers[0][0].Blob == nil || f.layers[0][0].Path != "" || f.layers[0][0].DiffID != "sha256:diff" {
 		t.Fatalf("flattener got %+v", f.layers)
 	}
-	if len(f.source.FetchLayersCalls()) != 0 {
-		t.Error("FetchLayers called although the source streams")
-	}
 	if src.closed != 1 {
 		t.Errorf("%d blobs closed, want 1", src.closed)
 	}
@@ -109,7 +106,7 @@ func TestStreamingFetchFailureWins(t *testing.T) {
 	f := newFixture(t)
 	boom := errors.New("registry said no")
 	f.pipeline.Source = &streamingSource{ImageSource: f.source, waitErr: boom}
-	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 		return ports.TreeStats{}, errors.New("corrupt-archive")
 	}
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
@@ -128,7 +125,7 @@ func TestStreamingBuildFailureWinsOverTheFetchItStopped(t *testing.T) {
 	f := newFixture(t)
 	f.pipeline.Source = &streamingSource{ImageSource: f.source, untilCanceled: true}
 	full := errors.New("write rootfs.ext4: no space left on device")
-	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, io.Writer) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 		return ports.TreeStats{}, full
 	}
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
@@ -171,43 +168,38 @@ func TestStreamingInjectionFailureStopsTheFetch(t *testing.T) {
 	}
 }
 
-// plannedPair is a flattener and a builder that hand the tree over as
-// entries.
-type plannedFlattener struct {
-	ports.TreeFlattener
-	calls int
-}
-
-func (p *plannedFlattener) FlattenTo(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
-	p.calls++
-	return ports.TreeStats{Entries: 1}, use([]ports.TreeEntry{{}})
-}
-
-type plannedBuilder struct {
-	ports.RootfsBuilder
-	sum string
-}
-
-func (p *plannedBuilder) BuildEntries(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
-	img := []byte("planned image")
-	s := sha256.Sum256(img)
-	p.sum = hex.EncodeToString(s[:])
-	return ports.BuildResult{SizeBytes: int64(len(img)), SHA256: p.sum}, os.WriteFile(spec.OutPath, img, 0o644)
-}
-
-func TestPlannedPathAndBuilderHash(t *testing.T) {
+// The builder's own hash of the image is the artifact's sha256; the
+// image is not read again to hash it.
+func TestBuilderHashIsUsed(t *testing.T) {
 	f := newFixture(t)
-	pf := &plannedFlattener{TreeFlattener: f.flattener}
-	pb := &plannedBuilder{RootfsBuilder: f.builder}
-	f.pipeline.Flattener, f.pipeline.Builder = pf, pb
+	var sum string
+	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+		img := []byte("image hashed by its builder")
+		s := sha256.Sum256(img)
+		sum = hex.EncodeToString(s[:])
+		return ports.BuildResult{SizeBytes: int64(len(img)), SHA256: sum}, os.WriteFile(spec.OutPath, img, 0o644)
+	}
 	res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pf.calls != 1 || len(f.flattener.FlattenCalls()) != 0 || len(f.builder.BuildCalls()) != 0 {
-		t.Fatalf("FlattenTo %d, Flatten %d, Build %d", pf.calls, len(f.flattener.FlattenCalls()), len(f.builder.BuildCalls()))
+	if res.SHA256 != sum || string(f.put[res.ObjectKey]) != "image hashed by its builder" {
+		t.Fatalf("sha %s (builder %s), published %q", res.SHA256, sum, f.put[res.ObjectKey])
 	}
-	if res.SHA256 != pb.sum || string(f.put[res.ObjectKey]) != "planned image" {
-		t.Fatalf("sha %s (builder %s), published %q", res.SHA256, pb.sum, f.put[res.ObjectKey])
+}
+
+// A flattener that returns without handing a tree over (a broken
+// adapter) fails the build instead of publishing whatever is on disk.
+func TestFlattenerThatHandsNoTreeFails(t *testing.T) {
+	f := newFixture(t)
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+		return ports.TreeStats{}, nil
+	}
+	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "no tree") {
+		t.Fatalf("err = %v, want a flattener that handed over no tree", err)
+	}
+	if len(f.put) != 0 || len(f.builder.BuildCalls()) != 0 {
+		t.Fatal("built or published without a tree")
 	}
 }

@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`loaded builder "counting-ext4stream" (API v2)`,
+		`loaded builder "counting-ext4stream" (API v1)`,
 		"build with a 1 MiB cap: refused (core.ErrInvalidArgument)",
 		// The plugin's own log line, forwarded by go-plugin.
 		"host.countingbuilder: tree streamed:",

@@ -1,7 +1,8 @@
 // Command builder-plugin is the host side of an out-of-process rootfs
 // builder: it starts the countingbuilder plugin (./countingbuilder) with
-// adapters/builder/plugin.Load, streams a small tree made in Go to it and
-// prints the resulting ext4's size and sha256.
+// adapters/builder/plugin.Load, hands it a small tree made in Go (which the
+// plugin, reading tar, gets as a tar stream) and prints the resulting
+// ext4's size and sha256.
 //
 //	go build -o /tmp/countingbuilder ./examples/builder-plugin/countingbuilder
 //	go run ./examples/builder-plugin -plugin /tmp/countingbuilder -out /tmp/demo.ext4
@@ -9,7 +10,6 @@ package main
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -58,14 +58,15 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 	defer b.Close()
 	fmt.Fprintf(w, "loaded builder %q (API %s)\n", b.Name(), b.APIVersion())
 
-	tree, err := demoTree()
+	tree, done, err := demoTree()
 	if err != nil {
 		return err
 	}
+	defer done()
 	// Identical tree, UUID and time give identical bytes (the UUID and
 	// time would derive from the spec fingerprint and the image config).
 	spec := func(out string) ports.BuildSpec {
-		return ports.BuildSpec{Tree: bytes.NewReader(tree), OutPath: out,
+		return ports.BuildSpec{OutPath: out,
 			UUID: "6f1c8e2a-0d3b-4c5e-9f7a-1b2c3d4e5f60", Time: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)}
 	}
 
@@ -74,12 +75,12 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 	// invalid argument.
 	capped := spec(outPath)
 	capped.MaxSizeBytes = 1 << 20
-	if _, err := b.Build(ctx, capped); !errors.Is(err, core.ErrInvalidArgument) {
+	if _, err := b.Build(ctx, capped, tree); !errors.Is(err, core.ErrInvalidArgument) {
 		return fmt.Errorf("build with a 1 MiB cap: got %v, want an error wrapping core.ErrInvalidArgument", err)
 	}
 	fmt.Fprintln(w, "build with a 1 MiB cap: refused (core.ErrInvalidArgument)")
 
-	res, err := b.Build(ctx, spec(outPath))
+	res, err := b.Build(ctx, spec(outPath), tree)
 	if err != nil {
 		return err
 	}
@@ -91,7 +92,7 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 
 	again := outPath + ".again"
 	defer os.Remove(again)
-	if _, err := b.Build(ctx, spec(again)); err != nil {
+	if _, err := b.Build(ctx, spec(again), tree); err != nil {
 		return err
 	}
 	sum2, err := fileSHA256(again)
@@ -102,12 +103,18 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 	return nil
 }
 
-// demoTree is a tiny root filesystem in the BuildSpec.Tree format: clean
-// relative paths, parents before children.
-func demoTree() ([]byte, error) {
+// demoTree is a tiny root filesystem as a flattener hands it over
+// (ports.TreeEntry): clean relative paths, parents before children, each
+// file's content at an offset of a file held open until done.
+func demoTree() ([]ports.TreeEntry, func(), error) {
+	content, err := os.CreateTemp("", "demo-tree-")
+	if err != nil {
+		return nil, nil, err
+	}
+	done := func() { content.Close(); os.Remove(content.Name()) }
 	mtime := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var tree []ports.TreeEntry
+	var off int64
 	for _, e := range []struct {
 		name, body, link string
 		typ              byte
@@ -119,19 +126,19 @@ func demoTree() ([]byte, error) {
 		{name: "etc", typ: tar.TypeDir, mode: 0o755},
 		{name: "etc/hostname", typ: tar.TypeReg, mode: 0o644, body: "demo\n"},
 	} {
-		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link,
-			Size: int64(len(e.body)), ModTime: mtime, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, err
+		te := ports.TreeEntry{Header: &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link,
+			Size: int64(len(e.body)), ModTime: mtime, Format: tar.FormatPAX}}
+		if e.body != "" {
+			if _, err := content.WriteString(e.body); err != nil {
+				done()
+				return nil, nil, err
+			}
+			te.File, te.Offset = content, off
+			off += int64(len(e.body))
 		}
-		if _, err := io.WriteString(tw, e.body); err != nil {
-			return nil, err
-		}
+		tree = append(tree, te)
 	}
-	if err := tw.Close(); err != nil { // writes the end-of-archive marker
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return tree, done, nil
 }
 
 func fileSHA256(path string) (string, error) {

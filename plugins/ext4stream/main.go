@@ -1,21 +1,21 @@
-// Command ext4stream is a rootfs builder plugin: a pure-Go, streaming
-// tar → ext4 converter (package ext4build) served over hashicorp/go-plugin
-// gRPC. It needs no root, no mount and no e2fsprogs. The host starts it with
+// Command ext4stream is a rootfs builder plugin: the pure-Go ext4 writer
+// of adapters/builder/ext4stream served over hashicorp/go-plugin gRPC (API
+// v3: the tree's content is read in place from the host's files). It needs no root, no mount and no e2fsprogs. The host starts it with
 // adapters/builder/plugin.Load; run by hand it only explains that.
 package main
 
 import (
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
-	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 )
 
 func main() {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: pluginproto.Handshake,
 		Plugins: plugin.PluginSet{
-			pluginproto.PluginName: &pluginproto.GRPCPlugin{Impl: ext4build.New()},
+			pluginproto.PluginName: &pluginproto.GRPCPlugin{Impl: ext4stream.New()},
 		},
 		GRPCServer: plugin.DefaultGRPCServer,
 	})

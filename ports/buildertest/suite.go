@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -152,23 +152,24 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("Headroom", func(t *testing.T) { testHeadroom(t, fx, fx.caps) })
 	t.Run("MaxSizeBytes", func(t *testing.T) { testMaxSize(t, fx) })
 	t.Run("CanceledBeforeStart", func(t *testing.T) { testCanceledBeforeStart(t, fx) })
-	t.Run("CanceledAfterTree", func(t *testing.T) { testCanceledAfterTree(t, fx) })
+	t.Run("CanceledMidway", func(t *testing.T) { testCanceledMidway(t, fx) })
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
 	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx) })
-	t.Run("Planned", func(t *testing.T) { testPlanned(t, fx, fl, ls) })
+	t.Run("FromFlattener", func(t *testing.T) { testFromFlattener(t, fx, fl, ls) })
 }
 
+// flattenTo writes the tree fl makes of ls to the file out, as tar
+// (EntriesOf reads it back as entries).
 func flattenTo(t testing.TB, fl ports.TreeFlattener, ls []ports.FlattenLayer, out string) {
 	t.Helper()
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := fl.Flatten(context.Background(), ls, f); err != nil {
+	var tree []byte
+	if _, err := fl.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
+		tree = flattenertest.EntriesTar(t, es)
+		return nil
+	}); err != nil {
 		t.Fatalf("flatten: %v", err)
 	}
-	if err := f.Close(); err != nil {
+	if err := os.WriteFile(out, tree, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -190,24 +191,19 @@ func smallInput(t testing.TB, dir string) Tree {
 	return expectedTree([][]op{l.ops})
 }
 
-func baseSpec(tree io.Reader, out string) ports.BuildSpec {
-	return ports.BuildSpec{Tree: tree, OutPath: out, UUID: FixtureUUID, Time: FixtureTime}
+func baseSpec(out string) ports.BuildSpec {
+	return ports.BuildSpec{OutPath: out, UUID: FixtureUUID, Time: FixtureTime}
 }
 
 // build runs one build of the tree file into a fresh directory.
 func build(t *testing.T, b ports.RootfsBuilder, treeFile string, mod func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
 	t.Helper()
-	f, err := os.Open(treeFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	spec := baseSpec(f, out)
+	spec := baseSpec(out)
 	if mod != nil {
 		mod(&spec)
 	}
-	res, err := b.Build(context.Background(), spec)
+	res, err := b.Build(context.Background(), spec, EntriesOf(t, treeFile))
 	return out, res, err
 }
 
@@ -415,60 +411,79 @@ func testMaxSize(t *testing.T, fx *fixture) {
 }
 
 func testCanceledBeforeStart(t *testing.T, fx *fixture) {
-	f, err := os.Open(fx.small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	if _, err := fx.newBuilder(t).Build(ctx, baseSpec(f, out)); !errors.Is(err, context.Canceled) {
+	if _, err := fx.newBuilder(t).Build(ctx, baseSpec(out), EntriesOf(t, fx.small)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Build with a canceled context = %v, want an error wrapping context.Canceled", err)
 	}
 	assertNothingAt(t, out)
 }
 
-// cancelAtEnd cancels a context once the last byte of the tree has been
-// read (a tar reader stops at the end-of-archive marker and never sees
-// io.EOF), so the builder is canceled in the steps after reading.
-type cancelAtEnd struct {
-	r      io.Reader
-	left   int64
-	cancel context.CancelFunc
+// countdown is a context that ends once it has been asked whether it
+// ended (Err or Done) more than left times: a build canceled at its
+// left-th check, wherever that falls, the same way on every run.
+type countdown struct {
+	context.Context
+	mu    sync.Mutex
+	left  int
+	fired bool
+	done  chan struct{}
 }
 
-func (c *cancelAtEnd) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if c.left -= int64(n); c.left <= 0 || err == io.EOF {
-		c.cancel()
-	}
-	return n, err
+func newCountdown(left int) *countdown {
+	return &countdown{Context: context.Background(), left: left, done: make(chan struct{})}
 }
 
-func testCanceledAfterTree(t *testing.T, fx *fixture) {
-	f, err := os.Open(fx.small)
-	if err != nil {
-		t.Fatal(err)
+func (c *countdown) tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.left--; c.left < 0 && !c.fired {
+		c.fired = true
+		close(c.done)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
+}
+
+func (c *countdown) Done() <-chan struct{} { c.tick(); return c.done }
+
+func (c *countdown) Err() error {
+	c.tick()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fired {
+		return context.Canceled
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	tree := &cancelAtEnd{r: f, left: fi.Size(), cancel: cancel}
-	_, err = fx.newBuilder(t).Build(ctx, baseSpec(tree, out))
-	if ctx.Err() == nil {
-		t.Fatal("the builder did not read the whole tree")
+	return nil
+}
+
+// testCanceledMidway cancels builds at their 1st, 2nd, 4th, ... check of
+// the context, until one runs to the end unasked: every canceled build
+// fails with an error wrapping context.Canceled and leaves nothing behind.
+func testCanceledMidway(t *testing.T, fx *fixture) {
+	for n := 0; ; n = max(1, 2*n) {
+		if n > 1<<12 {
+			t.Fatal("the builder checks its context more than 4096 times on a small tree")
+		}
+		ctx := newCountdown(n)
+		out := filepath.Join(t.TempDir(), "rootfs.ext4")
+		_, err := fx.newBuilder(t).Build(ctx, baseSpec(out), EntriesOf(t, fx.small))
+		ctx.mu.Lock()
+		fired := ctx.fired
+		ctx.mu.Unlock()
+		if !fired {
+			if err != nil {
+				t.Fatalf("Build never canceled: %v", err)
+			}
+			if n == 0 {
+				t.Fatal("the builder never checks its context")
+			}
+			return
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Build canceled at check %d = %v, want an error wrapping context.Canceled", n+1, err)
+		}
+		assertNothingAt(t, out)
 	}
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Build whose context was canceled after reading the tree = %v, want an error wrapping context.Canceled", err)
-	}
-	t.Logf("canceled: %v", err)
-	assertNothingAt(t, out)
 }
 
 // testTreeCorpus holds the builder to the tree-level hostile corpus: it
@@ -476,8 +491,8 @@ func testCanceledAfterTree(t *testing.T, fx *fixture) {
 // flattener could hand it, leave nothing behind, write nothing outside its
 // output directory and create no device node on the host.
 func testTreeCorpus(t *testing.T, fx *fixture) {
-	flattenertest.RunTreeCorpus(t, func(ctx context.Context, tree io.Reader, dest string) error {
-		_, err := fx.newBuilder(t).Build(ctx, baseSpec(tree, filepath.Join(dest, "rootfs.ext4")))
+	flattenertest.RunTreeCorpus(t, func(ctx context.Context, tree []ports.TreeEntry, dest string) error {
+		_, err := fx.newBuilder(t).Build(ctx, baseSpec(filepath.Join(dest, "rootfs.ext4")), tree)
 		return err
 	}, flattenertest.TreeOptions{CleansUp: true})
 }
@@ -512,7 +527,7 @@ func testHostileLayers(t *testing.T, fx *fixture) {
 			v := flattenertest.NewVictim(t)
 			ls := flattenertest.WriteLayers(t, c.LayerBlobs(t, v, flattenertest.MediaGzip)...)
 			img := filepath.Join(v.Root, "rootfs.ext4")
-			tree, ferr, berr := flattenAndBuild(context.Background(), fl, b, ls, img)
+			tree, ferr, berr := flattenAndBuild(t, fl, b, ls, img)
 			v.Check(t)
 			if devs := flattenertest.DeviceNodes(v.Root); len(devs) > 0 {
 				t.Errorf("device nodes created on the host: %v", devs)
@@ -569,29 +584,28 @@ func limitedFlattener(t *testing.T, h Harness, lim flattenertest.Limits) ports.T
 	return fl
 }
 
-// errBuilderDone ends the flattener's stream once the builder returned.
-var errBuilderDone = errors.New("the builder stopped reading the tree")
-
-// flattenAndBuild streams the flattened layers into the builder as the
-// build pipeline does (the flattener's error, if any, reaches the builder
-// as a read error) and returns the tree the builder was given.
-func flattenAndBuild(ctx context.Context, fl ports.TreeFlattener, b ports.RootfsBuilder, ls []ports.FlattenLayer, out string) ([]byte, error, error) {
-	pr, pw := io.Pipe()
-	var tree bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		_, err := fl.Flatten(ctx, ls, io.MultiWriter(pw, &tree))
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	_, berr := b.Build(ctx, baseSpec(pr, out))
-	pr.CloseWithError(errBuilderDone)
-	ferr := <-done
-	if errors.Is(ferr, errBuilderDone) {
-		ferr = nil // the builder stopped first; its error is the cause
+// flattenAndBuild hands the flattened layers to the builder as the build
+// pipeline does and returns the tree the builder was given (as tar), the
+// flattener's error and the builder's.
+func flattenAndBuild(t *testing.T, fl ports.TreeFlattener, b ports.RootfsBuilder, ls []ports.FlattenLayer, out string) ([]byte, error, error) {
+	var tree []byte
+	var berr error
+	_, ferr := fl.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
+		tree = flattenertest.EntriesTar(t, es)
+		_, berr = b.Build(context.Background(), baseSpec(out), es)
+		return berr
+	})
+	if ferr != nil && ferr == berr {
+		ferr = nil // the builder's own error, returned as is
 	}
-	return tree.Bytes(), ferr, berr
+	if ferr != nil && berr == nil {
+		berr = errNotBuilt // a refused tree never reaches the builder
+	}
+	return tree, ferr, berr
 }
+
+// errNotBuilt stands for the build a refused tree never got.
+var errNotBuilt = errors.New("the flattener refused the layers: nothing was built")
 
 // assertNothingAt checks a failed build left neither the image nor any
 // temporary file in the output directory.

@@ -189,15 +189,10 @@ func compareUpstream(t *testing.T, newH HarnessMaker, img UpstreamImage, ls []po
 	dir := FastTempDir(t)
 	treeFile := filepath.Join(dir, "tree.tar")
 	flattenTo(t, fl, ls, treeFile)
-	f, err := os.Open(treeFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := filepath.Join(dir, "rootfs.ext4")
 	// Later than every mtime of the layers: builders may clamp to it.
-	spec := ports.BuildSpec{Tree: f, OutPath: out, UUID: FixtureUUID, Time: time.Now().Add(24 * time.Hour).Truncate(time.Second)}
-	if _, err := b.Build(ctx, spec); err != nil {
+	spec := ports.BuildSpec{OutPath: out, UUID: FixtureUUID, Time: time.Now().Add(24 * time.Hour).Truncate(time.Second)}
+	if _, err := b.Build(ctx, spec, EntriesOf(t, treeFile)); err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	os.Remove(treeFile)

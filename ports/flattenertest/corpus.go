@@ -39,7 +39,7 @@ type Case struct {
 	Limits Limits
 	// Flatten is the rule the flattener refuses the layers with. "" means
 	// it accepts them and keeps everything inside the root: its output
-	// meets the BuildSpec.Tree contract and holds every line of Want
+	// meets the ports.TreeEntry contract and holds every line of Want
 	// (Describe format).
 	Flatten string
 	Want    func(v *Victim) []string

@@ -3,7 +3,6 @@ package flattenertest
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -240,9 +239,9 @@ func testDerived(t *testing.T, h Harness) {
 	}
 }
 
-// EntriesTar encodes entries handed over by an EntryFlattener as the tar
-// stream Flatten would write, reading content from their files, and
-// checks each Zero list against the content.
+// EntriesTar encodes a tree handed over as entries as its tar stream,
+// reading content from their files, and checks each Zero list against the
+// content.
 func EntriesTar(t testing.TB, es []ports.TreeEntry) []byte {
 	t.Helper()
 	var out bytes.Buffer
@@ -289,41 +288,76 @@ func checkZero(t testing.TB, name string, body []byte, zero [][2]uint32) {
 	}
 }
 
-// testEntries: a flattener that hands the tree over as entries
-// (ports.EntryFlattener) gives the same tree as its tar stream.
+// testEntries: the zero-block lists a flattener hands over with content
+// match the content (EntriesTar checks them), for files with holes, a zero
+// tail and nothing but zeros.
 func testEntries(t *testing.T, h Harness) {
-	probe := flattener(t, h, Limits{})
-	if _, ok := probe.(ports.EntryFlattener); !ok {
-		t.Skip("the flattener does not hand over entries")
-	}
 	sparse := make([]byte, 3*4096+100)
 	copy(sparse[4096:], "data in the second block")
 	zeroTail := make([]byte, 2*4096+10)
 	zeroTail[0] = 1
-	extra := []Blob{
-		{Gzip(t, Tar(t, Reg("sparse", string(sparse)), Reg("zerotail", string(zeroTail)), Reg("allzero", string(make([]byte, 9000))))), MediaGzip},
+	ls := WriteLayers(t, Blob{Gzip(t, Tar(t, Reg("sparse", string(sparse)), Reg("zerotail", string(zeroTail)), Reg("allzero", string(make([]byte, 9000))))), MediaGzip})
+	out, _, err := flatten(t, flattener(t, h, Limits{}), ls)
+	if err != nil {
+		t.Fatal(err)
 	}
-	check := func(t *testing.T, f ports.TreeFlattener, ls []ports.FlattenLayer) {
-		want, _, werr := flatten(t, f, ls)
-		var got []byte
-		_, gerr := f.(ports.EntryFlattener).FlattenTo(context.Background(), ls, func(es []ports.TreeEntry) error {
-			got = EntriesTar(t, es)
-			return nil
-		})
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("Flatten: %v, FlattenTo: %v", werr, gerr)
+	CheckTree(t, out)
+}
+
+// TarEntries is EntriesTar's inverse: the tree a tar stream holds, as the
+// entries a flattener hands over, with the content in one file (kept until
+// the test ends) and, withZero, each file's list of zero blocks. Builder
+// and extractor tests feed their tar fixtures through it.
+func TarEntries(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "content-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	var out []ports.TreeEntry
+	tr := tar.NewReader(bytes.NewReader(tree))
+	var off int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
 		}
-		if werr == nil && !bytes.Equal(want, got) {
-			t.Fatalf("entries differ from the tar stream")
+		if err != nil {
+			t.Fatalf("TarEntries: %v", err)
+		}
+		e := ports.TreeEntry{Header: h}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			body, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatalf("TarEntries: content of %s: %v", h.Name, err)
+			}
+			if _, err := f.Write(body); err != nil {
+				t.Fatal(err)
+			}
+			e.File, e.Offset = f, off
+			off += int64(len(body))
+			if withZero {
+				e.Zero, e.ZeroKnown = zeroRuns(body), true
+			}
+		}
+		out = append(out, e)
+	}
+}
+
+// zeroRuns lists the all-zero 4 KiB blocks of body as [first, count] runs.
+func zeroRuns(body []byte) [][2]uint32 {
+	var runs [][2]uint32
+	for b := uint32(0); int64(b)*4096 < int64(len(body)); b++ {
+		blk := body[int64(b)*4096 : min(int64(b+1)*4096, int64(len(body)))]
+		if bytes.ContainsFunc(blk, func(r rune) bool { return r != 0 }) {
+			continue
+		}
+		if k := len(runs); k > 0 && runs[k-1][0]+runs[k-1][1] == b {
+			runs[k-1][1]++
+		} else {
+			runs = append(runs, [2]uint32{b, 1})
 		}
 	}
-	t.Run("holes", func(t *testing.T) { check(t, probe, WriteLayers(t, extra...)) })
-	for _, c := range Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			f := flattener(t, h, c.Limits)
-			v := NewVictim(t)
-			check(t, f, WriteLayers(t, c.LayerBlobs(t, v, MediaGzip)...))
-			v.Check(t)
-		})
-	}
+	return runs
 }

@@ -8,19 +8,21 @@
 //     platform with core.ErrNotFound;
 //   - missing repositories, tags and digests wrap core.ErrNotFound; refused
 //     references and platforms wrap core.ErrInvalidArgument;
-//   - FetchLayers returns verified files in manifest order (a repeated layer
-//     too), with DiffIDs from the config, and fetches the layers of the
-//     resolved digest even after its tag moved; progress reports arrive in
-//     order and only grow, ending complete;
+//   - StreamLayers hands out every layer in manifest order (a repeated
+//     layer too), each blob's bytes matching its descriptor, with the
+//     config's DiffIDs for the decoder to verify, and its wait returns the
+//     verified files; it fetches the layers of the resolved digest even
+//     after its tag moved; progress reports arrive in order and only grow,
+//     ending complete;
 //   - bytes that do not match their descriptor are refused (a size that
 //     differs, and with the optional ContentCorrupter capability corrupted
 //     layers, configs and platform manifests), as are layers whose DiffID
-//     differs from the config, and a refused fetch leaves nothing behind
+//     count differs from the config, and a refused fetch leaves nothing behind
 //     that spoils the next one;
 //   - credentials (the password and user name, also pasted into the
 //     reference) never appear in errors, including, with the optional
 //     CredentialChecker capability, a registry refusing a wrong password;
-//   - a cancelled context ends Resolve and FetchLayers with an error
+//   - a cancelled context ends Resolve and StreamLayers with an error
 //     wrapping context.Canceled, also mid-download with the optional
 //     Staller capability, and concurrent fetches of one image agree.
 //

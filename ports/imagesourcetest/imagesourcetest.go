@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"PlatformFromIndex", testPlatformFromIndex},
 		{"ImageForAnotherPlatform", testOtherPlatform},
 		{"MovedTagGivesNewDigest", testMovedTag},
-		{"FetchLayersInManifestOrder", testFetchOrder},
+		{"StreamLayersInManifestOrder", testFetchOrder},
 		{"ProgressGrowsAndCompletes", testProgress},
 		{"SizeMismatchRefused", testSizeMismatch},
 		{"CorruptedContentRefused", testCorrupted},
@@ -143,7 +144,7 @@ func wantResolved(t *testing.T, img *ports.ResolvedImage, p pushed, platform str
 func wantFetched(t *testing.T, got []ports.LocalLayer, img *ports.ResolvedImage, p pushed) {
 	t.Helper()
 	if len(got) != len(p.layers) {
-		t.Fatalf("FetchLayers returned %d layers, want %d", len(got), len(p.layers))
+		t.Fatalf("StreamLayers' wait returned %d layers, want %d", len(got), len(p.layers))
 	}
 	for i, want := range p.layers {
 		l := got[i]
@@ -175,13 +176,49 @@ func wantErrIs(t *testing.T, what string, err, target error) {
 	}
 }
 
+// fetchLayers streams every layer of img (StreamLayers), reads each blob
+// to its end in manifest order, checks the bytes against the descriptor,
+// and returns what wait returns: the verified local layers or the first
+// error. A blob whose read fails is abandoned (closed); wait then says why.
+func fetchLayers(s ports.ImageSource, ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
+	streams, wait, err := s.StreamLayers(ctx, req, img, progress)
+	if err != nil {
+		return nil, err
+	}
+	var streamErr error
+	for i, l := range streams {
+		h := digest.Canonical.Digester()
+		n, rerr := io.Copy(h.Hash(), l.Blob)
+		l.Blob.Close()
+		if rerr != nil || streamErr != nil {
+			continue
+		}
+		if n != l.Descriptor.Size || h.Digest() != l.Descriptor.Digest {
+			streamErr = fmt.Errorf("layer %d streamed %d bytes (%s), its descriptor says %d bytes (%s)",
+				i, n, h.Digest(), l.Descriptor.Size, l.Descriptor.Digest)
+		}
+	}
+	local, err := wait()
+	if err == nil && streamErr != nil {
+		return nil, streamErr
+	}
+	if err == nil {
+		for i, l := range streams {
+			if i < len(local) && l.DiffID != local[i].DiffID {
+				return nil, fmt.Errorf("layer %d streamed with DiffID %s, wait returned %s", i, l.DiffID, local[i].DiffID)
+			}
+		}
+	}
+	return local, err
+}
+
 // resolveAndFetch runs both steps and returns the first error.
 func (e *env) resolveAndFetch(ctx context.Context, s ports.ImageSource, req ports.ImageRequest) ([]ports.LocalLayer, error) {
 	img, err := s.Resolve(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return s.FetchLayers(ctx, req, img, nil)
+	return fetchLayers(s, ctx, req, img, nil)
 }
 
 // --- resolution ----------------------------------------------------------
@@ -211,9 +248,9 @@ func testResolveByDigest(t *testing.T, e *env) {
 	p := e.push(t, repo, "", image{layers: []layer{makeLayer(t, 8_000, true, false)}})
 	img := e.resolve(t, s, ports.ImageRequest{Ref: repo + "@" + p.digest.String()})
 	wantResolved(t, img, p, "linux/amd64")
-	layers, err := s.FetchLayers(e.ctx, ports.ImageRequest{Ref: repo + "@" + p.digest.String()}, img, nil)
+	layers, err := fetchLayers(s, e.ctx, ports.ImageRequest{Ref: repo + "@" + p.digest.String()}, img, nil)
 	if err != nil {
-		t.Fatalf("FetchLayers: %v", err)
+		t.Fatalf("StreamLayers: %v", err)
 	}
 	wantFetched(t, layers, img, p)
 }
@@ -267,9 +304,9 @@ func testPlatformFromIndex(t *testing.T, e *env) {
 			}
 			// The chosen child's layers are the ones fetched.
 			img := e.resolve(t, s, ports.ImageRequest{Ref: repo + ":multi", Platform: "linux/arm/v7"})
-			layers, err := s.FetchLayers(e.ctx, ports.ImageRequest{Ref: repo + ":multi"}, img, nil)
+			layers, err := fetchLayers(s, e.ctx, ports.ImageRequest{Ref: repo + ":multi"}, img, nil)
 			if err != nil {
-				t.Fatalf("FetchLayers: %v", err)
+				t.Fatalf("StreamLayers: %v", err)
 			}
 			wantFetched(t, layers, img, armv7)
 		})
@@ -304,14 +341,14 @@ func testMovedTag(t *testing.T, e *env) {
 	// resolved before the move gives its layers, not the tag's new ones.
 	pinned := e.resolve(t, s, ports.ImageRequest{Ref: repo + "@" + first.digest.String()})
 	wantResolved(t, pinned, first, "linux/amd64")
-	layers, err := s.FetchLayers(e.ctx, req, img1, nil)
+	layers, err := fetchLayers(s, e.ctx, req, img1, nil)
 	if err != nil {
-		t.Fatalf("FetchLayers of the image resolved before the tag moved: %v", err)
+		t.Fatalf("StreamLayers of the image resolved before the tag moved: %v", err)
 	}
 	wantFetched(t, layers, img1, first)
-	layers, err = s.FetchLayers(e.ctx, req, img2, nil)
+	layers, err = fetchLayers(s, e.ctx, req, img2, nil)
 	if err != nil {
-		t.Fatalf("FetchLayers: %v", err)
+		t.Fatalf("StreamLayers: %v", err)
 	}
 	wantFetched(t, layers, img2, second)
 }
@@ -328,9 +365,9 @@ func testFetchOrder(t *testing.T, e *env) {
 		t.Run(name, func(t *testing.T) {
 			s := e.source(t)
 			img := e.resolve(t, s, req)
-			layers, err := s.FetchLayers(e.ctx, req, img, nil)
+			layers, err := fetchLayers(s, e.ctx, req, img, nil)
 			if err != nil {
-				t.Fatalf("FetchLayers: %v", err)
+				t.Fatalf("StreamLayers: %v", err)
 			}
 			wantFetched(t, layers, img, p)
 		})
@@ -410,9 +447,9 @@ func testProgress(t *testing.T, e *env) {
 	for _, name := range []string{"download", "cache hit"} {
 		t.Run(name, func(t *testing.T) {
 			var log progressLog
-			layers, err := s.FetchLayers(e.ctx, req, img, log.record)
+			layers, err := fetchLayers(s, e.ctx, req, img, log.record)
 			if err != nil {
-				t.Fatalf("FetchLayers: %v", err)
+				t.Fatalf("StreamLayers: %v", err)
 			}
 			wantFetched(t, layers, img, p)
 			log.check(t, img)
@@ -464,7 +501,7 @@ func testCorrupted(t *testing.T, e *env) {
 		req := ports.ImageRequest{Ref: repo + ":v1"}
 		img := e.resolve(t, s, req)
 		restore := cc.Corrupt(bad.desc().Digest.String())
-		layers, err := s.FetchLayers(e.ctx, req, img, nil)
+		layers, err := fetchLayers(s, e.ctx, req, img, nil)
 		restore()
 		if err == nil {
 			t.Fatalf("corrupted layer accepted (%d layers returned)", len(layers))
@@ -474,9 +511,9 @@ func testCorrupted(t *testing.T, e *env) {
 		}
 		// Nothing of the bad bytes stayed behind: with the registry healthy
 		// again the same source fetches the right ones.
-		layers, err = s.FetchLayers(e.ctx, req, img, nil)
+		layers, err = fetchLayers(s, e.ctx, req, img, nil)
 		if err != nil {
-			t.Fatalf("FetchLayers after the registry recovered: %v", err)
+			t.Fatalf("StreamLayers after the registry recovered: %v", err)
 		}
 		wantFetched(t, layers, img, p)
 	})
@@ -505,23 +542,44 @@ func testCorrupted(t *testing.T, e *env) {
 	})
 }
 
+// testDiffIDMismatch: a config whose diff_ids do not match the layers in
+// number is refused; one that names other values is passed on as it is
+// (StreamedLayer.DiffID), for the decoder to verify (the source need not
+// decompress the layers).
 func testDiffIDMismatch(t *testing.T, e *env) {
 	s := e.source(t)
 	for _, tc := range []struct {
-		name   string
-		mutate func(*ocispec.Image, []layer)
+		name    string
+		mutate  func(*ocispec.Image, []layer)
+		refused bool
 	}{
-		{"another layer's diff_id", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs[1] = ls[0].diffID }},
-		{"compressed digest as diff_id", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs[0] = ls[0].desc().Digest }},
-		{"one diff_id missing", func(c *ocispec.Image, _ []layer) { c.RootFS.DiffIDs = c.RootFS.DiffIDs[:1] }},
-		{"one diff_id too many", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs = append(c.RootFS.DiffIDs, ls[0].diffID) }},
+		{"another layer's diff_id", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs[1] = ls[0].diffID }, false},
+		{"compressed digest as diff_id", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs[0] = ls[0].desc().Digest }, false},
+		{"one diff_id missing", func(c *ocispec.Image, _ []layer) { c.RootFS.DiffIDs = c.RootFS.DiffIDs[:1] }, true},
+		{"one diff_id too many", func(c *ocispec.Image, ls []layer) { c.RootFS.DiffIDs = append(c.RootFS.DiffIDs, ls[0].diffID) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := e.repo(t, "diffid")
 			ls := []layer{makeLayer(t, 5_000, true, false), makeLayer(t, 6_000, true, false)}
-			e.push(t, repo, "v1", image{layers: ls, mutateConfig: func(c *ocispec.Image) { tc.mutate(c, ls) }})
-			if layers, err := e.resolveAndFetch(e.ctx, s, ports.ImageRequest{Ref: repo + ":v1"}); err == nil {
-				t.Fatalf("layers whose DiffIDs differ from the config were accepted (%d returned)", len(layers))
+			var cfg ocispec.Image
+			e.push(t, repo, "v1", image{layers: ls, mutateConfig: func(c *ocispec.Image) { tc.mutate(c, ls); cfg = *c }})
+			req := ports.ImageRequest{Ref: repo + ":v1"}
+			img, err := s.Resolve(e.ctx, req)
+			if err == nil {
+				var streams []ports.StreamedLayer
+				var wait func() ([]ports.LocalLayer, error)
+				if streams, wait, err = s.StreamLayers(e.ctx, req, img, nil); err == nil {
+					for i, l := range streams {
+						l.Blob.Close()
+						if !tc.refused && l.DiffID != cfg.RootFS.DiffIDs[i].String() {
+							t.Errorf("layer %d streamed with DiffID %s, the config says %s", i, l.DiffID, cfg.RootFS.DiffIDs[i])
+						}
+					}
+					_, err = wait()
+				}
+			}
+			if tc.refused && err == nil {
+				t.Fatal("a config whose diff_ids do not match the layers in number was accepted")
 			}
 		})
 	}
@@ -573,9 +631,9 @@ func testRefused(t *testing.T, e *env) {
 			wantErrIs(t, fmt.Sprintf("Resolve(%.40q, platform %q)", tc.ref, tc.platform), err, core.ErrInvalidArgument)
 		})
 	}
-	t.Run("FetchLayers without a resolved image", func(t *testing.T) {
-		_, err := s.FetchLayers(e.ctx, ports.ImageRequest{Ref: repo + ":v1"}, nil, nil)
-		wantErrIs(t, "FetchLayers(nil)", err, core.ErrInvalidArgument)
+	t.Run("StreamLayers without a resolved image", func(t *testing.T) {
+		_, err := fetchLayers(s, e.ctx, ports.ImageRequest{Ref: repo + ":v1"}, nil, nil)
+		wantErrIs(t, "StreamLayers(nil)", err, core.ErrInvalidArgument)
 	})
 }
 
@@ -614,7 +672,7 @@ func testCredentials(t *testing.T, e *env) {
 			t.Fatalf("Resolve with credentials the registry does not ask for: %v", err)
 		}
 		restore := cc.Corrupt(p.layers[0].desc().Digest.String())
-		_, err = s.FetchLayers(e.ctx, with(repo+":v1"), img, nil)
+		_, err = fetchLayers(s, e.ctx, with(repo+":v1"), img, nil)
 		restore()
 		leaks(t, "corrupted layer", err)
 	}
@@ -638,9 +696,9 @@ func testCredentials(t *testing.T, e *env) {
 	}
 	img := e.resolve(t, s, with(repo+":v1"))
 	wantResolved(t, img, p, "linux/amd64")
-	layers, err := s.FetchLayers(e.ctx, with(repo+":v1"), img, nil)
+	layers, err := fetchLayers(s, e.ctx, with(repo+":v1"), img, nil)
 	if err != nil {
-		t.Fatalf("FetchLayers with the right credentials: %v", err)
+		t.Fatalf("StreamLayers with the right credentials: %v", err)
 	}
 	wantFetched(t, layers, img, p)
 }
@@ -658,8 +716,8 @@ func testCancellation(t *testing.T, e *env) {
 	cancel()
 	_, err := s.Resolve(dead, req)
 	wantErrIs(t, "Resolve with a cancelled context", err, context.Canceled)
-	_, err = s.FetchLayers(dead, req, img, nil)
-	wantErrIs(t, "FetchLayers with a cancelled context", err, context.Canceled)
+	_, err = fetchLayers(s, dead, req, img, nil)
+	wantErrIs(t, "StreamLayers with a cancelled context", err, context.Canceled)
 
 	st, ok := e.h.(Staller)
 	if !ok {
@@ -670,7 +728,7 @@ func testCancellation(t *testing.T, e *env) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.FetchLayers(ctx, req, img, nil)
+			_, err := fetchLayers(s, ctx, req, img, nil)
 			done <- err
 		}()
 		select {
@@ -678,15 +736,15 @@ func testCancellation(t *testing.T, e *env) {
 		case err := <-done:
 			release()
 			cancel()
-			t.Fatalf("FetchLayers returned before the stalled layer was requested: %v", err)
+			t.Fatalf("StreamLayers returned before the stalled layer was requested: %v", err)
 		}
 		cancel()
 		err := <-done
 		release()
-		wantErrIs(t, "FetchLayers cancelled mid-download", err, context.Canceled)
-		layers, err := s.FetchLayers(e.ctx, req, img, nil)
+		wantErrIs(t, "StreamLayers cancelled mid-download", err, context.Canceled)
+		layers, err := fetchLayers(s, e.ctx, req, img, nil)
 		if err != nil {
-			t.Fatalf("FetchLayers after a cancelled one: %v", err)
+			t.Fatalf("StreamLayers after a cancelled one: %v", err)
 		}
 		wantFetched(t, layers, img, p)
 	})
@@ -722,7 +780,7 @@ func testConcurrentFetches(t *testing.T, e *env) {
 	errs := make([]error, fetchers)
 	var wg sync.WaitGroup
 	for i := range fetchers {
-		wg.Go(func() { results[i], errs[i] = sources[i%len(sources)].FetchLayers(e.ctx, req, img, nil) })
+		wg.Go(func() { results[i], errs[i] = fetchLayers(sources[i%len(sources)], e.ctx, req, img, nil) })
 	}
 	wg.Wait()
 	for i := range fetchers {

@@ -3153,11 +3153,11 @@ var _ ports.ImageSource = &ImageSourceMock{}
 //
 //		// make and configure a mocked ports.ImageSource
 //		mockedImageSource := &ImageSourceMock{
-//			FetchLayersFunc: func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
-//				panic("mock out the FetchLayers method")
-//			},
 //			ResolveFunc: func(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error) {
 //				panic("mock out the Resolve method")
+//			},
+//			StreamLayersFunc: func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+//				panic("mock out the StreamLayers method")
 //			},
 //		}
 //
@@ -3166,16 +3166,23 @@ var _ ports.ImageSource = &ImageSourceMock{}
 //
 //	}
 type ImageSourceMock struct {
-	// FetchLayersFunc mocks the FetchLayers method.
-	FetchLayersFunc func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error)
-
 	// ResolveFunc mocks the Resolve method.
 	ResolveFunc func(ctx context.Context, req ports.ImageRequest) (*ports.ResolvedImage, error)
 
+	// StreamLayersFunc mocks the StreamLayers method.
+	StreamLayersFunc func(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error)
+
 	// calls tracks calls to the methods.
 	calls struct {
-		// FetchLayers holds details about calls to the FetchLayers method.
-		FetchLayers []struct {
+		// Resolve holds details about calls to the Resolve method.
+		Resolve []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Req is the req argument value.
+			Req ports.ImageRequest
+		}
+		// StreamLayers holds details about calls to the StreamLayers method.
+		StreamLayers []struct {
 			// Ctx is the ctx argument value.
 			Ctx context.Context
 			// Req is the req argument value.
@@ -3185,60 +3192,9 @@ type ImageSourceMock struct {
 			// Progress is the progress argument value.
 			Progress func(ports.PullProgress)
 		}
-		// Resolve holds details about calls to the Resolve method.
-		Resolve []struct {
-			// Ctx is the ctx argument value.
-			Ctx context.Context
-			// Req is the req argument value.
-			Req ports.ImageRequest
-		}
 	}
-	lockFetchLayers sync.RWMutex
-	lockResolve     sync.RWMutex
-}
-
-// FetchLayers calls FetchLayersFunc.
-func (mock *ImageSourceMock) FetchLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
-	if mock.FetchLayersFunc == nil {
-		panic("ImageSourceMock.FetchLayersFunc: method is nil but ImageSource.FetchLayers was just called")
-	}
-	callInfo := struct {
-		Ctx      context.Context
-		Req      ports.ImageRequest
-		Img      *ports.ResolvedImage
-		Progress func(ports.PullProgress)
-	}{
-		Ctx:      ctx,
-		Req:      req,
-		Img:      img,
-		Progress: progress,
-	}
-	mock.lockFetchLayers.Lock()
-	mock.calls.FetchLayers = append(mock.calls.FetchLayers, callInfo)
-	mock.lockFetchLayers.Unlock()
-	return mock.FetchLayersFunc(ctx, req, img, progress)
-}
-
-// FetchLayersCalls gets all the calls that were made to FetchLayers.
-// Check the length with:
-//
-//	len(mockedImageSource.FetchLayersCalls())
-func (mock *ImageSourceMock) FetchLayersCalls() []struct {
-	Ctx      context.Context
-	Req      ports.ImageRequest
-	Img      *ports.ResolvedImage
-	Progress func(ports.PullProgress)
-} {
-	var calls []struct {
-		Ctx      context.Context
-		Req      ports.ImageRequest
-		Img      *ports.ResolvedImage
-		Progress func(ports.PullProgress)
-	}
-	mock.lockFetchLayers.RLock()
-	calls = mock.calls.FetchLayers
-	mock.lockFetchLayers.RUnlock()
-	return calls
+	lockResolve      sync.RWMutex
+	lockStreamLayers sync.RWMutex
 }
 
 // Resolve calls ResolveFunc.
@@ -3277,6 +3233,50 @@ func (mock *ImageSourceMock) ResolveCalls() []struct {
 	return calls
 }
 
+// StreamLayers calls StreamLayersFunc.
+func (mock *ImageSourceMock) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	if mock.StreamLayersFunc == nil {
+		panic("ImageSourceMock.StreamLayersFunc: method is nil but ImageSource.StreamLayers was just called")
+	}
+	callInfo := struct {
+		Ctx      context.Context
+		Req      ports.ImageRequest
+		Img      *ports.ResolvedImage
+		Progress func(ports.PullProgress)
+	}{
+		Ctx:      ctx,
+		Req:      req,
+		Img:      img,
+		Progress: progress,
+	}
+	mock.lockStreamLayers.Lock()
+	mock.calls.StreamLayers = append(mock.calls.StreamLayers, callInfo)
+	mock.lockStreamLayers.Unlock()
+	return mock.StreamLayersFunc(ctx, req, img, progress)
+}
+
+// StreamLayersCalls gets all the calls that were made to StreamLayers.
+// Check the length with:
+//
+//	len(mockedImageSource.StreamLayersCalls())
+func (mock *ImageSourceMock) StreamLayersCalls() []struct {
+	Ctx      context.Context
+	Req      ports.ImageRequest
+	Img      *ports.ResolvedImage
+	Progress func(ports.PullProgress)
+} {
+	var calls []struct {
+		Ctx      context.Context
+		Req      ports.ImageRequest
+		Img      *ports.ResolvedImage
+		Progress func(ports.PullProgress)
+	}
+	mock.lockStreamLayers.RLock()
+	calls = mock.calls.StreamLayers
+	mock.lockStreamLayers.RUnlock()
+	return calls
+}
+
 // Ensure, that TreeFlattenerMock does implement ports.TreeFlattener.
 // If this is not the case, regenerate this file with moq.
 var _ ports.TreeFlattener = &TreeFlattenerMock{}
@@ -3287,7 +3287,7 @@ var _ ports.TreeFlattener = &TreeFlattenerMock{}
 //
 //		// make and configure a mocked ports.TreeFlattener
 //		mockedTreeFlattener := &TreeFlattenerMock{
-//			FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+//			FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 //				panic("mock out the Flatten method")
 //			},
 //		}
@@ -3298,7 +3298,7 @@ var _ ports.TreeFlattener = &TreeFlattenerMock{}
 //	}
 type TreeFlattenerMock struct {
 	// FlattenFunc mocks the Flatten method.
-	FlattenFunc func(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error)
+	FlattenFunc func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error)
 
 	// calls tracks calls to the methods.
 	calls struct {
@@ -3308,31 +3308,31 @@ type TreeFlattenerMock struct {
 			Ctx context.Context
 			// Layers is the layers argument value.
 			Layers []ports.FlattenLayer
-			// W is the w argument value.
-			W io.Writer
+			// Use is the use argument value.
+			Use func([]ports.TreeEntry) error
 		}
 	}
 	lockFlatten sync.RWMutex
 }
 
 // Flatten calls FlattenFunc.
-func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.FlattenLayer, w io.Writer) (ports.TreeStats, error) {
+func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 	if mock.FlattenFunc == nil {
 		panic("TreeFlattenerMock.FlattenFunc: method is nil but TreeFlattener.Flatten was just called")
 	}
 	callInfo := struct {
 		Ctx    context.Context
 		Layers []ports.FlattenLayer
-		W      io.Writer
+		Use    func([]ports.TreeEntry) error
 	}{
 		Ctx:    ctx,
 		Layers: layers,
-		W:      w,
+		Use:    use,
 	}
 	mock.lockFlatten.Lock()
 	mock.calls.Flatten = append(mock.calls.Flatten, callInfo)
 	mock.lockFlatten.Unlock()
-	return mock.FlattenFunc(ctx, layers, w)
+	return mock.FlattenFunc(ctx, layers, use)
 }
 
 // FlattenCalls gets all the calls that were made to Flatten.
@@ -3342,12 +3342,12 @@ func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.Flatt
 func (mock *TreeFlattenerMock) FlattenCalls() []struct {
 	Ctx    context.Context
 	Layers []ports.FlattenLayer
-	W      io.Writer
+	Use    func([]ports.TreeEntry) error
 } {
 	var calls []struct {
 		Ctx    context.Context
 		Layers []ports.FlattenLayer
-		W      io.Writer
+		Use    func([]ports.TreeEntry) error
 	}
 	mock.lockFlatten.RLock()
 	calls = mock.calls.Flatten
@@ -3365,7 +3365,7 @@ var _ ports.RootfsBuilder = &RootfsBuilderMock{}
 //
 //		// make and configure a mocked ports.RootfsBuilder
 //		mockedRootfsBuilder := &RootfsBuilderMock{
-//			BuildFunc: func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+//			BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 //				panic("mock out the Build method")
 //			},
 //			FormatFunc: func() string {
@@ -3382,7 +3382,7 @@ var _ ports.RootfsBuilder = &RootfsBuilderMock{}
 //	}
 type RootfsBuilderMock struct {
 	// BuildFunc mocks the Build method.
-	BuildFunc func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error)
+	BuildFunc func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error)
 
 	// FormatFunc mocks the Format method.
 	FormatFunc func() string
@@ -3398,6 +3398,8 @@ type RootfsBuilderMock struct {
 			Ctx context.Context
 			// Spec is the spec argument value.
 			Spec ports.BuildSpec
+			// Tree is the tree argument value.
+			Tree []ports.TreeEntry
 		}
 		// Format holds details about calls to the Format method.
 		Format []struct {
@@ -3412,21 +3414,23 @@ type RootfsBuilderMock struct {
 }
 
 // Build calls BuildFunc.
-func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 	if mock.BuildFunc == nil {
 		panic("RootfsBuilderMock.BuildFunc: method is nil but RootfsBuilder.Build was just called")
 	}
 	callInfo := struct {
 		Ctx  context.Context
 		Spec ports.BuildSpec
+		Tree []ports.TreeEntry
 	}{
 		Ctx:  ctx,
 		Spec: spec,
+		Tree: tree,
 	}
 	mock.lockBuild.Lock()
 	mock.calls.Build = append(mock.calls.Build, callInfo)
 	mock.lockBuild.Unlock()
-	return mock.BuildFunc(ctx, spec)
+	return mock.BuildFunc(ctx, spec, tree)
 }
 
 // BuildCalls gets all the calls that were made to Build.
@@ -3436,10 +3440,12 @@ func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec) 
 func (mock *RootfsBuilderMock) BuildCalls() []struct {
 	Ctx  context.Context
 	Spec ports.BuildSpec
+	Tree []ports.TreeEntry
 } {
 	var calls []struct {
 		Ctx  context.Context
 		Spec ports.BuildSpec
+		Tree []ports.TreeEntry
 	}
 	mock.lockBuild.RLock()
 	calls = mock.calls.Build

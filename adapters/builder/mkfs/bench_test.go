@@ -84,15 +84,11 @@ func BenchmarkBuild(b *testing.B) {
 	b.Run("builder", func(b *testing.B) {
 		b.SetBytes(content)
 		var size int64
+		es := buildertest.EntriesOf(b, tree)
 		for b.Loop() {
-			f, err := os.Open(tree)
-			if err != nil {
-				b.Fatal(err)
-			}
 			res, err := mkfs.New(mkfs.Options{WorkDir: dir}).Build(context.Background(), ports.BuildSpec{
-				Tree: f, OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-			})
-			f.Close()
+				OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+			}, es)
 			if err != nil {
 				b.Fatal(err)
 			}

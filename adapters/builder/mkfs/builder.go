@@ -97,27 +97,14 @@ func e2fsprogsVersion(mkfs string) string {
 }
 
 // Build implements ports.RootfsBuilder. See the package documentation for
-// the steps, the filesystem choices and the sizing rule.
-func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-	if spec.Tree == nil {
-		return ports.BuildResult{}, &core.FieldError{Field: "Tree", Reason: "is nil"}
-	}
+// the steps, the filesystem choices and the sizing rule. The tree is
+// staged from entries whose content the kernel copies from the
+// flattener's files, so no byte of content passes through this process.
+func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 	return b.build(ctx, spec, func(stage string, opt layers.ExtractOptions) (layers.ExtractResult, error) {
-		return layers.Extract(ctx, spec.Tree, stage, opt)
+		return layers.ExtractEntries(ctx, tree, stage, opt)
 	})
 }
-
-// BuildEntries implements ports.PlannedBuilder: the tree is staged from
-// entries whose content the kernel copies from the flattener's files, so
-// no tar stream is written or parsed and no byte of content passes
-// through this process. The image is Build's of the same tree.
-func (b *Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
-	return b.build(ctx, spec, func(stage string, opt layers.ExtractOptions) (layers.ExtractResult, error) {
-		return layers.ExtractEntries(ctx, entries, stage, opt)
-	})
-}
-
-var _ ports.PlannedBuilder = (*Builder)(nil)
 
 // build is Build with the staging step given: stage writes the tree under
 // the staging directory with the options it is given.

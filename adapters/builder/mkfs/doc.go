@@ -4,15 +4,12 @@
 //
 // # Steps
 //
-//  1. layers.Extract writes the tree under <WorkDir>/mkfs-*/root (the
-//     parent is mode 0700). Device nodes are never created on the host
-//     (SkipDevices); they come back as deferred headers. Given the tree as
-//     entries (BuildEntries, ports.PlannedBuilder), layers.ExtractEntries
-//     stages it instead, with the same checks: the kernel copies each
-//     file's content from the flattener's spool or layer file, and the
-//     zero blocks the flattener found while decoding stay holes, so no
-//     tar stream is written or parsed and no content byte is copied
-//     through this process.
+//  1. layers.ExtractEntries writes the tree under <WorkDir>/mkfs-*/root
+//     (the parent is mode 0700). Device nodes are never created on the
+//     host (SkipDevices); they come back as deferred headers. The kernel
+//     copies each file's content from the flattener's spool or layer
+//     file, and the zero blocks the flattener found while decoding stay
+//     holes, so no content byte is copied through this process.
 //  2. A walk of the staging tree sets atime = mtime = min(mtime, spec.Time)
 //     on every entry (so nothing the host did while staging reaches the
 //     image) and measures what the image must hold; files of 64 KiB or more

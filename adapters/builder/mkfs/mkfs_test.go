@@ -183,8 +183,8 @@ func TestReproducibleAcrossStagingOrder(t *testing.T) {
 		work := newWork(t)
 		out := filepath.Join(t.TempDir(), "img")
 		_, err := mkfs.New(mkfs.Options{WorkDir: work}).Build(context.Background(), ports.BuildSpec{
-			Tree: bytes.NewReader(orders[order]), OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-		})
+			OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+		}, flattenertest.TarEntries(t, orders[order], false))
 		if err != nil {
 			t.Fatalf("%s order in %s: %v", order, where, err)
 		}
@@ -219,7 +219,7 @@ func TestTimesClamped(t *testing.T) {
 	})
 	out := filepath.Join(t.TempDir(), "img")
 	if _, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(),
-		ports.BuildSpec{Tree: bytes.NewReader(tr), OutPath: out, UUID: buildertest.FixtureUUID, Time: spec}); err != nil {
+		ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID, Time: spec}, flattenertest.TarEntries(t, tr, false)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := buildertest.ReadImage(context.Background(), out)
@@ -247,7 +247,7 @@ func TestLargeDirectoryIndexed(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "img")
 	if _, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(),
-		ports.BuildSpec{Tree: bytes.NewReader(tarOf(t, es)), OutPath: out, UUID: buildertest.FixtureUUID, Time: spec}); err != nil {
+		ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID, Time: spec}, flattenertest.TarEntries(t, tarOf(t, es), false)); err != nil {
 		t.Fatal(err)
 	}
 	if err := buildertest.Fsck(context.Background(), out); err != nil {
@@ -292,7 +292,7 @@ func TestEmptyTree(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "img")
 	empty := make([]byte, 1024) // an empty tar: just the end-of-archive marker
 	res, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(),
-		ports.BuildSpec{Tree: bytes.NewReader(empty), OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime})
+		ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}, flattenertest.TarEntries(t, empty, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,14 +307,13 @@ func TestEmptyTree(t *testing.T) {
 func TestInvalidSpec(t *testing.T) {
 	dir := t.TempDir()
 	ok := func() ports.BuildSpec {
-		return ports.BuildSpec{Tree: bytes.NewReader(nil), OutPath: filepath.Join(dir, "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}
+		return ports.BuildSpec{OutPath: filepath.Join(dir, "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}
 	}
 	cases := []struct {
 		name  string
 		mod   func(*ports.BuildSpec)
 		field string
 	}{
-		{"nil tree", func(s *ports.BuildSpec) { s.Tree = nil }, "Tree"},
 		{"no out path", func(s *ports.BuildSpec) { s.OutPath = "" }, "OutPath"},
 		{"missing out dir", func(s *ports.BuildSpec) { s.OutPath = filepath.Join(dir, "no", "img") }, "OutPath"},
 		{"empty uuid", func(s *ports.BuildSpec) { s.UUID = "" }, "UUID"},
@@ -329,7 +328,7 @@ func TestInvalidSpec(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := ok()
 			c.mod(&s)
-			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), s)
+			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), s, nil)
 			var fe *core.FieldError
 			if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, core.ErrInvalidArgument) {
 				t.Fatalf("err = %v, want a FieldError for %s", err, c.field)
@@ -341,7 +340,7 @@ func TestInvalidSpec(t *testing.T) {
 func TestMissingTool(t *testing.T) {
 	needRoot(t)
 	_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir(), Debugfs: "/nonexistent/debugfs"}).Build(context.Background(),
-		ports.BuildSpec{Tree: bytes.NewReader(nil), OutPath: filepath.Join(t.TempDir(), "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime})
+		ports.BuildSpec{OutPath: filepath.Join(t.TempDir(), "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}, flattenertest.TarEntries(t, nil, false))
 	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "debugfs") {
 		t.Fatalf("err = %v, want ErrUnsupported naming debugfs", err)
 	}
@@ -358,9 +357,9 @@ func TestToolFailureReported(t *testing.T) {
 	}
 	outDir := t.TempDir()
 	_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir(), E2fsck: fake}).Build(context.Background(), ports.BuildSpec{
-		Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: filepath.Join(outDir, "img"),
-		UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-	})
+		OutPath: filepath.Join(outDir, "img"),
+		UUID:    buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+	}, flattenertest.TarEntries(t, tarOf(t, orderTree()), false))
 	if err == nil || !strings.Contains(err.Error(), "something is very wrong") || !strings.Contains(err.Error(), "e2fsck") {
 		t.Fatalf("err = %v, want e2fsck and its output", err)
 	}
@@ -400,9 +399,9 @@ func TestFinalCheckFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := mkfs.New(mkfs.Options{WorkDir: work, E2fsck: fake}).Build(context.Background(), ports.BuildSpec{
-				Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: out,
-				UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-			})
+				OutPath: out,
+				UUID:    buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+			}, flattenertest.TarEntries(t, tarOf(t, orderTree()), false))
 			if err == nil || !strings.Contains(err.Error(), "bitmap differences") || !strings.Contains(err.Error(), "failed its check") {
 				t.Fatalf("err = %v, want the final check's failure and output", err)
 			}
@@ -436,9 +435,9 @@ func TestCancelKillsTool(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		_, err := mkfs.New(mkfs.Options{WorkDir: work, Mkfs: fake}).Build(ctx, ports.BuildSpec{
-			Tree: bytes.NewReader(tarOf(t, orderTree())), OutPath: filepath.Join(outDir, "img"),
-			UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-		})
+			OutPath: filepath.Join(outDir, "img"),
+			UUID:    buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+		}, flattenertest.TarEntries(t, tarOf(t, orderTree()), false))
 		errc <- err
 	}()
 	var pid int
@@ -501,8 +500,8 @@ func TestHostileXattrNamesNeverReachDebugfs(t *testing.T) {
 				c.entry(sentinel),
 			})
 			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), ports.BuildSpec{
-				Tree: bytes.NewReader(tree), OutPath: filepath.Join(t.TempDir(), "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
-			})
+				OutPath: filepath.Join(t.TempDir(), "img"), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime,
+			}, flattenertest.TarEntries(t, tree, false))
 			if _, serr := os.Lstat(sentinel); serr == nil {
 				t.Errorf("debugfs wrote %s on the host", sentinel)
 			}

@@ -1,18 +1,16 @@
 // Package plugin runs a rootfs builder out of process: Load starts a
 // plugin binary with hashicorp/go-plugin (gRPC only), checks that it speaks
-// an API version the host speaks, and returns a ports.RootfsBuilder whose
-// builds stream the tree to the plugin. Close kills the plugin process.
+// an API version the host speaks (a plugin that does not is refused with
+// both lists named), and returns a ports.RootfsBuilder that hands the tree
+// to the plugin. Close kills the plugin process.
 //
-// With API v3, a plugin that builds from entries (Builder.Planned) gets the
-// flattened tree's headers and, for each file, where its content lies in
-// the host's spool and layer files, which it opens through /proc and reads
-// in place: no content byte is copied through the host, and the plugin
-// hashes the image as it writes it, so the host reads nothing back. With
-// API v2 the tree's tar bytes go through a named pipe beside the
-// output (host and plugin share the file system): the kernel copies them
-// once into the plugin, with no gRPC framing, protobuf marshalling or
-// HTTP/2 flow control in the way; v1 plugins get chunk messages, as does
-// every plugin when Options.Chunks is set.
+// With API v3, a plugin that builds from entries gets the flattened tree's
+// headers and, for each file, where its content lies in the host's spool
+// and layer files, which it opens through /proc and reads in place: no
+// content byte is copied through the host, and the plugin hashes the image
+// as it writes it, so the host reads nothing back. A plugin that only
+// reads tar (API v1) gets the tree's tar stream, written from the entries
+// as it is sent, in gRPC messages.
 //
 // The plugin never writes beside the output itself: the host makes a
 // directory of its own there (StagePrefix), hands the plugin a path inside

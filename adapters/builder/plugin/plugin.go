@@ -34,13 +34,6 @@ type Options struct {
 	// Logger receives go-plugin's and the plugin's log lines; nil means
 	// warnings and errors on stderr.
 	Logger hclog.Logger
-	// Chunks sends the tree in gRPC chunk messages even to a plugin that
-	// can read it from a named pipe (API v2), for comparing the two.
-	// It implies Stream.
-	Chunks bool
-	// Stream hands the tree over as a tar stream (a named pipe) even to a
-	// plugin that builds from entries (API v3): Planned returns nil.
-	Stream bool
 }
 
 // Builder is a ports.RootfsBuilder served by a plugin process.
@@ -50,7 +43,6 @@ type Builder struct {
 	name   string
 	format string
 	api    string
-	stream bool
 }
 
 var _ ports.RootfsBuilder = (*Builder)(nil)
@@ -97,8 +89,6 @@ func Load(ctx context.Context, path string, opts Options) (*Builder, error) {
 		client.Kill()
 		return nil, fmt.Errorf("builder plugin %s: %w", path, err)
 	}
-	b.rpc.Chunks = opts.Chunks
-	b.stream = opts.Stream || opts.Chunks
 	return b, nil
 }
 
@@ -121,7 +111,7 @@ func handshake(ctx context.Context, client *goplugin.Client) (*Builder, error) {
 	}
 	api := negotiate(pluginproto.APIVersions, info.APIVersions)
 	if api == "" {
-		return nil, fmt.Errorf("plugin %q speaks API versions %v, the host speaks %v: %w",
+		return nil, fmt.Errorf("plugin %q speaks API versions %v, the host speaks %v (rebuild the plugin against this pluginproto): %w",
 			info.Name, info.APIVersions, pluginproto.APIVersions, core.ErrUnsupported)
 	}
 	if info.Name == "" {
@@ -156,45 +146,22 @@ func (b *Builder) Format() string { return b.format }
 // APIVersion is the negotiated API version.
 func (b *Builder) APIVersion() string { return b.api }
 
-// Build implements ports.RootfsBuilder by streaming the tree to the plugin.
-// The plugin writes in a directory of the host's beside spec.OutPath
+// Build implements ports.RootfsBuilder: the plugin gets the tree as
+// entries whose content it reads from the host's files in place (API v3),
+// lays the image out first and hashes it as it writes it; a plugin that
+// reads only tar (API v1) gets the tree's tar stream. The sha256 a plugin
+// reports is taken as an in-process builder's is: the artifact store holds
+// it to the bytes again before anything is published; a build without a
+// store (the one-shot CLI) reports it as the plugin computed it. The
+// plugin writes in a directory of the host's beside spec.OutPath
 // (staged), so nothing it writes outlives a failed build, even one whose
 // plugin process was killed.
-func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 	res, err := staged(spec, func(spec ports.BuildSpec) (ports.BuildResult, error) {
-		return b.rpc.Build(ctx, b.api, spec)
+		return b.rpc.Build(ctx, b.api, spec, tree)
 	})
 	if err != nil {
 		return res, fmt.Errorf("builder plugin %s: %w", b.name, err)
-	}
-	return res, nil
-}
-
-// Planned returns the plugin's build from entries (ports.PlannedBuilder)
-// when it speaks API v3 and Options asked for no tar stream, else nil.
-// The pipeline then hands the plugin the flattened tree's entries: the
-// plugin reads the content from the host's files in place, lays the image
-// out first and hashes it as it writes it, so neither the tar stream nor
-// a second pass over the image is needed. The sha256 it reports is taken
-// as an in-process builder's is: the artifact store holds it to the bytes
-// again before anything is published; a build without a store (the
-// one-shot CLI) reports it as the plugin computed it, from the bytes the
-// plugin wrote.
-func (b *Builder) Planned() ports.PlannedBuilder {
-	if b.api != pluginproto.APIVersion3 || b.stream {
-		return nil
-	}
-	return planned{b}
-}
-
-type planned struct{ b *Builder }
-
-func (p planned) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
-	res, err := staged(spec, func(spec ports.BuildSpec) (ports.BuildResult, error) {
-		return p.b.rpc.BuildEntries(ctx, spec, entries)
-	})
-	if err != nil {
-		return res, fmt.Errorf("builder plugin %s: %w", p.b.name, err)
 	}
 	return res, nil
 }

@@ -19,10 +19,10 @@ import (
 
 	goplugin "github.com/hashicorp/go-plugin"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
 	"github.com/cubesandbox/templatecenter/adapters/layers"
 	"github.com/cubesandbox/templatecenter/core"
-	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/buildertest"
 	"github.com/cubesandbox/templatecenter/ports/flattenertest"
@@ -66,7 +66,7 @@ type nameOnly struct{}
 
 func (nameOnly) Name() string   { return "helper" }
 func (nameOnly) Format() string { return "helper/1" }
-func (nameOnly) Build(context.Context, ports.BuildSpec) (ports.BuildResult, error) {
+func (nameOnly) Build(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
 	return ports.BuildResult{}, errors.New("not a real builder")
 }
 
@@ -75,7 +75,11 @@ func (nameOnly) Build(context.Context, ports.BuildSpec) (ports.BuildResult, erro
 // kill ends it.
 type hangs struct{ nameOnly }
 
-func (hangs) Build(_ context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (hangs) Build(_ context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+	return hang(spec)
+}
+
+func hang(spec ports.BuildSpec) (ports.BuildResult, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
 	if err != nil {
 		return ports.BuildResult{}, err
@@ -86,17 +90,79 @@ func (hangs) Build(_ context.Context, spec ports.BuildSpec) (ports.BuildResult, 
 	select {}
 }
 
-func (h hangs) BuildEntries(ctx context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
-	return h.Build(ctx, spec)
+// tarHangs is hangs for a plugin that reads tar.
+type tarHangs struct{ nameOnly }
+
+func (tarHangs) BuildTar(_ context.Context, spec ports.BuildSpec, _ io.Reader) (ports.BuildResult, error) {
+	return hang(spec)
+}
+
+// slowCancel writes its temporary image, then waits for cancellation and
+// removes it, as a builder caught mid-write does.
+type slowCancel struct{ nameOnly }
+
+func (slowCancel) Build(ctx context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	<-ctx.Done()
+	tmp.Close()
+	os.Remove(tmp.Name())
+	return ports.BuildResult{}, ctx.Err()
+}
+
+// tarExt4 reads the tree as tar (API v1) and builds it with the
+// in-process ext4stream builder: the tar transport end to end.
+type tarExt4 struct{}
+
+func (tarExt4) Name() string   { return "tar-ext4stream" }
+func (tarExt4) Format() string { return ext4stream.New().Format() }
+func (tarExt4) BuildTar(ctx context.Context, spec ports.BuildSpec, tree io.Reader) (ports.BuildResult, error) {
+	f, err := os.CreateTemp("", "tar-content-")
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var es []ports.TreeEntry
+	tr := tar.NewReader(tree)
+	var off int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return ports.BuildResult{}, fmt.Errorf("read tree: %v: %w", err, core.ErrInvalidArgument)
+		}
+		e := ports.TreeEntry{Header: h}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			n, err := io.Copy(f, tr)
+			if err != nil {
+				return ports.BuildResult{}, err
+			}
+			e.File, e.Offset = f, off
+			off += n
+		}
+		es = append(es, e)
+	}
+	return ext4stream.New().Build(ctx, spec, es)
 }
 
 func serveHelper(mode string) {
 	p := &pluginproto.GRPCPlugin{Impl: nameOnly{}}
 	switch mode {
-	case "future-api":
-		p.APIVersions = []string{"v99"}
+	case "v2-only":
+		p.APIVersions = []string{"v2"}
 	case "hang":
 		p.Impl = hangs{}
+	case "tar-hang":
+		p.Impl, p.Tar = nil, tarHangs{}
+	case "slow-cancel":
+		p.Impl = slowCancel{}
+	case "tar":
+		p.Impl, p.Tar = nil, tarExt4{}
 	}
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: pluginproto.Handshake,
@@ -119,7 +185,7 @@ func load(t *testing.T) *Builder {
 }
 
 // The shared fidelity suite through the real plugin binary: the same
-// checks as in-process (plugins/ext4stream/ext4build), across go-plugin.
+// checks as in-process (adapters/builder/ext4stream), across go-plugin.
 func TestConformance(t *testing.T) {
 	b := load(t)
 	buildertest.RunConformanceTests(t, func(context.Context, *testing.T) (buildertest.Harness, error) {
@@ -128,24 +194,9 @@ func TestConformance(t *testing.T) {
 }
 
 // harness shares one plugin process: the suite's builds are sequential.
-// The builder builds from tar streams and, through the plugin's API v3,
-// from entries: the suite holds the second to the bytes of the first.
 type harness struct{ b *Builder }
 
-// plannedPlugin is a plugin builder that also builds from entries, as the
-// data plane wires it.
-type plannedPlugin struct {
-	*Builder
-	ports.PlannedBuilder
-}
-
-func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) {
-	pb := h.b.Planned()
-	if pb == nil {
-		return nil, errors.New("the ext4stream plugin does not build from entries")
-	}
-	return plannedPlugin{h.b, pb}, nil
-}
+func (h harness) MakeBuilder(context.Context) (ports.RootfsBuilder, error) { return h.b, nil }
 
 func (harness) MakeFlattener(context.Context) (ports.TreeFlattener, error) {
 	return layers.Flattener{}, nil
@@ -164,7 +215,7 @@ func (harness) Close() {}
 
 func TestLoad(t *testing.T) {
 	b := load(t)
-	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersion3 || b.Planned() == nil {
+	if b.Name() != "ext4stream" || b.APIVersion() != pluginproto.APIVersionEntries {
 		t.Errorf("Name %q, API %q", b.Name(), b.APIVersion())
 	}
 	if err := b.Close(); err != nil {
@@ -195,14 +246,16 @@ func TestLoadChecksum(t *testing.T) {
 	}
 }
 
+// A plugin that speaks only a version the host no longer speaks (v2, the
+// tar stream through a named pipe) is refused at load, naming both lists.
 func TestLoadRefusesForeignAPIVersion(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Load(context.Background(), self, Options{Env: []string{helperEnv + "=future-api"}})
-	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "v99") {
-		t.Fatalf("err = %v, want ErrUnsupported naming v99", err)
+	_, err = Load(context.Background(), self, Options{Env: []string{helperEnv + "=v2-only"}})
+	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "[v2]") || !strings.Contains(err.Error(), "[v3 v1]") {
+		t.Fatalf("err = %v, want ErrUnsupported naming v2 and the host's versions", err)
 	}
 }
 
@@ -214,20 +267,17 @@ func TestLoadMissingBinary(t *testing.T) {
 
 func TestErrorClassCrossesProcess(t *testing.T) {
 	b := load(t)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/../../escape", Mode: 0o644})
-	_ = tw.Close()
+	tree := []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "etc/../../escape", Mode: 0o644}}}
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	_, err := b.Build(context.Background(), ports.BuildSpec{Tree: &buf, OutPath: out, UUID: buildertest.FixtureUUID})
+	_, err := b.Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID}, tree)
 	if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), `"etc/../../escape"`) {
 		t.Fatalf("err = %v, want ErrInvalidArgument naming the entry", err)
 	}
 }
 
-// The plugin must write exactly what the in-process builder writes.
+// The plugin must write exactly what the in-process builder writes, over
+// either API version.
 func TestSameBytesAsInProcess(t *testing.T) {
-	b := load(t)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for i := range 50 {
@@ -236,68 +286,80 @@ func TestSameBytesAsInProcess(t *testing.T) {
 		_, _ = tw.Write(body)
 	}
 	_ = tw.Close()
+	tree := flattenertest.TarEntries(t, buf.Bytes(), true)
 	dir := t.TempDir()
 	spec := func(out string) ports.BuildSpec {
-		return ports.BuildSpec{Tree: bytes.NewReader(buf.Bytes()), OutPath: filepath.Join(dir, out),
-			UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}
+		return ports.BuildSpec{OutPath: filepath.Join(dir, out), UUID: buildertest.FixtureUUID, Time: buildertest.FixtureTime}
 	}
-	if _, err := b.Build(context.Background(), spec("plugin.ext4")); err != nil {
+	if _, err := ext4stream.New().Build(context.Background(), spec("inproc.ext4"), tree); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ext4build.New().Build(context.Background(), spec("inproc.ext4")); err != nil {
+	want, _ := buildertest.FileSHA256(filepath.Join(dir, "inproc.ext4"))
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := buildertest.FileSHA256(filepath.Join(dir, "plugin.ext4"))
-	c, _ := buildertest.FileSHA256(filepath.Join(dir, "inproc.ext4"))
-	if a == "" || a != c {
-		t.Errorf("plugin image sha256 %s, in-process %s", a, c)
+	for _, c := range []struct {
+		name, path string
+		opts       Options
+		api        string
+	}{
+		{"entries", pluginBin, Options{}, pluginproto.APIVersionEntries},
+		{"tar", self, Options{Env: []string{helperEnv + "=tar"}}, pluginproto.APIVersionTar},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.path == "" {
+				t.Skip("no go toolchain to build the plugin")
+			}
+			b, err := Load(context.Background(), c.path, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if b.APIVersion() != c.api {
+				t.Fatalf("API %s, want %s", b.APIVersion(), c.api)
+			}
+			res, err := b.Build(context.Background(), spec(c.name+".ext4"), tree)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := buildertest.FileSHA256(filepath.Join(dir, c.name+".ext4"))
+			if want == "" || got != want || res.SHA256 != want {
+				t.Errorf("plugin image sha256 %s (reported %s), in-process %s", got, res.SHA256, want)
+			}
+		})
 	}
 }
 
-// TestCancelMidStream cancels while the tree is still streaming; the call
-// must return only once the plugin has removed its temporary file.
-func TestCancelMidStream(t *testing.T) {
-	b := load(t)
+// TestCancelMidBuild cancels a build whose plugin is writing its image;
+// the call returns only once the plugin has removed its temporary file.
+func TestCancelMidBuild(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(context.Background(), self, Options{Env: []string{helperEnv + "=slow-cancel"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 64 << 20})
-		chunk := bytes.Repeat([]byte{0x5a}, 1<<20)
-		for i := range 64 {
-			if i == 8 {
-				cancel() // well into the stream: the plugin has an open temp file
-			}
-			if _, err := tw.Write(chunk); err != nil {
-				return
-			}
-		}
-		pw.Close()
-	}()
 	dir := t.TempDir()
-	_, err := b.Build(ctx, ports.BuildSpec{Tree: &ctxReader{ctx: ctx, r: pr}, OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID})
-	pr.CloseWithError(errors.New("test over"))
-	if !errors.Is(err, context.Canceled) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Build(ctx, ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, nil)
+		done <- err
+	}()
+	waitForTemp(t, dir)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		t.Errorf("cancelled build left %s behind", e.Name())
 	}
-}
-
-// ctxReader stops reading once ctx is done, as a well-behaved tree does.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // A plugin process that dies mid-build (the OOM killer, a crash, the host
@@ -317,53 +379,34 @@ func TestKilledPluginLeavesNothing(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		name    string
-		hang    bool // the helper that never finishes; else ext4stream
-		opts    Options
-		entries bool // BuildEntries (API v3); else Build
-		end     func(t *testing.T, b *Builder)
+		name string
+		mode string // the helper plugin's
+		end  func(t *testing.T, b *Builder)
 	}{
-		{"ext4stream, tree through a pipe, SIGKILL", false, Options{}, false, killPlugin},
-		{"ext4stream, tree in chunks, SIGKILL", false, Options{Chunks: true}, false, killPlugin},
-		{"ext4stream, the host closes the plugin", false, Options{}, false, closePlugin},
-		{"hung plugin, tree, SIGKILL", true, Options{}, false, killPlugin},
-		{"hung plugin, entries, SIGKILL", true, Options{}, true, killPlugin},
+		{"entries, SIGKILL", "hang", killPlugin},
+		{"entries, the host closes the plugin", "hang", closePlugin},
+		{"tar, SIGKILL", "tar-hang", killPlugin},
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := flattenertest.TarEntries(t, flattenertest.Tar(t, flattenertest.Reg("big", strings.Repeat("z", 8<<20))), false)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path, opts := pluginBin, tt.opts
-			if tt.hang {
-				self, err := os.Executable()
-				if err != nil {
-					t.Fatal(err)
-				}
-				path, opts.Env = self, []string{helperEnv + "=hang"}
-			} else if pluginBin == "" {
-				t.Skip("no go toolchain to build the plugin")
-			}
-			b, err := Load(context.Background(), path, opts)
+			b, err := Load(context.Background(), self, Options{Env: []string{helperEnv + "=" + tt.mode}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
 			dir := t.TempDir()
-			release := make(chan struct{})
-			tree := gatedTree(release)
-			defer tree.CloseWithError(errors.New("test over"))
 			done := make(chan error, 1)
 			go func() {
-				spec := ports.BuildSpec{Tree: tree, OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}
-				var err error
-				if tt.entries {
-					_, err = b.Planned().BuildEntries(context.Background(), spec, nil)
-				} else {
-					_, err = b.Build(context.Background(), spec)
-				}
+				_, err := b.Build(context.Background(), ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, tree)
 				done <- err
 			}()
 			waitForTemp(t, dir)
 			tt.end(t, b)
-			close(release)
 			select {
 			case err := <-done:
 				if err == nil {
@@ -378,28 +421,6 @@ func TestKilledPluginLeavesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// gatedTree is a tar stream of one 64 MiB file that stops after 8 MiB,
-// until release is closed.
-func gatedTree(release <-chan struct{}) *io.PipeReader {
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 64 << 20})
-		chunk := bytes.Repeat([]byte{0x5a}, 1<<20)
-		for i := range 64 {
-			if i == 8 {
-				<-release
-			}
-			if _, err := tw.Write(chunk); err != nil {
-				return
-			}
-		}
-		_ = tw.Close()
-		pw.Close()
-	}()
-	return pr
 }
 
 // waitForTemp waits until the plugin has a temporary image somewhere

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -38,10 +36,8 @@ func TestBuildSweepsDeadHostsStages(t *testing.T) {
 		}
 	}
 
-	var tree bytes.Buffer
-	_ = tar.NewWriter(&tree).Close()
 	out := filepath.Join(dir, "rootfs.ext4")
-	if _, err := b.Build(context.Background(), ports.BuildSpec{Tree: &tree, OutPath: out, UUID: buildertest.FixtureUUID}); err != nil {
+	if _, err := b.Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID}, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -7,13 +7,12 @@
 package pluginproto
 
 import (
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
-
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
 )
 
 const (
@@ -544,12 +543,11 @@ type BuildSpec struct {
 	MaxSizeBytes   int64                  `protobuf:"varint,7,opt,name=max_size_bytes,json=maxSizeBytes,proto3" json:"max_size_bytes,omitempty"`
 	// build_id names the build for Cancel; unique per host.
 	BuildId string `protobuf:"bytes,8,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
-	// tree_fifo (API v2) is a named pipe the host writes the tree's tar
-	// bytes into, instead of chunk messages: the plugin opens it for
-	// reading, and no tree byte goes through gRPC. Empty: chunks follow.
+	// tree_fifo was API v2's named pipe for the tree's tar bytes. No host
+	// sets it now, and a plugin refuses a spec that does.
 	TreeFifo string `protobuf:"bytes,9,opt,name=tree_fifo,json=treeFifo,proto3" json:"tree_fifo,omitempty"`
 	// entries (API v3): the tree comes as EntryBatch messages and the
-	// plugin builds from them (ports.PlannedBuilder), hashing the image as
+	// plugin builds from them (ports.RootfsBuilder), hashing the image as
 	// it writes it.
 	Entries bool `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
 	// entry_count (API v3, with entries) is how many entries the batches
@@ -670,7 +668,7 @@ type BuildResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SizeBytes int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// sha256 (lowercase hex) of the image when the plugin hashed it as it
-	// wrote it (API v3 builds from entries); empty otherwise.
+	// wrote it; empty otherwise (the host then hashes the file).
 	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

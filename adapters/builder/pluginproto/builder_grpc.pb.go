@@ -8,7 +8,6 @@ package pluginproto
 
 import (
 	context "context"
-
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -34,13 +33,12 @@ type RootfsBuilderClient interface {
 	// PluginInfo names the plugin and lists the API versions it speaks; the
 	// host picks one it also speaks and sends it with every build.
 	PluginInfo(ctx context.Context, in *PluginInfoRequest, opts ...grpc.CallOption) (*PluginInfoResponse, error)
-	// Build streams one build: the first message carries the spec, every
-	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
-	// the tree comes through spec.tree_fifo and no chunk follows). The
-	// plugin writes the image at spec.out_path (host and plugin share the
-	// file system). With API v3 and spec.entries set, every later message
-	// is a batch of the tree's entries instead (ports.PlannedBuilder): the
-	// plugin reads each file's content from the file the entry names.
+	// Build streams one build: the first message carries the spec. With API
+	// v3 (spec.entries set) every later message is a batch of the tree's
+	// entries: the plugin reads each file's content from the file the entry
+	// names. With API v1 every later message is a chunk of the tree's tar
+	// bytes, in order. The plugin writes the image at spec.out_path (host
+	// and plugin share the file system).
 	Build(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BuildRequest, BuildResponse], error)
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so
@@ -98,13 +96,12 @@ type RootfsBuilderServer interface {
 	// PluginInfo names the plugin and lists the API versions it speaks; the
 	// host picks one it also speaks and sends it with every build.
 	PluginInfo(context.Context, *PluginInfoRequest) (*PluginInfoResponse, error)
-	// Build streams one build: the first message carries the spec, every
-	// later one a chunk of the tree's tar bytes, in order (or, with API v2,
-	// the tree comes through spec.tree_fifo and no chunk follows). The
-	// plugin writes the image at spec.out_path (host and plugin share the
-	// file system). With API v3 and spec.entries set, every later message
-	// is a batch of the tree's entries instead (ports.PlannedBuilder): the
-	// plugin reads each file's content from the file the entry names.
+	// Build streams one build: the first message carries the spec. With API
+	// v3 (spec.entries set) every later message is a batch of the tree's
+	// entries: the plugin reads each file's content from the file the entry
+	// names. With API v1 every later message is a chunk of the tree's tar
+	// bytes, in order. The plugin writes the image at spec.out_path (host
+	// and plugin share the file system).
 	Build(grpc.ClientStreamingServer[BuildRequest, BuildResponse]) error
 	// Cancel asks the plugin to abandon the build with that id. The Build
 	// call then fails with CANCELLED once the temporary output is removed, so

@@ -1,6 +1,7 @@
 package pluginproto
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,10 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -34,9 +33,6 @@ type Info struct {
 // use.
 type Client struct {
 	rpc RootfsBuilderClient
-	// Chunks makes API v2 builds send the tree in chunk messages too,
-	// instead of through a named pipe (to compare the two).
-	Chunks bool
 }
 
 // NewClient wraps a generated gRPC client; go-plugin hosts get a *Client
@@ -52,18 +48,21 @@ func (c *Client) PluginInfo(ctx context.Context) (Info, error) {
 	return Info{Name: resp.GetName(), APIVersions: resp.GetApiVersions(), Format: resp.GetFormat()}, nil
 }
 
-// Build streams spec.Tree to the plugin, which writes spec.OutPath. Errors
-// keep the plugin's error class.
+// Build hands tree to the plugin, which writes spec.OutPath, and returns
+// its answer. With APIVersionEntries the tree crosses as entries whose
+// content the plugin reads in place (entries.go); with APIVersionTar as a
+// tar stream in chunk messages, encoded here from the entries. Errors keep
+// the plugin's error class.
 //
 // Cancelling ctx does not cut the call: the host asks the plugin to
 // cancel and waits (up to CancelGrace) until the plugin has removed its
 // temporary output, so that on return nothing is left behind, as the
 // ports.RootfsBuilder contract demands. A build that completes while ctx is
 // being cancelled counts as cancelled and its image is removed.
-func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 	var res ports.BuildResult
-	if spec.Tree == nil {
-		return res, &core.FieldError{Field: "Tree", Reason: "is nil"}
+	if apiVersion != APIVersionEntries && apiVersion != APIVersionTar {
+		return res, fmt.Errorf("build: API version %q is not one the host speaks (%v): %w", apiVersion, APIVersions, core.ErrUnsupported)
 	}
 	id, stream, end, err := c.startBuild(ctx)
 	if err != nil {
@@ -71,10 +70,14 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	}
 	defer end()
 	head := specMessage(apiVersion, id, spec)
-	if apiVersion != APIVersion1 && !c.Chunks {
-		return c.buildFIFO(ctx, stream, head, spec)
+	if apiVersion == APIVersionEntries {
+		head.Entries = true
+		head.EntryCount = int64(len(tree))
+		err = sendEntries(ctx, stream, head, tree)
+	} else {
+		err = c.sendTar(ctx, stream, head, tree)
 	}
-	if err := c.sendTree(ctx, stream, head, spec.Tree); err != nil {
+	if err != nil {
 		// The tree broke on our side: abandon the build, wait for the
 		// plugin to clean up.
 		abortErr := c.cancelAndWait(ctx, id, stream, spec.OutPath)
@@ -123,37 +126,6 @@ func (c *Client) startBuild(ctx context.Context) (id string, stream RootfsBuilde
 	return id, stream, func() { close(finished); abort() }, nil
 }
 
-// buildFIFO hands the tree over through a named pipe beside the output
-// (host and plugin share the file system): the spec names it, the host
-// writes the tar bytes into it while the plugin reads, and the call ends
-// with the plugin's answer.
-func (c *Client) buildFIFO(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, spec ports.BuildSpec) (ports.BuildResult, error) {
-	var res ports.BuildResult
-	fifo := filepath.Join(filepath.Dir(spec.OutPath), ".tree-"+head.BuildId+".fifo")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		return res, fmt.Errorf("build: tree pipe: %w", err)
-	}
-	defer os.Remove(fifo)
-	head.TreeFifo = fifo
-	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
-		_, rerr := stream.CloseAndRecv()
-		return res, c.fail(ctx, errors.Join(err, rerr))
-	}
-	treeErr := make(chan error, 1)
-	opened := make(chan struct{})
-	go func() { treeErr <- feedFIFO(ctx, fifo, spec.Tree, opened) }()
-	resp, err := stream.CloseAndRecv()
-	releaseFeeder(fifo, opened)
-	terr := <-treeErr
-	if terr != nil {
-		if err == nil {
-			_ = os.Remove(spec.OutPath) // built from a tree we could not read in full
-		}
-		return res, errors.Join(terr, fromStatus(err))
-	}
-	return buildAnswer(ctx, resp, err, spec.OutPath)
-}
-
 // buildAnswer turns the plugin's answer into the result: a canceled
 // build fails (its image, if the plugin finished it anyway, removed).
 func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string) (ports.BuildResult, error) {
@@ -174,77 +146,63 @@ func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string
 	return ports.BuildResult{SizeBytes: resp.GetSizeBytes(), SHA256: sum}, nil
 }
 
-// treeReadError marks a failure to read the tree (not to write the pipe).
-type treeReadError struct{ err error }
-
-func (e *treeReadError) Error() string { return "read tree: " + e.err.Error() }
-func (e *treeReadError) Unwrap() error { return e.err }
-
-type treeReader struct{ r io.Reader }
-
-func (t treeReader) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = &treeReadError{err}
-	}
-	return n, err
-}
-
-// releaseFeeder lets feedFIFO past its open once the plugin has answered.
-// A plugin that answered without opening the pipe leaves the feeder in, or
-// still on its way to, a blocking open (a goroutine may run late), so a
-// reader opened and closed at once can miss it. Holding a reader until the
-// feeder says it is past open frees it whenever it gets there; dropping the
-// reader then makes its writes fail (EPIPE) rather than fill a pipe nobody
-// reads. The reader must not exist before the answer: the feeder could then
-// write a small tree and close before the plugin opens, and the plugin's
-// open would wait for a writer forever.
-func releaseFeeder(fifo string, opened <-chan struct{}) {
-	for {
-		if r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			if testHookReaderHeld != nil {
-				testHookReaderHeld()
-			}
-			<-opened
-			r.Close()
-			return
-		}
-		// Out of descriptors, say: retry until the feeder is past open.
-		select {
-		case <-opened:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// Test hooks: run while releaseFeeder holds its reader, and before the
-// feeder opens the pipe.
-var testHookReaderHeld, testHookBeforeOpen func()
-
-// feedFIFO copies the tree into the pipe, closing opened once its open has
-// returned. Only a failure to read the tree is returned: a plugin that stops
-// reading (EPIPE) says why in its answer. Cancellation closes the pipe, so a
-// plugin blocked reading it returns.
-func feedFIFO(ctx context.Context, fifo string, tree io.Reader, opened chan<- struct{}) error {
-	if testHookBeforeOpen != nil {
-		testHookBeforeOpen()
-	}
-	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	close(opened)
-	if err != nil {
-		return nil
-	}
-	stop := context.AfterFunc(ctx, func() { f.Close() })
-	defer stop()
-	defer f.Close()
-	buf := make([]byte, ChunkSize)
-	_, err = io.CopyBuffer(struct{ io.Writer }{f}, treeReader{tree}, buf)
-	var te *treeReadError
-	if errors.As(err, &te) {
-		return te
+// sendTar sends the spec and then the tree as a tar stream, written from
+// the entries as it is sent.
+func (c *Client) sendTar(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, tree []ports.TreeEntry) error {
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		err := WriteTar(ctx, pw, tree)
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	err := c.sendTree(ctx, stream, head, pr)
+	pr.CloseWithError(errSendEnded) // a writer still writing stops
+	werr := <-written
+	switch {
+	case err != nil: // WriteTar's own failure, read from the pipe
+		return fmt.Errorf("write tree: %w", err)
+	case werr != nil && !errors.Is(werr, errSendEnded):
+		return fmt.Errorf("write tree: %w", werr)
 	}
 	return nil
+}
+
+// errSendEnded stops WriteTar once the stream is no longer read.
+var errSendEnded = errors.New("the tree is no longer sent")
+
+// WriteTar writes tree as the tar stream a tar-reading plugin gets: each
+// entry's header, a regular file's content read from its File at Offset,
+// and the end-of-archive marker.
+func WriteTar(ctx context.Context, w io.Writer, tree []ports.TreeEntry) error {
+	tw := tar.NewWriter(w)
+	buf := make([]byte, ChunkSize)
+	for i, e := range tree {
+		if i%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if e.Header == nil {
+			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)
+		}
+		h := *e.Header
+		if err := tw.WriteHeader(&h); err != nil {
+			return fmt.Errorf("tree entry %q: %w", h.Name, err)
+		}
+		if h.Typeflag != tar.TypeReg || h.Size == 0 {
+			continue
+		}
+		if e.File == nil {
+			return fmt.Errorf("tree entry %q: %d bytes of content and no file: %w", h.Name, h.Size, core.ErrInvalidArgument)
+		}
+		n, err := io.CopyBuffer(tw, io.NewSectionReader(e.File, e.Offset, h.Size), buf)
+		if err == nil && n != h.Size {
+			err = fmt.Errorf("%d of %d bytes: %w", n, h.Size, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return fmt.Errorf("tree entry %q: content: %w", h.Name, err)
+		}
+	}
+	return tw.Close()
 }
 
 // sendTree sends the spec and then the tree. It returns only errors of the
@@ -271,7 +229,7 @@ func (c *Client) sendTree(ctx context.Context, stream RootfsBuilder_BuildClient,
 		case io.EOF, io.ErrUnexpectedEOF:
 			return nil
 		default:
-			return fmt.Errorf("read tree: %w", rerr)
+			return rerr
 		}
 	}
 	return nil // cancelled; cancelOnDone has told the plugin

@@ -10,16 +10,16 @@
 // it also speaks and sends it with every build.
 //
 // A build is one client-streaming call. The first message carries the
-// spec, the following ones the tree's tar bytes in ChunkSize pieces; with
-// API v2 the spec may name a named pipe instead (tree_fifo), which the host
-// writes the tar bytes into and the plugin reads, so they cross the
-// boundary through the kernel only. With API v3, offered only by a plugin
-// whose builder is a ports.PlannedBuilder, the spec may ask for the tree as
-// entries instead (BuildSpec.entries): EntryBatch messages carry the tar
-// headers, each file's zero blocks and where its content lies in a file
-// the host holds open, which the plugin opens as /proc/<host pid>/fd/<fd>
-// and reads in place; the answer carries the sha256 the plugin computed as
-// it wrote the image. The plugin writes the image at the
-// spec's OutPath, which host and plugin see alike. Error classes (core.ErrInvalidArgument, core.ErrUnsupported, ...)
-// and context cancellation cross the wire as gRPC status codes.
+// spec, the following ones the tree. With APIVersionEntries, offered by a
+// plugin whose builder is a ports.RootfsBuilder (GRPCPlugin.Impl),
+// EntryBatch messages carry the tar headers, each file's zero blocks and
+// where its content lies in a file the host holds open, which the plugin
+// opens as /proc/<host pid>/fd/<fd> and reads in place; the answer carries
+// the sha256 the plugin computed as it wrote the image. With
+// APIVersionTar, for a plugin that only reads tar (GRPCPlugin.Tar, a
+// TarBuilder), chunk messages carry the tree's tar stream, which the host
+// writes from the entries (WriteTar) as it sends them. The plugin writes
+// the image at the spec's OutPath, which host and plugin see alike. Error
+// classes (core.ErrInvalidArgument, core.ErrUnsupported, ...) and context
+// cancellation cross the wire as gRPC status codes.
 package pluginproto

@@ -3,7 +3,6 @@ package pluginproto
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +17,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// API v3 builds from entries: the host sends the tree's headers with, for
+// APIVersionEntries builds: the host sends the tree's headers with, for
 // each file, where its content lies in a file the host holds open; the
 // plugin opens that file through /proc/<host pid>/fd/<fd> (the spool files
 // are unlinked, so they have no other name) and reads the content in
@@ -34,27 +33,6 @@ const (
 	batchBytes  = 1 << 20
 	maxZeroRuns = 64 << 10
 )
-
-// BuildEntries hands the tree over as entries (API v3) and returns the
-// plugin's answer, with the sha256 it computed while writing. Like Build,
-// cancelling ctx asks the plugin to cancel and waits for its cleanup.
-func (c *Client) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
-	var res ports.BuildResult
-	id, stream, end, err := c.startBuild(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer end()
-	head := specMessage(APIVersion3, id, spec)
-	head.Entries = true
-	head.EntryCount = int64(len(entries))
-	if err := sendEntries(ctx, stream, head, entries); err != nil {
-		abortErr := c.cancelAndWait(ctx, id, stream, spec.OutPath)
-		return res, errors.Join(err, abortErr)
-	}
-	resp, err := stream.CloseAndRecv()
-	return buildAnswer(ctx, resp, err, spec.OutPath)
-}
 
 // sendEntries sends the spec, then the entries in batches. Like sendTree
 // it returns only errors of its own side (a bad entry, cancellation): a
@@ -226,7 +204,7 @@ func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer, count
 			if err != nil {
 				// The usual cause is a plugin that runs as another user than
 				// the host (or without the host's /proc): say what to do.
-				return fail(status.Errorf(codes.InvalidArgument, "content source %q: %v (a plugin reads the host's files in place: run it as the host's user, or set CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo to send it the tar stream): invalid argument", p, err))
+				return fail(status.Errorf(codes.InvalidArgument, "content source %q: %v (a plugin reads the host's files in place: run it as the host's user, with the host's /proc): invalid argument", p, err))
 			}
 			files = append(files, f)
 		}

@@ -23,19 +23,22 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// plannedFake also builds from entries: it reads every entry's content
-// through the file it got and records what arrived.
+// plannedFake builds from entries (a ports.RootfsBuilder): it reads every
+// entry's content through the file it got and records what arrived.
 type plannedFake struct {
-	fakeBuilder
 	// entries runs in place of the recording build; nil records.
 	entries func(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error)
 
+	mu       sync.Mutex
 	got      []ports.TreeEntry
 	contents [][]byte
 	spec     ports.BuildSpec
 }
 
-func (p *plannedFake) BuildEntries(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
+func (p *plannedFake) Name() string   { return "fake" }
+func (p *plannedFake) Format() string { return "fake/1" }
+
+func (p *plannedFake) Build(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
 	if p.entries != nil {
 		return p.entries(ctx, spec, es)
 	}
@@ -96,7 +99,7 @@ func TestV3EntriesCrossTheWire(t *testing.T) {
 	}
 	spec := ports.BuildSpec{OutPath: "/data/x.ext4", UUID: "6f1c2a8e-3d4b-4c5d-9e6f-0a1b2c3d4e5f", Time: when,
 		HeadroomBytes: 1, HeadroomInodes: 2, MaxSizeBytes: 3}
-	res, err := c.BuildEntries(context.Background(), spec, entries)
+	res, err := c.Build(context.Background(), APIVersionEntries, spec, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func TestV3EntriesCrossTheWire(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	if got := pf.spec; got.OutPath != spec.OutPath || got.UUID != spec.UUID || !got.Time.Equal(when) ||
-		got.HeadroomBytes != 1 || got.HeadroomInodes != 2 || got.MaxSizeBytes != 3 || got.Tree != nil {
+		got.HeadroomBytes != 1 || got.HeadroomInodes != 2 || got.MaxSizeBytes != 3 {
 		t.Errorf("spec arrived as %+v", got)
 	}
 	if len(pf.got) != len(entries) {
@@ -151,7 +154,7 @@ func TestV3ManyEntriesInBatches(t *testing.T) {
 			File:   spool,
 		})
 	}
-	if _, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: "/x"}, entries); err != nil {
+	if _, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, entries); err != nil {
 		t.Fatal(err)
 	}
 	if len(pf.got) != len(entries) {
@@ -164,11 +167,11 @@ func TestV3ManyEntriesInBatches(t *testing.T) {
 	}
 }
 
-// A plugin whose builder does not build from entries refuses such a
-// build by its version, even if the host asks.
-func TestV3NeedsAPlannedBuilder(t *testing.T) {
-	c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{}})
-	_, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: "/x"}, nil)
+// A plugin whose builder reads only tar refuses a build from entries by its
+// version, even if the host asks.
+func TestV3NeedsAnEntriesBuilder(t *testing.T) {
+	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}})
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
 	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "v3") {
 		t.Fatalf("err = %v, want ErrUnsupported naming v3", err)
 	}
@@ -185,7 +188,7 @@ func TestV3MalformedSHA256(t *testing.T) {
 		return ports.BuildResult{SizeBytes: 5, SHA256: "ABC"}, nil
 	}}
 	c := connect(t, &GRPCPlugin{Impl: pf})
-	_, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: out}, nil)
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
 	if err == nil || !strings.Contains(err.Error(), `sha256 "ABC"`) {
 		t.Fatalf("err = %v, want the malformed sha256 named", err)
 	}
@@ -197,7 +200,7 @@ func TestV3MalformedSHA256(t *testing.T) {
 	pf.entries = func(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
 		return ports.BuildResult{SizeBytes: 5, SHA256: hex.EncodeToString(sum[:])}, nil
 	}
-	res, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: out}, nil)
+	res, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
 	if err != nil || res.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("res %+v, err %v", res, err)
 	}
@@ -219,7 +222,7 @@ func TestV3CancelReachesThePlugin(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Impl: pf})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	_, err := c.BuildEntries(ctx, ports.BuildSpec{OutPath: "/x"}, nil)
+	_, err := c.Build(ctx, APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -233,13 +236,13 @@ func TestV3UnreadableSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := specMessage(APIVersion3, "id", ports.BuildSpec{OutPath: "/x"})
+	head := specMessage(APIVersionEntries, "id", ports.BuildSpec{OutPath: "/x"})
 	head.Entries = true
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}})
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Entries{Entries: &EntryBatch{Sources: [][]byte{[]byte("/nonexistent/spool")}}}})
 	_, err = stream.CloseAndRecv()
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/nonexistent/spool") ||
-		!strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo") {
+		!strings.Contains(err.Error(), "run it as the host's user") {
 		t.Fatalf("err = %v, want InvalidArgument naming the source and the way out", err)
 	}
 	// And a chunk in an entries build is refused too.
@@ -262,7 +265,7 @@ func TestV3TruncatedStreamRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := specMessage(APIVersion3, "id", ports.BuildSpec{OutPath: "/x"})
+	head := specMessage(APIVersionEntries, "id", ports.BuildSpec{OutPath: "/x"})
 	head.Entries, head.EntryCount = true, 2
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}})
 	_ = stream.Send(&BuildRequest{Msg: &BuildRequest_Entries{Entries: &EntryBatch{Entries: []*TreeEntry{
@@ -296,7 +299,7 @@ func TestV3LongZeroRunListNotSent(t *testing.T) {
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "long", Mode: 0o644, Size: blocks * 4096}, File: spool, Zero: runs, ZeroKnown: true},
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "short", Mode: 0o644, Size: 3 * 4096}, File: spool, Zero: short, ZeroKnown: true},
 	}
-	if _, err := c.BuildEntries(context.Background(), ports.BuildSpec{OutPath: "/x"}, entries); err != nil {
+	if _, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, entries); err != nil {
 		t.Fatal(err)
 	}
 	if g := got[0]; g.ZeroKnown || g.Zero != nil {

@@ -1,6 +1,7 @@
 package pluginproto
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -21,10 +22,11 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// fakeBuilder records what reaches the plugin side.
+// fakeBuilder is a tar-reading plugin builder (TarBuilder) that records
+// what reaches the plugin side.
 type fakeBuilder struct {
 	// build runs in place of a real build; nil reads the whole tree.
-	build func(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error)
+	build func(ctx context.Context, spec ports.BuildSpec, tree io.Reader) (ports.BuildResult, error)
 
 	mu      sync.Mutex
 	spec    ports.BuildSpec
@@ -35,12 +37,12 @@ type fakeBuilder struct {
 func (f *fakeBuilder) Name() string   { return "fake" }
 func (f *fakeBuilder) Format() string { return "fake/1" }
 
-func (f *fakeBuilder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (f *fakeBuilder) BuildTar(ctx context.Context, spec ports.BuildSpec, tree io.Reader) (ports.BuildResult, error) {
 	if f.build != nil {
-		return f.build(ctx, spec)
+		return f.build(ctx, spec, tree)
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, spec.Tree)
+	n, err := io.Copy(h, tree)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.spec, f.treeLen = spec, n
@@ -63,42 +65,55 @@ func connect(t *testing.T, p *GRPCPlugin) *Client {
 	return raw.(*Client)
 }
 
-func randomTree(n int) []byte {
+func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	r := rand.NewChaCha8([32]byte{1})
 	_, _ = r.Read(b)
 	return b
 }
 
+// randomTree is a tree of one file of n random bytes, held in a file of
+// its own, and the tar stream WriteTar makes of it.
+func randomTree(t *testing.T, n int) ([]ports.TreeEntry, []byte) {
+	t.Helper()
+	content := randomBytes(n)
+	f := unlinkedFile(t, content)
+	tree := []ports.TreeEntry{
+		{Header: &tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o755, ModTime: time.Unix(1e9, 0)}},
+		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "d/f", Mode: 0o644, Size: int64(n), ModTime: time.Unix(1e9, 0)}, File: f},
+	}
+	var b bytes.Buffer
+	if err := WriteTar(context.Background(), &b, tree); err != nil {
+		t.Fatal(err)
+	}
+	return tree, b.Bytes()
+}
+
 func TestPluginInfo(t *testing.T) {
-	info, err := connect(t, &GRPCPlugin{Impl: &fakeBuilder{}}).PluginInfo(context.Background())
+	info, err := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}}).PluginInfo(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A builder that cannot build from entries is not offered API v3.
-	if info.Name != "fake" || fmt.Sprint(info.APIVersions) != "[v2 v1]" {
+	// A builder that reads only tar is offered with the tar version only.
+	if info.Name != "fake" || fmt.Sprint(info.APIVersions) != "[v1]" {
 		t.Errorf("info = %+v", info)
 	}
 	info, err = connect(t, &GRPCPlugin{Impl: &plannedFake{}}).PluginInfo(context.Background())
-	if err != nil || fmt.Sprint(info.APIVersions) != fmt.Sprint(APIVersions) {
-		t.Errorf("planned builder: info = %+v, err %v", info, err)
-	}
-	info, err = connect(t, &GRPCPlugin{Impl: &fakeBuilder{}, APIVersions: []string{"v9"}}).PluginInfo(context.Background())
-	if err != nil || fmt.Sprint(info.APIVersions) != "[v9]" {
-		t.Errorf("override: info = %+v, err %v", info, err)
+	if err != nil || fmt.Sprint(info.APIVersions) != "[v3]" {
+		t.Errorf("entries builder: info = %+v, err %v", info, err)
 	}
 }
 
 func TestSpecAndTreeCrossTheWire(t *testing.T) {
 	fb := &fakeBuilder{}
-	c := connect(t, &GRPCPlugin{Impl: fb})
-	tree := randomTree(5*ChunkSize/2 + 123) // three chunks, the last partial
+	c := connect(t, &GRPCPlugin{Tar: fb})
+	entries, tree := randomTree(t, 5*ChunkSize/2+123) // three chunks, the last partial
 	when := time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
 	spec := ports.BuildSpec{
-		Tree: bytes.NewReader(tree), OutPath: "/data/a.ext4", UUID: "6f1c2a8e-3d4b-4c5d-9e6f-0a1b2c3d4e5f",
+		OutPath: "/data/a.ext4", UUID: "6f1c2a8e-3d4b-4c5d-9e6f-0a1b2c3d4e5f",
 		Time: when, HeadroomBytes: 7, HeadroomInodes: 8, MaxSizeBytes: 9,
 	}
-	res, err := c.Build(context.Background(), APIVersion1, spec)
+	res, err := c.Build(context.Background(), APIVersionTar, spec, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +129,12 @@ func TestSpecAndTreeCrossTheWire(t *testing.T) {
 		t.Errorf("tree arrived as %d bytes, sha %x; sent %d", fb.treeLen, fb.treeSHA, len(tree))
 	}
 
-	// The zero time stays zero, and an empty tree is a tree.
-	if _, err := c.Build(context.Background(), APIVersion1, ports.BuildSpec{Tree: bytes.NewReader(nil)}); err != nil {
+	// The zero time stays zero, and an empty tree is a tree (the
+	// end-of-archive marker).
+	if _, err := c.Build(context.Background(), APIVersionTar, ports.BuildSpec{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !fb.spec.Time.IsZero() || fb.treeLen != 0 {
+	if !fb.spec.Time.IsZero() || fb.treeLen != 1024 {
 		t.Errorf("zero spec arrived with time %v and %d tree bytes", fb.spec.Time, fb.treeLen)
 	}
 }
@@ -138,12 +154,13 @@ func TestErrorClassesCrossTheWire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code.String(), func(t *testing.T) {
 			perr := fmt.Errorf("entry %q: %w", "etc/x", tt.class)
-			c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{build: func(context.Context, ports.BuildSpec) (ports.BuildResult, error) {
+			c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{build: func(context.Context, ports.BuildSpec, io.Reader) (ports.BuildResult, error) {
 				return ports.BuildResult{}, perr
 			}}})
 			// A large tree the plugin never reads: the host must still get
 			// the plugin's error, not a broken pipe.
-			_, err := c.Build(context.Background(), APIVersion1, ports.BuildSpec{Tree: bytes.NewReader(randomTree(8 * ChunkSize))})
+			entries, _ := randomTree(t, 8*ChunkSize)
+			_, err := c.Build(context.Background(), APIVersionTar, ports.BuildSpec{}, entries)
 			var re *RemoteError
 			if !errors.As(err, &re) || re.Code != tt.code {
 				t.Fatalf("err = %v (%T), want a RemoteError with code %v", err, err, tt.code)
@@ -162,10 +179,12 @@ func TestErrorClassesCrossTheWire(t *testing.T) {
 }
 
 func TestUnknownAPIVersion(t *testing.T) {
-	c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{}})
-	_, err := c.Build(context.Background(), "v0", ports.BuildSpec{Tree: bytes.NewReader(nil)})
-	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), `"v0"`) {
-		t.Fatalf("err = %v, want ErrUnsupported naming v0", err)
+	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}})
+	for _, v := range []string{"v0", "v2"} {
+		_, err := c.Build(context.Background(), v, ports.BuildSpec{}, nil)
+		if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), `"`+v+`"`) {
+			t.Fatalf("err = %v, want ErrUnsupported naming %s", err, v)
+		}
 	}
 }
 
@@ -176,9 +195,9 @@ type slowCleanup struct {
 	cleaned atomic.Bool
 }
 
-func (s *slowCleanup) build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+func (s *slowCleanup) build(ctx context.Context, spec ports.BuildSpec, tree io.Reader) (ports.BuildResult, error) {
 	buf := make([]byte, 1024)
-	if _, err := io.ReadFull(spec.Tree, buf); err != nil {
+	if _, err := io.ReadFull(tree, buf); err != nil {
 		return ports.BuildResult{}, err
 	}
 	close(s.started)
@@ -190,18 +209,14 @@ func (s *slowCleanup) build(ctx context.Context, spec ports.BuildSpec) (ports.Bu
 
 func TestCancelWaitsForPluginCleanup(t *testing.T) {
 	s := &slowCleanup{started: make(chan struct{})}
-	c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{build: s.build}})
+	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{build: s.build}})
 	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
 	go func() {
-		// More than a chunk: the host sends only full chunks.
-		_, _ = pw.Write(randomTree(3 * ChunkSize / 2))
 		<-s.started
 		cancel()
-		<-ctx.Done()
-		pw.Close()
 	}()
-	_, err := c.Build(ctx, APIVersion1, ports.BuildSpec{Tree: pr})
+	entries, _ := randomTree(t, 64*ChunkSize) // more than the plugin reads before it is cancelled
+	_, err := c.Build(ctx, APIVersionTar, ports.BuildSpec{}, entries)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -210,22 +225,15 @@ func TestCancelWaitsForPluginCleanup(t *testing.T) {
 	}
 }
 
-type failingReader struct{ n int }
-
-func (f *failingReader) Read(p []byte) (int, error) {
-	if f.n <= 0 {
-		return 0, errors.New("layer blob corrupt")
-	}
-	n := min(len(p), f.n)
-	f.n -= n
-	return n, nil
-}
-
+// A tree whose content cannot be read in full (a spool cut short) fails
+// the build with that cause, once the plugin has cleaned up.
 func TestTreeErrorCancelsPluginBuild(t *testing.T) {
 	s := &slowCleanup{started: make(chan struct{})}
-	c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{build: s.build}})
-	_, err := c.Build(context.Background(), APIVersion1, ports.BuildSpec{Tree: &failingReader{n: 3 * ChunkSize / 2}})
-	if err == nil || !strings.Contains(err.Error(), "layer blob corrupt") {
+	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{build: s.build}})
+	entries, _ := randomTree(t, 3*ChunkSize/2)
+	entries[1].Header.Size = 3 * ChunkSize // more than the file holds
+	_, err := c.Build(context.Background(), APIVersionTar, ports.BuildSpec{}, entries)
+	if err == nil || !strings.Contains(err.Error(), "write tree") || !strings.Contains(err.Error(), `"d/f"`) {
 		t.Fatalf("err = %v, want the tree's error", err)
 	}
 	if !s.cleaned.Load() {
@@ -235,13 +243,13 @@ func TestTreeErrorCancelsPluginBuild(t *testing.T) {
 
 func TestCanceledBeforeStartSendsNothing(t *testing.T) {
 	called := false
-	c := connect(t, &GRPCPlugin{Impl: &fakeBuilder{build: func(context.Context, ports.BuildSpec) (ports.BuildResult, error) {
+	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{build: func(context.Context, ports.BuildSpec, io.Reader) (ports.BuildResult, error) {
 		called = true
 		return ports.BuildResult{}, nil
 	}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := c.Build(ctx, APIVersion1, ports.BuildSpec{Tree: bytes.NewReader(nil)}); !errors.Is(err, context.Canceled) {
+	if _, err := c.Build(ctx, APIVersionTar, ports.BuildSpec{}, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 	if called {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -16,18 +15,21 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// server serves a ports.RootfsBuilder in the plugin process.
+// server serves a builder in the plugin process: impl from entries, or tar
+// from a tar stream.
 type server struct {
 	UnimplementedRootfsBuilderServer
-	impl     ports.RootfsBuilder
-	versions []string
+	impl         ports.RootfsBuilder
+	tar          TarBuilder
+	versions     []string
+	name, format string
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // build id -> cancel
 }
 
 func (s *server) PluginInfo(context.Context, *PluginInfoRequest) (*PluginInfoResponse, error) {
-	return &PluginInfoResponse{Name: s.impl.Name(), ApiVersions: s.versions, Format: s.impl.Format()}, nil
+	return &PluginInfoResponse{Name: s.name, ApiVersions: s.versions, Format: s.format}, nil
 }
 
 func (s *server) Cancel(_ context.Context, req *CancelRequest) (*CancelResponse, error) {
@@ -94,41 +96,32 @@ func (s *server) Build(stream RootfsBuilder_BuildServer) error {
 		HeadroomInodes: spec.GetHeadroomInodes(),
 		MaxSizeBytes:   spec.GetMaxSizeBytes(),
 	}
-	if spec.GetEntries() {
+	switch {
+	case spec.GetTreeFifo() != "":
+		return status.Error(codes.InvalidArgument, "tree_fifo (API v2, a tar stream through a named pipe) is not served: invalid argument")
+	case spec.GetEntries():
 		return s.buildEntries(ctx, stream, spec.GetApiVersion(), spec.GetEntryCount(), bspec)
+	case spec.GetApiVersion() != APIVersionTar || s.tar == nil:
+		return status.Errorf(codes.InvalidArgument, "a build without entries needs API %s and a tar builder (%s, API %s): invalid argument", APIVersionTar, s.name, spec.GetApiVersion())
 	}
-	var tree io.Reader = &chunkReader{stream: stream}
-	if fifo := spec.GetTreeFifo(); fifo != "" {
-		if spec.GetApiVersion() == APIVersion1 {
-			return status.Error(codes.InvalidArgument, "tree_fifo needs API v2: invalid argument")
-		}
-		f, err := openFIFO(fifo)
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "tree pipe: %v: invalid argument", err)
-		}
-		defer f.Close()
-		tree = f
-	}
-	bspec.Tree = tree
-	res, err := s.impl.Build(ctx, bspec)
+	res, err := s.tar.BuildTar(ctx, bspec, &chunkReader{stream: stream})
 	if err != nil {
 		return buildStatus(ctx, err)
 	}
-	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes})
+	return stream.SendAndClose(&BuildResponse{SizeBytes: res.SizeBytes, Sha256: res.SHA256})
 }
 
-// buildEntries serves an API v3 build from entries.
+// buildEntries serves an APIVersionEntries build.
 func (s *server) buildEntries(ctx context.Context, stream RootfsBuilder_BuildServer, version string, count int64, spec ports.BuildSpec) error {
-	pb, ok := s.impl.(ports.PlannedBuilder)
-	if version == APIVersion1 || version == APIVersion2 || !ok {
-		return status.Errorf(codes.InvalidArgument, "a build from entries needs API v3 and a builder that builds from entries (%s, API %s): invalid argument", s.impl.Name(), version)
+	if version != APIVersionEntries || s.impl == nil {
+		return status.Errorf(codes.InvalidArgument, "a build from entries needs API %s and a builder that builds from entries (%s, API %s): invalid argument", APIVersionEntries, s.name, version)
 	}
 	entries, closeAll, err := receiveEntries(ctx, stream, count)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	res, err := pb.BuildEntries(ctx, spec, entries)
+	res, err := s.impl.Build(ctx, spec, entries)
 	if err != nil {
 		return buildStatus(ctx, err)
 	}
@@ -142,19 +135,6 @@ func buildStatus(ctx context.Context, err error) error {
 		err = fmt.Errorf("%w (%w)", ctxErr, err)
 	}
 	return toStatus(err)
-}
-
-// openFIFO opens the host's tree pipe for reading; it must be a named
-// pipe (the host never asks for anything else).
-func openFIFO(p string) (*os.File, error) {
-	st, err := os.Lstat(p)
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode()&os.ModeNamedPipe == 0 {
-		return nil, fmt.Errorf("%s is not a named pipe", p)
-	}
-	return os.Open(p)
 }
 
 // chunkReader reads the tree out of the Build stream.

@@ -21,25 +21,13 @@ type explained struct {
 	timeout time.Duration
 }
 
-// explainedStreamer is explained for a source that streams layers; the
-// pipeline only streams (and uses the decoded-layer cache) when the source
-// it is given implements ports.LayerStreamer.
-type explainedStreamer struct {
-	explained
-	streamer ports.LayerStreamer
-}
-
-// explainSource wraps src, keeping its streaming when it has one.
+// explainSource wraps src.
 func explainSource(src ports.ImageSource, timeout time.Duration) ports.ImageSource {
-	e := explained{ImageSource: src, timeout: timeout}
-	if st, ok := src.(ports.LayerStreamer); ok {
-		return explainedStreamer{explained: e, streamer: st}
-	}
-	return e
+	return explained{ImageSource: src, timeout: timeout}
 }
 
-func (e explainedStreamer) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
-	layers, wait, err := e.streamer.StreamLayers(ctx, req, img, progress)
+func (e explained) StreamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	layers, wait, err := e.ImageSource.StreamLayers(ctx, req, img, progress)
 	if err != nil {
 		return nil, nil, e.explain(err)
 	}
@@ -61,11 +49,6 @@ func (e explained) Resolve(ctx context.Context, req ports.ImageRequest) (*ports.
 		return nil, fmt.Errorf("registry stalled: resolving %s took longer than %s (CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT): %w", req.Ref, e.timeout, err)
 	}
 	return img, e.explain(err)
-}
-
-func (e explained) FetchLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.LocalLayer, error) {
-	layers, err := e.ImageSource.FetchLayers(ctx, req, img, progress)
-	return layers, e.explain(err)
 }
 
 // explain wraps err (keeping everything errors.Is matches) with a hint.

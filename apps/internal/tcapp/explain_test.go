@@ -9,17 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/samber/do/v2"
-
 	"github.com/cubesandbox/templatecenter/adapters/registry"
-	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // stuckSource is an ImageSource whose Resolve blocks until its context
 // ends (a registry that accepted the connection and went silent) and
-// whose FetchLayers fails with err.
+// whose StreamLayers fails with err.
 type stuckSource struct{ err error }
 
 func (s stuckSource) Resolve(ctx context.Context, _ ports.ImageRequest) (*ports.ResolvedImage, error) {
@@ -27,8 +24,8 @@ func (s stuckSource) Resolve(ctx context.Context, _ ports.ImageRequest) (*ports.
 	return nil, ctx.Err()
 }
 
-func (s stuckSource) FetchLayers(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.LocalLayer, error) {
-	return nil, s.err
+func (s stuckSource) StreamLayers(context.Context, ports.ImageRequest, *ports.ResolvedImage, func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	return nil, nil, s.err
 }
 
 func TestRegistryErrorsSayWhatToDo(t *testing.T) {
@@ -45,7 +42,7 @@ func TestRegistryErrorsSayWhatToDo(t *testing.T) {
 	}
 	for _, tc := range cases {
 		src := explained{ImageSource: stuckSource{err: tc.err}, timeout: time.Minute}
-		_, err := src.FetchLayers(t.Context(), ports.ImageRequest{}, nil, nil)
+		_, _, err := src.StreamLayers(t.Context(), ports.ImageRequest{}, nil, nil)
 		for _, w := range tc.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %v lacks %q", tc.name, err, w)
@@ -70,28 +67,12 @@ func TestStalledResolveIsBoundedAndNamed(t *testing.T) {
 	}
 }
 
-// The wired image source keeps the registry's streaming: wrapped without
-// StreamLayers, the pipeline fell back to download-then-flatten and never
-// used the decoded-layer cache (a warm build decoded every layer again).
-func TestWiredSourceStreamsLayers(t *testing.T) {
-	cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
-	i := NewBuildInjector(t.Context(), Options{Config: cfg})
-	defer i.Shutdown()
-	src, err := do.Invoke[ports.ImageSource](i)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := src.(ports.LayerStreamer); !ok {
-		t.Fatalf("the wired image source %T does not stream layers", src)
-	}
-}
-
-// Streaming errors get the same hints as FetchLayers errors, from the
-// start of the stream and from its end.
+// Streaming errors get the hints from the start of the stream and from
+// its end.
 func TestStreamErrorsSayWhatToDo(t *testing.T) {
 	stalled := fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)
 	for _, s := range []failingStreamer{{startErr: stalled}, {waitErr: stalled}} {
-		st := explainSource(s, time.Minute).(ports.LayerStreamer)
+		st := explainSource(s, time.Minute)
 		_, wait, err := st.StreamLayers(t.Context(), ports.ImageRequest{}, nil, nil)
 		if err == nil {
 			_, err = wait()

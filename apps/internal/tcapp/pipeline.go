@@ -11,6 +11,7 @@ import (
 
 	"github.com/samber/do/v2"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/builder/mkfs"
 	"github.com/cubesandbox/templatecenter/adapters/builder/plugin"
 	"github.com/cubesandbox/templatecenter/adapters/layercache"
@@ -20,7 +21,6 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
-	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -72,12 +72,6 @@ func (o Options) trusted() []string {
 type pluginBuilder struct{ *plugin.Builder }
 
 func (p pluginBuilder) Shutdown() error { return p.Close() }
-
-// plannedPluginBuilder is a plugin that also builds from entries.
-type plannedPluginBuilder struct {
-	pluginBuilder
-	ports.PlannedBuilder
-}
 
 // NewBuildInjector wires the build pipeline's adapters. ctx bounds the
 // start of a builder plugin.
@@ -144,25 +138,17 @@ func NewBuildInjector(ctx context.Context, o Options) *do.RootScope {
 		case "mkfs":
 			// Stage on tmpfs when there is room for a large image.
 			return mkfs.New(mkfs.Options{WorkDir: mkfs.FastWorkDir(cfg.WorkDir, 8<<30)}), nil
-		case ext4build.Name:
-			return ext4build.New(), nil
+		case ext4stream.Name:
+			return ext4stream.New(), nil
 		}
 		name = strings.TrimPrefix(name, "plugin:")
 		path, err := pluginPath(cfg.PluginDir, name)
 		if err != nil {
 			return nil, err
 		}
-		// CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo or chunks hands the tree
-		// over as a tar stream, through a named pipe or in gRPC messages,
-		// even to a plugin that builds from entries (the benchmark
-		// compares the three).
-		tree := os.Getenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE")
-		b, err := plugin.Load(ctx, path, plugin.Options{Chunks: tree == "chunks", Stream: tree == "fifo"})
+		b, err := plugin.Load(ctx, path, plugin.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("load builder plugin %s: %w", name, err)
-		}
-		if pb := b.Planned(); pb != nil {
-			return plannedPluginBuilder{pluginBuilder{b}, pb}, nil
 		}
 		return pluginBuilder{b}, nil
 	})

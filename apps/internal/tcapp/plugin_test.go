@@ -7,13 +7,14 @@ import (
 
 	"github.com/samber/do/v2"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
+	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// A plugin that builds from entries is wired as a ports.PlannedBuilder, so
-// the pipeline hands it the tree as entries; CUBE_TEMPLATE_CENTER_PLUGIN_TREE
-// =fifo (or chunks) keeps it on the tar stream.
+// "plugin:ext4stream" wires the ext4stream plugin, which gets the tree as
+// entries (API v3) and writes the in-process builder's format.
 func TestWiredPluginBuildsFromEntries(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -24,23 +25,19 @@ func TestWiredPluginBuildsFromEntries(t *testing.T) {
 		"github.com/cubesandbox/templatecenter/plugins/ext4stream").CombinedOutput(); err != nil {
 		t.Fatalf("build plugin: %v\n%s", err, out)
 	}
-	for _, tc := range []struct {
-		tree    string
-		planned bool
-	}{{"", true}, {"fifo", false}, {"chunks", false}} {
-		t.Run("tree="+tc.tree, func(t *testing.T) {
-			t.Setenv("CUBE_TEMPLATE_CENTER_PLUGIN_TREE", tc.tree)
-			cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
-			cfg.PluginDir = dir
-			i := NewBuildInjector(t.Context(), Options{Config: cfg, Builder: "plugin:ext4stream"})
-			defer i.Shutdown()
-			b, err := do.Invoke[ports.RootfsBuilder](i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := b.(ports.PlannedBuilder); ok != tc.planned {
-				t.Fatalf("wired %T: builds from entries = %v, want %v", b, ok, tc.planned)
-			}
-		})
+	cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
+	cfg.PluginDir = dir
+	i := NewBuildInjector(t.Context(), Options{Config: cfg, Builder: "plugin:ext4stream"})
+	defer i.Shutdown()
+	b, err := do.Invoke[ports.RootfsBuilder](i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, ok := b.(pluginBuilder)
+	if !ok {
+		t.Fatalf("wired %T, want the plugin host", b)
+	}
+	if pb.APIVersion() != pluginproto.APIVersionEntries || b.Format() != ext4stream.New().Format() {
+		t.Fatalf("wired plugin speaks API %s with format %s, want %s and %s", pb.APIVersion(), b.Format(), pluginproto.APIVersionEntries, ext4stream.New().Format())
 	}
 }

@@ -1,7 +1,7 @@
 // Command countingbuilder is a rootfs builder plugin written for the
-// builder-plugin example. It delegates every build to the pure-Go
-// ext4stream builder and logs, for each build, how many tar entries and
-// content bytes the tree had. The logs travel to the host over the plugin's
+// builder-plugin example. It reads the tree as a tar stream, delegates
+// every build to the pure-Go ext4stream builder and logs, for each build,
+// how many tar entries and content bytes the tree had. The logs travel to the host over the plugin's
 // stderr (go-plugin forwards hclog JSON lines to the host's logger).
 //
 // The host starts it (see ../main.go); run by hand it only explains that.
@@ -13,16 +13,22 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/builder/pluginproto"
-	"github.com/cubesandbox/templatecenter/plugins/ext4stream/ext4build"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// countingBuilder wraps another ports.RootfsBuilder.
+// countingBuilder is a plugin builder that reads the tree as a tar stream
+// (pluginproto.TarBuilder, API v1): the simplest shape for a builder
+// written in any language that reads tar. It spools the content to a
+// scratch file as it reads, counting entries and bytes, and hands the tree
+// to the inner builder as entries.
 type countingBuilder struct {
 	inner ports.RootfsBuilder
 	log   hclog.Logger
@@ -35,20 +41,22 @@ func (b *countingBuilder) Name() string { return "counting-" + b.inner.Name() }
 // Format is the inner builder's: counting changes no byte.
 func (b *countingBuilder) Format() string { return b.inner.Format() }
 
-// Build counts the tree's entries while the inner builder consumes it: a
-// tee hands every byte the inner builder reads to a tar reader running in
-// another goroutine, so the tree is still streamed exactly once.
-func (b *countingBuilder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
-	pr, pw := io.Pipe()
-	spec.Tree = io.TeeReader(spec.Tree, pw)
-	counted := make(chan ports.TreeStats, 1)
-	go func() { counted <- count(pr) }()
-
-	res, err := b.inner.Build(ctx, spec)
-	_ = pw.Close() // ends the counter's drain
-	c := <-counted
+// BuildTar reads the tree once, then builds it.
+func (b *countingBuilder) BuildTar(ctx context.Context, spec ports.BuildSpec, tree io.Reader) (ports.BuildResult, error) {
+	spool, err := os.CreateTemp(filepath.Dir(spec.OutPath), ".tree-content-*")
 	if err != nil {
-		b.log.Warn("build failed", "out", spec.OutPath, "entries_read", c.Entries, "error", err)
+		return ports.BuildResult{}, err
+	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
+	entries, c, err := readTree(tree, spool)
+	if err != nil {
+		b.log.Warn("tree refused", "entries_read", c.Entries, "error", err)
+		return ports.BuildResult{}, err
+	}
+	res, err := b.inner.Build(ctx, spec, entries)
+	if err != nil {
+		b.log.Warn("build failed", "out", spec.OutPath, "entries", c.Entries, "error", err)
 		return res, err // the error class (core.ErrUnsupported, ...) crosses the wire intact
 	}
 	// Sizes as text: hclog's JSON turns numbers into floats on the host.
@@ -56,21 +64,34 @@ func (b *countingBuilder) Build(ctx context.Context, spec ports.BuildSpec) (port
 	return res, nil
 }
 
-// count reads tar headers from r and returns the number of entries and
-// their content bytes. It drains r to the end whatever happens, so that the
-// tee feeding it never blocks the build.
-func count(r io.Reader) (c ports.TreeStats) {
+// readTree reads the tar stream into entries whose content is spooled to
+// spool, counting entries and content bytes.
+func readTree(r io.Reader, spool *os.File) ([]ports.TreeEntry, ports.TreeStats, error) {
+	var c ports.TreeStats
+	var entries []ports.TreeEntry
+	var off int64
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
+		if err == io.EOF {
+			return entries, c, nil
+		}
 		if err != nil {
-			break
+			return nil, c, fmt.Errorf("read tree: %v: %w", err, core.ErrInvalidArgument)
+		}
+		e := ports.TreeEntry{Header: hdr}
+		if hdr.Typeflag == tar.TypeReg && hdr.Size > 0 {
+			n, err := io.Copy(spool, tr)
+			if err != nil {
+				return nil, c, fmt.Errorf("read tree: %w", err)
+			}
+			e.File, e.Offset = spool, off
+			off += n
 		}
 		c.Entries++
 		c.ContentBytes += hdr.Size
+		entries = append(entries, e)
 	}
-	_, _ = io.Copy(io.Discard, r)
-	return c
 }
 
 func main() {
@@ -79,7 +100,7 @@ func main() {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: pluginproto.Handshake,
 		Plugins: plugin.PluginSet{
-			pluginproto.PluginName: &pluginproto.GRPCPlugin{Impl: &countingBuilder{inner: ext4build.New(), log: logger}},
+			pluginproto.PluginName: &pluginproto.GRPCPlugin{Tar: &countingBuilder{inner: ext4stream.New(), log: logger}},
 		},
 		GRPCServer: plugin.DefaultGRPCServer,
 	})

@@ -171,15 +171,11 @@ func builds(o Options, out io.Writer, logf func(string, ...any)) error {
 		if b == "" {
 			continue
 		}
-		// NAME@fifo, NAME@chunks: a plugin fed the tar stream through a
-		// named pipe or in gRPC chunk messages instead of building from
-		// entries; NAME@builtin-gzip: gzip decoded in Go, not by igzip.
+		// NAME@builtin-gzip: gzip decoded in Go, not by igzip.
 		var extra []string
 		name := b
 		for _, v := range [][2]string{
 			{"@builtin-gzip", "CUBE_TEMPLATE_CENTER_GZIP_DECODER=builtin"},
-			{"@chunks", "CUBE_TEMPLATE_CENTER_PLUGIN_TREE=chunks"},
-			{"@fifo", "CUBE_TEMPLATE_CENTER_PLUGIN_TREE=fifo"},
 		} {
 			if base, ok := strings.CutSuffix(b, v[0]); ok {
 				b, extra = base, append(extra, v[1])

@@ -40,8 +40,8 @@ func main() {
 	flag.StringVar(&o.Registry, "registry", os.Getenv("CUBE_TEST_REGISTRY"), "registry host:port on loopback")
 	flag.StringVar(&o.MySQLDSN, "mysql", os.Getenv("CUBE_TEST_MYSQL_DSN"), "MariaDB DSN for the services part")
 	flag.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds")
-	flag.StringVar(&o.Builders, "builders", "ext4stream,ext4stream@builtin-gzip,plugin:ext4stream,plugin:ext4stream@chunks,mkfs",
-		"our builders to time (NAME@fifo, NAME@chunks: a plugin fed the tar stream through a named pipe or gRPC messages instead of entries; NAME@builtin-gzip: gzip decoded in Go instead of by igzip)")
+	flag.StringVar(&o.Builders, "builders", "ext4stream,ext4stream@builtin-gzip,plugin:ext4stream,mkfs",
+		"our builders to time (NAME@builtin-gzip: gzip decoded in Go instead of by igzip)")
 	flag.StringVar(&o.Parts, "parts", "builds,services,links", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2)")
 	flag.StringVar(&o.Only, "only", "", "comma-separated pipeline names to run (default all)")
 	flag.StringVar(&o.Report, "report", "", "also write the report (markdown) to this file")

@@ -1,21 +1,22 @@
-// Package ext4build is the ext4stream builder: a pure-Go, streaming
-// tar → ext4 writer that needs no root, no mount and no e2fsprogs. It is
-// the default builder of templatecenter, linked into the binary, and the
-// same code is served as an out-of-process plugin by plugins/ext4stream.
+// Package ext4stream is the ext4stream builder: a pure-Go ext4 writer
+// that needs no root, no mount and no e2fsprogs. It is the default builder
+// of templatecenter, linked into the binary, and the same code is served
+// as an out-of-process plugin by plugins/ext4stream.
 //
-// # One pass
+// # Two steps, one pass over the content
 //
-// The tree is read once (tree.go) and every header is held to the
-// BuildSpec.Tree contract with the staging extractor's rules and rule names
-// (reject.go): clean relative names, nothing below a symlink or a file, no
-// duplicates or whiteouts, hard links to earlier regular files, the xattr
-// allow-list, owner and device ranges, the end-of-archive marker;
-// ports/flattenertest's tree corpus checks it. File content goes straight
-// from the tree into the image file, in large sequential writes, as it
-// arrives; nothing is staged. Once the tree has ended the writer appends
-// directories, extent tree blocks, xattr blocks, inode tables and bitmaps,
-// and writes the superblock and group descriptors last (writer.go,
-// finish.go describe the layout).
+// Every entry of the tree is held to the ports.TreeEntry contract with the
+// staging extractor's rules and rule names (tree.go, reject.go): clean
+// relative names, nothing below a symlink or a file, no duplicates or
+// whiteouts, hard links to earlier regular files, the xattr allow-list,
+// owner and device ranges; ports/flattenertest's tree corpus checks it.
+// The whole tree is placed first (writer.go): inodes, directories and
+// each file's data blocks, its all-zero blocks left out as holes (known
+// from TreeEntry.Zero, or found by reading the content once). Then the
+// metadata is written (finish.go: directories, extent tree blocks, xattr
+// blocks, inode tables and bitmaps, the superblock and group descriptors)
+// and the content is copied into place in one sequential pass while a
+// second goroutine hashes the image in order (content.go).
 //
 // # The file system
 //
@@ -56,4 +57,4 @@
 // one entry up to the in-inode space plus one 4 KiB block (no ea_inode),
 // 65000 names per file, images up to 16 TiB (DefaultMaxSize unless
 // MaxSizeBytes asks for more).
-package ext4build
+package ext4stream

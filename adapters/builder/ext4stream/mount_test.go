@@ -1,4 +1,4 @@
-package ext4build
+package ext4stream
 
 import (
 	"bytes"

@@ -1,7 +1,6 @@
-package ext4build
+package ext4stream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -21,7 +20,11 @@ import (
 func fuzzBuild(t *testing.T, tree []byte) error {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "rootfs.ext4")
-	_, err := New().Build(context.Background(), ports.BuildSpec{Tree: bytes.NewReader(tree), OutPath: out, UUID: testUUID, Time: buildTime, MaxSizeBytes: 64 << 20})
+	es, err := tryEntries(t, tree, false)
+	if err != nil {
+		return err // not a tar: nothing a flattener would hand over
+	}
+	_, err = New().Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime, MaxSizeBytes: 64 << 20}, es)
 	if err != nil {
 		// Invalid input is a tree refusal with a rule, or the size cap.
 		if errors.Is(err, core.ErrInvalidArgument) && flattenertest.RuleOf(err) == "" && !strings.Contains(err.Error(), "MaxSizeBytes") {
@@ -65,9 +68,12 @@ func FuzzBuildTreeOps(f *testing.F) {
 		if ls == nil {
 			return
 		}
-		var tree bytes.Buffer
-		if _, err := (layers.Flattener{}).Flatten(context.Background(), flattenertest.PlainLayers(t, ls...), &tree); err == nil {
-			if err := fuzzBuild(t, tree.Bytes()); err != nil {
+		var tree []byte
+		if _, err := (layers.Flattener{}).Flatten(context.Background(), flattenertest.PlainLayers(t, ls...), func(es []ports.TreeEntry) error {
+			tree = flattenertest.EntriesTar(t, es)
+			return nil
+		}); err == nil {
+			if err := fuzzBuild(t, tree); err != nil {
 				t.Fatalf("the builder refused a flattened tree: %v", err)
 			}
 		}

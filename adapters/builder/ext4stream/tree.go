@@ -1,11 +1,8 @@
-package ext4build
+package ext4stream
 
 import (
 	"archive/tar"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
 	"time"
@@ -21,7 +18,7 @@ const xattrPAXPrefix = "SCHILY.xattr."
 const maxFileSize = 1 << 40
 
 // item is one tree entry that passed the per-entry checks of the
-// BuildSpec.Tree contract; the writer checks how it relates to the entries
+// ports.TreeEntry contract; the writer checks how it relates to the entries
 // before it (duplicates, parents, hard link targets).
 type item struct {
 	raw          string // name as found in the archive, for messages
@@ -35,81 +32,6 @@ type item struct {
 	mtime        time.Time
 	atime, ctime time.Time // zero when the tar carried none
 	xattrs       []*xattr
-}
-
-// treeReader reads the tree one entry at a time and holds each header to
-// the contract with the staging extractor's rules and rule names
-// (layers.Extract; ports/flattenertest holds both to one corpus). Regular
-// file content is read from tr right after next returns the entry.
-type treeReader struct {
-	ctx     context.Context
-	src     *eofReader
-	tr      *tar.Reader
-	entries int64 // entries returned, for error messages
-}
-
-func newTreeReader(ctx context.Context, tree io.Reader) *treeReader {
-	src := &eofReader{r: tree}
-	return &treeReader{ctx: ctx, src: src, tr: tar.NewReader(src)}
-}
-
-// eofReader notes whether the tree ran dry. archive/tar treats a stream
-// that stops at a header boundary as a clean end; a well-formed tree ends
-// with the two zero blocks and is never read past them, so seeing EOF
-// means the tree was cut short.
-type eofReader struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if n == 0 && err == io.EOF {
-		e.eof = true
-	}
-	return n, err
-}
-
-// next returns the next entry, or io.EOF after the end-of-archive marker.
-func (r *treeReader) next() (*item, error) {
-	for {
-		if err := r.ctx.Err(); err != nil {
-			return nil, err
-		}
-		hdr, err := r.tr.Next()
-		if err == io.EOF && r.src.eof {
-			return nil, reject("", ruleCorruptArchive, "read tree after %d entries: the stream ended without the tar "+
-				"end-of-archive marker (truncated?)", r.entries)
-		}
-		if err == io.EOF {
-			return nil, io.EOF
-		}
-		if err != nil {
-			return nil, r.readErr(err)
-		}
-		it, err := convert(hdr)
-		if err != nil {
-			return nil, err
-		}
-		if it == nil {
-			continue // a header that carries no entry
-		}
-		r.entries++
-		return it, nil
-	}
-}
-
-// readErr classifies a failure to read the tree: cancellation wins, a
-// corrupt or truncated tar is bad input, anything else (a failing reader)
-// keeps its own identity.
-func (r *treeReader) readErr(err error) error {
-	if ctxErr := r.ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return reject("", ruleCorruptArchive, "read tree after %d entries: %v", r.entries, err)
-	}
-	return fmt.Errorf("read tree after %d entries: %w", r.entries, err)
 }
 
 // convert checks one header against the per-entry rules and returns the

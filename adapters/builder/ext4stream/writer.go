@@ -1,14 +1,11 @@
-package ext4build
+package ext4stream
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
-	"strings"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -74,7 +71,7 @@ func (n *node) dataBlocks() int64 {
 }
 
 // addRun maps count logical blocks of n from lblk to physical blocks from
-// phys, merging into extents exactly as block-by-block addBlock calls do.
+// phys, merging into extents as block-by-block mapping would.
 func (n *node) addRun(lblk, phys, count uint32) {
 	for count > 0 {
 		if k := len(n.extents); k > 0 {
@@ -90,18 +87,6 @@ func (n *node) addRun(lblk, phys, count uint32) {
 		n.extents = append(n.extents, extent{lblk: lblk, start: phys, n: uint16(take)})
 		lblk, phys, count = lblk+take, phys+take, count-take
 	}
-}
-
-// addBlock maps logical block lblk of n to physical block phys.
-func (n *node) addBlock(lblk, phys uint32) {
-	if k := len(n.extents); k > 0 {
-		e := &n.extents[k-1]
-		if e.lblk+uint32(e.n) == lblk && e.start+uint32(e.n) == phys && e.n < maxExtentLen {
-			e.n++
-			return
-		}
-	}
-	n.extents = append(n.extents, extent{lblk: lblk, start: phys, n: 1})
 }
 
 // writeBuf is the data staging buffer: blocks are appended and flushed to
@@ -123,10 +108,8 @@ type fsWriter struct {
 	nodes []*node           // index ino-1; reserved inodes are nil
 	names map[string]uint32 // entry name -> inode, for parents, duplicates and hard links
 
-	// planned is set when the whole tree is known up front (BuildEntries):
-	// content is then only allocated here and copied after the metadata
-	// is written (planned.go); next is the entry being added.
-	planned bool
+	// Content is only allocated here and copied after the metadata is
+	// written (content.go); src is the entry being added's.
 	src     *plannedSource
 	jobs    []copyJob
 	scratch []byte // zeroRuns' read buffer
@@ -202,9 +185,9 @@ func (w *fsWriter) node(ino uint32) *node { return w.nodes[ino-1] }
 // errLimit reports that the image outgrew limitBlocks.
 var errLimit = errors.New("image size limit reached")
 
-// add places one entry; for a regular file it then reads its content
-// from data.
-func (w *fsWriter) add(it *item, data io.Reader) error {
+// add places one entry; a regular file's content (w.src) and a slow
+// symlink's target get their blocks in the data area.
+func (w *fsWriter) add(it *item) error {
 	if ino, ok := w.names[it.name]; ok {
 		n := w.node(ino)
 		if !n.implied || it.typ != tar.TypeDir || w.declared[it.name] {
@@ -271,14 +254,10 @@ func (w *fsWriter) add(it *item, data io.Reader) error {
 	w.names[it.name] = ino
 	w.link(parent, base, ino)
 	switch {
-	case it.typ == tar.TypeReg && w.planned:
-		return w.allocData(n, it.size)
 	case it.typ == tar.TypeReg:
-		return w.writeData(n, data, it.size)
-	case it.typ == tar.TypeSymlink && len(it.link) > fastSymlinkMax && w.planned:
-		return w.allocInline(n, []byte(it.link))
+		return w.allocData(n, it.size)
 	case it.typ == tar.TypeSymlink && len(it.link) > fastSymlinkMax:
-		return w.writeData(n, strings.NewReader(it.link), int64(len(it.link)))
+		return w.allocInline(n, []byte(it.link))
 	case it.typ == tar.TypeSymlink:
 		n.target = it.link
 	}
@@ -340,52 +319,6 @@ func (w *fsWriter) parentOf(it *item) (uint32, error) {
 	}
 	return at, nil
 }
-
-// writeData streams size bytes of content from r into the data area,
-// leaving all-zero blocks out as holes.
-func (w *fsWriter) writeData(n *node, r io.Reader, size int64) error {
-	var lblk uint32
-	for left := size; left > 0; {
-		if len(w.buf) == cap(w.buf) {
-			if err := w.flush(); err != nil {
-				return err
-			}
-		}
-		room := int64(cap(w.buf) - len(w.buf))
-		take := min(room, left)
-		chunk := w.buf[len(w.buf) : len(w.buf)+int((take+blockSize-1)&^(blockSize-1))]
-		if _, err := io.ReadFull(r, chunk[:take]); err != nil {
-			return &dataError{err}
-		}
-		clear(chunk[take:])
-		left -= take
-		kept := 0
-		for off := 0; off < len(chunk); off += blockSize {
-			b := chunk[off : off+blockSize]
-			if !bytes.Equal(b, zeroBlock[:]) {
-				if kept != off {
-					copy(chunk[kept:], b)
-				}
-				kept += blockSize
-				n.addBlock(lblk, w.next)
-				w.next++
-			}
-			lblk++
-		}
-		w.buf = w.buf[:len(w.buf)+kept]
-		if int64(w.next) > w.limitBlocks {
-			w.exceeded = true
-			return errLimit
-		}
-	}
-	return nil
-}
-
-// dataError marks a failure to read file content from the tree.
-type dataError struct{ err error }
-
-func (e *dataError) Error() string { return e.err.Error() }
-func (e *dataError) Unwrap() error { return e.err }
 
 // appendBlocks adds whole blocks after everything written so far and
 // returns the first one's number.

@@ -1,4 +1,4 @@
-package ext4build
+package ext4stream
 
 import (
 	"archive/tar"
@@ -16,15 +16,12 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// The planned build (BuildEntries) gets the whole tree before writing:
-// it runs the streaming writer's own placement over the entries without
-// their content (each file's holes are known from ports.TreeEntry.Zero, or
-// found by reading it once), writes the metadata, then copies the content
-// into place in one sequential pass while another goroutine hashes the
-// image in order. Same placement, same bytes as Build; the content is read
-// once and the hash costs no second pass over the file.
-
-var _ ports.PlannedBuilder = (*Builder)(nil)
+// A build gets the whole tree before writing: it places every entry
+// without its content (each file's holes are known from
+// ports.TreeEntry.Zero, or found by reading it once), writes the metadata,
+// then copies the content into place in one sequential pass while another
+// goroutine hashes the image in order. The content is read once and the
+// hash costs no second pass over the file.
 
 // plannedSource is the content of the regular file being added.
 type plannedSource struct {
@@ -42,22 +39,7 @@ type copyJob struct {
 	first  uint32 // first block in the image
 }
 
-// BuildEntries implements ports.PlannedBuilder.
-func (*Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries []ports.TreeEntry) (ports.BuildResult, error) {
-	spec.Tree = bytes.NewReader(nil) // unused; checkSpec wants one
-	id, limit, err := checkSpec(spec)
-	if err != nil {
-		return ports.BuildResult{}, err
-	}
-	return writeImage(ctx, spec, id, limit,
-		func(w *fsWriter) error {
-			w.planned = true
-			return w.plan(ctx, entries)
-		},
-		func(w *fsWriter, size int64) (string, error) { return w.copyAndHash(ctx, size) })
-}
-
-// plan places every entry, holding it to the tree contract as Build does.
+// plan places every entry, holding it to the tree contract.
 func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 	for i, e := range entries {
 		if i%1024 == 0 {
@@ -89,7 +71,7 @@ func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 				w.src.zero = z
 			}
 		}
-		if err := w.add(it, nil); err != nil {
+		if err := w.add(it); err != nil {
 			return err
 		}
 	}

@@ -1,10 +1,8 @@
-package ext4build
+package ext4stream
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -30,9 +28,8 @@ const (
 	MaxSize = 16<<40 - Alignment
 )
 
-// Builder turns a flattened tree into an ext4 image in one streaming pass
-// (writer.go): file data is written as it arrives, the metadata after the
-// tree has ended. It is stateless and safe for concurrent use.
+// Builder turns a flattened tree into an ext4 image (writer.go lays it
+// out, content.go writes it). It is stateless and safe for concurrent use.
 type Builder struct{}
 
 // New returns a Builder.
@@ -51,17 +48,19 @@ const FormatVersion = "2"
 // Format implements ports.RootfsBuilder.
 func (*Builder) Format() string { return Name + "/" + FormatVersion }
 
-// Build implements ports.RootfsBuilder. An empty spec.UUID gives the nil
-// UUID; a zero spec.Time leaves invented times at 0.
-func (*Builder) Build(ctx context.Context, spec ports.BuildSpec) (ports.BuildResult, error) {
+// Build implements ports.RootfsBuilder: it lays the whole tree out first
+// (plan), writes the metadata, then copies the content into place in one
+// sequential pass while another goroutine hashes the image in order
+// (content.go). An empty spec.UUID gives the nil UUID; a zero spec.Time
+// leaves invented times at 0.
+func (*Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
 	id, limit, err := checkSpec(spec)
 	if err != nil {
 		return ports.BuildResult{}, err
 	}
-	tr := newTreeReader(ctx, spec.Tree)
 	return writeImage(ctx, spec, id, limit,
-		func(w *fsWriter) error { return w.consume(tr) },
-		func(*fsWriter, int64) (string, error) { return "", ctx.Err() })
+		func(w *fsWriter) error { return w.plan(ctx, tree) },
+		func(w *fsWriter, size int64) (string, error) { return w.copyAndHash(ctx, size) })
 }
 
 // writeImage writes an image into a temporary file beside spec.OutPath and
@@ -120,32 +119,10 @@ func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit in
 	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
 }
 
-// consume reads the whole tree into the image.
-func (w *fsWriter) consume(tr *treeReader) error {
-	for {
-		it, err := tr.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := w.add(it, tr.tr); err != nil {
-			var de *dataError
-			if errors.As(err, &de) {
-				return tr.readErr(de.err)
-			}
-			return err
-		}
-	}
-}
-
 // checkSpec validates spec and returns the parsed UUID and the size limit
 // (rounded down to the alignment).
 func checkSpec(spec ports.BuildSpec) (id [16]byte, limit int64, err error) {
 	switch {
-	case spec.Tree == nil:
-		return id, 0, &core.FieldError{Field: "Tree", Reason: "is nil"}
 	case spec.OutPath == "":
 		return id, 0, &core.FieldError{Field: "OutPath", Reason: "is empty"}
 	case spec.HeadroomBytes < 0 || spec.HeadroomInodes < 0:

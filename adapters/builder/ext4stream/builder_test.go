@@ -1,13 +1,11 @@
-package ext4build
+package ext4stream
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -70,13 +68,7 @@ func richTree(t testing.TB) []byte {
 
 func build(t testing.TB, tree []byte, mutate ...func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	spec := ports.BuildSpec{Tree: bytes.NewReader(tree), OutPath: out, UUID: testUUID, Time: buildTime}
-	for _, m := range mutate {
-		m(&spec)
-	}
-	res, err := New().Build(context.Background(), spec)
-	return out, res, err
+	return buildEntries(t, entriesOf(t, tree, false), mutate...)
 }
 
 func sha(t testing.TB, p string) string {
@@ -189,53 +181,60 @@ func TestMaxSizeDoesNotChangeBytes(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	ok := tarOf(t, dir("etc", 0o755), file("etc/a", 0o644, "a"))
-	// A header announcing a file over the builder's maximum; it is refused
-	// before any data is read.
-	var huge bytes.Buffer
-	if err := tar.NewWriter(&huge).WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}); err != nil {
-		t.Fatal(err)
-	}
 	// The tree's inodes and the headroom, each allowed, round to more than
 	// a 32-bit inode count.
 	var many []entry
 	for i := range 40_000 {
 		many = append(many, file(fmt.Sprintf("f%05d", i), 0o644, ""))
 	}
+	// A header announcing a file over the builder's maximum; it is refused
+	// before any content is read.
+	huge := func(t *testing.T) []ports.TreeEntry {
+		f, err := os.Create(filepath.Join(t.TempDir(), "content"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}, File: f}}
+	}
 	tests := []struct {
-		name   string
-		tree   []byte
-		mutate func(*ports.BuildSpec)
-		want   error
-		msg    string
+		name    string
+		tree    []byte
+		mutate  func(*ports.BuildSpec)
+		want    error
+		msg     string
+		entries func(*testing.T) []ports.TreeEntry // instead of tree
 	}{
-		{"headroom over the cap", ok, func(s *ports.BuildSpec) { s.HeadroomBytes, s.MaxSizeBytes = 8<<20, 8<<20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes"},
-		{"absurd headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 1 << 40 }, core.ErrInvalidArgument, "HeadroomInodes"},
-		{"negative headroom", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = -1 }, core.ErrInvalidArgument, "Headroom"},
-		{"headroom over the largest image", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = math.MaxInt64 }, core.ErrInvalidArgument, "HeadroomBytes"},
-		{"more inode groups than descriptors reserved", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 34_000_000 }, core.ErrUnsupported, "HeadroomInodes"},
-		{"bad uuid", ok, func(s *ports.BuildSpec) { s.UUID = "nope" }, core.ErrInvalidArgument, "UUID"},
-		{"nil tree", ok, func(s *ports.BuildSpec) { s.Tree = nil }, core.ErrInvalidArgument, "Tree"},
-		{"cap below 2 MiB", ok, func(s *ports.BuildSpec) { s.MaxSizeBytes = 1 << 20 }, core.ErrInvalidArgument, "MaxSizeBytes"},
+		{"headroom over the cap", ok, func(s *ports.BuildSpec) { s.HeadroomBytes, s.MaxSizeBytes = 8<<20, 8<<20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes", nil},
+		{"absurd headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 1 << 40 }, core.ErrInvalidArgument, "HeadroomInodes", nil},
+		{"negative headroom", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = -1 }, core.ErrInvalidArgument, "Headroom", nil},
+		{"headroom over the largest image", ok, func(s *ports.BuildSpec) { s.HeadroomBytes = math.MaxInt64 }, core.ErrInvalidArgument, "HeadroomBytes", nil},
+		{"more inode groups than descriptors reserved", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 34_000_000 }, core.ErrUnsupported, "HeadroomInodes", nil},
+		{"bad uuid", ok, func(s *ports.BuildSpec) { s.UUID = "nope" }, core.ErrInvalidArgument, "UUID", nil},
+		{"cap below 2 MiB", ok, func(s *ports.BuildSpec) { s.MaxSizeBytes = 1 << 20 }, core.ErrInvalidArgument, "MaxSizeBytes", nil},
 		{"too large", tarOf(t, file("big", 0o644, strings.Repeat("x", 3<<20))),
-			func(s *ports.BuildSpec) { s.MaxSizeBytes = 2 << 20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes"},
-		{"absolute name", tarOf(t, file("/etc", 0o644, "")), nil, core.ErrInvalidArgument, `"/etc" rejected: absolute-name`},
-		{"dotdot", tarOf(t, file("a/../../b", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: path-traversal"},
-		{"duplicate", tarOf(t, file("a", 0o644, ""), file("a", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: duplicate-entry"},
-		{"file under file", tarOf(t, file("a", 0o644, ""), file("a/b", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: parent-not-dir"},
+			func(s *ports.BuildSpec) { s.MaxSizeBytes = 2 << 20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes", nil},
+		{"absolute name", tarOf(t, file("/etc", 0o644, "")), nil, core.ErrInvalidArgument, `"/etc" rejected: absolute-name`, nil},
+		{"dotdot", tarOf(t, file("a/../../b", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: path-traversal", nil},
+		{"duplicate", tarOf(t, file("a", 0o644, ""), file("a", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: duplicate-entry", nil},
+		{"file under file", tarOf(t, file("a", 0o644, ""), file("a/b", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: parent-not-dir", nil},
 		{"dangling hard link", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeLink, Name: "l", Linkname: "nope"}}),
-			nil, core.ErrInvalidArgument, "rejected: hardlink-target-missing"},
+			nil, core.ErrInvalidArgument, "rejected: hardlink-target-missing", nil},
 		{"hard link to dir", tarOf(t, dir("d", 0o755), entry{Header: tar.Header{Typeflag: tar.TypeLink, Name: "l", Linkname: "d"}}),
-			nil, core.ErrInvalidArgument, "rejected: hardlink-target-dir"},
-		{"root not a dir", tarOf(t, file("lost+found", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: reserved-name"},
-		{"truncated in data", ok[:2600], nil, core.ErrInvalidArgument, "read tree"},
-		{"truncated at a header", ok[:len(ok)-1024], nil, core.ErrInvalidArgument, "end-of-archive"},
-		{"empty stream", nil, nil, core.ErrInvalidArgument, "end-of-archive"},
+			nil, core.ErrInvalidArgument, "rejected: hardlink-target-dir", nil},
+		{"root not a dir", tarOf(t, file("lost+found", 0o644, "")), nil, core.ErrInvalidArgument, "rejected: reserved-name", nil},
 		{"xattrs too big", tarOf(t, entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "x", Mode: 0o644,
 			PAXRecords: map[string]string{"SCHILY.xattr.user.big": strings.Repeat("v", 5000)}}}),
-			nil, core.ErrUnsupported, "more than one 4096-byte block"},
-		{"file over 1 TiB", huge.Bytes(), nil, core.ErrUnsupported, `"huge"`},
+			nil, core.ErrUnsupported, "more than one 4096-byte block", nil},
 		{"inode count over 32 bits", tarOf(t, many...),
-			func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes"},
+			func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes", nil},
+		{"file over 1 TiB", nil, nil, core.ErrUnsupported, `"huge"`, huge},
+		{"content without a file", nil, nil, core.ErrInvalidArgument, "no file", func(*testing.T) []ports.TreeEntry {
+			return []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, Size: 10}}}
+		}},
+		{"entry without a header", nil, nil, core.ErrInvalidArgument, "no header", func(*testing.T) []ports.TreeEntry {
+			return []ports.TreeEntry{{}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,7 +242,11 @@ func TestBuildErrors(t *testing.T) {
 			if tt.mutate != nil {
 				m = append(m, tt.mutate)
 			}
-			out, _, err := build(t, tt.tree, m...)
+			es := entriesOf(t, tt.tree, false)
+			if tt.entries != nil {
+				es = tt.entries(t)
+			}
+			out, _, err := buildEntries(t, es, m...)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want class %v", err, tt.want)
 			}
@@ -310,36 +313,12 @@ func TestLayoutGeometry(t *testing.T) {
 	}
 }
 
-// stallingReader yields head, then blocks until ctx is done.
-type stallingReader struct {
-	head []byte
-	ctx  context.Context
-}
-
-func (r *stallingReader) Read(p []byte) (int, error) {
-	if len(r.head) > 0 {
-		n := copy(p, r.head)
-		r.head = r.head[n:]
-		return n, nil
-	}
-	<-r.ctx.Done()
-	return 0, r.ctx.Err()
-}
-
 func TestBuildCancelRemovesTemp(t *testing.T) {
-	tree := richTree(t)
+	es := entriesOf(t, richTree(t), false)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	done := make(chan error, 1)
-	go func() {
-		_, err := New().Build(ctx, ports.BuildSpec{
-			Tree:    &stallingReader{head: tree[:len(tree)/2], ctx: ctx},
-			OutPath: out, UUID: testUUID, Time: buildTime,
-		})
-		done <- err
-	}()
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	out := filepath.Join(t.TempDir(), "rootfs.ext4")
+	if _, err := New().Build(ctx, ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}, es); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	noLeftovers(t, filepath.Dir(out))
@@ -357,17 +336,5 @@ func TestBuildEmptyTree(t *testing.T) {
 		if rc, out := fsck(t, img); rc != 0 {
 			t.Fatalf("time %v: e2fsck -fn exit %d:\n%s", when, rc, out)
 		}
-	}
-}
-
-func TestBuildStreamsWithoutSeeking(t *testing.T) {
-	// A plain io.Reader (no Seek, no ReadAt) must do: the tree is a stream.
-	tree := richTree(t)
-	img, _, err := build(t, nil, func(s *ports.BuildSpec) { s.Tree = io.MultiReader(bytes.NewReader(tree)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rc, out := fsck(t, img); rc != 0 {
-		t.Fatalf("e2fsck -fn exit %d:\n%s", rc, out)
 	}
 }
