@@ -239,6 +239,21 @@ type Master struct {
 	CADir string `yaml:"ca_dir"`
 	// Auth is the public API's authentication.
 	Auth Auth `yaml:"auth"`
+	// NodeToken is the credential sent to nodes on every call
+	// (CUBE_MASTER_NODE_TOKEN, gRPC metadata x-cube-node-token); node
+	// agents refuse calls without it, Cubelets ignore it.
+	NodeToken string `yaml:"-"`
+	// NodeTLS is TLS to the nodes (off unless a CA is set).
+	NodeTLS NodeTLS `yaml:"node_tls"`
+}
+
+// NodeTLS is TLS from the master to its nodes (CUBE_MASTER_NODE_TLS_*):
+// CA verifies the nodes' certificates; Cert and Key are the master's client
+// certificate, for node agents that require one.
+type NodeTLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;

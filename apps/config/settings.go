@@ -259,6 +259,20 @@ func Settings() []Setting {
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
 			Field: func(c *Config) any { return &c.Master.CADir }},
 
+		{Env: "CUBE_MASTER_NODE_TOKEN", Service: ControlPlane, Secret: true,
+			Doc: "Node credential sent on every call to a node (gRPC metadata `x-cube-node-token`, health probes included): every nodeagent's CUBE_NODEAGENT_TOKEN. " +
+				"Node agents refuse calls without it; upstream Cubelets ignore it. At least 16 characters (`openssl rand -hex 32`); unset sends none (Cubelets only). `cubemaster dev` generates one.",
+			Field: func(c *Config) any { return &c.Master.NodeToken }},
+		{Env: "CUBE_MASTER_NODE_TLS_CA", YAML: "master.node_tls.ca", Service: ControlPlane,
+			Doc:   "CA (PEM) that signed the nodes' gRPC server certificates: set, the master speaks TLS to every node (node agents started with `--tls-cert`); unset, plain gRPC.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.CA }},
+		{Env: "CUBE_MASTER_NODE_TLS_CERT", YAML: "master.node_tls.cert", Service: ControlPlane,
+			Doc:   "Client certificate (PEM) the master presents to nodes over TLS, for node agents started with `--tls-client-ca` (mutual TLS); with CUBE_MASTER_NODE_TLS_KEY.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Cert }},
+		{Env: "CUBE_MASTER_NODE_TLS_KEY", YAML: "master.node_tls.key", Service: ControlPlane,
+			Doc:   "Private key (PEM) of CUBE_MASTER_NODE_TLS_CERT.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Key }},
+
 		{Env: "CUBE_MASTER_AUTH", YAML: "master.auth.enabled", Upstream: []string{"auth.enable"}, Service: ControlPlane,
 			Doc: "Authenticate the public /cube/* API (not /notify/health, /ready, /metrics, /openapi.json, artifact downloads, which carry their own token, or the callback): " +
 				"a bearer token or upstream's signed `cube_*` headers, refused with ret_code 130401. On by default: `serve` refuses to start without a credential " +

@@ -7,6 +7,7 @@
 // annotations and returns a SnapshotResult; CleanupTemplate removes the
 // template and is idempotent.
 //
-// The suite serves artifacts from an httptest server on loopback, so the
-// node must reach 127.0.0.1.
+// The suite serves artifacts from one httptest server on loopback, whose
+// base URL it gives the harness (HarnessConfig): the node must reach
+// 127.0.0.1 and, if it restricts where it downloads from, allow that URL.
 package nodeagenttest

@@ -36,8 +36,15 @@ type Harness interface {
 	Close()
 }
 
+// HarnessConfig is what the suite tells a harness about its fixtures.
+type HarnessConfig struct {
+	// ArtifactBaseURL is the base URL of the server every artifact the
+	// suite publishes is downloaded from (http://127.0.0.1:port).
+	ArtifactBaseURL string
+}
+
 // HarnessMaker returns a Harness for one subtest.
-type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
+type HarnessMaker func(ctx context.Context, t *testing.T, cfg HarnessConfig) (Harness, error)
 
 const instanceType = "cubebox"
 
@@ -76,11 +83,15 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"AppSnapshotRecordsTemplate", testAppSnapshotOK},
 		{"CleanupTemplateIsIdempotent", testCleanupTemplate},
 	}
+	// One server for every subtest (their ids differ), so a harness may
+	// share one node between them.
+	srv := newArtifactServer()
+	defer srv.Close()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			h, err := newHarness(ctx, t)
+			h, err := newHarness(ctx, t, HarnessConfig{ArtifactBaseURL: srv.URL})
 			if err != nil {
 				t.Fatalf("new harness: %v", err)
 			}
@@ -89,8 +100,6 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 			if err != nil {
 				t.Fatalf("MakeAgent: %v", err)
 			}
-			srv := newArtifactServer()
-			defer srv.Close()
 			tc.fn(t, &env{ctx: ctx, h: h, agent: agent, node: node, srv: srv, run: randomHex(6)})
 		})
 	}

@@ -94,6 +94,14 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 		return resp, nil
 	}
 	log = log.With("artifact_id", job.id, "instance_type", job.instanceType)
+	if !a.fromMaster(job.url) {
+		// Refused before any connection: the agent fetches from its
+		// masters only, whoever asks.
+		log.Warn("download URL refused: not under a master base URL", "source", redact(job.url))
+		resp.Ret = fail(cubeletpb.ErrorCode_InvalidParamFormat, "node %s: CreateImage %s: annotation %s: %s is not under a master base URL this node accepts (its CUBE_NODEAGENT_MASTER_URLS)",
+			a.cfg.NodeID, job.id, core.AnnotationArtifactURL, redact(job.url))
+		return resp, nil
+	}
 	unlock, err := a.locks.lock(ctx, "artifact/"+job.id)
 	if err != nil {
 		log.Warn("create image abandoned", "err", err)
@@ -124,7 +132,7 @@ func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool
 		return n, false, nil
 	}
 	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := a.mkdirs(dir); err != nil {
 		return 0, false, err
 	}
 	n, err := a.fetch(ctx, j, final)
@@ -156,7 +164,7 @@ func (a *Agent) present(ctx context.Context, final string, j *artifactJob) (int6
 	if err != nil || sum != j.sha256 {
 		return 0, false
 	}
-	_ = writeFileAtomic(sidecar(final), []byte(sum+"\n"))
+	_ = a.writeFileAtomic(sidecar(final), []byte(sum+"\n"))
 	return st.Size(), true
 }
 
@@ -205,18 +213,17 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if j.size >= 0 {
 		body = io.LimitReader(resp.Body, j.size+1) // one extra byte reveals an oversized body
 	}
-	n, sum, err := saveFile(ctx, tmp, body)
+	n, sum, err := a.saveFile(ctx, tmp, body)
+	// Errors never give a size or digest of what was downloaded: whoever
+	// chose the URL would learn them.
 	if err != nil {
-		return n, fmt.Errorf("download %s: after %d bytes: %w", redact(j.url), n, err)
+		return n, fmt.Errorf("download %s: %w", redact(j.url), err)
 	}
 	if j.size >= 0 && n != j.size {
-		if n > j.size {
-			return n, fmt.Errorf("size mismatch: the server sent more than the annotated %d bytes", j.size)
-		}
-		return n, fmt.Errorf("size mismatch: got %d bytes, annotated %d", n, j.size)
+		return n, fmt.Errorf("download %s: the body does not match the expected size of %d bytes", redact(j.url), j.size)
 	}
 	if sum != j.sha256 {
-		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", sum, j.sha256)
+		return n, fmt.Errorf("download %s: the body does not match the expected sha256 %s", redact(j.url), j.sha256)
 	}
 	// present trusts the sidecar without hashing, so the old one goes (for
 	// good, the directory synced) before new bytes take the name; a crash
@@ -233,7 +240,7 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		return n, err
 	}
-	if err := writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
+	if err := a.writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -299,9 +306,9 @@ func (a *Agent) removeArtifact(aid string) ([]string, error) {
 
 // writeFileAtomic writes data to p through a synced temporary file and a
 // rename, so readers see the old content or the new, never a torn file.
-func writeFileAtomic(p string, data []byte) (err error) {
+func (a *Agent) writeFileAtomic(p string, data []byte) (err error) {
 	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := a.createFile(tmp)
 	if err != nil {
 		return err
 	}
