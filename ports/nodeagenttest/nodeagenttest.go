@@ -76,6 +76,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"CreateImageHTTP404", testCreateImage404},
 		{"CreateImageWrongToken", testCreateImageWrongToken},
 		{"CreateImageRetryAfterFailure", testCreateImageRetry},
+		{"CreateImageWithoutURLChecksPresence", testCreateImagePresence},
 		{"DestroyImageRemovesBytes", testDestroyImage},
 		{"DestroyImageMissingIsNotAnError", testDestroyImageMissing},
 		{"AppSnapshotMissingArtifact", testAppSnapshotMissingArtifact},
@@ -368,6 +369,34 @@ func testCreateImageRetry(t *testing.T, e *env) {
 		t.Fatalf("CreateImage after a failed attempt: %v", err)
 	}
 	e.checkFile(t, f.id, f.data)
+}
+
+// testCreateImagePresence: without a URL, CreateImage answers from the
+// node's own copy and never downloads; a node without the artifact says
+// not found.
+func testCreateImagePresence(t *testing.T, e *env) {
+	f := e.publish(t, 8<<10)
+	check := f.spec()
+	check.DownloadURL, check.Token = "", ""
+	if err := e.agent.CreateImage(e.ctx, e.node, check); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("presence check before distribution: %v, want core.ErrNotFound", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, f.spec()); err != nil {
+		t.Fatalf("CreateImage: %v", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, check); err != nil {
+		t.Fatalf("presence check of a held artifact: %v", err)
+	}
+	if err := e.agent.DestroyImage(e.ctx, e.node, f.id); err != nil {
+		t.Fatalf("DestroyImage: %v", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, check); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("presence check after DestroyImage: %v, want core.ErrNotFound", err)
+	}
+	if n := f.srv.downloads.Load(); n != 1 {
+		t.Fatalf("%d downloads, want 1: a presence check downloaded", n)
+	}
+	e.checkNoFile(t, f.id)
 }
 
 func testDestroyImage(t *testing.T, e *env) {

@@ -136,7 +136,6 @@ func TestCreateImageRejectsBadSpecs(t *testing.T) {
 		{"file url", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactURL] = "file:///etc/passwd" }, "http(s)"},
 		{"no sha", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactSHA256) }, "64 hex"},
 		{"short sha", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactSHA256] = "abc" }, "64 hex"},
-		{"no url", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactURL) }, "url is required"},
 		{"bad size", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactSizeBytes] = "-4" }, "byte count"},
 	}
 	for _, tc := range tests {

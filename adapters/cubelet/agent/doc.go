@@ -30,7 +30,10 @@
 // carries a Referer, which would quote that query), accepts only HTTP
 // 200 or 206, checks the annotated size and sha256 (hex in any case),
 // fsyncs and renames into place; a mismatch is reported without the
-// digest or size of what was downloaded. It is idempotent and safe to call
+// digest or size of what was downloaded. Without a URL it is a presence
+// check: success when the node holds the artifact with the annotated size
+// and sha256, else a failure saying it "does not exist", and nothing is
+// fetched. It is idempotent and safe to call
 // concurrently for one artifact. DestroyImage deletes the artifact's
 // directory (upstream's Cubelet kept the ext4: a node-side leak). Failures
 // are reported the Cubelet way, as a Ret with a non-200 ret_code and a

@@ -29,7 +29,7 @@ type imagesServer struct {
 type artifactJob struct {
 	id           string
 	instanceType string
-	url          *url.URL
+	url          *url.URL // nil: check presence only
 	token        string
 	sha256       string // lower-case hex
 	size         int64  // -1 when not annotated
@@ -59,15 +59,15 @@ func parseArtifact(spec *cubeletpb.ImageSpec) (*artifactJob, error) {
 	if err := checkInstanceType(j.instanceType); err != nil {
 		return nil, err
 	}
-	raw := art.DownloadURL
-	if raw == "" {
-		return nil, fmt.Errorf("annotation %s is required", core.AnnotationArtifactURL)
+	// No URL: a presence check (the master's replica check), answered
+	// from the node's own copy and never downloading.
+	if raw := art.DownloadURL; raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("annotation %s is not an http(s) URL", core.AnnotationArtifactURL)
+		}
+		j.url = u
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("annotation %s is not an http(s) URL", core.AnnotationArtifactURL)
-	}
-	j.url = u
 	sum := art.SHA256
 	if !sha256Pattern.MatchString(sum) {
 		return nil, fmt.Errorf("annotation %s must be 64 hex digits, got %q", core.AnnotationArtifactSHA256, sum)
@@ -94,7 +94,7 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 		return resp, nil
 	}
 	log = log.With("artifact_id", job.id, "instance_type", job.instanceType)
-	if !a.fromMaster(job.url) {
+	if job.url != nil && !a.fromMaster(job.url) {
 		// Refused before any connection: the agent fetches from its
 		// masters only, whoever asks.
 		log.Warn("download URL refused: not under a master base URL", "source", redact(job.url))
@@ -111,6 +111,11 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 	defer unlock()
 	start := time.Now()
 	n, fetched, err := a.ensureArtifact(ctx, job)
+	if errors.Is(err, errNotPresent) {
+		log.Info("presence check: artifact not on this node")
+		resp.Ret = fail(cubeletpb.ErrorCode_PreConditionFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
+		return resp, nil
+	}
 	if err != nil {
 		log.Error("create image failed", "err", err, "elapsed", time.Since(start))
 		resp.Ret = fail(cubeletpb.ErrorCode_CreateImageFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
@@ -125,11 +130,21 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 	return resp, nil
 }
 
+// errNotPresent answers a presence check for an artifact the node does not
+// hold with the expected size and sha256. Its text says "does not exist",
+// which the master's client reads as not found, as it reads a Cubelet's
+// answer to the same call.
+var errNotPresent = errors.New("the artifact does not exist on this node with the expected size and sha256 (a presence check: the request carries no download URL, so nothing was fetched)")
+
 // ensureArtifact returns the artifact size and whether it had to fetch it.
+// A job without a URL only checks: errNotPresent when the node lacks it.
 func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool, error) {
 	final := a.ArtifactFile(j.instanceType, j.id)
 	if n, ok := a.present(ctx, final, j); ok {
 		return n, false, nil
+	}
+	if j.url == nil {
+		return 0, false, errNotPresent
 	}
 	dir := filepath.Dir(final)
 	if err := a.mkdirs(dir); err != nil {

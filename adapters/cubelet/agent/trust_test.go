@@ -238,6 +238,57 @@ func TestDownloadErrorsNeverGiveTheBodysDigestOrSize(t *testing.T) {
 	}
 }
 
+func TestPresenceCheckNeverDownloads(t *testing.T) {
+	data := []byte("held artifact")
+	var gets atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		w.Write(data)
+	}))
+	defer srv.Close()
+	ta := newTestAgent(t, srv.URL)
+	if ret := ta.create(t, ext4Spec("rfs-p", srv.URL+"/a", "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("ret %v", ret)
+	}
+	check := func(id string, held []byte) *cubeletpb.Ret {
+		spec := ext4Spec(id, "", "", held)
+		delete(spec.Annotations, "cube.master.rootfs.artifact.url")
+		return ta.create(t, spec)
+	}
+	tests := []struct {
+		name string
+		id   string
+		held []byte
+		ok   bool
+	}{
+		{"held", "rfs-p", data, true},
+		{"other bytes expected", "rfs-p", []byte("other artifact"), false},
+		{"never held", "rfs-none", data, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ret := check(tc.id, tc.held)
+			if tc.ok {
+				if ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+					t.Fatalf("ret %v, want success", ret)
+				}
+				return
+			}
+			// The master's client reads "does not exist" as not found,
+			// as it reads a Cubelet's answer.
+			if ret.GetRetCode() == cubeletpb.ErrorCode_Success || !strings.Contains(ret.GetRetMsg(), "does not exist") {
+				t.Fatalf("ret %v, want a failure saying the artifact does not exist", ret)
+			}
+		})
+	}
+	if n := gets.Load(); n != 1 {
+		t.Fatalf("%d downloads, want the one distribution", n)
+	}
+	if got, err := os.ReadFile(ta.ArtifactFile("cubebox", "rfs-p")); err != nil || string(got) != string(data) {
+		t.Fatalf("a failed presence check touched the held artifact: %q, %v", got, err)
+	}
+}
+
 func TestFilesAreNotWorldReadable(t *testing.T) {
 	data := []byte("rootfs bytes")
 	srv := serveBytes(t, data, http.StatusOK)
