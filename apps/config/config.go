@@ -245,6 +245,9 @@ type Master struct {
 	NodeToken string `yaml:"-"`
 	// NodeTLS is TLS to the nodes (off unless a CA is set).
 	NodeTLS NodeTLS `yaml:"node_tls"`
+	// ReplicaCheckAtOnce bounds the READY replicas one sweep re-checks on
+	// their nodes (CUBE_MASTER_REPLICA_CHECK_AT_ONCE; 0 turns it off).
+	ReplicaCheckAtOnce int `yaml:"replica_check_at_once"`
 }
 
 // NodeTLS is TLS from the master to its nodes (CUBE_MASTER_NODE_TLS_*):
@@ -350,8 +353,9 @@ func DefaultsFor(d Dirs) Config {
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
-			CADir: "/etc/cube/ca",
-			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
+			CADir:              "/etc/cube/ca",
+			Auth:               Auth{Enabled: true, Expiry: 120 * time.Second},
+			ReplicaCheckAtOnce: 32,
 		},
 	}
 }
@@ -474,6 +478,9 @@ func (c Config) validate() error {
 	}
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
+	}
+	if c.Master.ReplicaCheckAtOnce < 0 {
+		return fmt.Errorf("CUBE_MASTER_REPLICA_CHECK_AT_ONCE: %d, must be 0 (off) or positive", c.Master.ReplicaCheckAtOnce)
 	}
 	if c.Master.DistributionWorkers <= 0 {
 		return fmt.Errorf("CUBE_MASTER_DISTRIBUTION_WORKERS: %d, must be positive", c.Master.DistributionWorkers)

@@ -240,6 +240,10 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_CONVERGE_AT_ONCE", YAML: "master.converge_at_once", Service: ControlPlane,
 			Doc:   "Most convergence jobs one sweep starts.",
 			Field: func(c *Config) any { return &c.Master.ConvergeAtOnce }},
+		{Env: "CUBE_MASTER_REPLICA_CHECK_AT_ONCE", YAML: "master.replica_check_at_once", Service: ControlPlane,
+			Doc: "Most READY replicas one sweep re-checks on their nodes, in turn, with a CreateImage that carries the expected sha256 and size and no download URL: " +
+				"a node answers from its own copy, and a replica whose node no longer holds the artifact is marked FAILED and converged back (CUBE_MASTER_CONVERGE). `0` turns it off.",
+			Field: func(c *Config) any { return &c.Master.ReplicaCheckAtOnce }},
 		{Env: "CUBE_MASTER_DISTRIBUTION_WORKERS", YAML: "master.distribution_workers", Service: ControlPlane,
 			Doc:   "Most nodes one job copies to (CreateImage), snapshots on or cleans up at once. Upstream used 4, which sends a template to 8 nodes in two waves.",
 			Field: func(c *Config) any { return &c.Master.DistributionWorkers }},
