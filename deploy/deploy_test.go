@@ -124,7 +124,32 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("%s.service reads the public API token: %v, want %v", svc, got, want)
 		}
 	}
+	// And the node credential, one value for the master and the node
+	// agent.
+	nodeFile := filepath.Join(dest, "etc/cube/node-token.env")
+	nodeFirst, err := os.ReadFile(nodeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := regexp.MustCompile(`^CUBE_MASTER_NODE_TOKEN=([0-9a-f]{64})\nCUBE_NODEAGENT_TOKEN=([0-9a-f]{64})\n$`).FindSubmatch(nodeFirst)
+	if n == nil || !bytes.Equal(n[1], n[2]) || bytes.Equal(n[1], m[1]) {
+		t.Errorf("node token file %q", nodeFirst)
+	}
+	if st, _ := os.Stat(nodeFile); st.Mode().Perm() != 0o600 {
+		t.Errorf("node token file mode %v, want 0600", st.Mode().Perm())
+	}
+	for svc, want := range map[string]bool{"cubemaster": true, "templatecenter": false, "nodeagent": true} {
+		if got := strings.Contains(strings.Join(unit(t, "systemd/"+svc+".service")["EnvironmentFile"], " "), "/etc/cube/node-token.env"); got != want {
+			t.Errorf("%s.service reads the node credential: %v, want %v", svc, got, want)
+		}
+	}
+	if got := env["CUBE_NODEAGENT_MASTER_URLS"]; len(got) != 1 || got[0] != "http://127.0.0.1:8089" {
+		t.Errorf("the node agent downloads from %v, want the master on this host", got)
+	}
 	install()
+	if again, _ := os.ReadFile(nodeFile); !bytes.Equal(nodeFirst, again) {
+		t.Error("a second install replaced the node credential")
+	}
 	if again, _ := os.ReadFile(tokenFile); !bytes.Equal(first, again) {
 		t.Error("a second install replaced the token")
 	}
@@ -169,6 +194,13 @@ func TestComposeFile(t *testing.T) {
 	}
 	if m["CUBE_TEMPLATE_CENTER_ADDR"] != "http://templatecenter:8090" || tc["CUBE_MASTER_ADDR"] != "http://cubemaster:8089" {
 		t.Errorf("the services do not point at each other: %q / %q", m["CUBE_TEMPLATE_CENTER_ADDR"], tc["CUBE_MASTER_ADDR"])
+	}
+	node := doc.Services["nodeagent"]
+	if m["CUBE_MASTER_NODE_TOKEN"] == "" || m["CUBE_MASTER_NODE_TOKEN"] != node.Environment["CUBE_NODEAGENT_TOKEN"] {
+		t.Errorf("node credential: master %q, node agent %q; want one value", m["CUBE_MASTER_NODE_TOKEN"], node.Environment["CUBE_NODEAGENT_TOKEN"])
+	}
+	if !strings.Contains(strings.Join(node.Command, " "), "--master-urls "+m["CUBE_MASTER_DOWNLOAD_BASE_URL"]) {
+		t.Errorf("the node agent's command %q does not download from the master's %s", node.Command, m["CUBE_MASTER_DOWNLOAD_BASE_URL"])
 	}
 }
 
@@ -347,6 +379,10 @@ func TestHelmModes(t *testing.T) {
 			}
 			if sec := find(docs, "Secret", "-api-token"); sec == nil || path(sec, "data", "token") == nil {
 				t.Error("no generated public API token Secret")
+			}
+			if sec := find(docs, "Secret", "-node-token"); sec == nil || path(sec, "data", "token") == nil ||
+				m["CUBE_MASTER_NODE_TOKEN"] != "secret:t-node-token/token" || d["CUBE_MASTER_NODE_TOKEN"] != "" {
+				t.Errorf("node credential: master %q, data plane %q, want the master's from a generated Secret", m["CUBE_MASTER_NODE_TOKEN"], d["CUBE_MASTER_NODE_TOKEN"])
 			}
 			if svc := find(docs, "Service", "-templatecenter"); path(svc, "spec", "type") != "ClusterIP" {
 				t.Errorf("the data plane Service is %v, want internal (ClusterIP)", path(svc, "spec", "type"))

@@ -41,6 +41,12 @@ type NodeAgent interface {
 	// CreateImage has the node download the artifact, verify its size and
 	// sha256 against art and store it under art.ArtifactID. Storing an
 	// artifact the node already holds with the same sha256 succeeds.
+	//
+	// With no art.DownloadURL (and no token) it is a presence check that
+	// never downloads: it succeeds when the node holds the artifact and
+	// fails with an error wrapping core.ErrNotFound when it does not
+	// (node agents also compare size and sha256; a Cubelet only finds the
+	// file). Any other error says nothing about the artifact.
 	CreateImage(ctx context.Context, node Node, art core.NodeArtifact) error
 	// DestroyImage removes the artifact from the node; an image the node
 	// does not have is not an error.

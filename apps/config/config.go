@@ -239,6 +239,24 @@ type Master struct {
 	CADir string `yaml:"ca_dir"`
 	// Auth is the public API's authentication.
 	Auth Auth `yaml:"auth"`
+	// NodeToken is the credential sent to nodes on every call
+	// (CUBE_MASTER_NODE_TOKEN, gRPC metadata x-cube-node-token); node
+	// agents refuse calls without it, Cubelets ignore it.
+	NodeToken string `yaml:"-"`
+	// NodeTLS is TLS to the nodes (off unless a CA is set).
+	NodeTLS NodeTLS `yaml:"node_tls"`
+	// ReplicaCheckAtOnce bounds the READY replicas one sweep re-checks on
+	// their nodes (CUBE_MASTER_REPLICA_CHECK_AT_ONCE; 0 turns it off).
+	ReplicaCheckAtOnce int `yaml:"replica_check_at_once"`
+}
+
+// NodeTLS is TLS from the master to its nodes (CUBE_MASTER_NODE_TLS_*):
+// CA verifies the nodes' certificates; Cert and Key are the master's client
+// certificate, for node agents that require one.
+type NodeTLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;
@@ -335,8 +353,9 @@ func DefaultsFor(d Dirs) Config {
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
-			CADir: "/etc/cube/ca",
-			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
+			CADir:              "/etc/cube/ca",
+			Auth:               Auth{Enabled: true, Expiry: 120 * time.Second},
+			ReplicaCheckAtOnce: 32,
 		},
 	}
 }
@@ -459,6 +478,9 @@ func (c Config) validate() error {
 	}
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
+	}
+	if c.Master.ReplicaCheckAtOnce < 0 {
+		return fmt.Errorf("CUBE_MASTER_REPLICA_CHECK_AT_ONCE: %d, must be 0 (off) or positive", c.Master.ReplicaCheckAtOnce)
 	}
 	if c.Master.DistributionWorkers <= 0 {
 		return fmt.Errorf("CUBE_MASTER_DISTRIBUTION_WORKERS: %d, must be positive", c.Master.DistributionWorkers)

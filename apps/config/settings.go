@@ -240,6 +240,10 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_CONVERGE_AT_ONCE", YAML: "master.converge_at_once", Service: ControlPlane,
 			Doc:   "Most convergence jobs one sweep starts.",
 			Field: func(c *Config) any { return &c.Master.ConvergeAtOnce }},
+		{Env: "CUBE_MASTER_REPLICA_CHECK_AT_ONCE", YAML: "master.replica_check_at_once", Service: ControlPlane,
+			Doc: "Most READY replicas one sweep re-checks on their nodes, in turn, with a CreateImage that carries the expected sha256 and size and no download URL: " +
+				"a node answers from its own copy, and a replica whose node no longer holds the artifact is marked FAILED and converged back (CUBE_MASTER_CONVERGE). `0` turns it off.",
+			Field: func(c *Config) any { return &c.Master.ReplicaCheckAtOnce }},
 		{Env: "CUBE_MASTER_DISTRIBUTION_WORKERS", YAML: "master.distribution_workers", Service: ControlPlane,
 			Doc:   "Most nodes one job copies to (CreateImage), snapshots on or cleans up at once. Upstream used 4, which sends a template to 8 nodes in two waves.",
 			Field: func(c *Config) any { return &c.Master.DistributionWorkers }},
@@ -258,6 +262,20 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
 			Field: func(c *Config) any { return &c.Master.CADir }},
+
+		{Env: "CUBE_MASTER_NODE_TOKEN", Service: ControlPlane, Secret: true,
+			Doc: "Node credential sent on every call to a node (gRPC metadata `x-cube-node-token`, health probes included): every nodeagent's CUBE_NODEAGENT_TOKEN. " +
+				"Node agents refuse calls without it; upstream Cubelets ignore it. At least 16 characters (`openssl rand -hex 32`); unset sends none (Cubelets only). `cubemaster dev` generates one.",
+			Field: func(c *Config) any { return &c.Master.NodeToken }},
+		{Env: "CUBE_MASTER_NODE_TLS_CA", YAML: "master.node_tls.ca", Service: ControlPlane,
+			Doc:   "CA (PEM) that signed the nodes' gRPC server certificates: set, the master speaks TLS to every node (node agents started with `--tls-cert`); unset, plain gRPC.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.CA }},
+		{Env: "CUBE_MASTER_NODE_TLS_CERT", YAML: "master.node_tls.cert", Service: ControlPlane,
+			Doc:   "Client certificate (PEM) the master presents to nodes over TLS, for node agents started with `--tls-client-ca` (mutual TLS); with CUBE_MASTER_NODE_TLS_KEY.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Cert }},
+		{Env: "CUBE_MASTER_NODE_TLS_KEY", YAML: "master.node_tls.key", Service: ControlPlane,
+			Doc:   "Private key (PEM) of CUBE_MASTER_NODE_TLS_CERT.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Key }},
 
 		{Env: "CUBE_MASTER_AUTH", YAML: "master.auth.enabled", Upstream: []string{"auth.enable"}, Service: ControlPlane,
 			Doc: "Authenticate the public /cube/* API (not /notify/health, /ready, /metrics, /openapi.json, artifact downloads, which carry their own token, or the callback): " +

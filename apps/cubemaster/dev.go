@@ -64,7 +64,8 @@ func devCommand() *cobra.Command {
 serving a small example image, in one process, on loopback only, on the
 embedded defaults: SQLite and a file:// artifact store under --data-dir, live
 progress in memory, the pure-Go ext4stream builder in-process, a callback
-token generated for this run, the local registry allowed, and no public API
+token and a node credential generated for this run (the node agent downloads
+from this master only), the local registry allowed, and no public API
 authentication (loopback only; serve turns it on). It works offline.
 
 It ignores CUBE_* settings: its flags are its only knobs. Once everything
@@ -146,8 +147,13 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	defer reg.Close()
 
-	token := make([]byte, 32)
+	// Secrets of this run: the callback token, and the node credential
+	// the master sends its embedded node agent.
+	token, nodeToken := make([]byte, 32), make([]byte, 32)
 	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	if _, err := rand.Read(nodeToken); err != nil {
 		return err
 	}
 	masterURL, tcURL := "http://"+masterLn.Addr().String(), "http://"+tcLn.Addr().String()
@@ -165,6 +171,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	cfg.Listen, cfg.MasterAddr = tcLn.Addr().String(), masterURL
 	cfg.Master.Listen, cfg.Master.TemplateCenterAddr = masterLn.Addr().String(), tcURL
 	cfg.Master.Nodes = devNodeID + "=" + nodeLn.Addr().String()
+	cfg.Master.NodeToken = hex.EncodeToString(nodeToken)
 	cfg.Master.EnvdHostDir = filepath.Join(dataDir, "envd")
 	// Loopback only, for the person at the keyboard: no public API
 	// credentials (answers still hide download tokens).
@@ -203,7 +210,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	nodeDir := filepath.Join(dataDir, "node")
 	run("node agent", func() error {
 		return agentapp.Run(ctx, agentapp.Options{DataDir: nodeDir, NodeID: devNodeID, Logger: log.With("component", "nodeagent"),
-			ShutdownTimeout: 5 * time.Second}, nodeLn)
+			Token: cfg.Master.NodeToken, MasterURLs: []string{masterURL}, ShutdownTimeout: 5 * time.Second}, nodeLn)
 	})
 	run("data plane", func() error {
 		return tcapp.Run(ctx, tcapp.Options{Config: cfg, Logger: log.With("component", "templatecenter"),

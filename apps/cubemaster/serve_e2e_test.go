@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -91,6 +90,8 @@ func TestServeRefusesBadStart(t *testing.T) {
 		// Public API authentication is on by default and fails closed.
 		{"no public API credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t"}, "CUBE_MASTER_AUTH=false"},
 		{"short bearer token", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_AUTH_BEARER_TOKENS=short"}, "CUBE_MASTER_AUTH_BEARER_TOKENS"},
+		{"short node credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODE_TOKEN=short"}, "CUBE_MASTER_NODE_TOKEN is shorter than 16"},
+		{"node client certificate without a CA", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODE_TLS_CERT=c.pem", "CUBE_MASTER_NODE_TLS_KEY=k.pem"}, "CUBE_MASTER_NODE_TLS_CA"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +142,8 @@ type fakeTC struct {
 
 func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.URL.Path == "/health": // the master's /ready asks
+		w.WriteHeader(http.StatusOK)
 	case r.Method == http.MethodPost && r.URL.Path == wire.PathBuild:
 		var b wire.BuildRequest
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
@@ -206,6 +209,9 @@ type master struct {
 // apiBearer is the public API token the tests' masters accept; call sends
 // it on /cube/* requests that carry no Authorization header of their own.
 const apiBearer = "serve-e2e-bearer-0123456789"
+
+// nodeToken is the node credential the tests' masters and nodes share.
+const nodeToken = "serve-e2e-node-token-0123"
 
 // startMaster starts `cubemaster serve` on a free loopback port with env
 // (on top of a CUBE_*-free environment, with apiBearer as the public API's
@@ -438,27 +444,30 @@ func TestServeDistributesToNodeAgent(t *testing.T) {
 	defer tcSrv.Close()
 
 	nodeDir := filepath.Join(dir, "node")
-	ag, err := agent.New(agent.Config{DataDir: nodeDir, NodeID: "node-1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	ag.Register(gs)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	go gs.Serve(ln)
-	defer gs.Stop()
-
 	m := startMaster(t,
 		"CUBE_MASTER_DB_DSN=sqlite://"+filepath.Join(dir, "cube.db"),
 		"CUBE_TEMPLATE_CENTER_ADDR="+tcSrv.URL,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN="+token,
+		"CUBE_MASTER_NODE_TOKEN="+nodeToken,
 		// A second node that is down must simply be skipped.
 		"CUBE_MASTER_NODES=node-1="+ln.Addr().String()+",node-down="+freeAddr(t),
 	)
+	// The node downloads from this master only, and answers it only.
+	ag, err := agent.New(agent.Config{DataDir: nodeDir, NodeID: "node-1", Token: nodeToken, MasterURLs: []string{m.base},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := ag.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(ln)
+	defer gs.Stop()
+	waitHealthy(t, m.base+"/ready") // node-1 answers its probe
+
 	jobID := m.createJob("tpl-dist")
 	built, aid := builtReport(t, strings.Repeat("12", 32), data)
 	if resp := call(t, http.MethodPost, m.base+wire.JobStatusPath(jobID), built, map[string]string{auth.Header: token}); resp.StatusCode != http.StatusOK {

@@ -34,7 +34,7 @@ func TestNodesConvergeOnTheirOwn(t *testing.T) {
 	eqSlice(t, "convergence scope", latest.RedoScope, []string{"node-2"})
 
 	// A pass with nothing to do starts nothing.
-	before := len(e.agent.CreateImageCalls())
+	before := e.copies()
 	started, err := e.svc.Converge(e.ctx)
 	if err != nil || len(started) != 0 {
 		t.Fatalf("idle pass started %d jobs, %v", len(started), err)
@@ -47,7 +47,7 @@ func TestNodesConvergeOnTheirOwn(t *testing.T) {
 		t.Fatalf("node-3 after it joined: %+v", r)
 	}
 	eq(t, "def status", e.def("tpl-conv").Status, core.TemplateReady)
-	eq(t, "node-1 untouched", len(e.agent.CreateImageCalls())-before, 1)
+	eq(t, "node-1 untouched", e.copies()-before, 1)
 }
 
 // TestConvergenceRespectsScopeAndBacksOff: a template scoped to node-1 never

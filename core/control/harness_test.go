@@ -107,6 +107,12 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			if err := e.createFail[n.ID]; err != nil {
 				return err
 			}
+			if art.DownloadURL == "" { // a presence check
+				if !e.onNode[n.ID][art.ArtifactID] {
+					return fmt.Errorf("node %s: artifact %s does not exist: %w", n.ID, art.ArtifactID, core.ErrNotFound)
+				}
+				return nil
+			}
 			if e.onNode[n.ID] == nil {
 				e.onNode[n.ID] = map[string]bool{}
 			}
@@ -305,6 +311,18 @@ func (e *env) createImageNodes() []string {
 	}) string {
 		return c.Node.ID
 	})
+}
+
+// copies counts the CreateImage calls that sent the artifact (the replica
+// check's presence checks carry no download URL).
+func (e *env) copies() int {
+	n := 0
+	for _, c := range e.agent.CreateImageCalls() {
+		if c.Art.DownloadURL != "" {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *env) snapshotNodes() []string {

@@ -23,6 +23,7 @@ const (
 	DefaultBatch               = 200
 	DefaultConvergeBackoff     = 10 * time.Minute
 	DefaultConvergeAtOnce      = 4
+	DefaultReplicaCheckAtOnce  = 32
 )
 
 // Config tunes the Service. Zero values take the defaults above.
@@ -60,6 +61,10 @@ type Config struct {
 	ConvergeBackoff time.Duration
 	// ConvergeAtOnce bounds the convergence jobs one pass starts.
 	ConvergeAtOnce int
+	// ReplicaCheckDisabled turns the replica check off (CheckReplicas);
+	// ReplicaCheckAtOnce bounds the replicas one pass checks.
+	ReplicaCheckDisabled bool
+	ReplicaCheckAtOnce   int
 	// LockWait bounds how long a background job waits for its artifact's
 	// lock (another template may be distributing the same artifact).
 	LockWait time.Duration
@@ -88,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConvergeAtOnce <= 0 {
 		c.ConvergeAtOnce = DefaultConvergeAtOnce
+	}
+	if c.ReplicaCheckAtOnce <= 0 {
+		c.ReplicaCheckAtOnce = DefaultReplicaCheckAtOnce
 	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
@@ -118,7 +126,8 @@ type Service struct {
 	Config   Config
 	Logger   *slog.Logger
 
-	bg sync.WaitGroup
+	bg            sync.WaitGroup
+	replicaCursor replicaCursor
 }
 
 // Wait blocks until every background resume started so far has returned

@@ -7,6 +7,9 @@
 #   a new public API token  -> $DESTDIR/etc/cube/api-token.env (mode 0600, kept if present;
 #                              the master's CUBE_MASTER_AUTH_BEARER_TOKENS, and
 #                              CUBE_MASTER_TOKEN for cubemastercli: `set -a; . /etc/cube/api-token.env`)
+#   a new node credential   -> $DESTDIR/etc/cube/node-token.env (mode 0600, kept if present;
+#                              CUBE_MASTER_NODE_TOKEN and CUBE_NODEAGENT_TOKEN, one value: copy
+#                              this file to every node agent's host)
 # Then, as root on the host: systemctl daemon-reload &&
 #   systemctl enable --now templatecenter cubemaster nodeagent
 set -euo pipefail
@@ -33,5 +36,11 @@ if [ ! -e "$DESTDIR/etc/cube/api-token.env" ]; then
   # without a credential unless CUBE_MASTER_AUTH=false).
   api=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
   (umask 077 && printf 'CUBE_MASTER_AUTH_BEARER_TOKENS=%s\nCUBE_MASTER_TOKEN=%s\n' "$api" "$api" > "$DESTDIR/etc/cube/api-token.env")
+fi
+if [ ! -e "$DESTDIR/etc/cube/node-token.env" ]; then
+  # The node credential: the master sends it on every call to a node, and
+  # the node agent refuses calls without it (and will not start without it).
+  node=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077 && printf 'CUBE_MASTER_NODE_TOKEN=%s\nCUBE_NODEAGENT_TOKEN=%s\n' "$node" "$node" > "$DESTDIR/etc/cube/node-token.env")
 fi
 echo "installed; now: systemctl daemon-reload && systemctl enable --now templatecenter cubemaster nodeagent"

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/samber/do/v2"
+	"google.golang.org/grpc"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
@@ -40,6 +41,10 @@ type wiring struct {
 	// URL nodes download artifacts from.
 	tcBase       string
 	downloadBase string
+	// nodeDial are the options of every connection to a node (the node
+	// credential, TLS); nodeSecure says they carry transport credentials.
+	nodeDial   []grpc.DialOption
+	nodeSecure bool
 
 	store    *entstore.Store
 	locker   ports.Locker
@@ -84,11 +89,13 @@ func newInjector(w wiring) *do.RootScope {
 		// CUBE_MASTER_NODES merged with t_cube_template_node, read again
 		// on every probe tick.
 		src := &nodedir.StoreSource{Static: w.nodes, Repo: st.Nodes(), Logger: log}
-		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
+		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log,
+			DialOptions: w.nodeDial, Secure: w.nodeSecure})
 	})
 	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
 		req := requestOptions(cfg.Master.Request)
-		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout}), nil
+		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout,
+			DialOptions: w.nodeDial, Secure: w.nodeSecure}), nil
 	})
 	do.Provide(i, func(do.Injector) (*tcclient.Client, error) {
 		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
@@ -143,6 +150,7 @@ func newInjector(w wiring) *do.RootScope {
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
+				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
 				DistributionWorkers: cfg.Master.DistributionWorkers},
 		}
 		// Registry credentials are sealed with a key derived from the

@@ -423,7 +423,8 @@ func TestSystem(t *testing.T) {
 		ctx := context.Background()
 		addr := freeAddr(t)
 		data := filepath.Join(c.dir, "node3")
-		node := &proc{name: "node-3", bin: c.nodes[0].bin, args: []string{"--listen", addr, "--data-dir", data, "--node-id", "node-3"}}
+		node := &proc{name: "node-3", bin: c.nodes[0].bin, args: []string{"--listen", addr, "--data-dir", data, "--node-id", "node-3", "--master-urls", c.masterURL},
+			env: []string{"CUBE_NODEAGENT_TOKEN=" + e2eNodeToken}}
 		node.start(t)
 		t.Cleanup(node.stop)
 		waitTCP(t, addr)

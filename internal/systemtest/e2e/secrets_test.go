@@ -115,7 +115,8 @@ func startSecretsRig(t *testing.T) *secretsRig {
 			"CUBE_MASTER_ADDR=" + r.masterURL,
 		}}
 	r.node = &proc{name: "nodeagent", bin: filepath.Join(bin, "nodeagent"),
-		args: []string{"--listen", nodeAddr, "--data-dir", r.nodeData, "--node-id", "node-1", "--log-level", "debug"}}
+		args: []string{"--listen", nodeAddr, "--data-dir", r.nodeData, "--node-id", "node-1", "--log-level", "debug", "--master-urls", r.masterURL},
+		env:  []string{"CUBE_NODEAGENT_TOKEN=" + e2eNodeToken}}
 	r.master = r.newMaster(tcAddr, nodeAddr, "true")
 	t.Cleanup(func() {
 		for _, p := range append([]*proc{r.master, r.tc, r.node}, r.masters...) {
@@ -147,6 +148,7 @@ func (r *secretsRig) newMaster(tcAddr, nodeAddr, authOn string) *proc {
 			"CUBE_MASTER_AUTH=" + authOn,
 			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + r.bearer,
 			"CUBE_MASTER_AUTH_SECRET_KEYS=" + r.user + "=" + r.secret,
+			"CUBE_MASTER_NODE_TOKEN=" + e2eNodeToken,
 		}}
 	r.masters = append(r.masters, p)
 	return p
@@ -262,10 +264,10 @@ func cleanCLIEnv() []string {
 // and the CLI, with authentication on (authenticated callers see the
 // artifact download token where a request carries it; refused callers see
 // nothing) and off (the token is always redacted). Neither the registry
-// password, nor the bearer token, nor the signing key appears in any
-// answer, any CLI output, any log line of any process, or the job row; the
-// download token appears in no log line and only in answers to
-// authenticated callers.
+// password, nor the bearer token, nor the signing key, nor the node
+// credential appears in any answer, any CLI output, any log line of any
+// process, or the job row; the download token appears in no log line and
+// only in answers to authenticated callers.
 func TestSecretsNeverLeak(t *testing.T) {
 	r := startSecretsRig(t)
 	// The image is pushed to the test registry directly and pulled
@@ -437,7 +439,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	// The scan.
 	never := map[string]string{"registry password": r.regPassword, "wrong registry password": wrongPassword, "bearer token": r.bearer, "signing key": r.secret,
-		"registry basic auth": base64.StdEncoding.EncodeToString([]byte(r.regUser + ":" + r.regPassword)), "callback token": r.token}
+		"registry basic auth": base64.StdEncoding.EncodeToString([]byte(r.regUser + ":" + r.regPassword)), "callback token": r.token,
+		"node credential": e2eNodeToken}
 	if r.dsnPassword != "" {
 		never["database password"] = ":" + r.dsnPassword + "@"
 	}

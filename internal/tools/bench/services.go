@@ -141,6 +141,10 @@ func (s *stack) close() {
 	os.RemoveAll(s.dir)
 }
 
+// nodeToken is the node credential the stack's master and node agents
+// share.
+func (s *stack) nodeToken() string { return "node-" + s.token }
+
 // startStack starts master, templatecenter and nodes node agents.
 func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *stack, err error) {
 	s := &stack{o: o, links: l, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
@@ -198,7 +202,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		s.nodeDirs = append(s.nodeDirs, data)
 		id := fmt.Sprintf("node-%d", i+1)
 		spec = append(spec, id+"="+addr)
-		nodeArgs = append(nodeArgs, []string{"--listen", addr, "--data-dir", data, "--node-id", id})
+		nodeArgs = append(nodeArgs, []string{"--listen", addr, "--data-dir", data, "--node-id", id, "--master-urls", s.masterURL})
 	}
 	if _, err := s.start("cubemaster", "cubemaster", []string{"serve", "--listen", masterAddr}, []string{
 		"CUBE_MASTER_DB_DSN=" + dsn,
@@ -207,6 +211,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		"CUBE_MASTER_NODES=" + strings.Join(spec, ","),
 		"CUBE_MASTER_DOWNLOAD_BASE_URL=" + s.masterURL,
 		"CUBE_MASTER_AUTH_BEARER_TOKENS=" + s.apiToken,
+		"CUBE_MASTER_NODE_TOKEN=" + s.nodeToken(),
 	}); err != nil {
 		return nil, err
 	}
@@ -230,7 +235,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		return nil, err
 	}
 	for i, a := range nodeArgs {
-		if _, err := s.startIn(i, fmt.Sprintf("node-%d", i+1), "nodeagent", a, nil); err != nil {
+		if _, err := s.startIn(i, fmt.Sprintf("node-%d", i+1), "nodeagent", a, []string{"CUBE_NODEAGENT_TOKEN=" + s.nodeToken()}); err != nil {
 			return nil, err
 		}
 	}

@@ -48,6 +48,8 @@ type Cluster struct {
 	Token string
 	// APIToken is the masters' bearer token for the public API.
 	APIToken string
+	// NodeToken is the node credential masters and node agents share.
+	NodeToken string
 
 	DB     *sql.DB
 	DBName string
@@ -107,7 +109,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.MaxConcurrentBuilds == 0 {
 		o.MaxConcurrentBuilds = 4
 	}
-	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), APIToken: "api-" + RandHex(16), opts: o}
+	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), APIToken: "api-" + RandHex(16), NodeToken: "node-" + RandHex(16), opts: o}
 	c.Registry = testenv.Get(t, testenv.Registry)
 	t0 := time.Now()
 	c.Bin = Binaries(t)
@@ -148,7 +150,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		c.NodeProxies = append(c.NodeProxies, px)
 		nodesSpec = append(nodesSpec, id+"="+px.Addr)
 		c.Nodes = append(c.Nodes, &Proc{Name: id, Bin: filepath.Join(c.Bin, "nodeagent"), LogPath: filepath.Join(c.Dir, "logs", id+".log"),
-			Args: []string{"--listen", addr, "--data-dir", data, "--node-id", id}})
+			Args: []string{"--listen", addr, "--data-dir", data, "--node-id", id, "--master-urls", c.MasterLB.URL},
+			Env:  []string{"CUBE_NODEAGENT_TOKEN=" + c.NodeToken}})
 	}
 	for i, u := range c.MasterURLs {
 		env := []string{
@@ -160,6 +163,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			"CUBE_TEMPLATE_CENTER_REDIS_ADDR=" + c.RedisAddr,
 			"CUBE_MASTER_SWEEP_INTERVAL=1s",
 			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.APIToken,
+			"CUBE_MASTER_NODE_TOKEN=" + c.NodeToken,
 			// Healthy nodes are re-probed rarely, so a node that goes down
 			// stays a distribution target (an outage between probes);
 			// unhealthy nodes are re-checked at once.
