@@ -67,6 +67,7 @@ type splitter struct {
 // returns the object's size. emit's error stops it and is returned as is.
 func Split(ctx context.Context, r io.Reader, emit func(Chunk) error) (int64, error) {
 	s := &splitter{emit: emit, data: make([]byte, 0, MaxDataLength)}
+	r = ctxReader{ctx, r}
 	buf := make([]byte, 4<<20)
 	var total int64
 	for {
@@ -168,3 +169,16 @@ func (s *splitter) end() error {
 // ErrCorrupt is wrapped by errors about an index or a chunk that is not
 // what it claims to be.
 var ErrCorrupt = errors.New("corrupt chunk data")
+
+// ctxReader stops reading once ctx ends, between any two reads.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

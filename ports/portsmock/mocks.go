@@ -6,6 +6,7 @@ package portsmock
 import (
 	"context"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/chunk"
 	"github.com/cubesandbox/templatecenter/ports"
 	"io"
 	"sync"
@@ -3833,6 +3834,445 @@ func (mock *ArtifactStoreMock) Stat(ctx context.Context, key string) (ports.Obje
 //
 //	len(mockedArtifactStore.StatCalls())
 func (mock *ArtifactStoreMock) StatCalls() []struct {
+	Ctx context.Context
+	Key string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+	}
+	mock.lockStat.RLock()
+	calls = mock.calls.Stat
+	mock.lockStat.RUnlock()
+	return calls
+}
+
+// Ensure, that ChunkStoreMock does implement ports.ChunkStore.
+// If this is not the case, regenerate this file with moq.
+var _ ports.ChunkStore = &ChunkStoreMock{}
+
+// ChunkStoreMock is a mock implementation of ports.ChunkStore.
+//
+//	func TestSomethingThatUsesChunkStore(t *testing.T) {
+//
+//		// make and configure a mocked ports.ChunkStore
+//		mockedChunkStore := &ChunkStoreMock{
+//			BackendFunc: func() string {
+//				panic("mock out the Backend method")
+//			},
+//			DeleteFunc: func(ctx context.Context, key string) error {
+//				panic("mock out the Delete method")
+//			},
+//			IndexFunc: func(ctx context.Context, key string) (*chunk.Index, error) {
+//				panic("mock out the Index method")
+//			},
+//			OpenFunc: func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
+//				panic("mock out the Open method")
+//			},
+//			OpenChunkFunc: func(ctx context.Context, id string) (io.ReadCloser, error) {
+//				panic("mock out the OpenChunk method")
+//			},
+//			PutFunc: func(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+//				panic("mock out the Put method")
+//			},
+//			SignedURLFunc: func(ctx context.Context, key string, ttl time.Duration) (string, error) {
+//				panic("mock out the SignedURL method")
+//			},
+//			StatFunc: func(ctx context.Context, key string) (ports.ObjectInfo, error) {
+//				panic("mock out the Stat method")
+//			},
+//		}
+//
+//		// use mockedChunkStore in code that requires ports.ChunkStore
+//		// and then make assertions.
+//
+//	}
+type ChunkStoreMock struct {
+	// BackendFunc mocks the Backend method.
+	BackendFunc func() string
+
+	// DeleteFunc mocks the Delete method.
+	DeleteFunc func(ctx context.Context, key string) error
+
+	// IndexFunc mocks the Index method.
+	IndexFunc func(ctx context.Context, key string) (*chunk.Index, error)
+
+	// OpenFunc mocks the Open method.
+	OpenFunc func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error)
+
+	// OpenChunkFunc mocks the OpenChunk method.
+	OpenChunkFunc func(ctx context.Context, id string) (io.ReadCloser, error)
+
+	// PutFunc mocks the Put method.
+	PutFunc func(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error
+
+	// SignedURLFunc mocks the SignedURL method.
+	SignedURLFunc func(ctx context.Context, key string, ttl time.Duration) (string, error)
+
+	// StatFunc mocks the Stat method.
+	StatFunc func(ctx context.Context, key string) (ports.ObjectInfo, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Backend holds details about calls to the Backend method.
+		Backend []struct {
+		}
+		// Delete holds details about calls to the Delete method.
+		Delete []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+		}
+		// Index holds details about calls to the Index method.
+		Index []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+		}
+		// Open holds details about calls to the Open method.
+		Open []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// Offset is the offset argument value.
+			Offset int64
+			// Length is the length argument value.
+			Length int64
+		}
+		// OpenChunk holds details about calls to the OpenChunk method.
+		OpenChunk []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// ID is the id argument value.
+			ID string
+		}
+		// Put holds details about calls to the Put method.
+		Put []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// R is the r argument value.
+			R io.Reader
+			// Want is the want argument value.
+			Want ports.ObjectInfo
+		}
+		// SignedURL holds details about calls to the SignedURL method.
+		SignedURL []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+			// TTL is the ttl argument value.
+			TTL time.Duration
+		}
+		// Stat holds details about calls to the Stat method.
+		Stat []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Key is the key argument value.
+			Key string
+		}
+	}
+	lockBackend   sync.RWMutex
+	lockDelete    sync.RWMutex
+	lockIndex     sync.RWMutex
+	lockOpen      sync.RWMutex
+	lockOpenChunk sync.RWMutex
+	lockPut       sync.RWMutex
+	lockSignedURL sync.RWMutex
+	lockStat      sync.RWMutex
+}
+
+// Backend calls BackendFunc.
+func (mock *ChunkStoreMock) Backend() string {
+	if mock.BackendFunc == nil {
+		panic("ChunkStoreMock.BackendFunc: method is nil but ChunkStore.Backend was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockBackend.Lock()
+	mock.calls.Backend = append(mock.calls.Backend, callInfo)
+	mock.lockBackend.Unlock()
+	return mock.BackendFunc()
+}
+
+// BackendCalls gets all the calls that were made to Backend.
+// Check the length with:
+//
+//	len(mockedChunkStore.BackendCalls())
+func (mock *ChunkStoreMock) BackendCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockBackend.RLock()
+	calls = mock.calls.Backend
+	mock.lockBackend.RUnlock()
+	return calls
+}
+
+// Delete calls DeleteFunc.
+func (mock *ChunkStoreMock) Delete(ctx context.Context, key string) error {
+	if mock.DeleteFunc == nil {
+		panic("ChunkStoreMock.DeleteFunc: method is nil but ChunkStore.Delete was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+	}{
+		Ctx: ctx,
+		Key: key,
+	}
+	mock.lockDelete.Lock()
+	mock.calls.Delete = append(mock.calls.Delete, callInfo)
+	mock.lockDelete.Unlock()
+	return mock.DeleteFunc(ctx, key)
+}
+
+// DeleteCalls gets all the calls that were made to Delete.
+// Check the length with:
+//
+//	len(mockedChunkStore.DeleteCalls())
+func (mock *ChunkStoreMock) DeleteCalls() []struct {
+	Ctx context.Context
+	Key string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+	}
+	mock.lockDelete.RLock()
+	calls = mock.calls.Delete
+	mock.lockDelete.RUnlock()
+	return calls
+}
+
+// Index calls IndexFunc.
+func (mock *ChunkStoreMock) Index(ctx context.Context, key string) (*chunk.Index, error) {
+	if mock.IndexFunc == nil {
+		panic("ChunkStoreMock.IndexFunc: method is nil but ChunkStore.Index was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+	}{
+		Ctx: ctx,
+		Key: key,
+	}
+	mock.lockIndex.Lock()
+	mock.calls.Index = append(mock.calls.Index, callInfo)
+	mock.lockIndex.Unlock()
+	return mock.IndexFunc(ctx, key)
+}
+
+// IndexCalls gets all the calls that were made to Index.
+// Check the length with:
+//
+//	len(mockedChunkStore.IndexCalls())
+func (mock *ChunkStoreMock) IndexCalls() []struct {
+	Ctx context.Context
+	Key string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+	}
+	mock.lockIndex.RLock()
+	calls = mock.calls.Index
+	mock.lockIndex.RUnlock()
+	return calls
+}
+
+// Open calls OpenFunc.
+func (mock *ChunkStoreMock) Open(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
+	if mock.OpenFunc == nil {
+		panic("ChunkStoreMock.OpenFunc: method is nil but ChunkStore.Open was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		Key    string
+		Offset int64
+		Length int64
+	}{
+		Ctx:    ctx,
+		Key:    key,
+		Offset: offset,
+		Length: length,
+	}
+	mock.lockOpen.Lock()
+	mock.calls.Open = append(mock.calls.Open, callInfo)
+	mock.lockOpen.Unlock()
+	return mock.OpenFunc(ctx, key, offset, length)
+}
+
+// OpenCalls gets all the calls that were made to Open.
+// Check the length with:
+//
+//	len(mockedChunkStore.OpenCalls())
+func (mock *ChunkStoreMock) OpenCalls() []struct {
+	Ctx    context.Context
+	Key    string
+	Offset int64
+	Length int64
+} {
+	var calls []struct {
+		Ctx    context.Context
+		Key    string
+		Offset int64
+		Length int64
+	}
+	mock.lockOpen.RLock()
+	calls = mock.calls.Open
+	mock.lockOpen.RUnlock()
+	return calls
+}
+
+// OpenChunk calls OpenChunkFunc.
+func (mock *ChunkStoreMock) OpenChunk(ctx context.Context, id string) (io.ReadCloser, error) {
+	if mock.OpenChunkFunc == nil {
+		panic("ChunkStoreMock.OpenChunkFunc: method is nil but ChunkStore.OpenChunk was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		ID  string
+	}{
+		Ctx: ctx,
+		ID:  id,
+	}
+	mock.lockOpenChunk.Lock()
+	mock.calls.OpenChunk = append(mock.calls.OpenChunk, callInfo)
+	mock.lockOpenChunk.Unlock()
+	return mock.OpenChunkFunc(ctx, id)
+}
+
+// OpenChunkCalls gets all the calls that were made to OpenChunk.
+// Check the length with:
+//
+//	len(mockedChunkStore.OpenChunkCalls())
+func (mock *ChunkStoreMock) OpenChunkCalls() []struct {
+	Ctx context.Context
+	ID  string
+} {
+	var calls []struct {
+		Ctx context.Context
+		ID  string
+	}
+	mock.lockOpenChunk.RLock()
+	calls = mock.calls.OpenChunk
+	mock.lockOpenChunk.RUnlock()
+	return calls
+}
+
+// Put calls PutFunc.
+func (mock *ChunkStoreMock) Put(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+	if mock.PutFunc == nil {
+		panic("ChunkStoreMock.PutFunc: method is nil but ChunkStore.Put was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Key  string
+		R    io.Reader
+		Want ports.ObjectInfo
+	}{
+		Ctx:  ctx,
+		Key:  key,
+		R:    r,
+		Want: want,
+	}
+	mock.lockPut.Lock()
+	mock.calls.Put = append(mock.calls.Put, callInfo)
+	mock.lockPut.Unlock()
+	return mock.PutFunc(ctx, key, r, want)
+}
+
+// PutCalls gets all the calls that were made to Put.
+// Check the length with:
+//
+//	len(mockedChunkStore.PutCalls())
+func (mock *ChunkStoreMock) PutCalls() []struct {
+	Ctx  context.Context
+	Key  string
+	R    io.Reader
+	Want ports.ObjectInfo
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Key  string
+		R    io.Reader
+		Want ports.ObjectInfo
+	}
+	mock.lockPut.RLock()
+	calls = mock.calls.Put
+	mock.lockPut.RUnlock()
+	return calls
+}
+
+// SignedURL calls SignedURLFunc.
+func (mock *ChunkStoreMock) SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	if mock.SignedURLFunc == nil {
+		panic("ChunkStoreMock.SignedURLFunc: method is nil but ChunkStore.SignedURL was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+		TTL time.Duration
+	}{
+		Ctx: ctx,
+		Key: key,
+		TTL: ttl,
+	}
+	mock.lockSignedURL.Lock()
+	mock.calls.SignedURL = append(mock.calls.SignedURL, callInfo)
+	mock.lockSignedURL.Unlock()
+	return mock.SignedURLFunc(ctx, key, ttl)
+}
+
+// SignedURLCalls gets all the calls that were made to SignedURL.
+// Check the length with:
+//
+//	len(mockedChunkStore.SignedURLCalls())
+func (mock *ChunkStoreMock) SignedURLCalls() []struct {
+	Ctx context.Context
+	Key string
+	TTL time.Duration
+} {
+	var calls []struct {
+		Ctx context.Context
+		Key string
+		TTL time.Duration
+	}
+	mock.lockSignedURL.RLock()
+	calls = mock.calls.SignedURL
+	mock.lockSignedURL.RUnlock()
+	return calls
+}
+
+// Stat calls StatFunc.
+func (mock *ChunkStoreMock) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if mock.StatFunc == nil {
+		panic("ChunkStoreMock.StatFunc: method is nil but ChunkStore.Stat was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Key string
+	}{
+		Ctx: ctx,
+		Key: key,
+	}
+	mock.lockStat.Lock()
+	mock.calls.Stat = append(mock.calls.Stat, callInfo)
+	mock.lockStat.Unlock()
+	return mock.StatFunc(ctx, key)
+}
+
+// StatCalls gets all the calls that were made to Stat.
+// Check the length with:
+//
+//	len(mockedChunkStore.StatCalls())
+func (mock *ChunkStoreMock) StatCalls() []struct {
 	Ctx context.Context
 	Key string
 } {

@@ -1,0 +1,60 @@
+package artifactstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// PutUnsynced is held to Put's checks: a wrong size or sha256 publishes
+// nothing; a right one reads back after SyncAll.
+func TestPutUnsynced(t *testing.T) {
+	for _, u := range []string{"file://" + t.TempDir(), "mem://"} {
+		t.Run(u[:4], func(t *testing.T) {
+			ctx := context.Background()
+			s, err := Open(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			data := []byte("chunk bytes")
+			sum := sha256.Sum256(data)
+			want := ports.ObjectInfo{Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+			bad := want
+			bad.SHA256 = want.SHA256[:63] + "0"
+			if bad.SHA256 == want.SHA256 {
+				bad.SHA256 = want.SHA256[:63] + "1"
+			}
+			if err := s.PutUnsynced(ctx, "c/bad", data, bad); !errors.Is(err, core.ErrInvalidArgument) {
+				t.Fatalf("PutUnsynced with a wrong sha256: %v", err)
+			}
+			if _, err := s.Stat(ctx, "c/bad"); !errors.Is(err, core.ErrNotFound) {
+				t.Fatalf("a refused object is visible: %v", err)
+			}
+			if err := s.PutUnsynced(ctx, "c/good", data, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SyncAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := s.Open(ctx, "c/good", 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(rc)
+			rc.Close()
+			if string(got) != string(data) {
+				t.Fatalf("read back %q", got)
+			}
+			if info, err := s.Stat(ctx, "c/good"); err != nil || info.SHA256 != want.SHA256 {
+				t.Fatalf("Stat: %+v %v", info, err)
+			}
+		})
+	}
+}
