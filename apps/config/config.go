@@ -22,6 +22,8 @@ type Config struct {
 	ArtifactStoreDir string `yaml:"artifact_store_dir"`
 	// ArtifactStoreURL overrides the store with a gocloud URL.
 	ArtifactStoreURL string `yaml:"artifact_store_url"`
+	// Chunks publishes artifacts as chunks too (adapters/chunkstore).
+	Chunks bool `yaml:"chunks"`
 	// WorkDir holds build scratch space.
 	WorkDir string `yaml:"artifact_work_dir"`
 	// LayerCacheDir and LayerCacheMaxBytes bound the layer cache.
@@ -322,6 +324,7 @@ func DefaultsFor(d Dirs) Config {
 		ArtifactStoreDir:    d.State + "/artifacts",
 		WorkDir:             d.State + "/work",
 		LayerCacheMaxBytes:  20 << 30,
+		Chunks:              true,
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
 		BuildTimeout:        2 * time.Hour,

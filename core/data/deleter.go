@@ -20,6 +20,9 @@ var deletable = []core.ArtifactStatus{core.ArtifactCleanupPending, core.Artifact
 type Deleter struct {
 	Store     ports.Store
 	Artifacts ports.ArtifactStore
+	// Chunks, when set, holds the artifacts' chunk indexes: an index goes
+	// with its artifact's bytes (the chunks stay, shared).
+	Chunks ports.ChunkStore
 }
 
 // errNotDeletable aborts the claim of a row in a status that is not ours
@@ -50,7 +53,11 @@ func (d *Deleter) Delete(ctx context.Context, artifactID string) error {
 	}
 
 	key := core.ObjectKeyOf(a)
-	if derr := d.Artifacts.Delete(ctx, key); derr != nil {
+	derr := d.Artifacts.Delete(ctx, key)
+	if d.Chunks != nil && derr == nil {
+		derr = d.Chunks.Delete(ctx, key)
+	}
+	if derr != nil {
 		msg := fmt.Sprintf("delete %s from the %s store: %v", key, d.Artifacts.Backend(), derr)
 		uctx := context.WithoutCancel(ctx)
 		if _, err := d.Store.Artifacts().Update(uctx, artifactID, func(a *core.Artifact) error {

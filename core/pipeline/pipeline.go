@@ -36,7 +36,12 @@ type Pipeline struct {
 	Builder   ports.RootfsBuilder
 	// Store, when set, receives the artifact under ArtifactKey.
 	Store ports.ArtifactStore
-	Clock ports.Clock
+	// Chunks, when set with Store, also receives the artifact as chunks
+	// and an index under the same key, while Store takes the whole file
+	// (both read the image at once, each on its own core): nodes then
+	// fetch only the chunks they lack.
+	Chunks ports.ChunkStore
+	Clock  ports.Clock
 	// ScratchDir holds per-build scratch directories (removed on exit).
 	ScratchDir     string
 	HeadroomBytes  int64
@@ -349,15 +354,33 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 }
 
 func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) error {
+	want := ports.ObjectInfo{Size: size, SHA256: sum}
+	var chunked chan error
+	if p.Chunks != nil {
+		chunked = make(chan error, 1)
+		go func() {
+			f, err := os.Open(file)
+			if err == nil {
+				err = p.Chunks.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+				f.Close()
+			}
+			chunked <- err
+		}()
+	}
 	f, err := os.Open(file)
-	if err != nil {
-		return err
+	if err == nil {
+		err = p.Store.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+		f.Close()
+		if err != nil {
+			err = fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
+		}
 	}
-	defer f.Close()
-	if err := p.Store.Put(ctx, core.ArtifactObjectKey(aid), f, ports.ObjectInfo{Size: size, SHA256: sum}); err != nil {
-		return fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
+	if chunked != nil {
+		if cerr := <-chunked; cerr != nil {
+			err = errors.Join(err, fmt.Errorf("publish %s as chunks: %w", aid, cerr))
+		}
 	}
-	return nil
+	return err
 }
 
 func hashFile(ctx context.Context, file string) (string, int64, error) {

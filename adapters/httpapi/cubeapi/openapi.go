@@ -2,6 +2,7 @@ package cubeapi
 
 import (
 	"encoding/json"
+	"github.com/cubesandbox/templatecenter/core"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
@@ -101,6 +102,20 @@ func Operations() []openapi.Op {
 			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true}},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "artifact not READY or without bytes (with its token)"}}},
+		{Method: "GET", Path: core.ChunkIndexPath, Tag: tagTemplates, Summary: "An artifact's chunk index (proxied to the template center)",
+			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true},
+				{Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true}},
+			Responses: map[int]openapi.Response{200: {Doc: "the encoded index", ContentType: "application/octet-stream"},
+				403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
+				404: {Doc: "not READY, or no chunk index: download the whole file"}, 502: {Doc: "template center unreachable"}}},
+		{Method: "GET", Path: core.ChunkDataPath, Tag: tagTemplates, Summary: "Data chunks of an artifact, by their numbers in its index (proxied to the template center)",
+			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true},
+				{Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true},
+				{Name: "first", In: "query", Doc: "the first chunk's number", Required: true},
+				{Name: "count", In: "query", Doc: "how many chunks (1..256)", Required: true}},
+			Responses: map[int]openapi.Response{200: {Doc: "the chunks' bytes", ContentType: "application/octet-stream"},
+				403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
+				404: {Doc: "not READY, or no chunk index"}, 502: {Doc: "template center unreachable"}}},
 		{Method: "POST", Path: wire.PathJobStatus, Tag: tagInternal, Token: true, Summary: "Status callback from the data plane (internal)",
 			Params: []openapi.Param{{Name: "job_id", In: "path", Doc: "job id"}}, Body: wire.StatusReport{},
 			Responses: map[int]openapi.Response{200: {Doc: "applied or acknowledged as stale", Body: wire.StatusOK{}},

@@ -176,6 +176,8 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Proxied},
+		{Method: http.MethodGet, Pattern: core.ChunkIndexPath, Kind: routes.Proxied},
+		{Method: http.MethodGet, Pattern: core.ChunkDataPath, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
@@ -240,6 +242,8 @@ func New(cfg Config) (chi.Router, error) {
 	r.Head(PathCA, s.caFile)
 	r.Method(http.MethodGet, PathDownload, s.download)
 	r.Method(http.MethodHead, PathDownload, s.download)
+	r.Method(http.MethodGet, core.ChunkIndexPath, s.download)
+	r.Method(http.MethodGet, core.ChunkDataPath, s.download)
 
 	// Dependency-free on purpose: it says the process is up; /ready says
 	// whether what it depends on is.

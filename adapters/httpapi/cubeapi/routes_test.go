@@ -16,6 +16,8 @@ var wantRoutes = []string{
 	"GET /cube/ca/{filename}",
 	"GET /cube/rootfs-artifact",
 	"GET /cube/template",
+	"GET /cube/template/artifact/chunks/data",
+	"GET /cube/template/artifact/chunks/index",
 	"GET /cube/template/artifact/download",
 	"GET /cube/template/build/{build_id}/status",
 	"GET /cube/template/compat",
@@ -121,6 +123,8 @@ func TestCubeRoutesTemplateWritesStayOnCubeMaster(t *testing.T) {
 // passed through untouched.
 func TestCubeRoutesTemplateProxyRemainder(t *testing.T) {
 	want := []string{
+		"GET /cube/template/artifact/chunks/data",
+		"GET /cube/template/artifact/chunks/index",
 		"GET /cube/template/artifact/download",
 		"GET /cube/template/compat",
 		"HEAD /cube/template/artifact/download",

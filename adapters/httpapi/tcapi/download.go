@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
-	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -43,44 +42,11 @@ const HeaderArtifactID = "X-Cube-Artifact-Id"
 // checksum (cubelet checks the sha256 from its annotation), and a bare sha
 // in If-None-Match or If-Range is still understood.
 func (s *server) download(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	id := q.Get("artifact_id")
-	if err := wire.ValidateID("artifact_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	a, ok := s.downloadable(w, r)
+	if !ok {
 		return
 	}
-	if s.cfg.Artifacts == nil || s.cfg.Store == nil {
-		http.Error(w, "artifact serving is not configured", http.StatusServiceUnavailable)
-		return
-	}
-	token := r.Header.Get(core.DownloadTokenHeader)
-	if token == "" {
-		token = q.Get("token")
-	}
-	ctx := r.Context()
-	a, err := s.cfg.Artifacts.Get(ctx, id)
-	switch {
-	case errors.Is(err, core.ErrNotFound):
-		// The token lives on the row: without one, an unknown id must look
-		// like a refused token, or the route tells anyone which ids exist.
-		if s.internalCaller(r) {
-			http.Error(w, "artifact not found", http.StatusNotFound)
-			return
-		}
-		s.refuseDownload(w, r, id, "unknown artifact")
-		return
-	case err != nil:
-		s.plainInternal(w, r, fmt.Errorf("look up artifact %s: %w", id, err))
-		return
-	}
-	if !auth.Equal(token, a.DownloadToken) {
-		s.refuseDownload(w, r, id, "missing or wrong download token")
-		return
-	}
-	if a.Status != core.ArtifactReady {
-		http.Error(w, fmt.Sprintf("artifact %s is not ready (%s)", id, a.Status), http.StatusNotFound)
-		return
-	}
+	ctx, id := r.Context(), a.ArtifactID
 	key := core.ObjectKeyOf(a)
 	info, err := s.cfg.Store.Stat(ctx, key)
 	switch {

@@ -3,6 +3,7 @@ package tcapi
 import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 func errs(codes map[int]string) map[int]openapi.Response {
@@ -67,6 +68,18 @@ func Operations() []openapi.Op {
 			Params: []openapi.Param{artifactParam},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"}}},
+		{Method: "GET", Path: core.ChunkIndexPath, Tag: "downloads", Summary: "An artifact's chunk index (core/chunk), for nodes that fetch only the chunks they lack",
+			Params: []openapi.Param{artifactParam, {Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true}},
+			Responses: map[int]openapi.Response{200: {Doc: "the encoded index", ContentType: "application/octet-stream"},
+				403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
+				404: {Doc: "not READY, or no chunk index: download the whole file"}}},
+		{Method: "GET", Path: core.ChunkDataPath, Tag: "downloads", Summary: "Data chunks first..first+count-1 of an artifact's index, concatenated (zero chunks skipped)",
+			Params: []openapi.Param{artifactParam, {Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true},
+				{Name: "first", In: "query", Doc: "the first chunk's number in the index", Required: true},
+				{Name: "count", In: "query", Doc: "how many chunks (1..256)", Required: true}},
+			Responses: map[int]openapi.Response{200: {Doc: "the chunks' bytes", ContentType: "application/octet-stream"}, 400: {Doc: "bad first or count"},
+				403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
+				404: {Doc: "not READY, or no chunk index"}, 416: {Doc: "past the index's last chunk"}}},
 		{Method: "GET", Path: PathCompat, Tag: "compat", Summary: "Compat report of the replicas against the release manifest",
 			Responses: map[int]openapi.Response{200: {Doc: "upstream envelope", Body: compatResponse{}}}},
 		{Method: "POST", Path: PathCompat, Tag: "compat", Summary: "Rescan compat now",

@@ -63,6 +63,10 @@ type Config struct {
 	Deleter   ArtifactDeleter
 	Artifacts ArtifactLookup
 	Store     ports.ArtifactStore
+	// Chunks, when set, serves the artifacts' chunk indexes and chunks
+	// (core.ChunkIndexPath, core.ChunkDataPath); without it both answer 404
+	// and nodes download whole files.
+	Chunks    ports.ChunkStore
 	Uploads   UploadRecorder
 	Compat    Compat
 	Readiness Readiness
@@ -120,6 +124,8 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: wire.PathArtifactUpload, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Download},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Download},
+		{Method: http.MethodGet, Pattern: core.ChunkIndexPath, Kind: routes.Download},
+		{Method: http.MethodGet, Pattern: core.ChunkDataPath, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
@@ -168,6 +174,8 @@ func New(cfg Config) chi.Router {
 	})
 	r.Get(PathDownload, s.download)
 	r.Head(PathDownload, s.download)
+	r.Get(core.ChunkIndexPath, s.chunkIndex)
+	r.Get(core.ChunkDataPath, s.chunkData)
 	r.Get(PathCompat, s.compatReport)
 	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)

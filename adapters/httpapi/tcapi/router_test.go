@@ -25,6 +25,8 @@ import (
 // (seed §2.3, §4); the only writes here are the token-guarded internal API.
 func TestTemplateCenterRoutesExcludeWritesAndCachedReads(t *testing.T) {
 	want := []string{
+		"GET /cube/template/artifact/chunks/data",
+		"GET /cube/template/artifact/chunks/index",
 		"GET /cube/template/artifact/download",
 		"GET /cube/template/compat",
 		"GET /health",

@@ -16,6 +16,7 @@ import (
 	"github.com/samber/do/v2"
 
 	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/chunkstore"
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/masterclient"
@@ -257,6 +258,7 @@ func provideServe(i do.Injector, o Options) {
 			return nil, err
 		}
 		p.Store = blobs
+		p.Chunks = chunksOf(cfg, blobs)
 		locker, err := do.Invoke[ports.Locker](i)
 		if err != nil {
 			return nil, err
@@ -289,7 +291,7 @@ func provideServe(i do.Injector, o Options) {
 		if err != nil {
 			return nil, err
 		}
-		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs}, nil
+		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs, Chunks: chunksOf(cfg, blobs)}, nil
 	})
 	do.Provide(i, func(i do.Injector) (*data.Reconciler, error) {
 		d := do.MustInvoke[*data.Deleter](i)
@@ -330,6 +332,7 @@ func provideServe(i do.Injector, o Options) {
 			Deleter:   deleterFunc(do.MustInvoke[*data.Deleter](i).Delete),
 			Artifacts: st.Artifacts(),
 			Store:     blobs,
+			Chunks:    chunksOf(cfg, blobs),
 			Uploads:   data.UploadRecorder{Artifacts: st.Artifacts()},
 			Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: cfg.ReleaseManifest},
 				Clock: system.Clock{}, ManifestSource: cfg.ReleaseManifest},
@@ -411,4 +414,13 @@ func gzipDescription(fl ports.TreeFlattener) string {
 		return f.Gunzip.String()
 	}
 	return "custom flattener"
+}
+
+// chunksOf is the chunk store kept beside the artifacts in blobs, or nil
+// when chunks are off (CUBE_TEMPLATE_CENTER_CHUNKS).
+func chunksOf(cfg config.Config, blobs *artifactstore.Store) ports.ChunkStore {
+	if !cfg.Chunks {
+		return nil
+	}
+	return chunkstore.New(blobs)
 }
