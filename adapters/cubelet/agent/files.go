@@ -51,10 +51,10 @@ func (a *Agent) mkdir(dir string) error {
 	return os.Chmod(dir, a.dirMode)
 }
 
-// createFile opens p for writing, created or truncated, with the agent's
+// createFile opens p for writing (and reading back), created or truncated, with the agent's
 // file mode whatever the umask (and whatever mode an older file had).
 func (a *Agent) createFile(p string) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, a.cfg.FileMode)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_RDWR, a.cfg.FileMode)
 	if err != nil {
 		return nil, err
 	}

@@ -208,6 +208,30 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 			os.Remove(tmp)
 		}
 	}()
+	// From chunks when the master has an index and the node holds enough
+	// of it (chunks.go); otherwise, or when that fails, the whole file.
+	cf, err := a.fetchIndex(ctx, j)
+	switch {
+	case err == nil:
+		seeds := a.seeds(final)
+		if reuse := cf.reuse(seeds); reuse >= minReuse {
+			got, aerr := cf.assemble(ctx, tmp, seeds)
+			if aerr == nil {
+				a.log.Info("artifact assembled from chunks", "artifact_id", j.id, "bytes", cf.x.Size, "fetched_bytes", got, "reused", reuse)
+				return cf.x.Size, a.publishDownload(tmp, final, j, cf)
+			}
+			os.Remove(tmp)
+			if ctx.Err() != nil {
+				return 0, aerr
+			}
+			a.log.Warn("assembling the artifact from chunks failed; downloading the whole file", "artifact_id", j.id, "err", aerr)
+		}
+	case errors.Is(err, errNoIndex):
+		cf = nil
+	default:
+		a.log.Warn("chunk index refused; downloading the whole file", "artifact_id", j.id, "err", err)
+		cf = nil
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.url.String(), nil)
 	if err != nil {
 		return 0, fmt.Errorf("download %s: %w", redact(j.url), err)
@@ -244,25 +268,35 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if sum != j.sha256 {
 		return n, fmt.Errorf("download %s: the body does not match the expected sha256 %s", redact(j.url), j.sha256)
 	}
+	return n, a.publishDownload(tmp, final, j, cf)
+}
+
+// publishDownload renames the verified, synced tmp onto final and records
+// its sha256 (and its chunk index, when there is one) beside it.
+func (a *Agent) publishDownload(tmp, final string, j *artifactJob, cf *chunkFetch) error {
 	// present trusts the sidecar without hashing, so the old one goes (for
 	// good, the directory synced) before new bytes take the name; a crash
 	// before the new one is written leaves none, and the next call hashes.
 	if err := os.Remove(sidecar(final)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return n, err
+		return err
+	}
+	if err := removeStale(final); err != nil {
+		return err
 	}
 	if err := syncDir(filepath.Dir(final)); err != nil {
-		return n, err
+		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return n, err
+		return err
 	}
 	if err := syncDir(filepath.Dir(final)); err != nil {
-		return n, err
+		return err
 	}
 	if err := a.writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
-		return n, err
+		return err
 	}
-	return n, nil
+	cf.keepIndex(final)
+	return nil
 }
 
 // DestroyImage deletes the artifact's directory under every instance type.

@@ -1,0 +1,399 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/chunk"
+)
+
+// A node builds a new artifact from the chunks it already holds in its
+// other artifacts and fetches only the rest (core/chunk, core.ChunkURLs):
+//
+//  1. the index comes from the chunk index route beside the download URL
+//     (same master, same token); it must be well formed and describe the
+//     annotated size and sha256, else the whole file is downloaded;
+//  2. every chunk the node holds (its artifacts' indexes are kept beside
+//     them, <aid>.ext4.chunks) is read from where it is and checked
+//     against its sha256 before it is written into the new file;
+//  3. the missing chunks are fetched in runs from the chunk data route,
+//     several runs at once, each chunk checked as it arrives;
+//  4. the file is hashed whole and must be the annotated sha256; then it is
+//     synced and renamed into place like a download.
+//
+// Any failure (a chunk that does not match, a short or missing run, an
+// index that is corrupt, truncated or hostile) removes the partial file and
+// falls back to the whole-file download: nothing half-written stays. So
+// does a node that holds too little of the artifact for chunks to pay
+// (minReuse): it downloads the file, and keeps the index for next time.
+
+// chunkSidecar holds the chunk index of the artifact file beside it.
+func chunkSidecar(final string) string { return final + ".chunks" }
+
+const (
+	// minReuse is the share of the artifact's data a node must already
+	// hold for it to assemble from chunks rather than download the file.
+	minReuse = 0.10
+	// runBytes bounds one chunk data request.
+	runBytes = 16 << 20
+	// fetchers is how many chunk data requests run at once.
+	fetchers = 4
+	// maxIndexBytes bounds an index whose artifact size is not annotated.
+	maxIndexBytes = 256 << 20
+)
+
+// errNoIndex: the master has no chunk index for the artifact (or speaks no
+// chunks): the whole file is downloaded, as before chunks.
+var errNoIndex = errors.New("no chunk index")
+
+// chunkFetch is one chunked fetch under way.
+type chunkFetch struct {
+	a     *Agent
+	j     *artifactJob
+	index []byte // the encoded index, kept beside the artifact
+	x     *chunk.Index
+	data  *url.URL
+}
+
+// fetchIndex gets and checks the artifact's chunk index. errNoIndex when
+// there is none; any other error means the index cannot be trusted.
+func (a *Agent) fetchIndex(ctx context.Context, j *artifactJob) (*chunkFetch, error) {
+	ixURL, dataURL, ok := core.ChunkURLs(j.url)
+	if !ok || !a.fromMaster(ixURL) || !a.fromMaster(dataURL) {
+		return nil, errNoIndex
+	}
+	resp, err := a.get(ctx, ixURL, j.token)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound || (resp.StatusCode >= 300 && resp.StatusCode < 400) {
+		return nil, errNoIndex
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("chunk index %s: HTTP %s", redact(ixURL), resp.Status)
+	}
+	limit := int64(maxIndexBytes)
+	if j.size >= 0 {
+		limit = chunk.MaxEncodedLen(j.size)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("chunk index %s: %w", redact(ixURL), err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("chunk index %s: larger than an index of the artifact can be: %w", redact(ixURL), chunk.ErrCorrupt)
+	}
+	x, err := chunk.Unmarshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("chunk index %s: %w", redact(ixURL), err)
+	}
+	if x.SHA256Hex() != j.sha256 || (j.size >= 0 && x.Size != j.size) {
+		return nil, fmt.Errorf("chunk index %s: describes another artifact than the annotated size and sha256: %w", redact(ixURL), chunk.ErrCorrupt)
+	}
+	return &chunkFetch{a: a, j: j, index: b, x: x, data: dataURL}, nil
+}
+
+// get sends a GET with the artifact token, follows no redirect, and
+// reports errors without the URL's query.
+func (a *Agent) get(ctx context.Context, u *url.URL, token string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", redact(u), err)
+	}
+	if token != "" {
+		req.Header.Set(core.DownloadTokenHeader, token)
+	}
+	// Chunks come from the master itself: a redirect (an object store's
+	// URL for a whole file) is not followed, and no token leaves with it.
+	c := *a.cfg.HTTPClient
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%s: %w", redact(u), err)
+	}
+	return resp, nil
+}
+
+// seed is where a chunk the node holds lives.
+type seed struct {
+	path string
+	off  int64
+}
+
+// seeds lists the data chunks of every artifact on the node whose index
+// is kept beside it, except the file being replaced.
+func (a *Agent) seeds(except string) map[[sha256.Size]byte]seed {
+	out := map[[sha256.Size]byte]seed{}
+	types, err := os.ReadDir(a.cfg.DataDir)
+	if err != nil {
+		return out
+	}
+	for _, t := range types {
+		if !t.IsDir() || checkInstanceType(t.Name()) != nil {
+			continue
+		}
+		arts, _ := os.ReadDir(filepath.Join(a.cfg.DataDir, t.Name()))
+		for _, d := range arts {
+			if !d.IsDir() || checkName("artifact id", d.Name()) != nil {
+				continue
+			}
+			final := filepath.Join(a.cfg.DataDir, t.Name(), d.Name(), d.Name()+".ext4")
+			if final == except {
+				continue
+			}
+			b, err := os.ReadFile(chunkSidecar(final))
+			if err != nil {
+				continue
+			}
+			x, err := chunk.Unmarshal(b)
+			if err != nil {
+				continue
+			}
+			if st, err := os.Stat(final); err != nil || st.Size() != x.Size {
+				continue
+			}
+			for _, e := range x.Chunks {
+				if !e.Zero {
+					out[e.Sum] = seed{path: final, off: e.Offset}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// assemble writes the artifact into tmp from the seeds and the chunk data
+// route, and returns the bytes it fetched. tmp is left for the caller to
+// remove on error.
+func (c *chunkFetch) assemble(ctx context.Context, tmp string, seeds map[[sha256.Size]byte]seed) (fetched int64, err error) {
+	f, err := c.a.createFile(tmp)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := f.Truncate(c.x.Size); err != nil {
+		return 0, err
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		for _, sf := range files {
+			sf.Close()
+		}
+	}()
+	buf := make([]byte, chunk.MaxDataLength)
+	var missing []int
+	for i, e := range c.x.Chunks {
+		if e.Zero {
+			continue
+		}
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		s, ok := seeds[e.Sum]
+		if ok && c.copySeed(files, s, e, f, buf) {
+			continue
+		}
+		missing = append(missing, i)
+	}
+	fetched, err = c.fetchMissing(ctx, f, missing)
+	if err != nil {
+		return fetched, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fetched, err
+	}
+	sum, n, err := core.SHA256OfContext(ctx, f)
+	if err != nil {
+		return fetched, err
+	}
+	if n != c.x.Size || sum != c.j.sha256 {
+		return fetched, fmt.Errorf("the assembled file does not match the expected sha256 %s", c.j.sha256)
+	}
+	return fetched, f.Sync()
+}
+
+// copySeed copies chunk e from the node's own file s into f, if it still
+// holds the chunk's bytes.
+func (c *chunkFetch) copySeed(files map[string]*os.File, s seed, e chunk.Entry, f *os.File, buf []byte) bool {
+	sf := files[s.path]
+	if sf == nil {
+		var err error
+		if sf, err = os.Open(s.path); err != nil {
+			return false
+		}
+		files[s.path] = sf
+	}
+	b := buf[:e.Length]
+	if _, err := sf.ReadAt(b, s.off); err != nil || sha256.Sum256(b) != e.Sum {
+		return false
+	}
+	_, err := f.WriteAt(b, e.Offset)
+	return err == nil
+}
+
+// chunkRun is one chunk data request: index entries first..first+count-1.
+type chunkRun struct{ first, count int }
+
+// runs groups the missing chunks into requests: consecutive index numbers
+// (zero chunks between them cost nothing), at most runBytes and
+// core.MaxChunksPerRequest each.
+func (c *chunkFetch) runs(missing []int) []chunkRun {
+	var out []chunkRun
+	var bytes int64
+	for k, i := range missing {
+		if k > 0 {
+			r := &out[len(out)-1]
+			prev := missing[k-1]
+			gapZero := true
+			for g := prev + 1; g < i; g++ {
+				gapZero = gapZero && c.x.Chunks[g].Zero
+			}
+			if gapZero && i-r.first+1 <= core.MaxChunksPerRequest && bytes+int64(c.x.Chunks[i].Length) <= runBytes {
+				r.count = i - r.first + 1
+				bytes += int64(c.x.Chunks[i].Length)
+				continue
+			}
+		}
+		out = append(out, chunkRun{first: i, count: 1})
+		bytes = int64(c.x.Chunks[i].Length)
+	}
+	return out
+}
+
+// fetchMissing fetches the runs of missing chunks, fetchers at once, and
+// writes each chunk once it matches its sha256.
+func (c *chunkFetch) fetchMissing(ctx context.Context, f *os.File, missing []int) (int64, error) {
+	runs := c.runs(missing)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan chunkRun)
+	var mu sync.Mutex
+	var total int64
+	var firstErr error
+	var wg sync.WaitGroup
+	for range min(fetchers, len(runs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, chunk.MaxDataLength)
+			for r := range work {
+				n, err := c.fetchRun(ctx, f, r, buf)
+				mu.Lock()
+				total += n
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+send:
+	for _, r := range runs {
+		select {
+		case work <- r:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return total, firstErr
+}
+
+// fetchRun fetches one run and writes its chunks.
+func (c *chunkFetch) fetchRun(ctx context.Context, f *os.File, r chunkRun, buf []byte) (int64, error) {
+	u := *c.data
+	q := u.Query()
+	q.Set("first", strconv.Itoa(r.first))
+	q.Set("count", strconv.Itoa(r.count))
+	u.RawQuery = q.Encode()
+	resp, err := c.a.get(ctx, &u, c.j.token)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("chunks %s: HTTP %s", redact(&u), resp.Status)
+	}
+	var n int64
+	for _, e := range c.x.Chunks[r.first : r.first+r.count] {
+		if e.Zero {
+			continue
+		}
+		b := buf[:e.Length]
+		k, err := io.ReadFull(resp.Body, b)
+		n += int64(k)
+		if err != nil {
+			return n, fmt.Errorf("chunks %s: the answer ended short: %w", redact(&u), err)
+		}
+		if sha256.Sum256(b) != e.Sum {
+			return n, fmt.Errorf("chunks %s: a chunk does not match its sha256 in the index: %w", redact(&u), chunk.ErrCorrupt)
+		}
+		if _, err := f.WriteAt(b, e.Offset); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// reuse is the share of the index's data bytes found among the seeds.
+func (c *chunkFetch) reuse(seeds map[[sha256.Size]byte]seed) float64 {
+	var have, all int64
+	for _, e := range c.x.Chunks {
+		if e.Zero {
+			continue
+		}
+		all += int64(e.Length)
+		if _, ok := seeds[e.Sum]; ok {
+			have += int64(e.Length)
+		}
+	}
+	if all == 0 {
+		return 1
+	}
+	return float64(have) / float64(all)
+}
+
+// keepIndex writes the index beside the artifact, for the next fetch.
+func (c *chunkFetch) keepIndex(final string) {
+	if c == nil {
+		return
+	}
+	if err := c.a.writeFileAtomic(chunkSidecar(final), c.index); err != nil {
+		c.a.log.Warn("chunk index not kept beside the artifact", "artifact_id", c.j.id, "err", err)
+	}
+}
+
+// removeStale removes an index left beside a file about to be replaced.
+func removeStale(final string) error {
+	if err := os.Remove(chunkSidecar(final)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
