@@ -43,6 +43,9 @@ type Config struct {
 	// world-readable. A Cubelet that reads the artifacts as another user
 	// needs a group both share, or 0644.
 	FileMode os.FileMode
+	// CacheMaxBytes bounds the node-local cache (CacheHandler): beyond it
+	// the least recently served artifacts are removed. 0: no bound.
+	CacheMaxBytes int64
 	// HTTPClient downloads artifacts. Default: a client whose redirects
 	// send no Referer and drop the artifact token header when they leave
 	// the original host.
