@@ -208,6 +208,9 @@ type Master struct {
 	// proxies the download route to the data plane. "" derives it from the
 	// listen address.
 	DownloadBaseURL string `yaml:"download_base_url"`
+	// NodeDownloadBaseURL replaces the base of the download URL sent to
+	// every node (CUBE_MASTER_NODE_DOWNLOAD_BASE_URL): a node-local cache.
+	NodeDownloadBaseURL string `yaml:"node_download_base_url"`
 	// SweepInterval is how often the BUILT-job sweeper and the artifact GC
 	// run (CUBE_MASTER_SWEEP_INTERVAL, a Go duration).
 	SweepInterval time.Duration `yaml:"sweep_interval"`

@@ -48,6 +48,9 @@ func NodeAgentSettings() []NodeAgentSetting {
 		{"log-format", "CUBE_NODEAGENT_LOG_FORMAT", "json", "json or text"},
 		{"addr-file", "CUBE_NODEAGENT_ADDR_FILE", "", "write the bound address here once listening, e.g. with --listen 127.0.0.1:0"},
 		{"shutdown-timeout", "CUBE_NODEAGENT_SHUTDOWN_TIMEOUT", "30s", "how long SIGTERM waits for running calls before cutting them"},
+		{"cache-listen", "CUBE_NODEAGENT_CACHE_LISTEN", "", "also serve the node-local cache here (plain HTTP, e.g. 127.0.0.1:8091): the artifact download route, answered whole for a client that speaks only whole-file downloads (a real Cubelet) while only the chunks the node lacks cross the network. " +
+			"Point the master's CUBE_MASTER_NODE_DOWNLOAD_BASE_URL at it; the master's token still decides every download"},
+		{"cache-max-bytes", "CUBE_NODEAGENT_CACHE_MAX_BYTES", "0", "bound of the node-local cache's artifacts in bytes; beyond it the least recently served go first (0: no bound)"},
 	}
 }
 

@@ -66,6 +66,8 @@ type agentConfig struct {
 	logLevel        string
 	logFormat       string
 	addrFile        string
+	cacheListen     string
+	cacheMaxBytes   int64
 	shutdownTimeout time.Duration
 }
 
@@ -121,6 +123,14 @@ func newRoot(run func(cmd *cobra.Command, c agentConfig) error) (*cobra.Command,
 			fl.StringVar(&c.logFormat, s.Flag, def, usage)
 		case "addr-file":
 			fl.StringVar(&c.addrFile, s.Flag, def, usage)
+		case "cache-listen":
+			fl.StringVar(&c.cacheListen, s.Flag, def, usage)
+		case "cache-max-bytes":
+			n, err := strconv.ParseInt(def, 10, 64)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%s=%q: want a byte count", s.Env, def)
+			}
+			fl.Int64Var(&c.cacheMaxBytes, s.Flag, n, usage)
 		case "shutdown-timeout":
 			d, err := time.ParseDuration(def)
 			if err != nil {
@@ -146,6 +156,7 @@ func newLogger(c agentConfig, w io.Writer) (*slog.Logger, error) {
 // setting to fix: it fails closed without a credential or master URLs.
 func options(c agentConfig, log *slog.Logger) (agentapp.Options, error) {
 	o := agentapp.Options{DataDir: c.dataDir, NodeID: c.nodeID, Token: strings.TrimSpace(c.token), Logger: log,
+		CacheListen: c.cacheListen, CacheMaxBytes: c.cacheMaxBytes,
 		ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey, TLSClientCAFile: c.tlsClientCA}
 	if o.Token == "" {
 		return o, fmt.Errorf("%s is not set: the node agent refuses to start without the node credential every call must carry "+

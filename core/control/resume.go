@@ -176,7 +176,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	// request snapshot (never another template's generated request).
 	ref := core.NodeArtifact{
 		ArtifactID:        p.artifact.ArtifactID,
-		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, p.artifact.DownloadToken),
+		DownloadURL:       core.DownloadURL(firstString(s.cfg().NodeDownloadBaseURL, p.artifact.DownloadBaseURL), p.artifact.ArtifactID, p.artifact.DownloadToken),
 		Token:             p.artifact.DownloadToken,
 		SHA256:            p.artifact.Ext4SHA256,
 		SizeBytes:         p.artifact.Ext4SizeBytes,

@@ -43,6 +43,10 @@ type Config struct {
 	// create request. Set it when the API address clients use is not one
 	// nodes can reach.
 	DownloadBaseURL string
+	// NodeDownloadBaseURL, when set, is the base of the download URL every
+	// node is sent, instead of the artifact's: a node-local cache that
+	// fetches from the master itself (nodeagent --cache-listen).
+	NodeDownloadBaseURL string
 	// SnapshotDir is passed to AppSnapshot; "" lets the node choose.
 	SnapshotDir string
 	// StaleAfter is how long an active (or BUILT) job must have gone

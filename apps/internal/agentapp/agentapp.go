@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -42,6 +43,10 @@ type Options struct {
 	// ShutdownTimeout is how long a stop waits for running calls before
 	// cutting them.
 	ShutdownTimeout time.Duration
+	// CacheListen, when set, is where the node-local cache is served
+	// (agent.CacheHandler, plain HTTP); CacheMaxBytes bounds it.
+	CacheListen   string
+	CacheMaxBytes int64
 	// Ready, when set, is called with the agent once it serves.
 	Ready func(*agent.Agent)
 }
@@ -69,7 +74,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	a, err := agent.New(agent.Config{DataDir: o.DataDir, NodeID: o.NodeID, Token: o.Token, MasterURLs: o.MasterURLs,
-		FileMode: o.FileMode, Logger: log})
+		FileMode: o.FileMode, CacheMaxBytes: o.CacheMaxBytes, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +102,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	log.Info("node agent listening", "addr", ln.Addr().String(), "data_dir", a.DataDir(), "node_id", o.NodeID,
 		"master_urls", o.MasterURLs, "tls", s.tls, "client_certificates", o.TLSClientCAFile != "")
 	served := make(chan error, 1)
+	if o.CacheListen != "" {
+		cl, err := net.Listen("tcp", o.CacheListen)
+		if err != nil {
+			return fmt.Errorf("--cache-listen %s: %w", o.CacheListen, err)
+		}
+		cache := &http.Server{Handler: a.CacheHandler(), ReadHeaderTimeout: 10 * time.Second}
+		log.Info("node-local cache listening", "addr", cl.Addr().String(), "max_bytes", o.CacheMaxBytes)
+		go func() { _ = cache.Serve(cl) }()
+		defer cache.Close()
+	}
 	go func() { served <- srv.Serve(ln) }()
 	if o.Ready != nil {
 		o.Ready(a)

@@ -148,7 +148,7 @@ func newInjector(w wiring) *do.RootScope {
 		svc := &control.Service{
 			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
-			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
+			Config: control.Config{DownloadBaseURL: w.downloadBase, NodeDownloadBaseURL: cfg.Master.NodeDownloadBaseURL, ConvergeDisabled: !cfg.Master.Converge,
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
 				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
 				DistributionWorkers: cfg.Master.DistributionWorkers},
