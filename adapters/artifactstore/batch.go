@@ -3,6 +3,7 @@ package artifactstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -12,15 +13,17 @@ import (
 
 // Many small objects at once (the chunk store's chunks, adapters/chunkstore):
 // PutUnsynced publishes one held to the same checks as Put, but on the file
-// backend without syncing it or its directory, and SyncAll then makes every
-// such object durable with one syncfs(2). A thousand chunks then cost one
-// flush, not a thousand (an fsync, a rename and a directory fsync each:
-// milliseconds apiece on a virtual disk). A crash before SyncAll may leave
-// some of them empty or missing; a caller that publishes nothing pointing
-// at them until SyncAll returns, and checks the size of an object it finds
-// already there, is not misled. On S3 and GCS the server makes an
-// acknowledged upload durable; there PutUnsynced is a Put without the read
-// back, and SyncAll does nothing.
+// backend it leaves the directory's sync to SyncAll, which syncs every
+// directory such objects went into once. The object's own bytes are synced
+// before its rename, as Put does: callers putting many objects at once see
+// their flushes merged by the kernel (a thousand 64 KiB files fsynced from
+// 32 goroutines took 0.1 s here, one after another 3.5 s), while a
+// directory fsync per object would serialise them again. A crash before
+// SyncAll may lose some of them; a caller that publishes nothing pointing
+// at them until SyncAll returns is not misled. (syncfs(2) would sync the
+// whole filesystem, other writers' gigabytes included.) On S3 and GCS the
+// server makes an acknowledged upload durable; there PutUnsynced is a Put
+// without the read back, and SyncAll does nothing.
 
 // PutUnsynced publishes b under key once it is want (see above).
 func (s *Store) PutUnsynced(ctx context.Context, key string, b []byte, want ports.ObjectInfo) error {
@@ -52,18 +55,33 @@ func (s *Store) SyncAll(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f, err := d.root.Open(".")
-	if err != nil {
-		return err
+	d.mu.Lock()
+	dirs := d.unsynced
+	d.unsynced = nil
+	d.mu.Unlock()
+	var errs []error
+	for dir := range dirs {
+		if err := d.syncDir(dir); err != nil {
+			errs = append(errs, fmt.Errorf("sync directory %s: %w", dir, err))
+		}
 	}
-	defer f.Close()
-	if err := syncFS(f); err != nil {
-		return fmt.Errorf("sync the store's filesystem: %w", err)
+	if err := errors.Join(errs...); err != nil {
+		// Tried again by the next SyncAll.
+		d.mu.Lock()
+		if d.unsynced == nil {
+			d.unsynced = map[string]bool{}
+		}
+		for dir := range dirs {
+			d.unsynced[dir] = true
+		}
+		d.mu.Unlock()
+		return err
 	}
 	return nil
 }
 
-// putUnsynced is put without the fsyncs of the file and its directory.
+// putUnsynced is put without the fsync of the directory, which it notes
+// for SyncAll.
 func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier, want ports.ObjectInfo) (err error) {
 	dir := path.Dir(key)
 	if err := d.mkdirAll(dir); err != nil {
@@ -87,6 +105,9 @@ func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier,
 	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
 		return fmt.Errorf("record sha256: %w", err)
 	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
@@ -97,5 +118,11 @@ func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier,
 		return fmt.Errorf("publish: %w", err)
 	}
 	renamed = true
+	d.mu.Lock()
+	if d.unsynced == nil {
+		d.unsynced = map[string]bool{}
+	}
+	d.unsynced[dir] = true
+	d.mu.Unlock()
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +37,10 @@ type dirBackend struct {
 	// lock is the store directory, held with a shared flock while the
 	// store is open (nil when the filesystem has no flock): see sweepIfSole.
 	lock *os.File
+	// unsynced are the directories PutUnsynced renamed objects into since
+	// the last SyncAll (batch.go).
+	mu       sync.Mutex
+	unsynced map[string]bool
 }
 
 func openDir(dir string, create bool) (*dirBackend, error) {

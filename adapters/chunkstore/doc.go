@@ -11,9 +11,10 @@
 // The index is written last, and only once every chunk is stored and the
 // object is the one promised: before that nothing names the new chunks.
 // When the base store offers it (artifactstore.Store does), chunks are
-// written without a sync each and made durable together before the index
-// (PutUnsynced, SyncAll): thousands of small files would otherwise cost a
-// flush each. A chunk found already stored is not written again when its
+// written with their directories synced once, before the index, rather
+// than once per chunk (PutUnsynced, SyncAll): sixteen workers' file syncs
+// are merged by the kernel, a directory sync per chunk would serialise
+// thousands of them. A chunk found already stored is not written again when its
 // size is right (a chunk torn by a crash before the sync has the wrong
 // size and is written again); one whose bytes rotted is caught by whoever
 // reads it, since every read checks the chunk against its id.

@@ -22,7 +22,7 @@ const (
 	indexPrefix = "_chunks/index/"
 	chunkPrefix = "_chunks/sha256/"
 	// workers is how many chunk uploads run at once.
-	workers = 8
+	workers = 16
 )
 
 // unsynced is what a base store may offer for many small objects: see
