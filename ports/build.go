@@ -127,6 +127,13 @@ type TreeEntry struct {
 	// count], when ZeroKnown; a builder may leave them out as holes.
 	Zero      [][2]uint32
 	ZeroKnown bool
+	// Layer is the layer the entry (for a regular file: its content) last
+	// came from, 0 the lowest, in the order the flattener applied them. A
+	// builder may place the content of lower layers first, so that a
+	// change in an upper layer leaves the rest of the image where it was
+	// (nodes then fetch little of a rebuild: core/chunk). 0 for trees
+	// without layers.
+	Layer int
 }
 
 // RootfsBuilder turns a flattened tree into an ext4 image.

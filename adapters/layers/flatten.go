@@ -649,7 +649,7 @@ var implied = &entry{typ: tar.TypeDir, mode: 0o755}
 // The first name of an inode carries the content; later names link to it.
 // visit gets each entry's header and, for one that carries content, the
 // entry holding it.
-func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry) error) error {
+func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry, layer int) error) error {
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		for _, name := range sortedKeys(n.kids) {
@@ -694,7 +694,11 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 				}
 				h.Format = tar.FormatPAX
 			}
-			if err := visit(h, content); err != nil {
+			layer := k.layer
+			if k.ino != nil {
+				layer = k.ino.layer
+			}
+			if err := visit(h, content, max(0, layer)); err != nil {
 				return err
 			}
 			if k.typ == tar.TypeDir {
@@ -712,8 +716,8 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
 	var st Stats
 	var out []ports.TreeEntry
-	err := t.walk(ctx, func(h *tar.Header, content *entry) error {
-		te := ports.TreeEntry{Header: h}
+	err := t.walk(ctx, func(h *tar.Header, content *entry, layer int) error {
+		te := ports.TreeEntry{Header: h, Layer: layer}
 		if content != nil && content.size > 0 {
 			te.File, te.Offset = content.src, content.off
 			te.Zero, te.ZeroKnown = content.zero, content.zeroKnown

@@ -24,6 +24,7 @@ type node struct {
 type inode struct {
 	e       *entry
 	emitted string
+	layer   int // the layer of the content
 }
 
 func newDir(e *entry, layer int) *node {
@@ -115,7 +116,7 @@ func (t *tree) place(idx int, e *entry) *rejection {
 		}
 		parent.kids[base] = newDir(e, idx)
 	case tar.TypeReg:
-		parent.kids[base] = &node{typ: tar.TypeReg, e: e, ino: &inode{e: e}, layer: idx}
+		parent.kids[base] = &node{typ: tar.TypeReg, e: e, ino: &inode{e: e, layer: idx}, layer: idx}
 	case tar.TypeLink:
 		if target == old {
 			return reject(RuleHardlinkSelf, "target %q resolves to the link itself", e.link)

@@ -42,8 +42,9 @@ func (*Builder) Name() string { return Name }
 
 // FormatVersion is the version of the bytes this builder writes; bump it
 // whenever the output for the same tree changes. Version 1 was hcsshim's
-// tar2ext4 plus repairs.
-const FormatVersion = "2"
+// tar2ext4 plus repairs; 2 placed entries in tree order; 3 places them
+// lower layers first (placeOrder).
+const FormatVersion = "3"
 
 // Format implements ports.RootfsBuilder.
 func (*Builder) Format() string { return Name + "/" + FormatVersion }

@@ -3,6 +3,7 @@ package ext4stream
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/cubesandbox/templatecenter/adapters/diskio"
 	"github.com/cubesandbox/templatecenter/core"
@@ -39,10 +41,12 @@ type copyJob struct {
 	first  uint32 // first block in the image
 }
 
-// plan places every entry, holding it to the tree contract.
+// plan places every entry, holding it to the tree contract, in layer order
+// (placeOrder).
 func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
-	for i, e := range entries {
-		if i%1024 == 0 {
+	for k, i := range placeOrder(entries) {
+		e := entries[i]
+		if k%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -77,6 +81,24 @@ func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 	}
 	w.bufStart = w.next
 	return nil
+}
+
+// placeOrder is the order entries are placed in: the lowest layer's
+// first, each layer's in tree order (a stable sort by
+// ports.TreeEntry.Layer). Inode numbers, data blocks and directory entries
+// follow it, so a build whose upper layers changed keeps the lower
+// layers' inodes, content and directory entries where the build before
+// put them, and only what follows moves. Every name of a file carries its
+// content's layer, so hard links still follow their targets; a directory
+// an upper layer declared again is implied by its first child, in the
+// lower layer, and takes the declaration's metadata when it comes.
+func placeOrder(entries []ports.TreeEntry) []int {
+	order := make([]int, len(entries))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(entries[a].Layer, entries[b].Layer) })
+	return order
 }
 
 // allocData places a file's non-zero blocks in the data area.

@@ -40,9 +40,12 @@
 //
 // # Reproducibility
 //
-// The bytes are a function of the tree and the spec: inodes are numbered
-// in tree order, data is placed in tree order, directory entries keep the
-// tree's order, the UUID and directory hash seed are BuildSpec.UUID, and
+// The bytes are a function of the tree and the spec: entries are placed
+// lowest layer first, each layer's in tree order (ports.TreeEntry.Layer),
+// and inodes are numbered, data placed and directory entries listed in
+// that order, so that a rebuild whose upper layers changed leaves the
+// lower layers' inodes, data and directory entries in place (a node then
+// fetches little of it: core/chunk); the UUID and directory hash seed are BuildSpec.UUID, and
 // group descriptor blocks are reserved for max(MaxSizeBytes,
 // DefaultMaxSize) so that any cap up to DefaultMaxSize gives the same
 // image.

@@ -303,8 +303,10 @@ type TreeEntry struct {
 	SourceOffset int64  `protobuf:"varint,18,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
 	// zero_runs lists the all-zero 4 KiB blocks of the content as pairs
 	// first, count (ascending), when zero_known.
-	ZeroRuns      []uint32 `protobuf:"varint,19,rep,packed,name=zero_runs,json=zeroRuns,proto3" json:"zero_runs,omitempty"`
-	ZeroKnown     bool     `protobuf:"varint,20,opt,name=zero_known,json=zeroKnown,proto3" json:"zero_known,omitempty"`
+	ZeroRuns  []uint32 `protobuf:"varint,19,rep,packed,name=zero_runs,json=zeroRuns,proto3" json:"zero_runs,omitempty"`
+	ZeroKnown bool     `protobuf:"varint,20,opt,name=zero_known,json=zeroKnown,proto3" json:"zero_known,omitempty"`
+	// The layer the entry comes from (ports.TreeEntry.Layer).
+	Layer         uint32 `protobuf:"varint,21,opt,name=layer,proto3" json:"layer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +479,13 @@ func (x *TreeEntry) GetZeroKnown() bool {
 		return x.ZeroKnown
 	}
 	return false
+}
+
+func (x *TreeEntry) GetLayer() uint32 {
+	if x != nil {
+		return x.Layer
+	}
+	return 0
 }
 
 type PAXRecord struct {
@@ -816,7 +825,7 @@ const file_builder_proto_rawDesc = "" +
 	"\n" +
 	"EntryBatch\x12\x18\n" +
 	"\asources\x18\x01 \x03(\fR\asources\x124\n" +
-	"\aentries\x18\x02 \x03(\v2\x1a.cube.builder.v1.TreeEntryR\aentries\"\xeb\x04\n" +
+	"\aentries\x18\x02 \x03(\v2\x1a.cube.builder.v1.TreeEntryR\aentries\"\x81\x05\n" +
 	"\tTreeEntry\x12\x1a\n" +
 	"\btypeflag\x18\x01 \x01(\rR\btypeflag\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x1a\n" +
@@ -840,7 +849,8 @@ const file_builder_proto_rawDesc = "" +
 	"\rsource_offset\x18\x12 \x01(\x03R\fsourceOffset\x12\x1b\n" +
 	"\tzero_runs\x18\x13 \x03(\rR\bzeroRuns\x12\x1d\n" +
 	"\n" +
-	"zero_known\x18\x14 \x01(\bR\tzeroKnown\"3\n" +
+	"zero_known\x18\x14 \x01(\bR\tzeroKnown\x12\x14\n" +
+	"\x05layer\x18\x15 \x01(\rR\x05layer\"3\n" +
 	"\tPAXRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\xf4\x02\n" +

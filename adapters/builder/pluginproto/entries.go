@@ -63,6 +63,7 @@ func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *Bu
 			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)
 		}
 		m := entryMessage(e.Header)
+		m.Layer = uint32(max(0, e.Layer))
 		if e.Header.Typeflag == tar.TypeReg && e.Header.Size > 0 {
 			if e.File == nil {
 				return fmt.Errorf("tree entry %q: %d bytes of content and no file: %w", e.Header.Name, e.Header.Size, core.ErrInvalidArgument)
@@ -213,7 +214,7 @@ func receiveEntries(ctx context.Context, stream RootfsBuilder_BuildServer, count
 			if err != nil {
 				return fail(status.Errorf(codes.InvalidArgument, "%v: invalid argument", err))
 			}
-			e := ports.TreeEntry{Header: h}
+			e := ports.TreeEntry{Header: h, Layer: int(m.GetLayer())}
 			if n := m.GetSource(); n > 0 {
 				if int(n) > len(files) {
 					return fail(status.Errorf(codes.InvalidArgument, "entry %q: content source %d of %d: invalid argument", h.Name, n, len(files)))
