@@ -79,6 +79,16 @@ func roundOrder(ps []pipeline, round int) []pipeline {
 
 // Main runs the benchmark and writes the report to out.
 func Main(o Options, out io.Writer, logf func(string, ...any)) error {
+	if strings.TrimSpace(o.Parts) == "chunks" {
+		// Alone, the chunks part needs no registry, binaries or speeds.
+		fmt.Fprintf(out, "machine: %s\n", Machine())
+		fmt.Fprintf(out, "load average at start: %s\n", Load())
+		if err := chunksPart(o, out, logf); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nload average at the end: %s\n", Load())
+		return nil
+	}
 	if o.Registry == "" {
 		return errors.New("no registry: set CUBE_TEST_REGISTRY or -registry (make bench starts one)")
 	}
@@ -103,6 +113,11 @@ func Main(o Options, out io.Writer, logf func(string, ...any)) error {
 	warnLowSpace(o.Work, logf)
 	if o.part("builds") {
 		if err := builds(o, out, logf); err != nil {
+			return err
+		}
+	}
+	if o.part("chunks") {
+		if err := chunksPart(o, out, logf); err != nil {
 			return err
 		}
 	}

@@ -261,6 +261,9 @@ type layerWriter struct {
 	content int64
 	files   []poolFile
 	mtime   time.Time
+	// rewrite, when above 0, is how many more regular files of at least
+	// 16 KiB addTree writes changed (the chunks part's lower-layer update).
+	rewrite int
 }
 
 func writeLayer(file string, fill func(*layerWriter) error) (Layer, []poolFile, error) {
@@ -404,10 +407,21 @@ func (w *layerWriter) addTree(dir, dst string, budget int64) error {
 				w.links[key] = name
 			}
 			h.Typeflag, h.Size = tar.TypeReg, info.Size()
+			var src io.Reader = in
+			if w.rewrite > 0 && info.Size() >= 16<<10 {
+				w.rewrite--
+				src, h.Size = rewritten(in, info.Size())
+				if err := w.header(h); err != nil {
+					return err
+				}
+				_, err := io.Copy(w.tw, src)
+				w.content += h.Size
+				return err
+			}
 			if err := w.header(h); err != nil {
 				return err
 			}
-			n, err := io.Copy(w.tw, io.LimitReader(in, info.Size()))
+			n, err := io.Copy(w.tw, io.LimitReader(src, info.Size()))
 			if err == nil && n < info.Size() {
 				_, err = io.CopyN(w.tw, zeroReader{}, info.Size()-n) // the file shrank while read
 			}

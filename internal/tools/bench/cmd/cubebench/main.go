@@ -42,7 +42,7 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds")
 	flag.StringVar(&o.Builders, "builders", "ext4stream,ext4stream@builtin-gzip,plugin:ext4stream,mkfs",
 		"our builders to time (NAME@builtin-gzip: gzip decoded in Go instead of by igzip)")
-	flag.StringVar(&o.Parts, "parts", "builds,services,links", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2)")
+	flag.StringVar(&o.Parts, "parts", "builds,services,links", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2), chunks (what a node receives with chunks; alone it needs no registry or binaries)")
 	flag.StringVar(&o.Only, "only", "", "comma-separated pipeline names to run (default all)")
 	flag.StringVar(&o.Report, "report", "", "also write the report (markdown) to this file")
 	flag.StringVar(&o.Baseline, "baseline", "", "bin directory of an earlier build to time in the same rounds (its default mkfs and its ext4stream plugin, cold)")
