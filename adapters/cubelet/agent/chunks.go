@@ -140,10 +140,18 @@ type seed struct {
 	off  int64
 }
 
-// seeds lists the data chunks of every artifact on the node whose index
-// is kept beside it, except the file being replaced.
-func (a *Agent) seeds(except string) map[[sha256.Size]byte]seed {
+// seeds finds where the node holds the data chunks of x: in every
+// artifact whose index is kept beside it, except the file being replaced.
+// Only x's chunks are kept, so a node with many artifacts does not hold
+// all their chunk lists at once.
+func (a *Agent) seeds(except string, x *chunk.Index) map[[sha256.Size]byte]seed {
 	out := map[[sha256.Size]byte]seed{}
+	want := make(map[[sha256.Size]byte]bool, len(x.Chunks))
+	for _, e := range x.Chunks {
+		if !e.Zero {
+			want[e.Sum] = true
+		}
+	}
 	types, err := os.ReadDir(a.cfg.DataDir)
 	if err != nil {
 		return out
@@ -165,15 +173,15 @@ func (a *Agent) seeds(except string) map[[sha256.Size]byte]seed {
 			if err != nil {
 				continue
 			}
-			x, err := chunk.Unmarshal(b)
+			held, err := chunk.Unmarshal(b)
 			if err != nil {
 				continue
 			}
-			if st, err := os.Stat(final); err != nil || st.Size() != x.Size {
+			if st, err := os.Stat(final); err != nil || st.Size() != held.Size {
 				continue
 			}
-			for _, e := range x.Chunks {
-				if !e.Zero {
+			for _, e := range held.Chunks {
+				if want[e.Sum] {
 					out[e.Sum] = seed{path: final, off: e.Offset}
 				}
 			}
