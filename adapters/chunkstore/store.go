@@ -91,12 +91,18 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 func (s *Store) split(ctx context.Context, r io.Reader) (*chunk.Index, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	hashed := make(chan []byte, 4)
+	// The object's bytes go to the hashing goroutine in copies from a few
+	// reused buffers, which it hands back once hashed.
+	hashed, free := make(chan []byte, 4), make(chan []byte, 4)
+	for range cap(free) {
+		free <- make([]byte, 0, 4<<20)
+	}
 	sumc := make(chan [sha256.Size]byte, 1)
 	go func() {
 		h := sha256.New()
 		for b := range hashed {
 			h.Write(b)
+			free <- b
 		}
 		var sum [sha256.Size]byte
 		copy(sum[:], h.Sum(nil))
@@ -133,7 +139,7 @@ func (s *Store) split(ctx context.Context, r io.Reader) (*chunk.Index, error) {
 	}
 	x := &chunk.Index{}
 	seen := map[[sha256.Size]byte]bool{}
-	size, err := chunk.Split(ctx, teeReader{r, hashed}, func(c chunk.Chunk) error {
+	size, err := chunk.Split(ctx, teeReader{r, hashed, free}, func(c chunk.Chunk) error {
 		x.Chunks = append(x.Chunks, c.Entry)
 		if c.Zero || seen[c.Sum] {
 			return nil
@@ -165,16 +171,18 @@ func (s *Store) split(ctx context.Context, r io.Reader) (*chunk.Index, error) {
 	return x, nil
 }
 
-// teeReader hands a copy of what it reads to the hashing goroutine.
+// teeReader hands a copy of what it reads, in a buffer from free, to the
+// hashing goroutine.
 type teeReader struct {
-	r io.Reader
-	c chan<- []byte
+	r    io.Reader
+	c    chan<- []byte
+	free <-chan []byte
 }
 
 func (t teeReader) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	if n > 0 {
-		t.c <- bytes.Clone(p[:n])
+		t.c <- append((<-t.free)[:0], p[:n]...)
 	}
 	return n, err
 }
