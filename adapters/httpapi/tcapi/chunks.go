@@ -1,6 +1,7 @@
 package tcapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // chunkIndex is GET core.ChunkIndexPath?artifact_id=A (token as for the
@@ -152,4 +154,24 @@ func (s *server) downloadable(w http.ResponseWriter, r *http.Request) (*core.Art
 		return nil, false
 	}
 	return a, true
+}
+
+// chunkUpload publishes an uploaded artifact as chunks too, read back from
+// the store, unless its index is there already. A failure only costs the
+// nodes a whole-file download, so it is logged, not answered.
+func (s *server) chunkUpload(ctx context.Context, key string, want ports.ObjectInfo) {
+	if s.cfg.Chunks == nil {
+		return
+	}
+	if x, err := s.cfg.Chunks.Index(ctx, key); err == nil && x.SHA256Hex() == want.SHA256 && x.Size == want.Size {
+		return
+	}
+	rc, err := s.cfg.Store.Open(ctx, key, 0, -1)
+	if err == nil {
+		err = s.cfg.Chunks.Put(ctx, key, rc, want)
+		rc.Close()
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "uploaded artifact not published as chunks: nodes download it whole", "key", key, "err", err)
+	}
 }

@@ -88,3 +88,20 @@ func TestChunkRoutes(t *testing.T) {
 		})
 	}
 }
+
+// An uploaded artifact (migrate) is published as chunks too.
+func TestUploadPublishesChunks(t *testing.T) {
+	st := fileStore(t)
+	chunks := chunkstore.New(st)
+	data := bytes.Repeat([]byte("ext4 upload "), 50000)
+	h := New(Config{Token: testToken, Store: st, Chunks: chunks, Uploads: &fakeRecorder{}, MaxUploadBytes: 1 << 30})
+	resp := httptest.NewRecorder()
+	h.ServeHTTP(resp, uploadReq("rfs-up", sum(data), bytes.NewReader(data), "", int64(len(data))))
+	if resp.Code != 200 {
+		t.Fatalf("upload: %d %s", resp.Code, resp.Body)
+	}
+	x, err := chunks.Index(context.Background(), core.ArtifactObjectKey("rfs-up"))
+	if err != nil || x.Size != int64(len(data)) || x.SHA256Hex() != sum(data) {
+		t.Fatalf("index after the upload: %v", err)
+	}
+}

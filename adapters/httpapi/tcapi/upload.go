@@ -118,6 +118,7 @@ func (s *server) storeUpload(w http.ResponseWriter, r *http.Request, id string, 
 			return
 		}
 	}
+	s.chunkUpload(ctx, key, want)
 	if s.cfg.Uploads != nil {
 		err := s.cfg.Uploads.RecordUpload(ctx, core.UploadedArtifact{ArtifactID: id, ObjectKey: key,
 			StorageBackend: resp.StorageBackend, SHA256: want.SHA256, SizeBytes: want.Size})
