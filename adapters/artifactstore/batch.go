@@ -25,7 +25,12 @@ import (
 // server makes an acknowledged upload durable; there PutUnsynced is a Put
 // without the read back, and SyncAll does nothing.
 
-// PutUnsynced publishes b under key once it is want (see above).
+// PutUnsynced publishes b under key once it is want (see above). An object
+// already under key with want.Size bytes is kept as it is and b is not
+// written: the callers name objects by their content (a chunk's key is
+// its sha256), so a second write would only cost the disk; one torn by a
+// crash has another size and is written again. Whoever reads the object
+// checks it against its name.
 func (s *Store) PutUnsynced(ctx context.Context, key string, b []byte, want ports.ObjectInfo) error {
 	full, err := s.fullKey(key)
 	if err != nil {
@@ -34,8 +39,16 @@ func (s *Store) PutUnsynced(ctx context.Context, key string, b []byte, want port
 	if err := checkWant(want); err != nil {
 		return fmt.Errorf("put object %s: %w", key, err)
 	}
+	d, isDir := s.be.(*dirBackend)
+	if isDir {
+		if fi, err := d.root.Lstat(full); err == nil && fi.Mode().IsRegular() && fi.Size() == want.Size {
+			return nil
+		}
+	} else if info, err := s.be.stat(ctx, full); err == nil && info.Size == want.Size {
+		return nil
+	}
 	src := newVerifier(bytes.NewReader(b), want)
-	if d, ok := s.be.(*dirBackend); ok {
+	if isDir {
 		err = d.putUnsynced(ctx, full, src, want)
 	} else {
 		err = s.be.put(ctx, full, src, want)
@@ -84,8 +97,11 @@ func (s *Store) SyncAll(ctx context.Context) error {
 // for SyncAll.
 func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier, want ports.ObjectInfo) (err error) {
 	dir := path.Dir(key)
-	if err := d.mkdirAll(dir); err != nil {
-		return err
+	if _, ok := d.made.Load(dir); !ok {
+		if err := d.mkdirAll(dir); err != nil {
+			return err
+		}
+		d.made.Store(dir, true)
 	}
 	tmp := path.Join(dir, tmpPrefix+randomHex())
 	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)

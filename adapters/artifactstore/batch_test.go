@@ -55,6 +55,16 @@ func TestPutUnsynced(t *testing.T) {
 			if info, err := s.Stat(ctx, "c/good"); err != nil || info.SHA256 != want.SHA256 {
 				t.Fatalf("Stat: %+v %v", info, err)
 			}
+			// The key names the content: an object there with the size is
+			// kept, and nothing is written.
+			same := []byte("chunk BYTES")
+			sum2 := sha256.Sum256(same)
+			if err := s.PutUnsynced(ctx, "c/good", same, ports.ObjectInfo{Size: int64(len(same)), SHA256: hex.EncodeToString(sum2[:])}); err != nil {
+				t.Fatal(err)
+			}
+			if info, err := s.Stat(ctx, "c/good"); err != nil || info.SHA256 != want.SHA256 {
+				t.Fatalf("the object was rewritten: %+v %v", info, err)
+			}
 		})
 	}
 }

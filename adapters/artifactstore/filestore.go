@@ -41,6 +41,9 @@ type dirBackend struct {
 	// the last SyncAll (batch.go).
 	mu       sync.Mutex
 	unsynced map[string]bool
+	// made are directories PutUnsynced has seen exist (a removal of one
+	// fails the next put into it, which then makes it again).
+	made sync.Map
 }
 
 func openDir(dir string, create bool) (*dirBackend, error) {

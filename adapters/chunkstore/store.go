@@ -27,6 +27,7 @@ const (
 
 // unsynced is what a base store may offer for many small objects: see
 // artifactstore.Store.PutUnsynced.
+// PutUnsynced keeps an object already there with the right size.
 type unsynced interface {
 	PutUnsynced(ctx context.Context, key string, b []byte, want ports.ObjectInfo) error
 	SyncAll(ctx context.Context) error
@@ -187,17 +188,17 @@ func (t teeReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// storeChunk writes c unless the base already holds it with its size.
+// storeChunk writes c unless the base already holds it with its size
+// (PutUnsynced checks that itself).
 func (s *Store) storeChunk(ctx context.Context, us unsynced, c chunk.Chunk) error {
 	id := c.ID()
 	key := ChunkKey(id)
-	if info, err := s.base.Stat(ctx, key); err == nil && info.Size == int64(c.Length) {
-		return nil
-	}
 	want := ports.ObjectInfo{Size: int64(c.Length), SHA256: id}
 	var err error
 	if us != nil {
 		err = us.PutUnsynced(ctx, key, c.Data, want)
+	} else if info, serr := s.base.Stat(ctx, key); serr == nil && info.Size == want.Size {
+		return nil
 	} else {
 		err = s.base.Put(ctx, key, bytes.NewReader(c.Data), want)
 	}
