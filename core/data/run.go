@@ -129,6 +129,9 @@ func (r *run) execute() {
 			err = fmt.Errorf("%w; the finished build is not recorded", ErrLockLost)
 		}
 	} else if err == nil {
+		if res.ChunksErr != nil {
+			r.log.Warn("artifact not published as chunks: nodes download it whole", "err", res.ChunksErr)
+		}
 		err = r.markReady(res)
 	}
 	if err != nil {

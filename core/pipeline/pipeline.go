@@ -39,7 +39,8 @@ type Pipeline struct {
 	// Chunks, when set with Store, also receives the artifact as chunks
 	// and an index under the same key, while Store takes the whole file
 	// (both read the image at once, each on its own core): nodes then
-	// fetch only the chunks they lack.
+	// fetch only the chunks they lack. Its failure does not fail the
+	// build (Result.ChunksErr): nodes then download the whole file.
 	Chunks ports.ChunkStore
 	Clock  ports.Clock
 	// ScratchDir holds per-build scratch directories (removed on exit).
@@ -81,6 +82,9 @@ type Result struct {
 	Path string
 	// ObjectKey is the artifact store key ("" without a Store).
 	ObjectKey string
+	// ChunksErr is why the artifact was not published as chunks (nil when
+	// it was, or without a chunk store).
+	ChunksErr error
 	Layers    int
 	Tree      ports.TreeStats
 	// Phases holds the wall time of each step.
@@ -217,7 +221,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if p.Store != nil {
 		start = p.now()
 		onEvent(Event{Phase: core.PhaseUploading, Progress: 80})
-		if err := p.publish(ctx, out, aid, sum, size); err != nil {
+		if res.ChunksErr, err = p.publish(ctx, out, aid, sum, size); err != nil {
 			return nil, err
 		}
 		res.ObjectKey = core.ArtifactObjectKey(aid)
@@ -353,7 +357,9 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	return st, br, nil
 }
 
-func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) error {
+// publish stores the image whole and, at once, as chunks; chunksErr is the
+// chunk store's failure, which leaves the whole file published.
+func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) (chunksErr, err error) {
 	want := ports.ObjectInfo{Size: size, SHA256: sum}
 	var chunked chan error
 	if p.Chunks != nil {
@@ -377,10 +383,10 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 	}
 	if chunked != nil {
 		if cerr := <-chunked; cerr != nil {
-			err = errors.Join(err, fmt.Errorf("publish %s as chunks: %w", aid, cerr))
+			chunksErr = fmt.Errorf("publish %s as chunks: %w", aid, cerr)
 		}
 	}
-	return err
+	return chunksErr, err
 }
 
 func hashFile(ctx context.Context, file string) (string, int64, error) {
