@@ -68,7 +68,7 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if err != nil {
 		return nil, err
 	}
-	if latest.Status.Active() || latest.Status == core.JobBuilt || strings.TrimSpace(latest.RequestJSON) == "" {
+	if latest.Status.Unfinished() || strings.TrimSpace(latest.RequestJSON) == "" {
 		return nil, nil
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
