@@ -94,7 +94,7 @@ type FromImageRequest struct {
 	CubeVSContext      *CubeVSContext      `json:"cubevs_context,omitempty"`
 	WritableLayerSize  string              `json:"writable_layer_size,omitempty"`
 	ExposedPorts       []int32             `json:"exposed_ports,omitempty"`
-	DistributionScope  []string            `json:"distribution_scope,omitempty"`
+	DistributionScope  NodeScope           `json:"distribution_scope,omitempty"`
 	ContainerOverrides *ContainerOverrides `json:"container_overrides,omitempty"`
 	// Platform is the OS/ARCH to resolve the image for (default linux/amd64).
 	Platform string `json:"platform,omitempty"`
@@ -178,10 +178,6 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 const (
 	// MaxNameLen bounds instance_type, network_type and platform.
 	MaxNameLen = 64
-	// MaxScopeEntries and MaxScopeEntryLen bound distribution_scope (node
-	// ids or IPs).
-	MaxScopeEntries  = 1024
-	MaxScopeEntryLen = 256
 	// MaxWritableLayerGi is the largest writable layer, 1 PiB.
 	MaxWritableLayerGi = 1 << 20
 )
@@ -195,27 +191,6 @@ func ValidateRequestID(id string) error {
 	for _, r := range id {
 		if r < ' ' || r == 0x7f || unicode.IsControl(r) {
 			return fieldErr("requestID", "holds control characters")
-		}
-	}
-	return nil
-}
-
-// NormalizeScope trims a distribution scope in place and checks it: at
-// most MaxScopeEntries entries, none empty, longer than MaxScopeEntryLen
-// or holding whitespace or control characters.
-func NormalizeScope(scope []string) error {
-	if len(scope) > MaxScopeEntries {
-		return fieldErr("distribution_scope", "%d entries, at most %d allowed", len(scope), MaxScopeEntries)
-	}
-	for i, s := range scope {
-		scope[i] = strings.TrimSpace(s)
-		switch {
-		case scope[i] == "":
-			return fieldErr("distribution_scope", "entry %d is empty", i)
-		case len(scope[i]) > MaxScopeEntryLen:
-			return fieldErr("distribution_scope", "entry %d is longer than %d characters", i, MaxScopeEntryLen)
-		case hasControlOrSpace(scope[i]):
-			return fieldErr("distribution_scope", "entry %d holds whitespace or control characters", i)
 		}
 	}
 	return nil

@@ -18,7 +18,7 @@ type RedoRequest struct {
 	// DistributionScope narrows the target nodes (ids or IPs); empty means
 	// the scope of the template's own request, and if that is empty too,
 	// every healthy node.
-	DistributionScope []string
+	DistributionScope core.NodeScope
 	// FailedOnly keeps only targets whose replica is not READY or still
 	// needs cleanup.
 	FailedOnly bool
@@ -105,7 +105,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeScope, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
 		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
@@ -280,14 +280,13 @@ func DetermineRedoResumePhase(latest core.Phase, replicas []*core.Replica) core.
 	return core.PhaseSnapshotting
 }
 
-// failedTargets keeps the targets whose replica is not READY or still needs
-// cleanup, matched by node id, else by IP (upstream resolveRedoTargets).
+// failedTargets keeps the targets whose replica (core.Replica.OnNode) is
+// not READY or still needs cleanup (upstream resolveRedoTargets).
 func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node {
 	var out []ports.Node
 	for _, n := range targets {
 		if slices.ContainsFunc(replicas, func(r *core.Replica) bool {
-			match := r.NodeID == n.ID || (r.NodeID == "" && r.NodeIP != "" && r.NodeIP == n.IP)
-			return match && (r.Status != core.ReplicaReady || r.CleanupRequired)
+			return r.OnNode(n.ID, n.IP) && (r.Status != core.ReplicaReady || r.CleanupRequired)
 		}) {
 			out = append(out, n)
 		}
