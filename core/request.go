@@ -104,7 +104,6 @@ type FromImageRequest struct {
 var (
 	templateIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	quantityPattern   = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T|k|m|g|t)?$`)
-	platformPattern   = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$`)
 )
 
 // IDGenerator supplies the random part of generated template ids.
@@ -162,8 +161,8 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 	if req.Platform == "" {
 		req.Platform = DefaultPlatform
 	}
-	if len(req.Platform) > MaxNameLen || !platformPattern.MatchString(req.Platform) {
-		return fieldErr("platform", "%q is not OS/ARCH[/VARIANT]", clip(req.Platform))
+	if err := ValidatePlatform(req.Platform); err != nil {
+		return err
 	}
 	ports, err := normalizePorts(req.ExposedPorts)
 	if err != nil {
@@ -250,9 +249,6 @@ func clip(s string) string {
 	}
 	return s
 }
-
-// DefaultPlatform is the platform resolved when a request names none.
-const DefaultPlatform = "linux/amd64"
 
 func normalizePorts(in []int32) ([]int32, error) {
 	if len(in) == 0 {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
@@ -56,9 +55,6 @@ var layerTypes = map[string]compression{
 	"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip":    compGzip,
 	"application/vnd.docker.image.rootfs.foreign.diff.tar":         compNone,
 }
-
-// platformPattern is OS/ARCH[/VARIANT], the form core accepts.
-var platformPattern = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$`)
 
 // maxRefLen matches the source_image_ref column.
 const maxRefLen = 1024
@@ -127,13 +123,14 @@ func checkDigest(s string) (digest.Digest, error) {
 	return "", fmt.Errorf("digest algorithm %q is not accepted (sha256, sha512)", d.Algorithm())
 }
 
-// parsePlatform validates OS/ARCH[/VARIANT] ("" means linux/amd64).
+// parsePlatform validates OS/ARCH[/VARIANT] with core.ValidatePlatform
+// ("" means core.DefaultPlatform).
 func parsePlatform(s string) (platform.Platform, error) {
 	if s == "" {
 		s = core.DefaultPlatform
 	}
-	if !platformPattern.MatchString(s) {
-		return platform.Platform{}, &core.FieldError{Field: "platform", Reason: fmt.Sprintf("%q is not OS/ARCH[/VARIANT]", s)}
+	if err := core.ValidatePlatform(s); err != nil {
+		return platform.Platform{}, err
 	}
 	p, err := platform.Parse(s)
 	if err != nil {
