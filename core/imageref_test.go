@@ -85,7 +85,7 @@ func TestNormalizeFromImageRequestLimits(t *testing.T) {
 	} {
 		r := ok()
 		tc.edit(r)
-		err := NormalizeFromImageRequest(r, nil)
+		_, err := NormalizeFromImageRequest(r, nil)
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: err %v, want a refusal of %s", tc.name, err, tc.field)
@@ -93,7 +93,7 @@ func TestNormalizeFromImageRequestLimits(t *testing.T) {
 	}
 	r := ok()
 	r.WritableLayerSize, r.DistributionScope = "1024Ti", []string{" node-1 "}
-	if err := NormalizeFromImageRequest(r, nil); err != nil || r.DistributionScope[0] != "node-1" {
+	if _, err := NormalizeFromImageRequest(r, nil); err != nil || r.DistributionScope[0] != "node-1" {
 		t.Fatalf("the largest size and a padded scope entry: %v %q", err, r.DistributionScope)
 	}
 }

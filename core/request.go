@@ -109,10 +109,65 @@ var (
 // IDGenerator supplies the random part of generated template ids.
 type IDGenerator func() string
 
+// NormalizedRequest is a FromImageRequest that NormalizeFromImageRequest
+// checked and completed. Only that function makes one, and it is called
+// where a request enters (the control plane's API, the data plane's build
+// route, a stored request read back, the one-shot build), so what comes
+// after (submitting the job, the canonical form, dispatching and running
+// the build, the fingerprint) takes a NormalizedRequest and cannot be
+// handed a request nobody checked. The zero value holds no request.
+type NormalizedRequest struct{ req *FromImageRequest }
+
+// Request returns a copy of the normalized request. Changing the copy
+// changes nothing in n; its slices and nested values are n's own and are
+// only to be read.
+func (n NormalizedRequest) Request() *FromImageRequest {
+	if n.req == nil {
+		return nil
+	}
+	c := *n.req
+	return &c
+}
+
+// IsZero reports whether n holds no request.
+func (n NormalizedRequest) IsZero() bool { return n.req == nil }
+
+// WithCredentials returns n with other registry credentials: they are no
+// part of the canonical request (the password is never stored), so a
+// rebuild passes on the template's own or a redo caller's.
+func (n NormalizedRequest) WithCredentials(username, password string) NormalizedRequest {
+	c := n.Request()
+	c.RegistryUsername, c.RegistryPassword = username, password
+	return NormalizedRequest{req: c}
+}
+
+// WithRequestID returns n answering another call's request id (no part of
+// the canonical request either).
+func (n NormalizedRequest) WithRequestID(id string) (NormalizedRequest, error) {
+	if err := ValidateRequestID(id); err != nil {
+		return NormalizedRequest{}, err
+	}
+	c := n.Request()
+	c.RequestID = id
+	return NormalizedRequest{req: c}, nil
+}
+
 // NormalizeFromImageRequest validates req and fills defaults in place:
 // instance and network type, sorted de-duplicated ports, a generated
-// template id (tpl- + 24 hex) when none is given, the default platform.
-func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error {
+// template id (tpl- + 24 hex) when none is given, the default platform. It
+// returns the result as a NormalizedRequest of its own, which later
+// changes to req do not reach.
+func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) (NormalizedRequest, error) {
+	if err := normalize(req, newHex); err != nil {
+		return NormalizedRequest{}, err
+	}
+	c := *req
+	c.ExposedPorts = slices.Clone(req.ExposedPorts)
+	c.DistributionScope = slices.Clone(req.DistributionScope)
+	return NormalizedRequest{req: &c}, nil
+}
+
+func normalize(req *FromImageRequest, newHex IDGenerator) error {
 	if req == nil {
 		return fieldErr("body", "request is empty")
 	}
@@ -291,8 +346,11 @@ func ValidateTemplateID(id string) error {
 // CanonicalRequestJSON is the stored request snapshot and idempotency key:
 // the normalized request without registry_password and requestID, marshaled
 // with a fixed field order (struct order; map keys sorted by encoding/json).
-func CanonicalRequestJSON(req *FromImageRequest) (string, error) {
-	c := *req
+func CanonicalRequestJSON(n NormalizedRequest) (string, error) {
+	if n.IsZero() {
+		return "", fieldErr("request", "is empty")
+	}
+	c := *n.req
 	c.RegistryPassword = ""
 	c.RequestID = ""
 	c.Wait = false

@@ -82,8 +82,12 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func request() *core.FromImageRequest {
-	return &core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}
+func request() core.NormalizedRequest {
+	n, err := core.NormalizeFromImageRequest(&core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func TestRunPublishesVerifiedArtifact(t *testing.T) {
@@ -93,7 +97,7 @@ func TestRunPublishesVerifiedArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFP, _ := core.Fingerprint(core.SpecInputFor(normalized(t, request()), testDigest, "", "", "fake/1"))
+	wantFP, _ := core.Fingerprint(core.SpecInputFor(request(), testDigest, "", "", "fake/1"))
 	if res.Fingerprint != wantFP || res.ArtifactID != "rfs-"+wantFP[:24] {
 		t.Fatalf("fingerprint %s / %s, want %s", res.Fingerprint, res.ArtifactID, wantFP)
 	}
@@ -304,14 +308,6 @@ func TestRunHonoursCancellation(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	assertEmptyDir(t, f.pipeline.ScratchDir)
-}
-
-func normalized(t *testing.T, r *core.FromImageRequest) *core.FromImageRequest {
-	t.Helper()
-	if err := core.NormalizeFromImageRequest(r, nil); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func assertEmptyDir(t *testing.T, dir string) {
