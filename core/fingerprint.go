@@ -93,8 +93,9 @@ func ArtifactIDFor(fingerprint string) (string, error) {
 }
 
 // SpecInputFor collects the fingerprint input from a normalized request,
-// what the build resolved and the builder's format.
-func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256, builderFormat string) SpecInput {
+// what the build resolved and the builder's format. n must hold a request.
+func SpecInputFor(n NormalizedRequest, digest, caFingerprint, envdSHA256, builderFormat string) SpecInput {
+	req := n.req
 	return SpecInput{
 		SourceImageDigest:  digest,
 		WritableLayerSize:  req.WritableLayerSize,

@@ -34,6 +34,19 @@ func ParseJobStatus(s string) (JobStatus, error) {
 // Active reports whether the job counts against invariant I1.
 func (s JobStatus) Active() bool { return s == JobPending || s == JobRunning }
 
+// unfinishedStatuses are the statuses of a job that has not ended.
+var unfinishedStatuses = []JobStatus{JobPending, JobRunning, JobBuilt}
+
+// UnfinishedJobStatuses lists the statuses of a job that has not ended:
+// PENDING and RUNNING (active), and BUILT, whose resume pipeline still
+// distributes the artifact. A job in one of them holds its artifact: the
+// stores count it as a reference, and a delete abandons it first. Every
+// other status is Terminal.
+func UnfinishedJobStatuses() []JobStatus { return slices.Clone(unfinishedStatuses) }
+
+// Unfinished reports whether s is one of UnfinishedJobStatuses.
+func (s JobStatus) Unfinished() bool { return slices.Contains(unfinishedStatuses, s) }
+
 // Terminal reports whether no further transition is possible.
 func (s JobStatus) Terminal() bool { return s == JobReady || s == JobFailed }
 

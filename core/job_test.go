@@ -3,6 +3,7 @@ package core_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -258,6 +259,12 @@ func TestJobStatusAndPhaseParsing(t *testing.T) {
 		if tc.s.Active() != tc.active || tc.s.Terminal() != tc.terminal {
 			t.Errorf("%s: Active=%v Terminal=%v, want %v %v", tc.s, tc.s.Active(), tc.s.Terminal(), tc.active, tc.terminal)
 		}
+		if unfinished := slices.Contains(core.UnfinishedJobStatuses(), tc.s); tc.s.Unfinished() != unfinished || unfinished == tc.terminal {
+			t.Errorf("%s: Unfinished=%v, listed %v, Terminal=%v: every status is unfinished or terminal, never both", tc.s, tc.s.Unfinished(), unfinished, tc.terminal)
+		}
+	}
+	if core.JobStatus("").Unfinished() {
+		t.Error("the empty status counts as unfinished")
 	}
 }
 

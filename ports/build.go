@@ -177,7 +177,8 @@ type ArtifactStore interface {
 	// SignedURL mints a time-limited GET URL, or core.ErrUnsupported for
 	// stores that cannot (file, memory); URLs are never stored.
 	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
-	// Backend names the store kind ("file", "s3", "gs", "mem").
+	// Backend names the store kind, a URL scheme ("file", "s3", "gs",
+	// "mem" in adapters/artifactstore); artifact rows record it.
 	Backend() string
 }
 

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +38,40 @@ type dirBackend struct {
 	// lock is the store directory, held with a shared flock while the
 	// store is open (nil when the filesystem has no flock): see sweepIfSole.
 	lock *os.File
+}
+
+// fileScheme is file:///abs/dir[?create_dir=true]: a directory on this
+// machine.
+var fileScheme = Scheme{Name: BackendFile, Parse: parseFileURL}
+
+// fileURL is a parsed file:// URL.
+type fileURL struct {
+	dir       string
+	createDir bool
+}
+
+func (f fileURL) Open(context.Context) (Driver, error) {
+	d, err := openDir(f.dir, f.createDir)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func parseFileURL(u *url.URL, q url.Values) (Opener, error) {
+	if u.Host != "" && u.Host != "localhost" {
+		return nil, &core.FieldError{Field: "url", Reason: "file:// URLs name a local directory (file:///abs/dir)"}
+	}
+	dir := filepath.FromSlash(u.Path)
+	if !filepath.IsAbs(dir) {
+		return nil, &core.FieldError{Field: "url", Reason: "file:// needs an absolute directory path"}
+	}
+	f := fileURL{dir: filepath.Clean(dir)}
+	var err error
+	if f.createDir, err = boolParam(q, "create_dir"); err != nil {
+		return nil, err
+	}
+	return f, onlyParams(q)
 }
 
 func openDir(dir string, create bool) (*dirBackend, error) {
@@ -107,7 +143,7 @@ func (d *dirBackend) probeXattr() error {
 	return nil
 }
 
-func (d *dirBackend) put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) (err error) {
+func (d *dirBackend) Put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) (err error) {
 	dir := path.Dir(key)
 	if err := d.mkdirAll(dir); err != nil {
 		return err
@@ -300,7 +336,7 @@ func (d *dirBackend) openObject(key string) (*os.File, os.FileInfo, error) {
 	return f, fi, nil
 }
 
-func (d *dirBackend) stat(_ context.Context, key string) (ports.ObjectInfo, error) {
+func (d *dirBackend) Stat(_ context.Context, key string) (ports.ObjectInfo, error) {
 	f, fi, err := d.openObject(key)
 	if err != nil {
 		return ports.ObjectInfo{}, err
@@ -317,7 +353,7 @@ func (d *dirBackend) stat(_ context.Context, key string) (ports.ObjectInfo, erro
 	return info, nil
 }
 
-func (d *dirBackend) open(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+func (d *dirBackend) Open(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	f, fi, err := d.openObject(key)
 	if err != nil {
 		return nil, err
@@ -340,7 +376,7 @@ func (d *dirBackend) open(_ context.Context, key string, offset, length int64) (
 	}{io.LimitReader(f, length), f}, nil
 }
 
-func (d *dirBackend) remove(_ context.Context, key string) error {
+func (d *dirBackend) Remove(_ context.Context, key string) error {
 	fi, err := d.root.Lstat(key)
 	if err != nil {
 		if isNotExist(err) {
@@ -357,11 +393,11 @@ func (d *dirBackend) remove(_ context.Context, key string) error {
 	return d.syncDir(path.Dir(key))
 }
 
-func (d *dirBackend) signedURL(context.Context, string, time.Duration) (string, error) {
+func (d *dirBackend) SignedURL(context.Context, string, time.Duration) (string, error) {
 	return "", fmt.Errorf("signed URLs for local files: %w", core.ErrUnsupported)
 }
 
-func (d *dirBackend) close() error {
+func (d *dirBackend) Close() error {
 	err := d.root.Close()
 	if d.lock != nil {
 		_ = d.lock.Close() // releases the flock

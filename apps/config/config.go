@@ -295,20 +295,6 @@ func (s S3) Enabled() bool {
 	return !s.Off && s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
 }
 
-// Backend names the artifact store kind the data plane writes to: "s3",
-// "gs", "mem" or "file".
-func (c Config) Backend() string {
-	if u := c.ArtifactStoreURL; u != "" {
-		if i := strings.Index(u, "://"); i > 0 {
-			return u[:i]
-		}
-	}
-	if c.S3.Enabled() {
-		return "s3"
-	}
-	return "file"
-}
-
 // Defaults are used for anything neither the file nor the environment sets.
 // Paths are under the user's state directory (see UserDirs), so
 // a service and a one-shot build run by different users never share a

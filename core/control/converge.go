@@ -68,7 +68,7 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if err != nil {
 		return nil, err
 	}
-	if latest.Status.Active() || latest.Status == core.JobBuilt || strings.TrimSpace(latest.RequestJSON) == "" {
+	if latest.Status.Unfinished() || strings.TrimSpace(latest.RequestJSON) == "" {
 		return nil, nil
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
@@ -113,15 +113,15 @@ func (s *Service) backingOff(ctx context.Context, latest *core.Job, missing []st
 		slices.ContainsFunc(latest.RedoScope, func(id string) bool { return slices.Contains(missing, id) })
 }
 
-// inScope keeps the nodes a template's scope names (by id or IP); an empty
-// scope names them all.
-func inScope(nodes []ports.Node, scope []string) []ports.Node {
+// inScope keeps the nodes a template's scope includes; an empty scope
+// names them all.
+func inScope(nodes []ports.Node, scope core.NodeScope) []ports.Node {
 	if len(scope) == 0 {
 		return nodes
 	}
 	var out []ports.Node
 	for _, n := range nodes {
-		if slices.Contains(scope, n.ID) || (n.IP != "" && slices.Contains(scope, n.IP)) {
+		if scope.Includes(n.ID, n.IP) {
 			out = append(out, n)
 		}
 	}

@@ -33,7 +33,8 @@ const redispatchAfter = 15 * time.Second
 // "busy, retry". An alias in the request that another template holds is
 // refused up front with core.ErrConflict.
 func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
-	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
+	n, err := core.NormalizeFromImageRequest(req, s.IDs.NewHex)
+	if err != nil {
 		return nil, err
 	}
 	if err := ValidateOverrides(req); err != nil {
@@ -46,7 +47,7 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
 		return nil, err
 	}
-	res, err := s.SubmitFromImage(ctx, req)
+	res, err := s.submitFromImage(ctx, n)
 	if err != nil {
 		return nil, err
 	}
@@ -60,13 +61,13 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if !res.Created && s.storeNow(ctx).Sub(res.Job.UpdatedAt) < redispatchAfter {
 		return res.Job, nil
 	}
-	return s.dispatch(ctx, res.Job, req, downloadBaseURL)
+	return s.dispatch(ctx, res.Job, n, downloadBaseURL)
 }
 
 // dispatch forwards a PENDING job to the data plane, failing the job if it
-// cannot. req still carries the registry credentials (they are never
+// cannot. n still carries the registry credentials (they are never
 // stored, so only the submitting call can pass them on).
-func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
+func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.NormalizedRequest, downloadBaseURL string) (*core.Job, error) {
 	if job.Status != core.JobPending || job.Phase.PostBuild() {
 		// Only PENDING jobs that still need a build go to the data plane;
 		// a BUILT job sent again would be refused there and wrongly failed
@@ -74,6 +75,7 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 		// post-build phase) has nothing to build: its resume runs here.
 		return job, nil
 	}
+	req := n.Request()
 	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
 	if WantsEnvd(req) {
 		data, err := s.loadEnvd(ctx)

@@ -26,9 +26,9 @@ type CreateTemplateRequest struct {
 	TemplateID string
 	// InstanceType defaults to core.DefaultInstanceType.
 	InstanceType string
-	// DistributionScope lists node ids or IPs; empty means every healthy
-	// node of the instance type.
-	DistributionScope []string
+	// DistributionScope names the nodes; empty means every healthy node
+	// of the instance type.
+	DistributionScope core.NodeScope
 	// SnapshotDir is passed to AppSnapshot; "" falls back to
 	// Config.SnapshotDir.
 	SnapshotDir string

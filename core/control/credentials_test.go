@@ -45,10 +45,11 @@ func TestRedoRebuildsAPrivateImageWithItsOwnCredentials(t *testing.T) {
 	eq(t, "password", br.Request.RegistryPassword, "s3cret")
 	// What the data plane checks: the request it is sent is the job's.
 	norm := *br.Request
-	if err := core.NormalizeFromImageRequest(&norm, nil); err != nil {
+	n, err := core.NormalizeFromImageRequest(&norm, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	canon, err := core.CanonicalRequestJSON(&norm)
+	canon, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 		return fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
 	}
 	for _, j := range jobList {
-		if j.Status.Active() || j.Status == core.JobBuilt {
+		if j.Status.Unfinished() {
 			if err := s.abandonStale(ctx, j); err != nil {
 				return err
 			}

@@ -10,10 +10,10 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// resolveNodes picks the healthy nodes of the instance type that match the
-// scope (node ids or IPs; empty: all). Unknown entries are an error listing
+// resolveNodes picks the healthy nodes of the instance type the scope
+// names (core.NamesNode; empty: all). Unknown entries are an error listing
 // them sorted; no node at all is core.ErrNoTemplateNodes.
-func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope []string) ([]ports.Node, error) {
+func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope core.NodeScope) ([]ports.Node, error) {
 	if instanceType == "" {
 		instanceType = core.DefaultInstanceType
 	}
@@ -33,7 +33,7 @@ func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope [
 	for _, want := range scope {
 		found := false
 		for _, n := range nodes {
-			if n.ID == want || (n.IP != "" && n.IP == want) {
+			if core.NamesNode(want, n.ID, n.IP) {
 				found = true
 				if !seen[n.ID] {
 					seen[n.ID] = true
@@ -65,7 +65,7 @@ func sortNodes(ns []ports.Node) []ports.Node {
 // the other nodes still get the template and the down node's replica is
 // recorded FAILED. Unknown entries and no healthy node at all fail as in
 // resolveNodes.
-func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope []string) (healthy, down []ports.Node, err error) {
+func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope core.NodeScope) (healthy, down []ports.Node, err error) {
 	healthy, err = s.resolveNodes(ctx, instanceType, scope)
 	if err == nil || len(scope) == 0 {
 		return healthy, nil, err
@@ -80,7 +80,7 @@ func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope
 	seen := map[string]bool{}
 	var missing []string
 	for _, want := range scope {
-		if i := slices.IndexFunc(up, func(n ports.Node) bool { return n.ID == want || (n.IP != "" && n.IP == want) }); i >= 0 {
+		if i := slices.IndexFunc(up, func(n ports.Node) bool { return core.NamesNode(want, n.ID, n.IP) }); i >= 0 {
 			if !seen[up[i].ID] {
 				seen[up[i].ID] = true
 				healthy = append(healthy, up[i])

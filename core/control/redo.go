@@ -18,7 +18,7 @@ type RedoRequest struct {
 	// DistributionScope narrows the target nodes (ids or IPs); empty means
 	// the scope of the template's own request, and if that is empty too,
 	// every healthy node.
-	DistributionScope []string
+	DistributionScope core.NodeScope
 	// FailedOnly keeps only targets whose replica is not READY or still
 	// needs cleanup.
 	FailedOnly bool
@@ -80,7 +80,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 		s.unlock(ctx, lock)
 		return nil, err
 	}
-	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
+	job, n, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
 	s.unlock(ctx, lock)
 	if err != nil {
 		return nil, err
@@ -89,15 +89,18 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 		// The rebuild pulls with the template's own credentials (its
 		// stored request keeps the username; the password is sealed on
 		// the job), unless the redo call brings new ones.
+		username := n.Request().RegistryUsername
 		if rr.RegistryUsername != "" || rr.RegistryPassword != "" {
-			req.RegistryUsername, req.RegistryPassword = firstString(rr.RegistryUsername, req.RegistryUsername), rr.RegistryPassword
+			n = n.WithCredentials(firstString(rr.RegistryUsername, username), rr.RegistryPassword)
 		} else if auth, err := s.openAuth(job.RegistryAuth); err != nil {
 			return s.failDispatch(ctx, job, err)
 		} else {
-			req.RegistryUsername, req.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+			n = n.WithCredentials(firstString(auth.Username, username), auth.Password)
 		}
-		req.RequestID = rr.RequestID
-		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
+		if n, err = n.WithRequestID(rr.RequestID); err != nil {
+			return s.failDispatch(ctx, job, err)
+		}
+		return s.dispatch(ctx, job, n, rr.DownloadBaseURL)
 	}
 	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
 	return job, nil
@@ -105,32 +108,34 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeScope, rr RedoRequest, newAuth string) (*core.Job, core.NormalizedRequest, bool, error) {
+	var none core.NormalizedRequest
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
-		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
+		return nil, none, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
 	} else if !isNotFound(err) {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	latest, err := s.Store.Jobs().Latest(ctx, tid)
 	if isNotFound(err) {
-		return nil, nil, false, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
+		return nil, none, false, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
 	}
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if strings.TrimSpace(latest.RequestJSON) == "" {
-		return nil, nil, false, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
+		return nil, none, false, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if req.TemplateID != tid {
-		return nil, nil, false, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
+		return nil, none, false, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
 	}
-	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
-		return nil, nil, false, fmt.Errorf("stored request of %s: %w", tid, err)
+	n, err := core.NormalizeFromImageRequest(req, nil)
+	if err != nil {
+		return nil, none, false, fmt.Errorf("stored request of %s: %w", tid, err)
 	}
 	if len(scope) == 0 {
 		scope = req.DistributionScope
@@ -138,12 +143,12 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 
 	replicas, err := s.Store.Templates().ListReplicas(ctx, tid)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	phase := DetermineRedoResumePhase(latest.Phase, replicas)
 	artifact, rebuild, err := s.reusableArtifact(ctx, latest, phase)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if rebuild {
 		phase = core.PhaseBuildingExt4
@@ -158,11 +163,11 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 	}
 	targets, err := s.resolveNodes(ctx, req.InstanceType, scope)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if rr.FailedOnly {
 		if targets = failedTargets(targets, replicas); len(targets) == 0 {
-			return nil, nil, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
+			return nil, none, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
 		}
 	}
 	ids := make([]string, len(targets))
@@ -170,9 +175,9 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 		ids[i] = n.ID
 	}
 
-	requestJSON, err := core.CanonicalRequestJSON(req)
+	requestJSON, err := core.CanonicalRequestJSON(n)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
@@ -216,11 +221,11 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 		},
 	})
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("redo template %s: %w", tid, err)
+		return nil, none, false, fmt.Errorf("redo template %s: %w", tid, err)
 	}
 	s.log().Info("redo submitted", "template", tid, "job", res.Job.JobID, "mode", mode, "resume_phase", phase, "targets", ids, "rebuild", rebuild)
 
-	return res.Job, req, rebuild, nil
+	return res.Job, n, rebuild, nil
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's
@@ -280,14 +285,13 @@ func DetermineRedoResumePhase(latest core.Phase, replicas []*core.Replica) core.
 	return core.PhaseSnapshotting
 }
 
-// failedTargets keeps the targets whose replica is not READY or still needs
-// cleanup, matched by node id, else by IP (upstream resolveRedoTargets).
+// failedTargets keeps the targets whose replica (core.Replica.OnNode) is
+// not READY or still needs cleanup (upstream resolveRedoTargets).
 func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node {
 	var out []ports.Node
 	for _, n := range targets {
 		if slices.ContainsFunc(replicas, func(r *core.Replica) bool {
-			match := r.NodeID == n.ID || (r.NodeID == "" && r.NodeIP != "" && r.NodeIP == n.IP)
-			return match && (r.Status != core.ReplicaReady || r.CleanupRequired)
+			return r.OnNode(n.ID, n.IP) && (r.Status != core.ReplicaReady || r.CleanupRequired)
 		}) {
 			out = append(out, n)
 		}
@@ -299,7 +303,12 @@ func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node 
 // redo chose to reuse it into a rebuild: the job goes back to PULLING with
 // no artifact, and the data plane builds it from the template's own request
 // and credentials. The caller holds the artifact's lock.
-func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.FromImageRequest, why error) error {
+func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, stored *core.FromImageRequest, why error) error {
+	c := *stored
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: stored request: %w", why, err))
+	}
 	base, err := s.downloadBaseFor(ctx, job)
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
@@ -320,9 +329,7 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.F
 		return err
 	}
 	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
-	rebuild := *req
-	rebuild.RegistryUsername, rebuild.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
-	_, err = s.dispatch(ctx, updated, &rebuild, base)
+	_, err = s.dispatch(ctx, updated, n.WithCredentials(firstString(auth.Username, n.Request().RegistryUsername), auth.Password), base)
 	return err
 }
 

@@ -214,7 +214,11 @@ func (s *Service) unlock(ctx context.Context, l ports.Lock) {
 	}
 }
 
-// fanOut calls fn for 0..n-1 on at most workers goroutines and waits.
+// fanOut calls fn for 0..n-1 on at most workers goroutines (one when
+// workers <= 0) and waits. It is the control plane's one bounded fan-out:
+// every call to many nodes goes through it, bounded by
+// Config.DistributionWorkers. It takes no context: every call is made,
+// each with the caller's context, so each node's outcome is recorded.
 func fanOut(n, workers int, fn func(i int)) {
 	if workers <= 0 {
 		workers = 1

@@ -118,10 +118,17 @@ func (s *Service) claimNames(ctx context.Context, templateID, alias string) erro
 // must still get the running job back. The template's lock keeps a delete
 // of the same template from interleaving with the submit.
 func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageRequest) (SubmitResult, error) {
-	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
+	n, err := core.NormalizeFromImageRequest(req, s.IDs.NewHex)
+	if err != nil {
 		return SubmitResult{}, err
 	}
-	requestJSON, err := core.CanonicalRequestJSON(req)
+	return s.submitFromImage(ctx, n)
+}
+
+// submitFromImage is SubmitFromImage past the request's normalization.
+func (s *Service) submitFromImage(ctx context.Context, n core.NormalizedRequest) (SubmitResult, error) {
+	req := n.Request()
+	requestJSON, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		return SubmitResult{}, err
 	}

@@ -203,7 +203,7 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := checkEnvd(norm, req); err != nil {
+	if err := checkEnvd(norm.Request(), req); err != nil {
 		return err
 	}
 
@@ -244,25 +244,24 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	return nil
 }
 
-// normalized returns a normalized copy of the request (the caller's value
-// is not changed). Every failure wraps core.ErrInvalidArgument.
-func normalized(in *core.FromImageRequest) (*core.FromImageRequest, error) {
+// normalized normalizes a copy of a request that came over the wire or
+// from a stored row (the caller's value is not changed). Every failure
+// wraps core.ErrInvalidArgument.
+func normalized(in *core.FromImageRequest) (core.NormalizedRequest, error) {
 	c := *in
 	c.ExposedPorts = slices.Clone(in.ExposedPorts)
 	c.DistributionScope = slices.Clone(in.DistributionScope)
-	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
-		if !errors.Is(err, core.ErrInvalidArgument) {
-			err = fmt.Errorf("request: %w: %w", core.ErrInvalidArgument, err)
-		}
-		return nil, err
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil && !errors.Is(err, core.ErrInvalidArgument) {
+		err = fmt.Errorf("request: %w: %w", core.ErrInvalidArgument, err)
 	}
-	return &c, nil
+	return n, err
 }
 
 // sameRequest compares canonical forms. The stored side is decoded and
 // normalized again, so a row written by an older writer (another field
 // order, defaults left out) still matches the same request.
-func sameRequest(job *core.Job, req *core.FromImageRequest) error {
+func sameRequest(job *core.Job, req core.NormalizedRequest) error {
 	got, err := core.CanonicalRequestJSON(req)
 	if err != nil {
 		return err

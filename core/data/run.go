@@ -26,8 +26,9 @@ type run struct {
 	c   ExecutorConfig
 	log *slog.Logger
 	req ports.BuildRequest
-	// norm is the normalized request (the pipeline and the artifact row
-	// read it; the caller's request is never changed).
+	// spec is the normalized request, which the pipeline takes; norm is a
+	// copy of it the run and the artifact row read.
+	spec  core.NormalizedRequest
 	norm  *core.FromImageRequest
 	start time.Time
 
@@ -61,12 +62,13 @@ type state struct {
 	artifactStatus core.ArtifactStatus
 }
 
-func (e *Executor) newRun(req ports.BuildRequest, norm *core.FromImageRequest) *run {
+func (e *Executor) newRun(req ports.BuildRequest, spec core.NormalizedRequest) *run {
 	c := e.conf
 	ctx, cancel := context.WithCancel(e.root)
 	pctx, abort := context.WithCancelCause(ctx)
+	norm := spec.Request()
 	return &run{
-		e: e, c: c, req: req, norm: norm, start: e.now(),
+		e: e, c: c, req: req, spec: spec, norm: norm, start: e.now(),
 		log:     c.Logger.With("job_id", req.JobID, "template_id", norm.TemplateID),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -156,7 +158,7 @@ func (r *run) input() pipeline.Input {
 			Username: r.norm.RegistryUsername,
 			Password: r.norm.RegistryPassword,
 		},
-		Request:      cloneRequest(r.norm),
+		Request:      r.spec,
 		Inject:       r.injection(),
 		AfterResolve: r.afterResolve,
 	}
@@ -169,13 +171,6 @@ func (r *run) injection() pipeline.Injection {
 	}
 	in.CABundle = r.c.CABundle
 	return in
-}
-
-func cloneRequest(q *core.FromImageRequest) *core.FromImageRequest {
-	c := *q
-	c.ExposedPorts = slices.Clone(q.ExposedPorts)
-	c.DistributionScope = slices.Clone(q.DistributionScope)
-	return &c
 }
 
 // onEvent records pipeline progress and wakes the report loop; it never

@@ -48,8 +48,9 @@ type Pipeline struct {
 type Input struct {
 	Image ports.ImageRequest
 	// Request is the normalized from-image request; its spec fields feed the
-	// fingerprint. Nil means a bare image build with upstream's defaults.
-	Request *core.FromImageRequest
+	// fingerprint. The zero value means a bare image build with upstream's
+	// defaults.
+	Request core.NormalizedRequest
 	Inject  Injection
 	// OutPath, when set, is where the image is kept; otherwise it lives in
 	// scratch only until it is published to Store. The builder writes it
@@ -112,14 +113,14 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req := in.Request
-	if req == nil {
-		req = &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}
-	}
-	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
-		return nil, err
+	if req.IsZero() {
+		bare := &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}
+		if req, err = core.NormalizeFromImageRequest(bare, nil); err != nil {
+			return nil, err
+		}
 	}
 	if in.Image.Platform == "" {
-		in.Image.Platform = req.Platform
+		in.Image.Platform = req.Request().Platform
 	}
 	inj, err := in.Inject.digests()
 	if err != nil {

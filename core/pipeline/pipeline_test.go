@@ -77,8 +77,12 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func request() *core.FromImageRequest {
-	return &core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}
+func request() core.NormalizedRequest {
+	n, err := core.NormalizeFromImageRequest(&core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func TestRunPublishesVerifiedArtifact(t *testing.T) {
@@ -88,7 +92,7 @@ func TestRunPublishesVerifiedArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFP, _ := core.Fingerprint(core.SpecInputFor(normalized(t, request()), testDigest, "", "", "fake/1"))
+	wantFP, _ := core.Fingerprint(core.SpecInputFor(request(), testDigest, "", "", "fake/1"))
 	if res.Fingerprint != wantFP || res.ArtifactID != "rfs-"+wantFP[:24] {
 		t.Fatalf("fingerprint %s / %s, want %s", res.Fingerprint, res.ArtifactID, wantFP)
 	}
@@ -309,14 +313,6 @@ func treeNames(tree []ports.TreeEntry) []byte {
 		b = append(b, e.Header.Name...)
 	}
 	return b
-}
-
-func normalized(t *testing.T, r *core.FromImageRequest) *core.FromImageRequest {
-	t.Helper()
-	if err := core.NormalizeFromImageRequest(r, nil); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func assertEmptyDir(t *testing.T, dir string) {

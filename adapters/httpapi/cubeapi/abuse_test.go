@@ -195,6 +195,8 @@ func TestAbuseImageReferences(t *testing.T) {
 		{"http URL", "http://evil.example/x", `scheme "http"`},
 		{"https URL", "https://registry.example/v2/x/manifests/1", `scheme "https"`},
 		{"empty ocidir", "ocidir://", "needs the layout's path"},
+		{"malformed ocidir", "ocidir:///var/lay#outs:v1", "path may hold only"},
+		{"ocidir with a bad digest", "ocidir:///var/layouts@sha256:abc", "digest must be"},
 		{"metadata address", "169.254.169.254/latest/meta-data:x", "cloud metadata address"},
 		{"metadata address with port", "169.254.169.254:80/latest/meta-data", "cloud metadata address"},
 		{"link-local address", "169.254.10.1:5000/x:1", "link-local"},

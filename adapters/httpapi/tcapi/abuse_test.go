@@ -36,7 +36,7 @@ type recordingRunner struct {
 func (r *recordingRunner) Run(_ context.Context, in pipeline.Input, _ func(pipeline.Event)) (*pipeline.Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.runs = append(r.runs, in.Request.SourceImageRef)
+	r.runs = append(r.runs, in.Request.Request().SourceImageRef)
 	return nil, fmt.Errorf("this test builds nothing")
 }
 
@@ -68,10 +68,11 @@ func newDPEnv(t *testing.T) *dpEnv {
 	ctx := context.Background()
 	e := &dpEnv{store: memstore.New(), runner: &recordingRunner{}, deleter: &fakeDeleter{}, uploads: &fakeRecorder{}, objects: fileStore(t)}
 	e.req = &core.FromImageRequest{RequestID: "r", SourceImageRef: "registry.example/app:1", TemplateID: "tpl-b", WritableLayerSize: "20Gi"}
-	if err := core.NormalizeFromImageRequest(e.req, nil); err != nil {
+	n, err := core.NormalizeFromImageRequest(e.req, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rj, err := core.CanonicalRequestJSON(e.req)
+	rj, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,9 +55,10 @@ type StatusReport struct {
 	CubeEgressCATargetsWritten *int64  `json:"cube_egress_ca_targets_written,omitempty"`
 }
 
-// Terminal reports whether the report ends the build (BUILT, FAILED, READY);
-// the reporter retries those harder.
-func (s *StatusReport) Terminal() bool {
+// EndsBuild reports whether the report ends the data plane's part of the
+// job (BUILT, FAILED, READY); the reporter retries those harder. It is not
+// core.JobStatus.Terminal: a BUILT job goes on at the master.
+func (s *StatusReport) EndsBuild() bool {
 	switch core.JobStatus(s.Status) {
 	case core.JobBuilt, core.JobFailed, core.JobReady:
 		return true

@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		log.Warn("CUBE_MASTER_NODE_TOKEN is not set: calls to nodes carry no node credential, so node agents (nodeagent) refuse them; upstream Cubelets do not need it")
 	}
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
-		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
+		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", startup.StoreKind(cfg), "progress", progress,
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})

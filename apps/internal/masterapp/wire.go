@@ -187,7 +187,7 @@ func newInjector(w wiring) *do.RootScope {
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
 			Readiness:      readiness(st, dir, w.tcBase),
-			StorageBackend: cfg.Backend(),
+			StorageBackend: startup.StoreKind(cfg),
 			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,
 		})

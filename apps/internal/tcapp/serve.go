@@ -106,7 +106,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		return err
 	}
 	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
-		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", cfg.Backend(),
+		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", startup.StoreKind(cfg),
 		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
 		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
 		"registry_allow_loopback", cfg.RegistryAllowLoopback, "registry_allow_private", cfg.RegistryAllowPrivate,
@@ -314,9 +314,10 @@ func provideServe(i do.Injector, o Options) {
 		if err != nil {
 			return nil, err
 		}
-		b := cfg.Backend()
-		remote := b == "s3" || b == "gs"
-		return &data.Scrubber{Store: do.MustInvoke[*entstore.Store](i), Artifacts: do.MustInvoke[*artifactstore.Store](i),
+		blobs := do.MustInvoke[*artifactstore.Store](i)
+		kind, _ := artifactstore.Lookup(blobs.Backend())
+		remote := kind.Remote
+		return &data.Scrubber{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs,
 			Locker: locker, Clock: system.Clock{},
 			Config: data.ScrubConfig{Every: cfg.ScrubInterval, Disabled: cfg.ScrubInterval == 0 || remote && !cfg.ScrubRemote, Logger: log},
 		}, nil
@@ -401,7 +402,7 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 	}
 	// url.URL escapes '#', '?' and '%' in the name, which the file store's
 	// URL parsing decodes back to dir.
-	u := url.URL{Scheme: "file", Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
+	u := url.URL{Scheme: artifactstore.BackendFile, Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
 	return artifactstore.Open(ctx, u.String())
 }
 

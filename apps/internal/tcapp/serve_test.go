@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/apps/config"
+	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -34,6 +35,32 @@ func TestOpenArtifactStoreDirNames(t *testing.T) {
 			p := localPath(cfg)("rfs-1/rfs-1.ext4")
 			if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("the object is not at %s: %q, %v", p, got, err)
+			}
+		})
+	}
+}
+
+// TestStoreKindNamesTheOpenedStore: the kind the master is told about
+// (startup.StoreKind) is the kind of store the data plane opens from the
+// same settings.
+func TestStoreKindNamesTheOpenedStore(t *testing.T) {
+	for name, edit := range map[string]func(*config.Config){
+		"directory": func(*config.Config) {},
+		"URL":       func(c *config.Config) { c.ArtifactStoreURL = "mem://?prefix=p" },
+		"S3 settings": func(c *config.Config) {
+			c.S3 = config.S3{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "a", SecretKey: "s"}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := config.DefaultsFor(config.Dirs{State: t.TempDir()})
+			edit(&cfg)
+			s, err := OpenArtifactStore(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got, want := s.Backend(), startup.StoreKind(cfg); got != want {
+				t.Fatalf("opened a %s store, StoreKind says %s", got, want)
 			}
 		})
 	}
