@@ -222,3 +222,32 @@ func TestMasterLocalArtifactDirs(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroTurnsOff: a duration documented as "0 turns it off" accepts 0
+// from the environment and the file; the others still refuse it.
+func TestZeroTurnsOff(t *testing.T) {
+	for _, v := range []string{"0", "0s"} {
+		c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL": v}))
+		if err != nil || c.ScrubInterval != 0 {
+			t.Errorf("SCRUB_INTERVAL=%s: %v, interval %s; want off", v, err, c.ScrubInterval)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "tc.yaml")
+	if err := os.WriteFile(p, []byte("scrub_interval: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(mapEnv(map[string]string{PathVariable: p})); err != nil || c.ScrubInterval != 0 {
+		t.Errorf("scrub_interval: 0s in the file: %v, interval %s", err, c.ScrubInterval)
+	}
+	for _, s := range Settings() {
+		if _, ok := s.Field(&Config{}).(*time.Duration); !ok || s.ZeroOff {
+			if s.ZeroOff && !strings.Contains(s.Doc, "`0` turns it off") {
+				t.Errorf("%s takes 0 but its doc does not say 0 turns it off", s.Env)
+			}
+			continue
+		}
+		if _, err := Load(mapEnv(map[string]string{s.Env: "0"})); err == nil || !strings.Contains(err.Error(), s.Env) {
+			t.Errorf("%s=0: err = %v, want a refusal naming it", s.Env, err)
+		}
+	}
+}

@@ -42,6 +42,9 @@ type Setting struct {
 	Doc      string
 	Service  string
 	Secret   bool
+	// ZeroOff says 0 is a valid duration that turns the feature off (every
+	// other duration setting must be positive).
+	ZeroOff bool
 	// Default, when set, is what the reference shows instead of the
 	// default value (for defaults derived from another setting).
 	Default string
@@ -159,7 +162,7 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT", YAML: "build_timeout", Service: DataPlane,
 			Doc:   "A build that runs longer than this fails, from resolving the image to the published bytes: a registry that trickles bytes or asks to retry in a day cannot hold a build slot for ever. A Go duration.",
 			Field: func(c *Config) any { return &c.BuildTimeout }},
-		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane, ZeroOff: true,
 			Doc:   "How often every READY artifact is read back from the store and checked against its sha256, a little at a time. An artifact whose bytes rotted is failed and its bytes removed, so the next build of its spec builds it again instead of reusing bytes every node refuses. `0` turns it off. A Go duration.",
 			Field: func(c *Config) any { return &c.ScrubInterval }},
 		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_REMOTE", YAML: "scrub_remote", Service: DataPlane,
@@ -693,7 +696,11 @@ func (r *reader) apply(c *Config, s Setting) {
 			return
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		switch {
+		case s.ZeroOff && (err != nil || d < 0):
+			r.fail(fmt.Errorf("%s: %q is not 0 (off) or a positive Go duration (e.g. 90s, 10m)", s.Env, v))
+			return
+		case !s.ZeroOff && (err != nil || d <= 0):
 			r.fail(fmt.Errorf("%s: %q is not a positive Go duration (e.g. 90s, 10m)", s.Env, v))
 			return
 		}
