@@ -42,6 +42,7 @@ const (
 	CallbackStale     = "stale"     // receiver: duplicate or late, acknowledged
 	CallbackRejected  = "rejected"  // receiver: bad body, unknown job, refused transition
 	CallbackError     = "error"     // receiver: internal failure (the sender retries)
+	CallbackAbandoned = "abandoned" // receiver: the sender hung up before the answer
 )
 
 // Metrics holds the collectors.
