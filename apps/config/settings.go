@@ -64,7 +64,7 @@ func Settings() []Setting {
 			Doc:   "`true` refuses unknown keys in the config file instead of warning about them (upstream sections' unused keys are only listed). `--strict-config` on either service sets it.",
 			Field: func(c *Config) any { return &c.Strict }},
 		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Upstream: []string{"instance_db_config"}, Service: Both,
-			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` or `postgres://user:pass@host:5432/db`. Both services share one database.",
+			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database.",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
 			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN.",
@@ -426,7 +426,7 @@ func RedactDSN(dsn string) string {
 		}
 		return redactMySQL(dsn)
 	}
-	if scheme == "mysql" {
+	if scheme == "mysql" || scheme == "mariadb" {
 		return scheme + "://" + redactMySQL(rest)
 	}
 	u, err := url.Parse(dsn)
