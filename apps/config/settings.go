@@ -67,7 +67,7 @@ func Settings() []Setting {
 			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database.",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
-			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN.",
+			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN. The data plane does not read it: templatecenter refuses to start when it is set and CUBE_TEMPLATE_CENTER_DB_DSN is not.",
 			Field: func(c *Config) any { return &c.Master.DBDSN }},
 		{Env: "CUBE_TEMPLATE_CENTER_LISTEN", YAML: "listen", Upstream: []string{"common.http_bind", "common.http_port"}, Service: DataPlane,
 			Doc:   "Data plane HTTP address (internal API, downloads, /health, /ready, /metrics). Loopback by default: only the master and nodes need it; `serve --listen` wins.",

@@ -64,7 +64,7 @@ func newInjector(w wiring) *do.RootScope {
 		if w.store != nil {
 			return w.store, nil
 		}
-		return startup.OpenStore(context.Background(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
+		return startup.OpenStore(context.Background(), cfg.DatabaseSetting(config.ControlPlane), cfg.Master.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
 		if w.locker != nil {

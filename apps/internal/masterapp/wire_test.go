@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/samber/do/v2"
@@ -143,5 +144,29 @@ func TestDirectoryMergesNodeTable(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"cfg-1", "db-1"}) {
 		t.Fatalf("directory lists %v, want [cfg-1 db-1]", ids)
+	}
+}
+
+// TestStoreErrorNamesTheVariableSet: with only the data plane's DSN set (the
+// master reads it), a database the master cannot open is reported under
+// that variable, not under CUBE_MASTER_DB_DSN, which nobody set.
+func TestStoreErrorNamesTheVariableSet(t *testing.T) {
+	cfg, err := config.Load(func(k string) (string, bool) {
+		if k == "CUBE_TEMPLATE_CENTER_DB_DSN" {
+			return "mysql://u:p@tcp(127.0.0.1:1)/cube", true // nothing listens on port 1
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := testWiring(t, cfg.Master.DBDSN)
+	w.cfg.Sources = cfg.Sources
+	i := newInjector(w)
+	defer i.Shutdown()
+	_, err = do.Invoke[*entstore.Store](i)
+	if err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_DB_DSN (the master's database while CUBE_MASTER_DB_DSN is unset)") ||
+		strings.Contains(err.Error(), "CUBE_MASTER_DB_DSN:") {
+		t.Fatalf("store error %v, want it to name CUBE_TEMPLATE_CENTER_DB_DSN", err)
 	}
 }

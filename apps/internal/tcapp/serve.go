@@ -40,7 +40,10 @@ const ShutdownTimeout = 30 * time.Second
 // Check validates what serve needs before anything is opened.
 func Check(cfg config.Config) error {
 	// Fail closed: without a shared secret the internal API would be open.
-	return auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken)
+	if err := auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken); err != nil {
+		return err
+	}
+	return cfg.CheckSharedDatabase(config.DataPlane)
 }
 
 // Run serves the data plane on ln until ctx ends, then shuts down
@@ -206,7 +209,7 @@ func provideServe(i do.Injector, o Options) {
 		if o.Store != nil {
 			return o.Store, nil
 		}
-		return startup.OpenStore(context.Background(), "CUBE_TEMPLATE_CENTER_DB_DSN", cfg.DBDSN)
+		return startup.OpenStore(context.Background(), cfg.DatabaseSetting(config.DataPlane), cfg.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
 		if o.Locker != nil {
