@@ -52,6 +52,10 @@ func unit(t *testing.T, path string) map[string][]string {
 			t.Errorf("%s: line %q is not key=value", path, line)
 			continue
 		}
+		// systemd removes one pair of enclosing quotes.
+		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
 		out[k] = append(out[k], v)
 	}
 	return out
@@ -134,6 +138,48 @@ func TestSystemdUnits(t *testing.T) {
 	for _, p := range []string{"usr/local/bin/cubemaster", "etc/systemd/system/templatecenter.service", "etc/cube/cube.env"} {
 		if _, err := os.Stat(filepath.Join(dest, p)); err != nil {
 			t.Errorf("install.sh did not install %s", p)
+		}
+	}
+}
+
+// TestEnvFileReadsTheSameInAShell: operators read cube.env with
+// `set -a; . /etc/cube/cube.env` as well as through systemd. Every line,
+// and every commented example (#NAME=value) once uncommented, gives a
+// shell what systemd gives the services; the MySQL form with its tcp(...),
+// shell syntax unless quoted, is among the examples.
+func TestEnvFileReadsTheSameInAShell(t *testing.T) {
+	b, err := os.ReadFile("systemd/cube.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := regexp.MustCompile(`(?m)^#(CUBE_[A-Z0-9_]+=.*)$`)
+	if !regexp.MustCompile(`(?m)^#CUBE_TEMPLATE_CENTER_DB_DSN=.*tcp\(`).Match(b) {
+		t.Error("cube.env shows no MySQL DSN line (#CUBE_TEMPLATE_CENTER_DB_DSN=...tcp(...))")
+	}
+	for i, m := range example.FindAllSubmatch(b, -1) {
+		p := filepath.Join(t.TempDir(), "cube.env")
+		// Each example on its own, uncommented, after the file's lines.
+		if err := os.WriteFile(p, append(append(append([]byte{}, b...), m[1]...), '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want := unit(t, p)
+		cmd := exec.Command("bash", "-c", `set -a; . "$1" && env -0`, "bash", p)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("example %d (%s): a shell cannot read the file: %v\n%s", i, m[1], err, out)
+			continue
+		}
+		got := map[string]string{}
+		for _, kv := range strings.Split(string(out), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				got[k] = v
+			}
+		}
+		for k, vs := range want {
+			if got[k] != vs[len(vs)-1] {
+				t.Errorf("example %d: %s is %q in a shell, %q for systemd", i, k, got[k], vs[len(vs)-1])
+			}
 		}
 	}
 }

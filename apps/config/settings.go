@@ -64,7 +64,7 @@ func Settings() []Setting {
 			Doc:   "`true` refuses unknown keys in the config file instead of warning about them (upstream sections' unused keys are only listed). `--strict-config` on either service sets it.",
 			Field: func(c *Config) any { return &c.Strict }},
 		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Upstream: []string{"instance_db_config"}, Service: Both,
-			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database.",
+			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database. In a shell or an env file a shell reads, quote it: `CUBE_TEMPLATE_CENTER_DB_DSN='mysql://u:p@tcp(db:3306)/cube'` (the parentheses are shell syntax).",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
 			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN. The data plane does not read it: templatecenter refuses to start when it is set and CUBE_TEMPLATE_CENTER_DB_DSN is not.",
