@@ -146,6 +146,9 @@ func TestMetricsAfterARealBuild(t *testing.T) {
 		{m, `cube_template_node_operations_total{node="node-1",op="app_snapshot",result="ok"}`, 1},
 		{m, `cube_template_status_callbacks_total{result="applied"}`, 1},
 		{m, `cube_template_http_errors_total{code="130404",method="GET",route="/cube/template"}`, 1},
+		// Outcomes: the build on the data plane, the job on the master.
+		{tc, `cube_template_builds_total{result="built"}`, 1},
+		{m, `cube_template_jobs_finished_total{operation="CREATE",result="ready"}`, 1},
 	}
 	for _, c := range checks {
 		v, ok := value(c.page, c.series)

@@ -139,7 +139,7 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		agent := meteredAgent{NodeAgent: do.MustInvoke[*cubelet.Client](i), m: do.MustInvoke[*metrics.Metrics](i)}
 		svc := &control.Service{
-			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
+			Store: startup.CountJobOutcomes(st, do.MustInvoke[*metrics.Metrics](i)), Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,

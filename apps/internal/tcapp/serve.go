@@ -274,13 +274,21 @@ func provideServe(i do.Injector, o Options) {
 		}
 		m := do.MustInvoke[*metrics.Metrics](i)
 		e := &data.Executor{
-			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
+			Store: startup.CountJobOutcomes(st, m), Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
 			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
 						m.ObservePhase(string(ph), d)
 					}
+				}
+				switch {
+				case o.Err != nil:
+					m.BuildFinished(metrics.BuildFailed)
+				case o.Reused:
+					m.BuildFinished(metrics.BuildReused)
+				default:
+					m.BuildFinished(metrics.BuildBuilt)
 				}
 			}},
 		}
@@ -305,7 +313,8 @@ func provideServe(i do.Injector, o Options) {
 		if rc.StaleAfter > 0 {
 			running = rc.StaleAfter
 		}
-		return &data.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
+		return &data.Reconciler{Store: startup.CountJobOutcomes(do.MustInvoke[*entstore.Store](i), do.MustInvoke[*metrics.Metrics](i)),
+			Locker: locker, Clock: system.Clock{},
 			Config: data.ReconcilerConfig{
 				Disabled: rc.Disabled, Interval: rc.Interval, PendingStaleAfter: rc.PendingStaleAfter,
 				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,
