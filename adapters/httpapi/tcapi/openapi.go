@@ -39,18 +39,22 @@ type ReadyResponse struct {
 	Checks map[string]string `json:"checks,omitempty"`
 }
 
+// downloadAuth: a node sends the artifact's token; the master, asking
+// whether an artifact exists, the internal token.
+var downloadAuth = []openapi.Auth{openapi.AuthArtifactToken, openapi.AuthCallbackToken}
+
 // Operations documents every route New registers; the router test keeps
 // the two equal.
 func Operations() []openapi.Op {
 	artifactParam := openapi.Param{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true}
 	return []openapi.Op{
-		{Method: "POST", Path: wire.PathBuild, Tag: "internal", Token: true, Summary: "Accept a build for a PENDING job (from the master)",
+		{Method: "POST", Path: wire.PathBuild, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Accept a build for a PENDING job (from the master)",
 			Body: wire.BuildRequest{}, Responses: with(errs(merged(map[int]string{404: "job missing or not pending",
 				409: "already in flight", 429: "at the concurrency cap (CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS)"})),
 				202, openapi.Response{Doc: "accepted", Body: wire.BuildAccepted{}})},
-		{Method: "POST", Path: wire.PathArtifactDelete, Tag: "internal", Token: true, Summary: "Remove an artifact's bytes and row (idempotent)",
+		{Method: "POST", Path: wire.PathArtifactDelete, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Remove an artifact's bytes and row (idempotent)",
 			Body: wire.DeleteArtifactRequest{}, Responses: with(errs(internalErrs), 200, openapi.Response{Doc: "deleted or absent", Body: wire.DeleteArtifactResponse{}})},
-		{Method: "POST", Path: wire.PathArtifactUpload, Tag: "internal", Token: true, Summary: "Store an uploaded ext4 (migrate), verified against sha256 and size",
+		{Method: "POST", Path: wire.PathArtifactUpload, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Store an uploaded ext4 (migrate), verified against sha256 and size",
 			Description: "Also accepts upstream master's multipart/form-data form (fields artifact_id and file; sha256 and size " +
 				"then come from the artifact row or are computed), answered with ext4_path, ext4_sha256 and ext4_size_bytes.",
 			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id (raw form; the multipart form names it in a field)"},
@@ -58,12 +62,12 @@ func Operations() []openapi.Op {
 				{Name: "size", In: "query", Doc: "bytes (raw form)"}},
 			BodyType:  "application/octet-stream",
 			Responses: with(errs(merged(map[int]string{413: "larger than the upload cap"})), 200, openapi.Response{Doc: "stored (or identical bytes were there)", Body: wire.UploadResponse{}})},
-		{Method: "GET", Path: PathDownload, Tag: "downloads", Summary: "Download an artifact's ext4 (Range, ETag; a presigned URL for object stores)",
+		{Method: "GET", Path: PathDownload, Tag: "downloads", Auth: downloadAuth, Summary: "Download an artifact's ext4 (Range, ETag; a presigned URL for object stores)",
 			Params: []openapi.Param{artifactParam, {Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true}},
 			Responses: map[int]openapi.Response{200: {Doc: "the bytes", ContentType: "application/octet-stream"}, 206: {Doc: "a range", ContentType: "application/octet-stream"},
 				302: {Doc: "presigned URL"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"}}},
-		{Method: "HEAD", Path: PathDownload, Tag: "downloads", Summary: "Artifact size and ETag",
+		{Method: "HEAD", Path: PathDownload, Tag: "downloads", Auth: downloadAuth, Summary: "Artifact size and ETag",
 			Params: []openapi.Param{artifactParam},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"}}},

@@ -3,6 +3,7 @@ package tcapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -247,5 +248,37 @@ func TestReadinessHidesTheError(t *testing.T) {
 				t.Errorf("the error is not logged for the operator:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestOpenAPIDeclaresSecurity: every operation says how it authenticates;
+// the internal ones with the shared token, downloads with the artifact's.
+func TestOpenAPIDeclaresSecurity(t *testing.T) {
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range TemplateCenterRoutes() {
+		sec, ok := doc.Paths[r.Pattern][strings.ToLower(r.Method)]["security"]
+		if !ok {
+			t.Errorf("%s declares no security", r.Key())
+			continue
+		}
+		switch r.Kind {
+		case routes.Internal:
+			if !strings.Contains(string(sec), "callbackToken") {
+				t.Errorf("%s: security %s, want the callback token", r.Key(), sec)
+			}
+		case routes.Download:
+			if !strings.Contains(string(sec), "artifactToken") {
+				t.Errorf("%s: security %s, want the artifact's token", r.Key(), sec)
+			}
+		}
 	}
 }
