@@ -32,12 +32,14 @@ func merged(extra map[int]string) map[int]string {
 	return out
 }
 
-// ReadyResponse is the body of /health and /ready.
-type ReadyResponse struct {
-	Status string            `json:"status"` // ok / ready, or unavailable
-	Error  string            `json:"error,omitempty"`
-	Checks map[string]string `json:"checks,omitempty"`
+// HealthResponse is the body of /health.
+type HealthResponse struct {
+	Status string `json:"status"` // ok or unavailable
+	Error  string `json:"error,omitempty"`
 }
+
+// ReadyResponse is the body of /ready, the same document as the master's.
+type ReadyResponse = wire.ReadyResponse
 
 // downloadAuth: a node sends the artifact's token; the master, asking
 // whether an artifact exists, the internal token.
@@ -76,8 +78,10 @@ func Operations() []openapi.Op {
 		{Method: "POST", Path: PathCompat, Tag: "compat", Summary: "Rescan compat now",
 			Responses: map[int]openapi.Response{200: {Doc: "upstream envelope", Body: compatResponse{}}}},
 		{Method: "GET", Path: PathHealth, Tag: "operations", Summary: "Health: the artifact store is attached and the database answers",
-			Responses: map[int]openapi.Response{200: {Doc: "ok", Body: ReadyResponse{}}, 503: {Doc: "unavailable", Body: ReadyResponse{}}}},
-		{Method: "GET", Path: PathReady, Tag: "operations", Summary: "Readiness, check by check (database, artifact store)",
+			Responses: map[int]openapi.Response{200: {Doc: "ok", Body: HealthResponse{}}, 503: {Doc: "unavailable", Body: HealthResponse{}}}},
+		{Method: "GET", Path: PathReady, Tag: "operations", Summary: "Readiness, check by check (database, artifact store; callback_token when the request carries one)",
+			Description: "A request carrying " + openapi.TokenHeader + " also gets a callback_token check: failed when the token is not this service's " +
+				"(the master asks this way, so that two services with different tokens are not ready).",
 			Responses: map[int]openapi.Response{200: {Doc: "ready", Body: ReadyResponse{}}, 503: {Doc: "unavailable", Body: ReadyResponse{}}}},
 		{Method: "GET", Path: PathMetrics, Tag: "operations", Summary: "Prometheus metrics",
 			Responses: map[int]openapi.Response{200: {Doc: "exposition format", ContentType: "text/plain"}}},
