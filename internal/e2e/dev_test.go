@@ -91,6 +91,13 @@ func TestMakeDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	// The summary is read after the demo ended: every file it names exists.
+	_, summary, _ := bytes.Cut(out, []byte("Demo summary"))
+	for _, p := range regexp.MustCompile(`/[^\s:;()]+`).FindAll(summary, -1) {
+		if _, err := os.Stat(string(p)); err != nil {
+			t.Errorf("the summary names %s, which is gone after the demo: %v", p, err)
+		}
+	}
 }
 
 // scrape returns the value of one series (name{labels}) on a /metrics page.
