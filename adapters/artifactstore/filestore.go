@@ -145,11 +145,13 @@ func (d *dirBackend) probeXattr() error {
 
 func (d *dirBackend) Put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) (err error) {
 	dir := path.Dir(key)
-	if err := d.mkdirAll(dir); err != nil {
+	var tmp string
+	var f *os.File
+	err = d.inDir(dir, func() error {
+		tmp = path.Join(dir, tmpPrefix+randomHex())
+		f, err = d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		return err
-	}
-	tmp := path.Join(dir, tmpPrefix+randomHex())
-	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	})
 	if err != nil {
 		return fmt.Errorf("create temp file: %w", err)
 	}
@@ -158,6 +160,7 @@ func (d *dirBackend) Put(ctx context.Context, key string, src io.Reader, want po
 		if !published {
 			_ = f.Close() // a second Close after success is harmless
 			_ = d.root.Remove(tmp)
+			d.pruneEmpty(dir)
 		}
 	}()
 	buf := make([]byte, copyBufferSize)
@@ -215,23 +218,24 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 		return errNoLink
 	}
 	dir := path.Dir(key)
-	if err := d.mkdirAll(dir); err != nil {
-		return err
-	}
-	df, err := d.root.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer df.Close()
 	name := tmpPrefix + randomHex()
-	if err := linkInto(src, df, name); err != nil {
-		return err
+	err = d.inDir(dir, func() error {
+		df, err := d.root.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer df.Close()
+		return linkInto(src, df, name)
+	})
+	if err != nil {
+		return err // errNoLink: the caller copies into the same directory
 	}
 	tmp := path.Join(dir, name)
 	published := false
 	defer func() {
 		if !published {
 			_ = d.root.Remove(tmp)
+			d.pruneEmpty(dir)
 		}
 	}()
 	f, err := d.root.OpenFile(tmp, os.O_RDWR, 0)
@@ -272,6 +276,36 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 		_ = d.root.Remove(tmp)
 	}
 	return err
+}
+
+// inDir runs create, which makes an entry in dir, after creating dir. A
+// concurrent remove may prune dir between the two when it was empty; then
+// dir is made again, a bounded number of times.
+func (d *dirBackend) inDir(dir string, create func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := d.mkdirAll(dir)
+		if err == nil {
+			err = create()
+		}
+		if err == nil || !isNotExist(err) || attempt == 3 {
+			return err
+		}
+	}
+}
+
+// pruneEmpty removes dir and then each parent that is left empty, up to
+// the store's root, so a deleted or failed object leaves no empty
+// directory behind. A directory that is not empty (another object, or a
+// concurrent put's temp file) stops it.
+func (d *dirBackend) pruneEmpty(dir string) {
+	for dir != "." && dir != "/" && dir != "" {
+		if d.root.Remove(dir) != nil {
+			return
+		}
+		parent := path.Dir(dir)
+		_ = d.syncDir(parent)
+		dir = parent
+	}
 }
 
 // mkdirAll creates the key's parent directories one by one and fsyncs the
@@ -390,7 +424,11 @@ func (d *dirBackend) Remove(_ context.Context, key string) error {
 	if err := d.root.Remove(key); err != nil && !isNotExist(err) {
 		return err
 	}
-	return d.syncDir(path.Dir(key))
+	if err := d.syncDir(path.Dir(key)); err != nil {
+		return err
+	}
+	d.pruneEmpty(path.Dir(key))
+	return nil
 }
 
 func (d *dirBackend) SignedURL(context.Context, string, time.Duration) (string, error) {

@@ -95,7 +95,56 @@ func TestFileFailedPutLeavesNoFiles(t *testing.T) {
 			if files := regularFiles(t, dir); len(files) != 0 {
 				t.Fatalf("files left behind: %v", files)
 			}
+			if left := entries(t, dir); len(left) != 0 {
+				t.Fatalf("directories left behind: %v", left)
+			}
 		})
+	}
+}
+
+// entries lists everything under dir, directories included.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && p != dir {
+			out = append(out, strings.TrimPrefix(p, dir+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestFileDeleteLeavesNoEmptyDirectories: deleting an object removes the
+// directories its key made once nothing else is in them, and only then.
+func TestFileDeleteLeavesNoEmptyDirectories(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openFileStore(t, dir)
+	data := []byte("rootfs")
+	for _, k := range []string{"p/rfs-1/rfs-1.ext4", "p/rfs-2/rfs-2.ext4"} {
+		if err := s.Put(ctx, k, bytes.NewReader(data), info(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "p/rfs-1/rfs-1.ext4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, dir); strings.Join(got, " ") != "p p/rfs-2 p/rfs-2/rfs-2.ext4" {
+		t.Fatalf("after deleting rfs-1: %v, want only rfs-2 and its directories", got)
+	}
+	if err := s.Delete(ctx, "p/rfs-2/rfs-2.ext4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, dir); len(got) != 0 {
+		t.Fatalf("after deleting both: %v left", got)
+	}
+	// A Put into a directory a Delete just emptied still works.
+	if err := s.Put(ctx, "p/rfs-2/rfs-2.ext4", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -426,7 +475,8 @@ func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
 	wrong := ports.ObjectInfo{Size: int64(len(data)), SHA256: info([]byte("other bytes of the same size!")).SHA256}
 	for _, key := range []string{"b/copy.ext4", "a/a.ext4"} {
 		t.Run(key, func(t *testing.T) {
-			s := openFileStore(t, t.TempDir())
+			dir := t.TempDir()
+			s := openFileStore(t, dir)
 			if err := s.Put(ctx, "a/a.ext4", bytes.NewReader(data), info(data)); err != nil {
 				t.Fatal(err)
 			}
@@ -443,6 +493,9 @@ func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
 			}
 			if got, err := s.Stat(ctx, "a/a.ext4"); err != nil || got.SHA256 != info(data).SHA256 {
 				t.Fatalf("the object after a refused Put of its file: %+v, %v; want sha256 %s", got, err, info(data).SHA256)
+			}
+			if got := entries(t, dir); strings.Join(got, " ") != "a a/a.ext4" {
+				t.Fatalf("after the refused Put: %v, want only the object", got)
 			}
 		})
 	}

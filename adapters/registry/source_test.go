@@ -498,7 +498,7 @@ func TestDiffIDMismatch(t *testing.T) {
 	if !errors.Is(err, ErrDiffIDMismatch) {
 		t.Fatalf("err = %v, want ErrDiffIDMismatch", err)
 	}
-	for _, want := range []string{"layer 1", wrong.String(), layers[1].diffID.String()} {
+	for _, want := range []string{"layer 2 of 2", wrong.String(), layers[1].diffID.String()} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not name %s", err, want)
 		}
@@ -1269,4 +1269,53 @@ func layerDigests(img *ports.ResolvedImage) []string {
 		out = append(out, l.Digest.String())
 	}
 	return out
+}
+
+// TestRegistryKilledMidPullGivesOneShortError: a registry that dies in the
+// middle of a blob (the connection reset, then nothing listening) fails the
+// fetch with one short error that names the layer once and the cause, not
+// every wrapper's copy of the digest and URL.
+func TestRegistryKilledMidPullGivesOneShortError(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	layers := []testLayer{makeLayer(t, 500_000, compNone, false)}
+	refStr := reg.host + "/" + uniqueRepo("killed") + ":v1"
+	pushImage(t, rc, refStr, testImage{layers: layers})
+	d := layers[0].desc().Digest
+	half := len(layers[0].blob) / 2
+	cache, err := layercache.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(cache.Dir(), "tmp", "sha256-"+d.Encoded()+".partial")
+	var killed atomic.Bool
+	reg.setFault(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if !isBlobGet(r, d) || !killed.CompareAndSwap(false, true) {
+			return false
+		}
+		b := blobBytes(next, r)
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return true
+		}
+		fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: application/octet-stream\r\n\r\n", len(b))
+		bw.Write(b[:half])
+		bw.Flush()
+		waitFor(t, func() bool { st, err := os.Stat(partial); return err == nil && st.Size() >= int64(half) })
+		// The process dies: nothing listens any more, the connection resets.
+		reg.srv.Listener.Close()
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+		return true
+	})
+	_, _, err = fetch(t, newTestSource(t, cache, nil, reg.host), ports.ImageRequest{Ref: refStr})
+	if err == nil {
+		t.Fatal("the fetch succeeded from a dead registry")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, d.Encoded()[:12]); n != 1 || len(msg) > 300 || !strings.Contains(msg, "layer 1 of 1") ||
+		!strings.Contains(msg, "connection refused") {
+		t.Fatalf("error of %d characters naming the digest %d times:\n%s\nwant one short error naming layer 1 of 1 once and the cause", len(msg), n, msg)
+	}
 }

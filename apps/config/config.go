@@ -524,3 +524,41 @@ func (l Log) Check(levelName, formatName string) error {
 	}
 	return nil
 }
+
+// DatabaseSetting names, for a service's errors, the variable its database
+// came from (service is DataPlane or ControlPlane): the master reads
+// CUBE_TEMPLATE_CENTER_DB_DSN when its own CUBE_MASTER_DB_DSN is unset,
+// and an error must name what the operator actually set.
+func (c Config) DatabaseSetting(service string) string {
+	const tc, m = "CUBE_TEMPLATE_CENTER_DB_DSN", "CUBE_MASTER_DB_DSN"
+	_, tcSet := c.Sources[tc]
+	src, mSet := c.Sources[m]
+	switch {
+	case service == DataPlane && tcSet:
+		return tc
+	case service == DataPlane:
+		return tc + " (unset, so the default SQLite file)"
+	case mSet && !strings.HasSuffix(src, "("+tc+")"):
+		return m
+	case tcSet:
+		return tc + " (the master's database while " + m + " is unset)"
+	}
+	return m + " and " + tc + " (both unset, so the default SQLite file)"
+}
+
+// CheckSharedDatabase refuses a data plane whose CUBE_TEMPLATE_CENTER_DB_DSN
+// is unset while CUBE_MASTER_DB_DSN is set: the data plane does not read the
+// master's variable, so it would build into its own SQLite file, which the
+// master never sees.
+func (c Config) CheckSharedDatabase(service string) error {
+	if service != DataPlane {
+		return nil
+	}
+	_, tcSet := c.Sources["CUBE_TEMPLATE_CENTER_DB_DSN"]
+	src, mSet := c.Sources["CUBE_MASTER_DB_DSN"]
+	if tcSet || !mSet || strings.HasSuffix(src, "(CUBE_TEMPLATE_CENTER_DB_DSN)") {
+		return nil
+	}
+	return fmt.Errorf("CUBE_TEMPLATE_CENTER_DB_DSN is not set for templatecenter, which does not read CUBE_MASTER_DB_DSN (the master's): " +
+		"set CUBE_TEMPLATE_CENTER_DB_DSN to the database both services share (the master reads it too when CUBE_MASTER_DB_DSN is unset)")
+}

@@ -42,6 +42,9 @@ type Setting struct {
 	Doc      string
 	Service  string
 	Secret   bool
+	// ZeroOff says 0 is a valid duration that turns the feature off (every
+	// other duration setting must be positive).
+	ZeroOff bool
 	// Default, when set, is what the reference shows instead of the
 	// default value (for defaults derived from another setting).
 	Default string
@@ -61,10 +64,10 @@ func Settings() []Setting {
 			Doc:   "`true` refuses unknown keys in the config file instead of warning about them (upstream sections' unused keys are only listed). `--strict-config` on either service sets it.",
 			Field: func(c *Config) any { return &c.Strict }},
 		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Upstream: []string{"instance_db_config"}, Service: Both,
-			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` or `postgres://user:pass@host:5432/db`. Both services share one database.",
+			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database. In a shell or an env file a shell reads, quote it: `CUBE_TEMPLATE_CENTER_DB_DSN='mysql://u:p@tcp(db:3306)/cube'` (the parentheses are shell syntax).",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
-			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN.",
+			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN. The data plane does not read it: templatecenter refuses to start when it is set and CUBE_TEMPLATE_CENTER_DB_DSN is not.",
 			Field: func(c *Config) any { return &c.Master.DBDSN }},
 		{Env: "CUBE_TEMPLATE_CENTER_LISTEN", YAML: "listen", Upstream: []string{"common.http_bind", "common.http_port"}, Service: DataPlane,
 			Doc:   "Data plane HTTP address (internal API, downloads, /health, /ready, /metrics). Loopback by default: only the master and nodes need it; `serve --listen` wins.",
@@ -159,7 +162,7 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT", YAML: "build_timeout", Service: DataPlane,
 			Doc:   "A build that runs longer than this fails, from resolving the image to the published bytes: a registry that trickles bytes or asks to retry in a day cannot hold a build slot for ever. A Go duration.",
 			Field: func(c *Config) any { return &c.BuildTimeout }},
-		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane, ZeroOff: true,
 			Doc:   "How often every READY artifact is read back from the store and checked against its sha256, a little at a time. An artifact whose bytes rotted is failed and its bytes removed, so the next build of its spec builds it again instead of reusing bytes every node refuses. `0` turns it off. A Go duration.",
 			Field: func(c *Config) any { return &c.ScrubInterval }},
 		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_REMOTE", YAML: "scrub_remote", Service: DataPlane,
@@ -441,7 +444,7 @@ func RedactDSN(dsn string) string {
 		}
 		return redactMySQL(dsn)
 	}
-	if scheme == "mysql" {
+	if scheme == "mysql" || scheme == "mariadb" {
 		return scheme + "://" + redactMySQL(rest)
 	}
 	u, err := url.Parse(dsn)
@@ -711,7 +714,11 @@ func (r *reader) apply(c *Config, s Setting) {
 			return
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		switch {
+		case s.ZeroOff && (err != nil || d < 0):
+			r.fail(fmt.Errorf("%s: %q is not 0 (off) or a positive Go duration (e.g. 90s, 10m)", s.Env, v))
+			return
+		case !s.ZeroOff && (err != nil || d <= 0):
 			r.fail(fmt.Errorf("%s: %q is not a positive Go duration (e.g. 90s, 10m)", s.Env, v))
 			return
 		}

@@ -85,6 +85,13 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			id = "job-fail"
 		}
 		io.WriteString(w, ok(jobJSON(id, "PENDING", "QUEUED", 0, 0, 2, 0, "")))
+	case r.Method == "GET" && r.URL.Path == "/cube/template/from-image" && q.Get("template_id") != "":
+		// The template's latest job (tpl-1, alias web: job-fail).
+		if id := q.Get("template_id"); id != "tpl-1" && id != "web" {
+			io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"template `+id+` not found"}}`)
+			return
+		}
+		io.WriteString(w, ok(f.jobState("job-fail")))
 	case r.Method == "GET" && (r.URL.Path == "/cube/template/from-image" || r.URL.Path == "/cube/template/migrate"):
 		s := f.jobState(q.Get("job_id"))
 		if s == "" {
@@ -183,7 +190,10 @@ func TestCommands(t *testing.T) {
 		{"create error envelope", []string{"tpl", "create-from-image", "--image", "bad:image", "--writable-layer-size", "1Gi"},
 			1, nil, "ret_code 130400: source_image_ref: invalid reference"},
 		{"status", []string{"tpl", "status", "--job-id", "job-fail"}, 0, []string{"job-fail", "RUNNING", "BUILDING_EXT4", "50%"}, ""},
-		{"status unknown job", []string{"tpl", "status", "--job-id", "nope"}, 1, nil, "ret_code 130404: job not found"},
+		{"status unknown job", []string{"tpl", "status", "--job-id", "nope"}, 1, nil, "nope is neither a job id nor a template id or alias"},
+		// A template's id or alias shows its latest job.
+		{"status of a template", []string{"tpl", "status", "tpl-1"}, 0, []string{"job-fail", "RUNNING", "BUILDING_EXT4", "50%"}, ""},
+		{"status of an alias", []string{"tpl", "status", "web"}, 0, []string{"job-fail", "RUNNING"}, ""},
 		{"watch", []string{"tpl", "watch", "--job-id", "job-ok", "--interval", "1ms"}, 0, []string{"READY"}, ""},
 		{"redo waits", []string{"tpl", "redo", "--template-id", "tpl-1", "--node", "n1", "--failed-only", "--interval", "1ms"},
 			0, []string{"READY", "2/2 ready"}, ""},
@@ -197,7 +207,7 @@ func TestCommands(t *testing.T) {
 		{"alias set", []string{"tpl", "alias", "--template-id", "tpl-1", "--alias", "web"}, 0, []string{"alias of tpl-1 set to web"}, ""},
 		{"alias clear", []string{"tpl", "alias", "--template-id", "tpl-1"}, 0, []string{"alias of tpl-1 cleared"}, ""},
 		{"delete", []string{"tpl", "delete", "--template-id", "tpl-1"}, 0, []string{"template deleted: tpl-1"}, ""},
-		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"building", "40%", "PULLING"}, ""},
+		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"status:", "BUILDING", "40%", "PULLING"}, ""},
 		{"http 404", []string{"tpl", "build-status", "--build-id", "zz"}, 1, nil, "HTTP 404 Not Found: ret_code -1: Not Found"},
 	}
 	for _, tc := range tests {
@@ -534,6 +544,38 @@ func TestDeleteAsksOnATerminal(t *testing.T) {
 		}
 		if code != tc.code || deletes != tc.deletes {
 			t.Errorf("input %q %v: exit %d with %d deletes, want %d with %d (stderr %q)", tc.input, tc.args, code, deletes, tc.code, tc.deletes, errb.String())
+		}
+	}
+}
+
+// TestCompletionOffersTemplates: shell completion of a TEMPLATE argument
+// or --template-id offers the master's template ids and aliases.
+func TestCompletionOffersTemplates(t *testing.T) {
+	_, global := start(t)
+	cases := []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"tpl", "info", ""}, []string{"tpl-1\tREADY web", "web\talias of tpl-1", "tpl-2\tFAILED"}, nil},
+		{[]string{"tpl", "delete", "w"}, []string{"web\talias of tpl-1"}, []string{"tpl-1"}},
+		{[]string{"tpl", "redo", "--template-id", "tpl-"}, []string{"tpl-1", "tpl-2"}, []string{"web"}},
+		{[]string{"tpl", "status", "t"}, []string{"tpl-1", "tpl-2"}, nil},
+	}
+	for _, tc := range cases {
+		r := runCLI(t, global, append([]string{"__complete"}, tc.args...)...)
+		if r.code != 0 {
+			t.Fatalf("__complete %q: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("__complete %q offers %q, want %q among them", tc.args, r.stdout, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(r.stdout, n+"\t") {
+				t.Errorf("__complete %q offers %q, which does not start with the prefix", tc.args, n)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -45,6 +46,9 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 			Reason: "envd injection was requested but this control plane has no envd binary configured"}
 	}
 	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
+		return nil, err
+	}
+	if err := s.checkScopeKnown(ctx, req.InstanceType, req.DistributionScope); err != nil {
 		return nil, err
 	}
 	res, err := s.submitFromImage(ctx, n)
@@ -130,4 +134,46 @@ func sortedStrings(in []string) []string {
 	out := slices.Clone(in)
 	slices.Sort(out)
 	return out
+}
+
+// checkScopeKnown refuses a distribution scope entry that names no node:
+// neither a node id the directory knows (healthy or not) nor the IP of a
+// healthy node of the instance type. Such a job could only fail later, at
+// DISTRIBUTING, after the whole build. A known node that is down is left
+// to distribution, which records it.
+func (s *Service) checkScopeKnown(ctx context.Context, instanceType string, scope []string) error {
+	if len(scope) == 0 {
+		return nil
+	}
+	if instanceType == "" {
+		instanceType = core.DefaultInstanceType
+	}
+	healthy, err := s.Nodes.HealthyNodes(ctx, instanceType)
+	if err != nil {
+		return fmt.Errorf("list healthy %s nodes: %w", instanceType, err)
+	}
+	var unknown []string
+	for _, want := range scope {
+		if slices.ContainsFunc(healthy, func(n ports.Node) bool { return n.ID == want || n.IP != "" && n.IP == want }) {
+			continue
+		}
+		switch _, err := s.Nodes.Get(ctx, want); {
+		case err == nil:
+		case errors.Is(err, core.ErrNotFound):
+			unknown = append(unknown, want)
+		default:
+			return fmt.Errorf("node %s: %w", want, err)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	known := make([]string, 0, len(healthy))
+	for _, n := range healthy {
+		known = append(known, n.ID)
+	}
+	slices.Sort(known)
+	return &core.FieldError{Field: "distribution_scope", Reason: fmt.Sprintf("%s: no such node (healthy %s nodes: %s)",
+		strings.Join(unknown, ", "), instanceType, firstString(strings.Join(known, ", "), "none"))}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +37,7 @@ var rootMount = json.RawMessage(`{"name":"` + RootfsWritableVolume + `","contain
 // will carry, so that a bad override fails the create call instead of the
 // resume pipeline later: volume mounts must be objects and must not mount
 // "/" (the writable rootfs belongs to the template); security_context and
-// probe must be JSON objects.
+// probe must be JSON objects; resources must be quantities above zero.
 func ValidateOverrides(req *core.FromImageRequest) error {
 	_, err := overrideMounts(req)
 	if err != nil {
@@ -63,6 +64,9 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 			}
 		}
 	}
+	if err := validateResources("container_overrides.resources", o.Resources); err != nil {
+		return err
+	}
 	for field, raw := range map[string]json.RawMessage{"security_context": o.SecurityContext, "probe": o.Probe} {
 		if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 			continue
@@ -73,6 +77,31 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 		}
 	}
 	return nil
+}
+
+// quantityPattern is a Kubernetes-style quantity without a sign: 2, 0.5,
+// 2000m, 512Mi, 2Gi.
+var quantityPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$`)
+
+// validateResources checks cpu and mem (and their limit) of an override:
+// each, when given, a quantity above zero. A node handed -5 or "lots"
+// would fail the template late, at snapshot time.
+func validateResources(field string, r *core.Resource) error {
+	if r == nil {
+		return nil
+	}
+	for _, q := range []struct{ name, v string }{{"cpu", r.CPU}, {"mem", r.Mem}} {
+		name, v := q.name, q.v
+		if v == "" {
+			continue
+		}
+		n := strings.TrimRight(v, "mkMGTPEi")
+		if f, err := strconv.ParseFloat(n, 64); !quantityPattern.MatchString(v) || err != nil || f <= 0 {
+			return &core.FieldError{Field: field + "." + name,
+				Reason: fmt.Sprintf("%q is not a quantity above zero (for example 2000m or 2 for cpu, 2000Mi or 2Gi for mem)", v)}
+		}
+	}
+	return validateResources(field+".limit", r.Limit)
 }
 
 func overrideMounts(req *core.FromImageRequest) ([]json.RawMessage, error) {

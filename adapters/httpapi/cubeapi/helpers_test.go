@@ -85,7 +85,7 @@ func (s *services) ListTemplates(context.Context) ([]control.Template, error) {
 		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
 }
 func (s *services) GetTemplate(_ context.Context, id string) (*control.Template, error) {
-	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias,
+	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias, JobID: "job-1",
 		Replicas:      []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady}},
 		CreateRequest: `{"annotations":{"a":"b"}}`}, s.rec("GetTemplate", id)
 }

@@ -217,3 +217,60 @@ func TestEnvelopeErrorsAreCounted(t *testing.T) {
 		t.Fatal("a success was counted as an error")
 	}
 }
+
+// TestOpenAPIDeclaresHowEachRouteAuthenticates: every operation carries
+// "security", matching how the router guards it: the public API's bearer
+// token or upstream's signed headers, the shared token, an artifact's own
+// token, or nothing; every scheme it names is declared.
+func TestOpenAPIDeclaresHowEachRouteAuthenticates(t *testing.T) {
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths      map[string]map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			SecuritySchemes map[string]json.RawMessage `json:"securitySchemes"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	public := `[{"bearerAuth":[]},{"cubeNonce":[],"cubeSgnMethod":[],"cubeSignature":[],"cubeTimestamp":[],"cubeUserID":[]}]`
+	want := map[routes.Kind]string{
+		routes.Public:   public,
+		routes.Internal: `[{"callbackToken":[]}]`,
+		routes.Ops:      `[]`,
+	}
+	for _, r := range CubeMasterRoutes() {
+		w, ok := want[r.Kind]
+		switch {
+		case r.Pattern == PathCompat: // proxied, behind the public credentials
+			w = public
+		case r.Pattern == PathDownload:
+			w = `[{"artifactToken":[]}]`
+		case r.Pattern == PathCA: // the certificate is anyone's, the key needs the token
+			w = `[{},{"callbackToken":[]}]`
+		case !ok:
+			t.Fatalf("%s: no expectation for kind %s", r.Key(), r.Kind)
+		}
+		sec, present := doc.Paths[r.Pattern][strings.ToLower(r.Method)]["security"]
+		var got any
+		if present {
+			json.Unmarshal(sec, &got)
+		}
+		norm, _ := json.Marshal(got)
+		if !present || string(norm) != w {
+			t.Errorf("%s: security %s (present %v), want %s", r.Key(), norm, present, w)
+		}
+		var reqs []map[string]any
+		json.Unmarshal(sec, &reqs)
+		for _, req := range reqs {
+			for name := range req {
+				if doc.Components.SecuritySchemes[name] == nil {
+					t.Errorf("%s names scheme %s, which is not declared", r.Key(), name)
+				}
+			}
+		}
+	}
+}

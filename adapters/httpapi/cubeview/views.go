@@ -45,15 +45,19 @@ type ArtifactInfo struct {
 	SourceImageRef          string `json:"source_image_ref,omitempty"`
 	SourceImageDigest       string `json:"source_image_digest,omitempty"`
 	MasterNodeID            string `json:"master_node_id,omitempty"`
-	MasterNodeIP            string `json:"master_node_ip,omitempty"`
-	Ext4Path                string `json:"ext4_path,omitempty"`
-	Ext4SHA256              string `json:"ext4_sha256,omitempty"`
-	Ext4SizeBytes           int64  `json:"ext4_size_bytes,omitempty"`
-	WritableLayerSize       string `json:"writable_layer_size,omitempty"`
-	Status                  string `json:"status,omitempty"`
-	LastError               string `json:"last_error,omitempty"`
-	StorageBackend          string `json:"storage_backend,omitempty"`
-	ObjectKey               string `json:"object_key,omitempty"`
+	// MasterNodeIP is upstream's misnamed column and field: it holds the
+	// download base URL (http://host:port), not an IP. Kept for upstream's
+	// clients; DownloadBaseURL says the same under its real name.
+	MasterNodeIP      string `json:"master_node_ip,omitempty"`
+	DownloadBaseURL   string `json:"download_base_url,omitempty"`
+	Ext4Path          string `json:"ext4_path,omitempty"`
+	Ext4SHA256        string `json:"ext4_sha256,omitempty"`
+	Ext4SizeBytes     int64  `json:"ext4_size_bytes,omitempty"`
+	WritableLayerSize string `json:"writable_layer_size,omitempty"`
+	Status            string `json:"status,omitempty"`
+	LastError         string `json:"last_error,omitempty"`
+	StorageBackend    string `json:"storage_backend,omitempty"`
+	ObjectKey         string `json:"object_key,omitempty"`
 }
 
 // NewJobInfo is the view of a job and, if known, its artifact.
@@ -82,7 +86,8 @@ func NewArtifactInfo(a *core.Artifact) *ArtifactInfo {
 	return &ArtifactInfo{
 		ArtifactID: a.ArtifactID, TemplateSpecFingerprint: a.Fingerprint, SourceImageRef: a.SourceImageRef,
 		SourceImageDigest: a.SourceImageDigest, MasterNodeID: a.MasterNodeID, MasterNodeIP: a.DownloadBaseURL,
-		Ext4Path: a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
+		DownloadBaseURL: a.DownloadBaseURL,
+		Ext4Path:        a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
 		WritableLayerSize: a.WritableLayerSize, Status: string(a.Status), LastError: a.LastError,
 		StorageBackend: a.StorageBackend, ObjectKey: a.ObjectKey,
 	}

@@ -19,7 +19,9 @@ func TestArtifactViewHidesTheToken(t *testing.T) {
 	if strings.Contains(string(b), "tok-secret") {
 		t.Fatalf("the view leaks the download token: %s", b)
 	}
-	if v := NewArtifactInfo(a); v.MasterNodeIP != "http://m:8089" || v.Ext4SHA256 != "abc" {
+	// master_node_ip is upstream's name for the download base URL; the
+	// view carries it under its real name too.
+	if v := NewArtifactInfo(a); v.MasterNodeIP != "http://m:8089" || v.DownloadBaseURL != "http://m:8089" || v.Ext4SHA256 != "abc" {
 		t.Fatalf("artifact view %+v", v)
 	}
 	if NewJobInfo(nil, a) != nil || NewArtifactInfo(nil) != nil {

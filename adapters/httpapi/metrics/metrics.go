@@ -42,6 +42,7 @@ const (
 	CallbackStale     = "stale"     // receiver: duplicate or late, acknowledged
 	CallbackRejected  = "rejected"  // receiver: bad body, unknown job, refused transition
 	CallbackError     = "error"     // receiver: internal failure (the sender retries)
+	CallbackAbandoned = "abandoned" // receiver: the sender hung up before the answer
 )
 
 // Metrics holds the collectors.
@@ -61,6 +62,13 @@ type Metrics struct {
 	// operation and result (ok, error); NodeOpDuration times them.
 	NodeOps        *prometheus.CounterVec
 	NodeOpDuration *prometheus.HistogramVec // labels: op
+	// Builds counts the data plane's finished builds by result (built,
+	// reused, failed).
+	Builds *prometheus.CounterVec
+	// Jobs counts jobs this process moved to a terminal status, by
+	// operation and result (ready, partially_ready, failed): the master
+	// finishes most; the data plane's reconciler fails abandoned ones.
+	Jobs *prometheus.CounterVec
 
 	active   atomic.Int64
 	activeFn atomic.Pointer[func() int]
@@ -110,6 +118,14 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 			Help:    "Node RPC latency by operation.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
 		}, []string{"op"}),
+		Builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "builds_total",
+			Help: "Finished builds by result: built, reused (an existing artifact), failed.",
+		}, []string{"result"}),
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "jobs_finished_total",
+			Help: "Jobs this process moved to a terminal status, by operation and result (ready, partially_ready, failed).",
+		}, []string{"operation", "result"}),
 	}
 	m.ActiveBuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "active_builds",
@@ -120,8 +136,8 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 		}
 		return float64(m.active.Load())
 	})
-	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors}
-	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds}
+	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors, m.Jobs}
+	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds, m.Builds}
 	nodes := []prometheus.Collector{m.NodeOps, m.NodeOpDuration}
 	cs := common
 	switch role {
@@ -195,6 +211,29 @@ func (m *Metrics) ActiveBuildsFrom(fn func() int) {
 func (m *Metrics) Callback(result string) {
 	if m != nil {
 		m.Callbacks.WithLabelValues(result).Inc()
+	}
+}
+
+// Build results.
+const (
+	BuildBuilt  = "built"
+	BuildReused = "reused"
+	BuildFailed = "failed"
+)
+
+// BuildFinished counts one finished build (one of the Build* results).
+func (m *Metrics) BuildFinished(result string) {
+	if m != nil {
+		m.Builds.WithLabelValues(result).Inc()
+	}
+}
+
+// JobFinished counts a job that reached a terminal status: operation is
+// its operation (CREATE, REDO, ...), result ready, partially_ready or
+// failed.
+func (m *Metrics) JobFinished(operation, result string) {
+	if m != nil {
+		m.Jobs.WithLabelValues(operation, result).Inc()
 	}
 }
 

@@ -2,6 +2,7 @@ package tcapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -210,21 +211,43 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// ready is GET /ready: /health's checks, each named.
+// ready is GET /ready: /health's checks, each named, in the master's
+// document. A request that carries the shared token (the master's own
+// readiness check) also learns whether it is this service's: two services
+// configured with different tokens cannot talk, so neither is ready.
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {
-	resp := ReadyResponse{Status: "ready", Checks: map[string]string{"artifact_store": "ok", "database": "ok"}}
-	if s.cfg.Store == nil {
-		resp.Status, resp.Checks["artifact_store"] = "unavailable", "not attached"
+	checks := []wire.ReadyCheck{
+		{Name: "artifact_store", Failure: "not attached", Run: func(context.Context) (string, error) {
+			if s.cfg.Store == nil {
+				return "", errors.New("no artifact store attached")
+			}
+			return "", nil
+		}},
+		{Name: "database", Failure: dbNotReachable, Run: func(ctx context.Context) (string, error) {
+			if s.cfg.Readiness == nil {
+				return "", nil
+			}
+			return "", s.cfg.Readiness(ctx)
+		}},
 	}
-	if !s.databaseReady(r) {
-		resp.Status, resp.Checks["database"] = "unavailable", dbNotReachable
+	if len(r.Header.Values(auth.Header)) > 0 {
+		got := r.Header.Get(auth.Header)
+		checks = append(checks, wire.ReadyCheck{Name: TokenCheck, Failure: TokenMismatch, Run: func(context.Context) (string, error) {
+			if s.cfg.InsecureNoToken || s.cfg.Token != "" && auth.Equal(got, s.cfg.Token) {
+				return "", nil
+			}
+			return "", errors.New("the caller's " + auth.Header + " is not this service's CUBE_TEMPLATE_CALLBACK_TOKEN")
+		}})
 	}
-	code := http.StatusOK
-	if resp.Status != "ready" {
-		code = http.StatusServiceUnavailable
-	}
-	wire.WriteJSON(w, code, resp)
+	wire.ServeReady(w, r, s.log, checks)
 }
+
+// TokenCheck names /ready's check of the caller's token, and TokenMismatch
+// is its answer when the tokens differ.
+const (
+	TokenCheck    = "callback_token"
+	TokenMismatch = "does not match CUBE_TEMPLATE_CALLBACK_TOKEN here"
+)
 
 // dbNotReachable is what /health and /ready answer for a failed Readiness.
 const dbNotReachable = "not reachable"

@@ -3,6 +3,7 @@ package tcapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,9 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
 )
 
@@ -195,23 +198,42 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 }
 
+// TestReadyNamesEachCheck: /ready answers the master's document (one
+// shape for both services), and a caller sending a token learns whether it
+// is this service's: with different tokens neither side is ready.
 func TestReadyNamesEachCheck(t *testing.T) {
 	st := fileStore(t)
+	up := func(context.Context) error { return nil }
 	cases := []struct {
 		name string
 		cfg  Config
+		hdr  map[string]string
 		code int
 		want string
 	}{
-		{"ready", Config{Store: st, Readiness: func(context.Context) error { return nil }}, 200, `"database":"ok"`},
-		{"db down", Config{Store: st, Readiness: func(context.Context) error { return errors.New("db gone") }}, 503, `"database":"not reachable"`},
-		{"no store", Config{}, 503, `"artifact_store":"not attached"`},
+		{"ready", Config{Store: st, Readiness: up}, nil, 200, `"database":{"status":"ok"}`},
+		{"db down", Config{Store: st, Readiness: func(context.Context) error { return errors.New("db gone") }}, nil, 503,
+			`"database":{"status":"failed","error":"not reachable"}`},
+		{"no store", Config{}, nil, 503, `"artifact_store":{"status":"failed","error":"not attached"}`},
+		{"same token", Config{Store: st, Readiness: up, Token: "tok-0123456789abcdef"}, map[string]string{auth.Header: "tok-0123456789abcdef"}, 200,
+			`"callback_token":{"status":"ok"}`},
+		{"another token", Config{Store: st, Readiness: up, Token: "tok-0123456789abcdef"}, map[string]string{auth.Header: "tok-fedcba9876543210"}, 503,
+			`"callback_token":{"status":"failed","error":"does not match CUBE_TEMPLATE_CALLBACK_TOKEN here"}`},
 	}
 	for _, tc := range cases {
-		rec := do(t, New(tc.cfg), call{method: http.MethodGet, target: PathReady})
+		rec := do(t, New(tc.cfg), call{method: http.MethodGet, target: PathReady, header: tc.hdr})
 		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
 			t.Errorf("%s: %d %s, want %d with %s", tc.name, rec.Code, rec.Body, tc.code, tc.want)
 		}
+		dec := json.NewDecoder(rec.Body)
+		dec.DisallowUnknownFields()
+		var doc wire.ReadyResponse
+		if err := dec.Decode(&doc); err != nil || doc.Status == "" || len(doc.Checks) == 0 {
+			t.Errorf("%s: not the readiness document (%v): %+v", tc.name, err, doc)
+		}
+	}
+	if rec := do(t, New(cases[0].cfg), call{method: http.MethodGet, target: PathReady}); strings.Contains(rec.Body.String(), "callback_token") {
+		t.Errorf("a caller without a token is told about it: %s", rec.Body)
 	}
 }
 
@@ -226,7 +248,7 @@ func TestReadinessHidesTheError(t *testing.T) {
 		want string
 	}{
 		{"health", PathHealth, `{"error":"database: not reachable","status":"unavailable"}`},
-		{"ready", PathReady, `"database":"not reachable"`},
+		{"ready", PathReady, `"database":{"status":"failed","error":"not reachable"}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,5 +269,37 @@ func TestReadinessHidesTheError(t *testing.T) {
 				t.Errorf("the error is not logged for the operator:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestOpenAPIDeclaresSecurity: every operation says how it authenticates;
+// the internal ones with the shared token, downloads with the artifact's.
+func TestOpenAPIDeclaresSecurity(t *testing.T) {
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range TemplateCenterRoutes() {
+		sec, ok := doc.Paths[r.Pattern][strings.ToLower(r.Method)]["security"]
+		if !ok {
+			t.Errorf("%s declares no security", r.Key())
+			continue
+		}
+		switch r.Kind {
+		case routes.Internal:
+			if !strings.Contains(string(sec), "callbackToken") {
+				t.Errorf("%s: security %s, want the callback token", r.Key(), sec)
+			}
+		case routes.Download:
+			if !strings.Contains(string(sec), "artifactToken") {
+				t.Errorf("%s: security %s, want the artifact's token", r.Key(), sec)
+			}
+		}
 	}
 }

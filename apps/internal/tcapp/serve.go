@@ -40,7 +40,10 @@ const ShutdownTimeout = 30 * time.Second
 // Check validates what serve needs before anything is opened.
 func Check(cfg config.Config) error {
 	// Fail closed: without a shared secret the internal API would be open.
-	return auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken)
+	if err := auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken); err != nil {
+		return err
+	}
+	return cfg.CheckSharedDatabase(config.DataPlane)
 }
 
 // Run serves the data plane on ln until ctx ends, then shuts down
@@ -206,7 +209,7 @@ func provideServe(i do.Injector, o Options) {
 		if o.Store != nil {
 			return o.Store, nil
 		}
-		return startup.OpenStore(context.Background(), "CUBE_TEMPLATE_CENTER_DB_DSN", cfg.DBDSN)
+		return startup.OpenStore(context.Background(), cfg.DatabaseSetting(config.DataPlane), cfg.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
 		if o.Locker != nil {
@@ -271,13 +274,21 @@ func provideServe(i do.Injector, o Options) {
 		}
 		m := do.MustInvoke[*metrics.Metrics](i)
 		e := &data.Executor{
-			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
+			Store: startup.CountJobOutcomes(st, m), Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
 			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
 						m.ObservePhase(string(ph), d)
 					}
+				}
+				switch {
+				case o.Err != nil:
+					m.BuildFinished(metrics.BuildFailed)
+				case o.Reused:
+					m.BuildFinished(metrics.BuildReused)
+				default:
+					m.BuildFinished(metrics.BuildBuilt)
 				}
 			}},
 		}
@@ -302,7 +313,8 @@ func provideServe(i do.Injector, o Options) {
 		if rc.StaleAfter > 0 {
 			running = rc.StaleAfter
 		}
-		return &data.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
+		return &data.Reconciler{Store: startup.CountJobOutcomes(do.MustInvoke[*entstore.Store](i), do.MustInvoke[*metrics.Metrics](i)),
+			Locker: locker, Clock: system.Clock{},
 			Config: data.ReconcilerConfig{
 				Disabled: rc.Disabled, Interval: rc.Interval, PendingStaleAfter: rc.PendingStaleAfter,
 				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/apps/config"
@@ -63,5 +64,23 @@ func TestStoreKindNamesTheOpenedStore(t *testing.T) {
 				t.Fatalf("opened a %s store, StoreKind says %s", got, want)
 			}
 		})
+	}
+}
+
+// TestCheckRefusesTheMastersDatabaseOnly: a data plane given only
+// CUBE_MASTER_DB_DSN (which it does not read) would build into its own
+// SQLite file; it refuses, naming the variable it lacks.
+func TestCheckRefusesTheMastersDatabaseOnly(t *testing.T) {
+	env := map[string]string{"CUBE_MASTER_DB_DSN": "mysql://u:p@tcp(db:3306)/cube", "CUBE_TEMPLATE_CALLBACK_TOKEN": "0123456789abcdef0123"}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(cfg); err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_DB_DSN is not set for templatecenter") {
+		t.Fatalf("Check: %v, want a refusal naming CUBE_TEMPLATE_CENTER_DB_DSN", err)
+	}
+	env["CUBE_TEMPLATE_CENTER_DB_DSN"] = env["CUBE_MASTER_DB_DSN"]
+	if cfg, _ = config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); Check(cfg) != nil {
+		t.Fatalf("Check with both: %v", Check(cfg))
 	}
 }

@@ -91,6 +91,13 @@ func TestMakeDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	// The summary is read after the demo ended: every file it names exists.
+	_, summary, _ := bytes.Cut(out, []byte("Demo summary"))
+	for _, p := range regexp.MustCompile(`/[^\s:;()]+`).FindAll(summary, -1) {
+		if _, err := os.Stat(string(p)); err != nil {
+			t.Errorf("the summary names %s, which is gone after the demo: %v", p, err)
+		}
+	}
 }
 
 // scrape returns the value of one series (name{labels}) on a /metrics page.
@@ -146,6 +153,9 @@ func TestMetricsAfterARealBuild(t *testing.T) {
 		{m, `cube_template_node_operations_total{node="node-1",op="app_snapshot",result="ok"}`, 1},
 		{m, `cube_template_status_callbacks_total{result="applied"}`, 1},
 		{m, `cube_template_http_errors_total{code="130404",method="GET",route="/cube/template"}`, 1},
+		// Outcomes: the build on the data plane, the job on the master.
+		{tc, `cube_template_builds_total{result="built"}`, 1},
+		{m, `cube_template_jobs_finished_total{operation="CREATE",result="ready"}`, 1},
 	}
 	for _, c := range checks {
 		v, ok := value(c.page, c.series)
