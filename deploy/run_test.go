@@ -193,7 +193,8 @@ func TestComposeServicesRunAsTheImageUser(t *testing.T) {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	exported := map[string]string{"CUBE_TEMPLATE_CALLBACK_TOKEN": "compose-callback-token-0123456789", "CUBE_MASTER_TOKEN": "compose-api-token-0123456789abcdef"}
+	exported := map[string]string{"CUBE_TEMPLATE_CALLBACK_TOKEN": "compose-callback-token-0123456789", "CUBE_MASTER_TOKEN": "compose-api-token-0123456789abcdef",
+		"CUBE_MASTER_NODE_TOKEN": "compose-node-token-0123456789abcdef"}
 	interpolate := regexp.MustCompile(`\$\{([A-Z0-9_]+)(:\?[^}]*)?\}`)
 
 	img := readImage(t)
