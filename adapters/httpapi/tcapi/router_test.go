@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/hostilehttp"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
@@ -247,5 +248,28 @@ func TestReadinessHidesTheError(t *testing.T) {
 				t.Errorf("the error is not logged for the operator:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestHostileRequestsKeepMetricsSmall: methods of hundreds of KiB and
+// random paths, sent without credentials, leave /metrics a few KiB with a
+// bounded number of series: the method label is one of a fixed set and
+// the route label a registered pattern or "unmatched" (404 and 405
+// included). Before, each method became a label value kept for the life of
+// the process.
+func TestHostileRequestsKeepMetricsSmall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.DataPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Token: "internal-token-0123456789", Metrics: m, Gatherer: reg, Store: fileStore(t), Artifacts: &fakeLookup{}})
+	s := hostilehttp.Flood(t, h, PathMetrics, 40, 300, "/", "/cube/template/", "/tc/api/v1/", PathDownload+"/", PathHealth)
+	t.Logf("after the hostile requests: /metrics is %d bytes, %d HTTP series", s.Bytes, s.HTTPSeries)
+	if s.Bytes > 64<<10 || s.HTTPSeries > 200 {
+		t.Fatalf("after hostile requests /metrics is %d bytes with %d HTTP series (want at most 64 KiB and 200)", s.Bytes, s.HTTPSeries)
+	}
+	if !strings.Contains(s.Body, `method="OTHER"`) || !strings.Contains(s.Body, `route="unmatched"`) {
+		t.Fatalf("hostile requests not counted under OTHER / unmatched:\n%.2000s", s.Body)
 	}
 }
