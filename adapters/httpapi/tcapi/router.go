@@ -120,8 +120,8 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: wire.PathArtifactUpload, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Download},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Download},
-		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
-		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
@@ -165,11 +165,14 @@ func New(cfg Config) chi.Router {
 		r.Post(wire.PathBuild, s.build)
 		r.Post(wire.PathArtifactDelete, s.deleteArtifact)
 		r.Post(wire.PathArtifactUpload, s.upload)
+		// Compat names every template and node: callers reach it through
+		// the master's public API (authenticated there), which forwards
+		// it with the internal token.
+		r.Get(PathCompat, s.compatReport)
+		r.Post(PathCompat, s.compatRescan)
 	})
 	r.Get(PathDownload, s.download)
 	r.Head(PathDownload, s.download)
-	r.Get(PathCompat, s.compatReport)
-	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)
 	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/hostilehttp"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
@@ -52,7 +53,7 @@ func TestTemplateCenterRoutesExcludeWritesAndCachedReads(t *testing.T) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Kind != routes.Internal && r.Pattern != PathCompat {
 			t.Errorf("%s is a write outside the internal API", r.Key())
 		}
-		if r.Kind == routes.Internal && !strings.HasPrefix(r.Pattern, "/tc/api/v1/") {
+		if r.Kind == routes.Internal && !strings.HasPrefix(r.Pattern, "/tc/api/v1/") && r.Pattern != PathCompat {
 			t.Errorf("internal route %s outside /tc/api/v1", r.Key())
 		}
 		for _, banned := range []string{"from-image", "redo", "migrate", "alias", "build/", "rootfs-artifact", "snapshot", "sandbox"} {
@@ -160,9 +161,10 @@ func TestCompat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := do(t, New(Config{Compat: tc.compat}), call{method: tc.method, target: PathCompat, body: strings.NewReader(tc.body)})
+			rec := do(t, New(Config{Token: testToken, Compat: tc.compat}), call{method: tc.method, target: PathCompat,
+				body: strings.NewReader(tc.body), header: map[string]string{auth.Header: testToken}})
 			if rec.Code != 200 {
-				t.Fatalf("public route answered HTTP %d", rec.Code)
+				t.Fatalf("envelope route answered HTTP %d", rec.Code)
 			}
 			m := jsonBody(t, rec)
 			if got := m["ret"].(map[string]any)["ret_code"].(float64); got != tc.wantCode {
@@ -271,5 +273,37 @@ func TestHostileRequestsKeepMetricsSmall(t *testing.T) {
 	}
 	if !strings.Contains(s.Body, `method="OTHER"`) || !strings.Contains(s.Body, `route="unmatched"`) {
 		t.Fatalf("hostile requests not counted under OTHER / unmatched:\n%.2000s", s.Body)
+	}
+}
+
+// TestCompatNeedsTheInternalToken: the compat report names every template
+// and node, so the data plane serves it only to internal callers (the
+// master forwards its public, authenticated route with the token).
+// Before, anyone who reached the data plane could read and rescan it.
+func TestCompatNeedsTheInternalToken(t *testing.T) {
+	rep := &core.CompatReport{Templates: []core.TemplateCompat{{TemplateID: "tpl-1", Status: core.CompatUnknown}}}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		header map[string]string
+		want   int
+	}{
+		{"no token sent", Config{Token: testToken}, nil, http.StatusUnauthorized},
+		{"wrong token", Config{Token: testToken}, map[string]string{auth.Header: "guess"}, http.StatusUnauthorized},
+		{"no token configured", Config{}, nil, http.StatusServiceUnavailable},
+		{"the token", Config{Token: testToken}, map[string]string{auth.Header: testToken}, http.StatusOK},
+		{"insecure no-token mode", Config{InsecureNoToken: true}, nil, http.StatusOK},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			f := &fakeCompat{rep: rep}
+			tc.cfg.Compat = f
+			rec := do(t, New(tc.cfg), call{method: method, target: PathCompat, header: tc.header})
+			if rec.Code != tc.want {
+				t.Errorf("%s: %s: %d, want %d: %s", tc.name, method, rec.Code, tc.want, rec.Body)
+			}
+			if tc.want != http.StatusOK && (f.n != 0 || strings.Contains(rec.Body.String(), "tpl-1")) {
+				t.Errorf("%s: %s: a refused caller rescanned or saw the report", tc.name, method)
+			}
+		}
 	}
 }
