@@ -157,8 +157,14 @@ func New(cfg Config) chi.Router {
 	}
 
 	r := chi.NewRouter()
-	// Both only observe or turn panics into 500s; neither can answer 200.
-	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+	// The first two only observe or turn panics into 500s; neither can
+	// answer 200. A credential header sent twice is refused before any
+	// route judges either.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log), auth.SingleCredentials(func(w http.ResponseWriter, _ *http.Request, msg string) {
+		wire.WriteError(w, http.StatusBadRequest, msg)
+	}))
+	r.NotFound(wire.NotFound)
+	r.MethodNotAllowed(wire.MethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
 		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))

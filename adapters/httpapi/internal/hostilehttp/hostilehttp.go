@@ -109,3 +109,39 @@ func randomPath(rng *rand.Rand) string {
 	}
 	return strings.TrimSuffix(sb.String(), "/")
 }
+
+// SlowBody serves h on a loopback server and sends it a request that
+// announces a body of 1 MiB but sends 16 bytes of it and then nothing,
+// as a client trickling its body would. It returns the answer's status
+// and headers, read while the body is still incomplete: a route that
+// refuses the caller must answer without waiting for the body, and close
+// the connection rather than read the rest. A server that waits fails the
+// test when the guard deadline passes (a hang guard, not a measurement).
+func SlowBody(t testing.TB, h http.Handler, method, target string, header http.Header) *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Type: application/json\r\n", method, target, 1<<20)
+	for k, vs := range header {
+		for _, v := range vs {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n{\"job_id\":\"j\",  ")
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s %s with an unfinished body: no answer while the body is incomplete: %v", method, target, err)
+	}
+	resp.Body.Close()
+	return resp
+}
