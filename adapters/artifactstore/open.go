@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ type storeURL struct {
 	// file://
 	dir       string
 	createDir bool
+	fileMode  os.FileMode
 	// s3://
 	s3 S3Config
 	// gs://: the bucket URL handed to gcsblob, prefix removed
@@ -36,7 +38,7 @@ var secretParams = []string{"access_key", "secret_key", "access_key_id", "secret
 
 // Open opens the store a URL names:
 //
-//	file:///abs/dir[?create_dir=true][&prefix=p]
+//	file:///abs/dir[?create_dir=true][&file_mode=0640][&prefix=p]
 //	s3://bucket?endpoint=host:port&region=r&use_path_style=true&disable_https=true[&prefix=p]
 //	gs://bucket[?prefix=p][&gcsblob parameters]
 //	mem://[?prefix=p]
@@ -60,7 +62,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 func (su *storeURL) open(ctx context.Context) (*Store, error) {
 	switch su.scheme {
 	case BackendFile:
-		db, err := openDir(su.dir, su.createDir)
+		db, err := openDir(su.dir, su.createDir, su.fileMode)
 		if err != nil {
 			return nil, err
 		}
@@ -144,6 +146,10 @@ func (su *storeURL) parseFile(u *url.URL, q url.Values) error {
 	if su.createDir, err = boolParam(q, "create_dir"); err != nil {
 		return err
 	}
+	if su.fileMode, err = ParseFileMode(q.Get("file_mode")); err != nil {
+		return &core.FieldError{Field: "file_mode", Reason: err.Error()}
+	}
+	q.Del("file_mode")
 	return onlyParams(q)
 }
 
@@ -206,4 +212,23 @@ func redactURLString(raw string) string {
 		s += "?<redacted>"
 	}
 	return s
+}
+
+// ParseFileMode reads the permission of a file store's objects: octal
+// permission bits ("0640", "640"), never writable by others; "" is
+// DefaultFileMode. Objects need at least the owner's read and write.
+func ParseFileMode(v string) (os.FileMode, error) {
+	if v = strings.TrimSpace(v); v == "" {
+		return DefaultFileMode, nil
+	}
+	n, err := strconv.ParseUint(v, 8, 32)
+	switch {
+	case err != nil || n > 0o777:
+		return 0, fmt.Errorf("%q is not octal permission bits such as 0640", v)
+	case n&0o600 != 0o600:
+		return 0, fmt.Errorf("%s leaves the owner (this service) unable to read or write its objects; want at least 0600", v)
+	case n&0o002 != 0:
+		return 0, fmt.Errorf("%s lets everyone write the objects; want at most 0644", v)
+	}
+	return os.FileMode(n), nil
 }

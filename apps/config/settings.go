@@ -85,6 +85,13 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN", YAML: "callback_insecure_no_token", Service: Both,
 			Doc:   "`true` lets a service start without a token, leaving the internal routes open. Never in production.",
 			Field: func(c *Config) any { return &c.CallbackInsecureNoToken }},
+		{Env: "CUBE_TEMPLATE_HTTP_MAX_CONNECTIONS", YAML: "http.max_connections", Service: Both,
+			Doc: "Most connections each service's HTTP listener serves at once; more wait to be accepted. Bounds the descriptors idle or slow clients can take " +
+				"(every node downloading at once counts, on the master's listener and the data plane's).",
+			Field: func(c *Config) any { return &c.HTTP.MaxConnections }},
+		{Env: "CUBE_TEMPLATE_HTTP_IDLE_TIMEOUT", YAML: "http.idle_timeout", Service: Both,
+			Doc:   "A keep-alive connection that sends no next request for this long is closed (upstream kept them 360 s). A Go duration.",
+			Field: func(c *Config) any { return &c.HTTP.IdleTimeout }},
 		{Env: "CUBE_AUTO_MIGRATION", YAML: "auto_migration", Service: Both,
 			Doc:   "`false` skips the schema migrations at start-up, leaving them to `templatecenter migrate` / `cubemaster migrate` run out of band (as upstream).",
 			Field: func(c *Config) any { return &c.AutoMigrate }},
@@ -104,6 +111,11 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
 			Doc:   "Artifact store as a gocloud URL (`file:///dir`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
+		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
+			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
+				"Never readable by everyone by default: an image can hold secrets. A Cubelet or upstream master that reads the files as another user needs the group, or `0644`. " +
+				"Applied to existing files when the store opens; a `file://` store URL's `file_mode` parameter wins.",
+			Field: func(c *Config) any { return &c.ArtifactFileMode }},
 		{Env: "CUBE_ARTIFACT_STORE_BACKEND", YAML: "artifact_store_backend", Service: Both,
 			Doc:   "Upstream's store switch: `fs` turns S3 off even when CUBE_S3_* are all set (they are then the volume plugins'); empty or `s3` is S3 when fully configured. Another value is read as `s3`, with a warning.",
 			Field: func(c *Config) any { return &c.ArtifactStoreBackend }},

@@ -131,7 +131,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	if a := cfg.Master.Auth; a.Enabled {
 		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
 			"signature_expiry", a.Expiry.String())
@@ -147,7 +151,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:

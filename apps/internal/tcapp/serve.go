@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,7 +114,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds,
 		"gzip_decoder", gzipDescription(fl))
 
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
 	go func() {
@@ -127,7 +132,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		}
 	}()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -386,9 +391,23 @@ func localPath(cfg config.Config) func(key string) string {
 // OpenArtifactStore picks the artifact store: an explicit URL, else S3 when
 // fully configured, else the local directory (created if missing).
 func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.Store, error) {
+	mode, err := artifactstore.ParseFileMode(cfg.ArtifactFileMode)
+	if err != nil {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE: %w", err)
+	}
+	fileMode := fmt.Sprintf("%04o", mode)
 	switch {
 	case cfg.ArtifactStoreURL != "":
-		return artifactstore.Open(ctx, cfg.ArtifactStoreURL)
+		u := cfg.ArtifactStoreURL
+		if strings.HasPrefix(u, "file:") && !strings.Contains(u, "file_mode=") {
+			// The setting applies unless the URL says otherwise.
+			sep := "?"
+			if strings.Contains(u, "?") {
+				sep = "&"
+			}
+			u += sep + "file_mode=" + fileMode
+		}
+		return artifactstore.Open(ctx, u)
 	case cfg.S3.Enabled():
 		return artifactstore.OpenS3(ctx, artifactstore.S3Config{
 			Endpoint: cfg.S3.Endpoint, Bucket: cfg.S3.Bucket, Region: cfg.S3.Region, AccessKey: cfg.S3.AccessKey,
@@ -401,7 +420,7 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 	}
 	// url.URL escapes '#', '?' and '%' in the name, which the file store's
 	// URL parsing decodes back to dir.
-	u := url.URL{Scheme: "file", Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(dir), RawQuery: "create_dir=1&file_mode=" + fileMode}
 	return artifactstore.Open(ctx, u.String())
 }
 
