@@ -257,6 +257,12 @@ type Master struct {
 	CADir string `yaml:"ca_dir"`
 	// Auth is the public API's authentication.
 	Auth Auth `yaml:"auth"`
+	// SealingKeys seal the registry credentials kept for redo
+	// (CUBE_MASTER_SEALING_KEYS: id:secret,...; the first seals, all
+	// open), else the key file SealingKeyFile
+	// (CUBE_MASTER_SEALING_KEY_FILE). Neither: credentials are not kept.
+	SealingKeys    string `yaml:"-"`
+	SealingKeyFile string `yaml:"sealing_key_file"`
 }
 
 // Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;

@@ -267,6 +267,14 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_LOG_FORMAT", YAML: "master.log.format", Service: ControlPlane,
 			Doc:   "Master log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Master.Log.Format }},
+		{Env: "CUBE_MASTER_SEALING_KEYS", Service: ControlPlane, Secret: true,
+			Doc: "Keys that seal the registry credentials a template was created with, kept for redo: `id:secret,...` (ids of letters, digits, `-`, `_`; secrets of at least 32 characters, `openssl rand -hex 32`). " +
+				"The first seals, every one listed opens: to rotate, put a new key first and keep the old one until the master has started once (it seals every value again with the first key when it starts). " +
+				"Give every master replica the same keys. Unset, and without CUBE_MASTER_SEALING_KEY_FILE, credentials are not kept (a redo that rebuilds a private image needs them again); values sealed before with a key derived from the callback token still open, and are sealed again once a key is set.",
+			Field: func(c *Config) any { return &c.Master.SealingKeys }},
+		{Env: "CUBE_MASTER_SEALING_KEY_FILE", YAML: "master.sealing_key_file", Service: ControlPlane,
+			Doc:   "File holding the sealing keys instead (one `id:secret` a line, `#` comments; the first seals), readable by its owner only (mode 0600). CUBE_MASTER_SEALING_KEYS wins. `cubemaster dev` creates one in its data directory.",
+			Field: func(c *Config) any { return &c.Master.SealingKeyFile }},
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
 			Field: func(c *Config) any { return &c.Master.CADir }},

@@ -78,7 +78,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		s.plainInternal(w, r, fmt.Errorf("look up artifact %s: %w", id, err))
 		return
 	}
-	if !auth.Equal(token, a.DownloadToken) {
+	if !s.cfg.DownloadTokens.Valid(a.ArtifactID, a.DownloadToken, token) {
 		s.refuseDownload(w, r, id, "missing or wrong download token")
 		return
 	}

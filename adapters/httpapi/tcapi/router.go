@@ -88,6 +88,10 @@ type Config struct {
 	// upload answer (upstream masters record it); nil or "" for remote
 	// stores.
 	LocalPath func(key string) string
+	// DownloadTokens checks a download's token against the artifact row's
+	// seed (core.DownloadTokens, keyed by the callback token). The zero
+	// value compares the row's value itself, as upstream did.
+	DownloadTokens core.DownloadTokens
 	// SpoolDir holds an upload in upstream's multipart form while it is
 	// hashed, when the artifact row records no sha256 and size to verify it
 	// against (default os.TempDir()).

@@ -113,6 +113,16 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	// Credentials sealed with an older key, or the old way (with the
+	// callback token), are sealed again with the current key.
+	switch n, stale, bad, err := svc.ResealCredentials(ctx); {
+	case err != nil:
+		log.Warn("sealing registry credentials again failed; the next start retries", "err", err)
+	case stale > 0:
+		log.Warn("registry credentials sealed with the callback token's key are kept that way until a sealing key is set (CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)", "jobs", stale)
+	case n > 0 || bad > 0:
+		log.Info("registry credentials sealed again with the current key", "jobs", n, "unreadable", bad)
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err

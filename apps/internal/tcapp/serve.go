@@ -85,6 +85,18 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
+	if core.NewDownloadTokens(cfg.CallbackToken).Keyed() {
+		// Rows whose column holds a token in the clear (adopted from
+		// upstream) get a seed: the old value, in any copy of the
+		// database, then opens nothing.
+		n, err := data.SeedDownloadTokens(ctx, st, system.IDs{})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("download tokens kept in the clear replaced by seeds", "artifacts", n)
+		}
+	}
 	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
@@ -341,9 +353,12 @@ func provideServe(i do.Injector, o Options) {
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			LocalPath: localPath(cfg),
 			SpoolDir:  cfg.WorkDir,
-			Metrics:   do.MustInvoke[*metrics.Metrics](i),
-			Gatherer:  do.MustInvoke[*prometheus.Registry](i),
-			Logger:    log,
+			// Download tokens derive from the callback token the master
+			// shares: the database holds only their seeds.
+			DownloadTokens: core.NewDownloadTokens(cfg.CallbackToken),
+			Metrics:        do.MustInvoke[*metrics.Metrics](i),
+			Gatherer:       do.MustInvoke[*prometheus.Registry](i),
+			Logger:         log,
 		}), nil
 	})
 }
