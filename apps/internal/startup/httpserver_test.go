@@ -24,6 +24,11 @@ func TestHTTPServerDefaults(t *testing.T) {
 	if srv.WriteTimeout != 0 {
 		t.Fatalf("write timeout %v would cap artifact downloads", srv.WriteTimeout)
 	}
+	// Upstream kept idle keep-alive connections 360 s; with many clients
+	// that holds descriptors for nothing.
+	if d.Idle > time.Minute {
+		t.Fatalf("idle timeout %v, want at most a minute", d.Idle)
+	}
 }
 
 // short are timeouts small enough for a test; the assertions below never
