@@ -112,7 +112,7 @@ func Settings() []Setting {
 			Doc:   "Directory of the local (`file://`) artifact store, used unless CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL or S3 is set. Upstream's CUBE_ARTIFACT_STORE_FS_ROOT names it after ours and before the legacy name.",
 			Field: func(c *Config) any { return &c.ArtifactStoreDir }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
-			Doc:   "Artifact store as a gocloud URL (`file:///dir`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
+			Doc:   "Artifact store as a gocloud URL (`file:///dir[?create_dir=true][&file_mode=0640]`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
 			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
