@@ -288,10 +288,26 @@ var (
 
 // NeverAllowedRegistryAddr says why a registry may never be reached at a,
 // whatever the egress settings: a cloud metadata address, link-local,
-// unspecified, multicast or broadcast. It returns "" for other addresses
-// (loopback and private ones are the egress policy's decision).
+// unspecified ("this network", 0.0.0.0/8, included), multicast or
+// broadcast, or an IPv6 address that embeds such an IPv4 address
+// (EmbeddedIPv4s). It returns "" for other addresses (loopback and private
+// ones are the egress policy's decision).
 func NeverAllowedRegistryAddr(a netip.Addr) string {
 	a = a.Unmap()
+	if reason := neverAllowed(a); reason != "" {
+		return reason
+	}
+	for _, e := range EmbeddedIPv4s(a) {
+		if reason := neverAllowed(e.Addr); reason != "" {
+			return "an address embedding " + e.Addr.String() + " (" + e.Form + "), " + reason
+		}
+	}
+	return ""
+}
+
+var thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+
+func neverAllowed(a netip.Addr) string {
 	switch {
 	case !a.IsValid():
 		return "an invalid address"
@@ -299,7 +315,7 @@ func NeverAllowedRegistryAddr(a netip.Addr) string {
 		return "a cloud metadata address"
 	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
 		return "link-local"
-	case a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || a == broadcastAddr:
+	case a.IsUnspecified() || thisNetwork.Contains(a) || a.IsMulticast() || a.IsInterfaceLocalMulticast() || a == broadcastAddr:
 		return "an unspecified, multicast or broadcast address"
 	}
 	return ""

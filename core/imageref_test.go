@@ -12,7 +12,7 @@ func TestValidateImageRef(t *testing.T) {
 		"alpine", "alpine:3.20", "library/alpine", "docker.io/library/alpine:3.20", "registry.example.com/team/app:v1",
 		"registry.example.com:5000/a/b@sha256:" + hex64, "a/b:t@sha512:" + strings.Repeat("b", 128),
 		"localhost:5000/x:1", "localhost/x", "127.0.0.1:5000/x", "10.0.0.1/x", "[::1]:5000/x", "MyHost/x", "a.b./c",
-		"0_0.0/0", "ocidir:///var/layouts/app:v1",
+		"0_0.0/0", "ocidir:///var/layouts/app:v1", "[64:ff9b::808:808]:5000/x", "[64:ff9b::7f00:1]/x", "[2002:a00:1::]/x",
 	} {
 		if err := ValidateImageRef(ref); err != nil {
 			t.Errorf("%q refused: %v", ref, err)
@@ -46,6 +46,13 @@ func TestValidateImageRef(t *testing.T) {
 		{strings.Repeat("a", 252), "longer than 255"},
 		{"localhost", "names no repository"},
 		{"[::ffff:1.2.3.4]/x", "not an image reference"},
+		{"[64:ff9b::a9fe:a9fe]/x", "embedding 169.254.169.254 (NAT64), a cloud metadata address"},
+		{"[64:ff9b:1::a9fe:a9fe]:80/x", "(local-use NAT64 /96), a cloud metadata address"},
+		{"[2002:a9fe:a9fe::]/x", "(6to4), a cloud metadata address"},
+		{"[2001:0:4136:e378:8000:63bf:5601:5601]/x", "(Teredo client), a cloud metadata address"},
+		{"[::a9fe:101]:5000/x", "(IPv4-compatible), link-local"},
+		{"[::ffff:a9fe:a9fe]/x", "a cloud metadata address"},
+		{"[64:ff9b::]/x", "(NAT64), an unspecified"},
 	} {
 		err := ValidateImageRef(tc.ref)
 		var fe *FieldError

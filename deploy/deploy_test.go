@@ -147,12 +147,31 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("%s.service reads the node credential: %v, want %v", svc, got, want)
 		}
 	}
+	// And the key that seals the registry credentials kept for redo: a
+	// key file (one id:secret line) the master's setting names.
+	keyFile := filepath.Join(dest, "etc/cube/sealing.keys")
+	keysFirst, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^k[0-9a-f]{8}:[0-9a-f]{64}$`).Match(keysFirst) {
+		t.Errorf("sealing key file holds no id:secret line (k<8 hex>:<64 hex>)")
+	}
+	if st, _ := os.Stat(keyFile); st.Mode().Perm() != 0o600 {
+		t.Errorf("sealing key file mode %v, want 0600", st.Mode().Perm())
+	}
+	if got := env["CUBE_MASTER_SEALING_KEY_FILE"]; len(got) != 1 || got[0] != "/etc/cube/sealing.keys" {
+		t.Errorf("CUBE_MASTER_SEALING_KEY_FILE is %v, want the file install.sh writes", got)
+	}
 	if got := env["CUBE_NODEAGENT_MASTER_URLS"]; len(got) != 1 || got[0] != "http://127.0.0.1:8089" {
 		t.Errorf("the node agent downloads from %v, want the master on this host", got)
 	}
 	install()
 	if again, _ := os.ReadFile(nodeFile); !bytes.Equal(nodeFirst, again) {
 		t.Error("a second install replaced the node credential")
+	}
+	if again, _ := os.ReadFile(keyFile); !bytes.Equal(keysFirst, again) {
+		t.Error("a second install replaced the sealing key")
 	}
 	if again, _ := os.ReadFile(tokenFile); !bytes.Equal(first, again) {
 		t.Error("a second install replaced the token")
@@ -244,6 +263,9 @@ func TestComposeFile(t *testing.T) {
 	node := doc.Services["nodeagent"]
 	if m["CUBE_MASTER_NODE_TOKEN"] == "" || m["CUBE_MASTER_NODE_TOKEN"] != node.Environment["CUBE_NODEAGENT_TOKEN"] {
 		t.Errorf("node credential: master %q, node agent %q; want one value", m["CUBE_MASTER_NODE_TOKEN"], node.Environment["CUBE_NODEAGENT_TOKEN"])
+	}
+	if !strings.Contains(m["CUBE_MASTER_SEALING_KEYS"], "${CUBE_MASTER_SEALING_KEYS:?") || tc["CUBE_MASTER_SEALING_KEYS"] != "" {
+		t.Errorf("sealing keys: master %q, data plane %q; want the master's from $CUBE_MASTER_SEALING_KEYS only", m["CUBE_MASTER_SEALING_KEYS"], tc["CUBE_MASTER_SEALING_KEYS"])
 	}
 	if !strings.Contains(strings.Join(node.Command, " "), "--master-urls "+m["CUBE_MASTER_DOWNLOAD_BASE_URL"]) {
 		t.Errorf("the node agent's command %q does not download from the master's %s", node.Command, m["CUBE_MASTER_DOWNLOAD_BASE_URL"])
@@ -464,6 +486,10 @@ func TestHelmModes(t *testing.T) {
 			if sec := find(docs, "Secret", "-node-token"); sec == nil || path(sec, "data", "token") == nil ||
 				m["CUBE_MASTER_NODE_TOKEN"] != "secret:t-node-token/token" || d["CUBE_MASTER_NODE_TOKEN"] != "" {
 				t.Errorf("node credential: master %q, data plane %q, want the master's from a generated Secret", m["CUBE_MASTER_NODE_TOKEN"], d["CUBE_MASTER_NODE_TOKEN"])
+			}
+			if sec := find(docs, "Secret", "-sealing-keys"); sec == nil || path(sec, "data", "keys") == nil ||
+				m["CUBE_MASTER_SEALING_KEYS"] != "secret:t-sealing-keys/keys" || d["CUBE_MASTER_SEALING_KEYS"] != "" {
+				t.Errorf("sealing keys: master %q, data plane %q, want the master's from a generated Secret", m["CUBE_MASTER_SEALING_KEYS"], d["CUBE_MASTER_SEALING_KEYS"])
 			}
 			checkPodSecurity(t, docs, readImage(t))
 			if svc := find(docs, "Service", "-templatecenter"); path(svc, "spec", "type") != "ClusterIP" {

@@ -129,6 +129,16 @@ func TestChartPodsRunAsTheImageUser(t *testing.T) {
 			t.Logf("%s %s %s: %s", pd.name[1:], probe, p, strings.TrimSpace(body))
 		}
 	}
+	keepsCredentials(t, pods[1].p)
+}
+
+// keepsCredentials fails when the master, ready, said it has no sealing
+// key: it would then not keep the registry credentials a redo needs.
+func keepsCredentials(t *testing.T, master *proc) {
+	t.Helper()
+	if out := master.output(); strings.Contains(out, "registry credentials are not kept") {
+		t.Errorf("the master has no sealing key:\n%s", out)
+	}
 }
 
 // renderedSecrets maps the render's Secrets: name -> key -> value.
@@ -194,7 +204,7 @@ func TestComposeServicesRunAsTheImageUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	exported := map[string]string{"CUBE_TEMPLATE_CALLBACK_TOKEN": "compose-callback-token-0123456789", "CUBE_MASTER_TOKEN": "compose-api-token-0123456789abcdef",
-		"CUBE_MASTER_NODE_TOKEN": "compose-node-token-0123456789abcdef"}
+		"CUBE_MASTER_NODE_TOKEN": "compose-node-token-0123456789abcdef", "CUBE_MASTER_SEALING_KEYS": "compose:" + strings.Repeat("5e", 32)}
 	interpolate := regexp.MustCompile(`\$\{([A-Z0-9_]+)(:\?[^}]*)?\}`)
 
 	img := readImage(t)
@@ -259,4 +269,5 @@ func TestComposeServicesRunAsTheImageUser(t *testing.T) {
 	if !strings.Contains(body, `"nodes":{"status":"ok","detail":"1/1 healthy"}`) {
 		t.Errorf("the master is ready without the node agent: %s", body)
 	}
+	keepsCredentials(t, procs["cubemaster"])
 }

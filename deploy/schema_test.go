@@ -40,7 +40,7 @@ func TestHelmRendersValidKubernetes(t *testing.T) {
 		"read-write-many":    {"--set", dsn, "--set", "artifactStore.pvc.accessMode=ReadWriteMany", "--set", "master.replicas=2"},
 		"auth off":           {"--set", dsn, "--set", "auth.enabled=false"},
 		"existing secrets": {"--set", "database.existingSecret=db", "--set", "callbackToken.existingSecret=tok",
-			"--set", "auth.existingSecret=api", "--set", "artifactStore.pvc.existingClaim=claim"},
+			"--set", "auth.existingSecret=api", "--set", "sealingKeys.existingSecret=seal", "--set", "artifactStore.pvc.existingClaim=claim"},
 		"resources": {"--set", dsn, "--set", "master.resources.limits.memory=512Mi", "--set", "templateCenter.resources.requests.cpu=500m"},
 	}
 	for name, args := range modes {

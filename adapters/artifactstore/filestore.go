@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,23 +36,27 @@ const shaXattr = "user.cube.sha256"
 type dirBackend struct {
 	dir  string
 	root *os.Root
+	// fileMode is every object's permission bits, dirMode every
+	// directory's (see ParseFileMode, DirMode).
+	fileMode, dirMode os.FileMode
 	// lock is the store directory, held with a shared flock while the
 	// store is open (nil when the filesystem has no flock): see sweepIfSole.
 	lock *os.File
 }
 
-// fileScheme is file:///abs/dir[?create_dir=true]: a directory on this
-// machine.
+// fileScheme is file:///abs/dir[?create_dir=true][&file_mode=0640]: a
+// directory on this machine.
 var fileScheme = Scheme{Name: BackendFile, Parse: parseFileURL}
 
 // fileURL is a parsed file:// URL.
 type fileURL struct {
 	dir       string
 	createDir bool
+	fileMode  os.FileMode
 }
 
 func (f fileURL) Open(context.Context) (Driver, error) {
-	d, err := openDir(f.dir, f.createDir)
+	d, err := openDir(f.dir, f.createDir, f.fileMode)
 	if err != nil {
 		return nil, err
 	}
@@ -71,12 +76,49 @@ func parseFileURL(u *url.URL, q url.Values) (Opener, error) {
 	if f.createDir, err = boolParam(q, "create_dir"); err != nil {
 		return nil, err
 	}
+	if f.fileMode, err = ParseFileMode(q.Get("file_mode")); err != nil {
+		return nil, &core.FieldError{Field: "file_mode", Reason: err.Error()}
+	}
+	q.Del("file_mode")
 	return f, onlyParams(q)
 }
 
-func openDir(dir string, create bool) (*dirBackend, error) {
+// DefaultFileMode is the permission of stored artifacts: readable by the
+// service's user and group, never by everyone (a template's rootfs can hold
+// its secrets). A Cubelet or upstream master reading the files as another
+// user is given the group, or a wider mode (file_mode).
+const DefaultFileMode os.FileMode = 0o640
+
+// ParseFileMode reads the permission of a file store's objects: octal
+// permission bits ("0640", "640"), never writable by others; "" is
+// DefaultFileMode. Objects need at least the owner's read and write.
+func ParseFileMode(v string) (os.FileMode, error) {
+	if v = strings.TrimSpace(v); v == "" {
+		return DefaultFileMode, nil
+	}
+	n, err := strconv.ParseUint(v, 8, 32)
+	switch {
+	case err != nil || n > 0o777:
+		return 0, fmt.Errorf("%q is not octal permission bits such as 0640", v)
+	case n&0o600 != 0o600:
+		return 0, fmt.Errorf("%s leaves the owner (this service) unable to read or write its objects; want at least 0600", v)
+	case n&0o002 != 0:
+		return 0, fmt.Errorf("%s lets everyone write the objects; want at most 0644", v)
+	}
+	return os.FileMode(n), nil
+}
+
+// DirMode is the permission of the store's directories for objects of
+// mode m: m with search (x) wherever it grants read.
+func DirMode(m os.FileMode) os.FileMode {
+	m &= os.ModePerm
+	return m | (m&0o444)>>2
+}
+
+func openDir(dir string, create bool, mode os.FileMode) (*dirBackend, error) {
+	d := &dirBackend{dir: dir, fileMode: mode, dirMode: DirMode(mode)}
 	if create {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, d.dirMode); err != nil {
 			return nil, fmt.Errorf("create store directory: %w", err)
 		}
 	}
@@ -84,13 +126,37 @@ func openDir(dir string, create bool) (*dirBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store directory (create_dir=true creates it): %w", err)
 	}
-	d := &dirBackend{dir: dir, root: root}
+	d.root = root
 	if err := d.probeXattr(); err != nil {
 		_ = root.Close()
 		return nil, err
 	}
 	d.sweepIfSole()
+	d.applyModes()
 	return d, nil
+}
+
+// applyModes gives the store's directory, and every object and directory
+// in it, the configured modes, so a store written with wider ones (0644 in
+// 0755 directories, before the mode was configurable) is not left readable
+// by everyone. Best effort: an entry it cannot change is left as it is.
+func (d *dirBackend) applyModes() {
+	_ = fs.WalkDir(d.root.FS(), ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		want := d.fileMode
+		switch {
+		case e.IsDir():
+			want = d.dirMode
+		case !e.Type().IsRegular():
+			return nil
+		}
+		if fi, err := e.Info(); err == nil && fi.Mode().Perm() != want {
+			_ = d.root.Chmod(p, want)
+		}
+		return nil
+	})
 }
 
 // sweepIfSole removes the temp files a killed Put left behind (a hard link
@@ -149,7 +215,7 @@ func (d *dirBackend) Put(ctx context.Context, key string, src io.Reader, want po
 	var f *os.File
 	err = d.inDir(dir, func() error {
 		tmp = path.Join(dir, tmpPrefix+randomHex())
-		f, err = d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err = d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		return err
 	})
 	if err != nil {
@@ -169,6 +235,10 @@ func (d *dirBackend) Put(ctx context.Context, key string, src io.Reader, want po
 	}
 	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
 		return fmt.Errorf("record sha256: %w", err)
+	}
+	// Exactly the configured mode, whatever the process's umask.
+	if err := f.Chmod(d.fileMode); err != nil {
+		return err
 	}
 	// The bytes (and the xattr) must be on disk before the name points at
 	// them, or a crash could publish an empty file.
@@ -260,7 +330,7 @@ func (d *dirBackend) putFile(ctx context.Context, key string, src *os.File, want
 	// object (Open hands out the *os.File): its mode and sha256 change
 	// only once its bytes are known to be want, and that change is made
 	// durable before the rename publishes it.
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(d.fileMode); err != nil {
 		return err
 	}
 	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
@@ -317,9 +387,13 @@ func (d *dirBackend) mkdirAll(dir string) error {
 	parent := "."
 	for c := range strings.SplitSeq(dir, "/") {
 		p := path.Join(parent, c)
-		err := d.root.Mkdir(p, 0o755)
+		err := d.root.Mkdir(p, d.dirMode)
 		switch {
 		case err == nil:
+			// Exactly the configured mode, whatever the umask.
+			if err := d.root.Chmod(p, d.dirMode); err != nil {
+				return fmt.Errorf("create directory %s: %w", p, err)
+			}
 			if err := d.syncDir(parent); err != nil {
 				return fmt.Errorf("sync directory: %w", err)
 			}

@@ -27,7 +27,7 @@ var secretParams = []string{"access_key", "secret_key", "access_key_id", "secret
 // scheme; every kind takes ?prefix=p, a folder its keys are kept under.
 // The built-in kinds:
 //
-//	file:///abs/dir[?create_dir=true][&prefix=p]
+//	file:///abs/dir[?create_dir=true][&file_mode=0640][&prefix=p]
 //	s3://bucket?endpoint=host:port&region=r&use_path_style=true&disable_https=true[&prefix=p]
 //	gs://bucket[?prefix=p][&gcsblob parameters]
 //	mem://[?prefix=p]

@@ -61,8 +61,9 @@ func TestParseStoreURL(t *testing.T) {
 		url  string
 		want storeURL
 	}{
-		{"file:///srv/artifacts", storeURL{scheme: "file", opener: fileURL{dir: "/srv/artifacts"}}},
-		{"file://localhost/srv/a/../b/?create_dir=1&prefix=/x/y/", storeURL{scheme: "file", opener: fileURL{dir: "/srv/b", createDir: true}, prefix: "x/y/"}},
+		{"file:///srv/artifacts", storeURL{scheme: "file", opener: fileURL{dir: "/srv/artifacts", fileMode: DefaultFileMode}}},
+		{"file://localhost/srv/a/../b/?create_dir=1&prefix=/x/y/", storeURL{scheme: "file", opener: fileURL{dir: "/srv/b", createDir: true, fileMode: DefaultFileMode}, prefix: "x/y/"}},
+		{"file:///srv/artifacts?file_mode=0644", storeURL{scheme: "file", opener: fileURL{dir: "/srv/artifacts", fileMode: 0o644}}},
 		{"mem://", storeURL{scheme: "mem", opener: memURL{}}},
 		{"mem://name?prefix=p", storeURL{scheme: "mem", opener: memURL{}, prefix: "p/"}},
 		{"s3://bkt?endpoint=127.0.0.1:9000&use_path_style=true&region=eu-west-1&disable_https=true&prefix=cube",

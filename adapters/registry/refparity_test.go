@@ -22,7 +22,9 @@ var refSeeds = []string{
 	"127.0.0.1:5000/a/b", "10.0.0.1/x", "MyHost/x", "a.b./c", "a__b/c--d/e.f", "x:99999/y",
 	"/etc/passwd", "file:///etc/passwd", "ocidir:///etc/secret-layout:latest", "ocifile:///tmp/x.tar", "http://evil.example/x",
 	"169.254.169.254/latest/meta-data:x", "169.254.169.254:80/latest/meta-data", "[fd00:ec2::254]:80/x", "[fe80::1]/x",
-	"[::ffff:169.254.169.254]/x", "100.100.100.200/x", "0.0.0.0:5000/x", "224.0.0.1/x", "metadata.google.internal/x:y",
+	"[::ffff:169.254.169.254]/x", "[64:ff9b::a9fe:a9fe]/x", "[64:ff9b:1::a9fe:a9fe]/x", "[2002:a9fe:a9fe::]/x",
+	"[2001:0:4136:e378:8000:63bf:5601:5601]/x", "[::a9fe:a9fe]/x", "[64:ff9b::7f00:1]:5000/x", "[2002:a00:1::]/x",
+	"100.100.100.200/x", "0.0.0.0:5000/x", "224.0.0.1/x", "metadata.google.internal/x:y",
 	"metadata:80/x", "metadata/x", "ALPINE", "alpine@sha256:abc", "alpine@md5:" + strings.Repeat("0", 32),
 	"alpine@sha256:" + strings.Repeat("A", 64), "alpine:latest\n", "alp\x00ine", "alp ine", "regіstry.example/x",
 	"user:pass@registry.example/x", "a/b:" + strings.Repeat("t", 129), "a/b:" + strings.Repeat("t", 128),
@@ -194,6 +196,17 @@ func TestNamesResolvingToRefusedAddresses(t *testing.T) {
 			"alibaba-metadata.example":     {addr("100.100.100.200")},
 			"private-and-loopback.example": {addr("10.1.1.1"), addr("127.0.0.2")},
 			"loopback-other-octet.example": {addr("127.1.2.3")},
+			// IPv6 answers embedding refused IPv4 addresses (DNS64 makes
+			// these for any name on an IPv6-only host).
+			"nat64-metadata.example":  {addr("64:ff9b::a9fe:a9fe")},
+			"nat64-loopback.example":  {addr("64:ff9b::7f00:1")},
+			"nat64-private.example":   {addr("64:ff9b::a00:1")},
+			"local-nat64.example":     {addr("64:ff9b:1::808:808")},
+			"6to4-loopback.example":   {addr("2002:7f00:1::")},
+			"6to4-metadata.example":   {addr("2002:a9fe:a9fe::")},
+			"teredo-loopback.example": {addr("2001:0:4136:e378:8000:63bf:80ff:fffe")},
+			"compat-loopback.example": {addr("::7f00:1")},
+			"compat-private.example":  {addr("::c0a8:101")},
 		}
 	})
 	for host := range s.egress.resolver.(fakeResolver) {

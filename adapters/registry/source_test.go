@@ -200,13 +200,18 @@ func TestLocalLayoutsOnlyWhenAllowed(t *testing.T) {
 	checkFetched(t, got, layers)
 }
 
+// egressCase is an address host:port resolves to, and whether the default
+// policy (deny) and one allowing loopback and private addresses (denyLoose)
+// refuse it.
+type egressCase struct {
+	host, port, addr string
+	deny, denyLoose  bool
+}
+
 func TestEgressPolicyTable(t *testing.T) {
 	e := newEgress(EgressPolicy{TrustedHosts: []string{"trusted.test:5000"}}, nil, nil, 0)
 	withPrivate := newEgress(EgressPolicy{AllowPrivate: true, AllowLoopback: true}, nil, nil, 0)
-	tests := []struct {
-		host, port, addr string
-		deny, denyLoose  bool
-	}{
+	tests := []egressCase{
 		{"x", "443", "169.254.169.254", true, true},
 		{"x", "443", "::ffff:169.254.169.254", true, true},
 		{"x", "443", "169.254.1.1", true, true},
@@ -227,6 +232,46 @@ func TestEgressPolicyTable(t *testing.T) {
 		{"trusted.test", "6000", "127.0.0.1", true, false},
 		{"x", "443", "8.8.8.8", false, false},
 		{"x", "443", "2001:4860:4860::8888", false, false},
+		{"x", "443", "0.1.2.3", true, true},
+	}
+	// Every IPv6 form that embeds an IPv4 address is judged by it: the
+	// metadata address, loopback, a private and a public address in each.
+	for _, form := range []struct {
+		name                                string
+		metadata, loopback, private, public string
+	}{
+		{"NAT64", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b::808:808"},
+		{"6to4", "2002:a9fe:a9fe::1", "2002:7f00:1::", "2002:c0a8:101::", "2002:808:808::"},
+		{"Teredo client", "2001:0:4136:e378:8000:63bf:5601:5601", "2001:0:4136:e378:8000:63bf:80ff:fffe",
+			"2001:0:4136:e378:8000:63bf:f5ff:fffe", "2001:0:4136:e378:8000:63bf:f7f7:f7f7"},
+		{"Teredo server", "2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7", "2001:0:7f00:1:8000:63bf:f7f7:f7f7",
+			"2001:0:a00:1:8000:63bf:f7f7:f7f7", "2001:0:808:808:8000:63bf:f7f7:f7f7"},
+		{"IPv4-compatible", "::a9fe:a9fe", "::7f00:1", "::a00:1", "::808:808"},
+		{"IPv4-mapped", "::ffff:a9fe:a9fe", "::ffff:7f00:1", "::ffff:a00:1", "::ffff:808:808"},
+		{"IPv4-translated", "::ffff:0:a9fe:a9fe", "::ffff:0:7f00:1", "::ffff:0:a00:1", "::ffff:0:808:808"},
+	} {
+		tests = append(tests,
+			egressCase{"x", "443", form.metadata, true, true},
+			egressCase{"x", "443", form.loopback, true, false},
+			egressCase{"x", "443", form.private, true, false},
+			egressCase{"x", "443", form.public, false, false},
+			egressCase{"trusted.test", "5000", form.loopback, false, false},
+		)
+	}
+	// The local-use NAT64 prefix translates to non-global addresses: it is
+	// private whatever it embeds, and refused outright when it embeds a
+	// metadata or link-local address in any layout it fits.
+	for _, tt := range []struct {
+		addr            string
+		deny, denyLoose bool
+	}{
+		{"64:ff9b:1::808:808", true, false},
+		{"64:ff9b:1::a00:1", true, false},
+		{"64:ff9b:1::7f00:1", true, false},
+		{"64:ff9b:1::a9fe:a9fe", true, true},
+		{"64:ff9b:1:a9fe:a9:fe00::", true, true},
+	} {
+		tests = append(tests, egressCase{"x", "443", tt.addr, tt.deny, tt.denyLoose})
 	}
 	for _, tt := range tests {
 		a := netip.MustParseAddr(tt.addr)
@@ -235,6 +280,34 @@ func TestEgressPolicyTable(t *testing.T) {
 		}
 		if err := withPrivate.checkAddr(tt.host, tt.port, a); (err != nil) != tt.denyLoose {
 			t.Errorf("permissive policy %s:%s -> %s: err %v, want deny=%v", tt.host, tt.port, tt.addr, err, tt.denyLoose)
+		}
+	}
+}
+
+// TestDialJudgesEmbeddedAddresses: the dialer, which every registry
+// connection goes through (redirects and token realms included), refuses
+// a name whose DNS answer, or a literal address, embeds a refused IPv4
+// address, before any socket is made: the error is ErrEgressDenied, and it
+// names the embedded address.
+func TestDialJudgesEmbeddedAddresses(t *testing.T) {
+	addr := netip.MustParseAddr
+	e := newEgress(EgressPolicy{}, nil, fakeResolver{
+		"dns64.test":  {addr("64:ff9b::a9fe:a9fe")},
+		"mixed.test":  {addr("2002:7f00:1::"), addr("::a00:1")},
+		"teredo.test": {addr("2001:0:4136:e378:8000:63bf:80ff:fffe")},
+	}, 0)
+	for _, tc := range []struct{ target, says string }{
+		{"dns64.test:443", "embedding 169.254.169.254 (NAT64)"},
+		{"mixed.test:443", "which embeds 127.0.0.1 (6to4)"},
+		{"teredo.test:443", "which embeds 127.0.0.1 (Teredo client)"},
+		{"[64:ff9b::7f00:1]:443", "which embeds 127.0.0.1 (NAT64)"},
+		{"[64:ff9b:1::808:808]:443", "private 64:ff9b:1::808:808"},
+		{"[::a00:1]:443", "which embeds 10.0.0.1 (IPv4-compatible)"},
+		{"[2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7]:443", "embedding 169.254.169.254 (Teredo server)"},
+	} {
+		_, err := e.DialContext(t.Context(), "tcp", tc.target)
+		if !errors.Is(err, ErrEgressDenied) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("dial %s: %v, want an egress refusal saying %q", tc.target, err, tc.says)
 		}
 	}
 }

@@ -22,6 +22,9 @@ type Config struct {
 	ArtifactStoreDir string `yaml:"artifact_store_dir"`
 	// ArtifactStoreURL overrides the store with a gocloud URL.
 	ArtifactStoreURL string `yaml:"artifact_store_url"`
+	// ArtifactFileMode is the permission of the local store's objects
+	// (octal; directories get search where it grants read).
+	ArtifactFileMode string `yaml:"artifact_file_mode"`
 	// WorkDir holds build scratch space.
 	WorkDir string `yaml:"artifact_work_dir"`
 	// LayerCacheDir and LayerCacheMaxBytes bound the layer cache.
@@ -72,6 +75,9 @@ type Config struct {
 
 	// Log is the data plane's logging (the master has its own, Master.Log).
 	Log Log `yaml:"log"`
+
+	// HTTP bounds each service's HTTP listener.
+	HTTP HTTPLimits `yaml:"http"`
 
 	Reconcile Reconcile `yaml:"reconcile"`
 
@@ -145,6 +151,18 @@ type RequestSettings struct {
 	// (CUBE_MASTER_CREATE_IMAGE_TIMEOUT, a Go duration; upstream
 	// cubelet_conf create_image_timeout_insec; default 300s).
 	CreateImageTimeout time.Duration `yaml:"create_image_timeout"`
+}
+
+// HTTPLimits bound what clients may hold of a service's HTTP listener
+// (CUBE_TEMPLATE_HTTP_*): each service applies them to its own.
+type HTTPLimits struct {
+	// MaxConnections is the most connections the listener serves at once;
+	// more wait in the kernel's backlog, so descriptors are never
+	// exhausted by idle or slow clients.
+	MaxConnections int `yaml:"max_connections"`
+	// IdleTimeout closes a keep-alive connection that sends no next
+	// request for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
 // Log holds a service's logging settings.
@@ -248,6 +266,12 @@ type Master struct {
 	// ReplicaCheckAtOnce bounds the READY replicas one sweep re-checks on
 	// their nodes (CUBE_MASTER_REPLICA_CHECK_AT_ONCE; 0 turns it off).
 	ReplicaCheckAtOnce int `yaml:"replica_check_at_once"`
+	// SealingKeys seal the registry credentials kept for redo
+	// (CUBE_MASTER_SEALING_KEYS: id:secret,...; the first seals, all
+	// open), else the key file SealingKeyFile
+	// (CUBE_MASTER_SEALING_KEY_FILE). Neither: credentials are not kept.
+	SealingKeys    string `yaml:"-"`
+	SealingKeyFile string `yaml:"sealing_key_file"`
 }
 
 // NodeTLS is TLS from the master to its nodes (CUBE_MASTER_NODE_TLS_*):
@@ -318,6 +342,8 @@ func DefaultsFor(d Dirs) Config {
 		Listen:              "127.0.0.1:8090",
 		MasterAddr:          "http://127.0.0.1:8089",
 		Log:                 Log{Level: "info", Format: "json"},
+		HTTP:                HTTPLimits{MaxConnections: 2048, IdleTimeout: 60 * time.Second},
+		ArtifactFileMode:    "0640",
 		Reconcile: Reconcile{
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
@@ -476,6 +502,12 @@ func (c Config) validate() error {
 	}
 	if c.Master.NodeProbeInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)
+	}
+	if c.HTTP.MaxConnections < 1 {
+		return fmt.Errorf("CUBE_TEMPLATE_HTTP_MAX_CONNECTIONS: %d, must be at least 1", c.HTTP.MaxConnections)
+	}
+	if c.HTTP.IdleTimeout <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_HTTP_IDLE_TIMEOUT: %s, must be positive", c.HTTP.IdleTimeout)
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)

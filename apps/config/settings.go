@@ -88,6 +88,13 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN", YAML: "callback_insecure_no_token", Service: Both,
 			Doc:   "`true` lets a service start without a token, leaving the internal routes open. Never in production.",
 			Field: func(c *Config) any { return &c.CallbackInsecureNoToken }},
+		{Env: "CUBE_TEMPLATE_HTTP_MAX_CONNECTIONS", YAML: "http.max_connections", Service: Both,
+			Doc: "Most connections each service's HTTP listener serves at once; more wait to be accepted. Bounds the descriptors idle or slow clients can take " +
+				"(every node downloading at once counts, on the master's listener and the data plane's).",
+			Field: func(c *Config) any { return &c.HTTP.MaxConnections }},
+		{Env: "CUBE_TEMPLATE_HTTP_IDLE_TIMEOUT", YAML: "http.idle_timeout", Service: Both,
+			Doc:   "A keep-alive connection that sends no next request for this long is closed (upstream kept them 360 s). A Go duration.",
+			Field: func(c *Config) any { return &c.HTTP.IdleTimeout }},
 		{Env: "CUBE_AUTO_MIGRATION", YAML: "auto_migration", Service: Both,
 			Doc:   "`false` skips the schema migrations at start-up, leaving them to `templatecenter migrate` / `cubemaster migrate` run out of band (as upstream).",
 			Field: func(c *Config) any { return &c.AutoMigrate }},
@@ -105,8 +112,13 @@ func Settings() []Setting {
 			Doc:   "Directory of the local (`file://`) artifact store, used unless CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL or S3 is set. Upstream's CUBE_ARTIFACT_STORE_FS_ROOT names it after ours and before the legacy name.",
 			Field: func(c *Config) any { return &c.ArtifactStoreDir }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
-			Doc:   "Artifact store as a gocloud URL (`file:///dir`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
+			Doc:   "Artifact store as a gocloud URL (`file:///dir[?create_dir=true][&file_mode=0640]`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
+		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
+			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
+				"Never readable by everyone by default: an image can hold secrets. A Cubelet or upstream master that reads the files as another user needs the group, or `0644`. " +
+				"Applied to existing files when the store opens; a `file://` store URL's `file_mode` parameter wins.",
+			Field: func(c *Config) any { return &c.ArtifactFileMode }},
 		{Env: "CUBE_ARTIFACT_STORE_BACKEND", YAML: "artifact_store_backend", Service: Both,
 			Doc:   "Upstream's store switch: `fs` turns S3 off even when CUBE_S3_* are all set (they are then the volume plugins'); empty or `s3` is S3 when fully configured. Another value is read as `s3`, with a warning.",
 			Field: func(c *Config) any { return &c.ArtifactStoreBackend }},
@@ -262,6 +274,14 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_LOG_FORMAT", YAML: "master.log.format", Service: ControlPlane,
 			Doc:   "Master log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Master.Log.Format }},
+		{Env: "CUBE_MASTER_SEALING_KEYS", Service: ControlPlane, Secret: true,
+			Doc: "Keys that seal the registry credentials a template was created with, kept for redo: `id:secret,...` (ids of letters, digits, `-`, `_`; secrets of at least 32 characters, `openssl rand -hex 32`). " +
+				"The first seals, every one listed opens: to rotate, put a new key first and keep the old one until the master has started once (it seals every value again with the first key when it starts). " +
+				"Give every master replica the same keys. Unset, and without CUBE_MASTER_SEALING_KEY_FILE, credentials are not kept (a redo that rebuilds a private image needs them again); values sealed before with a key derived from the callback token still open, and are sealed again once a key is set.",
+			Field: func(c *Config) any { return &c.Master.SealingKeys }},
+		{Env: "CUBE_MASTER_SEALING_KEY_FILE", YAML: "master.sealing_key_file", Service: ControlPlane,
+			Doc:   "File holding the sealing keys instead (one `id:secret` a line, `#` comments; the first seals), readable by its owner only (mode 0600). CUBE_MASTER_SEALING_KEYS wins. `cubemaster dev` creates one in its data directory.",
+			Field: func(c *Config) any { return &c.Master.SealingKeyFile }},
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
 			Field: func(c *Config) any { return &c.Master.CADir }},

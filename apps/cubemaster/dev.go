@@ -20,6 +20,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
+	"github.com/cubesandbox/templatecenter/adapters/sealer"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/agentapp"
 	"github.com/cubesandbox/templatecenter/apps/internal/devimage"
@@ -197,6 +198,12 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	cfg.LayerCacheDir = filepath.Join(dataDir, "layer-cache")
 	cfg.Builder = ext4stream.Name
 	cfg.CallbackToken = hex.EncodeToString(token)
+	// Registry credentials are sealed with a key kept beside the data,
+	// made on the first run.
+	cfg.Master.SealingKeyFile = filepath.Join(dataDir, "sealing.keys")
+	if _, err := sealer.CreateKeyFile(cfg.Master.SealingKeyFile); err != nil {
+		return fmt.Errorf("sealing key file: %w", err)
+	}
 	cfg.InsecureRegistries = append([]string{reg.Host()}, f.insecure...)
 	cfg.TrustedRegistries = f.trusted
 	cfg.RegistryAllowLoopback = true

@@ -307,7 +307,7 @@ func TestBuiltReportWithNoRowAsksTheDataPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			eq(t, "artifact status", a.Status, core.ArtifactReady)
-			eq(t, "the row keeps the token it was asked with", a.DownloadToken, asked[0])
+			eq(t, "the row keeps the token it was asked with", testDownloadTokens.For(a.ArtifactID, a.DownloadToken), asked[0])
 		})
 	}
 }

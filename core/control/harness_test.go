@@ -160,9 +160,20 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 	}
 	e.svc = &control.Service{
 		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
-		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2},
+		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2, DownloadTokens: testDownloadTokens},
 	}
 	return e
+}
+
+// testDownloadTokens derives download tokens as the apps do, from a
+// callback token.
+var testDownloadTokens = core.NewDownloadTokens("control-test-callback-token")
+
+// nodeToken is the token nodes are given for artifact aid: derived from
+// the seed its row stores.
+func (e *env) nodeToken(aid string) string {
+	e.t.Helper()
+	return testDownloadTokens.For(aid, e.artifact(aid).DownloadToken)
 }
 
 func (e *env) set(fn func()) {

@@ -96,7 +96,7 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 	switch {
 	case err == nil:
 		info := templateOf(def, replicas)
-		info.CreateRequest = def.RequestJSON
+		info.CreateRequest = s.storedRequestWithTokens(ctx, def.RequestJSON)
 		if latest != nil {
 			info.JobID = latest.JobID
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)

@@ -276,10 +276,10 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 		// one without a token cannot be asked at all (ports.DataPlane).
 		row := *m
 		row.Status = core.ArtifactReady
-		row.DownloadToken = s.IDs.NewToken()
+		row.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 		row.GeneratedRequestJSON = ""
 		row.GCDeadline = s.gcDeadline()
-		ok, err := s.DataPlane.ArtifactExists(ctx, &row)
+		ok, err := s.DataPlane.ArtifactExists(ctx, s.withDownloadToken(&row))
 		if err != nil {
 			return fmt.Errorf("artifact %s has no row; checking its bytes: %w", m.ArtifactID, err)
 		}

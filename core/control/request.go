@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -252,12 +253,66 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 // StoredRequest is the definition's request_json: the generated request
 // without the snapshot-create annotation and without a request id, the
 // template id annotation forced (upstream normalizeStoredTemplateRequest).
+//
+// It holds no download token: the artifact's token annotation is left
+// out and the artifact URL loses its token parameter, so the row does not
+// hand anyone who reads the database a working download. WithDownloadToken
+// puts the token back when the request goes to a node.
 func StoredRequest(gen *core.SandboxRequest) *core.SandboxRequest {
 	c := *gen
 	c.RequestID = ""
 	c.Annotations = cloneMap(gen.Annotations)
 	delete(c.Annotations, core.AnnotationAppSnapshotCreate)
+	c.Containers = slices.Clone(gen.Containers)
+	for i, ct := range c.Containers {
+		if ct.Image == nil || ct.Image.Annotations[core.AnnotationArtifactID] == "" {
+			continue
+		}
+		img := *ct.Image
+		img.Annotations = cloneMap(ct.Image.Annotations)
+		delete(img.Annotations, core.AnnotationArtifactToken)
+		if u, ok := img.Annotations[core.AnnotationArtifactURL]; ok {
+			img.Annotations[core.AnnotationArtifactURL] = withURLToken(u, "")
+		}
+		c.Containers[i].Image = &img
+	}
 	return &c
+}
+
+// WithDownloadToken gives every container image of req built from the
+// artifact artifactID its download token (the token annotation and the
+// artifact URL's token parameter), in place: the inverse of what
+// StoredRequest leaves out.
+func WithDownloadToken(req *core.SandboxRequest, artifactID, token string) {
+	for i, ct := range req.Containers {
+		if ct.Image == nil || artifactID == "" || ct.Image.Annotations[core.AnnotationArtifactID] != artifactID {
+			continue
+		}
+		img := *ct.Image
+		img.Annotations = cloneMap(ct.Image.Annotations)
+		img.Annotations[core.AnnotationArtifactToken] = token
+		if u, ok := img.Annotations[core.AnnotationArtifactURL]; ok {
+			img.Annotations[core.AnnotationArtifactURL] = withURLToken(u, token)
+		}
+		req.Containers[i].Image = &img
+	}
+}
+
+// withURLToken sets (or, for "", removes) the token parameter of an
+// artifact download URL; a URL that does not parse is left as it is.
+func withURLToken(raw, token string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	if token == "" {
+		q.Del("token")
+	} else {
+		q.Set("token", token)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // writableRootfs forces readonly_rootfs=false on a security context

@@ -1,7 +1,9 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -48,6 +50,9 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 	merged := MergeTemplateRequest(tpl, req)
 	// The node resolves its local template by id, never by alias.
 	merged.Annotations[core.AnnotationTemplateID] = def.TemplateID
+	if err := s.fillDownloadTokens(ctx, merged); err != nil {
+		return nil, fmt.Errorf("template %s: %w", def.TemplateID, err)
+	}
 	if merged.RequestID == "" {
 		merged.RequestID = s.IDs.NewJobID()
 	}
@@ -56,6 +61,82 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 		out.Alias = key
 	}
 	return out, nil
+}
+
+// fillDownloadTokens gives the artifact images of req the download token of
+// their artifact, which the stored request leaves out (StoredRequest): a
+// node that lacks the artifact fetches it with the URL. An artifact row
+// that is gone leaves its image as it is.
+func (s *Service) fillDownloadTokens(ctx context.Context, req *core.SandboxRequest) error {
+	seen := map[string]bool{}
+	for _, c := range req.Containers {
+		if c.Image == nil {
+			continue
+		}
+		id := c.Image.Annotations[core.AnnotationArtifactID]
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		a, err := s.Store.Artifacts().Get(ctx, id)
+		switch {
+		case isNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("artifact %s: %w", id, err)
+		}
+		WithDownloadToken(req, id, s.downloadToken(a))
+	}
+	return nil
+}
+
+// storedRequestWithTokens is a template's stored request (JSON) as callers
+// are shown it: with the download token of each artifact image filled in
+// (StoredRequest leaves it out). Keys the request types do not know (a
+// row upstream wrote) are kept; JSON that does not parse, or an artifact
+// whose row is gone, is left as it is. The API redacts the token for
+// callers that may not see it.
+func (s *Service) storedRequestWithTokens(ctx context.Context, raw string) string {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var doc map[string]any
+	if dec.Decode(&doc) != nil {
+		return raw
+	}
+	containers, _ := doc["containers"].([]any)
+	changed := false
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		img, _ := cm["image"].(map[string]any)
+		ann, _ := img["annotations"].(map[string]any)
+		id, _ := ann[core.AnnotationArtifactID].(string)
+		if id == "" {
+			continue
+		}
+		a, err := s.Store.Artifacts().Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		token := s.downloadToken(a)
+		if token == "" {
+			continue
+		}
+		ann[core.AnnotationArtifactToken] = token
+		if u, ok := ann[core.AnnotationArtifactURL].(string); ok {
+			ann[core.AnnotationArtifactURL] = withURLToken(u, token)
+		}
+		changed = true
+	}
+	if !changed {
+		return raw
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(doc) != nil {
+		return raw
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // MergeTemplateRequest fills a caller's sandbox request from a template's

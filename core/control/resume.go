@@ -174,10 +174,11 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 
 	// The request nodes snapshot from, generated from THIS template's
 	// request snapshot (never another template's generated request).
+	token := s.downloadToken(p.artifact)
 	ref := core.NodeArtifact{
 		ArtifactID:        p.artifact.ArtifactID,
-		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, p.artifact.DownloadToken),
-		Token:             p.artifact.DownloadToken,
+		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, token),
+		Token:             token,
 		SHA256:            p.artifact.Ext4SHA256,
 		SizeBytes:         p.artifact.Ext4SizeBytes,
 		WritableLayerSize: firstString(p.artifact.WritableLayerSize, job.WritableLayerSize),
@@ -306,7 +307,7 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artif
 			return fmt.Errorf("artifact %s: no download base URL (neither recorded nor configured): %w", a.ArtifactID, core.ErrInvalidArgument)
 		}
 		if a.DownloadToken == "" {
-			a.DownloadToken = s.IDs.NewToken()
+			a.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 		}
 		a.GCDeadline = s.gcDeadline()
 		a.LastError = ""
@@ -333,7 +334,7 @@ func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Arti
 	if a.Status == core.ArtifactReady && a.DownloadToken == "" {
 		updated, err := s.Store.Artifacts().Update(ctx, a.ArtifactID, func(cur *core.Artifact) error {
 			if cur.Status == core.ArtifactReady && cur.DownloadToken == "" {
-				cur.DownloadToken = s.IDs.NewToken()
+				cur.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 			}
 			return nil
 		})
@@ -348,11 +349,25 @@ func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Arti
 	if a.Status != core.ArtifactReady {
 		return a, false, nil
 	}
-	ok, err := s.DataPlane.ArtifactExists(ctx, a)
+	ok, err := s.DataPlane.ArtifactExists(ctx, s.withDownloadToken(a))
 	if err != nil {
 		return nil, false, err
 	}
 	return a, ok, nil
+}
+
+// downloadToken is the token nodes download a's bytes with: derived from
+// the row's seed (core.DownloadTokens), never the stored value itself.
+func (s *Service) downloadToken(a *core.Artifact) string {
+	return s.cfg().DownloadTokens.For(a.ArtifactID, a.DownloadToken)
+}
+
+// withDownloadToken is a copy of a carrying the token nodes download with
+// instead of its seed, for asking the data plane the way nodes ask.
+func (s *Service) withDownloadToken(a *core.Artifact) *core.Artifact {
+	c := *a
+	c.DownloadToken = s.downloadToken(a)
+	return &c
 }
 
 // step applies u to the job. A stale update (a replay behind the job's

@@ -70,6 +70,11 @@ type Config struct {
 	LockWait time.Duration
 	// Batch bounds how many rows one GC or sweep pass looks at.
 	Batch int
+	// DownloadTokens turns an artifact row's stored seed into the token
+	// nodes download with (core.DownloadTokens: derived from the callback
+	// token, which the data plane checks it with). The zero value hands
+	// out the stored value, as upstream did.
+	DownloadTokens core.DownloadTokens
 }
 
 func (c Config) withDefaults() Config {

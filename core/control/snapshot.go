@@ -24,7 +24,7 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 			// The snapshot request carries the artifact URL with its
 			// download token, and a node may quote it: like distribution
 			// errors, the message is stored without it.
-			msg := redact(err.Error(), p.artifact.DownloadToken)
+			msg := redact(redact(err.Error(), s.downloadToken(p.artifact)), p.artifact.DownloadToken)
 			errs[i] = fmt.Sprintf("node %s: %s", n.ID, msg)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
 			rep.LastErrorPhase, rep.CleanupRequired, rep.ErrorMessage = string(core.PhaseSnapshotting), true, msg

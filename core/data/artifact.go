@@ -261,7 +261,7 @@ func (r *run) markReady(res *pipeline.Result) error {
 	}
 	var token string
 	if r.e.IDs != nil {
-		token = r.e.IDs.NewToken()
+		token = core.NewDownloadSeed(r.e.IDs.NewToken())
 	}
 	now := r.e.now()
 	// The write must land even if the build is being cancelled right now:

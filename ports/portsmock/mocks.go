@@ -2851,6 +2851,9 @@ var _ ports.Sealer = &SealerMock{}
 //
 //		// make and configure a mocked ports.Sealer
 //		mockedSealer := &SealerMock{
+//			CurrentFunc: func(sealed string) bool {
+//				panic("mock out the Current method")
+//			},
 //			OpenFunc: func(sealed string) ([]byte, error) {
 //				panic("mock out the Open method")
 //			},
@@ -2864,6 +2867,9 @@ var _ ports.Sealer = &SealerMock{}
 //
 //	}
 type SealerMock struct {
+	// CurrentFunc mocks the Current method.
+	CurrentFunc func(sealed string) bool
+
 	// OpenFunc mocks the Open method.
 	OpenFunc func(sealed string) ([]byte, error)
 
@@ -2872,6 +2878,11 @@ type SealerMock struct {
 
 	// calls tracks calls to the methods.
 	calls struct {
+		// Current holds details about calls to the Current method.
+		Current []struct {
+			// Sealed is the sealed argument value.
+			Sealed string
+		}
 		// Open holds details about calls to the Open method.
 		Open []struct {
 			// Sealed is the sealed argument value.
@@ -2883,8 +2894,41 @@ type SealerMock struct {
 			Plaintext []byte
 		}
 	}
-	lockOpen sync.RWMutex
-	lockSeal sync.RWMutex
+	lockCurrent sync.RWMutex
+	lockOpen    sync.RWMutex
+	lockSeal    sync.RWMutex
+}
+
+// Current calls CurrentFunc.
+func (mock *SealerMock) Current(sealed string) bool {
+	if mock.CurrentFunc == nil {
+		panic("SealerMock.CurrentFunc: method is nil but Sealer.Current was just called")
+	}
+	callInfo := struct {
+		Sealed string
+	}{
+		Sealed: sealed,
+	}
+	mock.lockCurrent.Lock()
+	mock.calls.Current = append(mock.calls.Current, callInfo)
+	mock.lockCurrent.Unlock()
+	return mock.CurrentFunc(sealed)
+}
+
+// CurrentCalls gets all the calls that were made to Current.
+// Check the length with:
+//
+//	len(mockedSealer.CurrentCalls())
+func (mock *SealerMock) CurrentCalls() []struct {
+	Sealed string
+} {
+	var calls []struct {
+		Sealed string
+	}
+	mock.lockCurrent.RLock()
+	calls = mock.calls.Current
+	mock.lockCurrent.RUnlock()
+	return calls
 }
 
 // Open calls OpenFunc.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/hostilehttp"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
@@ -272,5 +273,33 @@ func TestOpenAPIDeclaresHowEachRouteAuthenticates(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHostileRequestsKeepMetricsSmall: methods of hundreds of KiB and
+// random paths, sent without credentials to the public listener, leave
+// /metrics a few KiB with a bounded number of series (see
+// metrics.MethodLabel). Before, 40 methods of 512 KiB made one scrape
+// hundreds of MB.
+func TestHostileRequestsKeepMetricsSmall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &services{}
+	cfg := Config{Token: testToken, Metrics: m, Gatherer: reg, Logger: slog.New(slog.DiscardHandler)}
+	cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := hostilehttp.Flood(t, h, PathMetrics, 40, 300, "/", "/cube/", "/cube/template/", "/cube/template/build/", "/internal/template/jobs/", "/notify/")
+	t.Logf("after the hostile requests: /metrics is %d bytes, %d HTTP series", s.Bytes, s.HTTPSeries)
+	if s.Bytes > 64<<10 || s.HTTPSeries > 200 {
+		t.Fatalf("after hostile requests /metrics is %d bytes with %d HTTP series (want at most 64 KiB and 200)", s.Bytes, s.HTTPSeries)
+	}
+	if !strings.Contains(s.Body, `method="OTHER"`) || !strings.Contains(s.Body, `route="unmatched"`) {
+		t.Fatalf("hostile requests not counted under OTHER / unmatched:\n%.2000s", s.Body)
 	}
 }

@@ -261,10 +261,45 @@ func RecordRetCode(r *http.Request, code int) {
 	}
 }
 
+// Label values of requests outside the fixed sets.
+const (
+	// RouteUnmatched labels a request no route matched (404), and one
+	// whose method the matched path does not serve (405).
+	RouteUnmatched = "unmatched"
+	// MethodOther labels a method outside the standard ones.
+	MethodOther = "OTHER"
+)
+
+// MethodLabel is the method label of a request: one of the standard
+// methods, else MethodOther. net/http accepts any token as a method, up to
+// the header limit (about 1 MiB): used as a label as it came, every odd
+// method would be a new series kept for the life of the process.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return MethodOther
+}
+
+// routeLabel is the route label of a request that was served: the chi
+// pattern that matched it (a registered pattern, so one of a fixed set),
+// RouteUnmatched when none did.
+func routeLabel(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		return rc.RoutePattern()
+	}
+	return RouteUnmatched
+}
+
 // Instrument counts and times requests by chi route pattern (the pattern,
-// not the path, so ids do not explode the label space), and counts failed
-// ones in http_errors_total. It only observes; it never answers a request.
-// Unmatched requests are labelled "unmatched".
+// not the path, so ids do not explode the label space) and by method (one
+// of a fixed set, see MethodLabel), and counts failed ones in
+// http_errors_total. It only observes; it never answers a request.
+// Unmatched requests, 404 and 405 answers are labelled RouteUnmatched, so
+// however many paths and methods callers invent, the label values stay a
+// fixed set.
 func (m *Metrics) Instrument(next http.Handler) http.Handler {
 	if m == nil {
 		return next
@@ -275,21 +310,18 @@ func (m *Metrics) Instrument(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), retCodeKey{}, ret))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
-		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
-		}
 		code := ww.Status()
 		if code == 0 {
 			code = http.StatusOK
 		}
-		m.HTTPRequests.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
-		m.HTTPDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		route, method := routeLabel(r), MethodLabel(r.Method)
+		m.HTTPRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+		m.HTTPDuration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 		switch {
 		case ret.Load() != 0:
-			m.Errors.WithLabelValues(route, r.Method, strconv.FormatInt(ret.Load(), 10)).Inc()
+			m.Errors.WithLabelValues(route, method, strconv.FormatInt(ret.Load(), 10)).Inc()
 		case code >= 400:
-			m.Errors.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
+			m.Errors.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 		}
 	})
 }

@@ -89,6 +89,10 @@ type Config struct {
 	// upload answer (upstream masters record it); nil or "" for remote
 	// stores.
 	LocalPath func(key string) string
+	// DownloadTokens checks a download's token against the artifact row's
+	// seed (core.DownloadTokens, keyed by the callback token). The zero
+	// value compares the row's value itself, as upstream did.
+	DownloadTokens core.DownloadTokens
 	// SpoolDir holds an upload in upstream's multipart form while it is
 	// hashed, when the artifact row records no sha256 and size to verify it
 	// against (default os.TempDir()).
@@ -121,8 +125,8 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: wire.PathArtifactUpload, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Download},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Download},
-		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
-		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
@@ -158,19 +162,28 @@ func New(cfg Config) chi.Router {
 	}
 
 	r := chi.NewRouter()
-	// Both only observe or turn panics into 500s; neither can answer 200.
-	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+	// The first two only observe or turn panics into 500s; neither can
+	// answer 200. A credential header sent twice is refused before any
+	// route judges either.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log), auth.SingleCredentials(func(w http.ResponseWriter, _ *http.Request, msg string) {
+		wire.WriteError(w, http.StatusBadRequest, msg)
+	}))
+	r.NotFound(wire.NotFound)
+	r.MethodNotAllowed(wire.MethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
 		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))
 		r.Post(wire.PathBuild, s.build)
 		r.Post(wire.PathArtifactDelete, s.deleteArtifact)
 		r.Post(wire.PathArtifactUpload, s.upload)
+		// Compat names every template and node: callers reach it through
+		// the master's public API (authenticated there), which forwards
+		// it with the internal token.
+		r.Get(PathCompat, s.compatReport)
+		r.Post(PathCompat, s.compatRescan)
 	})
 	r.Get(PathDownload, s.download)
 	r.Head(PathDownload, s.download)
-	r.Get(PathCompat, s.compatReport)
-	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)
 	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))

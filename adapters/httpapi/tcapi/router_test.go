@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/hostilehttp"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
@@ -54,7 +55,7 @@ func TestTemplateCenterRoutesExcludeWritesAndCachedReads(t *testing.T) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Kind != routes.Internal && r.Pattern != PathCompat {
 			t.Errorf("%s is a write outside the internal API", r.Key())
 		}
-		if r.Kind == routes.Internal && !strings.HasPrefix(r.Pattern, "/tc/api/v1/") {
+		if r.Kind == routes.Internal && !strings.HasPrefix(r.Pattern, "/tc/api/v1/") && r.Pattern != PathCompat {
 			t.Errorf("internal route %s outside /tc/api/v1", r.Key())
 		}
 		for _, banned := range []string{"from-image", "redo", "migrate", "alias", "build/", "rootfs-artifact", "snapshot", "sandbox"} {
@@ -162,9 +163,10 @@ func TestCompat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := do(t, New(Config{Compat: tc.compat}), call{method: tc.method, target: PathCompat, body: strings.NewReader(tc.body)})
+			rec := do(t, New(Config{Token: testToken, Compat: tc.compat}), call{method: tc.method, target: PathCompat,
+				body: strings.NewReader(tc.body), header: map[string]string{auth.Header: testToken}})
 			if rec.Code != 200 {
-				t.Fatalf("public route answered HTTP %d", rec.Code)
+				t.Fatalf("envelope route answered HTTP %d", rec.Code)
 			}
 			m := jsonBody(t, rec)
 			if got := m["ret"].(map[string]any)["ret_code"].(float64); got != tc.wantCode {
@@ -299,6 +301,61 @@ func TestOpenAPIDeclaresSecurity(t *testing.T) {
 		case routes.Download:
 			if !strings.Contains(string(sec), "artifactToken") {
 				t.Errorf("%s: security %s, want the artifact's token", r.Key(), sec)
+			}
+		}
+	}
+}
+
+// TestHostileRequestsKeepMetricsSmall: methods of hundreds of KiB and
+// random paths, sent without credentials, leave /metrics a few KiB with a
+// bounded number of series: the method label is one of a fixed set and
+// the route label a registered pattern or "unmatched" (404 and 405
+// included). Before, each method became a label value kept for the life of
+// the process.
+func TestHostileRequestsKeepMetricsSmall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.DataPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Token: "internal-token-0123456789", Metrics: m, Gatherer: reg, Store: fileStore(t), Artifacts: &fakeLookup{}})
+	s := hostilehttp.Flood(t, h, PathMetrics, 40, 300, "/", "/cube/template/", "/tc/api/v1/", PathDownload+"/", PathHealth)
+	t.Logf("after the hostile requests: /metrics is %d bytes, %d HTTP series", s.Bytes, s.HTTPSeries)
+	if s.Bytes > 64<<10 || s.HTTPSeries > 200 {
+		t.Fatalf("after hostile requests /metrics is %d bytes with %d HTTP series (want at most 64 KiB and 200)", s.Bytes, s.HTTPSeries)
+	}
+	if !strings.Contains(s.Body, `method="OTHER"`) || !strings.Contains(s.Body, `route="unmatched"`) {
+		t.Fatalf("hostile requests not counted under OTHER / unmatched:\n%.2000s", s.Body)
+	}
+}
+
+// TestCompatNeedsTheInternalToken: the compat report names every template
+// and node, so the data plane serves it only to internal callers (the
+// master forwards its public, authenticated route with the token).
+// Before, anyone who reached the data plane could read and rescan it.
+func TestCompatNeedsTheInternalToken(t *testing.T) {
+	rep := &core.CompatReport{Templates: []core.TemplateCompat{{TemplateID: "tpl-1", Status: core.CompatUnknown}}}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		header map[string]string
+		want   int
+	}{
+		{"no token sent", Config{Token: testToken}, nil, http.StatusUnauthorized},
+		{"wrong token", Config{Token: testToken}, map[string]string{auth.Header: "guess"}, http.StatusUnauthorized},
+		{"no token configured", Config{}, nil, http.StatusServiceUnavailable},
+		{"the token", Config{Token: testToken}, map[string]string{auth.Header: testToken}, http.StatusOK},
+		{"insecure no-token mode", Config{InsecureNoToken: true}, nil, http.StatusOK},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			f := &fakeCompat{rep: rep}
+			tc.cfg.Compat = f
+			rec := do(t, New(tc.cfg), call{method: method, target: PathCompat, header: tc.header})
+			if rec.Code != tc.want {
+				t.Errorf("%s: %s: %d, want %d: %s", tc.name, method, rec.Code, tc.want, rec.Body)
+			}
+			if tc.want != http.StatusOK && (f.n != 0 || strings.Contains(rec.Body.String(), "tpl-1")) {
+				t.Errorf("%s: %s: a refused caller rescanned or saw the report", tc.name, method)
 			}
 		}
 	}

@@ -135,6 +135,16 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	// Credentials sealed with an older key, or the old way (with the
+	// callback token), are sealed again with the current key.
+	switch n, stale, bad, err := svc.ResealCredentials(ctx); {
+	case err != nil:
+		log.Warn("sealing registry credentials again failed; the next start retries", "err", err)
+	case stale > 0:
+		log.Warn("registry credentials sealed with the callback token's key are kept that way until a sealing key is set (CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)", "jobs", stale)
+	case n > 0 || bad > 0:
+		log.Info("registry credentials sealed again with the current key", "jobs", n, "unreadable", bad)
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err
@@ -153,7 +163,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	if a := cfg.Master.Auth; a.Enabled {
 		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
 			"signature_expiry", a.Expiry.String())
@@ -172,7 +186,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:

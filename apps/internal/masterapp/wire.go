@@ -155,18 +155,21 @@ func newInjector(w wiring) *do.RootScope {
 			Store: startup.CountJobOutcomes(st, do.MustInvoke[*metrics.Metrics](i)), Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
+				DownloadTokens:  core.NewDownloadTokens(cfg.CallbackToken),
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
 				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
 				DistributionWorkers: cfg.Master.DistributionWorkers},
 		}
-		// Registry credentials are sealed with a key derived from the
-		// callback token every master replica shares.
-		if cfg.CallbackToken != "" {
-			if sl, err := sealer.FromSecret(cfg.CallbackToken); err == nil {
-				svc.Sealer = sl
-			} else {
-				log.Warn("registry credentials are not kept for redo: the callback token is too short to derive a sealing key", "err", err)
-			}
+		// Registry credentials are sealed with keys of their own, never
+		// the callback token; values sealed with it before still open
+		// (and are sealed again when the master starts).
+		sl, err := newSealer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		svc.Sealer = sl
+		if sl.CurrentKey() == "" {
+			log.Warn("registry credentials are not kept for redo: no sealing key (set CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)")
 		}
 		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
 			svc.Envd = envd
@@ -299,4 +302,27 @@ func dataPlaneReady(ctx context.Context, hc *http.Client, tcBase, token string) 
 		return &wire.ReadyFailure{Answer: "not ready", Err: fmt.Errorf("GET %s%s answered %s %s", tcBase, resp.Request.URL.Path, resp.Status, strings.Join(failed, ", "))}
 	}
 	return nil
+}
+
+// newSealer seals with CUBE_MASTER_SEALING_KEYS, else the keys of
+// CUBE_MASTER_SEALING_KEY_FILE; with neither it only opens what was
+// sealed before with the callback token's key.
+func newSealer(cfg config.Config) (*sealer.Sealer, error) {
+	var keys []sealer.Key
+	var err error
+	switch {
+	case strings.TrimSpace(cfg.Master.SealingKeys) != "":
+		if keys, err = sealer.ParseKeys(cfg.Master.SealingKeys); err != nil {
+			return nil, fmt.Errorf("CUBE_MASTER_SEALING_KEYS: %w", err)
+		}
+	case cfg.Master.SealingKeyFile != "":
+		if keys, err = sealer.ReadKeyFile(cfg.Master.SealingKeyFile); err != nil {
+			return nil, fmt.Errorf("CUBE_MASTER_SEALING_KEY_FILE: %w", err)
+		}
+	}
+	sl, err := sealer.New(keys, cfg.CallbackToken)
+	if err != nil {
+		return nil, fmt.Errorf("sealing keys: %w", err)
+	}
+	return sl, nil
 }

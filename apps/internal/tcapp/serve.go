@@ -87,6 +87,18 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
+	if core.NewDownloadTokens(cfg.CallbackToken).Keyed() {
+		// Rows whose column holds a token in the clear (adopted from
+		// upstream) get a seed: the old value, in any copy of the
+		// database, then opens nothing.
+		n, err := data.SeedDownloadTokens(ctx, st, system.IDs{})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("download tokens kept in the clear replaced by seeds", "artifacts", n)
+		}
+	}
 	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
@@ -116,7 +128,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds,
 		"gzip_decoder", gzipDescription(fl))
 
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
 	go func() {
@@ -130,7 +146,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		}
 	}()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -349,9 +365,12 @@ func provideServe(i do.Injector, o Options) {
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			LocalPath: localPath(cfg),
 			SpoolDir:  cfg.WorkDir,
-			Metrics:   do.MustInvoke[*metrics.Metrics](i),
-			Gatherer:  do.MustInvoke[*prometheus.Registry](i),
-			Logger:    log,
+			// Download tokens derive from the callback token the master
+			// shares: the database holds only their seeds.
+			DownloadTokens: core.NewDownloadTokens(cfg.CallbackToken),
+			Metrics:        do.MustInvoke[*metrics.Metrics](i),
+			Gatherer:       do.MustInvoke[*prometheus.Registry](i),
+			Logger:         log,
 		}), nil
 	})
 }
@@ -399,9 +418,14 @@ func localPath(cfg config.Config) func(key string) string {
 // OpenArtifactStore picks the artifact store: an explicit URL, else S3 when
 // fully configured, else the local directory (created if missing).
 func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.Store, error) {
+	mode, err := artifactstore.ParseFileMode(cfg.ArtifactFileMode)
+	if err != nil {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE: %w", err)
+	}
+	fileMode := fmt.Sprintf("%04o", mode)
 	switch {
 	case cfg.ArtifactStoreURL != "":
-		return artifactstore.Open(ctx, cfg.ArtifactStoreURL)
+		return artifactstore.Open(ctx, withFileMode(cfg.ArtifactStoreURL, fileMode))
 	case cfg.S3.Enabled():
 		return artifactstore.OpenS3(ctx, artifactstore.S3Config{
 			Endpoint: cfg.S3.Endpoint, Bucket: cfg.S3.Bucket, Region: cfg.S3.Region, AccessKey: cfg.S3.AccessKey,
@@ -414,7 +438,7 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 	}
 	// url.URL escapes '#', '?' and '%' in the name, which the file store's
 	// URL parsing decodes back to dir.
-	u := url.URL{Scheme: artifactstore.BackendFile, Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
+	u := url.URL{Scheme: artifactstore.BackendFile, Path: filepath.ToSlash(dir), RawQuery: "create_dir=1&file_mode=" + fileMode}
 	return artifactstore.Open(ctx, u.String())
 }
 
@@ -424,4 +448,22 @@ func gzipDescription(fl ports.TreeFlattener) string {
 		return f.Gunzip.String()
 	}
 	return "custom flattener"
+}
+
+// withFileMode gives a file:// store URL the setting's file_mode unless the
+// URL sets its own; other URLs, and URLs Open will refuse, are unchanged.
+func withFileMode(raw, mode string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != artifactstore.BackendFile {
+		return raw
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil || q.Has("file_mode") {
+		return raw
+	}
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += "file_mode=" + mode
+	return u.String()
 }

@@ -6,6 +6,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- define "ctc.tokenSecret" -}}{{ .Values.callbackToken.existingSecret | default (printf "%s-callback-token" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.nodeTokenSecret" -}}{{ .Values.nodeToken.existingSecret | default (printf "%s-node-token" (include "ctc.name" .)) }}{{- end -}}
+{{- define "ctc.sealingKeysSecret" -}}{{ .Values.sealingKeys.existingSecret | default (printf "%s-sealing-keys" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.apiTokenSecret" -}}{{ .Values.auth.existingSecret | default (printf "%s-api-token" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.s3Secret" -}}{{ .Values.s3.existingSecret | default (printf "%s-s3" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.dbSecret" -}}{{ .Values.database.existingSecret | default (printf "%s-database" (include "ctc.name" .)) }}{{- end -}}
