@@ -107,9 +107,9 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 // holds the template's lock.
 func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
-	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
+	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil && !s.freeAbandoned(ctx, active) {
 		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
-	} else if !isNotFound(err) {
+	} else if err != nil && !isNotFound(err) {
 		return nil, nil, false, err
 	}
 	latest, err := s.Store.Jobs().Latest(ctx, tid)

@@ -143,7 +143,7 @@ func newInjector(w wiring) *do.RootScope {
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
-				DistributionWorkers: cfg.Master.DistributionWorkers},
+				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness},
 		}
 		// Registry credentials are sealed with a key derived from the
 		// callback token every master replica shares.

@@ -2,6 +2,8 @@ package tcapp
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +33,32 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
+
+// NewInstanceID names one run of a data-plane process: its host and a
+// random part, new at every start, so a restarted process never passes for
+// the one that died (core/liveness).
+func NewInstanceID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return -1
+	}, host)
+	if len(host) > 48 {
+		host = host[:48]
+	}
+	if host == "" {
+		host = "host"
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "tc-" + host + "-" + hex.EncodeToString(b)
+}
 
 // ShutdownTimeout bounds the graceful part of a shutdown.
 const ShutdownTimeout = 30 * time.Second
@@ -64,6 +90,9 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		o.RegistryObserver = m
 	}
 	o.LongLived = true
+	if o.Instance == "" {
+		o.Instance = NewInstanceID()
+	}
 	i := NewBuildInjector(ctx, o)
 	defer i.Shutdown()
 	do.ProvideValue(i, reg)
@@ -84,6 +113,17 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
+	// The owner lock says this process is alive to the replicas and the
+	// master that judge its builds; it is held before a build is taken.
+	locker, err := do.Invoke[ports.Locker](i)
+	if err != nil {
+		return err
+	}
+	owner, err := liveness.HoldOwner(ctx, locker, o.Instance, log)
+	if err != nil {
+		return err
+	}
+	defer owner.Release()
 	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
@@ -105,7 +145,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
+	log.Info("templatecenter listening", "addr", ln.Addr().String(), "instance", o.Instance, "builder", b.Name(), "builder_format", b.Format(),
 		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", cfg.Backend(),
 		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
 		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
@@ -121,6 +161,13 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Error("reconciler stopped", "err", err)
 		}
 	}()
+	if !cfg.Reconcile.Disabled {
+		// Fails the builds of data planes that died (those of this
+		// process's previous life at once) or hung (core/liveness).
+		judge := &liveness.Judge{Store: st, Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
+			Self: o.Instance, Who: "templatecenter " + o.Instance, Logger: log}
+		go judge.Run(recCtx)
+	}
 	go func() {
 		if err := scrub.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("scrubber stopped", "err", err)
@@ -157,14 +204,15 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	return err
 }
 
-// HeartbeatFor is how often a running build re-reports its status: the
-// executor's default (a minute), but at most a quarter of the shortest
-// reconciler window that judges running builds by their reports, so a
+// HeartbeatFor is how often a running build heartbeats: a sixth of the
+// liveness timeout (core/liveness), and at most a quarter of the shortest
+// reconciler window that judges running builds by their row's age, so a
 // live build is never failed as abandoned between two heartbeats, whatever
 // the windows are set to. Replicas share their settings, so the reconciler
 // of one judges the builds of another by the same rule.
-func HeartbeatFor(rc config.Reconcile) time.Duration {
-	hb := data.DefaultHeartbeatEvery
+func HeartbeatFor(cfg config.Config) time.Duration {
+	rc := cfg.Reconcile
+	hb := liveness.HeartbeatEvery(cfg.BuildLiveness)
 	running := rc.RunningStaleAfter
 	if rc.StaleAfter > 0 {
 		running = rc.StaleAfter
@@ -273,13 +321,14 @@ func provideServe(i do.Injector, o Options) {
 		e := &data.Executor{
 			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
-			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
-				if o.Result != nil {
-					for ph, d := range o.Result.Phases {
-						m.ObservePhase(string(ph), d)
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg), BuildTimeout: cfg.BuildTimeout,
+				Owner: o.Instance, ReportEvery: cfg.ProgressReportInterval, Logger: log, OnDone: func(o data.Outcome) {
+					if o.Result != nil {
+						for ph, d := range o.Result.Phases {
+							m.ObservePhase(string(ph), d)
+						}
 					}
-				}
-			}},
+				}},
 		}
 		m.ActiveBuildsFrom(e.Running)
 		return e, nil
