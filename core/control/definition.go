@@ -148,7 +148,7 @@ func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", r.NodeID, err)
 	}
-	if err := s.Agent.CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
+	if err := s.nodes().CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
 		return fmt.Errorf("cleanup template %s on node %s: %w", r.TemplateID, r.NodeID, err)
 	}
 	return nil

@@ -212,7 +212,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		}
 		start = p.now()
 		onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-		tree, buildRes, err = p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent, nil)
+		tree, buildRes, err = p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), onEvent, writeProgress(onEvent), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +286,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 		res.Phases[core.PhasePulling] += p.since(start)
 		if err == nil {
 			onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom})
 		}
 		fetchDone <- fetched{local, err}
 	}()
@@ -313,7 +313,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, streamer ports.LayerStream
 		return tree, br, err
 	}
 	bstart := p.now()
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), func(Event) {}, closeBlobs)
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), func(Event) {}, writeProgress(onEvent), closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -341,18 +341,38 @@ var errBuilderSize = errors.New("the ext4 builder's result does not match its im
 // flattener still writing stops.
 var errBuilderDone = errors.New("ext4 builder stopped reading the tree")
 
+// Progress of BUILDING_EXT4: from its start to the builder's last byte.
+const (
+	buildProgressFrom = 40
+	buildProgressTo   = 78
+)
+
+// writeProgress turns the builder's progress (ports.BuildSpec.Progress)
+// into BUILDING_EXT4 events.
+func writeProgress(onEvent func(Event)) func(done, total int64) {
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		share := int64(buildProgressTo-buildProgressFrom) * min(max(done, 0), total) / total
+		onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom + int(share)})
+	}
+}
+
 // flattenAndBuild streams the flattened tree straight into the builder.
-// stop, when set, runs once the flatten is cancelled (it unblocks readers
-// of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event), stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// progress, when set, receives the builder's progress. stop, when set,
+// runs once the flatten is cancelled (it unblocks readers of layers still
+// downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, onEvent func(Event), progress func(done, total int64), stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
 		// Only while flattening: returning normally disarms it.
 		defer context.AfterFunc(ctx, stop)()
 	}
-	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+	onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom})
 	spec := ports.BuildSpec{
+		Progress:       progress,
 		OutPath:        out,
 		UUID:           uuidFrom(fp),
 		Time:           at,

@@ -52,6 +52,7 @@ func (*Builder) BuildEntries(ctx context.Context, spec ports.BuildSpec, entries 
 	return writeImage(ctx, spec, id, limit,
 		func(w *fsWriter) error {
 			w.planned = true
+			w.progress = spec.Progress
 			return w.plan(ctx, entries)
 		},
 		func(w *fsWriter, size int64) (string, error) { return w.copyAndHash(ctx, size) })
@@ -272,6 +273,9 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 		full <- dataPiece{b: buf, off: at * blockSize}
 		at += int64(len(buf) / blockSize)
 		buf = <-free
+		if w.progress != nil {
+			w.progress(at-int64(w.dataStart), w.dataEnd-int64(w.dataStart))
+		}
 		return nil
 	}
 	for i, j := range w.jobs {
