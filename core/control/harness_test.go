@@ -180,7 +180,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 		},
 	}
 	e.svc = &control.Service{
-		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
+		Store: e.store, Locker: sharedLocks{e.locker}, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
 		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2},
 	}
 	return e
@@ -385,3 +385,7 @@ func eqSlice(t *testing.T, what string, got, want []string) {
 }
 
 func statusReport(u core.JobUpdate) ports.StatusReport { return ports.StatusReport{Update: u} }
+
+// sharedLocks is the in-process locker seen as a database's: its locks
+// stand for the other processes of the test (a data plane's owner lock).
+type sharedLocks struct{ ports.Locker }

@@ -97,6 +97,14 @@ func (j *Judge) now(ctx context.Context) time.Time {
 	return time.Now()
 }
 
+// locksShared reports whether the locker's locks are seen by every
+// process (a database's); an in-process locker (SQLite's one-process mode)
+// cannot tell whether another process holds its owner lock.
+func (j *Judge) locksShared() bool {
+	l, ok := j.Locker.(ports.ProcessLocal)
+	return !ok || !l.ProcessLocal()
+}
+
 // owners caches, within one pass, whether an owner's process is alive.
 type owners map[string]bool
 
@@ -127,7 +135,7 @@ func (j *Judge) verdict(ctx context.Context, seen owners, job *core.Job, now tim
 	if !BuildPhase(job) {
 		return "", nil
 	}
-	if job.BuildOwner != "" && job.BuildOwner != j.Self {
+	if job.BuildOwner != "" && job.BuildOwner != j.Self && j.locksShared() {
 		alive, err := j.ownerAlive(ctx, seen, job.BuildOwner)
 		if err != nil {
 			return "", err
@@ -191,10 +199,47 @@ func (j *Judge) FailIfAbandoned(ctx context.Context, job *core.Job) (bool, error
 	return !cur.Status.Active(), nil
 }
 
-// Sweep judges every active build job once and fails the abandoned ones.
-// It returns the jobs it failed; a job whose owner's lock cannot be
-// tested is left for the next sweep and its error joined.
-func (j *Judge) Sweep(ctx context.Context) ([]string, error) {
+// FailRestarted fails the active build jobs of previous, an earlier run of
+// the calling data plane (its work directory names it): that process is
+// gone, so its builds are failed at once, whatever locks can tell. When
+// previous still holds its owner lock, another running process uses the
+// same work directory: nothing is failed and the error says so.
+func (j *Judge) FailRestarted(ctx context.Context, previous string) ([]string, error) {
+	if previous == "" || previous == j.Self {
+		return nil, nil
+	}
+	if j.locksShared() {
+		alive, err := j.ownerAlive(ctx, owners{}, previous)
+		if err != nil {
+			return nil, err
+		}
+		if alive {
+			return nil, fmt.Errorf("template center %s, which used this work directory before, is still running: give every replica a work directory of its own", previous)
+		}
+	}
+	jobs, err := j.activeBuilds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var failed []string
+	var errs []error
+	for _, job := range jobs {
+		if job.BuildOwner != previous || !BuildPhase(job) {
+			continue
+		}
+		msg := fmt.Sprintf("build abandoned: its template center (%s) restarted; retry the template", previous)
+		ok, err := j.fail(ctx, job, msg)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			failed = append(failed, job.JobID)
+		}
+	}
+	return failed, errors.Join(errs...)
+}
+
+func (j *Judge) activeBuilds(ctx context.Context) ([]*core.Job, error) {
 	limit := j.ScanLimit
 	if limit <= 0 {
 		limit = DefaultScanLimit
@@ -206,6 +251,17 @@ func (j *Judge) Sweep(ctx context.Context) ([]string, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list active build jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// Sweep judges every active build job once and fails the abandoned ones.
+// It returns the jobs it failed; a job whose owner's lock cannot be
+// tested is left for the next sweep and its error joined.
+func (j *Judge) Sweep(ctx context.Context) ([]string, error) {
+	jobs, err := j.activeBuilds(ctx)
+	if err != nil {
+		return nil, err
 	}
 	now := j.now(ctx)
 	seen := owners{}

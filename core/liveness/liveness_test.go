@@ -11,7 +11,12 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/memstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/liveness"
+	"github.com/cubesandbox/templatecenter/ports"
 )
+
+// sharedLocks is the in-process locker seen as a database's: its locks
+// stand for other processes' (their owner locks).
+type sharedLocks struct{ ports.Locker }
 
 type clock struct {
 	mu sync.Mutex
@@ -42,7 +47,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	c := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	w := &world{t: t, ctx: context.Background(), clock: c, store: memstore.New(memstore.WithClock(c)), locker: memlock.New()}
-	w.judge = &liveness.Judge{Store: w.store, Locker: w.locker, Clock: c, Who: "test"}
+	w.judge = &liveness.Judge{Store: w.store, Locker: sharedLocks{w.locker}, Clock: c, Who: "test"}
 	return w
 }
 
@@ -197,5 +202,45 @@ func TestHoldOwner(t *testing.T) {
 	o.Release()
 	if failed, _ := w.judge.Sweep(w.ctx); len(failed) != 1 {
 		t.Fatal("the build of an owner that released its lock was not failed")
+	}
+}
+
+// With an in-process locker (SQLite's one-process mode) another process's
+// lock cannot be seen: its builds are judged by their heartbeat alone.
+func TestProcessLocalLocksJudgeByHeartbeat(t *testing.T) {
+	w := newWorld(t)
+	w.judge.Locker = w.locker
+	w.job("j", core.JobRunning, core.PhasePulling, "tc-elsewhere", core.OpCreate)
+	if failed, _ := w.judge.Sweep(w.ctx); len(failed) != 0 {
+		t.Fatal("a build was failed for a lock this process cannot see")
+	}
+	w.clock.advance(2 * time.Minute)
+	if failed, _ := w.judge.Sweep(w.ctx); len(failed) != 1 {
+		t.Fatal("a build without a heartbeat for 2m was not failed")
+	}
+}
+
+// A data plane that starts fails at once the builds its previous run (the
+// same work directory) left, unless that run still holds its lock.
+func TestFailRestarted(t *testing.T) {
+	w := newWorld(t)
+	w.judge.Self = "tc-new"
+	w.job("old", core.JobRunning, core.PhaseBuildingExt4, "tc-old", core.OpCreate)
+	w.job("other", core.JobRunning, core.PhaseBuildingExt4, "tc-other", core.OpCreate)
+	w.alive("tc-other")
+	failed, err := w.judge.FailRestarted(w.ctx, "tc-old")
+	if err != nil || len(failed) != 1 || failed[0] != "old" {
+		t.Fatalf("failed %v, %v; want the previous run's job", failed, err)
+	}
+	if j := w.get("old"); !strings.Contains(j.ErrorMessage, "restarted") {
+		t.Errorf("message %q", j.ErrorMessage)
+	}
+	if _, err := w.judge.FailRestarted(w.ctx, "tc-other"); err == nil || w.get("other").Status != core.JobRunning {
+		t.Fatal("the builds of a process that still runs on the same work directory were failed")
+	}
+	w.judge.Locker = w.locker // process-local: the previous run is gone all the same
+	w.job("old2", core.JobRunning, core.PhasePulling, "tc-old2", core.OpCreate)
+	if failed, err := w.judge.FailRestarted(w.ctx, "tc-old2"); err != nil || len(failed) != 1 {
+		t.Fatalf("process-local locks: failed %v, %v", failed, err)
 	}
 }

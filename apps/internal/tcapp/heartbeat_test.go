@@ -33,3 +33,14 @@ func TestHeartbeatFitsTheWindows(t *testing.T) {
 		})
 	}
 }
+
+// The work directory remembers the last data plane that ran on it.
+func TestRecordInstance(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ id, previous string }{{"tc-a", ""}, {"tc-b", "tc-a"}, {"tc-c", "tc-b"}} {
+		prev, err := RecordInstance(dir, tc.id)
+		if err != nil || prev != tc.previous {
+			t.Fatalf("recording %s: previous %q, %v; want %q", tc.id, prev, err, tc.previous)
+		}
+	}
+}

@@ -60,6 +60,33 @@ func NewInstanceID() string {
 	return "tc-" + host + "-" + hex.EncodeToString(b)
 }
 
+// instanceFile, in the work directory, names the data plane that last
+// ran on it.
+const instanceFile = "instance"
+
+// RecordInstance writes id into dir's instance file and returns the id it
+// held: the previous run of this data plane, whose builds a new run fails
+// at once ("" when there was none).
+func RecordInstance(dir, id string) (previous string, err error) {
+	path := filepath.Join(dir, instanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		previous = strings.TrimSpace(string(b))
+	}
+	tmp, err := os.CreateTemp(dir, instanceFile+".*")
+	if err != nil {
+		return previous, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return previous, err
+	}
+	if err := tmp.Close(); err != nil {
+		return previous, err
+	}
+	return previous, os.Rename(tmp.Name(), path)
+}
+
 // ShutdownTimeout bounds the graceful part of a shutdown.
 const ShutdownTimeout = 30 * time.Second
 
@@ -162,10 +189,20 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		}
 	}()
 	if !cfg.Reconcile.Disabled {
-		// Fails the builds of data planes that died (those of this
-		// process's previous life at once) or hung (core/liveness).
+		// Fails the builds of data planes that died or hung
+		// (core/liveness), those of this data plane's previous run (its
+		// work directory names it) at once.
 		judge := &liveness.Judge{Store: st, Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
 			Self: o.Instance, Who: "templatecenter " + o.Instance, Logger: log}
+		prev, err := RecordInstance(cfg.WorkDir, o.Instance)
+		if err != nil {
+			log.Warn("instance id not recorded in the work directory; a restart fails this run's builds only after the liveness timeout", "err", err)
+		}
+		if failed, err := judge.FailRestarted(ctx, prev); err != nil {
+			log.Warn("builds of the previous run not failed", "previous", prev, "err", err)
+		} else if len(failed) > 0 {
+			log.Warn("failed the builds this data plane's previous run left", "previous", prev, "jobs", failed)
+		}
 		go judge.Run(recCtx)
 	}
 	go func() {
