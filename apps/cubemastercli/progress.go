@@ -311,8 +311,11 @@ func nodeNames(j *cubeview.JobInfo) (waiting, failed []string) {
 func plainLine(j *cubeview.JobInfo, pct int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %d%%", j.Status, dash(j.Phase), pct)
-	if j.PullTotalBytes > 0 {
+	if j.PullTotalBytes > 0 && (j.Phase == "PULLING" || j.PullDownloadedBytes < j.PullTotalBytes) {
 		fmt.Fprintf(&b, " pull %s/%s layers %d/%d", humanBytes(j.PullDownloadedBytes), humanBytes(j.PullTotalBytes), j.PullCompletedLayers, j.PullTotalLayers)
+	}
+	if j.ExpectedNodeCount == 0 && j.Status != statusReady && j.Status != statusFailed {
+		return b.String()
 	}
 	fmt.Fprintf(&b, " nodes %d/%d ready, %d failed", j.ReadyNodeCount, j.ExpectedNodeCount, j.FailedNodeCount)
 	waiting, failed := nodeNames(j)

@@ -11,7 +11,7 @@ import (
 
 // ErrNodeDown is the cause of a node call cancelled because the node
 // failed a health check while the call ran.
-var ErrNodeDown = errors.New("the node stopped answering its health check")
+var ErrNodeDown = errors.New("stopped answering its health check")
 
 // nodes is the node agent as the control plane calls it: every call to a
 // node that is healthy when it starts is cancelled once the node fails a
@@ -47,7 +47,7 @@ func (g guardedAgent) call(ctx context.Context, n ports.Node, fn func(ctx contex
 	}()
 	err := fn(ctx)
 	if err != nil && errors.Is(context.Cause(ctx), ErrNodeDown) {
-		return fmt.Errorf("node %s stopped answering its health check; the call was cancelled: %w", n.ID, ErrNodeDown)
+		return fmt.Errorf("%w; the call was cancelled", ErrNodeDown)
 	}
 	return err
 }
