@@ -128,3 +128,32 @@ func eq[T comparable](t *testing.T, what string, got, want T) {
 func localLayers() []ports.LocalLayer {
 	return []ports.LocalLayer{{Descriptor: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip}, Path: "/layers/1"}}
 }
+
+// The heartbeat does not wait behind reports: with the master away (a
+// report that hangs), the job row is still touched.
+func TestHeartbeatGoesOnWhileTheMasterIsAway(t *testing.T) {
+	w := newWorld()
+	w.addJob(t, "job-1", fromImage("tpl-1"))
+	away := make(chan struct{})
+	w.reporter.ReportFunc = func(ctx context.Context, _ string, _ ports.StatusReport) error {
+		select {
+		case <-away:
+		case <-ctx.Done():
+		}
+		return errors.New("master away")
+	}
+	r := newReplica(t, w, data.ExecutorConfig{Owner: "tc-me", HeartbeatEvery: 5 * time.Millisecond})
+	release := make(chan struct{})
+	r.blockPull(release)
+	if err := r.exec.Submit(context.Background(), buildReq("job-1", fromImage("tpl-1"))); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.now = w.now.Add(time.Minute)
+	later := w.now
+	w.mu.Unlock()
+	eventually(t, "a heartbeat while every report hangs", func() bool { return !w.job("job-1").UpdatedAt.Before(later) })
+	close(away)
+	close(release)
+	r.wait(t)
+}

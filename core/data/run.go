@@ -239,9 +239,20 @@ func (r *run) finalDurations(st state) core.PhaseDurations {
 // a phase change, the resolved artifact or the artifact row's status, and
 // at most one every ReportEvery for progress alone (pulled bytes, the ext4
 // writer's share), so live progress reaches the master without Redis. It
-// publishes throttled live progress to the ProgressSink when there is one,
-// and heartbeats every HeartbeatEvery (see heartbeat).
+// publishes throttled live progress to the ProgressSink when there is one.
+// With an Owner, a goroutine beside it heartbeats every HeartbeatEvery
+// (see heartbeat); without one, the loop re-reports every HeartbeatEvery.
 func (r *run) loop(ctx context.Context) {
+	if r.c.Owner != "" {
+		// Beside the reports, never behind them: a report may retry for a
+		// while when the master is away, the heartbeat must not wait.
+		beats := make(chan struct{})
+		defer func() { <-beats }()
+		go func() {
+			defer close(beats)
+			r.beat(ctx)
+		}()
+	}
 	heartbeat := time.NewTicker(r.c.HeartbeatEvery)
 	defer heartbeat.Stop()
 	var (
@@ -268,9 +279,6 @@ func (r *run) loop(ctx context.Context) {
 			case <-flush:
 				flush, flushed = nil, true
 			}
-		}
-		if beat && r.c.Owner != "" {
-			r.heartbeat(ctx)
 		}
 		st := r.snapshot()
 		now := r.e.now()
@@ -309,6 +317,20 @@ var errNotOurs = errors.New("the job is no longer this build's")
 // abandoned by a liveness sweep that judged this process dead, or deleted):
 // nothing would record what it builds.
 var ErrJobEnded = errors.New("the job ended while its build was running")
+
+// beat heartbeats every HeartbeatEvery until ctx ends.
+func (r *run) beat(ctx context.Context) {
+	t := time.NewTicker(r.c.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.heartbeat(ctx)
+		}
+	}
+}
 
 // heartbeat touches the job row, which moves its updated_at: the liveness
 // sweeps of the other replicas and the master judge the build by it
