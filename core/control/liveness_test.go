@@ -74,3 +74,22 @@ func TestAbandonedBuildDoesNotBlockRedoOrDelete(t *testing.T) {
 		}
 	})
 }
+
+// A node that was down for the whole job holds nothing of the template: a
+// delete while it is still down goes ahead instead of failing on it.
+func TestDeleteWithANodeThatWasDown(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2")
+	e.setHealthy("node-1")
+	job := e.ready("tpl-down", fpA)
+	eq(t, "template", job.TemplateStatus, string(core.TemplatePartiallyReady))
+	e.cleanupFail["node-2"] = errors.New("dial node-2: connection refused")
+	e.destroyFail["node-2"] = errors.New("dial node-2: connection refused")
+	if err := e.svc.Delete(e.ctx, "tpl-down", ""); err != nil {
+		t.Fatalf("delete with node-2 still down: %v", err)
+	}
+	for _, c := range e.agent.CleanupTemplateCalls() {
+		if c.Node.ID == "node-2" {
+			t.Error("the delete asked node-2, which never got the template, to remove it")
+		}
+	}
+}
