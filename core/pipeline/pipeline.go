@@ -99,14 +99,23 @@ type Resolved struct {
 	ArtifactID  string
 }
 
-// Run executes the build. onEvent may be nil. On any error OutPath is as
-// Run found it (absent, or an earlier image, kept), scratch space is
-// removed, and nothing is published, except when the image cannot be moved
-// onto OutPath once the store has taken it (the stored object, verified,
-// stays).
+// Run executes the build. onEvent may be nil; it is called from one
+// goroutine at a time. On any error OutPath is as Run found it (absent, or
+// an earlier image, kept), scratch space is removed, and nothing is
+// published, except when the image cannot be moved onto OutPath once the
+// store has taken it (the stored object, verified, stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
 	if onEvent == nil {
 		onEvent = func(Event) {}
+	}
+	// The download's progress, the end of the download and the builder's
+	// progress come from different goroutines.
+	var eventMu sync.Mutex
+	emit := onEvent
+	onEvent = func(e Event) {
+		eventMu.Lock()
+		defer eventMu.Unlock()
+		emit(e)
 	}
 	// Everything this build holds (pinned cache entries, child processes)
 	// is tied to this context and released when Run returns.
