@@ -73,3 +73,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestReplicaCheckOfAHungNodeEndsWhenItsProbeFails: the sweep's presence
+// check of a node that stops answering ends once the node fails its
+// health probe, not after the check's own minute, and leaves its replica
+// as it was (a node that cannot answer changes nothing).
+func TestReplicaCheckOfAHungNodeEndsWhenItsProbeFails(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2")
+	e.ready("tpl-hung-check", fpA)
+	started := e.hangOn("node-2")
+	type result struct {
+		marked []*core.Replica
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		marked, err := e.svc.CheckReplicas(e.ctx)
+		done <- result{marked, err}
+	}()
+	<-started
+	e.setHealthy("node-1") // node-2 fails its probe
+	var res result
+	waitFor(t, "the replica check to end", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if res.err != nil || len(res.marked) != 0 {
+		t.Fatalf("check: marked %v, err %v; want nothing marked", res.marked, res.err)
+	}
+	eq(t, "node-2", e.replicas("tpl-hung-check")["node-2"].Status, core.ReplicaReady)
+}
