@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -211,8 +212,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		// Fails the builds of data planes that died or hung
 		// (core/liveness), those of this data plane's previous run (its
 		// work directory names it) at once.
-		judge := &liveness.Judge{Store: st, Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
-			Self: o.Instance, Who: "templatecenter " + o.Instance, Logger: log}
+		judge := livenessJudge(st, m, locker, cfg, o.Instance, log)
 		prev, err := RecordInstance(cfg.WorkDir, o.Instance)
 		if err != nil {
 			log.Warn("instance id not recorded in the work directory; a restart fails this run's builds only after the liveness timeout", "err", err)
@@ -258,6 +258,14 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	<-httpDone
 	log.Info("templatecenter stopped")
 	return err
+}
+
+// livenessJudge is the data plane's judge of abandoned builds
+// (core/liveness). The jobs it fails are counted in jobs_finished_total
+// like those every other path finishes.
+func livenessJudge(st ports.Store, m *metrics.Metrics, locker ports.Locker, cfg config.Config, instance string, log *slog.Logger) *liveness.Judge {
+	return &liveness.Judge{Store: startup.CountJobOutcomes(st, m), Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
+		Self: instance, Who: "templatecenter " + instance, Logger: log}
 }
 
 // HeartbeatFor is how often a running build heartbeats: a sixth of the
