@@ -79,9 +79,9 @@ type DataPlane interface {
 type StatusReport struct {
 	// Update is what the data plane knows of the job. Status, Phase,
 	// Progress (0-100), ErrorMessage (nil leaves it, "" clears it),
-	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus and Pull
-	// are delivered; TemplateStatus, ResultJSON and the node counts are the
-	// control plane's and are not.
+	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus, Pull and
+	// PhaseDurations (to the millisecond) are delivered; TemplateStatus,
+	// ResultJSON and the node counts are the control plane's and are not.
 	Update core.JobUpdate
 	// Artifact carries the built artifact's metadata with a BUILT report:
 	// ArtifactID, Fingerprint, SourceImageRef, SourceImageDigest,

@@ -41,3 +41,12 @@ type Lock interface {
 	// holder runs), never left held for hours.
 	Lost() <-chan struct{}
 }
+
+// ProcessLocal is implemented by Lockers whose locks exclude only callers
+// in this process (an in-process table, for SQLite's one-process mode).
+// Whoever reads a lock as a sign of another process's life (core/liveness)
+// cannot with such a locker, and must judge by other signs.
+type ProcessLocal interface {
+	// ProcessLocal reports whether the locks exclude only this process.
+	ProcessLocal() bool
+}

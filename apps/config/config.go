@@ -45,6 +45,14 @@ type Config struct {
 	// BuildTimeout fails a build that runs longer than this, from
 	// resolving the image to the published bytes.
 	BuildTimeout time.Duration `yaml:"build_timeout"`
+	// BuildLiveness is how long a build job may go without a heartbeat
+	// before a data-plane replica or the master fails it (both read it:
+	// CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT); builds heartbeat every sixth
+	// of it. A job whose data plane exited is failed at once.
+	BuildLiveness time.Duration `yaml:"build_liveness_timeout"`
+	// ProgressReportInterval is the least time between two status reports
+	// of a build that only carry progress.
+	ProgressReportInterval time.Duration `yaml:"progress_report_interval"`
 	// ScrubInterval is how often every READY artifact is read back and
 	// checked against its sha256 (0: never); ScrubRemote extends it to
 	// S3 and GCS stores.
@@ -328,22 +336,24 @@ func Defaults() Config { return DefaultsFor(UserDirs()) }
 // DefaultsFor is Defaults for the given directories (docs use placeholders).
 func DefaultsFor(d Dirs) Config {
 	return Config{
-		DBDSN:               "sqlite://" + d.State + "/tc.db",
-		ArtifactStoreDir:    d.State + "/artifacts",
-		WorkDir:             d.State + "/work",
-		LayerCacheMaxBytes:  20 << 30,
-		MaxConcurrentBuilds: 2,
-		RegistryTimeout:     60 * time.Second,
-		BuildTimeout:        2 * time.Hour,
-		ScrubInterval:       7 * 24 * time.Hour,
-		Builder:             "ext4stream",
-		GzipDecoder:         "auto",
-		ReleaseManifest:     DefaultReleaseManifest,
-		Listen:              "127.0.0.1:8090",
-		MasterAddr:          "http://127.0.0.1:8089",
-		Log:                 Log{Level: "info", Format: "json"},
-		HTTP:                HTTPLimits{MaxConnections: 2048, IdleTimeout: 60 * time.Second},
-		ArtifactFileMode:    "0640",
+		DBDSN:                  "sqlite://" + d.State + "/tc.db",
+		ArtifactStoreDir:       d.State + "/artifacts",
+		WorkDir:                d.State + "/work",
+		LayerCacheMaxBytes:     20 << 30,
+		MaxConcurrentBuilds:    2,
+		RegistryTimeout:        60 * time.Second,
+		BuildTimeout:           2 * time.Hour,
+		BuildLiveness:          90 * time.Second,
+		ProgressReportInterval: time.Second,
+		ScrubInterval:          7 * 24 * time.Hour,
+		Builder:                "ext4stream",
+		GzipDecoder:            "auto",
+		ReleaseManifest:        DefaultReleaseManifest,
+		Listen:                 "127.0.0.1:8090",
+		MasterAddr:             "http://127.0.0.1:8089",
+		Log:                    Log{Level: "info", Format: "json"},
+		HTTP:                   HTTPLimits{MaxConnections: 2048, IdleTimeout: 60 * time.Second},
+		ArtifactFileMode:       "0640",
 		Reconcile: Reconcile{
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
@@ -517,6 +527,12 @@ func (c Config) validate() error {
 	}
 	if c.BuildTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT: %s, must be positive", c.BuildTimeout)
+	}
+	if c.BuildLiveness < time.Second {
+		return fmt.Errorf("CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT: %s, must be at least 1s (the default is 90s)", c.BuildLiveness)
+	}
+	if c.ProgressReportInterval <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_PROGRESS_REPORT_INTERVAL: %s, must be positive", c.ProgressReportInterval)
 	}
 	if c.RegistryTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)

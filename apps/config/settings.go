@@ -174,6 +174,13 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT", YAML: "build_timeout", Service: DataPlane,
 			Doc:   "A build that runs longer than this fails, from resolving the image to the published bytes: a registry that trickles bytes or asks to retry in a day cannot hold a build slot for ever. A Go duration.",
 			Field: func(c *Config) any { return &c.BuildTimeout }},
+		{Env: "CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT", YAML: "build_liveness_timeout", Service: Both,
+			Doc: "A build job whose data plane sent no heartbeat for this long is failed (\"build abandoned\"), by any data-plane replica or the master, and its template is free again; running builds heartbeat every sixth of it, straight to the database. " +
+				"A job whose data plane exited (killed, crashed) is failed at once, and redo, delete or create of its template fail it on the spot. Set the same value on both services. A Go duration, at least 1s.",
+			Field: func(c *Config) any { return &c.BuildLiveness }},
+		{Env: "CUBE_TEMPLATE_CENTER_PROGRESS_REPORT_INTERVAL", YAML: "progress_report_interval", Service: DataPlane,
+			Doc:   "Least time between two status reports of a build that carry only progress (pulled bytes and layers, the ext4 writer's share); a phase change is reported at once. These reports give the master live progress with or without Redis. A Go duration.",
+			Field: func(c *Config) any { return &c.ProgressReportInterval }},
 		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane, ZeroOff: true,
 			Doc:   "How often every READY artifact is read back from the store and checked against its sha256, a little at a time. An artifact whose bytes rotted is failed and its bytes removed, so the next build of its spec builds it again instead of reusing bytes every node refuses. `0` turns it off. A Go duration.",
 			Field: func(c *Config) any { return &c.ScrubInterval }},

@@ -453,7 +453,8 @@ func TestServeDistributesToNodeAgent(t *testing.T) {
 		"CUBE_TEMPLATE_CENTER_ADDR="+tcSrv.URL,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN="+token,
 		"CUBE_MASTER_NODE_TOKEN="+nodeToken,
-		// A second node that is down must simply be skipped.
+		// A second node is down: it is a target all the same, recorded
+		// FAILED as down, not skipped.
 		"CUBE_MASTER_NODES=node-1="+ln.Addr().String()+",node-down="+freeAddr(t),
 	)
 	// The node downloads from this master only, and answers it only.
@@ -484,11 +485,13 @@ func TestServeDistributesToNodeAgent(t *testing.T) {
 		Replicas []struct {
 			NodeID string `json:"node_id"`
 			Status string `json:"status"`
+			Error  string `json:"error_message"`
 		} `json:"replicas"`
 	}
 	decode(t, call(t, http.MethodGet, m.base+"/cube/template?template_id=tpl-dist", "", nil), &tpl)
-	if tpl.Ret.Code != 200 || tpl.Status != "READY" || len(tpl.Replicas) != 1 || tpl.Replicas[0].NodeID != "node-1" || tpl.Replicas[0].Status != "READY" {
-		t.Fatalf("template = %+v, want READY with one READY replica on node-1", tpl)
+	if tpl.Ret.Code != 200 || tpl.Status != "PARTIALLY_READY" || len(tpl.Replicas) != 2 || tpl.Replicas[0].NodeID != "node-1" || tpl.Replicas[0].Status != "READY" ||
+		tpl.Replicas[1].NodeID != "node-down" || tpl.Replicas[1].Status != "FAILED" || !strings.Contains(tpl.Replicas[1].Error, "not healthy") {
+		t.Fatalf("template = %+v, want PARTIALLY_READY: READY on node-1, node-down FAILED as not healthy", tpl)
 	}
 	ext4 := filepath.Join(nodeDir, core.DefaultInstanceType, aid, aid+".ext4")
 	if got, err := os.ReadFile(ext4); err != nil || !bytes.Equal(got, data) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,7 +34,11 @@ func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "cubemastercli: "+oneLine(err.Error()))
-		return 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return exitFailed
 	}
 	return 0
 }
@@ -145,6 +150,19 @@ func (a *app) templateCompletions(cmd *cobra.Command, prefix string) []cobra.Com
 		}
 	}
 	return out
+}
+
+// printLine prints a raw response as one compact line (the stream of
+// updates --json gives while following a job).
+func (a *app) printLine(raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		buf.Reset()
+		buf.Write(bytes.TrimSpace(raw))
+	}
+	buf.WriteByte('\n')
+	_, err := a.out.Write(buf.Bytes())
+	return err
 }
 
 // printJSON pretty-prints a raw response.

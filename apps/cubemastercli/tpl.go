@@ -33,7 +33,7 @@ func (w *waitFlags) register(cmd *cobra.Command, detach bool) {
 		cmd.Flags().BoolVar(&w.detach, "no-wait", false, "same as --detach")
 	}
 	cmd.Flags().DurationVar(&w.interval, "interval", 2*time.Second, "polling interval")
-	cmd.Flags().BoolVar(&w.json, "json", false, "print the raw response")
+	cmd.Flags().BoolVar(&w.json, "json", false, "print the responses as JSON: one object per line, one per update while waiting")
 }
 
 // submitted handles a freshly created job: prints it when detached, else

@@ -143,7 +143,7 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 	fanOut(len(targets), s.cfg().DistributionWorkers, func(i int) {
 		n := targets[i]
 		rep := &core.Replica{TemplateID: tid, NodeID: n.ID, NodeIP: n.IP, InstanceType: instanceType, Spec: spec}
-		res, err := s.Agent.AppSnapshot(ctx, n, snapReq, snapDir)
+		res, err := s.nodes().AppSnapshot(ctx, n, snapReq, snapDir)
 		if err != nil {
 			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed

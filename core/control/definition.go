@@ -140,6 +140,12 @@ func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
 // cleanupReplica removes the template from the replica's node. A node the
 // directory no longer knows has nothing left to clean.
 func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
+	if neverOnNode(r) {
+		// A node that was down for the run (or whose copy never got as
+		// far as a snapshot) holds no template to remove: its row must not
+		// hold a delete up until the node answers again.
+		return nil
+	}
 	n, err := s.Nodes.Get(ctx, r.NodeID)
 	if isNotFound(err) {
 		s.log().Info("replica node is gone; nothing to clean", "template", r.TemplateID, "node", r.NodeID)
@@ -148,8 +154,17 @@ func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", r.NodeID, err)
 	}
-	if err := s.Agent.CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
+	if err := s.nodes().CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
 		return fmt.Errorf("cleanup template %s on node %s: %w", r.TemplateID, r.NodeID, err)
 	}
 	return nil
+}
+
+// neverOnNode reports whether a replica row says no template of it reached
+// its node: no snapshot path, no cleanup owed, and its run never got to
+// snapshot there (a node recorded down, a copy that failed or was cut
+// short). The artifact copies are the placements', cleaned with the
+// artifact.
+func neverOnNode(r *core.Replica) bool {
+	return r.SnapshotPath == "" && !r.CleanupRequired && r.Status != core.ReplicaReady && r.Phase != core.ReplicaPhaseSnapshotting
 }

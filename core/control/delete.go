@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -134,6 +135,14 @@ var errJobMoved = errors.New("job moved")
 // returns *core.ActiveJobError if it does.
 func (s *Service) abandonStale(ctx context.Context, j *core.Job) error {
 	busy := &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
+	if liveness.BuildPhase(j) {
+		// A build is judged by its data plane's liveness: freed at once
+		// when the process that ran it is gone.
+		if s.freeAbandoned(ctx, j) {
+			return nil
+		}
+		return busy
+	}
 	age := s.storeNow(ctx).Sub(j.UpdatedAt)
 	if age < s.cfg().StaleAfter {
 		return busy
@@ -349,7 +358,7 @@ func (s *Service) destroyCopy(ctx context.Context, p core.Placement, aid string)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", p.NodeID, err)
 	}
-	if err := s.Agent.DestroyImage(ctx, n, aid); err != nil {
+	if err := s.nodes().DestroyImage(ctx, n, aid); err != nil {
 		return fmt.Errorf("destroy %s on node %s: %w", aid, p.NodeID, err)
 	}
 	return nil

@@ -52,7 +52,8 @@ type env struct {
 
 	mu          sync.Mutex
 	healthy     []ports.Node               // what HealthyNodes returns
-	known       map[string]ports.Node      // what Get finds (healthy or not)
+	known       map[string]ports.Node      // what Get and Nodes find (healthy or not)
+	down        map[string]chan struct{}   // what Down returns for a healthy node
 	createFail  map[string]error           // node id -> CreateImage error
 	snapFail    map[string]error           // node id -> AppSnapshot error
 	destroyFail map[string]error           // node id -> DestroyImage error
@@ -70,7 +71,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 	clock := &fakeClock{t: t0}
 	e := &env{
 		t: t, ctx: context.Background(), clock: clock, store: memstore.New(memstore.WithClock(clock)), ids: &fakeIDs{}, locker: memlock.New(),
-		known: map[string]ports.Node{}, createFail: map[string]error{}, snapFail: map[string]error{},
+		known: map[string]ports.Node{}, down: map[string]chan struct{}{}, createFail: map[string]error{}, snapFail: map[string]error{},
 		destroyFail: map[string]error{}, cleanupFail: map[string]error{}, onNode: map[string]map[string]bool{},
 	}
 	for _, id := range nodeIDs {
@@ -89,6 +90,32 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 				}
 			}
 			return out, nil
+		},
+		NodesFunc: func(_ context.Context, it string) ([]ports.Node, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			var out []ports.Node
+			for _, n := range e.known {
+				if n.InstanceType == it {
+					n.Healthy = slices.ContainsFunc(e.healthy, func(h ports.Node) bool { return h.ID == n.ID })
+					out = append(out, n)
+				}
+			}
+			slices.SortFunc(out, func(a, b ports.Node) int { return strings.Compare(a.ID, b.ID) })
+			return out, nil
+		},
+		DownFunc: func(id string) <-chan struct{} {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if !slices.ContainsFunc(e.healthy, func(h ports.Node) bool { return h.ID == id }) {
+				c := make(chan struct{})
+				close(c)
+				return c
+			}
+			if e.down[id] == nil {
+				e.down[id] = make(chan struct{})
+			}
+			return e.down[id]
 		},
 		GetFunc: func(_ context.Context, id string) (ports.Node, error) {
 			e.mu.Lock()
@@ -159,7 +186,7 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 		},
 	}
 	e.svc = &control.Service{
-		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
+		Store: e.store, Locker: sharedLocks{e.locker}, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
 		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2, DownloadTokens: testDownloadTokens},
 	}
 	return e
@@ -182,11 +209,19 @@ func (e *env) set(fn func()) {
 	fn()
 }
 
+// setHealthy makes exactly ids healthy; the Down channels of the nodes
+// that leave close, as a failed probe closes them.
 func (e *env) setHealthy(ids ...string) {
 	e.set(func() {
 		e.healthy = nil
 		for _, id := range ids {
 			e.healthy = append(e.healthy, e.known[id])
+		}
+		for id, c := range e.down {
+			if !slices.Contains(ids, id) {
+				close(c)
+				delete(e.down, id)
+			}
 		}
 	})
 }
@@ -379,3 +414,7 @@ func eqSlice(t *testing.T, what string, got, want []string) {
 }
 
 func statusReport(u core.JobUpdate) ports.StatusReport { return ports.StatusReport{Update: u} }
+
+// sharedLocks is the in-process locker seen as a database's: its locks
+// stand for the other processes of the test (a data plane's owner lock).
+type sharedLocks struct{ ports.Locker }

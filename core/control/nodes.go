@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,19 +60,39 @@ func sortNodes(ns []ports.Node) []ports.Node {
 	return out
 }
 
-// resolveTargets is resolveNodes for a resume: a scope entry naming a node
-// the directory knows but does not list as healthy (it went down after the
-// job was submitted) is returned in down instead of failing the job, so
-// the other nodes still get the template and the down node's replica is
-// recorded FAILED. Unknown entries and no healthy node at all fail as in
-// resolveNodes.
+// resolveTargets is resolveNodes for a resume: a node of the scope the
+// directory knows but does not list as healthy (down before the build, or
+// gone down since the job was submitted) is returned in down instead of
+// being skipped or failing the job, so the other nodes still get the
+// template, the down node's replica is recorded FAILED (it counts as
+// expected, and gets the template when it is back), and the job says so.
+// With no scope, the scope is every listed node of the instance type.
+// Unknown entries and no healthy node at all fail as in resolveNodes.
 func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope core.NodeScope) (healthy, down []ports.Node, err error) {
 	healthy, err = s.resolveNodes(ctx, instanceType, scope)
-	if err == nil || len(scope) == 0 {
-		return healthy, nil, err
-	}
 	if instanceType == "" {
 		instanceType = core.DefaultInstanceType
+	}
+	if len(scope) == 0 {
+		if err != nil && !errors.Is(err, core.ErrNoTemplateNodes) {
+			return nil, nil, err
+		}
+		all, lerr := s.Nodes.Nodes(ctx, instanceType)
+		if lerr != nil {
+			return nil, nil, fmt.Errorf("list %s nodes: %w", instanceType, lerr)
+		}
+		for _, n := range all {
+			if !slices.ContainsFunc(healthy, func(h ports.Node) bool { return h.ID == n.ID }) {
+				down = append(down, n)
+			}
+		}
+		if len(healthy) == 0 && len(down) > 0 {
+			return nil, nil, fmt.Errorf("no %s node is healthy (down: %s): %w", instanceType, nodeIDs(down), core.ErrNoTemplateNodes)
+		}
+		return healthy, sortNodes(down), err
+	}
+	if err == nil {
+		return healthy, nil, nil
 	}
 	up, herr := s.Nodes.HealthyNodes(ctx, instanceType)
 	if herr != nil {

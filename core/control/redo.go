@@ -111,9 +111,9 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeScope, rr RedoRequest, newAuth string) (*core.Job, core.NormalizedRequest, bool, error) {
 	var none core.NormalizedRequest
 	key := core.ActiveKeyFromImage(tid)
-	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
+	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil && !s.freeAbandoned(ctx, active) {
 		return nil, none, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
-	} else if !isNotFound(err) {
+	} else if err != nil && !isNotFound(err) {
 		return nil, none, false, err
 	}
 	latest, err := s.Store.Jobs().Latest(ctx, tid)

@@ -68,10 +68,15 @@ func dataPlaneUpdate(in core.JobUpdate) (core.JobUpdate, error) {
 	u := core.JobUpdate{
 		Status: in.Status, Phase: in.Phase, Progress: in.Progress, ErrorMessage: in.ErrorMessage,
 		ArtifactID: in.ArtifactID, Fingerprint: in.Fingerprint, SourceImageDigest: in.SourceImageDigest,
-		ArtifactStatus: in.ArtifactStatus, Pull: in.Pull,
+		ArtifactStatus: in.ArtifactStatus, Pull: in.Pull, PhaseDurations: in.PhaseDurations,
 	}
 	if _, err := core.ParsePhase(string(u.Phase)); err != nil {
 		return u, err
+	}
+	for ph := range u.PhaseDurations {
+		if ph.PostBuild() || ph == core.PhaseMigrating {
+			return u, &core.FieldError{Field: "phase_durations", Reason: fmt.Sprintf("%s belongs to the control plane", ph)}
+		}
 	}
 	switch u.Status {
 	case "", core.JobRunning:

@@ -118,6 +118,33 @@ type pipeline struct {
 	// destroyFirst: a DISTRIBUTING redo destroys the node copy before
 	// distributing again (the copy may be what failed).
 	destroyFirst bool
+	// phase is the phase this run last moved the job to, since when.
+	phase core.Phase
+	since time.Time
+}
+
+// The job's progress through the resume, after the build's (which ends at
+// 80, core/pipeline): distribution moves it from progressDistributing to
+// progressDefining node by node, snapshots from progressSnapshotting to
+// 99.
+const (
+	progressDistributing = 85
+	progressDefining     = 90
+	progressSnapshotting = 92
+	progressSnapshotsEnd = 99
+)
+
+// timed adds to u, when it moves the job to another phase, how long the
+// phase it leaves took: measured here, where the resume does the work.
+func (p *pipeline) timed(now time.Time, u core.JobUpdate) core.JobUpdate {
+	if u.Phase == "" || u.Phase == p.phase {
+		return u
+	}
+	if p.phase != "" {
+		u.PhaseDurations = core.PhaseDurations{p.phase: now.Sub(p.since)}
+	}
+	p.phase, p.since = u.Phase, now
+	return u
 }
 
 func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
@@ -154,7 +181,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
 	ready := string(core.ArtifactReady)
-	if _, err := s.step(ctx, job.JobID, core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseDistributing, Progress: intp(70), ArtifactStatus: ready}); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseDistributing, Progress: intp(progressDistributing), ArtifactStatus: ready})); err != nil {
 		return err
 	}
 
@@ -217,7 +244,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 
 	// 4. Definition (before any snapshot, so a replica never exists
 	// without its template).
-	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseCreatingTemplate, 85)); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.Progress(core.JobRunning, core.PhaseCreatingTemplate, progressDefining))); err != nil {
 		return err
 	}
 	aliasNote, err := s.ensureDefinition(ctx, p)
@@ -229,7 +256,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	}
 
 	// 5. Snapshot on the nodes that got the artifact.
-	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseSnapshotting, 90)); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.Progress(core.JobRunning, core.PhaseSnapshotting, progressSnapshotting))); err != nil {
 		return err
 	}
 	snapped, snapErrs := s.snapshot(ctx, p, got)
@@ -269,7 +296,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	if err != nil {
 		s.log().Warn("result_json not written", "job", job.JobID, "err", err)
 	}
-	u := core.Progress(core.JobReady, core.PhaseReady, 100)
+	u := p.timed(s.now(), core.Progress(core.JobReady, core.PhaseReady, 100))
 	u.TemplateStatus = string(status)
 	u.ErrorMessage = &msg
 	u.ResultJSON = result

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -75,6 +76,11 @@ type Config struct {
 	// token, which the data plane checks it with). The zero value hands
 	// out the stored value, as upstream did.
 	DownloadTokens core.DownloadTokens
+	// BuildLiveness is how long a build job may go without a heartbeat
+	// from its data plane before it is failed (core/liveness; default
+	// liveness.DefaultTimeout). The master judges builds too, so a job
+	// whose only data plane died is freed without it.
+	BuildLiveness time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -105,7 +111,34 @@ func (c Config) withDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
+	if c.BuildLiveness <= 0 {
+		c.BuildLiveness = liveness.DefaultTimeout
+	}
 	return c
+}
+
+// liveness is the judge of the data plane's build jobs (core/liveness).
+func (s *Service) liveness() *liveness.Judge {
+	return &liveness.Judge{Store: s.Store, Locker: s.Locker, Clock: s.Clock, Timeout: s.cfg().BuildLiveness,
+		ScanLimit: s.cfg().Batch, Who: "cubemaster", Logger: s.log()}
+}
+
+// RunLiveness fails abandoned build jobs until ctx ends: a sweep at once,
+// then every sixth of Config.BuildLiveness (core/liveness). The master
+// runs it beside the data plane's replicas, so a template whose only data
+// plane died is freed all the same.
+func (s *Service) RunLiveness(ctx context.Context) { s.liveness().Run(ctx) }
+
+// freeAbandoned fails job when it is a build its data plane abandoned and
+// reports whether it is no longer active: create, redo and delete then go
+// ahead instead of answering that the job is in the way.
+func (s *Service) freeAbandoned(ctx context.Context, job *core.Job) bool {
+	free, err := s.liveness().FailIfAbandoned(ctx, job)
+	if err != nil {
+		s.log().Warn("could not judge whether the job in the way was abandoned", "job", job.JobID, "err", err)
+		return false
+	}
+	return free
 }
 
 // Service is the control plane's template service. Store, Locker, Nodes,

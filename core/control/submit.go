@@ -47,6 +47,8 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 	for range maxSubmitRounds {
 		active, err := jobs.GetActive(ctx, p.key)
 		switch {
+		case err == nil && s.freeAbandoned(ctx, active):
+			continue // its data plane died: failed now, out of the way
 		case err == nil:
 			job, err := p.onActive(active)
 			return SubmitResult{Job: job}, err

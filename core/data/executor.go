@@ -27,6 +27,7 @@ const (
 	DefaultFinalTimeout    = 2 * time.Minute
 	DefaultShutdownGrace   = 10 * time.Second
 	DefaultBuildTimeout    = 2 * time.Hour
+	DefaultReportEvery     = time.Second
 )
 
 // LockPrefix starts the name of a build's fingerprint lock.
@@ -48,9 +49,21 @@ type ExecutorConfig struct {
 	// (CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS, default 2). Submit
 	// answers core.ErrBusy at the cap instead of queueing.
 	MaxConcurrent int
-	// HeartbeatEvery is how often a running build re-reports its status so
-	// the job's updated_at (the reconciler's staleness clock) keeps moving.
+	// HeartbeatEvery is how often a running build shows it is alive: it
+	// touches its job row (with an Owner; without one it re-reports its
+	// status through the control plane), so the job's updated_at, the
+	// staleness clock of the liveness sweep and the reconciler, keeps
+	// moving (core/liveness).
 	HeartbeatEvery time.Duration
+	// Owner is this process's instance id (core/liveness): written into
+	// every job it accepts, while it holds the owner lock under that id.
+	// "" claims nothing (a build is then judged by its heartbeat alone).
+	Owner string
+	// ReportEvery is the least time between two status reports that only
+	// carry progress (pulled bytes and layers, the ext4 writer's share);
+	// a phase change is reported at once. Through these reports the
+	// control plane shows live progress without Redis.
+	ReportEvery time.Duration
 	// LockPoll is how often a build waiting for the fingerprint lock
 	// retries it and looks for a finished artifact to reuse.
 	LockPoll time.Duration
@@ -148,6 +161,9 @@ func (e *Executor) cfg() ExecutorConfig {
 	if c.LockPoll <= 0 {
 		c.LockPoll = DefaultLockPoll
 	}
+	if c.ReportEvery <= 0 {
+		c.ReportEvery = DefaultReportEvery
+	}
 	if c.PublishEvery <= 0 {
 		c.PublishEvery = DefaultPublishEvery
 	}
@@ -228,19 +244,53 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	}
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	switch {
 	case e.closed:
+		e.mu.Unlock()
 		return ErrShuttingDown
 	case e.inflight[req.JobID] != nil:
+		e.mu.Unlock()
 		return fmt.Errorf("job %s is already building here: %w", req.JobID, core.ErrConflict)
 	case len(e.inflight) >= e.conf.MaxConcurrent:
-		return fmt.Errorf("%d builds running, the limit: %w", len(e.inflight), core.ErrBusy)
+		n := len(e.inflight)
+		e.mu.Unlock()
+		return fmt.Errorf("%d builds running, the limit: %w", n, core.ErrBusy)
 	}
 	r := e.newRun(req, norm)
 	e.inflight[req.JobID] = r
 	e.wg.Add(1)
+	e.mu.Unlock()
+	if err := e.takeOwnership(ctx, req.JobID); err != nil {
+		r.cancel()
+		e.finish(r)
+		return err
+	}
 	go r.execute()
+	return nil
+}
+
+// takeOwnership writes this process's instance id into the PENDING job
+// (ExecutorConfig.Owner), so the liveness sweeps know whose lock tells
+// whether the build is alive. A job another process already took is
+// core.ErrConflict ("in flight"), one that moved on a *NotPendingError.
+func (e *Executor) takeOwnership(ctx context.Context, jobID string) error {
+	me := e.conf.Owner
+	if me == "" {
+		return nil
+	}
+	_, err := e.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+		switch {
+		case j.Status != core.JobPending:
+			return &NotPendingError{JobID: j.JobID, Status: j.Status}
+		case j.BuildOwner != "" && j.BuildOwner != me:
+			return fmt.Errorf("job %s is being built by template center %s: %w", j.JobID, j.BuildOwner, core.ErrConflict)
+		}
+		j.BuildOwner = me
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("take job %s: %w", jobID, err)
+	}
 	return nil
 }
 

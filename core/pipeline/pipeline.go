@@ -99,14 +99,23 @@ type Resolved struct {
 	ArtifactID  string
 }
 
-// Run executes the build. onEvent may be nil. On any error OutPath is as
-// Run found it (absent, or an earlier image, kept), scratch space is
-// removed, and nothing is published, except when the image cannot be moved
-// onto OutPath once the store has taken it (the stored object, verified,
-// stays).
+// Run executes the build. onEvent may be nil; it is called from one
+// goroutine at a time. On any error OutPath is as Run found it (absent, or
+// an earlier image, kept), scratch space is removed, and nothing is
+// published, except when the image cannot be moved onto OutPath once the
+// store has taken it (the stored object, verified, stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
 	if onEvent == nil {
 		onEvent = func(Event) {}
+	}
+	// The download's progress, the end of the download and the builder's
+	// progress come from different goroutines.
+	var eventMu sync.Mutex
+	emit := onEvent
+	onEvent = func(e Event) {
+		eventMu.Lock()
+		defer eventMu.Unlock()
+		emit(e)
 	}
 	// Everything this build holds (pinned cache entries, child processes)
 	// is tied to this context and released when Run returns.
@@ -256,7 +265,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.Resol
 		res.Phases[core.PhasePulling] += p.since(start)
 		if err == nil {
 			onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom})
 		}
 		fetchDone <- fetched{local, err}
 	}()
@@ -283,7 +292,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.Resol
 		return tree, br, err
 	}
 	bstart := p.now()
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), closeBlobs)
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), writeProgress(onEvent), closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -311,11 +320,30 @@ var errNoTree = errors.New("the flattener returned no tree")
 // the size of the file it wrote.
 var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
+// Progress of BUILDING_EXT4: from its start to the builder's last byte.
+const (
+	buildProgressFrom = 40
+	buildProgressTo   = 78
+)
+
+// writeProgress turns the builder's progress (ports.BuildSpec.Progress)
+// into BUILDING_EXT4 events.
+func writeProgress(onEvent func(Event)) func(done, total int64) {
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		share := int64(buildProgressTo-buildProgressFrom) * min(max(done, 0), total) / total
+		onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom + int(share)})
+	}
+}
+
 // flattenAndBuild hands the flattened tree to the builder: it gets the
 // whole tree, with references to the content, lays the image out first
-// and hashes it as it writes it. stop, when set, runs once the flatten is
-// cancelled (it unblocks readers of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// and hashes it as it writes it. progress, when set, receives the
+// builder's progress. stop, when set, runs once the flatten is cancelled
+// (it unblocks readers of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, progress func(done, total int64), stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
@@ -323,6 +351,7 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		defer context.AfterFunc(ctx, stop)()
 	}
 	spec := ports.BuildSpec{
+		Progress:       progress,
 		OutPath:        out,
 		UUID:           uuidFrom(fp),
 		Time:           at,

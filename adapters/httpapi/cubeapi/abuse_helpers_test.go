@@ -78,6 +78,13 @@ func newEnvWith(t testing.TB, st ports.Store) *realEnv {
 			}
 			return nil, nil
 		},
+		NodesFunc: func(_ context.Context, it string) ([]ports.Node, error) {
+			if it == n1.InstanceType {
+				return []ports.Node{n1}, nil
+			}
+			return nil, nil
+		},
+		DownFunc: func(string) <-chan struct{} { return nil },
 		GetFunc: func(_ context.Context, id string) (ports.Node, error) {
 			if id == n1.ID || id == n1.IP {
 				return n1, nil

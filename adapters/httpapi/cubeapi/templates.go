@@ -1,6 +1,7 @@
 package cubeapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +49,20 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 			return
 		}
 	}
-	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
+	info := cubeview.NewJobInfo(job, art)
+	if jn, ok := s.cfg.Jobs.(jobNodes); ok {
+		// Display data: a failed read leaves the nodes out.
+		if rs, nerr := jn.JobNodes(r.Context(), job); nerr == nil && len(rs) > 0 {
+			info.Nodes = cubeview.NewJobNodes(rs)
+		}
+	}
+	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: info}})
+}
+
+// jobNodes is implemented by job services that can list a job's target
+// nodes with the state of their copies (*control.Service).
+type jobNodes interface {
+	JobNodes(ctx context.Context, job *core.Job) ([]*core.Replica, error)
 }
 
 // decode reads a JSON body; on failure it answers the envelope itself.

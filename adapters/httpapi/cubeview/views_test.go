@@ -105,3 +105,26 @@ func TestShownProgressIsNeverFullOnFailure(t *testing.T) {
 		}
 	}
 }
+
+// A replica row is READY or FAILED (upstream's two values); one whose step
+// is still under way, without an error, is shown by its step.
+func TestShownReplicaStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status core.ReplicaStatus
+		phase  core.ReplicaPhase
+		err    string
+		want   string
+	}{
+		{core.ReplicaReady, core.ReplicaPhaseReady, "", "READY"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributing, "", "DISTRIBUTING"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributed, "", "DISTRIBUTED"},
+		{core.ReplicaFailed, core.ReplicaPhaseSnapshotting, "", "SNAPSHOTTING"},
+		{core.ReplicaFailed, core.ReplicaPhaseFailed, "disk full", "FAILED"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributed, "snapshot refused", "FAILED"},
+	} {
+		r := &core.Replica{Status: tc.status, Phase: tc.phase, ErrorMessage: tc.err}
+		if got := ShownReplicaStatus(r); got != tc.want {
+			t.Errorf("%s/%s %q shown %s, want %s", tc.status, tc.phase, tc.err, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/core"
@@ -37,6 +38,9 @@ type StatusReport struct {
 	PullTotalLayers         *int64  `json:"pull_total_layers,omitempty"`
 	PullCompletedLayers     *int64  `json:"pull_completed_layers,omitempty"`
 	PullSpeedBPS            *int64  `json:"pull_speed_bps,omitempty"`
+	// PhaseDurationsMS is how long each finished build phase took on the
+	// data plane, in milliseconds by phase (this service's own field).
+	PhaseDurationsMS map[string]int64 `json:"phase_durations_ms,omitempty"`
 
 	SourceImageRef    string `json:"source_image_ref,omitempty"`
 	Ext4Path          string `json:"ext4_path,omitempty"`
@@ -89,6 +93,12 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 		s.PullTotalLayers = i64(int64(p.TotalLayers))
 		s.PullCompletedLayers = i64(int64(p.CompletedLayers))
 		s.PullSpeedBPS = i64(p.SpeedBPS)
+	}
+	if len(u.PhaseDurations) > 0 {
+		s.PhaseDurationsMS = make(map[string]int64, len(u.PhaseDurations))
+		for ph, d := range u.PhaseDurations {
+			s.PhaseDurationsMS[string(ph)] = d.Milliseconds()
+		}
 	}
 	if a := r.Artifact; a != nil {
 		s.ArtifactID = firstNonEmpty(s.ArtifactID, a.ArtifactID)
@@ -151,6 +161,7 @@ func DecodeStatusReport(r io.Reader) (ports.StatusReport, error) {
 		MasterNodeIP:            d.str("master_node_ip"),
 		StorageBackend:          d.str("storage_backend"),
 		ObjectKey:               d.str("object_key"),
+		PhaseDurationsMS:        d.durations("phase_durations_ms"),
 	}
 	if d.err != nil {
 		return ports.StatusReport{}, d.err
@@ -197,6 +208,16 @@ func (s StatusReport) Port() (ports.StatusReport, error) {
 	if s.Progress != nil {
 		p := int(min(*s.Progress, 100))
 		u.Progress = &p
+	}
+	for ph, ms := range s.PhaseDurationsMS {
+		p, err := core.ParsePhase(ph)
+		if err != nil || p == "" {
+			return ports.StatusReport{}, &core.FieldError{Field: "phase_durations_ms", Reason: fmt.Sprintf("unknown phase %q", ph)}
+		}
+		if u.PhaseDurations == nil {
+			u.PhaseDurations = core.PhaseDurations{}
+		}
+		u.PhaseDurations[p] = time.Duration(max(ms, 0)) * time.Millisecond
 	}
 	if s.PullTotalBytes != nil || s.PullDownloadedBytes != nil || s.PullTotalLayers != nil ||
 		s.PullCompletedLayers != nil || s.PullSpeedBPS != nil {
@@ -273,6 +294,31 @@ func (d *fields) str(name string) string {
 		return *p
 	}
 	return ""
+}
+
+// durations reads an object of non-negative millisecond counts.
+func (d *fields) durations(name string) map[string]int64 {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(v, &m); err != nil {
+		d.fail(name, "expected an object of milliseconds by phase")
+		return nil
+	}
+	out := make(map[string]int64, len(m))
+	sub := fields{raw: m}
+	for k := range m {
+		if n := sub.int(k); n != nil {
+			out[k] = *n
+		}
+	}
+	if sub.err != nil {
+		d.fail(name, sub.err.Error())
+		return nil
+	}
+	return out
 }
 
 // int accepts a JSON number, integral or not (a float is truncated toward

@@ -184,6 +184,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
+	// Builds whose data plane died or hung are failed here too, so a
+	// template whose only data plane is gone is freed all the same.
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLive()
+	go svc.RunLiveness(liveCtx)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()

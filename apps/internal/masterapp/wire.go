@@ -158,7 +158,7 @@ func newInjector(w wiring) *do.RootScope {
 				DownloadTokens:  core.NewDownloadTokens(cfg.CallbackToken),
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
 				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
-				DistributionWorkers: cfg.Master.DistributionWorkers},
+				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness},
 		}
 		// Registry credentials are sealed with keys of their own, never
 		// the callback token; values sealed with it before still open

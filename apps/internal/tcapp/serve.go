@@ -2,13 +2,17 @@ package tcapp
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +34,59 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
+
+// NewInstanceID names one run of a data-plane process: its host and a
+// random part, new at every start, so a restarted process never passes for
+// the one that died (core/liveness).
+func NewInstanceID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return -1
+	}, host)
+	if len(host) > 48 {
+		host = host[:48]
+	}
+	if host == "" {
+		host = "host"
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "tc-" + host + "-" + hex.EncodeToString(b)
+}
+
+// instanceFile, in the work directory, names the data plane that last
+// ran on it.
+const instanceFile = "instance"
+
+// RecordInstance writes id into dir's instance file and returns the id it
+// held: the previous run of this data plane, whose builds a new run fails
+// at once ("" when there was none).
+func RecordInstance(dir, id string) (previous string, err error) {
+	path := filepath.Join(dir, instanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		previous = strings.TrimSpace(string(b))
+	}
+	tmp, err := os.CreateTemp(dir, instanceFile+".*")
+	if err != nil {
+		return previous, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return previous, err
+	}
+	if err := tmp.Close(); err != nil {
+		return previous, err
+	}
+	return previous, os.Rename(tmp.Name(), path)
+}
 
 // ShutdownTimeout bounds the graceful part of a shutdown.
 const ShutdownTimeout = 30 * time.Second
@@ -67,6 +121,9 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		o.RegistryObserver = m
 	}
 	o.LongLived = true
+	if o.Instance == "" {
+		o.Instance = NewInstanceID()
+	}
 	i := NewBuildInjector(ctx, o)
 	defer i.Shutdown()
 	do.ProvideValue(i, reg)
@@ -99,6 +156,17 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Info("download tokens kept in the clear replaced by seeds", "artifacts", n)
 		}
 	}
+	// The owner lock says this process is alive to the replicas and the
+	// master that judge its builds; it is held before a build is taken.
+	locker, err := do.Invoke[ports.Locker](i)
+	if err != nil {
+		return err
+	}
+	owner, err := liveness.HoldOwner(ctx, locker, o.Instance, log)
+	if err != nil {
+		return err
+	}
+	defer owner.Release()
 	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
@@ -120,7 +188,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
+	log.Info("templatecenter listening", "addr", ln.Addr().String(), "instance", o.Instance, "builder", b.Name(), "builder_format", b.Format(),
 		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", startup.StoreKind(cfg),
 		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
 		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
@@ -140,6 +208,22 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Error("reconciler stopped", "err", err)
 		}
 	}()
+	if !cfg.Reconcile.Disabled {
+		// Fails the builds of data planes that died or hung
+		// (core/liveness), those of this data plane's previous run (its
+		// work directory names it) at once.
+		judge := livenessJudge(st, m, locker, cfg, o.Instance, log)
+		prev, err := RecordInstance(cfg.WorkDir, o.Instance)
+		if err != nil {
+			log.Warn("instance id not recorded in the work directory; a restart fails this run's builds only after the liveness timeout", "err", err)
+		}
+		if failed, err := judge.FailRestarted(ctx, prev); err != nil {
+			log.Warn("builds of the previous run not failed", "previous", prev, "err", err)
+		} else if len(failed) > 0 {
+			log.Warn("failed the builds this data plane's previous run left", "previous", prev, "jobs", failed)
+		}
+		go judge.Run(recCtx)
+	}
 	go func() {
 		if err := scrub.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("scrubber stopped", "err", err)
@@ -176,14 +260,23 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	return err
 }
 
-// HeartbeatFor is how often a running build re-reports its status: the
-// executor's default (a minute), but at most a quarter of the shortest
-// reconciler window that judges running builds by their reports, so a
+// livenessJudge is the data plane's judge of abandoned builds
+// (core/liveness). The jobs it fails are counted in jobs_finished_total
+// like those every other path finishes.
+func livenessJudge(st ports.Store, m *metrics.Metrics, locker ports.Locker, cfg config.Config, instance string, log *slog.Logger) *liveness.Judge {
+	return &liveness.Judge{Store: startup.CountJobOutcomes(st, m), Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
+		Self: instance, Who: "templatecenter " + instance, Logger: log}
+}
+
+// HeartbeatFor is how often a running build heartbeats: a sixth of the
+// liveness timeout (core/liveness), and at most a quarter of the shortest
+// reconciler window that judges running builds by their row's age, so a
 // live build is never failed as abandoned between two heartbeats, whatever
 // the windows are set to. Replicas share their settings, so the reconciler
 // of one judges the builds of another by the same rule.
-func HeartbeatFor(rc config.Reconcile) time.Duration {
-	hb := data.DefaultHeartbeatEvery
+func HeartbeatFor(cfg config.Config) time.Duration {
+	rc := cfg.Reconcile
+	hb := liveness.HeartbeatEvery(cfg.BuildLiveness)
 	running := rc.RunningStaleAfter
 	if rc.StaleAfter > 0 {
 		running = rc.StaleAfter
@@ -292,21 +385,22 @@ func provideServe(i do.Injector, o Options) {
 		e := &data.Executor{
 			Store: startup.CountJobOutcomes(st, m), Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{},
-			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
-				if o.Result != nil {
-					for ph, d := range o.Result.Phases {
-						m.ObservePhase(string(ph), d)
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg), BuildTimeout: cfg.BuildTimeout,
+				Owner: o.Instance, ReportEvery: cfg.ProgressReportInterval, Logger: log, OnDone: func(o data.Outcome) {
+					if o.Result != nil {
+						for ph, d := range o.Result.Phases {
+							m.ObservePhase(string(ph), d)
+						}
 					}
-				}
-				switch {
-				case o.Err != nil:
-					m.BuildFinished(metrics.BuildFailed)
-				case o.Reused:
-					m.BuildFinished(metrics.BuildReused)
-				default:
-					m.BuildFinished(metrics.BuildBuilt)
-				}
-			}},
+					switch {
+					case o.Err != nil:
+						m.BuildFinished(metrics.BuildFailed)
+					case o.Reused:
+						m.BuildFinished(metrics.BuildReused)
+					default:
+						m.BuildFinished(metrics.BuildBuilt)
+					}
+				}},
 		}
 		m.ActiveBuildsFrom(e.Running)
 		return e, nil
