@@ -183,8 +183,10 @@ func (e *Executor) now() time.Time {
 //     the job's request_json, bad envd payload: core.ErrInvalidArgument (400);
 //   - the job is already building in this process: core.ErrConflict (409),
 //     checked before the job row (which is RUNNING by then);
-//   - no such job: core.ErrNotFound; a job that is not PENDING:
-//     *NotPendingError, which also matches core.ErrNotFound (404);
+//   - no such job: core.ErrNotFound; a job that is not PENDING (another
+//     replica took it: an accepted build moves its job to RUNNING in the
+//     store before it starts): *NotPendingError, which also matches
+//     core.ErrNotFound (404);
 //   - MaxConcurrent builds running: core.ErrBusy (429); ErrShuttingDown
 //     (also core.ErrBusy) after Shutdown;
 //   - a missing dependency or a store failure: other errors (5xx).
@@ -228,20 +230,50 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	}
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	switch {
 	case e.closed:
+		e.mu.Unlock()
 		return ErrShuttingDown
 	case e.inflight[req.JobID] != nil:
+		e.mu.Unlock()
 		return fmt.Errorf("job %s is already building here: %w", req.JobID, core.ErrConflict)
 	case len(e.inflight) >= e.conf.MaxConcurrent:
-		return fmt.Errorf("%d builds running, the limit: %w", len(e.inflight), core.ErrBusy)
+		n := len(e.inflight)
+		e.mu.Unlock()
+		return fmt.Errorf("%d builds running, the limit: %w", n, core.ErrBusy)
 	}
+	// The slot is reserved before the job is taken, so a refusal never
+	// leaves a taken job without a build.
 	r := e.newRun(req, norm)
 	e.inflight[req.JobID] = r
 	e.wg.Add(1)
+	e.mu.Unlock()
+	if err := e.take(ctx, req.JobID); err != nil {
+		r.cancel()
+		e.finish(r)
+		return err
+	}
 	go r.execute()
 	return nil
+}
+
+// take moves the job from PENDING to RUNNING in the store before its build
+// starts: a compare-and-set, so of two replicas a forward reached twice
+// (a lost answer, a second forward behind a balancer) only one builds the
+// job; the other answers *NotPendingError. The build's own first report
+// (RUNNING/PULLING) then repeats what take wrote.
+func (e *Executor) take(ctx context.Context, jobID string) error {
+	_, err := e.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+		if j.Status != core.JobPending || j.Phase.PostBuild() {
+			return &NotPendingError{JobID: j.JobID, Status: j.Status}
+		}
+		return j.Apply(core.Progress(core.JobRunning, core.PhasePulling, 5))
+	})
+	var np *NotPendingError
+	if err != nil && !errors.As(err, &np) {
+		return fmt.Errorf("take job %s: %w", jobID, err)
+	}
+	return err
 }
 
 // normalized returns a normalized copy of the request (the caller's value
