@@ -308,7 +308,11 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.F
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
 	}
+	fence := fenceOf(ctx, job.JobID)
 	updated, err := s.Store.Jobs().Update(ctx, job.JobID, func(j *core.Job) error {
+		if fence != 0 && j.Fence != fence {
+			return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", j.JobID, fence, j.Fence, core.ErrFenced)
+		}
 		if j.Status != core.JobPending || j.Operation != core.OpRedo {
 			return errJobFinished
 		}

@@ -23,7 +23,9 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // belongs to the control plane's pipeline.
 //
 // The job state machine decides: terminal states are absorbing and a late
-// or duplicate report is harmless (applied=false, nil error). A BUILT
+// or duplicate report is harmless (applied=false, nil error). A report
+// applies only while the job is in its build (inBuild): from BUILT on the
+// resume owns the job, and no data-plane report can end it. A BUILT
 // report must carry the artifact's metadata (r.Artifact) unless the row
 // already holds it; it is written to the artifact row before the job
 // becomes BUILT, then the resume pipeline starts in the background and
@@ -41,7 +43,7 @@ func (s *Service) HandleStatusReport(ctx context.Context, jobID string, r ports.
 	if u.Status == core.JobBuilt {
 		job, applied, err = s.reportBuilt(ctx, jobID, u, r.Artifact)
 	} else {
-		job, applied, err = s.Report(ctx, jobID, u)
+		job, applied, err = s.reportIf(ctx, jobID, u, inBuild)
 	}
 	if err != nil {
 		return false, err
@@ -60,6 +62,20 @@ func (s *Service) HandleStatusReport(ctx context.Context, jobID string, r ports.
 		}
 	}
 	return true, nil
+}
+
+// inBuild is the precondition of every data-plane report: the job is still
+// in the part the data plane owns, PENDING or RUNNING in a build phase.
+// From BUILT on (and for a redo that reuses its artifact, PENDING in a
+// post-build phase, which never goes to the data plane) the master's resume
+// owns the job and fences its own writes with the run number; a data-plane
+// report carries none, so it is late, duplicated (a second build of the
+// job) or forged, and is acknowledged without being applied.
+func inBuild(j *core.Job) error {
+	if (j.Status == core.JobPending || j.Status == core.JobRunning) && !j.Phase.PostBuild() {
+		return nil
+	}
+	return fmt.Errorf("job %s is %s/%s, past its build; a data-plane report no longer applies: %w", j.JobID, j.Status, j.Phase, core.ErrStaleUpdate)
 }
 
 // dataPlaneUpdate keeps the fields the data plane may set and refuses
@@ -98,7 +114,11 @@ func dataPlaneUpdate(in core.JobUpdate) (core.JobUpdate, error) {
 // re-checks under the artifact's lock). skip is true when the report would
 // not apply to the job (late or duplicate).
 func (s *Service) builtMeta(ctx context.Context, job *core.Job, u *core.JobUpdate, meta *core.Artifact) (m *core.Artifact, skip bool, err error) {
-	if err := job.Clone().Apply(*u); err != nil {
+	err = inBuild(job)
+	if err == nil {
+		err = job.Clone().Apply(*u)
+	}
+	if err != nil {
 		if errors.Is(err, core.ErrStaleUpdate) {
 			return nil, true, nil
 		}
@@ -332,7 +352,7 @@ func (s *Service) reportBuilt(ctx context.Context, jobID string, u core.JobUpdat
 	if u.ResultJSON, err = encodeBuilt(checked, u.ResultJSON); err != nil {
 		return nil, false, fmt.Errorf("record BUILT report of job %s: %w", jobID, err)
 	}
-	return s.Report(ctx, jobID, u)
+	return s.reportIf(ctx, jobID, u, inBuild)
 }
 
 func setIfNotEmpty(dst *string, v string) {

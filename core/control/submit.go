@@ -174,19 +174,30 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 // Report applies a status update to a job under the job state machine. A stale or duplicate update is
 // harmless: it returns the job unchanged with applied=false and no error.
 func (s *Service) Report(ctx context.Context, jobID string, u core.JobUpdate) (job *core.Job, applied bool, err error) {
+	return s.reportIf(ctx, jobID, u, nil)
+}
+
+// reportIf is Report with a precondition: guard (when not nil) sees the
+// job as stored, in the same compare-and-set, and an error from it that
+// wraps core.ErrStaleUpdate makes the update stale (applied=false).
+func (s *Service) reportIf(ctx context.Context, jobID string, u core.JobUpdate, guard func(*core.Job) error) (job *core.Job, applied bool, err error) {
 	if u.Fence == 0 {
 		u.Fence = fenceOf(ctx, jobID)
 	}
 	stale := false
 	job, err = s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
 		stale = false
-		if err := j.Apply(u); err != nil {
-			if errors.Is(err, core.ErrStaleUpdate) {
-				stale = true
-			}
-			return err
+		err := error(nil)
+		if guard != nil {
+			err = guard(j)
 		}
-		return nil
+		if err == nil {
+			err = j.Apply(u)
+		}
+		if errors.Is(err, core.ErrStaleUpdate) {
+			stale = true
+		}
+		return err
 	})
 	if stale {
 		cur, gerr := s.Store.Jobs().Get(ctx, jobID)
