@@ -16,6 +16,7 @@ type losableLocker struct {
 	ports.Locker
 	mu   sync.Mutex
 	lost map[string]chan struct{}
+	held map[string]ports.Lock // the in-process lock behind each name
 }
 
 type losableLock struct {
@@ -33,6 +34,10 @@ func (l *losableLocker) wrap(k ports.Lock, err error) (ports.Lock, error) {
 	defer l.mu.Unlock()
 	ch := make(chan struct{})
 	l.lost[k.Name()] = ch
+	if l.held == nil {
+		l.held = map[string]ports.Lock{}
+	}
+	l.held[k.Name()] = k
 	return losableLock{Lock: k, lost: ch}, nil
 }
 
@@ -48,6 +53,16 @@ func (l *losableLocker) lose(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	close(l.lost[name])
+}
+
+// die is what the death of the lock's database session does: the holder
+// is told (Lost) and the name is free for anyone else at once.
+func (l *losableLocker) die(name string) {
+	l.mu.Lock()
+	k := l.held[name]
+	l.mu.Unlock()
+	l.lose(name)
+	_ = k.Unlock(context.Background())
 }
 
 // TestResumeStopsWhenItsLockIsLost: the artifact lock's session dies while

@@ -70,18 +70,17 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	// The template's lock keeps a delete of the same template from
 	// interleaving: a delete finishes before the redo reads the template,
 	// and none starts while the redo writes its job.
-	lock, err := s.lockTemplate(ctx, tid)
-	if err != nil {
-		return nil, fmt.Errorf("redo template %s: %w", tid, err)
-	}
 	// New credentials given to the redo become the template's.
 	newAuth, err := s.sealAuth(&core.FromImageRequest{RegistryUsername: rr.RegistryUsername, RegistryPassword: rr.RegistryPassword})
 	if err != nil {
-		s.unlock(ctx, lock)
 		return nil, err
 	}
-	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
-	s.unlock(ctx, lock)
+	hctx, lock, done, err := s.holdTemplate(ctx, tid)
+	if err != nil {
+		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+	}
+	job, req, rebuild, err := s.submitRedo(hctx, lock, tid, scope, rr, newAuth)
+	done()
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +104,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, lock ports.Lock, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
 		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
@@ -177,6 +176,7 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        key,
+		lock:       lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
 		},

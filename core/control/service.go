@@ -248,8 +248,9 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	return s.Locker.Lock(lctx, templateLockName(templateID))
 }
 
-// errLockLost is why work stops when the lock protecting it is lost.
-var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+// errLockLost is why work stops when the lock protecting it is lost. It
+// wraps core.ErrConflict: the caller may retry.
+var errLockLost = fmt.Errorf("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep: %w", core.ErrConflict)
 
 // whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
 // lost: the work it protects stops before it writes anything more.
@@ -267,6 +268,37 @@ func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.Canc
 
 // lockLost reports whether ctx was cancelled because its lock was lost.
 func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }
+
+// stillHeld returns errLockLost once l is lost, read from l itself (the
+// watcher of whileHeld cancels a moment later), else ctx's error: the
+// check a holder makes before a write the lock protects.
+func stillHeld(ctx context.Context, l ports.Lock) error {
+	select {
+	case <-l.Lost():
+		return errLockLost
+	default:
+	}
+	if lockLost(ctx) {
+		return errLockLost
+	}
+	return ctx.Err()
+}
+
+// holdTemplate takes the template's lock (lockTemplate) and returns ctx
+// cancelled once the lock is lost (whileHeld), the lock, and done, which
+// stops the watch and releases the lock. Everything that writes a
+// template as a whole runs under it.
+func (s *Service) holdTemplate(ctx context.Context, templateID string) (context.Context, ports.Lock, func(), error) {
+	lock, err := s.lockTemplate(ctx, templateID)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	wctx, release := whileHeld(ctx, lock)
+	return wctx, lock, func() {
+		release()
+		s.unlock(ctx, lock)
+	}, nil
+}
 
 // runFence is the run number a resume or migrate took for its job; the
 // job writes of the run carry it (see core.Job.Fence).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // maxSubmitRounds bounds how often a submit re-reads after losing an insert
@@ -35,6 +36,9 @@ type jobPlan struct {
 	build func(ctx context.Context, latest *core.Job) (*core.Job, error)
 	// alias, when set, is claimed for the template with its id.
 	alias string
+	// lock is the template's lock the submit holds: nothing is written
+	// once it is lost.
+	lock ports.Lock
 }
 
 // submitJob creates the job p plans, or returns the active job p.onActive
@@ -74,6 +78,11 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 		// A claim is idempotent for its own template, so concurrent
 		// submitters of one template all pass it and the active key
 		// decides between them.
+		if p.lock != nil {
+			if err := stillHeld(ctx, p.lock); err != nil {
+				return SubmitResult{}, fmt.Errorf("submit template %s: %w", p.templateID, err)
+			}
+		}
 		err = s.claimNames(ctx, p.templateID, p.alias)
 		if err == nil {
 			err = jobs.Create(ctx, job.Clone())
@@ -130,15 +139,16 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	lock, err := s.lockTemplate(ctx, tid)
+	ctx, lock, done, err := s.holdTemplate(ctx, tid)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("submit template %s: %w", tid, err)
 	}
-	defer s.unlock(ctx, lock)
+	defer done()
 	return s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        core.ActiveKeyFromImage(tid),
 		alias:      req.Alias,
+		lock:       lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			if active.RequestJSON == requestJSON {
 				return active, nil
