@@ -145,9 +145,12 @@ func (s *Scrubber) RunOnce(ctx context.Context) (ScrubReport, error) {
 // spec claims or reuses it meanwhile.
 func (s *Scrubber) scrubOne(ctx context.Context, a *core.Artifact, cutoff time.Time) (rotten, busy bool, err error) {
 	c := s.Config.withDefaults()
-	if a.Fingerprint == "" || a.Ext4SHA256 == "" {
-		// A legacy row: nothing to check against. Touch it so the
-		// cursor moves on.
+	if a.ObjectKey == "" || a.Fingerprint == "" || a.Ext4SHA256 == "" {
+		// Not the store's to judge: a row that names no object has its
+		// bytes elsewhere (adopted from upstream, they sit on the master's
+		// disk at ext4_path until migrate moves them into the store and
+		// records the key), and one without a fingerprint or sha256 has
+		// nothing to check against. Touch it so the cursor moves on.
 		return false, false, s.touch(ctx, a.ArtifactID)
 	}
 	lk, err := s.Locker.TryLock(ctx, LockPrefix+a.Fingerprint)

@@ -168,3 +168,39 @@ func TestScrubStopsWhenItsLockIsLost(t *testing.T) {
 		t.Error("the bytes were removed by a scrub that had lost its lock")
 	}
 }
+
+// TestScrubLeavesAdoptedLegacyArtifactsAlone: rows adopted from an
+// upstream database have a fingerprint and a sha256, but their bytes are
+// on the master's disk (ext4_path) until `tpl merge` moves them into the
+// store; the row names no object. Such a row is not the store's to judge:
+// the scrub must leave it READY, or migrate refuses it and the documented
+// migration path is closed. Before, the scrub looked only for a missing
+// fingerprint or sha256 and failed these rows as "no object in the store".
+func TestScrubLeavesAdoptedLegacyArtifactsAlone(t *testing.T) {
+	w := newWorld()
+	fp := strings.Repeat("c3", 32)
+	aid, _ := core.ArtifactIDFor(fp)
+	row := &core.Artifact{
+		ArtifactID: aid, Fingerprint: fp, SourceImageRef: "registry.example/app:v1", DownloadBaseURL: "http://old-master:8089",
+		Ext4Path: "/data/cube/rootfs/" + aid + ".ext4", Ext4SHA256: strings.Repeat("ab", 32), Ext4SizeBytes: 4096,
+		Status: core.ArtifactReady,
+	}
+	if err := w.db.Artifacts().Create(context.Background(), row); err != nil {
+		t.Fatal(err)
+	}
+	w.advance(2 * time.Hour)
+	rep, err := newScrubber(w).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rotten) != 0 {
+		t.Errorf("pass = %+v, want no rotten artifact", rep)
+	}
+	a, _ := w.artifact(aid)
+	if a.Status != core.ArtifactReady || a.LastError != "" {
+		t.Errorf("adopted row = %s %q, want READY", a.Status, a.LastError)
+	}
+	if !a.UpdatedAt.After(row.UpdatedAt) {
+		t.Error("the adopted row was not touched: the scrub's cursor would stop on it")
+	}
+}
