@@ -215,13 +215,18 @@ func (s *Service) clearForCreate(ctx context.Context, tid string) error {
 	if err := errors.Join(cerrs...); err != nil {
 		return fmt.Errorf("replace failed template %s: %w", tid, err)
 	}
-	if _, err := tpl.DeleteReplicas(ctx, tid); err != nil {
+	// The definition goes with its alias: a synchronous create names no
+	// alias, and the replaced template's must not keep pointing here.
+	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if _, err := r.Templates().DeleteReplicas(ctx, tid); err != nil {
+			return err
+		}
+		if err := r.Templates().DeleteDefinition(ctx, tid); err != nil && !isNotFound(err) {
+			return err
+		}
+		_, err := r.Names().Release(ctx, tid, core.NameAlias)
 		return err
-	}
-	if err := tpl.DeleteDefinition(ctx, tid); err != nil && !isNotFound(err) {
-		return err
-	}
-	return nil
+	})
 }
 
 // storedCreateRequest is the definition's request_json made from a create

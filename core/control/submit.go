@@ -36,6 +36,11 @@ type jobPlan struct {
 	build func(ctx context.Context, latest *core.Job) (*core.Job, error)
 	// alias, when set, is claimed for the template with its id.
 	alias string
+	// replaceAlias: this submit decides the template's alias (a create,
+	// which replaces a failed attempt): alias names the template holds
+	// from an earlier attempt are released, and a FAILED definition's
+	// alias cleared, in the transaction that claims the new one.
+	replaceAlias bool
 	// lock is the template's lock the submit holds: nothing is written
 	// once it is lost.
 	lock ports.Lock
@@ -83,7 +88,7 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 				return SubmitResult{}, fmt.Errorf("submit template %s: %w", p.templateID, err)
 			}
 		}
-		err = s.claimNames(ctx, p.templateID, p.alias)
+		err = s.claimNames(ctx, p.templateID, p.alias, p.replaceAlias)
 		if err == nil {
 			err = jobs.Create(ctx, job.Clone())
 		}
@@ -102,15 +107,36 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 	return SubmitResult{}, fmt.Errorf("submit job for %s: lost %d insert races: %w", p.templateID, maxSubmitRounds, core.ErrConflict)
 }
 
-// claimNames claims the template's id and, if set, alias.
-func (s *Service) claimNames(ctx context.Context, templateID, alias string) error {
-	if err := s.Store.Names().Claim(ctx, templateID, templateID, core.NameID); err != nil {
-		return err
-	}
-	if alias != "" {
-		return s.Store.Names().Claim(ctx, alias, templateID, core.NameAlias)
-	}
-	return nil
+// claimNames claims the template's id and, if set, alias, in one
+// transaction. With replace the alias is the template's only alias
+// afterwards: what an earlier attempt claimed is released, and a
+// definition left by it (FAILED: a create replaces nothing else) loses an
+// alias that is not this one; the resume sets the new one on the
+// definition.
+func (s *Service) claimNames(ctx context.Context, templateID, alias string, replace bool) error {
+	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if err := r.Names().Claim(ctx, templateID, templateID, core.NameID); err != nil {
+			return err
+		}
+		if replace {
+			if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
+				return err
+			}
+			_, err := r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
+				if d.Alias != alias {
+					d.Alias = ""
+				}
+				return nil
+			})
+			if err != nil && !isNotFound(err) {
+				return err
+			}
+		}
+		if alias != "" {
+			return r.Names().Claim(ctx, alias, templateID, core.NameAlias)
+		}
+		return nil
+	})
 }
 
 // SubmitFromImage validates and normalizes req, then returns the job that
@@ -145,10 +171,11 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 	}
 	defer done()
 	return s.submitJob(ctx, jobPlan{
-		templateID: tid,
-		key:        core.ActiveKeyFromImage(tid),
-		alias:      req.Alias,
-		lock:       lock,
+		templateID:   tid,
+		key:          core.ActiveKeyFromImage(tid),
+		alias:        req.Alias,
+		replaceAlias: true,
+		lock:         lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			if active.RequestJSON == requestJSON {
 				return active, nil
