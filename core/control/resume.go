@@ -143,9 +143,10 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		}
 	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
-		if p.redo && job.Status == core.JobPending {
+		if p.redo && job.Status == core.JobPending && !isConvergeJob(job) {
 			// The redo chose to reuse the artifact, which is gone, being
-			// deleted or being rebuilt by now: build it again instead.
+			// deleted or being rebuilt by now: build it again instead. A
+			// convergence redo never builds: it fails, and backs off.
 			return s.rebuildInstead(ctx, job, req, err)
 		}
 		return s.fail(ctx, job, core.PhaseDistributing, err)
