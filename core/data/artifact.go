@@ -261,7 +261,7 @@ func (r *run) markReady(res *pipeline.Result) error {
 	}
 	var token string
 	if r.e.IDs != nil {
-		token = r.e.IDs.NewToken()
+		token = r.e.IDs.NewToken() // used only by a row that has none yet
 	}
 	now := r.e.now()
 	// The write must land even if the build is being cancelled right now:
@@ -285,7 +285,9 @@ func (r *run) markReady(res *pipeline.Result) error {
 		a.ImageConfigJSON = cj
 		a.LastError = ""
 		a.GCDeadline = now.Add(r.c.GCDeadlineAfter).Unix()
-		if token != "" {
+		// A row rebuilt after its bytes went missing keeps its token:
+		// every template using the artifact carries it in its requests.
+		if a.DownloadToken == "" {
 			a.DownloadToken = token
 		}
 		return a.MoveTo(core.ArtifactReady)
