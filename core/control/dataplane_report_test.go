@@ -102,7 +102,7 @@ func TestDataPlaneCannotReportAReuseRedo(t *testing.T) {
 	built.ArtifactID, built.Fingerprint = aidOf(fpA), fpA
 	for _, r := range []ports.StatusReport{
 		statusReport(core.Fail(core.PhaseUploading, "forged")),
-		{Update: built, Artifact: artifactMeta(fpA)},
+		{Update: built, Artifact: artifactMeta(fpA), Inputs: inputsOf(fpA)},
 	} {
 		ok, err := e.svc.HandleStatusReport(e.ctx, redo.JobID, r)
 		if err != nil || ok {

@@ -85,7 +85,7 @@ func TestRedispatchStillFailsAJobNobodyTook(t *testing.T) {
 func (e *env) running(jobID, fp string) {
 	e.t.Helper()
 	u := core.Progress(core.JobRunning, core.PhasePulling, 5)
-	u.ArtifactID, u.Fingerprint, u.SourceImageDigest = aidOf(fp), fp, digestA
+	u.ArtifactID, u.Fingerprint, u.SourceImageDigest = aidOf(fp), fp, digestFor(fp)
 	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: u}); err != nil || !ok {
 		e.t.Fatalf("RUNNING report: applied=%v err=%v", ok, err)
 	}

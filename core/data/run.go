@@ -239,7 +239,7 @@ func (r *run) loop(ctx context.Context) {
 		st := r.snapshot()
 		newlyResolved := st.resolved != nil && reported.resolved == nil
 		if first || beat || newlyResolved || st.phase != reported.phase || st.artifactStatus != reported.artifactStatus {
-			r.report(ctx, r.runningUpdate(st), nil)
+			r.report(ctx, ports.StatusReport{Update: r.runningUpdate(st)})
 			reported = st
 		}
 		if r.e.Progress == nil || (havePub && samePublished(st, published)) {
@@ -281,10 +281,10 @@ func (r *run) runningUpdate(st state) core.JobUpdate {
 
 // report sends one status report; a failure is logged, not fatal (the
 // reporter retries, and the heartbeat or terminal report comes later).
-func (r *run) report(ctx context.Context, u core.JobUpdate, a *core.Artifact) {
-	err := r.e.Reporter.Report(ctx, r.req.JobID, ports.StatusReport{Update: u, Artifact: a})
+func (r *run) report(ctx context.Context, rep ports.StatusReport) {
+	err := r.e.Reporter.Report(ctx, r.req.JobID, rep)
 	if err != nil && ctx.Err() == nil {
-		r.log.Warn("status report failed", "status", u.Status, "phase", u.Phase, "err", err)
+		r.log.Warn("status report failed", "status", rep.Update.Status, "phase", rep.Update.Phase, "err", err)
 	}
 }
 
@@ -300,8 +300,11 @@ func (r *run) built() {
 	a := *r.artifact
 	r.mu.Unlock()
 	digest := a.SourceImageDigest
+	var inputs *core.BuildInputs
 	if st.resolved != nil {
 		digest = st.resolved.ImageDigest
+		in := st.resolved.Inputs
+		inputs = &in
 	}
 	p := 100
 	u := core.JobUpdate{
@@ -319,7 +322,7 @@ func (r *run) built() {
 	}
 	ctx, cancel := r.finalCtx()
 	defer cancel()
-	r.report(ctx, u, &a)
+	r.report(ctx, ports.StatusReport{Update: u, Artifact: &a, Inputs: inputs})
 	r.clearProgress(ctx)
 }
 
@@ -373,7 +376,7 @@ func (r *run) failed(err error) {
 	}
 	r.mu.Unlock()
 	r.log.Warn("build failed", "phase", st.phase, "err", err)
-	r.report(ctx, u, nil)
+	r.report(ctx, ports.StatusReport{Update: u})
 	r.clearProgress(ctx)
 }
 
