@@ -351,3 +351,12 @@ func (s *Service) fenced(ctx context.Context, jobID string, fn func(ctx context.
 		return fn(ctx, r)
 	})
 }
+
+// upsertReplica writes a replica row for the run of ctx (fenced): the
+// rows are what sandboxes are scheduled by, so a run that a later run has
+// superseded must not write them.
+func (s *Service) upsertReplica(ctx context.Context, jobID string, r *core.Replica) error {
+	return s.fenced(ctx, jobID, func(ctx context.Context, repos ports.Repos) error {
+		return repos.Templates().UpsertReplica(ctx, r)
+	})
+}
