@@ -250,7 +250,7 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 	ctx, release := whileHeld(ctx, lock)
 	defer release()
 
-	deadline := s.gcDeadline()
+	deadline := s.gcDeadline(ctx)
 	// Phase 1.
 	var kept, skip, gone bool
 	var placements []core.Placement

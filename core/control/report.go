@@ -374,6 +374,7 @@ func (s *Service) bindBuilt(ctx context.Context, job *core.Job) error {
 // The caller holds the artifact's lock.
 func (s *Service) upsertArtifact(ctx context.Context, jobID string, m *core.Artifact) error {
 	arts := s.Store.Artifacts()
+	deadline := s.gcDeadline(ctx)
 	for range 2 {
 		_, err := arts.Update(ctx, m.ArtifactID, func(a *core.Artifact) error {
 			switch {
@@ -400,7 +401,7 @@ func (s *Service) upsertArtifact(ctx context.Context, jobID string, m *core.Arti
 			setIfEmpty(&a.StorageBackend, m.StorageBackend)
 			setIfEmpty(&a.ObjectKey, m.ObjectKey)
 			if a.GCDeadline == 0 {
-				a.GCDeadline = s.gcDeadline()
+				a.GCDeadline = deadline
 			}
 			return nil
 		})
@@ -418,7 +419,7 @@ func (s *Service) upsertArtifact(ctx context.Context, jobID string, m *core.Arti
 		row.Status = core.ArtifactReady
 		row.DownloadToken = s.IDs.NewToken()
 		row.GeneratedRequestJSON = ""
-		row.GCDeadline = s.gcDeadline()
+		row.GCDeadline = deadline
 		ok, err := s.DataPlane.ArtifactExists(ctx, &row)
 		if err != nil {
 			return fmt.Errorf("artifact %s has no row; checking its bytes: %w", m.ArtifactID, err)

@@ -288,6 +288,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 // absent are never distributed. The caller holds the artifact's lock.
 func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artifact, error) {
 	base := s.cfg().DownloadBaseURL
+	deadline := s.gcDeadline(ctx)
 	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
 		switch {
 		case beingDeleted(a.Status):
@@ -309,7 +310,7 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artif
 		if a.DownloadToken == "" {
 			a.DownloadToken = s.IDs.NewToken()
 		}
-		a.GCDeadline = s.gcDeadline()
+		a.GCDeadline = deadline
 		a.LastError = ""
 		return nil
 	})

@@ -160,8 +160,13 @@ func (s *Service) now() time.Time {
 	return time.Now()
 }
 
-// gcDeadline is the unix second an unreferenced artifact may be collected.
-func (s *Service) gcDeadline() int64 { return s.now().Add(s.cfg().ArtifactTTL).Unix() }
+// gcDeadline is the unix second an unreferenced artifact may be collected:
+// the store's now plus the TTL, so that every master writes and judges
+// deadlines by one clock whatever its host's says. Call it before, not
+// inside, a store update (it may ask the store).
+func (s *Service) gcDeadline(ctx context.Context) int64 {
+	return s.storeNow(ctx).Add(s.cfg().ArtifactTTL).Unix()
+}
 
 // resumeLockName is the per-artifact lock that serializes registration,
 // distribution and cleanup of one artifact across processes, so the

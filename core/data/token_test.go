@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
 // TestRebuildKeepsTheDownloadToken: an artifact row's download token is
@@ -39,4 +41,21 @@ func TestRebuildKeepsTheDownloadToken(t *testing.T) {
 	after, _ := w.artifact(first.ArtifactID)
 	eq(t, "token after the rebuild", after.DownloadToken, before.DownloadToken)
 	eq(t, "status", after.Status, core.ArtifactReady)
+}
+
+// TestGCDeadlineIsTheStoresTime: the control plane's GC judges deadlines
+// by the store's clock, so the deadline a build writes is the store's now
+// plus GCDeadlineAfter, whatever the replica's host clock says (here 8
+// days ahead). Before, it was the host's.
+func TestGCDeadlineIsTheStoresTime(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	ahead := w.now.Add(8 * 24 * time.Hour)
+	r.exec.Clock = &portsmock.ClockMock{NowFunc: func() time.Time { return ahead }}
+	o := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+	if o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	a, _ := w.artifact(o.ArtifactID)
+	eq(t, "gc_deadline", time.Unix(a.GCDeadline, 0).UTC(), w.now.Add(data.DefaultGCDeadlineAfter).UTC())
 }
