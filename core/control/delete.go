@@ -20,6 +20,8 @@ import (
 //     while it is alive: updated within Config.StaleAfter, or its resume
 //     holds the artifact's lock. A stuck job (older, lock free) is failed
 //     first with a guarded update, so delete works on stuck templates.
+//     This runs before the template's lock is taken; under it, a job
+//     still active (or submitted since) refuses the delete.
 //  2. Every replica's node drops the template (CleanupTemplate; missing is
 //     fine, a node the directory no longer knows is skipped). Any other
 //     error aborts and leaves all rows, so the delete can be retried.
@@ -32,7 +34,7 @@ import (
 //     cannot be destroyed leaves the artifact CLEANUP_PENDING for GC,
 //     without failing the delete.
 //
-// Steps 1-3 run under the template's lock and stop as soon as it is lost
+// Steps 2-3 run under the template's lock and stop as soon as it is lost
 // (an error wrapping core.ErrConflict, nothing more written): another
 // master may hold it by then and be redoing the template. Step 4 runs
 // after the template's lock is released, each artifact under its own
@@ -44,6 +46,20 @@ import (
 func (s *Service) Delete(ctx context.Context, templateID, instanceType string) error {
 	if err := core.ValidateTemplateID(templateID); err != nil {
 		return err
+	}
+	// 1. Stuck jobs are failed before the template's lock is taken: telling
+	// a stuck resume from a live one takes the artifact's lock, and a
+	// delete never holds two locks. Their writes are compare-and-set.
+	jobList, err := s.Store.Jobs().ListByTemplate(ctx, templateID)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobList {
+		if j.Status.Active() || j.Status == core.JobBuilt {
+			if err := s.abandonStale(ctx, j); err != nil {
+				return err
+			}
+		}
 	}
 	// A synchronous create of the same template finishes first.
 	hctx, lock, done, err := s.holdTemplate(ctx, templateID)
@@ -70,7 +86,7 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 	return nil
 }
 
-// deleteRows is steps 1-3 of Delete under the template's lock (ctx is
+// deleteRows is steps 2-3 of Delete under the template's lock (ctx is
 // cancelled once it is lost); it returns the artifacts and jobs the
 // template had.
 func (s *Service) deleteRows(ctx context.Context, lock ports.Lock, templateID, instanceType string) (aids, jobIDs []string, _ string, _ error) {
@@ -96,9 +112,8 @@ func (s *Service) deleteRows(ctx context.Context, lock ports.Lock, templateID, i
 	}
 	for _, j := range jobList {
 		if j.Status.Active() || j.Status == core.JobBuilt {
-			if err := s.abandonStale(ctx, j); err != nil {
-				return nil, nil, "", err
-			}
+			// Alive (step 1 failed the stuck ones), or submitted since.
+			return nil, nil, "", &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
 		}
 	}
 	if def != nil {

@@ -56,9 +56,9 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	clock  *fakeClock
-	store  *memstore.Store
+	store  ports.Store
 	ids    *fakeIDs
-	locker *memlock.Locker
+	locker ports.Locker
 	dir    *portsmock.NodeDirectoryMock
 	agent  *portsmock.NodeAgentMock
 	disp   *portsmock.DataPlaneMock
@@ -82,8 +82,14 @@ func node(id string) ports.Node {
 func newEnv(t *testing.T, nodeIDs ...string) *env {
 	t.Helper()
 	clock := &fakeClock{t: t0}
+	return newEnvOn(t, clock, memstore.New(memstore.WithClock(clock)), memlock.New(), nodeIDs...)
+}
+
+// newEnvOn is newEnv on the given store and locker (a database's).
+func newEnvOn(t *testing.T, clock *fakeClock, store ports.Store, locker ports.Locker, nodeIDs ...string) *env {
+	t.Helper()
 	e := &env{
-		t: t, ctx: context.Background(), clock: clock, store: memstore.New(memstore.WithClock(clock)), ids: &fakeIDs{}, locker: memlock.New(),
+		t: t, ctx: context.Background(), clock: clock, store: store, ids: &fakeIDs{}, locker: locker,
 		known: map[string]ports.Node{}, createFail: map[string]error{}, snapFail: map[string]error{},
 		destroyFail: map[string]error{}, cleanupFail: map[string]error{}, onNode: map[string]map[string]bool{},
 	}

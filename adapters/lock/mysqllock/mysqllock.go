@@ -6,7 +6,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -20,10 +22,16 @@ import (
 // with ER_USER_LOCK_WRONG_NAME).
 const MaxNameLen = 64
 
-// waitSeconds is the server-side wait of one GET_LOCK call inside Lock.
-// Lock repeats the call until it wins, so the context is checked at least
-// this often even if the driver could not interrupt a running query.
-const waitSeconds = 1
+// Lock waits without a connection: it tries GET_LOCK(name, 0) and, when
+// the name is held, hands the connection back and tries again after a
+// pause growing from pollMin to pollMax. A waiter that held a connection
+// for its whole wait (a server-side GET_LOCK timeout) would let callers
+// queued on one popular name (resumes of one artifact) take every
+// connection of the lock pool from callers of other names.
+const (
+	pollMin = 10 * time.Millisecond
+	pollMax = 500 * time.Millisecond
+)
 
 // Locker hands out GET_LOCK locks, each on its own pinned connection.
 type Locker struct {
@@ -74,50 +82,59 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Loc
 		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
 	}
 	key := NormalizeName(name)
+	for pause := pollMin; ; pause = min(2*pause, pollMax) {
+		k, err := l.try(ctx, name, key)
+		if err == nil || !wait || !errors.Is(err, core.ErrLocked) {
+			return k, err
+		}
+		// Half the pause plus a random half, so waiters spread out.
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// try takes key on a connection of its own with GET_LOCK(key, 0): the held
+// lock, or an error wrapping core.ErrLocked with the connection returned
+// to the pool.
+func (l *Locker) try(ctx context.Context, name, key string) (ports.Lock, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
 	}
-	query := "SELECT GET_LOCK(?, 0)"
-	if wait {
-		query = fmt.Sprintf("SELECT GET_LOCK(?, %d)", waitSeconds)
-	}
-	for {
-		var got sql.NullInt64
-		err := conn.QueryRowContext(ctx, query, key).Scan(&got)
-		switch {
-		case err != nil:
-			// The call may have won the lock before it failed (a cancelled
-			// query, a dropped connection): only ending the session is sure
-			// to leave nothing behind.
-			discard(conn)
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, fmt.Errorf("lock %q: %w", name, cerr)
-			}
-			return nil, fmt.Errorf("lock %q: GET_LOCK: %w", name, err)
-		case !got.Valid:
-			discard(conn)
-			return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
-		case got.Int64 == 1:
-			// The session now dies after timeout without traffic; the
-			// watcher's pings are that traffic while the holder lives.
-			secs := int(l.timeout / time.Second)
-			if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
-				discard(conn)
-				return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
-			}
-			k := &lock{name: name, key: key, conn: conn}
-			k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
-			return k, nil
-		case !wait:
-			_ = conn.Close() // GET_LOCK said no: the session holds nothing
-			return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
-		}
+	var got sql.NullInt64
+	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", key).Scan(&got)
+	switch {
+	case err != nil:
+		// The call may have won the lock before it failed (a cancelled
+		// query, a dropped connection): only ending the session is sure
+		// to leave nothing behind.
+		discard(conn)
 		if cerr := ctx.Err(); cerr != nil {
-			_ = conn.Close()
 			return nil, fmt.Errorf("lock %q: %w", name, cerr)
 		}
+		return nil, fmt.Errorf("lock %q: GET_LOCK: %w", name, err)
+	case !got.Valid:
+		discard(conn)
+		return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
+	case got.Int64 != 1:
+		_ = conn.Close() // GET_LOCK said no: the session holds nothing
+		return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
 	}
+	// The session now dies after timeout without traffic; the watcher's
+	// pings are that traffic while the holder lives.
+	secs := int(l.timeout / time.Second)
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
+		discard(conn)
+		return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
+	}
+	k := &lock{name: name, key: key, conn: conn}
+	k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
+	return k, nil
 }
 
 type lock struct {

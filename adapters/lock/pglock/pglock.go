@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -17,15 +18,16 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// waitTimeout is the server-side lock_timeout of one pg_advisory_lock call
-// inside Lock. Lock repeats the call until it wins, so the context is
-// checked at least this often even if the driver could not interrupt it,
-// and a wait abandoned by a broken connection ends on the server within it.
-const waitTimeout = "1s"
-
-// sqlStateLockNotAvailable is what PostgreSQL reports when lock_timeout
-// expires.
-const sqlStateLockNotAvailable = "55P03"
+// Lock waits without a connection: it tries pg_try_advisory_lock and, when
+// the key is held, hands the connection back and tries again after a pause
+// growing from pollMin to pollMax. A waiter that held a connection for its
+// whole wait (pg_advisory_lock) would let callers queued on one popular
+// name (resumes of one artifact) take every connection of the lock pool
+// from callers of other names.
+const (
+	pollMin = 10 * time.Millisecond
+	pollMax = 500 * time.Millisecond
+)
 
 // Locker hands out advisory locks, each on its own pinned connection.
 type Locker struct {
@@ -67,39 +69,20 @@ func Key(name string) int64 {
 
 // Lock waits until name is free or ctx ends.
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
-	if name == "" {
-		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
-	}
-	key := Key(name)
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
-	}
-	// Any failure below may leave the session holding the lock or a changed
-	// setting, so every error path discards the connection.
-	fail := func(step string, err error) (ports.Lock, error) {
-		discard(conn)
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+	for pause := pollMin; ; pause = min(2*pause, pollMax) {
+		k, err := l.TryLock(ctx, name)
+		if err == nil || !errors.Is(err, core.ErrLocked) {
+			return k, err
 		}
-		return nil, fmt.Errorf("lock %q: %s: %w", name, step, err)
-	}
-	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '"+waitTimeout+"'"); err != nil {
-		return fail("set lock_timeout", err)
-	}
-	for {
-		_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key)
-		if err == nil {
-			break
-		}
-		if sqlState(err) != sqlStateLockNotAvailable || ctx.Err() != nil {
-			return fail("pg_advisory_lock", err)
+		// Half the pause plus a random half, so waiters spread out.
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
+		case <-t.C:
 		}
 	}
-	if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
-		return fail("reset lock_timeout", err)
-	}
-	return l.held(ctx, name, key, conn), nil
 }
 
 // TryLock takes name if it is free, else fails with core.ErrLocked.
@@ -182,14 +165,4 @@ func (k *lock) Unlock(ctx context.Context) error {
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close() // already released by Raw; returns sql.ErrConnDone
-}
-
-// sqlState extracts the SQLSTATE of a driver error (pgx's *pgconn.PgError
-// has a SQLState method), without tying this package to one driver.
-func sqlState(err error) string {
-	var e interface{ SQLState() string }
-	if errors.As(err, &e) {
-		return e.SQLState()
-	}
-	return ""
 }
