@@ -107,36 +107,53 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 	return SubmitResult{}, fmt.Errorf("submit job for %s: lost %d insert races: %w", p.templateID, maxSubmitRounds, core.ErrConflict)
 }
 
-// claimNames claims the template's id and, if set, alias, in one
-// transaction. With replace the alias is the template's only alias
-// afterwards: what an earlier attempt claimed is released, and a
-// definition left by it (FAILED: a create replaces nothing else) loses an
-// alias that is not this one; the resume sets the new one on the
+// claimNames claims the template's id and, if set, alias. With replace the
+// alias is the template's only alias afterwards: what an earlier attempt
+// claimed is released, and a definition left by it (FAILED: a create
+// replaces nothing else) loses an alias that is not this one, in the
+// transaction that claims the new alias; the resume sets it on the
 // definition.
 func (s *Service) claimNames(ctx context.Context, templateID, alias string, replace bool) error {
-	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
-		if err := r.Names().Claim(ctx, templateID, templateID, core.NameID); err != nil {
+	names := s.Store.Names()
+	if err := names.Claim(ctx, templateID, templateID, core.NameID); err != nil {
+		return err
+	}
+	if !replace {
+		if alias != "" {
+			return names.Claim(ctx, alias, templateID, core.NameAlias)
+		}
+		return nil
+	}
+	err := s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
 			return err
 		}
-		if replace {
-			if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
-				return err
+		_, err := r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
+			if d.Alias != alias {
+				d.Alias = ""
 			}
-			_, err := r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
-				if d.Alias != alias {
-					d.Alias = ""
-				}
-				return nil
-			})
-			if err != nil && !isNotFound(err) {
-				return err
-			}
+			return nil
+		})
+		if err != nil && !isNotFound(err) {
+			return err
 		}
 		if alias != "" {
 			return r.Names().Claim(ctx, alias, templateID, core.NameAlias)
 		}
 		return nil
 	})
+	var taken *core.NameTakenError
+	if alias != "" && errors.As(err, &taken) {
+		// A concurrent claim inside a transaction hides who made it; a
+		// submitter of the same template claiming the same alias is fine.
+		if holder, kind, herr := names.Holder(ctx, alias); herr == nil {
+			if holder == templateID && kind == core.NameAlias {
+				return nil
+			}
+			return fmt.Errorf("claim name %q for %s: %w", alias, templateID, &core.NameTakenError{Name: alias, Holder: holder, HolderKind: kind})
+		}
+	}
+	return err
 }
 
 // SubmitFromImage validates and normalizes req, then returns the job that
