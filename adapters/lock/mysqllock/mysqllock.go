@@ -8,11 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/waitq"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -22,21 +22,17 @@ import (
 // with ER_USER_LOCK_WRONG_NAME).
 const MaxNameLen = 64
 
-// Lock waits without a connection: it tries GET_LOCK(name, 0) and, when
-// the name is held, hands the connection back and tries again after a
-// pause growing from pollMin to pollMax. A waiter that held a connection
-// for its whole wait (a server-side GET_LOCK timeout) would let callers
-// queued on one popular name (resumes of one artifact) take every
-// connection of the lock pool from callers of other names.
-const (
-	pollMin = 10 * time.Millisecond
-	pollMax = 500 * time.Millisecond
-)
+// waitSeconds is the server-side wait of one GET_LOCK call inside Lock,
+// when the pool can spare the connection (waitq): Lock repeats the call
+// until it wins, so the context is checked at least this often even if the
+// driver could not interrupt a running query.
+const waitSeconds = 1
 
 // Locker hands out GET_LOCK locks, each on its own pinned connection.
 type Locker struct {
 	db      *sql.DB
 	timeout time.Duration
+	line    *waitq.Line
 }
 
 // New returns a Locker that takes connections from db.
@@ -45,7 +41,7 @@ func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeou
 // NewWithTimeout is New with the idle timeout of a held lock's session: a
 // holder that stops pinging (its host died) loses the lock after it.
 func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
-	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second), line: waitq.New()}
 }
 
 var _ ports.Locker = (*Locker)(nil)
@@ -67,47 +63,59 @@ func NormalizeName(name string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Lock waits until name is free or ctx ends.
+// Lock waits until name is free or ctx ends. Of this process's callers
+// waiting for one name only the first asks the server; it waits there
+// while the pool can spare the connection, else it polls (waitq).
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
-	return l.acquire(ctx, name, true)
-}
-
-// TryLock takes name if it is free, else fails with core.ErrLocked.
-func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
-	return l.acquire(ctx, name, false)
-}
-
-func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Lock, error) {
 	if name == "" {
 		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
 	}
 	key := NormalizeName(name)
-	for pause := pollMin; ; pause = min(2*pause, pollMax) {
-		k, err := l.try(ctx, name, key)
-		if err == nil || !wait || !errors.Is(err, core.ErrLocked) {
+	done, err := l.line.Wait(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	defer done()
+	for pause := waitq.MinPause; ; {
+		wait := 0
+		if waitq.Headroom(l.db) {
+			wait = waitSeconds
+		}
+		k, err := l.try(ctx, name, key, wait)
+		if err == nil || !errors.Is(err, core.ErrLocked) {
 			return k, err
 		}
-		// Half the pause plus a random half, so waiters spread out.
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
-		case <-t.C:
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+		if wait > 0 {
+			pause = waitq.MinPause
+			continue
+		}
+		if pause, err = waitq.Sleep(ctx, pause); err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
 		}
 	}
 }
 
-// try takes key on a connection of its own with GET_LOCK(key, 0): the held
-// lock, or an error wrapping core.ErrLocked with the connection returned
-// to the pool.
-func (l *Locker) try(ctx context.Context, name, key string) (ports.Lock, error) {
+// TryLock takes name if it is free, else fails with core.ErrLocked.
+func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	if name == "" {
+		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
+	}
+	return l.try(ctx, name, NormalizeName(name), 0)
+}
+
+// try takes key on a connection of its own with GET_LOCK(key, wait): the
+// held lock, or an error wrapping core.ErrLocked with the connection
+// returned to the pool.
+func (l *Locker) try(ctx context.Context, name, key string, wait int) (ports.Lock, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
 	}
 	var got sql.NullInt64
-	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", key).Scan(&got)
+	err = conn.QueryRowContext(ctx, fmt.Sprintf("SELECT GET_LOCK(?, %d)", wait), key).Scan(&got)
 	switch {
 	case err != nil:
 		// The call may have won the lock before it failed (a cancelled

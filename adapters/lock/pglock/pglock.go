@@ -8,31 +8,32 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/waitq"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Lock waits without a connection: it tries pg_try_advisory_lock and, when
-// the key is held, hands the connection back and tries again after a pause
-// growing from pollMin to pollMax. A waiter that held a connection for its
-// whole wait (pg_advisory_lock) would let callers queued on one popular
-// name (resumes of one artifact) take every connection of the lock pool
-// from callers of other names.
-const (
-	pollMin = 10 * time.Millisecond
-	pollMax = 500 * time.Millisecond
-)
+// waitTimeout is the server-side lock_timeout of one pg_advisory_lock call
+// inside Lock, when the pool can spare the connection (waitq). Lock repeats
+// the call until it wins, so the context is checked at least this often
+// even if the driver could not interrupt it, and a wait abandoned by a
+// broken connection ends on the server within it.
+const waitTimeout = "1s"
+
+// sqlStateLockNotAvailable is what PostgreSQL reports when lock_timeout
+// expires.
+const sqlStateLockNotAvailable = "55P03"
 
 // Locker hands out advisory locks, each on its own pinned connection.
 type Locker struct {
 	db      *sql.DB
 	timeout time.Duration
+	line    *waitq.Line
 }
 
 // New returns a Locker that takes connections from db.
@@ -42,7 +43,7 @@ func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeou
 // (idle_session_timeout, PostgreSQL 14 and later): a holder that stops
 // pinging (its host died) loses the lock after it.
 func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
-	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second), line: waitq.New()}
 }
 
 // held finishes taking a lock: the session's idle timeout and the watcher
@@ -67,22 +68,78 @@ func Key(name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// Lock waits until name is free or ctx ends.
+// Lock waits until name is free or ctx ends. Of this process's callers
+// waiting for one name only the first asks the server; it waits there
+// while the pool can spare the connection, else it polls (waitq).
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
-	for pause := pollMin; ; pause = min(2*pause, pollMax) {
-		k, err := l.TryLock(ctx, name)
+	if name == "" {
+		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
+	}
+	key := Key(name)
+	done, err := l.line.Wait(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	defer done()
+	for pause := waitq.MinPause; ; {
+		wait := waitq.Headroom(l.db)
+		var k ports.Lock
+		if wait {
+			k, err = l.wait(ctx, name, key)
+		} else {
+			k, err = l.TryLock(ctx, name)
+		}
 		if err == nil || !errors.Is(err, core.ErrLocked) {
 			return k, err
 		}
-		// Half the pause plus a random half, so waiters spread out.
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
-		case <-t.C:
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+		if wait {
+			pause = waitq.MinPause
+			continue
+		}
+		if pause, err = waitq.Sleep(ctx, pause); err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
 		}
 	}
+}
+
+// wait is one pg_advisory_lock bounded by waitTimeout at the server: the
+// held lock, or an error wrapping core.ErrLocked with the connection
+// returned to the pool.
+func (l *Locker) wait(ctx context.Context, name string, key int64) (ports.Lock, error) {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
+	}
+	// Any failure below may leave the session holding the lock or a changed
+	// setting, so every error path but a plain timeout discards the
+	// connection.
+	fail := func(step string, err error) (ports.Lock, error) {
+		discard(conn)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+		return nil, fmt.Errorf("lock %q: %s: %w", name, step, err)
+	}
+	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '"+waitTimeout+"'"); err != nil {
+		return fail("set lock_timeout", err)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		if sqlState(err) != sqlStateLockNotAvailable || ctx.Err() != nil {
+			return fail("pg_advisory_lock", err)
+		}
+		if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
+			return fail("reset lock_timeout", err)
+		}
+		_ = conn.Close() // timed out: the session holds nothing
+		return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
+	}
+	if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
+		return fail("reset lock_timeout", err)
+	}
+	return l.held(ctx, name, key, conn), nil
 }
 
 // TryLock takes name if it is free, else fails with core.ErrLocked.
@@ -165,4 +222,14 @@ func (k *lock) Unlock(ctx context.Context) error {
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close() // already released by Raw; returns sql.ErrConnDone
+}
+
+// sqlState extracts the SQLSTATE of a driver error (pgx's *pgconn.PgError
+// has a SQLState method), without tying this package to one driver.
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
 }

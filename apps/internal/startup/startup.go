@@ -20,9 +20,9 @@ import (
 )
 
 // LockPoolSize bounds the connections locks may hold. Every held
-// MySQL/PostgreSQL lock pins one connection (a waiter holds none between
-// its attempts), so locks get a pool of their own: held locks can then
-// never take the connections the store's queries need.
+// MySQL/PostgreSQL lock pins one connection (and the first waiter for a
+// name, while the pool can spare one), so locks get a pool of their own:
+// they can then never take the connections the store's queries need.
 const LockPoolSize = 128
 
 // Locker returns the cross-process lock adapter for the store's database:
