@@ -91,6 +91,11 @@ type StatusReport struct {
 	// request, row bookkeeping) is the control plane's and is not
 	// delivered. Its ids and fingerprint agree with Update's.
 	Artifact *core.Artifact
+	// Inputs come with a BUILT report: what the build's fingerprint was
+	// computed from beyond the job's request (core.FingerprintOf), so the
+	// control plane can check that the artifact is the one of the job's
+	// own spec.
+	Inputs *core.BuildInputs
 }
 
 // StatusReporter is the data plane's client of the control plane callback.

@@ -18,7 +18,9 @@ import "context"
 type Locker interface {
 	// Lock blocks until this caller holds name or ctx ends (then it returns
 	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude
-	// each other even inside one process.
+	// each other even inside one process. Callers queued on one name never
+	// stop callers of another: an adapter backed by a bounded connection
+	// pool lets waiters hold a connection only while the pool can spare it.
 	Lock(ctx context.Context, name string) (Lock, error)
 	// TryLock returns at once: the held lock, or an error wrapping
 	// core.ErrLocked when another holder has it.

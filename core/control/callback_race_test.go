@@ -31,7 +31,7 @@ func builtReport(fp string) ports.StatusReport {
 	u := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	u.ArtifactID, u.ArtifactStatus, u.Fingerprint = aidOf(fp), "READY", fp
 	u.ResultJSON = `{"status":"BUILT","artifact_id":"` + aidOf(fp) + `"}`
-	return ports.StatusReport{Update: u, Artifact: artifactMeta(fp)}
+	return ports.StatusReport{Update: u, Artifact: artifactMeta(fp), Inputs: inputsOf(fp)}
 }
 
 // refusedBuild checks a BUILT report for an artifact being deleted: the

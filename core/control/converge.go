@@ -22,6 +22,12 @@ const ConvergeRequestPrefix = "converge-"
 // the template was distributed, or one that joined the directory later,
 // so gets the template without anyone asking.
 //
+// Convergence only ever adds nodes: its redo reuses the artifact the
+// template's definition uses and never rebuilds (a rebuild from the tag
+// could change the template's content and fail its other nodes). A
+// template whose artifact cannot be reused is left alone, with a warning,
+// until a person redoes it.
+//
 // It is bounded (Config.ConvergeAtOnce jobs a pass), idempotent (a
 // template with an active job is left to it; the redo's own rules — one
 // active job per template, the template's lock, the artifact's lock —
@@ -87,10 +93,14 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if len(missing) == 0 || s.backingOff(ctx, latest, missing) {
 		return nil, nil
 	}
-	job, err := s.Redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing})
+	job, err := s.redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing}, true)
 	var active *core.ActiveJobError
 	if errors.As(err, &active) || errors.Is(err, core.ErrNoTemplateNodes) {
 		return nil, nil // someone else is at work, or the node left again
+	}
+	if errors.Is(err, errConvergeNeedsRebuild) {
+		s.log().Warn("template cannot converge onto nodes without a rebuild; convergence never rebuilds", "template", d.TemplateID, "nodes", missing, "err", err)
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err

@@ -118,11 +118,34 @@ func (s *Service) loadEnvd(ctx context.Context) ([]byte, error) {
 }
 
 // failDispatch fails a job that never reached the data plane and returns
-// the failed job with cause.
+// the failed job with cause. Only a job still PENDING before its build is
+// failed: any other state means a data plane took it after all (the
+// answer was lost, or this was a second forward that reached another
+// replica, which found the job RUNNING or BUILT and said "not pending" or
+// "busy"), and that build must not be ended by an answer about a forward
+// it does not need. Such a job is returned as it is, without an error,
+// unless it has already failed.
 func (s *Service) failDispatch(ctx context.Context, job *core.Job, cause error) (*core.Job, error) {
 	wctx, cancel := detached(ctx, 30*time.Second)
 	defer cancel()
-	failed, _, err := s.Report(wctx, job.JobID, core.Fail(job.Phase, cause.Error()))
+	u := core.Fail(job.Phase, cause.Error())
+	failed, err := s.Store.Jobs().Update(wctx, job.JobID, func(cur *core.Job) error {
+		if cur.Status != core.JobPending || cur.Phase.PostBuild() {
+			return errJobMoved
+		}
+		return cur.Apply(u)
+	})
+	if errors.Is(err, errJobMoved) {
+		cur, gerr := s.Store.Jobs().Get(wctx, job.JobID)
+		if gerr != nil {
+			return job, fmt.Errorf("job %s: %w", job.JobID, gerr)
+		}
+		s.log().Info("data plane answer ignored: the job has moved on", "job", job.JobID, "status", cur.Status, "answer", cause)
+		if cur.Status == core.JobFailed {
+			return cur, fmt.Errorf("job %s: %w", job.JobID, cause)
+		}
+		return cur, nil
+	}
 	if err != nil {
 		s.log().Error("dispatch failure not recorded", "job", job.JobID, "cause", cause, "err", err)
 		failed = job

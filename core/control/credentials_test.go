@@ -103,7 +103,7 @@ func TestCredentialsAreSealedAgainWithTheirOwnKey(t *testing.T) {
 		req := request(tid)
 		req.RegistryUsername, req.RegistryPassword = "bob", "pw-"+tid
 		job := e.create(req)
-		e.build(job.JobID, map[string]string{"tpl-legacy": fpA, "tpl-old": fpB, "tpl-new": strings.Repeat("c3", 32)}[tid])
+		e.build(job.JobID, map[string]string{"tpl-legacy": fpA, "tpl-old": fpB, "tpl-new": testFingerprint("sha256:" + strings.Repeat("c3", 32))}[tid])
 		e.wait()
 		jobs[tid] = job.JobID
 	}

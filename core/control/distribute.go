@@ -55,7 +55,7 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArti
 			// the snapshot succeeds.
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseDistributed
 		}
-		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+		if uerr := s.upsertReplica(ctx, p.job.JobID, rep); uerr != nil {
 			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
 		}
 		mu.Lock()
@@ -149,7 +149,7 @@ func (s *Service) recordDown(ctx context.Context, p *pipeline) []string {
 		rep := s.replica(p, n)
 		rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
 		rep.LastErrorPhase, rep.ErrorMessage = string(core.PhaseDistributing), msg
-		if err := s.Store.Templates().UpsertReplica(ctx, rep); err != nil {
+		if err := s.upsertReplica(ctx, p.job.JobID, rep); err != nil {
 			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", err)
 		}
 		errs = append(errs, msg)

@@ -21,19 +21,33 @@ import (
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
-// fingerprints of test artifacts; the artifact id is rfs-<first 24 hex>.
+// fingerprints of test artifacts: a build of request(...) from digestA or
+// digestB by testBuilder, as the data plane computes them (the template id
+// is not part of a fingerprint); the artifact id is rfs-<first 24 hex>.
 var (
-	fpA = strings.Repeat("a1", 32)
-	fpB = strings.Repeat("b2", 32)
+	fpA = testFingerprint(digestA)
+	fpB = testFingerprint(digestB)
 )
 
 func aidOf(fp string) string { return "rfs-" + fp[:24] }
 
 const (
-	digestA = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	shaExt4 = "5f5e5d5c5b5a59585756555453525150" + "4f4e4d4c4b4a49484746454443424140"
-	baseURL = "http://master:8089"
+	digestA     = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	digestB     = "sha256:" + "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	shaExt4     = "5f5e5d5c5b5a59585756555453525150" + "4f4e4d4c4b4a49484746454443424140"
+	baseURL     = "http://master:8089"
+	testBuilder = "test-builder/1"
 )
+
+// digestOf maps a test fingerprint to the digest it was built from.
+var digestOf = map[string]string{}
+
+// inputsOf is what a BUILT report of fp says it was built from.
+func inputsOf(fp string) *core.BuildInputs {
+	return &core.BuildInputs{SourceImageDigest: digestFor(fp), BuilderFormat: core.BuilderFormatVersion, Builder: testBuilder}
+}
+
+func testFingerprint(digest string) string { return fingerprintFor(request("any"), digest) }
 
 // env is one service wired to fakes: an in-memory store, an in-process
 // locker, and moq mocks for nodes, the node agent and the data plane whose
@@ -42,9 +56,9 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	clock  *fakeClock
-	store  *memstore.Store
+	store  ports.Store
 	ids    *fakeIDs
-	locker *memlock.Locker
+	locker ports.Locker
 	dir    *portsmock.NodeDirectoryMock
 	agent  *portsmock.NodeAgentMock
 	disp   *portsmock.DataPlaneMock
@@ -69,8 +83,14 @@ func node(id string) ports.Node {
 func newEnv(t *testing.T, nodeIDs ...string) *env {
 	t.Helper()
 	clock := &fakeClock{t: t0}
+	return newEnvOn(t, clock, memstore.New(memstore.WithClock(clock)), memlock.New(), nodeIDs...)
+}
+
+// newEnvOn is newEnv on the given store and locker (a database's).
+func newEnvOn(t *testing.T, clock *fakeClock, store ports.Store, locker ports.Locker, nodeIDs ...string) *env {
+	t.Helper()
 	e := &env{
-		t: t, ctx: context.Background(), clock: clock, store: memstore.New(memstore.WithClock(clock)), ids: &fakeIDs{}, locker: memlock.New(),
+		t: t, ctx: context.Background(), clock: clock, store: store, ids: &fakeIDs{}, locker: locker,
 		known: map[string]ports.Node{}, down: map[string]chan struct{}{}, createFail: map[string]error{}, snapFail: map[string]error{},
 		destroyFail: map[string]error{}, cleanupFail: map[string]error{}, onNode: map[string]map[string]bool{},
 	}
@@ -254,8 +274,8 @@ func (e *env) create(req *core.FromImageRequest) *core.Job {
 
 func artifactMeta(fp string) *core.Artifact {
 	return &core.Artifact{
-		ArtifactID: aidOf(fp), Fingerprint: fp, SourceImageDigest: digestA, DownloadBaseURL: baseURL,
-		Ext4Path: "/data/" + aidOf(fp) + ".ext4", Ext4SHA256: shaExt4, Ext4SizeBytes: 64 << 20,
+		ArtifactID: aidOf(fp), Fingerprint: fp, SourceImageDigest: digestFor(fp), DownloadBaseURL: baseURL,
+		Ext4Path: "/data/" + aidOf(fp) + "/" + aidOf(fp) + ".ext4", Ext4SHA256: shaExt4, Ext4SizeBytes: 64 << 20,
 		ImageConfigJSON: `{"Entrypoint":["/docker-entrypoint.sh"],"Cmd":["nginx","-g","daemon off;"],"Env":["PATH=/usr/bin:/bin","A=1"],"WorkingDir":"/app","User":"nginx"}`,
 		StorageBackend:  "file", ObjectKey: aidOf(fp) + "/" + aidOf(fp) + ".ext4", Status: core.ArtifactReady,
 	}
@@ -266,14 +286,14 @@ func artifactMeta(fp string) *core.Artifact {
 func (e *env) build(jobID, fp string) {
 	e.t.Helper()
 	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
-	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fp), fp, digestA
+	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fp), fp, digestFor(fp)
 	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: running}); err != nil || !ok {
 		e.t.Fatalf("RUNNING report: applied=%v err=%v", ok, err)
 	}
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aidOf(fp), "READY", fp
 	built.ResultJSON = `{"artifact_id":"` + aidOf(fp) + `"}`
-	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fp)}); err != nil || !ok {
+	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fp), Inputs: inputsOf(fp)}); err != nil || !ok {
 		e.t.Fatalf("BUILT report: applied=%v err=%v", ok, err)
 	}
 }

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,6 +54,19 @@ type RedoRequest struct {
 // request snapshot. The job row (with its request_json and target scope)
 // is written in one transaction.
 func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
+	return s.redo(ctx, rr, false)
+}
+
+// errConvergeNeedsRebuild: the template's artifact cannot be reused, and
+// convergence never rebuilds (a rebuild from the tag may change the
+// template's content, and would fail its other nodes' replicas).
+var errConvergeNeedsRebuild = errors.New("convergence never rebuilds")
+
+// redo is Redo; converge makes it a convergence redo: it reuses the
+// artifact the template's definition uses, whatever the latest job was,
+// and refuses (errConvergeNeedsRebuild) instead of rebuilding. Its resume
+// fails instead of rebuilding too (isConvergeJob).
+func (s *Service) redo(ctx context.Context, rr RedoRequest, converge bool) (*core.Job, error) {
 	tid := strings.TrimSpace(rr.TemplateID)
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
@@ -70,18 +84,17 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	// The template's lock keeps a delete of the same template from
 	// interleaving: a delete finishes before the redo reads the template,
 	// and none starts while the redo writes its job.
-	lock, err := s.lockTemplate(ctx, tid)
-	if err != nil {
-		return nil, fmt.Errorf("redo template %s: %w", tid, err)
-	}
 	// New credentials given to the redo become the template's.
 	newAuth, err := s.sealAuth(&core.FromImageRequest{RegistryUsername: rr.RegistryUsername, RegistryPassword: rr.RegistryPassword})
 	if err != nil {
-		s.unlock(ctx, lock)
 		return nil, err
 	}
-	job, n, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
-	s.unlock(ctx, lock)
+	hctx, lock, done, err := s.holdTemplate(ctx, tid)
+	if err != nil {
+		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+	}
+	job, n, rebuild, err := s.submitRedo(hctx, lock, tid, scope, rr, newAuth, converge)
+	done()
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +121,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeScope, rr RedoRequest, newAuth string) (*core.Job, core.NormalizedRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, lock ports.Lock, tid string, scope core.NodeScope, rr RedoRequest, newAuth string, converge bool) (*core.Job, core.NormalizedRequest, bool, error) {
 	var none core.NormalizedRequest
 	key := core.ActiveKeyFromImage(tid)
 	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil && !s.freeAbandoned(ctx, active) {
@@ -146,12 +159,19 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeSco
 		return nil, none, false, err
 	}
 	phase := DetermineRedoResumePhase(latest.Phase, replicas)
-	artifact, rebuild, err := s.reusableArtifact(ctx, latest, phase)
-	if err != nil {
-		return nil, none, false, err
-	}
-	if rebuild {
-		phase = core.PhaseBuildingExt4
+	var artifact *core.Artifact
+	var rebuild bool
+	if converge {
+		if artifact, phase, err = s.convergeArtifact(ctx, tid, phase); err != nil {
+			return nil, none, false, err
+		}
+	} else {
+		if artifact, rebuild, err = s.reusableArtifact(ctx, latest, phase); err != nil {
+			return nil, none, false, err
+		}
+		if rebuild {
+			phase = core.PhaseBuildingExt4
+		}
 	}
 
 	mode := core.RedoAll
@@ -182,6 +202,7 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeSco
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        key,
+		lock:       lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
 		},
@@ -216,6 +237,7 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope core.NodeSco
 				job.ArtifactID = artifact.ArtifactID
 				job.Fingerprint = artifact.Fingerprint
 				job.ArtifactStatus = string(artifact.Status)
+				job.SourceImageDigest = firstString(artifact.SourceImageDigest, latest.SourceImageDigest)
 			}
 			return job, nil
 		},
@@ -238,7 +260,44 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
 		return nil, true, nil
 	}
-	a, err := s.Store.Artifacts().Get(ctx, latest.ArtifactID)
+	return s.artifactReusable(ctx, latest.ArtifactID)
+}
+
+// convergeArtifact is what a convergence redo reuses: the artifact the
+// template's definition uses, READY with its bytes present, never another
+// (errConvergeNeedsRebuild). Its resume phase is the redo's, except that
+// a latest job that failed while building (a person's rebuild) does not
+// make convergence build: it distributes and snapshots.
+func (s *Service) convergeArtifact(ctx context.Context, tid string, phase core.Phase) (*core.Artifact, core.Phase, error) {
+	def, err := s.Store.Templates().GetDefinition(ctx, tid)
+	if err != nil {
+		return nil, "", err
+	}
+	if (def.Status != core.TemplateReady && def.Status != core.TemplatePartiallyReady) || def.RootfsArtifactID == "" {
+		return nil, "", fmt.Errorf("template %s is %s with artifact %q: %w", tid, def.Status, def.RootfsArtifactID, errConvergeNeedsRebuild)
+	}
+	a, rebuild, err := s.artifactReusable(ctx, def.RootfsArtifactID)
+	if err != nil {
+		return nil, "", err
+	}
+	if rebuild {
+		return nil, "", fmt.Errorf("template %s: its artifact %s is not READY with its bytes in the store; redo the template to rebuild it: %w",
+			tid, def.RootfsArtifactID, errConvergeNeedsRebuild)
+	}
+	if !phase.PostBuild() {
+		phase = core.PhaseSnapshotting
+	}
+	return a, phase, nil
+}
+
+// isConvergeJob reports whether job is a convergence redo.
+func isConvergeJob(job *core.Job) bool {
+	return job.Operation == core.OpRedo && strings.HasPrefix(job.RequestID, ConvergeRequestPrefix)
+}
+
+// artifactReusable is reusableArtifact for a named artifact.
+func (s *Service) artifactReusable(ctx context.Context, aid string) (*core.Artifact, bool, error) {
+	a, err := s.Store.Artifacts().Get(ctx, aid)
 	if isNotFound(err) {
 		return nil, true, nil
 	}
@@ -255,7 +314,7 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	// gone and send the nodes to download nothing.
 	a, ok, err := s.bytesServed(ctx, a)
 	if err != nil {
-		return nil, false, fmt.Errorf("check artifact %s bytes: %w", latest.ArtifactID, err)
+		return nil, false, fmt.Errorf("check artifact %s bytes: %w", aid, err)
 	}
 	if !ok {
 		return nil, true, nil
@@ -317,7 +376,11 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, stored *cor
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
 	}
+	fence := fenceOf(ctx, job.JobID)
 	updated, err := s.Store.Jobs().Update(ctx, job.JobID, func(j *core.Job) error {
+		if fence != 0 && j.Fence != fence {
+			return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", j.JobID, fence, j.Fence, core.ErrFenced)
+		}
 		if j.Status != core.JobPending || j.Operation != core.OpRedo {
 			return errJobFinished
 		}

@@ -48,8 +48,10 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 		return nil, fmt.Errorf("template %s: stored request: %w", def.TemplateID, err)
 	}
 	merged := MergeTemplateRequest(tpl, req)
-	// The node resolves its local template by id, never by alias.
+	// The node resolves its local template by id, never by alias; the
+	// label says which template the sandbox comes from.
 	merged.Annotations[core.AnnotationTemplateID] = def.TemplateID
+	merged.Labels[core.AnnotationTemplateID] = def.TemplateID
 	if err := s.fillDownloadTokens(ctx, merged); err != nil {
 		return nil, fmt.Errorf("template %s: %w", def.TemplateID, err)
 	}
@@ -150,8 +152,13 @@ func (s *Service) storedRequestWithTokens(ctx context.Context, raw string) strin
 //     the caller has none (fewer containers, or an empty one);
 //   - network type, runtime handler, namespace: the template's when the
 //     caller's is empty;
+//   - the network policy (cube_network_config, or cubevs_context in older
+//     requests) as upstream merges it (mergeCubeNetworkConfigs): see
+//     MergeNetworkPolicy;
 //   - the two app-snapshot version annotations are made equal (whichever
-//     is set wins).
+//     is set wins);
+//   - the label cube.master.appsnapshot.template.id names the template
+//     the annotation of that name names, as upstream labels the request.
 //
 // Everything else is the caller's. Neither input is modified; the result
 // shares no maps or slices with them.
@@ -170,9 +177,24 @@ func MergeTemplateRequest(template, caller *core.SandboxRequest) *core.SandboxRe
 	}
 	out.Volumes = slices.Clone(caller.Volumes)
 	out.Containers = slices.Clone(caller.Containers)
+	out.CubeVSContext, out.CubeNetworkConfig = cloneVS(caller.CubeVSContext), cloneVS(caller.CubeNetworkConfig)
 	if template == nil {
 		normalizeVersions(out.Annotations)
+		labelTemplate(&out)
 		return &out
+	}
+	if policy := MergeNetworkPolicy(template.NetworkPolicy(), caller.NetworkPolicy()); policy != nil {
+		// The merged policy goes under every key either request used, so
+		// the key a node reads (the newer one first) holds all of it.
+		newKey := template.CubeNetworkConfig != nil || caller.CubeNetworkConfig != nil
+		oldKey := template.CubeVSContext != nil || caller.CubeVSContext != nil
+		out.CubeNetworkConfig, out.CubeVSContext = nil, nil
+		if newKey {
+			out.CubeNetworkConfig = policy
+		}
+		if oldKey {
+			out.CubeVSContext = cloneVS(policy)
+		}
 	}
 	fillMissing(out.Annotations, template.Annotations)
 	fillMissing(out.Labels, template.Labels)
@@ -197,7 +219,79 @@ func MergeTemplateRequest(template, caller *core.SandboxRequest) *core.SandboxRe
 	out.RuntimeHandler = firstString(out.RuntimeHandler, template.RuntimeHandler)
 	out.Namespace = firstString(out.Namespace, template.Namespace)
 	normalizeVersions(out.Annotations)
+	labelTemplate(&out)
 	return &out
+}
+
+// labelTemplate sets the label cube.master.appsnapshot.template.id to the
+// template the request's annotation of that name names.
+func labelTemplate(r *core.SandboxRequest) {
+	if tid := r.Annotations[core.AnnotationTemplateID]; tid != "" {
+		r.Labels[core.AnnotationTemplateID] = tid
+	}
+}
+
+// MergeNetworkPolicy merges a template's network policy with a caller's,
+// as upstream's mergeCubeNetworkConfigs does (the older mergeCubeVSContexts
+// is the same rule for the fields it knew): with one side missing the
+// other is taken whole; with both, the template's is the base and
+//
+//   - allowInternetAccess, allowPublicTraffic, maskRequestHost: the
+//     caller's when set;
+//   - allowOut, denyOut: the template's, then the caller's entries it does
+//     not already list (empty ones skipped): a caller can add, not remove;
+//   - rules: the caller's first, then the template's (the first match
+//     wins, so a sandbox's own rules come before its template's).
+//
+// Neither input is modified; nil when both are nil.
+func MergeNetworkPolicy(template, caller *core.CubeVSContext) *core.CubeVSContext {
+	switch {
+	case template == nil:
+		return cloneVS(caller)
+	case caller == nil:
+		return cloneVS(template)
+	}
+	out := cloneVS(template)
+	if caller.AllowInternetAccess != nil {
+		v := *caller.AllowInternetAccess
+		out.AllowInternetAccess = &v
+	}
+	if caller.AllowPublicTraffic != nil {
+		v := *caller.AllowPublicTraffic
+		out.AllowPublicTraffic = &v
+	}
+	if caller.MaskRequestHost != nil {
+		v := *caller.MaskRequestHost
+		out.MaskRequestHost = &v
+	}
+	out.AllowOut = appendUniqueCIDRs(out.AllowOut, caller.AllowOut)
+	out.DenyOut = appendUniqueCIDRs(out.DenyOut, caller.DenyOut)
+	if len(caller.Rules) > 0 {
+		out.Rules = nil
+		for _, r := range append(slices.Clone(caller.Rules), template.Rules...) {
+			if r != nil {
+				out.Rules = append(out.Rules, r)
+			}
+		}
+	}
+	return out
+}
+
+// appendUniqueCIDRs is base followed by the entries of extra that are
+// neither empty nor already listed.
+func appendUniqueCIDRs(base, extra []string) []string {
+	seen := map[string]bool{}
+	for _, c := range base {
+		seen[c] = true
+	}
+	for _, c := range extra {
+		if c == "" || seen[c] {
+			continue
+		}
+		seen[c] = true
+		base = append(base, c)
+	}
+	return base
 }
 
 func fillMissing(dst, src map[string]string) {

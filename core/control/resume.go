@@ -170,9 +170,10 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		}
 	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
-		if p.redo && job.Status == core.JobPending {
+		if p.redo && job.Status == core.JobPending && !isConvergeJob(job) {
 			// The redo chose to reuse the artifact, which is gone, being
-			// deleted or being rebuilt by now: build it again instead.
+			// deleted or being rebuilt by now: build it again instead. A
+			// convergence redo never builds: it fails, and backs off.
 			return s.rebuildInstead(ctx, job, req, err)
 		}
 		return s.fail(ctx, job, core.PhaseDistributing, err)
@@ -315,6 +316,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 // absent are never distributed. The caller holds the artifact's lock.
 func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artifact, error) {
 	base := s.cfg().DownloadBaseURL
+	deadline := s.gcDeadline(ctx)
 	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
 		switch {
 		case beingDeleted(a.Status):
@@ -336,7 +338,7 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artif
 		if a.DownloadToken == "" {
 			a.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 		}
-		a.GCDeadline = s.gcDeadline()
+		a.GCDeadline = deadline
 		a.LastError = ""
 		return nil
 	})

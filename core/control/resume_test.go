@@ -238,7 +238,7 @@ func TestDuplicateBuiltCallbacks(t *testing.T) {
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.Fingerprint = aidOf(fpA), fpA
 	for range 3 {
-		ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fpA)})
+		ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fpA), Inputs: inputsOf(fpA)})
 		if err != nil || ok {
 			t.Fatalf("duplicate BUILT: applied=%v err=%v, want false, nil", ok, err)
 		}

@@ -207,8 +207,13 @@ func (s *Service) now() time.Time {
 	return time.Now()
 }
 
-// gcDeadline is the unix second an unreferenced artifact may be collected.
-func (s *Service) gcDeadline() int64 { return s.now().Add(s.cfg().ArtifactTTL).Unix() }
+// gcDeadline is the unix second an unreferenced artifact may be collected:
+// the store's now plus the TTL, so that every master writes and judges
+// deadlines by one clock whatever its host's says. Call it before, not
+// inside, a store update (it may ask the store).
+func (s *Service) gcDeadline(ctx context.Context) int64 {
+	return s.storeNow(ctx).Add(s.cfg().ArtifactTTL).Unix()
+}
 
 // resumeLockName is the per-artifact lock that serializes registration,
 // distribution and cleanup of one artifact across processes, so the
@@ -299,8 +304,9 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	return s.Locker.Lock(lctx, templateLockName(templateID))
 }
 
-// errLockLost is why work stops when the lock protecting it is lost.
-var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+// errLockLost is why work stops when the lock protecting it is lost. It
+// wraps core.ErrConflict: the caller may retry.
+var errLockLost = fmt.Errorf("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep: %w", core.ErrConflict)
 
 // whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
 // lost: the work it protects stops before it writes anything more.
@@ -318,6 +324,37 @@ func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.Canc
 
 // lockLost reports whether ctx was cancelled because its lock was lost.
 func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }
+
+// stillHeld returns errLockLost once l is lost, read from l itself (the
+// watcher of whileHeld cancels a moment later), else ctx's error: the
+// check a holder makes before a write the lock protects.
+func stillHeld(ctx context.Context, l ports.Lock) error {
+	select {
+	case <-l.Lost():
+		return errLockLost
+	default:
+	}
+	if lockLost(ctx) {
+		return errLockLost
+	}
+	return ctx.Err()
+}
+
+// holdTemplate takes the template's lock (lockTemplate) and returns ctx
+// cancelled once the lock is lost (whileHeld), the lock, and done, which
+// stops the watch and releases the lock. Everything that writes a
+// template as a whole runs under it.
+func (s *Service) holdTemplate(ctx context.Context, templateID string) (context.Context, ports.Lock, func(), error) {
+	lock, err := s.lockTemplate(ctx, templateID)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	wctx, release := whileHeld(ctx, lock)
+	return wctx, lock, func() {
+		release()
+		s.unlock(ctx, lock)
+	}, nil
+}
 
 // runFence is the run number a resume or migrate took for its job; the
 // job writes of the run carry it (see core.Job.Fence).
@@ -368,5 +405,14 @@ func (s *Service) fenced(ctx context.Context, jobID string, fn func(ctx context.
 			}
 		}
 		return fn(ctx, r)
+	})
+}
+
+// upsertReplica writes a replica row for the run of ctx (fenced): the
+// rows are what sandboxes are scheduled by, so a run that a later run has
+// superseded must not write them.
+func (s *Service) upsertReplica(ctx context.Context, jobID string, r *core.Replica) error {
+	return s.fenced(ctx, jobID, func(ctx context.Context, repos ports.Repos) error {
+		return repos.Templates().UpsertReplica(ctx, r)
 	})
 }

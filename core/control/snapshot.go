@@ -39,7 +39,7 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 			okCount++
 			mu.Unlock()
 		}
-		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+		if uerr := s.upsertReplica(ctx, p.job.JobID, rep); uerr != nil {
 			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
 		}
 		mu.Lock()

@@ -199,8 +199,10 @@ func (e *Executor) now() time.Time {
 //     the job's request_json, bad envd payload: core.ErrInvalidArgument (400);
 //   - the job is already building in this process: core.ErrConflict (409),
 //     checked before the job row (which is RUNNING by then);
-//   - no such job: core.ErrNotFound; a job that is not PENDING:
-//     *NotPendingError, which also matches core.ErrNotFound (404);
+//   - no such job: core.ErrNotFound; a job that is not PENDING (another
+//     replica took it: an accepted build moves its job to RUNNING in the
+//     store before it starts): *NotPendingError, which also matches
+//     core.ErrNotFound (404);
 //   - MaxConcurrent builds running: core.ErrBusy (429); ErrShuttingDown
 //     (also core.ErrBusy) after Shutdown;
 //   - a missing dependency or a store failure: other errors (5xx).
@@ -256,11 +258,13 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 		e.mu.Unlock()
 		return fmt.Errorf("%d builds running, the limit: %w", n, core.ErrBusy)
 	}
+	// The slot is reserved before the job is taken, so a refusal never
+	// leaves a taken job without a build.
 	r := e.newRun(req, norm)
 	e.inflight[req.JobID] = r
 	e.wg.Add(1)
 	e.mu.Unlock()
-	if err := e.takeOwnership(ctx, req.JobID); err != nil {
+	if err := e.take(ctx, req.JobID); err != nil {
 		r.cancel()
 		e.finish(r)
 		return err
@@ -269,29 +273,33 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	return nil
 }
 
-// takeOwnership writes this process's instance id into the PENDING job
-// (ExecutorConfig.Owner), so the liveness sweeps know whose lock tells
-// whether the build is alive. A job another process already took is
-// core.ErrConflict ("in flight"), one that moved on a *NotPendingError.
-func (e *Executor) takeOwnership(ctx context.Context, jobID string) error {
+// take moves the job from PENDING to RUNNING in the store before its build
+// starts, writing this process's instance id into it
+// (ExecutorConfig.Owner) so the liveness sweeps know whose lock tells
+// whether the build is alive. It is a compare-and-set: of two replicas a
+// forward reached twice (a lost answer, a second forward behind a
+// balancer) only one builds the job; the other answers *NotPendingError
+// (or core.ErrConflict for a job another process owns). The build's own
+// first report (RUNNING/PULLING) then repeats what take wrote.
+func (e *Executor) take(ctx context.Context, jobID string) error {
 	me := e.conf.Owner
-	if me == "" {
-		return nil
-	}
 	_, err := e.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
 		switch {
-		case j.Status != core.JobPending:
+		case j.Status != core.JobPending || j.Phase.PostBuild():
 			return &NotPendingError{JobID: j.JobID, Status: j.Status}
-		case j.BuildOwner != "" && j.BuildOwner != me:
+		case me != "" && j.BuildOwner != "" && j.BuildOwner != me:
 			return fmt.Errorf("job %s is being built by template center %s: %w", j.JobID, j.BuildOwner, core.ErrConflict)
 		}
-		j.BuildOwner = me
-		return nil
+		if me != "" {
+			j.BuildOwner = me
+		}
+		return j.Apply(core.Progress(core.JobRunning, core.PhasePulling, 5))
 	})
-	if err != nil {
+	var np *NotPendingError
+	if err != nil && !errors.As(err, &np) {
 		return fmt.Errorf("take job %s: %w", jobID, err)
 	}
-	return nil
+	return err
 }
 
 // normalized normalizes a copy of a request that came over the wire or

@@ -285,7 +285,7 @@ func (r *run) loop(ctx context.Context) {
 		progressed := st.progress != reported.progress || st.pull != reported.pull
 		switch {
 		case changed || resend || progressed && (due || now.Sub(reportedAt) >= r.c.ReportEvery):
-			reportOK = r.report(ctx, r.runningUpdate(st), nil)
+			reportOK = r.report(ctx, ports.StatusReport{Update: r.runningUpdate(st)})
 			reported, reportedAt, reportLater = st, now, nil
 		case progressed && reportLater == nil:
 			reportLater = time.After(r.c.ReportEvery - now.Sub(reportedAt))
@@ -375,10 +375,10 @@ func (r *run) runningUpdate(st state) core.JobUpdate {
 // report sends one status report and says whether it arrived; a failure is
 // logged, not fatal (the reporter retries, and the next report or the
 // heartbeat sends the state again).
-func (r *run) report(ctx context.Context, u core.JobUpdate, a *core.Artifact) bool {
-	err := r.e.Reporter.Report(ctx, r.req.JobID, ports.StatusReport{Update: u, Artifact: a})
+func (r *run) report(ctx context.Context, rep ports.StatusReport) bool {
+	err := r.e.Reporter.Report(ctx, r.req.JobID, rep)
 	if err != nil && ctx.Err() == nil {
-		r.log.Warn("status report failed", "status", u.Status, "phase", u.Phase, "err", err)
+		r.log.Warn("status report failed", "status", rep.Update.Status, "phase", rep.Update.Phase, "err", err)
 	}
 	return err == nil
 }
@@ -395,8 +395,11 @@ func (r *run) built() {
 	a := *r.artifact
 	r.mu.Unlock()
 	digest := a.SourceImageDigest
+	var inputs *core.BuildInputs
 	if st.resolved != nil {
 		digest = st.resolved.ImageDigest
+		in := st.resolved.Inputs
+		inputs = &in
 	}
 	p := 100
 	u := core.JobUpdate{
@@ -415,7 +418,7 @@ func (r *run) built() {
 	}
 	ctx, cancel := r.finalCtx()
 	defer cancel()
-	r.report(ctx, u, &a)
+	r.report(ctx, ports.StatusReport{Update: u, Artifact: &a, Inputs: inputs})
 	r.clearProgress(ctx)
 }
 
@@ -470,7 +473,7 @@ func (r *run) failed(err error) {
 	}
 	r.mu.Unlock()
 	r.log.Warn("build failed", "phase", st.phase, "err", err)
-	r.report(ctx, u, nil)
+	r.report(ctx, ports.StatusReport{Update: u})
 	r.clearProgress(ctx)
 }
 

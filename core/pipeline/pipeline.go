@@ -97,6 +97,9 @@ type Resolved struct {
 	ImageDigest string
 	Fingerprint string
 	ArtifactID  string
+	// Inputs are what the fingerprint was computed from beyond the
+	// request (the BUILT report carries them).
+	Inputs core.BuildInputs
 }
 
 // Run executes the build. onEvent may be nil; it is called from one
@@ -162,7 +165,9 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
 	}
 	res.Image = img
-	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caSHA256, inj.envdSHA256, p.Builder.Format()))
+	inputs := core.BuildInputs{SourceImageDigest: img.Digest, CAFingerprint: inj.caSHA256, EnvdSHA256: inj.envdSHA256,
+		BuilderFormat: core.BuilderFormatVersion, Builder: p.Builder.Format()}
+	fp, err := core.FingerprintOf(req, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +176,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, err
 	}
 	res.Fingerprint, res.ArtifactID = fp, aid
-	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid}
+	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid, Inputs: inputs}
 	onEvent(Event{Phase: core.PhasePulling, Progress: 5, Resolved: &resolved})
 	if in.AfterResolve != nil {
 		if err := in.AfterResolve(ctx, resolved); err != nil {

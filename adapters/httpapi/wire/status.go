@@ -53,10 +53,25 @@ type StatusReport struct {
 	StorageBackend string `json:"storage_backend,omitempty"`
 	ObjectKey      string `json:"object_key,omitempty"`
 
+	// Inputs is what the build's fingerprint was computed from beyond the
+	// job's request (BUILT only): the master recomputes the fingerprint
+	// from the job's own request with them.
+	Inputs *SpecInputs `json:"template_spec_inputs,omitempty"`
+
 	ArtifactURL                string  `json:"artifact_url,omitempty"`
 	CubeEgressCABaked          *bool   `json:"cube_egress_ca_baked,omitempty"`
 	CubeEgressCAFingerprint    *string `json:"cube_egress_ca_fingerprint,omitempty"`
 	CubeEgressCATargetsWritten *int64  `json:"cube_egress_ca_targets_written,omitempty"`
+}
+
+// SpecInputs is core.BuildInputs on the wire, named as the fingerprint's
+// own fields are.
+type SpecInputs struct {
+	SourceImageDigest string `json:"source_image_digest"`
+	CAFingerprint     string `json:"cube_egress_ca_fingerprint,omitempty"`
+	EnvdSHA256        string `json:"envd_binary_sha256,omitempty"`
+	BuilderFormat     string `json:"builder_format_version,omitempty"`
+	Builder           string `json:"builder,omitempty"`
 }
 
 // EndsBuild reports whether the report ends the data plane's part of the
@@ -116,6 +131,10 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 		s.MasterNodeIP = a.DownloadBaseURL
 		s.StorageBackend = a.StorageBackend
 		s.ObjectKey = a.ObjectKey
+		if in := r.Inputs; in != nil {
+			s.Inputs = &SpecInputs{SourceImageDigest: in.SourceImageDigest, CAFingerprint: in.CAFingerprint,
+				EnvdSHA256: in.EnvdSHA256, BuilderFormat: in.BuilderFormat, Builder: in.Builder}
+		}
 		// Upstream's BUILT report always names the CA bake; no CA is baked.
 		baked, fp, written := false, "", int64(0)
 		s.CubeEgressCABaked, s.CubeEgressCAFingerprint, s.CubeEgressCATargetsWritten = &baked, &fp, &written
@@ -162,6 +181,7 @@ func DecodeStatusReport(r io.Reader) (ports.StatusReport, error) {
 		StorageBackend:          d.str("storage_backend"),
 		ObjectKey:               d.str("object_key"),
 		PhaseDurationsMS:        d.durations("phase_durations_ms"),
+		Inputs:                  d.inputs("template_spec_inputs"),
 	}
 	if d.err != nil {
 		return ports.StatusReport{}, d.err
@@ -231,6 +251,10 @@ func (s StatusReport) Port() (ports.StatusReport, error) {
 	}
 	out := ports.StatusReport{Update: u}
 	if status == core.JobBuilt {
+		if in := s.Inputs; in != nil {
+			out.Inputs = &core.BuildInputs{SourceImageDigest: in.SourceImageDigest, CAFingerprint: in.CAFingerprint,
+				EnvdSHA256: in.EnvdSHA256, BuilderFormat: in.BuilderFormat, Builder: in.Builder}
+		}
 		out.Artifact = &core.Artifact{
 			ArtifactID:        s.ArtifactID,
 			Fingerprint:       s.TemplateSpecFingerprint,
@@ -287,6 +311,20 @@ func (d *fields) strPtr(name string) *string {
 		return nil
 	}
 	return &s
+}
+
+// inputs reads an object of strings (template_spec_inputs).
+func (d *fields) inputs(name string) *SpecInputs {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	var in SpecInputs
+	if err := json.Unmarshal(v, &in); err != nil {
+		d.fail(name, "expected an object of strings")
+		return nil
+	}
+	return &in
 }
 
 func (d *fields) str(name string) string {
