@@ -44,14 +44,14 @@ func (s *Store) PutUnsynced(ctx context.Context, key string, b []byte, want port
 		if fi, err := d.root.Lstat(full); err == nil && fi.Mode().IsRegular() && fi.Size() == want.Size {
 			return nil
 		}
-	} else if info, err := s.be.stat(ctx, full); err == nil && info.Size == want.Size {
+	} else if info, err := s.be.Stat(ctx, full); err == nil && info.Size == want.Size {
 		return nil
 	}
 	src := newVerifier(bytes.NewReader(b), want)
 	if isDir {
 		err = d.putUnsynced(ctx, full, src, want)
 	} else {
-		err = s.be.put(ctx, full, src, want)
+		err = s.be.Put(ctx, full, src, want)
 	}
 	if err != nil {
 		return fmt.Errorf("put object %s: %w", key, err)
@@ -97,15 +97,24 @@ func (s *Store) SyncAll(ctx context.Context) error {
 // for SyncAll.
 func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier, want ports.ObjectInfo) (err error) {
 	dir := path.Dir(key)
-	if _, ok := d.made.Load(dir); !ok {
-		if err := d.mkdirAll(dir); err != nil {
-			return err
-		}
-		d.made.Store(dir, true)
-	}
 	tmp := path.Join(dir, tmpPrefix+randomHex())
-	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	var f *os.File
+	create := func() (err error) {
+		f, err = d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		return err
+	}
+	_, made := d.made.Load(dir)
+	if made {
+		err = create()
+	}
+	if !made || isNotExist(err) {
+		// Not seen yet, or removed since (Remove prunes empty directories).
+		if err = d.inDir(dir, create); err == nil {
+			d.made.Store(dir, true)
+		}
+	}
 	if err != nil {
+		d.made.Delete(dir)
 		return fmt.Errorf("create temp file: %w", err)
 	}
 	renamed := false
@@ -120,6 +129,10 @@ func (d *dirBackend) putUnsynced(ctx context.Context, key string, src *verifier,
 	}
 	if err := setXattr(f, shaXattr, want.SHA256); err != nil {
 		return fmt.Errorf("record sha256: %w", err)
+	}
+	// Exactly the configured mode, whatever the process's umask.
+	if err := f.Chmod(d.fileMode); err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync: %w", err)

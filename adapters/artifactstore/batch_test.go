@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -66,5 +68,47 @@ func TestPutUnsynced(t *testing.T) {
 				t.Fatalf("the object was rewritten: %+v %v", info, err)
 			}
 		})
+	}
+}
+
+// TestPutUnsyncedModesAndPrunedDirectories: objects PutUnsynced writes
+// take the store's file mode (0640 in 0750 directories by default, as
+// Put's), and a directory it made, pruned since by a Delete that left it
+// empty, is made again by the next PutUnsynced into it. Before, chunks
+// were 0644 whatever the mode, and the second put failed with "no such
+// file or directory".
+func TestPutUnsyncedModesAndPrunedDirectories(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, "file://"+dir+"/store?create_dir=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(key, content string) {
+		t.Helper()
+		sum := sha256.Sum256([]byte(content))
+		if err := s.PutUnsynced(ctx, key, []byte(content), ports.ObjectInfo{Size: int64(len(content)), SHA256: hex.EncodeToString(sum[:])}); err != nil {
+			t.Fatalf("PutUnsynced %s: %v", key, err)
+		}
+	}
+	put("_chunks/sha256/ab/one", "one")
+	for p, want := range map[string]os.FileMode{"_chunks/sha256/ab": 0o750, "_chunks/sha256/ab/one": 0o640} {
+		if fi, err := os.Stat(filepath.Join(dir, "store", p)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+	if err := s.Delete(ctx, "_chunks/sha256/ab/one"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "store", "_chunks")); !os.IsNotExist(err) {
+		t.Fatalf("the emptied directories were not pruned (%v): the test tests nothing", err)
+	}
+	put("_chunks/sha256/ab/two", "two")
+	if err := s.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "_chunks/sha256/ab/two"); err != nil {
+		t.Fatal(err)
 	}
 }

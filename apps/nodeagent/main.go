@@ -205,6 +205,7 @@ func serve(ctx context.Context, c agentConfig, log *slog.Logger) error {
 }
 
 func main() {
+	cmdutil.KeepRunningOnClosedOutput()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	root, err := newRoot(func(cmd *cobra.Command, c agentConfig) error {

@@ -52,7 +52,11 @@ func (s *Service) ResolveTemplate(ctx context.Context, idOrAlias string) (*core.
 	}
 	for _, r := range replicas {
 		if r.Status == core.ReplicaReady && healthy[r.NodeID] {
-			return def, nil
+			// Callers create sandboxes from the stored request: it needs
+			// its download token, which the row does not keep.
+			out := *def
+			out.RequestJSON = s.storedRequestWithTokens(ctx, def.RequestJSON)
+			return &out, nil
 		}
 	}
 	return nil, fmt.Errorf("template %s has no READY replica on a healthy node: %w", def.TemplateID, core.ErrTemplateNotReady)

@@ -41,8 +41,9 @@ type replicaCheck struct {
 // from its own copy and which never downloads (ports.NodeAgent). A node
 // that answers it does not hold the artifact (core.ErrNotFound) gets its
 // replica marked FAILED (markGone), which convergence, next in the sweep,
-// redoes on that node; any other outcome (an unreachable node, a timeout)
-// changes nothing. So a replica whose file went away (a DestroyImage from
+// redoes on that node; any other outcome (an unreachable node, a timeout,
+// a check cancelled because its node failed a health probe meanwhile:
+// nodecalls.go) changes nothing. So a replica whose file went away (a DestroyImage from
 // someone else, a wiped disk) is reported READY for at most one pass after
 // its turn. It returns the replicas it marked.
 func (s *Service) CheckReplicas(ctx context.Context) ([]*core.Replica, error) {
@@ -57,7 +58,7 @@ func (s *Service) CheckReplicas(ctx context.Context) ([]*core.Replica, error) {
 	fanOut(len(checks), s.cfg().DistributionWorkers, func(i int) {
 		c := checks[i]
 		cctx, cancel := context.WithTimeout(ctx, replicaCheckTimeout)
-		err := s.Agent.CreateImage(cctx, c.node, c.art)
+		err := s.nodes().CreateImage(cctx, c.node, c.art)
 		cancel()
 		switch {
 		case err == nil:

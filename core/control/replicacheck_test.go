@@ -98,7 +98,7 @@ func TestReplicaCheckMarksOnlyWhatANodeDenies(t *testing.T) {
 func TestReplicaCheckTakesTurns(t *testing.T) {
 	e := newEnv(t, "node-1", "node-2")
 	e.svc.Config.ReplicaCheckAtOnce = 2
-	for i, fp := range []string{fpA, fpB, strings.Repeat("c3", 32)} {
+	for i, fp := range []string{fpA, fpB, testFingerprint("sha256:" + strings.Repeat("c3", 32))} {
 		e.ready(fmt.Sprintf("tpl-%d", i), fp)
 	}
 	before := len(e.checks())

@@ -85,7 +85,7 @@ func (s *services) ListTemplates(context.Context) ([]control.Template, error) {
 		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
 }
 func (s *services) GetTemplate(_ context.Context, id string) (*control.Template, error) {
-	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias,
+	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias, JobID: "job-1",
 		Replicas:      []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady}},
 		CreateRequest: `{"annotations":{"a":"b"}}`}, s.rec("GetTemplate", id)
 }
@@ -156,6 +156,11 @@ func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		http.Redirect(w, r, "https://bucket.s3.example/rfs-1/rfs-1.ext4?X-Amz-Signature=x", http.StatusFound)
 	case PathCompat:
+		// As the data plane: compat needs the internal token.
+		if r.Header.Get(auth.Header) != testToken {
+			http.Error(w, `{"error":"missing or invalid token"}`, http.StatusUnauthorized)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"requestID":"","ret":{"ret_code":200,"ret_msg":"success"},"data":{"manifest_found":false,"templates":[]}}`)
 	default:

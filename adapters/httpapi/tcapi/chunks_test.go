@@ -105,3 +105,48 @@ func TestUploadPublishesChunks(t *testing.T) {
 		t.Fatalf("index after the upload: %v", err)
 	}
 }
+
+// TestChunkRoutesAuthenticateAsDownloads: keyed as the apps run, the chunk
+// routes accept what the download accepts and refuse what it refuses: only
+// the token derived from the row's seed opens them, never the seed itself
+// (a copy of the database) nor another key's token, and a token or id
+// given twice is a 400. Before, they compared the column value with the
+// token, so a dump's seed opened every artifact's chunks.
+func TestChunkRoutesAuthenticateAsDownloads(t *testing.T) {
+	store := fileStore(t)
+	chunks := chunkstore.New(store)
+	data := bytes.Repeat([]byte("chunked bytes "), 40000)
+	key := core.ArtifactObjectKey("rfs-a")
+	put(t, store, key, data)
+	if err := chunks.Put(context.Background(), key, bytes.NewReader(data), ports.ObjectInfo{Size: int64(len(data)), SHA256: sum(data)}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := core.NewDownloadTokens(testToken)
+	seed := core.NewDownloadSeed("0123456789abcdef")
+	lookup := &fakeLookup{rows: map[string]*core.Artifact{"rfs-a": {ArtifactID: "rfs-a", Status: core.ArtifactReady, DownloadToken: seed}}}
+	h := New(Config{Token: testToken, Artifacts: lookup, Store: store, Chunks: chunks, DownloadTokens: tokens})
+	good := tokens.For("rfs-a", seed)
+	for _, path := range []string{core.ChunkIndexPath + "?artifact_id=rfs-a", core.ChunkDataPath + "?artifact_id=rfs-a&first=0&count=1"} {
+		for _, tc := range []struct {
+			name, query, token string
+			want               int
+		}{
+			{"the derived token", "", good, http.StatusOK},
+			{"the column value (a dump)", "", seed, http.StatusForbidden},
+			{"a token derived with another key", "", core.NewDownloadTokens("another-callback-token").For("rfs-a", seed), http.StatusForbidden},
+			{"no token", "", "", http.StatusForbidden},
+			{"the token twice in the query", "&token=" + good + "&token=" + good, "", http.StatusBadRequest},
+			{"the id twice", "&artifact_id=rfs-a", good, http.StatusBadRequest},
+		} {
+			req := httptest.NewRequest(http.MethodGet, path+tc.query, nil)
+			if tc.token != "" {
+				req.Header.Set(core.DownloadTokenHeader, tc.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("%s, %s: %d %.100q, want %d", path, tc.name, rec.Code, rec.Body.String(), tc.want)
+			}
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
@@ -89,6 +90,9 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		// download into hundreds of them.
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
 		http.Error(w, fmt.Sprintf("%d byte ranges requested, at most %d are served", n, MaxRanges), http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
+	if wire.ZeroSuffixRange(w, r, info.Size) {
 		return
 	}
 	rs := &storeReader{ctx: ctx, store: s.cfg.Store, key: key, size: info.Size}

@@ -135,6 +135,16 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	// Credentials sealed with an older key, or the old way (with the
+	// callback token), are sealed again with the current key.
+	switch n, stale, bad, err := svc.ResealCredentials(ctx); {
+	case err != nil:
+		log.Warn("sealing registry credentials again failed; the next start retries", "err", err)
+	case stale > 0:
+		log.Warn("registry credentials sealed with the callback token's key are kept that way until a sealing key is set (CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)", "jobs", stale)
+	case n > 0 || bad > 0:
+		log.Info("registry credentials sealed again with the current key", "jobs", n, "unreadable", bad)
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err
@@ -153,7 +163,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	if a := cfg.Master.Auth; a.Enabled {
 		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
 			"signature_expiry", a.Expiry.String())
@@ -165,14 +179,19 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		log.Warn("CUBE_MASTER_NODE_TOKEN is not set: calls to nodes carry no node credential, so node agents (nodeagent) refuse them; upstream Cubelets do not need it")
 	}
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
-		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
+		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", startup.StoreKind(cfg), "progress", progress,
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
+	// Builds whose data plane died or hung are failed here too, so a
+	// template whose only data plane is gone is freed all the same.
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLive()
+	go svc.RunLiveness(liveCtx)
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:

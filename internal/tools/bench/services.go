@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // The services part runs the system as real processes on loopback: one
@@ -555,10 +557,12 @@ func (s *stack) poll(path string, rate int, d time.Duration) ([]time.Duration, f
 	return lat, float64(len(lat)) / el.Seconds(), fails, nil
 }
 
+// downloadToken is the token nodes download artifactID with: derived from
+// the seed its row keeps and the callback token, as the master derives it.
 func (s *stack) downloadToken(artifactID string) (string, error) {
-	var tok string
-	err := s.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", artifactID).Scan(&tok)
-	return tok, err
+	var seed string
+	err := s.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", artifactID).Scan(&seed)
+	return core.NewDownloadTokens(s.token).For(artifactID, seed), err
 }
 
 func services(o Options, out io.Writer, logf func(string, ...any)) error {
