@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,7 +31,10 @@ type Template struct {
 	ImageInfo  string
 	JobID      string
 	ArtifactID string
-	Replicas   []*core.Replica
+	// Backend is the copy-on-write backend the template's request names
+	// ("" for the node's default).
+	Backend  string
+	Replicas []*core.Replica
 	// CreateRequest is the stored sandbox create request (JSON), set by
 	// GetTemplate only.
 	CreateRequest string
@@ -57,7 +61,20 @@ func templateOf(def *core.Definition, replicas []*core.Replica) *Template {
 		TemplateID: def.TemplateID, InstanceType: def.InstanceType, Version: def.Version,
 		Status: string(def.Status), Alias: def.Alias, LastError: def.LastError,
 		CreatedAt: def.CreatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
+		Backend: storedBackend(def.RequestJSON),
 	}
+}
+
+// storedBackend is the backend a stored sandbox request names; "" when it
+// names none or cannot be read.
+func storedBackend(requestJSON string) string {
+	var r struct {
+		Backend string `json:"backend"`
+	}
+	if requestJSON == "" || json.Unmarshal([]byte(requestJSON), &r) != nil {
+		return ""
+	}
+	return r.Backend
 }
 
 // templateOfJob shows a template that has no definition yet (or whose
@@ -72,6 +89,7 @@ func templateOfJob(j *core.Job) *Template {
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
 		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
+		Backend: storedBackend(j.RequestJSON),
 	}
 }
 

@@ -82,10 +82,10 @@ func (s *services) GetMigrateJob(_ context.Context, id string) (*core.Job, error
 }
 func (s *services) ListTemplates(context.Context) ([]control.Template, error) {
 	return []control.Template{{TemplateID: "tpl-1", Status: "READY", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600)),
-		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
+		ImageInfo: "nginx:1@sha256:abc", JobID: "job-1", Backend: "s3"}}, s.rec("ListTemplates", nil)
 }
 func (s *services) GetTemplate(_ context.Context, id string) (*control.Template, error) {
-	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias,
+	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias, JobID: "job-1",
 		Replicas:      []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, Phase: core.ReplicaPhaseReady}},
 		CreateRequest: `{"annotations":{"a":"b"}}`}, s.rec("GetTemplate", id)
 }

@@ -165,12 +165,33 @@ func (s *server) redo(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Jobs == nil:
 		s.fail(w, r, req.RequestID, errJobsOff)
 	default:
+		// The template may be named by its alias, as everywhere else.
+		id, ok := s.templateKey(w, r, req.RequestID, req.TemplateID)
+		if !ok {
+			return
+		}
 		job, err := s.cfg.Jobs.Redo(r.Context(), control.RedoRequest{
-			RequestID: req.RequestID, TemplateID: req.TemplateID, DistributionScope: req.DistributionScope,
+			RequestID: req.RequestID, TemplateID: id, DistributionScope: req.DistributionScope,
 			FailedOnly: req.FailedOnly, DownloadBaseURL: s.baseURL(r),
 		})
 		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
+}
+
+// templateKey turns the id or alias a request names into the template id
+// (a key naming nothing comes back unchanged, for the service to answer
+// not found); on failure it answers the envelope itself. Without a
+// catalog the key is used as it is.
+func (s *server) templateKey(w http.ResponseWriter, r *http.Request, requestID, key string) (string, bool) {
+	if s.cfg.Catalog == nil {
+		return key, true
+	}
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, requestID, err)
+		return "", false
+	}
+	return id, true
 }
 
 // migrate is POST /cube/template/migrate.
@@ -189,7 +210,11 @@ func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
 			"%q is not this deployment's artifact store (%s); for s3 set CUBE_S3_ENDPOINT, CUBE_S3_BUCKET, "+
 				"CUBE_S3_ACCESS_KEY and CUBE_S3_SECRET_KEY on both services", req.Backend, s.backend())})
 	default:
-		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: req.TemplateID})
+		id, ok := s.templateKey(w, r, req.RequestID, req.TemplateID)
+		if !ok {
+			return
+		}
+		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: id})
 		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
 }

@@ -80,13 +80,15 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "list", method: "GET", target: PathTemplate, wantCode: 200, wantCall: "ListTemplates",
 			check: func(t *testing.T, b map[string]any, _ *services) {
 				it := b["data"].([]any)[0].(map[string]any)
-				if it["template_id"] != "tpl-1" || it["created_at"] != "2026-01-02T02:04:05Z" || it["image_info"] != "nginx:1@sha256:abc" {
+				if it["template_id"] != "tpl-1" || it["created_at"] != "2026-01-02T02:04:05Z" || it["image_info"] != "nginx:1@sha256:abc" ||
+					it["job_id"] != "job-1" || it["backend"] != "s3" || it["storage_backend"] != "s3" {
 					t.Fatalf("item %v", it)
 				}
 			}},
 		{name: "get one", method: "GET", target: PathTemplate + "?template_id=tpl-1", wantCode: 200, wantCall: "GetTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
-				if svc.last != "tpl-1" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" {
+				if svc.last != "tpl-1" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" ||
+					b["job_id"] != "job-1" {
 					t.Fatalf("body %v", b)
 				}
 			}},

@@ -106,12 +106,19 @@ type TemplateItem struct {
 	DisplayName string `json:"display_name,omitempty"`
 	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
 	ImageInfo   string `json:"image_info,omitempty"`
+	// JobID is the template's latest job (upstream's JOB_ID column).
+	JobID string `json:"job_id,omitempty"`
+	// Backend is the template's copy-on-write backend, under both names
+	// upstream's newest master answers it with (its BACKEND column).
+	Backend        string `json:"backend,omitempty"`
+	StorageBackend string `json:"storage_backend,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
-		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo}
+		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo, JobID: t.JobID,
+		Backend: t.Backend, StorageBackend: t.Backend}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
