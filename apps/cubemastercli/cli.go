@@ -86,7 +86,7 @@ func (a *app) tplCmd() *cobra.Command {
 	cmdutil.Group(tpl)
 	tpl.AddCommand(
 		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
-		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
+		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.setAliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
 		a.buildWatchCmd(), a.renderCmd(),
 	)
 	return tpl

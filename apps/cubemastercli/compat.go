@@ -51,6 +51,7 @@ type fromImageFlags struct {
 	probePath     string
 	cpu, memory   int
 	withCubeCA    bool
+	ivshmem       bool
 }
 
 func (f *fromImageFlags) register(cmd *cobra.Command) {
@@ -70,6 +71,7 @@ func (f *fromImageFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.cpu, "cpu", 2000, "CPU of the template container in millicores")
 	fl.IntVar(&f.memory, "memory", 2000, "memory of the template container in MiB")
 	fl.BoolVar(&f.withCubeCA, "with-cube-ca", true, "bake the CubeEgress root CA into the rootfs (this data plane bakes none)")
+	fl.BoolVar(&f.ivshmem, "enable-ivshmem", false, "boot the template's build sandbox with ivshmem")
 }
 
 // apply fills req from the flags. args are the command's positional
@@ -101,6 +103,10 @@ func (f *fromImageFlags) apply(cmd *cobra.Command, args []string, req *cubeview.
 	}
 	withCA := f.withCubeCA
 	req.WithCubeCA = &withCA
+	if fl.Changed("enable-ivshmem") {
+		on := f.ivshmem
+		req.EnableIvshmem = &on
+	}
 	o, err := f.overrides(fl.Changed("cpu") || fl.Changed("memory"))
 	if err != nil {
 		return err

@@ -22,12 +22,13 @@ func TestCreateFromImageUpstreamFlags(t *testing.T) {
 		"--registry-username", "bob", "--registry-password", "hunter2", "--name", "web",
 		"--allow-internet-access", "false", "--allow-out-cidr", "10.0.0.0/8", "--deny-out-cidr", "0.0.0.0/0",
 		"--cmd", "/bin/sh", "--cmd", "-c", "--arg", "exec nginx", "--env", "A=1", "--env", "B=x=y", "--dns", "8.8.8.8",
-		"--probe", "9000", "--cpu", "4000", "--with-cube-ca=false")
+		"--probe", "9000", "--cpu", "4000", "--with-cube-ca=false", "--enable-ivshmem", "--backend", "s3")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	body := f.requests()[0].Body
-	if body["registry_password"] != "hunter2" || body["alias"] != "web" || body["with_cube_ca"] != false {
+	if body["registry_password"] != "hunter2" || body["alias"] != "web" || body["with_cube_ca"] != false ||
+		body["enable_ivshmem"] != true || body["backend"] != "s3" {
 		t.Errorf("body %v", body)
 	}
 	policy, _ := body["cube_network_config"].(map[string]any)

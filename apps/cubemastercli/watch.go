@@ -152,9 +152,11 @@ func printTemplate(w io.Writer, t *cubeview.TemplateResponse) {
 	kv(w, "alias", t.Alias)
 	kv(w, "status", t.Status)
 	kv(w, "instance_type", t.InstanceType)
+	kv(w, "backend", t.Backend)
 	kv(w, "version", t.Version)
 	kv(w, "created_at", t.CreatedAt)
 	kv(w, "image_info", t.ImageInfo)
+	kv(w, "job_id", t.JobID)
 	kv(w, "last_error", oneLine(t.LastError))
 	if len(t.Replicas) == 0 {
 		fmt.Fprintln(w, "replicas: none")
