@@ -29,6 +29,8 @@ type fakeMaster struct {
 type recorded struct {
 	Method, Path, Query, Caller string
 	Body                        map[string]any
+	// Envd is the file of a multipart create (its "request" field is Body).
+	Envd []byte
 }
 
 func ok(payload string) string {
@@ -66,7 +68,19 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec := recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Caller: r.Header.Get("X-Caller")}
-	if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		if err := r.ParseMultipartForm(32 << 20); err != nil {
+			f.t.Errorf("multipart body: %v", err)
+		}
+		if err := json.Unmarshal([]byte(r.FormValue("request")), &rec.Body); err != nil {
+			f.t.Errorf("multipart request field is not JSON: %v", err)
+		}
+		if fh := r.MultipartForm.File["envd"]; len(fh) == 1 {
+			fd, _ := fh[0].Open()
+			rec.Envd, _ = io.ReadAll(fd)
+			fd.Close()
+		}
+	} else if b, _ := io.ReadAll(r.Body); len(b) > 0 {
 		if err := json.Unmarshal(b, &rec.Body); err != nil {
 			f.t.Errorf("%s %s: body is not JSON: %v", r.Method, r.URL.Path, err)
 		}

@@ -77,12 +77,22 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			if err := extra.apply(cmd, args, &req, cmd.InOrStdin()); err != nil {
 				return err
 			}
+			envd, err := extra.envdUpload()
+			if err != nil {
+				return err
+			}
+			var body any = req
+			if envd != nil {
+				if body, err = uploadForm(&req, envd); err != nil {
+					return err
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
 			var resp cubeview.JobResponse
-			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, req, &resp)
+			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, body, &resp)
 			if err != nil {
 				return err
 			}

@@ -113,6 +113,46 @@ func TestCreateFromImageEnvd(t *testing.T) {
 			t.Error("a job was created although envd is not available")
 		}
 	})
+	t.Run("uploaded wins over the configured one", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		e.svc.Envd = &portsmock.EnvdSourceMock{EnvdFunc: func(context.Context) ([]byte, error) { return []byte("\x7fELF configured"), nil }}
+		upload := []byte("\x7fELF uploaded envd")
+		upSum := sha256.Sum256(upload)
+		if _, err := e.svc.CreateFromImageWithEnvd(e.ctx, optIn("tpl-up"), baseURL, upload); err != nil {
+			t.Fatal(err)
+		}
+		br := e.disp.SubmitBuildCalls()[0].Req
+		eq(t, "envd data", string(br.EnvdData), string(upload))
+		eq(t, "envd sha", br.EnvdSHA256, hex.EncodeToString(upSum[:]))
+		eq(t, "configured source read", len(e.svc.Envd.(*portsmock.EnvdSourceMock).EnvdCalls()), 0)
+	})
+	t.Run("uploaded without a configured one", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		if _, err := e.svc.CreateFromImageWithEnvd(e.ctx, optIn("tpl-up"), baseURL, binary); err != nil {
+			t.Fatal(err)
+		}
+		eq(t, "envd data", string(e.disp.SubmitBuildCalls()[0].Req.EnvdData), string(binary))
+	})
+	t.Run("upload refused", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			req    *core.FromImageRequest
+			upload []byte
+			msg    string
+		}{
+			"without the opt-in": {request("tpl-x"), binary, "does not opt in"},
+			"not ELF":            {optIn("tpl-x"), []byte("#!/bin/sh\n"), "not an ELF"},
+			"empty":              {optIn("tpl-x"), []byte{}, "empty"},
+			"too large":          {optIn("tpl-x"), append([]byte("\x7fELF"), make([]byte, core.MaxEnvdBytes)...), "at most"},
+		} {
+			e := newEnv(t, "node-1")
+			_, err := e.svc.CreateFromImageWithEnvd(e.ctx, tc.req, baseURL, tc.upload)
+			var fe *core.FieldError
+			if !errors.As(err, &fe) || fe.Field != "envd" || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%s: err = %v, want an envd field error saying %q", name, err, tc.msg)
+			}
+			eq(t, name+": SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+		}
+	})
 	t.Run("load fails", func(t *testing.T) {
 		e := newEnv(t, "node-1")
 		e.svc.Envd = &portsmock.EnvdSourceMock{EnvdFunc: func(context.Context) ([]byte, error) { return nil, errors.New("no such file") }}

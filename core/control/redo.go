@@ -97,7 +97,7 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 			req.RegistryUsername, req.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
 		}
 		req.RequestID = rr.RequestID
-		return s.dispatch(ctx, job, req, rr.DownloadBaseURL)
+		return s.dispatch(ctx, job, req, rr.DownloadBaseURL, nil)
 	}
 	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
 	return job, nil
@@ -322,7 +322,7 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.F
 	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
 	rebuild := *req
 	rebuild.RegistryUsername, rebuild.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
-	_, err = s.dispatch(ctx, updated, &rebuild, base)
+	_, err = s.dispatch(ctx, updated, &rebuild, base, nil)
 	return err
 }
 

@@ -20,7 +20,7 @@ import (
 const (
 	InjectEnvdAnnotation = "cube.master.inject_envd"
 	EnvdInImagePath      = "/usr/local/bin/envd"
-	MaxEnvdBytes         = 16 << 20
+	MaxEnvdBytes         = core.MaxEnvdBytes
 	// CAInImagePath is where an injected CA bundle is written.
 	CAInImagePath = "/usr/local/share/ca-certificates/cube-egress-ca.crt"
 	maxCABytes    = 1 << 20

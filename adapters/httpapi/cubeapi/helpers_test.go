@@ -36,6 +36,8 @@ type services struct {
 	// aliasArg and alias are what the last SetAlias got; GetTemplate
 	// shows the alias.
 	aliasArg, alias string
+	// envd is what the last create got uploaded.
+	envd []byte
 }
 
 func (s *services) rec(name string, arg any) error {
@@ -60,8 +62,10 @@ func (s *services) HandleStatusReport(_ context.Context, jobID string, r ports.S
 	s.mu.Unlock()
 	return s.applied, s.rec("HandleStatusReport", jobID)
 }
-func (s *services) CreateFromImage(_ context.Context, req *core.FromImageRequest, baseURL string) (*core.Job, error) {
-	s.baseURL = baseURL
+func (s *services) CreateFromImageWithEnvd(_ context.Context, req *core.FromImageRequest, baseURL string, envd []byte) (*core.Job, error) {
+	s.mu.Lock()
+	s.baseURL, s.envd = baseURL, envd
+	s.mu.Unlock()
 	return testJob, s.rec("CreateFromImage", req)
 }
 func (s *services) GetLiveJob(_ context.Context, id string) (*core.Job, error) {

@@ -35,7 +35,9 @@ type StatusReports interface {
 // *control.Service). baseURL is the download base URL for artifacts built
 // for this request.
 type ImageJobs interface {
-	CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*core.Job, error)
+	// CreateFromImageWithEnvd submits a build; envd is the agent binary
+	// the caller uploaded (nil: none).
+	CreateFromImageWithEnvd(ctx context.Context, req *core.FromImageRequest, baseURL string, envd []byte) (*core.Job, error)
 	// GetLiveJob returns the job with its live pull counters.
 	GetLiveJob(ctx context.Context, jobID string) (*core.Job, error)
 	Redo(ctx context.Context, req control.RedoRequest) (*core.Job, error)

@@ -119,10 +119,23 @@ func (s *server) baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// createFromImage is POST /cube/template/from-image.
+// createFromImage is POST /cube/template/from-image: a JSON body, or
+// upstream's multipart form with an envd binary to inject (multipart.go).
 func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
 	var body cubeview.FromImageRequest
-	if !s.decode(w, r, &body) {
+	var envd []byte
+	if isMultipart(r) {
+		if err := s.multipartAllowed(r); err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		b, e, err := s.readMultipart(w, r)
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		body, envd = *b, e
+	} else if !s.decode(w, r, &body) {
 		return
 	}
 	if body.RequestID == "" {
@@ -133,7 +146,7 @@ func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, body.RequestID, errJobsOff)
 		return
 	}
-	job, err := s.cfg.Jobs.CreateFromImage(r.Context(), body.Request(), s.baseURL(r))
+	job, err := s.cfg.Jobs.CreateFromImageWithEnvd(r.Context(), body.Request(), s.baseURL(r), envd)
 	s.jobAnswer(w, r, body.RequestID, job, err)
 }
 
