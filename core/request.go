@@ -107,6 +107,11 @@ type FromImageRequest struct {
 	// (upstream's --enable-ivshmem); only true is kept. Not part of the
 	// fingerprint either.
 	EnableIvshmem *bool `json:"enable_ivshmem,omitempty"`
+	// WithCubeCA asks for the CubeEgress root CA to be baked into the
+	// rootfs (upstream's with_cube_ca); nil means true. Only false is
+	// kept. The CA's fingerprint, not this flag, is part of the
+	// fingerprint.
+	WithCubeCA *bool `json:"with_cube_ca,omitempty"`
 }
 
 var (
@@ -187,6 +192,9 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 	// requests differing only in an explicit false are the same request).
 	if req.EnableIvshmem != nil && !*req.EnableIvshmem {
 		req.EnableIvshmem = nil
+	}
+	if req.WithCubeCA != nil && *req.WithCubeCA {
+		req.WithCubeCA = nil
 	}
 	return NormalizeScope(req.DistributionScope)
 }

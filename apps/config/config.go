@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // Config is what the apps read at start-up. Every field a user can set is
@@ -42,6 +44,10 @@ type Config struct {
 	// BuildTimeout fails a build that runs longer than this, from
 	// resolving the image to the published bytes.
 	BuildTimeout time.Duration `yaml:"build_timeout"`
+	// CubeCAFile is the CubeEgress root CA baked into images that want it
+	// when the master sends none (an upstream master, which leaves it to
+	// the template center's own copy).
+	CubeCAFile string `yaml:"cube_ca_file"`
 	// ScrubInterval is how often every READY artifact is read back and
 	// checked against its sha256 (0: never); ScrubRemote extends it to
 	// S3 and GCS stores.
@@ -307,6 +313,7 @@ func DefaultsFor(d Dirs) Config {
 		MaxConcurrentBuilds: 2,
 		RegistryTimeout:     60 * time.Second,
 		BuildTimeout:        2 * time.Hour,
+		CubeCAFile:          core.CubeCAPath,
 		ScrubInterval:       7 * 24 * time.Hour,
 		Builder:             "ext4stream",
 		GzipDecoder:         "auto",
@@ -335,7 +342,7 @@ func DefaultsFor(d Dirs) Config {
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
-			CADir: "/etc/cube/ca",
+			CADir: core.CubeCADir,
 			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
 		},
 	}

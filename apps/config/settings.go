@@ -159,6 +159,9 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT", YAML: "build_timeout", Service: DataPlane,
 			Doc:   "A build that runs longer than this fails, from resolving the image to the published bytes: a registry that trickles bytes or asks to retry in a day cannot hold a build slot for ever. A Go duration.",
 			Field: func(c *Config) any { return &c.BuildTimeout }},
+		{Env: "CUBE_TEMPLATE_CENTER_CUBE_CA_FILE", YAML: "cube_ca_file", Service: DataPlane,
+			Doc:   "CubeEgress root CA (one PEM certificate) baked into the trust stores of images whose request does not say `with_cube_ca=false`, when the master sends none (upstream's master never does; ours sends the one in `CUBE_MASTER_CA_DIR`). Read at each build; a missing file builds images without it, and their template says so (`cube_egress_ca_note`).",
+			Field: func(c *Config) any { return &c.CubeCAFile }},
 		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane,
 			Doc:   "How often every READY artifact is read back from the store and checked against its sha256, a little at a time. An artifact whose bytes rotted is failed and its bytes removed, so the next build of its spec builds it again instead of reusing bytes every node refuses. `0` turns it off. A Go duration.",
 			Field: func(c *Config) any { return &c.ScrubInterval }},
@@ -256,7 +259,7 @@ func Settings() []Setting {
 			Doc:   "Master log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Master.Log.Format }},
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
-			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
+			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token. `cube-root-ca.crt` is also sent with every build that wants it baked into its image (`with_cube_ca`, true unless a request says false).",
 			Field: func(c *Config) any { return &c.Master.CADir }},
 
 		{Env: "CUBE_MASTER_AUTH", YAML: "master.auth.enabled", Upstream: []string{"auth.enable"}, Service: ControlPlane,

@@ -74,7 +74,7 @@ func (f *fromImageFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.probePath, "probe-path", "/health", "path of the --probe request")
 	fl.IntVar(&f.cpu, "cpu", 2000, "CPU of the template container in millicores")
 	fl.IntVar(&f.memory, "memory", 2000, "memory of the template container in MiB")
-	fl.BoolVar(&f.withCubeCA, "with-cube-ca", true, "bake the CubeEgress root CA into the rootfs (this data plane bakes none)")
+	fl.BoolVar(&f.withCubeCA, "with-cube-ca", true, "bake the CubeEgress root CA (the master's "+core.CubeCAPath+") into the rootfs; --with-cube-ca=false skips it")
 	fl.BoolVar(&f.ivshmem, "enable-ivshmem", false, "boot the template's build sandbox with ivshmem")
 	fl.BoolVar(&f.injectEnvd, "enable-inject-envd", false, "inject the envd agent into the rootfs (the one --envd-path names, else the master's)")
 	fl.StringVar(&f.envdPath, "envd-path", "", "envd binary to upload and inject (needs --enable-inject-envd)")

@@ -158,6 +158,15 @@ func printTemplate(w io.Writer, t *cubeview.TemplateResponse) {
 	kv(w, "image_info", t.ImageInfo)
 	kv(w, "job_id", t.JobID)
 	kv(w, "last_error", oneLine(t.LastError))
+	// As upstream prints it, whether or not the CA is baked.
+	fp := t.CubeEgressCAFingerprint
+	if fp == "" {
+		fp = "(none)"
+	} else if len(fp) > 16 {
+		fp = fp[:16]
+	}
+	kv(w, "cube_egress_ca", fmt.Sprintf("baked=%t fingerprint=%s targets_written=%d", t.CubeEgressCABaked, fp, t.CubeEgressCATargetsWritten))
+	kv(w, "cube_egress_ca_note", t.CubeEgressCANote)
 	if len(t.Replicas) == 0 {
 		fmt.Fprintln(w, "replicas: none")
 		return

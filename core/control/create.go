@@ -108,6 +108,18 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 		sum := sha256.Sum256(data)
 		br.EnvdData, br.EnvdSHA256 = data, hex.EncodeToString(sum[:])
 	}
+	if core.WantsCubeCA(req) && s.CubeCA != nil {
+		ca, err := s.CubeCA.CubeCA(ctx)
+		switch {
+		case err == nil:
+			br.CubeCA = ca
+		case errors.Is(err, core.ErrNotFound):
+			// None here: the data plane bakes its own if it has one, and
+			// the template says it was built without one otherwise.
+		default:
+			return s.failDispatch(ctx, job, fmt.Errorf("with_cube_ca=true (the default): %w", err))
+		}
+	}
 	err := s.DataPlane.SubmitBuild(ctx, br)
 	switch {
 	case err == nil:

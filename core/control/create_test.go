@@ -13,7 +13,9 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
+	"github.com/cubesandbox/templatecenter/testkit/testca"
 )
 
 func TestCreateFromImageDispatch(t *testing.T) {
@@ -276,5 +278,95 @@ func TestResubmitLeavesAReuseRedoAlone(t *testing.T) {
 			e.wait()
 			eq(t, "redo status at the end", e.job(redo.JobID).Status, core.JobReady)
 		})
+	}
+}
+
+// TestDispatchSendsTheCubeCA: a build that wants the CubeEgress CA
+// (with_cube_ca, the default) gets the one this master serves; none
+// installed sends none (the data plane may have its own); a broken one
+// fails the job before the data plane sees it; with_cube_ca=false never
+// reads it.
+func TestDispatchSendsTheCubeCA(t *testing.T) {
+	ca := testca.PEM(1)
+	off := false
+	tests := []struct {
+		name    string
+		src     func(context.Context) ([]byte, error)
+		withCA  *bool
+		wantCA  []byte
+		wantErr string
+	}{
+		{name: "installed", src: func(context.Context) ([]byte, error) { return ca, nil }, wantCA: ca},
+		{name: "not installed", src: func(context.Context) ([]byte, error) { return nil, fmt.Errorf("x: %w", core.ErrNotFound) }},
+		{name: "broken", src: func(context.Context) ([]byte, error) { return nil, fmt.Errorf("x: %w", core.ErrInvalidArgument) }, wantErr: "with_cube_ca=true"},
+		{name: "not wanted", src: func(context.Context) ([]byte, error) { t.Error("CA read"); return ca, nil }, withCA: &off},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			e.svc.CubeCA = &portsmock.CubeCASourceMock{CubeCAFunc: tc.src}
+			req := request("tpl-ca")
+			req.WithCubeCA = tc.withCA
+			job, err := e.svc.CreateFromImage(e.ctx, req, baseURL)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				eq(t, "job status", e.job(job.JobID).Status, core.JobFailed)
+				eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "CA sent", string(e.disp.SubmitBuildCalls()[0].Req.CubeCA), string(tc.wantCA))
+		})
+	}
+}
+
+// TestTemplateSaysWhetherTheCAIsBaked: the template answer carries the
+// artifact's CubeEgress CA fields, and a note when the request wanted the
+// CA and the image has none.
+func TestTemplateSaysWhetherTheCAIsBaked(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.ready("tpl-plain", fpA)
+	info, err := e.svc.GetTemplate(e.ctx, "tpl-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.CubeEgressCABaked || !strings.Contains(info.CubeEgressCANote, "not baked") {
+		t.Fatalf("no CA: baked %v note %q", info.CubeEgressCABaked, info.CubeEgressCANote)
+	}
+
+	off := false
+	req := request("tpl-off")
+	req.WithCubeCA = &off
+	job := e.create(req)
+	e.build(job.JobID, fpB)
+	e.wait()
+	if info, _ = e.svc.GetTemplate(e.ctx, "tpl-off"); info.CubeEgressCANote != "" {
+		t.Fatalf("with_cube_ca=false still noted: %q", info.CubeEgressCANote)
+	}
+
+	caFP := strings.Repeat("c", 64)
+	job = e.create(request("tpl-ca"))
+	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
+	fpC := strings.Repeat("7", 64)
+	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fpC), fpC, digestA
+	e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: running})
+	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
+	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aidOf(fpC), "READY", fpC
+	meta := artifactMeta(fpC)
+	meta.CubeEgressCABaked, meta.CubeEgressCAFingerprint, meta.CubeEgressCATargetsWritten = true, caFP, 2
+	if ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: meta}); err != nil || !ok {
+		t.Fatalf("BUILT: %v %v", ok, err)
+	}
+	e.wait()
+	info, err = e.svc.GetTemplate(e.ctx, "tpl-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.CubeEgressCABaked || info.CubeEgressCAFingerprint != caFP || info.CubeEgressCATargetsWritten != 2 || info.CubeEgressCANote != "" {
+		t.Fatalf("baked: %+v", info)
 	}
 }

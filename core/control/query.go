@@ -35,6 +35,13 @@ type Template struct {
 	// ("" for the node's default).
 	Backend  string
 	Replicas []*core.Replica
+	// CubeEgressCA* come from the template's artifact row (GetTemplate
+	// only); CubeEgressCANote says why a template that wanted the CA
+	// (with_cube_ca) was built without it.
+	CubeEgressCABaked          bool
+	CubeEgressCAFingerprint    string
+	CubeEgressCATargetsWritten int64
+	CubeEgressCANote           string
 	// CreateRequest is the stored sandbox create request (JSON), set by
 	// GetTemplate only.
 	CreateRequest string
@@ -111,23 +118,60 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 		return nil, err
 	}
 	def, err := tpl.GetDefinition(ctx, templateID)
+	var info *Template
 	switch {
 	case err == nil:
-		info := templateOf(def, replicas)
+		info = templateOf(def, replicas)
 		info.CreateRequest = def.RequestJSON
 		if latest != nil {
 			info.JobID = latest.JobID
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)
 		}
-		return info, nil
 	case !isNotFound(err):
 		return nil, err
 	case latest == nil:
 		return nil, fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
+	default:
+		info = templateOfJob(latest)
+		info.Replicas = replicas
 	}
-	info := templateOfJob(latest)
-	info.Replicas = replicas
+	if err := s.caOf(ctx, info, latest); err != nil {
+		return nil, err
+	}
 	return info, nil
+}
+
+// caOf fills the template's CubeEgress CA fields from its artifact row,
+// and the note when its request wanted the CA and the image lacks it.
+func (s *Service) caOf(ctx context.Context, info *Template, latest *core.Job) error {
+	if info.ArtifactID == "" {
+		return nil
+	}
+	a, err := s.Store.Artifacts().Get(ctx, info.ArtifactID)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info.CubeEgressCABaked, info.CubeEgressCAFingerprint, info.CubeEgressCATargetsWritten =
+		a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten
+	if latest != nil && a.Status == core.ArtifactReady {
+		if req, err := core.DecodeRequestJSON(latest.RequestJSON); err == nil {
+			info.CubeEgressCANote = caNote(req, a)
+		}
+	}
+	return nil
+}
+
+// caNote says that a request that wanted the CubeEgress root CA baked
+// (with_cube_ca, the default) got an image without it; "" otherwise.
+func caNote(req *core.FromImageRequest, a *core.Artifact) string {
+	if !core.WantsCubeCA(req) || a == nil || a.CubeEgressCABaked {
+		return ""
+	}
+	return "with_cube_ca=true but the CubeEgress root CA is not baked into the image: no CA was installed at " +
+		core.CubeCAPath + " (CUBE_MASTER_CA_DIR on the master, CUBE_TEMPLATE_CENTER_CUBE_CA_FILE on the template center) when it was built; install it and redo, or create with with_cube_ca=false"
 }
 
 // ListTemplates lists every template: definitions (by template id), then

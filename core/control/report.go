@@ -170,6 +170,9 @@ type builtArtifact struct {
 	WritableLayerSize string `json:"writable_layer_size,omitempty"`
 	StorageBackend    string `json:"storage_backend,omitempty"`
 	ObjectKey         string `json:"object_key,omitempty"`
+	CABaked           bool   `json:"cube_egress_ca_baked,omitempty"`
+	CAFingerprint     string `json:"cube_egress_ca_fingerprint,omitempty"`
+	CATargetsWritten  int64  `json:"cube_egress_ca_targets_written,omitempty"`
 }
 
 func encodeBuilt(meta *core.Artifact, report string) (string, error) {
@@ -183,6 +186,7 @@ func encodeBuilt(meta *core.Artifact, report string) (string, error) {
 			SourceImageDigest: m.SourceImageDigest, MasterNodeID: m.MasterNodeID, DownloadBaseURL: m.DownloadBaseURL,
 			Ext4Path: m.Ext4Path, Ext4SHA256: m.Ext4SHA256, Ext4SizeBytes: m.Ext4SizeBytes, ImageConfigJSON: m.ImageConfigJSON,
 			WritableLayerSize: m.WritableLayerSize, StorageBackend: m.StorageBackend, ObjectKey: m.ObjectKey,
+			CABaked: m.CubeEgressCABaked, CAFingerprint: m.CubeEgressCAFingerprint, CATargetsWritten: m.CubeEgressCATargetsWritten,
 		}
 	}
 	b, err := json.Marshal(rec)
@@ -207,6 +211,7 @@ func decodeBuilt(resultJSON string) (meta *core.Artifact, report json.RawMessage
 			SourceImageDigest: b.SourceImageDigest, MasterNodeID: b.MasterNodeID, DownloadBaseURL: b.DownloadBaseURL,
 			Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes, ImageConfigJSON: b.ImageConfigJSON,
 			WritableLayerSize: b.WritableLayerSize, StorageBackend: b.StorageBackend, ObjectKey: b.ObjectKey,
+			CubeEgressCABaked: b.CABaked, CubeEgressCAFingerprint: b.CAFingerprint, CubeEgressCATargetsWritten: b.CATargetsWritten,
 		}
 	}
 	return meta, rec.Report
@@ -254,6 +259,12 @@ func (s *Service) upsertArtifact(ctx context.Context, m *core.Artifact) error {
 			setIfNotEmpty(&a.StorageBackend, m.StorageBackend)
 			setIfNotEmpty(&a.ObjectKey, m.ObjectKey)
 			a.Ext4SizeBytes = m.Ext4SizeBytes
+			if m.CubeEgressCABaked {
+				// A report that says nothing of the CA (an older data
+				// plane) leaves what the row says.
+				a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten =
+					true, m.CubeEgressCAFingerprint, m.CubeEgressCATargetsWritten
+			}
 			switch a.Status {
 			case core.ArtifactPending, core.ArtifactBuilding, core.ArtifactFailed:
 				a.Status = core.ArtifactReady

@@ -285,6 +285,9 @@ func (r *run) markReady(res *pipeline.Result) error {
 		a.ImageConfigJSON = cj
 		a.LastError = ""
 		a.GCDeadline = now.Add(r.c.GCDeadlineAfter).Unix()
+		a.CubeEgressCABaked = res.CA.Baked
+		a.CubeEgressCAFingerprint = res.CA.Fingerprint
+		a.CubeEgressCATargetsWritten = int64(res.CA.TargetsWritten)
 		if token != "" {
 			a.DownloadToken = token
 		}

@@ -78,6 +78,8 @@ type Result struct {
 	ObjectKey string
 	Layers    int
 	Tree      ports.TreeStats
+	// CA is what baking the CubeEgress root CA did (zero without one).
+	CA CAResult
 	// Phases holds the wall time of each step.
 	Phases map[core.Phase]time.Duration
 }
@@ -152,7 +154,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
 	}
 	res.Image = img
-	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caSHA256, inj.envdSHA256, p.Builder.Format()))
+	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caFingerprint(), inj.envdSHA256, p.Builder.Format()))
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +187,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}
 	// Decoding follows the download: the flattener reads each layer as it
 	// lands, and the builder writes as soon as the tree is known.
-	tree, buildRes, err := p.streamedBuild(ctx, in, img, scratch, out, fp, res, start, pullProgress, onEvent)
+	tree, buildRes, err := p.streamedBuild(ctx, in, inj.ca, img, scratch, out, fp, res, start, pullProgress, onEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +235,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 // download, and the pull phase is the time until the last one arrived (it
 // overlaps BUILDING_EXT4, which runs from the first byte to the written
 // image).
-func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.ResolvedImage,
+func (p *Pipeline) streamedBuild(ctx context.Context, in Input, ca *core.CubeCA, img *ports.ResolvedImage,
 	scratch, out, fp string, res *Result, start time.Time, pullProgress func(ports.PullProgress), onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
 	var tree ports.TreeStats
 	var br ports.BuildResult
@@ -282,7 +284,11 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.Resol
 		return tree, br, err
 	}
 	bstart := p.now()
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), closeBlobs)
+	var bake *caBake
+	if ca != nil {
+		bake = &caBake{ca: ca, dir: scratch, result: &res.CA}
+	}
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), bake, closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -310,11 +316,35 @@ var errNoTree = errors.New("the flattener returned no tree")
 // the size of the file it wrote.
 var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
+// caBake is the CA baking of one build: the CA, the directory its new
+// content is written to, and where the result goes.
+type caBake struct {
+	ca     *core.CubeCA
+	dir    string
+	result *CAResult
+}
+
+// apply bakes the CA into tree; done closes the content file once the
+// builder is finished with the tree.
+func (b *caBake) apply(tree []ports.TreeEntry, at time.Time) (out []ports.TreeEntry, done func(), err error) {
+	f, err := os.CreateTemp(b.dir, "ca-content-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bake the CubeEgress CA: %w", err)
+	}
+	out, *b.result, err = BakeCA(tree, b.ca, f, at)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("bake the CubeEgress CA: %w", err)
+	}
+	return out, func() { f.Close() }, nil
+}
+
 // flattenAndBuild hands the flattened tree to the builder: it gets the
 // whole tree, with references to the content, lays the image out first
-// and hashes it as it writes it. stop, when set, runs once the flatten is
-// cancelled (it unblocks readers of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// and hashes it as it writes it. bake, when set, bakes the CubeEgress CA
+// into the tree first. stop, when set, runs once the flatten is cancelled
+// (it unblocks readers of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, bake *caBake, stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
@@ -330,16 +360,27 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		MaxSizeBytes:   p.MaxSizeBytes,
 	}
 	var br ports.BuildResult
-	var berr error
+	var berr, bakeErr error
 	built := false
 	st, err := p.Flattener.Flatten(ctx, layers, func(tree []ports.TreeEntry) error {
 		built = true
+		if bake != nil {
+			baked, done, err := bake.apply(tree, at)
+			if err != nil {
+				bakeErr = err
+				return err
+			}
+			defer done()
+			tree = baked
+		}
 		br, berr = p.Builder.Build(ctx, spec, tree)
 		return berr
 	})
 	switch {
 	case err == nil && !built:
 		return st, br, errNoTree
+	case bakeErr != nil:
+		return st, br, bakeErr
 	case berr != nil:
 		return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
 	case err != nil:

@@ -4782,6 +4782,72 @@ func (mock *EnvdSourceMock) EnvdCalls() []struct {
 	return calls
 }
 
+// Ensure, that CubeCASourceMock does implement ports.CubeCASource.
+// If this is not the case, regenerate this file with moq.
+var _ ports.CubeCASource = &CubeCASourceMock{}
+
+// CubeCASourceMock is a mock implementation of ports.CubeCASource.
+//
+//	func TestSomethingThatUsesCubeCASource(t *testing.T) {
+//
+//		// make and configure a mocked ports.CubeCASource
+//		mockedCubeCASource := &CubeCASourceMock{
+//			CubeCAFunc: func(ctx context.Context) ([]byte, error) {
+//				panic("mock out the CubeCA method")
+//			},
+//		}
+//
+//		// use mockedCubeCASource in code that requires ports.CubeCASource
+//		// and then make assertions.
+//
+//	}
+type CubeCASourceMock struct {
+	// CubeCAFunc mocks the CubeCA method.
+	CubeCAFunc func(ctx context.Context) ([]byte, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// CubeCA holds details about calls to the CubeCA method.
+		CubeCA []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+	}
+	lockCubeCA sync.RWMutex
+}
+
+// CubeCA calls CubeCAFunc.
+func (mock *CubeCASourceMock) CubeCA(ctx context.Context) ([]byte, error) {
+	if mock.CubeCAFunc == nil {
+		panic("CubeCASourceMock.CubeCAFunc: method is nil but CubeCASource.CubeCA was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockCubeCA.Lock()
+	mock.calls.CubeCA = append(mock.calls.CubeCA, callInfo)
+	mock.lockCubeCA.Unlock()
+	return mock.CubeCAFunc(ctx)
+}
+
+// CubeCACalls gets all the calls that were made to CubeCA.
+// Check the length with:
+//
+//	len(mockedCubeCASource.CubeCACalls())
+func (mock *CubeCASourceMock) CubeCACalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockCubeCA.RLock()
+	calls = mock.calls.CubeCA
+	mock.lockCubeCA.RUnlock()
+	return calls
+}
+
 // Ensure, that LegacyArtifactsMock does implement ports.LegacyArtifacts.
 // If this is not the case, regenerate this file with moq.
 var _ ports.LegacyArtifacts = &LegacyArtifactsMock{}

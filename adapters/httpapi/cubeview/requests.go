@@ -22,8 +22,7 @@ type FromImageRequest struct {
 	ContainerOverrides *core.ContainerOverrides `json:"container_overrides,omitempty"`
 	Platform           string                   `json:"platform,omitempty"`
 	// WithCubeCA asks for the CubeEgress root CA to be baked in (upstream
-	// default true). It is accepted and not acted on: this data plane bakes
-	// no CA, and reports cube_egress_ca_baked=false.
+	// default true).
 	WithCubeCA *bool `json:"with_cube_ca,omitempty"`
 	Wait       bool  `json:"wait,omitempty"`
 	// Backend is the template's copy-on-write backend (xfs or s3);
@@ -46,6 +45,7 @@ func (r *FromImageRequest) Request() *core.FromImageRequest {
 		NetworkType: r.NetworkType, CubeVSContext: policy, WritableLayerSize: r.WritableLayerSize,
 		ExposedPorts: r.ExposedPorts, DistributionScope: r.DistributionScope, ContainerOverrides: r.ContainerOverrides,
 		Platform: r.Platform, Wait: r.Wait, Backend: r.Backend, EnableIvshmem: r.EnableIvshmem,
+		WithCubeCA: r.WithCubeCA,
 	}
 }
 

@@ -164,12 +164,21 @@ type TemplateResponse struct {
 	TemplateItem
 	Replicas      []ReplicaInfo `json:"replicas"`
 	CreateRequest any           `json:"create_request,omitempty"`
+	// The CubeEgress root CA in the template's image, as upstream's newest
+	// master answers it (its CLI prints "cube_egress_ca: baked=..."), and
+	// ours: why a template that wanted it was built without it.
+	CubeEgressCABaked          bool   `json:"cube_egress_ca_baked,omitempty"`
+	CubeEgressCAFingerprint    string `json:"cube_egress_ca_fingerprint,omitempty"`
+	CubeEgressCATargetsWritten int64  `json:"cube_egress_ca_targets_written,omitempty"`
+	CubeEgressCANote           string `json:"cube_egress_ca_note,omitempty"`
 }
 
 // NewTemplateResponse is the detail view of t; withRequest adds its stored
 // create request.
 func NewTemplateResponse(t *control.Template, withRequest bool) TemplateResponse {
-	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas)}
+	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas),
+		CubeEgressCABaked: t.CubeEgressCABaked, CubeEgressCAFingerprint: t.CubeEgressCAFingerprint,
+		CubeEgressCATargetsWritten: t.CubeEgressCATargetsWritten, CubeEgressCANote: t.CubeEgressCANote}
 	if withRequest {
 		out.CreateRequest = RawOrString(t.CreateRequest)
 	}

@@ -272,7 +272,7 @@ func provideServe(i do.Injector, o Options) {
 		m := do.MustInvoke[*metrics.Metrics](i)
 		e := &data.Executor{
 			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
-			Clock: system.Clock{}, IDs: system.IDs{},
+			Clock: system.Clock{}, IDs: system.IDs{}, CubeCA: hostfiles.CubeCAFile{Path: cfg.CubeCAFile},
 			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
 				if o.Result != nil {
 					for ph, d := range o.Result.Phases {
