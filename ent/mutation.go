@@ -6580,17 +6580,18 @@ func (m *TemplateImageJobMutation) ResetEdge(name string) error {
 // TemplateNameMutation represents an operation that mutates the TemplateName nodes in the graph.
 type TemplateNameMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	template_id   *string
-	kind          *string
-	created_at    *time.Time
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*TemplateName, error)
-	predicates    []predicate.TemplateName
+	op                   Op
+	typ                  string
+	id                   *int
+	name                 *string
+	template_id          *string
+	kind                 *string
+	created_at           *time.Time
+	previous_template_id *string
+	clearedFields        map[string]struct{}
+	done                 bool
+	oldValue             func(context.Context) (*TemplateName, error)
+	predicates           []predicate.TemplateName
 }
 
 var _ ent.Mutation = (*TemplateNameMutation)(nil)
@@ -6835,6 +6836,42 @@ func (m *TemplateNameMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (m *TemplateNameMutation) SetPreviousTemplateID(s string) {
+	m.previous_template_id = &s
+}
+
+// PreviousTemplateID returns the value of the "previous_template_id" field in the mutation.
+func (m *TemplateNameMutation) PreviousTemplateID() (r string, exists bool) {
+	v := m.previous_template_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPreviousTemplateID returns the old "previous_template_id" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldPreviousTemplateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPreviousTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPreviousTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPreviousTemplateID: %w", err)
+	}
+	return oldValue.PreviousTemplateID, nil
+}
+
+// ResetPreviousTemplateID resets all changes to the "previous_template_id" field.
+func (m *TemplateNameMutation) ResetPreviousTemplateID() {
+	m.previous_template_id = nil
+}
+
 // Where appends a list predicates to the TemplateNameMutation builder.
 func (m *TemplateNameMutation) Where(ps ...predicate.TemplateName) {
 	m.predicates = append(m.predicates, ps...)
@@ -6869,7 +6906,7 @@ func (m *TemplateNameMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateNameMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 5)
 	if m.name != nil {
 		fields = append(fields, templatename.FieldName)
 	}
@@ -6881,6 +6918,9 @@ func (m *TemplateNameMutation) Fields() []string {
 	}
 	if m.created_at != nil {
 		fields = append(fields, templatename.FieldCreatedAt)
+	}
+	if m.previous_template_id != nil {
+		fields = append(fields, templatename.FieldPreviousTemplateID)
 	}
 	return fields
 }
@@ -6898,6 +6938,8 @@ func (m *TemplateNameMutation) Field(name string) (ent.Value, bool) {
 		return m.Kind()
 	case templatename.FieldCreatedAt:
 		return m.CreatedAt()
+	case templatename.FieldPreviousTemplateID:
+		return m.PreviousTemplateID()
 	}
 	return nil, false
 }
@@ -6915,6 +6957,8 @@ func (m *TemplateNameMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldKind(ctx)
 	case templatename.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
+	case templatename.FieldPreviousTemplateID:
+		return m.OldPreviousTemplateID(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateName field %s", name)
 }
@@ -6951,6 +6995,13 @@ func (m *TemplateNameMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCreatedAt(v)
+		return nil
+	case templatename.FieldPreviousTemplateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPreviousTemplateID(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateName field %s", name)
@@ -7012,6 +7063,9 @@ func (m *TemplateNameMutation) ResetField(name string) error {
 		return nil
 	case templatename.FieldCreatedAt:
 		m.ResetCreatedAt()
+		return nil
+	case templatename.FieldPreviousTemplateID:
+		m.ResetPreviousTemplateID()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateName field %s", name)

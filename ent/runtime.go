@@ -516,6 +516,12 @@ func init() {
 			return nil
 		}
 	}()
+	// templatenameDescPreviousTemplateID is the schema descriptor for previous_template_id field.
+	templatenameDescPreviousTemplateID := templatenameFields[4].Descriptor()
+	// templatename.DefaultPreviousTemplateID holds the default value on creation for the previous_template_id field.
+	templatename.DefaultPreviousTemplateID = templatenameDescPreviousTemplateID.Default.(string)
+	// templatename.PreviousTemplateIDValidator is a validator for the "previous_template_id" field. It is called by the builders before save.
+	templatename.PreviousTemplateIDValidator = templatenameDescPreviousTemplateID.Validators[0].(func(string) error)
 	templatenodeFields := schema.TemplateNode{}.Fields()
 	_ = templatenodeFields
 	// templatenodeDescNodeID is the schema descriptor for node_id field.

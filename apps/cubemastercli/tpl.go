@@ -346,7 +346,7 @@ func (a *app) aliasCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "alias TEMPLATE [ALIAS]",
-		Short: "Set a template's alias (no ALIAS, or an empty --alias, clears it); TEMPLATE is an id or alias",
+		Short: "Set a template's alias, taking it from the template that holds it when this one is READY (no ALIAS, or an empty --alias, clears it); TEMPLATE is an id or alias",
 		Args:  cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := idArg(args[:min(len(args), 1)], id, "template-id", "TEMPLATE")

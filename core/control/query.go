@@ -22,10 +22,13 @@ type Template struct {
 	Version      string
 	// Status is the definition's status, else the latest job's template
 	// status, else the job's status in capitals (PENDING, RUNNING, FAILED).
-	Status    string
-	Alias     string
-	LastError string
-	CreatedAt time.Time
+	Status string
+	Alias  string
+	// AliasMovedFrom is the template Alias was moved away from (GetTemplate
+	// only): moving it back undoes the move.
+	AliasMovedFrom string
+	LastError      string
+	CreatedAt      time.Time
 	// ImageInfo is "ref@sha256:..." of the source image; JobID the latest
 	// job; ArtifactID the rootfs artifact.
 	ImageInfo  string
@@ -137,6 +140,11 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 	}
 	if err := s.caOf(ctx, info, latest); err != nil {
 		return nil, err
+	}
+	if info.Alias != "" {
+		if from, err := s.Store.Names().Previous(ctx, info.Alias); err == nil {
+			info.AliasMovedFrom = from
+		}
 	}
 	return info, nil
 }

@@ -99,7 +99,7 @@ func (s *Service) claimNames(ctx context.Context, templateID, alias string) erro
 		return err
 	}
 	if alias != "" {
-		return s.Store.Names().Claim(ctx, alias, templateID, core.NameAlias)
+		return s.claimAlias(ctx, templateID, alias)
 	}
 	return nil
 }

@@ -242,6 +242,7 @@ var (
 		{Name: "template_id", Type: field.TypeString, Size: 128},
 		{Name: "kind", Type: field.TypeString, Size: 16},
 		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "previous_template_id", Type: field.TypeString, Size: 128, Default: ""},
 	}
 	// TCubeTemplateNameTable holds the schema information for the "t_cube_template_name" table.
 	TCubeTemplateNameTable = &schema.Table{

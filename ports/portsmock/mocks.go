@@ -2405,6 +2405,12 @@ var _ ports.NameRepository = &NameRepositoryMock{}
 //			HolderFunc: func(ctx context.Context, name string) (string, core.NameKind, error) {
 //				panic("mock out the Holder method")
 //			},
+//			MoveFunc: func(ctx context.Context, alias string, templateID string) (string, error) {
+//				panic("mock out the Move method")
+//			},
+//			PreviousFunc: func(ctx context.Context, name string) (string, error) {
+//				panic("mock out the Previous method")
+//			},
 //			ReleaseFunc: func(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
 //				panic("mock out the Release method")
 //			},
@@ -2420,6 +2426,12 @@ type NameRepositoryMock struct {
 
 	// HolderFunc mocks the Holder method.
 	HolderFunc func(ctx context.Context, name string) (string, core.NameKind, error)
+
+	// MoveFunc mocks the Move method.
+	MoveFunc func(ctx context.Context, alias string, templateID string) (string, error)
+
+	// PreviousFunc mocks the Previous method.
+	PreviousFunc func(ctx context.Context, name string) (string, error)
 
 	// ReleaseFunc mocks the Release method.
 	ReleaseFunc func(ctx context.Context, templateID string, kind core.NameKind) (int, error)
@@ -2444,6 +2456,22 @@ type NameRepositoryMock struct {
 			// Name is the name argument value.
 			Name string
 		}
+		// Move holds details about calls to the Move method.
+		Move []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Alias is the alias argument value.
+			Alias string
+			// TemplateID is the templateID argument value.
+			TemplateID string
+		}
+		// Previous holds details about calls to the Previous method.
+		Previous []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+		}
 		// Release holds details about calls to the Release method.
 		Release []struct {
 			// Ctx is the ctx argument value.
@@ -2454,9 +2482,11 @@ type NameRepositoryMock struct {
 			Kind core.NameKind
 		}
 	}
-	lockClaim   sync.RWMutex
-	lockHolder  sync.RWMutex
-	lockRelease sync.RWMutex
+	lockClaim    sync.RWMutex
+	lockHolder   sync.RWMutex
+	lockMove     sync.RWMutex
+	lockPrevious sync.RWMutex
+	lockRelease  sync.RWMutex
 }
 
 // Claim calls ClaimFunc.
@@ -2536,6 +2566,82 @@ func (mock *NameRepositoryMock) HolderCalls() []struct {
 	mock.lockHolder.RLock()
 	calls = mock.calls.Holder
 	mock.lockHolder.RUnlock()
+	return calls
+}
+
+// Move calls MoveFunc.
+func (mock *NameRepositoryMock) Move(ctx context.Context, alias string, templateID string) (string, error) {
+	if mock.MoveFunc == nil {
+		panic("NameRepositoryMock.MoveFunc: method is nil but NameRepository.Move was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		Alias      string
+		TemplateID string
+	}{
+		Ctx:        ctx,
+		Alias:      alias,
+		TemplateID: templateID,
+	}
+	mock.lockMove.Lock()
+	mock.calls.Move = append(mock.calls.Move, callInfo)
+	mock.lockMove.Unlock()
+	return mock.MoveFunc(ctx, alias, templateID)
+}
+
+// MoveCalls gets all the calls that were made to Move.
+// Check the length with:
+//
+//	len(mockedNameRepository.MoveCalls())
+func (mock *NameRepositoryMock) MoveCalls() []struct {
+	Ctx        context.Context
+	Alias      string
+	TemplateID string
+} {
+	var calls []struct {
+		Ctx        context.Context
+		Alias      string
+		TemplateID string
+	}
+	mock.lockMove.RLock()
+	calls = mock.calls.Move
+	mock.lockMove.RUnlock()
+	return calls
+}
+
+// Previous calls PreviousFunc.
+func (mock *NameRepositoryMock) Previous(ctx context.Context, name string) (string, error) {
+	if mock.PreviousFunc == nil {
+		panic("NameRepositoryMock.PreviousFunc: method is nil but NameRepository.Previous was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Name string
+	}{
+		Ctx:  ctx,
+		Name: name,
+	}
+	mock.lockPrevious.Lock()
+	mock.calls.Previous = append(mock.calls.Previous, callInfo)
+	mock.lockPrevious.Unlock()
+	return mock.PreviousFunc(ctx, name)
+}
+
+// PreviousCalls gets all the calls that were made to Previous.
+// Check the length with:
+//
+//	len(mockedNameRepository.PreviousCalls())
+func (mock *NameRepositoryMock) PreviousCalls() []struct {
+	Ctx  context.Context
+	Name string
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Name string
+	}
+	mock.lockPrevious.RLock()
+	calls = mock.calls.Previous
+	mock.lockPrevious.RUnlock()
 	return calls
 }
 

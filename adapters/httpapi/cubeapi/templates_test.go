@@ -164,6 +164,8 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
+		{name: "alias moves only to a READY template", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`,
+			err: fmt.Errorf("tpl-1 is PENDING: %w", core.ErrTemplateNotReady), wantCode: 130400, wantCall: "SetAlias"},
 		{name: "resolve alias", method: "GET", target: PathResolve + "?template=web", wantCode: 200, wantCall: "ResolveTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
 				req, _ := b["create_request"].(map[string]any)

@@ -171,6 +171,9 @@ type TemplateResponse struct {
 	CubeEgressCAFingerprint    string `json:"cube_egress_ca_fingerprint,omitempty"`
 	CubeEgressCATargetsWritten int64  `json:"cube_egress_ca_targets_written,omitempty"`
 	CubeEgressCANote           string `json:"cube_egress_ca_note,omitempty"`
+	// AliasMovedFrom is the template the alias was moved away from (a
+	// set-alias or a newer create took it); moving it back undoes that.
+	AliasMovedFrom string `json:"alias_moved_from,omitempty"`
 }
 
 // NewTemplateResponse is the detail view of t; withRequest adds its stored
@@ -178,7 +181,8 @@ type TemplateResponse struct {
 func NewTemplateResponse(t *control.Template, withRequest bool) TemplateResponse {
 	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas),
 		CubeEgressCABaked: t.CubeEgressCABaked, CubeEgressCAFingerprint: t.CubeEgressCAFingerprint,
-		CubeEgressCATargetsWritten: t.CubeEgressCATargetsWritten, CubeEgressCANote: t.CubeEgressCANote}
+		CubeEgressCATargetsWritten: t.CubeEgressCATargetsWritten, CubeEgressCANote: t.CubeEgressCANote,
+		AliasMovedFrom: t.AliasMovedFrom}
 	if withRequest {
 		out.CreateRequest = RawOrString(t.CreateRequest)
 	}
