@@ -230,6 +230,23 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 	return out, nil
 }
 
+// ComponentVersions lists, replica by replica, the component versions each
+// node reported when it built the template's snapshot (guest image, agent,
+// kernel, shim; upstream's GET /internal/meta/templates/:id/component-versions).
+// core.ErrNotFound for a template without a definition.
+func (s *Service) ComponentVersions(ctx context.Context, templateID string) ([]*core.Replica, error) {
+	if err := core.ValidateTemplateID(templateID); err != nil {
+		return nil, err
+	}
+	if _, err := s.Store.Templates().GetDefinition(ctx, templateID); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
+		}
+		return nil, err
+	}
+	return s.Store.Templates().ListReplicas(ctx, templateID)
+}
+
 // GetJob returns the job; core.ErrNotFound for an unknown id.
 func (s *Service) GetJob(ctx context.Context, jobID string) (*core.Job, error) {
 	if strings.TrimSpace(jobID) == "" {

@@ -216,3 +216,27 @@ func TestListTemplatesOrder(t *testing.T) {
 	}
 	eq(t, "order", strings.Join(got, ","), "tpl-b,tpl-a,tpl-p,tpl-q")
 }
+
+// TestComponentVersions: each replica with the versions its node reported
+// at snapshot time (the shim's too); a template without a definition is
+// not found.
+func TestComponentVersions(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.agent.AppSnapshotFunc = func(_ context.Context, n ports.Node, _ *core.SandboxRequest, _ string) (ports.SnapshotResult, error) {
+		return ports.SnapshotResult{SnapshotPath: "/snap/" + n.ID, GuestImageVersion: "g1", AgentVersion: "0.4.2", KernelVersion: "6.6.30", ShimVersion: "s7"}, nil
+	}
+	e.ready("tpl-a", fpA)
+	reps, err := e.svc.ComponentVersions(e.ctx, "tpl-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 || reps[0].NodeID != "node-1" || reps[0].AgentVersion != "0.4.2" || reps[0].ShimVersion != "s7" ||
+		reps[0].GuestImageVersion != "g1" || reps[0].KernelVersion != "6.6.30" {
+		t.Fatalf("replicas %+v", reps[0])
+	}
+	e.create(request("tpl-p"))
+	_, err = e.svc.ComponentVersions(e.ctx, "tpl-p")
+	wantErrIs(t, err, core.ErrNotFound)
+	_, err = e.svc.ComponentVersions(e.ctx, "")
+	wantErrIs(t, err, core.ErrTemplateIDRequired)
+}

@@ -129,6 +129,11 @@ func (s *services) ResolveSandboxRequest(_ context.Context, req *core.SandboxReq
 	return &control.ResolvedRequest{Request: &merged, TemplateID: "tpl-1", Alias: "web"}, s.rec("ResolveSandboxRequest", req)
 }
 
+func (s *services) ComponentVersions(_ context.Context, id string) ([]*core.Replica, error) {
+	return []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, GuestImageVersion: "g1",
+		AgentVersion: "0.4.2", KernelVersion: "6.6.30", ShimVersion: "s7"}}, s.rec("ComponentVersions", id)
+}
+
 // GetArtifact is recorded only when it is the route's own call: the job
 // routes also read the job's artifact row to show it.
 func (s *services) GetArtifact(_ context.Context, id string) (*core.Artifact, error) {

@@ -484,3 +484,30 @@ func (s *server) backendConfigured(want string) bool {
 	}
 	return want == s.backend()
 }
+
+type componentVersionsResponse struct {
+	envelope.Response
+	cubeview.ComponentVersionsResponse
+}
+
+// componentVersions is GET
+// /internal/meta/templates/{template_id}/component-versions: upstream's
+// meta route, behind the public API's authentication as upstream's meta
+// group is, answering its envelope. The template may be named by alias.
+func (s *server) componentVersions(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Catalog == nil {
+		s.fail(w, r, "", errCatalogOff)
+		return
+	}
+	id, ok := s.templateKey(w, r, "", chi.URLParam(r, "template_id"))
+	if !ok {
+		return
+	}
+	reps, err := s.cfg.Catalog.ComponentVersions(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	s.write(w, r, componentVersionsResponse{Response: envelope.OK(""),
+		ComponentVersionsResponse: cubeview.ComponentVersionsResponse{Data: cubeview.NewComponentVersions(id, reps)}})
+}

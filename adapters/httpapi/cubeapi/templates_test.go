@@ -163,6 +163,17 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "alias absent clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{}`, wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
+		{name: "component versions by alias", method: "GET", target: "/internal/meta/templates/web/component-versions", wantCode: 200, wantCall: "ComponentVersions",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				data := b["data"].(map[string]any)
+				rep := data["replicas"].([]any)[0].(map[string]any)
+				if svc.last != "tpl-1" || data["template_id"] != "tpl-1" || rep["node_id"] != "n1" || rep["agent_version"] != "0.4.2" ||
+					rep["guest_image_version"] != "g1" || rep["kernel_version"] != "6.6.30" || rep["shim_version"] != "s7" || rep["status"] != "READY" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "component versions of an unknown template", method: "GET", target: "/internal/meta/templates/tpl-9/component-versions",
+			err: fmt.Errorf("template tpl-9: %w", core.ErrNotFound), wantCode: 130404, wantCall: "ComponentVersions"},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
 		{name: "alias moves only to a READY template", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`,
 			err: fmt.Errorf("tpl-1 is PENDING: %w", core.ErrTemplateNotReady), wantCode: 130400, wantCall: "SetAlias"},

@@ -296,3 +296,38 @@ func ShownProgress(j *core.Job) int {
 	}
 	return min(j.Progress, 99)
 }
+
+// ComponentVersion is one replica's component versions (upstream's
+// TemplateComponentVersionEntry).
+type ComponentVersion struct {
+	NodeID            string `json:"node_id,omitempty"`
+	NodeIP            string `json:"node_ip,omitempty"`
+	Status            string `json:"status,omitempty"`
+	GuestImageVersion string `json:"guest_image_version,omitempty"`
+	AgentVersion      string `json:"agent_version,omitempty"`
+	KernelVersion     string `json:"kernel_version,omitempty"`
+	ShimVersion       string `json:"shim_version,omitempty"`
+}
+
+// ComponentVersions is the data of GET
+// /internal/meta/templates/{template_id}/component-versions.
+type ComponentVersions struct {
+	TemplateID string             `json:"template_id"`
+	Replicas   []ComponentVersion `json:"replicas"`
+}
+
+// ComponentVersionsResponse is what the route answers beside the envelope.
+type ComponentVersionsResponse struct {
+	Data *ComponentVersions `json:"data,omitempty"`
+}
+
+// NewComponentVersions is the view of a template's replicas' versions
+// (never nil).
+func NewComponentVersions(templateID string, rs []*core.Replica) *ComponentVersions {
+	out := &ComponentVersions{TemplateID: templateID, Replicas: make([]ComponentVersion, 0, len(rs))}
+	for _, r := range rs {
+		out.Replicas = append(out.Replicas, ComponentVersion{NodeID: r.NodeID, NodeIP: r.NodeIP, Status: string(r.Status),
+			GuestImageVersion: r.GuestImageVersion, AgentVersion: r.AgentVersion, KernelVersion: r.KernelVersion, ShimVersion: r.ShimVersion})
+	}
+	return out
+}
