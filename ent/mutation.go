@@ -2109,7 +2109,6 @@ type TemplateDefinitionMutation struct {
 	origin_node_id                   *string
 	display_name                     *string
 	storage_backend                  *string
-	retain                           *bool
 	rootfs_size_bytes_at_snapshot    *int64
 	addrootfs_size_bytes_at_snapshot *int64
 	clearedFields                    map[string]struct{}
@@ -2831,42 +2830,6 @@ func (m *TemplateDefinitionMutation) ResetStorageBackend() {
 	m.storage_backend = nil
 }
 
-// SetRetain sets the "retain" field.
-func (m *TemplateDefinitionMutation) SetRetain(b bool) {
-	m.retain = &b
-}
-
-// Retain returns the value of the "retain" field in the mutation.
-func (m *TemplateDefinitionMutation) Retain() (r bool, exists bool) {
-	v := m.retain
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldRetain returns the old "retain" field's value of the TemplateDefinition entity.
-// If the TemplateDefinition object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *TemplateDefinitionMutation) OldRetain(ctx context.Context) (v bool, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldRetain is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldRetain requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldRetain: %w", err)
-	}
-	return oldValue.Retain, nil
-}
-
-// ResetRetain resets all changes to the "retain" field.
-func (m *TemplateDefinitionMutation) ResetRetain() {
-	m.retain = nil
-}
-
 // SetRootfsSizeBytesAtSnapshot sets the "rootfs_size_bytes_at_snapshot" field.
 func (m *TemplateDefinitionMutation) SetRootfsSizeBytesAtSnapshot(i int64) {
 	m.rootfs_size_bytes_at_snapshot = &i
@@ -2957,7 +2920,7 @@ func (m *TemplateDefinitionMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateDefinitionMutation) Fields() []string {
-	fields := make([]string, 0, 18)
+	fields := make([]string, 0, 17)
 	if m.created_at != nil {
 		fields = append(fields, templatedefinition.FieldCreatedAt)
 	}
@@ -3006,9 +2969,6 @@ func (m *TemplateDefinitionMutation) Fields() []string {
 	if m.storage_backend != nil {
 		fields = append(fields, templatedefinition.FieldStorageBackend)
 	}
-	if m.retain != nil {
-		fields = append(fields, templatedefinition.FieldRetain)
-	}
 	if m.rootfs_size_bytes_at_snapshot != nil {
 		fields = append(fields, templatedefinition.FieldRootfsSizeBytesAtSnapshot)
 	}
@@ -3052,8 +3012,6 @@ func (m *TemplateDefinitionMutation) Field(name string) (ent.Value, bool) {
 		return m.DisplayName()
 	case templatedefinition.FieldStorageBackend:
 		return m.StorageBackend()
-	case templatedefinition.FieldRetain:
-		return m.Retain()
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		return m.RootfsSizeBytesAtSnapshot()
 	}
@@ -3097,8 +3055,6 @@ func (m *TemplateDefinitionMutation) OldField(ctx context.Context, name string) 
 		return m.OldDisplayName(ctx)
 	case templatedefinition.FieldStorageBackend:
 		return m.OldStorageBackend(ctx)
-	case templatedefinition.FieldRetain:
-		return m.OldRetain(ctx)
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		return m.OldRootfsSizeBytesAtSnapshot(ctx)
 	}
@@ -3221,13 +3177,6 @@ func (m *TemplateDefinitionMutation) SetField(name string, value ent.Value) erro
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetStorageBackend(v)
-		return nil
-	case templatedefinition.FieldRetain:
-		v, ok := value.(bool)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetRetain(v)
 		return nil
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		v, ok := value.(int64)
@@ -3368,9 +3317,6 @@ func (m *TemplateDefinitionMutation) ResetField(name string) error {
 		return nil
 	case templatedefinition.FieldStorageBackend:
 		m.ResetStorageBackend()
-		return nil
-	case templatedefinition.FieldRetain:
-		m.ResetRetain()
 		return nil
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		m.ResetRootfsSizeBytesAtSnapshot()

@@ -234,12 +234,8 @@ func init() {
 	templatedefinition.DefaultStorageBackend = templatedefinitionDescStorageBackend.Default.(string)
 	// templatedefinition.StorageBackendValidator is a validator for the "storage_backend" field. It is called by the builders before save.
 	templatedefinition.StorageBackendValidator = templatedefinitionDescStorageBackend.Validators[0].(func(string) error)
-	// templatedefinitionDescRetain is the schema descriptor for retain field.
-	templatedefinitionDescRetain := templatedefinitionFields[13].Descriptor()
-	// templatedefinition.DefaultRetain holds the default value on creation for the retain field.
-	templatedefinition.DefaultRetain = templatedefinitionDescRetain.Default.(bool)
 	// templatedefinitionDescRootfsSizeBytesAtSnapshot is the schema descriptor for rootfs_size_bytes_at_snapshot field.
-	templatedefinitionDescRootfsSizeBytesAtSnapshot := templatedefinitionFields[14].Descriptor()
+	templatedefinitionDescRootfsSizeBytesAtSnapshot := templatedefinitionFields[13].Descriptor()
 	// templatedefinition.DefaultRootfsSizeBytesAtSnapshot holds the default value on creation for the rootfs_size_bytes_at_snapshot field.
 	templatedefinition.DefaultRootfsSizeBytesAtSnapshot = templatedefinitionDescRootfsSizeBytesAtSnapshot.Default.(int64)
 	templateimagejobFields := schema.TemplateImageJob{}.Fields()
