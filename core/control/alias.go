@@ -64,7 +64,8 @@ func (s *Service) ResolveTemplate(ctx context.Context, idOrAlias string) (*core.
 //   - a free alias, or the template's own, is set (its other alias is
 //     released);
 //   - an alias another template holds moves here, but only to a READY
-//     template (core.ErrTemplateNotReady otherwise), so that resolution
+//     template (core.ErrTemplateNotReady, also core.ErrConflict as
+//     upstream answers it, otherwise), so that resolution
 //     never points at a template that cannot serve. The holder loses it in
 //     the same transaction, and the name records the holder it came from
 //     (Template.AliasMovedFrom): moving it back undoes the move;
@@ -88,6 +89,8 @@ func (s *Service) SetAlias(ctx context.Context, templateID string, alias *string
 	switch {
 	case errors.As(err, &taken):
 		return nil, fmt.Errorf("alias %q: %w", a, taken)
+	case errors.Is(err, core.ErrTemplateNotReady):
+		return nil, err
 	case errors.Is(err, core.ErrConflict):
 		return nil, fmt.Errorf("alias %q is already used by template %s: %w", a, s.aliasHolder(ctx, a), core.ErrConflict)
 	case err != nil:
@@ -111,8 +114,9 @@ func setAliasTx(ctx context.Context, r ports.Repos, templateID, a string) (def *
 			return nil, "", err
 		}
 		if cur.Status != core.TemplateReady {
-			return nil, "", fmt.Errorf("alias %q is template %s's; it moves only to a READY template and %s is %s: %w",
-				a, holder, templateID, cur.Status, core.ErrTemplateNotReady)
+			// A conflict as upstream answers it (retry once READY).
+			return nil, "", fmt.Errorf("alias %q is template %s's; it moves only to a READY template and %s is %s: %w (%w)",
+				a, holder, templateID, cur.Status, core.ErrTemplateNotReady, core.ErrConflict)
 		}
 	}
 	if !own {

@@ -176,7 +176,7 @@ func TestPublicRoutes(t *testing.T) {
 			err: fmt.Errorf("template tpl-9: %w", core.ErrNotFound), wantCode: 130404, wantCall: "ComponentVersions"},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
 		{name: "alias moves only to a READY template", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`,
-			err: fmt.Errorf("tpl-1 is PENDING: %w", core.ErrTemplateNotReady), wantCode: 130400, wantCall: "SetAlias"},
+			err: fmt.Errorf("tpl-1 is PENDING: %w (%w)", core.ErrTemplateNotReady, core.ErrConflict), wantCode: 130409, wantCall: "SetAlias"},
 		{name: "resolve alias", method: "GET", target: PathResolve + "?template=web", wantCode: 200, wantCall: "ResolveTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
 				req, _ := b["create_request"].(map[string]any)
