@@ -15,6 +15,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends e2fsprogs isal 
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/cubemaster /out/templatecenter /out/nodeagent /out/cubemastercli /out/ext4stream /usr/local/bin/
 ENV CUBE_TEMPLATE_CENTER_PLUGIN_DIR=/usr/local/bin
+# The services run as nobody and keep their state (databases, artifacts,
+# build scratch, the node agent's files) under XDG_STATE_HOME, a volume the
+# image creates and hands to that user: a fresh volume (Docker's, or a
+# Kubernetes emptyDir) starts from it, so nobody can write there.
+RUN install -d -o 65534 -g 65534 -m 0750 /var/lib/cube
 USER 65534:65534
 ENV XDG_STATE_HOME=/var/lib/cube
 VOLUME ["/var/lib/cube"]

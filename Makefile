@@ -31,9 +31,10 @@ demo: build
 # The fault, load and soak suites (internal/systemtest/faults, internal/systemtest/load,
 # internal/systemtest/soak) run the binaries make build just made. The packages in
 # RACEPKGS, where goroutines share a stream (layer decoding and its gzip
-# feeder, Extract's workers), run a second time under the race detector,
+# feeder, Extract's workers) or a callback (the pipeline's events, from the
+# download and the builder), run a second time under the race detector,
 # which needs a C compiler (cgo): without one that run is skipped, saying so.
-RACEPKGS ?= ./adapters/layers
+RACEPKGS ?= ./adapters/layers ./core/pipeline
 test: build tools
 	CUBE_TEST_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $(PKGS)
 	@if command -v "$$($(GO) env CC)" >/dev/null 2>&1; then \

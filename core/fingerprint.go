@@ -93,8 +93,9 @@ func ArtifactIDFor(fingerprint string) (string, error) {
 }
 
 // SpecInputFor collects the fingerprint input from a normalized request,
-// what the build resolved and the builder's format.
-func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256, builderFormat string) SpecInput {
+// what the build resolved and the builder's format. n must hold a request.
+func SpecInputFor(n NormalizedRequest, digest, caFingerprint, envdSHA256, builderFormat string) SpecInput {
+	req := n.req
 	return SpecInput{
 		SourceImageDigest:  digest,
 		WritableLayerSize:  req.WritableLayerSize,
@@ -108,4 +109,27 @@ func SpecInputFor(req *FromImageRequest, digest, caFingerprint, envdSHA256, buil
 		BuilderFormat:      BuilderFormatVersion,
 		Builder:            builderFormat,
 	}
+}
+
+// BuildInputs are the fingerprint inputs a build decides beyond its
+// request: the digest the image resolved to, the digests of what it
+// injected and the builder's formats. A BUILT report carries them, so the
+// control plane can recompute the fingerprint from the job's own request
+// (FingerprintOf) and bind only the artifact of that spec.
+type BuildInputs struct {
+	SourceImageDigest string
+	CAFingerprint     string
+	EnvdSHA256        string
+	// BuilderFormat is BuilderFormatVersion for this service's builds.
+	BuilderFormat string
+	// Builder is the builder's Format (ports.RootfsBuilder).
+	Builder string
+}
+
+// FingerprintOf is the fingerprint of a build of req made
+// from in: the one fingerprint every build and every check computes.
+func FingerprintOf(req NormalizedRequest, in BuildInputs) (string, error) {
+	spec := SpecInputFor(req, in.SourceImageDigest, in.CAFingerprint, in.EnvdSHA256, in.Builder)
+	spec.BuilderFormat = in.BuilderFormat
+	return Fingerprint(spec)
 }

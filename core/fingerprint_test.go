@@ -136,10 +136,11 @@ func normalizedSpec(t *testing.T, mutate func(*core.FromImageRequest)) core.Spec
 	t.Helper()
 	r := richRequest()
 	mutate(r)
-	if err := core.NormalizeFromImageRequest(r, fixedHex); err != nil {
+	n, err := core.NormalizeFromImageRequest(r, fixedHex)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return core.SpecInputFor(r, digestA, "ca-fp", envdSHA, "")
+	return core.SpecInputFor(n, digestA, "ca-fp", envdSHA, "")
 }
 
 func mustFingerprint(t *testing.T, s core.SpecInput) string {

@@ -12,7 +12,7 @@ func TestValidateImageRef(t *testing.T) {
 		"alpine", "alpine:3.20", "library/alpine", "docker.io/library/alpine:3.20", "registry.example.com/team/app:v1",
 		"registry.example.com:5000/a/b@sha256:" + hex64, "a/b:t@sha512:" + strings.Repeat("b", 128),
 		"localhost:5000/x:1", "localhost/x", "127.0.0.1:5000/x", "10.0.0.1/x", "[::1]:5000/x", "MyHost/x", "a.b./c",
-		"0_0.0/0", "ocidir:///var/layouts/app:v1",
+		"0_0.0/0", "ocidir:///var/layouts/app:v1", "[64:ff9b::808:808]:5000/x", "[64:ff9b::7f00:1]/x", "[2002:a00:1::]/x",
 	} {
 		if err := ValidateImageRef(ref); err != nil {
 			t.Errorf("%q refused: %v", ref, err)
@@ -46,6 +46,13 @@ func TestValidateImageRef(t *testing.T) {
 		{strings.Repeat("a", 252), "longer than 255"},
 		{"localhost", "names no repository"},
 		{"[::ffff:1.2.3.4]/x", "not an image reference"},
+		{"[64:ff9b::a9fe:a9fe]/x", "embedding 169.254.169.254 (NAT64), a cloud metadata address"},
+		{"[64:ff9b:1::a9fe:a9fe]:80/x", "(local-use NAT64 /96), a cloud metadata address"},
+		{"[2002:a9fe:a9fe::]/x", "(6to4), a cloud metadata address"},
+		{"[2001:0:4136:e378:8000:63bf:5601:5601]/x", "(Teredo client), a cloud metadata address"},
+		{"[::a9fe:101]:5000/x", "(IPv4-compatible), link-local"},
+		{"[::ffff:a9fe:a9fe]/x", "a cloud metadata address"},
+		{"[64:ff9b::]/x", "(NAT64), an unspecified"},
 	} {
 		err := ValidateImageRef(tc.ref)
 		var fe *FieldError
@@ -85,7 +92,7 @@ func TestNormalizeFromImageRequestLimits(t *testing.T) {
 	} {
 		r := ok()
 		tc.edit(r)
-		err := NormalizeFromImageRequest(r, nil)
+		_, err := NormalizeFromImageRequest(r, nil)
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: err %v, want a refusal of %s", tc.name, err, tc.field)
@@ -93,7 +100,49 @@ func TestNormalizeFromImageRequestLimits(t *testing.T) {
 	}
 	r := ok()
 	r.WritableLayerSize, r.DistributionScope = "1024Ti", []string{" node-1 "}
-	if err := NormalizeFromImageRequest(r, nil); err != nil || r.DistributionScope[0] != "node-1" {
+	if _, err := NormalizeFromImageRequest(r, nil); err != nil || r.DistributionScope[0] != "node-1" {
 		t.Fatalf("the largest size and a padded scope entry: %v %q", err, r.DistributionScope)
+	}
+}
+
+func TestParseImageRef(t *testing.T) {
+	dg := "sha256:" + strings.Repeat("0a", 32)
+	for _, tc := range []struct {
+		ref  string
+		want ImageRef
+	}{
+		{"alpine", ImageRef{Registry: "docker.io", Repository: "library/alpine", Tag: "latest"}},
+		{"index.docker.io/user/app:v2", ImageRef{Registry: "docker.io", Repository: "user/app", Tag: "v2"}},
+		{"registry-1.docker.io/alpine@" + dg, ImageRef{Registry: "docker.io", Repository: "library/alpine", Digest: dg}},
+		{"localhost/x", ImageRef{Registry: "localhost", Repository: "x", Tag: "latest"}},
+		{"[::1]:5000/a/b:t@" + dg, ImageRef{Registry: "[::1]:5000", Repository: "a/b", Tag: "t", Digest: dg}},
+		{"MyHost/x", ImageRef{Registry: "MyHost", Repository: "x", Tag: "latest"}},
+		// Addresses are the egress policy's to judge, not the grammar's.
+		{"169.254.169.254/latest/meta-data:x", ImageRef{Registry: "169.254.169.254", Repository: "latest/meta-data", Tag: "x"}},
+		{"ocidir:///var/layouts/app", ImageRef{LayoutPath: "/var/layouts/app"}},
+		{"ocidir://rel/app:v1@" + dg, ImageRef{LayoutPath: "rel/app", Tag: "v1", Digest: dg}},
+	} {
+		got, err := ParseImageRef(tc.ref)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseImageRef(%q) = %+v, %v; want %+v", tc.ref, got, err, tc.want)
+		}
+		if got.IsLocalLayout() != strings.HasPrefix(tc.ref, "ocidir://") {
+			t.Errorf("%q: IsLocalLayout = %v", tc.ref, got.IsLocalLayout())
+		}
+	}
+	for _, tc := range []struct{ ref, reason string }{
+		{"ocidir://", "needs the layout's path"},
+		{"ocidir://:v1", "needs the layout's path"},
+		{"ocidir:///a#b", "path may hold only"},
+		{"ocidir:///a:", "tag must be"},
+		{"ocidir:///a@sha256:abc", "digest must be"},
+		{"ALPINE", "must be lowercase"},
+		{"user:hunter2@registry.example/x", "user info"},
+	} {
+		_, err := ParseImageRef(tc.ref)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "source_image_ref" || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("%q: err %v, want a source_image_ref refusal saying %q", tc.ref, err, tc.reason)
+		}
 	}
 }

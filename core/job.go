@@ -1,7 +1,9 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -33,6 +35,19 @@ func ParseJobStatus(s string) (JobStatus, error) {
 
 // Active reports whether the job counts against invariant I1.
 func (s JobStatus) Active() bool { return s == JobPending || s == JobRunning }
+
+// unfinishedStatuses are the statuses of a job that has not ended.
+var unfinishedStatuses = []JobStatus{JobPending, JobRunning, JobBuilt}
+
+// UnfinishedJobStatuses lists the statuses of a job that has not ended:
+// PENDING and RUNNING (active), and BUILT, whose resume pipeline still
+// distributes the artifact. A job in one of them holds its artifact: the
+// stores count it as a reference, and a delete abandons it first. Every
+// other status is Terminal.
+func UnfinishedJobStatuses() []JobStatus { return slices.Clone(unfinishedStatuses) }
+
+// Unfinished reports whether s is one of UnfinishedJobStatuses.
+func (s JobStatus) Unfinished() bool { return slices.Contains(unfinishedStatuses, s) }
 
 // Terminal reports whether no further transition is possible.
 func (s JobStatus) Terminal() bool { return s == JobReady || s == JobFailed }
@@ -180,6 +195,13 @@ type Job struct {
 	// and its writes carry it (JobUpdate.Fence). A run whose lock was lost
 	// and taken over can then no longer publish: its number is stale.
 	Fence int64
+	// BuildOwner names the data-plane process that accepted the job's
+	// build (its instance id, see OwnerLockName); "" before one did, and
+	// on rows written by older data planes.
+	BuildOwner string
+	// PhaseDurations holds how long each finished phase took, measured
+	// by the process that did its work.
+	PhaseDurations PhaseDurations
 
 	Pull PullProgress
 
@@ -191,6 +213,7 @@ type Job struct {
 func (j *Job) Clone() *Job {
 	c := *j
 	c.RedoScope = slices.Clone(j.RedoScope)
+	c.PhaseDurations = maps.Clone(j.PhaseDurations)
 	return &c
 }
 
@@ -230,6 +253,9 @@ type JobUpdate struct {
 	ReadyNodeCount    *int
 	FailedNodeCount   *int
 	Pull              *PullProgress
+	// PhaseDurations are merged into the job's (a phase named again is
+	// replaced).
+	PhaseDurations PhaseDurations
 	// Fence, when not 0, must equal the job's Fence: the update comes
 	// from the run that holds the job (ErrFenced otherwise).
 	Fence int64
@@ -247,7 +273,8 @@ type JobUpdate struct {
 // pipeline runs, anything after a terminal state)
 // returns an error wrapping ErrStaleUpdate and leaves the job unchanged; a
 // transition that skips the build (PENDING -> READY) returns a
-// *TransitionError. Progress never decreases within a status.
+// *TransitionError. Progress never decreases, also from one status to
+// the next: a watcher's percentage only moves forward.
 func (j *Job) Apply(u JobUpdate) error {
 	to := u.Status
 	if to == "" {
@@ -258,6 +285,11 @@ func (j *Job) Apply(u JobUpdate) error {
 	}
 	if _, err := ParsePhase(string(u.Phase)); err != nil {
 		return err
+	}
+	for ph := range u.PhaseDurations {
+		if _, err := ParsePhase(string(ph)); err != nil || ph == "" {
+			return fieldErr("phase_durations", "unknown phase %q", ph)
+		}
 	}
 	if j.Status.Terminal() {
 		return fmt.Errorf("job %s is %s: %w", j.JobID, j.Status, ErrStaleUpdate)
@@ -273,16 +305,16 @@ func (j *Job) Apply(u JobUpdate) error {
 		return fmt.Errorf("job %s: phase %s after %s: %w", j.JobID, u.Phase, j.Phase, ErrStaleUpdate)
 	}
 
-	prevStatus := j.Status
 	j.Status = to
 	if u.Phase != "" {
 		j.Phase = u.Phase
 	}
 	if u.Progress != nil {
 		p := min(max(*u.Progress, 0), 100)
-		if to != prevStatus || p >= j.Progress {
-			j.Progress = p
+		if to == JobBuilt {
+			p = min(p, BuiltProgress)
 		}
+		j.Progress = max(j.Progress, p)
 	}
 	if u.ErrorMessage != nil {
 		j.ErrorMessage = *u.ErrorMessage
@@ -304,6 +336,14 @@ func (j *Job) Apply(u JobUpdate) error {
 	}
 	if u.Pull != nil {
 		j.Pull = *u.Pull
+	}
+	if len(u.PhaseDurations) > 0 {
+		if j.PhaseDurations == nil {
+			j.PhaseDurations = PhaseDurations{}
+		}
+		for ph, d := range u.PhaseDurations {
+			j.PhaseDurations[ph] = max(d, 0)
+		}
 	}
 	if to.Terminal() {
 		j.ActiveKey = ""
@@ -345,6 +385,13 @@ func setIf(dst *string, v string) {
 	}
 }
 
+// BuiltProgress is where a job's progress stands once its build is done:
+// the build takes the job from 0 to 80, the resume pipeline (distribution,
+// the definition, snapshots) from 80 to 100. A BUILT report's progress is
+// capped to it, whatever the data plane sends (upstream's says 100), so
+// the percentage a watcher sees never goes back.
+const BuiltProgress = 80
+
 // Fail is the update that ends a job with an error in its current phase.
 func Fail(phase Phase, msg string) JobUpdate {
 	p := 100
@@ -354,4 +401,33 @@ func Fail(phase Phase, msg string) JobUpdate {
 // Progress is a convenience for building updates.
 func Progress(status JobStatus, phase Phase, progress int) JobUpdate {
 	return JobUpdate{Status: status, Phase: phase, Progress: &progress}
+}
+
+// PhaseDurations is how long each finished phase of a job took. The
+// process that does a phase's work measures it (the data plane the build
+// phases, the control plane the rest), so a watcher shows the work's time,
+// not its own polling. It is kept as JSON milliseconds
+// ({"PULLING":1234}).
+type PhaseDurations map[Phase]time.Duration
+
+// MarshalJSON writes milliseconds by phase.
+func (d PhaseDurations) MarshalJSON() ([]byte, error) {
+	ms := make(map[Phase]int64, len(d))
+	for ph, v := range d {
+		ms[ph] = v.Milliseconds()
+	}
+	return json.Marshal(ms)
+}
+
+// UnmarshalJSON reads milliseconds by phase.
+func (d *PhaseDurations) UnmarshalJSON(b []byte) error {
+	var ms map[Phase]int64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return err
+	}
+	*d = make(PhaseDurations, len(ms))
+	for ph, v := range ms {
+		(*d)[ph] = time.Duration(v) * time.Millisecond
+	}
+	return nil
 }

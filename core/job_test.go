@@ -1,9 +1,13 @@
 package core_test
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -34,17 +38,17 @@ func TestJobApplyLegalEdges(t *testing.T) {
 	}{
 		{"pending heartbeat", activeJob(core.JobPending, core.PhasePulling, 0), core.JobUpdate{}, core.JobPending, core.PhasePulling, 0},
 		{"pending to running", activeJob(core.JobPending, core.PhasePulling, 0), core.Progress(core.JobRunning, core.PhasePulling, 5), core.JobRunning, core.PhasePulling, 5},
-		{"pending to built", activeJob(core.JobPending, core.PhasePulling, 0), core.Progress(core.JobBuilt, core.PhaseReady, 100), core.JobBuilt, core.PhaseReady, 100},
+		{"pending to built", activeJob(core.JobPending, core.PhasePulling, 0), core.Progress(core.JobBuilt, core.PhaseReady, 100), core.JobBuilt, core.PhaseReady, core.BuiltProgress},
 		{"pending to failed", activeJob(core.JobPending, core.PhasePulling, 0), core.Fail(core.PhasePulling, "boom"), core.JobFailed, core.PhasePulling, 100},
 		{"running next phase", activeJob(core.JobRunning, core.PhasePulling, 10), core.Progress(core.JobRunning, core.PhaseUnpacking, 20), core.JobRunning, core.PhaseUnpacking, 20},
 		{"running same phase more progress", activeJob(core.JobRunning, core.PhasePulling, 10), core.Progress(core.JobRunning, core.PhasePulling, 15), core.JobRunning, core.PhasePulling, 15},
 		{"running skips phases", activeJob(core.JobRunning, core.PhasePulling, 10), core.Progress(core.JobRunning, core.PhaseUploading, 60), core.JobRunning, core.PhaseUploading, 60},
 		{"running without phase keeps phase", activeJob(core.JobRunning, core.PhaseUnpacking, 20), core.JobUpdate{Progress: intp(25)}, core.JobRunning, core.PhaseUnpacking, 25},
-		{"running to built", activeJob(core.JobRunning, core.PhaseUploading, 60), core.Progress(core.JobBuilt, core.PhaseReady, 100), core.JobBuilt, core.PhaseReady, 100},
+		{"running to built", activeJob(core.JobRunning, core.PhaseUploading, 60), core.Progress(core.JobBuilt, core.PhaseReady, 100), core.JobBuilt, core.PhaseReady, core.BuiltProgress},
 		{"running to ready", activeJob(core.JobRunning, core.PhaseRegistering, 95), core.JobUpdate{Status: core.JobReady, Phase: core.PhaseReady}, core.JobReady, core.PhaseReady, 100},
 		{"running to failed", activeJob(core.JobRunning, core.PhaseBuildingExt4, 40), core.Fail(core.PhaseBuildingExt4, "mkfs"), core.JobFailed, core.PhaseBuildingExt4, 100},
-		{"built to running distributing", activeJob(core.JobBuilt, core.PhaseReady, 100), core.Progress(core.JobRunning, core.PhaseDistributing, 70), core.JobRunning, core.PhaseDistributing, 70},
-		{"built to running snapshotting", activeJob(core.JobBuilt, core.PhaseReady, 100), core.Progress(core.JobRunning, core.PhaseSnapshotting, 80), core.JobRunning, core.PhaseSnapshotting, 80},
+		{"built to running distributing", activeJob(core.JobBuilt, core.PhaseReady, 80), core.Progress(core.JobRunning, core.PhaseDistributing, 85), core.JobRunning, core.PhaseDistributing, 85},
+		{"built to running snapshotting", activeJob(core.JobBuilt, core.PhaseReady, 80), core.Progress(core.JobRunning, core.PhaseSnapshotting, 92), core.JobRunning, core.PhaseSnapshotting, 92},
 		{"built to ready", activeJob(core.JobBuilt, core.PhaseReady, 100), core.JobUpdate{Status: core.JobReady}, core.JobReady, core.PhaseReady, 100},
 		{"built to failed", activeJob(core.JobBuilt, core.PhaseReady, 100), core.Fail(core.PhaseDistributing, "no nodes"), core.JobFailed, core.PhaseDistributing, 100},
 		{"resume pipeline advances", activeJob(core.JobRunning, core.PhaseDistributing, 70), core.Progress(core.JobRunning, core.PhaseCreatingTemplate, 85), core.JobRunning, core.PhaseCreatingTemplate, 85},
@@ -177,7 +181,9 @@ func TestJobApplyProgress(t *testing.T) {
 		{"never decreases across phases of a status", activeJob(core.JobRunning, core.PhasePulling, 30), core.Progress(core.JobRunning, core.PhaseUnpacking, 20), 30},
 		{"not touched without a value", activeJob(core.JobRunning, core.PhasePulling, 30), core.JobUpdate{Phase: core.PhaseUnpacking}, 30},
 		{"equal is fine", activeJob(core.JobRunning, core.PhasePulling, 30), core.Progress(core.JobRunning, core.PhasePulling, 30), 30},
-		{"a new status starts its own scale", activeJob(core.JobBuilt, core.PhaseReady, 100), core.Progress(core.JobRunning, core.PhaseDistributing, 70), 70},
+		{"never decreases from one status to the next", activeJob(core.JobBuilt, core.PhaseReady, 80), core.Progress(core.JobRunning, core.PhaseDistributing, 70), 80},
+		{"uploading 80 stays 80 when BUILT reports 100", activeJob(core.JobRunning, core.PhaseUploading, 80), core.Progress(core.JobBuilt, core.PhaseReady, 100), core.BuiltProgress},
+		{"distribution goes on from BUILT", activeJob(core.JobBuilt, core.PhaseReady, 80), core.Progress(core.JobRunning, core.PhaseDistributing, 85), 85},
 		{"clamped above", activeJob(core.JobRunning, core.PhasePulling, 30), core.Progress(core.JobRunning, core.PhasePulling, 150), 100},
 		{"clamped below on a new status", activeJob(core.JobPending, core.PhasePulling, 0), core.Progress(core.JobRunning, core.PhasePulling, -5), 0},
 		{"ready is 100", activeJob(core.JobRunning, core.PhaseRegistering, 95), core.JobUpdate{Status: core.JobReady, Progress: intp(50)}, 100},
@@ -258,6 +264,12 @@ func TestJobStatusAndPhaseParsing(t *testing.T) {
 		if tc.s.Active() != tc.active || tc.s.Terminal() != tc.terminal {
 			t.Errorf("%s: Active=%v Terminal=%v, want %v %v", tc.s, tc.s.Active(), tc.s.Terminal(), tc.active, tc.terminal)
 		}
+		if unfinished := slices.Contains(core.UnfinishedJobStatuses(), tc.s); tc.s.Unfinished() != unfinished || unfinished == tc.terminal {
+			t.Errorf("%s: Unfinished=%v, listed %v, Terminal=%v: every status is unfinished or terminal, never both", tc.s, tc.s.Unfinished(), unfinished, tc.terminal)
+		}
+	}
+	if core.JobStatus("").Unfinished() {
+		t.Error("the empty status counts as unfinished")
 	}
 }
 
@@ -267,5 +279,34 @@ func TestJobCloneIsDeep(t *testing.T) {
 	c.RedoScope[0] = "z"
 	if j.RedoScope[0] != "a" {
 		t.Error("Clone shares RedoScope with the original")
+	}
+}
+
+func TestJobApplyMergesPhaseDurations(t *testing.T) {
+	j := activeJob(core.JobRunning, core.PhaseBuildingExt4, 40)
+	steps := []core.PhaseDurations{
+		{core.PhasePulling: 3 * time.Second},
+		{core.PhaseUnpacking: 0, core.PhasePulling: 4 * time.Second},
+		{core.PhaseBuildingExt4: -time.Second},
+	}
+	for _, d := range steps {
+		if err := j.Apply(core.JobUpdate{PhaseDurations: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := core.PhaseDurations{core.PhasePulling: 4 * time.Second, core.PhaseUnpacking: 0, core.PhaseBuildingExt4: 0}
+	if !maps.Equal(j.PhaseDurations, want) {
+		t.Errorf("durations %v, want %v (merged, a phase named again replaced, never negative)", j.PhaseDurations, want)
+	}
+	before := j.Clone()
+	if err := j.Apply(core.JobUpdate{Phase: core.PhaseUploading, PhaseDurations: core.PhaseDurations{"NAPPING": time.Second}}); err == nil {
+		t.Fatal("a duration of an unknown phase was accepted")
+	}
+	if j.Phase != before.Phase || !maps.Equal(j.PhaseDurations, before.PhaseDurations) {
+		t.Errorf("a refused update changed the job: %s %v", j.Phase, j.PhaseDurations)
+	}
+	b, err := json.Marshal(want)
+	if err != nil || string(b) != `{"BUILDING_EXT4":0,"PULLING":4000,"UNPACKING":0}` {
+		t.Errorf("JSON %s %v, want milliseconds by phase", b, err)
 	}
 }

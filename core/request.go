@@ -94,7 +94,7 @@ type FromImageRequest struct {
 	CubeVSContext      *CubeVSContext      `json:"cubevs_context,omitempty"`
 	WritableLayerSize  string              `json:"writable_layer_size,omitempty"`
 	ExposedPorts       []int32             `json:"exposed_ports,omitempty"`
-	DistributionScope  []string            `json:"distribution_scope,omitempty"`
+	DistributionScope  NodeScope           `json:"distribution_scope,omitempty"`
 	ContainerOverrides *ContainerOverrides `json:"container_overrides,omitempty"`
 	// Platform is the OS/ARCH to resolve the image for (default linux/amd64).
 	Platform string `json:"platform,omitempty"`
@@ -117,16 +117,70 @@ type FromImageRequest struct {
 var (
 	templateIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	quantityPattern   = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T|k|m|g|t)?$`)
-	platformPattern   = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$`)
 )
 
 // IDGenerator supplies the random part of generated template ids.
 type IDGenerator func() string
 
+// NormalizedRequest is a FromImageRequest that NormalizeFromImageRequest
+// checked and completed. Only that function makes one, and it is called
+// where a request enters (the control plane's API, the data plane's build
+// route, a stored request read back, the one-shot build), so what comes
+// after (submitting the job, the canonical form, dispatching and running
+// the build, the fingerprint) takes a NormalizedRequest and cannot be
+// handed a request nobody checked. The zero value holds no request.
+type NormalizedRequest struct{ req *FromImageRequest }
+
+// Request returns a copy of the normalized request. Changing the copy
+// changes nothing in n; its slices and nested values are n's own and are
+// only to be read.
+func (n NormalizedRequest) Request() *FromImageRequest {
+	if n.req == nil {
+		return nil
+	}
+	c := *n.req
+	return &c
+}
+
+// IsZero reports whether n holds no request.
+func (n NormalizedRequest) IsZero() bool { return n.req == nil }
+
+// WithCredentials returns n with other registry credentials: they are no
+// part of the canonical request (the password is never stored), so a
+// rebuild passes on the template's own or a redo caller's.
+func (n NormalizedRequest) WithCredentials(username, password string) NormalizedRequest {
+	c := n.Request()
+	c.RegistryUsername, c.RegistryPassword = username, password
+	return NormalizedRequest{req: c}
+}
+
+// WithRequestID returns n answering another call's request id (no part of
+// the canonical request either).
+func (n NormalizedRequest) WithRequestID(id string) (NormalizedRequest, error) {
+	if err := ValidateRequestID(id); err != nil {
+		return NormalizedRequest{}, err
+	}
+	c := n.Request()
+	c.RequestID = id
+	return NormalizedRequest{req: c}, nil
+}
+
 // NormalizeFromImageRequest validates req and fills defaults in place:
 // instance and network type, sorted de-duplicated ports, a generated
-// template id (tpl- + 24 hex) when none is given, the default platform.
-func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error {
+// template id (tpl- + 24 hex) when none is given, the default platform. It
+// returns the result as a NormalizedRequest of its own, which later
+// changes to req do not reach.
+func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) (NormalizedRequest, error) {
+	if err := normalize(req, newHex); err != nil {
+		return NormalizedRequest{}, err
+	}
+	c := *req
+	c.ExposedPorts = slices.Clone(req.ExposedPorts)
+	c.DistributionScope = slices.Clone(req.DistributionScope)
+	return NormalizedRequest{req: &c}, nil
+}
+
+func normalize(req *FromImageRequest, newHex IDGenerator) error {
 	if req == nil {
 		return fieldErr("body", "request is empty")
 	}
@@ -175,8 +229,8 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 	if req.Platform == "" {
 		req.Platform = DefaultPlatform
 	}
-	if len(req.Platform) > MaxNameLen || !platformPattern.MatchString(req.Platform) {
-		return fieldErr("platform", "%q is not OS/ARCH[/VARIANT]", clip(req.Platform))
+	if err := ValidatePlatform(req.Platform); err != nil {
+		return err
 	}
 	ports, err := normalizePorts(req.ExposedPorts)
 	if err != nil {
@@ -204,10 +258,6 @@ func NormalizeFromImageRequest(req *FromImageRequest, newHex IDGenerator) error 
 const (
 	// MaxNameLen bounds instance_type, network_type and platform.
 	MaxNameLen = 64
-	// MaxScopeEntries and MaxScopeEntryLen bound distribution_scope (node
-	// ids or IPs).
-	MaxScopeEntries  = 1024
-	MaxScopeEntryLen = 256
 	// MaxWritableLayerGi is the largest writable layer, 1 PiB.
 	MaxWritableLayerGi = 1 << 20
 )
@@ -221,27 +271,6 @@ func ValidateRequestID(id string) error {
 	for _, r := range id {
 		if r < ' ' || r == 0x7f || unicode.IsControl(r) {
 			return fieldErr("requestID", "holds control characters")
-		}
-	}
-	return nil
-}
-
-// NormalizeScope trims a distribution scope in place and checks it: at
-// most MaxScopeEntries entries, none empty, longer than MaxScopeEntryLen
-// or holding whitespace or control characters.
-func NormalizeScope(scope []string) error {
-	if len(scope) > MaxScopeEntries {
-		return fieldErr("distribution_scope", "%d entries, at most %d allowed", len(scope), MaxScopeEntries)
-	}
-	for i, s := range scope {
-		scope[i] = strings.TrimSpace(s)
-		switch {
-		case scope[i] == "":
-			return fieldErr("distribution_scope", "entry %d is empty", i)
-		case len(scope[i]) > MaxScopeEntryLen:
-			return fieldErr("distribution_scope", "entry %d is longer than %d characters", i, MaxScopeEntryLen)
-		case hasControlOrSpace(scope[i]):
-			return fieldErr("distribution_scope", "entry %d holds whitespace or control characters", i)
 		}
 	}
 	return nil
@@ -302,9 +331,6 @@ func clip(s string) string {
 	return s
 }
 
-// DefaultPlatform is the platform resolved when a request names none.
-const DefaultPlatform = "linux/amd64"
-
 func normalizePorts(in []int32) ([]int32, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -346,8 +372,11 @@ func ValidateTemplateID(id string) error {
 // CanonicalRequestJSON is the stored request snapshot and idempotency key:
 // the normalized request without registry_password and requestID, marshaled
 // with a fixed field order (struct order; map keys sorted by encoding/json).
-func CanonicalRequestJSON(req *FromImageRequest) (string, error) {
-	c := *req
+func CanonicalRequestJSON(n NormalizedRequest) (string, error) {
+	if n.IsZero() {
+		return "", fieldErr("request", "is empty")
+	}
+	c := *n.req
 	c.RegistryPassword = ""
 	c.RequestID = ""
 	c.Wait = false

@@ -29,7 +29,7 @@ func TestNormalizeFromImageRequestDefaults(t *testing.T) {
 	req.SourceImageRef = "  docker.io/library/nginx:1.27\t"
 	req.WritableLayerSize = " 20Gi "
 	req.DistributionScope = []string{" node-a ", "10.0.0.2"}
-	if err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
+	if _, err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
 		t.Fatal(err)
 	}
 	want := validRequest()
@@ -53,7 +53,7 @@ func TestNormalizeFromImageRequestKeepsGivenValues(t *testing.T) {
 	req.NetworkType = "vpc"
 	req.Platform = "linux/arm64/v8"
 	req.Alias = "web-app"
-	if err := core.NormalizeFromImageRequest(req, func() string { t.Fatal("generator called although an id was given"); return "" }); err != nil {
+	if _, err := core.NormalizeFromImageRequest(req, func() string { t.Fatal("generator called although an id was given"); return "" }); err != nil {
 		t.Fatal(err)
 	}
 	if req.TemplateID != "my.template_1-x" || req.InstanceType != "gpu" || req.NetworkType != "vpc" || req.Platform != "linux/arm64/v8" || req.Alias != "web-app" {
@@ -84,7 +84,7 @@ func TestNormalizePorts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := validRequest()
 			req.ExposedPorts = tc.in
-			err := core.NormalizeFromImageRequest(req, fixedHex)
+			_, err := core.NormalizeFromImageRequest(req, fixedHex)
 			if tc.wantErr {
 				var fe *core.FieldError
 				if !errors.As(err, &fe) || fe.Field != "exposed_ports" {
@@ -103,7 +103,7 @@ func TestNormalizePorts(t *testing.T) {
 	in := []int32{443, 80}
 	req := validRequest()
 	req.ExposedPorts = in
-	if err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
+	if _, err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
 		t.Fatal(err)
 	}
 	if in[0] != 443 {
@@ -125,7 +125,7 @@ func TestNormalizeBackendAndIvshmem(t *testing.T) {
 	for _, tc := range tests {
 		req := validRequest()
 		req.Backend, req.EnableIvshmem = tc.backend, tc.ivshmem
-		if err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
+		if _, err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
 			t.Fatal(err)
 		}
 		if req.Backend != tc.wantBackend || (req.EnableIvshmem != nil) != tc.wantIvshmem {
@@ -136,13 +136,16 @@ func TestNormalizeBackendAndIvshmem(t *testing.T) {
 	// request equals one that never said it.
 	a, b := validRequest(), validRequest()
 	a.EnableIvshmem = &off
-	for _, r := range []*core.FromImageRequest{a, b} {
-		if err := core.NormalizeFromImageRequest(r, fixedHex); err != nil {
-			t.Fatal(err)
-		}
+	na, err := core.NormalizeFromImageRequest(a, fixedHex)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ja, _ := core.CanonicalRequestJSON(a)
-	jb, _ := core.CanonicalRequestJSON(b)
+	nb, err := core.NormalizeFromImageRequest(b, fixedHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ja, _ := core.CanonicalRequestJSON(na)
+	jb, _ := core.CanonicalRequestJSON(nb)
 	if ja != jb {
 		t.Errorf("enable_ivshmem=false changed the stored request:\n%s\n%s", ja, jb)
 	}
@@ -178,7 +181,7 @@ func TestNormalizeFromImageRequestRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := validRequest()
 			tc.mutate(req)
-			err := core.NormalizeFromImageRequest(req, fixedHex)
+			_, err := core.NormalizeFromImageRequest(req, fixedHex)
 			var fe *core.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, core.ErrInvalidArgument) {
 				t.Fatalf("got %v, want a FieldError on %s", err, tc.field)
@@ -189,13 +192,13 @@ func TestNormalizeFromImageRequestRejects(t *testing.T) {
 		})
 	}
 
-	if err := core.NormalizeFromImageRequest(nil, fixedHex); !errors.Is(err, core.ErrInvalidArgument) {
+	if _, err := core.NormalizeFromImageRequest(nil, fixedHex); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("nil request: %v", err)
 	}
-	if err := core.NormalizeFromImageRequest(validRequest(), nil); !errors.Is(err, core.ErrTemplateIDRequired) {
+	if _, err := core.NormalizeFromImageRequest(validRequest(), nil); !errors.Is(err, core.ErrTemplateIDRequired) {
 		t.Errorf("no id and no generator: %v, want ErrTemplateIDRequired", err)
 	}
-	if err := core.NormalizeFromImageRequest(validRequest(), func() string { return "abc" }); err == nil {
+	if _, err := core.NormalizeFromImageRequest(validRequest(), func() string { return "abc" }); err == nil {
 		t.Error("short generated hex accepted")
 	}
 }
@@ -296,16 +299,19 @@ func richRequest() *core.FromImageRequest {
 func TestCanonicalRequestJSON(t *testing.T) {
 	a, b := richRequest(), richRequest()
 	b.RequestID, b.RegistryPassword, b.Wait = "req-other", "other-secret", true
-	for _, r := range []*core.FromImageRequest{a, b} {
-		if err := core.NormalizeFromImageRequest(r, fixedHex); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ja, err := core.CanonicalRequestJSON(a)
+	na, err := core.NormalizeFromImageRequest(a, fixedHex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jb, err := core.CanonicalRequestJSON(b)
+	nb, err := core.NormalizeFromImageRequest(b, fixedHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ja, err := core.CanonicalRequestJSON(na)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := core.CanonicalRequestJSON(nb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,11 +323,11 @@ func TestCanonicalRequestJSON(t *testing.T) {
 			t.Errorf("canonical JSON contains %q: %s", leak, ja)
 		}
 	}
-	if a.RegistryPassword != "s3cret" || a.RequestID != "req-1" {
+	if r := na.Request(); r.RegistryPassword != "s3cret" || r.RequestID != "req-1" {
 		t.Error("CanonicalRequestJSON modified the request")
 	}
 	for range 20 { // map order must not leak into the key
-		if again, _ := core.CanonicalRequestJSON(a); again != ja {
+		if again, _ := core.CanonicalRequestJSON(na); again != ja {
 			t.Fatalf("canonical JSON not stable: %s vs %s", again, ja)
 		}
 	}
@@ -338,13 +344,52 @@ func TestCanonicalRequestJSON(t *testing.T) {
 
 	c := richRequest()
 	c.WritableLayerSize = "30Gi"
-	if err := core.NormalizeFromImageRequest(c, fixedHex); err != nil {
+	nc, err := core.NormalizeFromImageRequest(c, fixedHex)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if jc, _ := core.CanonicalRequestJSON(c); jc == ja {
+	if jc, _ := core.CanonicalRequestJSON(nc); jc == ja {
 		t.Error("different requests share a canonical JSON")
 	}
 	if _, err := core.DecodeRequestJSON("{"); err == nil {
 		t.Error("DecodeRequestJSON accepted broken JSON")
+	}
+}
+
+// TestNormalizedRequestIsItsOwn: a NormalizedRequest keeps what was
+// normalized: later changes to the caller's request, or to a copy Request
+// returns, do not reach it, and the With methods return changed copies.
+func TestNormalizedRequestIsItsOwn(t *testing.T) {
+	req := richRequest()
+	n, err := core.NormalizeFromImageRequest(req, fixedHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := core.CanonicalRequestJSON(n)
+	req.WritableLayerSize, req.ExposedPorts[0], req.DistributionScope = "1Ti", 1, core.NodeScope{"elsewhere"}
+	got := n.Request()
+	got.TemplateID = "tpl-other"
+	if again, _ := core.CanonicalRequestJSON(n); again != want {
+		t.Fatalf("changes after normalizing reached the NormalizedRequest:\n%s\nwant\n%s", again, want)
+	}
+	c := n.WithCredentials("alice", "pw")
+	if r := c.Request(); r.RegistryUsername != "alice" || r.RegistryPassword != "pw" || n.Request().RegistryUsername != "bob" {
+		t.Errorf("WithCredentials: %+v (original %+v)", r, n.Request())
+	}
+	if cj, _ := core.CanonicalRequestJSON(c); cj == want {
+		t.Error("the username is part of the canonical request, yet WithCredentials left it unchanged")
+	}
+	if r, err := n.WithRequestID("req-2"); err != nil || r.Request().RequestID != "req-2" || n.Request().RequestID != "req-1" {
+		t.Errorf("WithRequestID: %v", err)
+	}
+	if _, err := n.WithRequestID("a\nb"); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("WithRequestID took a request id with a newline: %v", err)
+	}
+	var zero core.NormalizedRequest
+	if !zero.IsZero() || zero.Request() != nil || n.IsZero() {
+		t.Error("IsZero or Request of the zero value")
+	}
+	if _, err := core.CanonicalRequestJSON(zero); err == nil {
+		t.Error("CanonicalRequestJSON of no request succeeded")
 	}
 }

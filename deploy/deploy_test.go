@@ -52,6 +52,10 @@ func unit(t *testing.T, path string) map[string][]string {
 			t.Errorf("%s: line %q is not key=value", path, line)
 			continue
 		}
+		// systemd removes one pair of enclosing quotes.
+		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
 		out[k] = append(out[k], v)
 	}
 	return out
@@ -124,7 +128,51 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("%s.service reads the public API token: %v, want %v", svc, got, want)
 		}
 	}
+	// And the node credential, one value for the master and the node
+	// agent.
+	nodeFile := filepath.Join(dest, "etc/cube/node-token.env")
+	nodeFirst, err := os.ReadFile(nodeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := regexp.MustCompile(`^CUBE_MASTER_NODE_TOKEN=([0-9a-f]{64})\nCUBE_NODEAGENT_TOKEN=([0-9a-f]{64})\n$`).FindSubmatch(nodeFirst)
+	if n == nil || !bytes.Equal(n[1], n[2]) || bytes.Equal(n[1], m[1]) {
+		t.Errorf("node token file %q", nodeFirst)
+	}
+	if st, _ := os.Stat(nodeFile); st.Mode().Perm() != 0o600 {
+		t.Errorf("node token file mode %v, want 0600", st.Mode().Perm())
+	}
+	for svc, want := range map[string]bool{"cubemaster": true, "templatecenter": false, "nodeagent": true} {
+		if got := strings.Contains(strings.Join(unit(t, "systemd/"+svc+".service")["EnvironmentFile"], " "), "/etc/cube/node-token.env"); got != want {
+			t.Errorf("%s.service reads the node credential: %v, want %v", svc, got, want)
+		}
+	}
+	// And the key that seals the registry credentials kept for redo: a
+	// key file (one id:secret line) the master's setting names.
+	keyFile := filepath.Join(dest, "etc/cube/sealing.keys")
+	keysFirst, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^k[0-9a-f]{8}:[0-9a-f]{64}$`).Match(keysFirst) {
+		t.Errorf("sealing key file holds no id:secret line (k<8 hex>:<64 hex>)")
+	}
+	if st, _ := os.Stat(keyFile); st.Mode().Perm() != 0o600 {
+		t.Errorf("sealing key file mode %v, want 0600", st.Mode().Perm())
+	}
+	if got := env["CUBE_MASTER_SEALING_KEY_FILE"]; len(got) != 1 || got[0] != "/etc/cube/sealing.keys" {
+		t.Errorf("CUBE_MASTER_SEALING_KEY_FILE is %v, want the file install.sh writes", got)
+	}
+	if got := env["CUBE_NODEAGENT_MASTER_URLS"]; len(got) != 1 || got[0] != "http://127.0.0.1:8089" {
+		t.Errorf("the node agent downloads from %v, want the master on this host", got)
+	}
 	install()
+	if again, _ := os.ReadFile(nodeFile); !bytes.Equal(nodeFirst, again) {
+		t.Error("a second install replaced the node credential")
+	}
+	if again, _ := os.ReadFile(keyFile); !bytes.Equal(keysFirst, again) {
+		t.Error("a second install replaced the sealing key")
+	}
 	if again, _ := os.ReadFile(tokenFile); !bytes.Equal(first, again) {
 		t.Error("a second install replaced the token")
 	}
@@ -134,6 +182,48 @@ func TestSystemdUnits(t *testing.T) {
 	for _, p := range []string{"usr/local/bin/cubemaster", "etc/systemd/system/templatecenter.service", "etc/cube/cube.env"} {
 		if _, err := os.Stat(filepath.Join(dest, p)); err != nil {
 			t.Errorf("install.sh did not install %s", p)
+		}
+	}
+}
+
+// TestEnvFileReadsTheSameInAShell: operators read cube.env with
+// `set -a; . /etc/cube/cube.env` as well as through systemd. Every line,
+// and every commented example (#NAME=value) once uncommented, gives a
+// shell what systemd gives the services; the MySQL form with its tcp(...),
+// shell syntax unless quoted, is among the examples.
+func TestEnvFileReadsTheSameInAShell(t *testing.T) {
+	b, err := os.ReadFile("systemd/cube.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := regexp.MustCompile(`(?m)^#(CUBE_[A-Z0-9_]+=.*)$`)
+	if !regexp.MustCompile(`(?m)^#CUBE_TEMPLATE_CENTER_DB_DSN=.*tcp\(`).Match(b) {
+		t.Error("cube.env shows no MySQL DSN line (#CUBE_TEMPLATE_CENTER_DB_DSN=...tcp(...))")
+	}
+	for i, m := range example.FindAllSubmatch(b, -1) {
+		p := filepath.Join(t.TempDir(), "cube.env")
+		// Each example on its own, uncommented, after the file's lines.
+		if err := os.WriteFile(p, append(append(append([]byte{}, b...), m[1]...), '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want := unit(t, p)
+		cmd := exec.Command("bash", "-c", `set -a; . "$1" && env -0`, "bash", p)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("example %d (%s): a shell cannot read the file: %v\n%s", i, m[1], err, out)
+			continue
+		}
+		got := map[string]string{}
+		for _, kv := range strings.Split(string(out), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				got[k] = v
+			}
+		}
+		for k, vs := range want {
+			if got[k] != vs[len(vs)-1] {
+				t.Errorf("example %d: %s is %q in a shell, %q for systemd", i, k, got[k], vs[len(vs)-1])
+			}
 		}
 	}
 }
@@ -170,6 +260,16 @@ func TestComposeFile(t *testing.T) {
 	if m["CUBE_TEMPLATE_CENTER_ADDR"] != "http://templatecenter:8090" || tc["CUBE_MASTER_ADDR"] != "http://cubemaster:8089" {
 		t.Errorf("the services do not point at each other: %q / %q", m["CUBE_TEMPLATE_CENTER_ADDR"], tc["CUBE_MASTER_ADDR"])
 	}
+	node := doc.Services["nodeagent"]
+	if m["CUBE_MASTER_NODE_TOKEN"] == "" || m["CUBE_MASTER_NODE_TOKEN"] != node.Environment["CUBE_NODEAGENT_TOKEN"] {
+		t.Errorf("node credential: master %q, node agent %q; want one value", m["CUBE_MASTER_NODE_TOKEN"], node.Environment["CUBE_NODEAGENT_TOKEN"])
+	}
+	if !strings.Contains(m["CUBE_MASTER_SEALING_KEYS"], "${CUBE_MASTER_SEALING_KEYS:?") || tc["CUBE_MASTER_SEALING_KEYS"] != "" {
+		t.Errorf("sealing keys: master %q, data plane %q; want the master's from $CUBE_MASTER_SEALING_KEYS only", m["CUBE_MASTER_SEALING_KEYS"], tc["CUBE_MASTER_SEALING_KEYS"])
+	}
+	if !strings.Contains(strings.Join(node.Command, " "), "--master-urls "+m["CUBE_MASTER_DOWNLOAD_BASE_URL"]) {
+		t.Errorf("the node agent's command %q does not download from the master's %s", node.Command, m["CUBE_MASTER_DOWNLOAD_BASE_URL"])
+	}
 }
 
 func TestDockerfile(t *testing.T) {
@@ -191,6 +291,25 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !strings.Contains(text, "make build") {
 		t.Error("the image is not built with make build")
+	}
+	// What the image declares writable, it creates for its user: a fresh
+	// volume (Docker's, or an emptyDir) starts from the image's directory,
+	// and a missing one is root's, where nobody cannot write.
+	img := readImage(t)
+	if img.uid == 0 {
+		t.Error("the image runs as root")
+	}
+	want := append([]string{img.env["XDG_STATE_HOME"]}, img.volumes...)
+	for _, p := range want {
+		d, ok := img.dirs[p]
+		switch {
+		case p == "":
+			t.Error("the image sets no XDG_STATE_HOME: the services' state would go under a home nobody lacks")
+		case !ok:
+			t.Errorf("the image does not create %s (install -d -o %d -g %d %s)", p, img.uid, img.gid, p)
+		case d.uid != img.uid || d.gid != img.gid || d.mode&0o700 != 0o700:
+			t.Errorf("the image creates %s as %d:%d %o, want it owned and writable by its user %d:%d", p, d.uid, d.gid, d.mode, img.uid, img.gid)
+		}
 	}
 }
 
@@ -217,18 +336,34 @@ const chart = "helm/cubetemplatecenter"
 // render runs helm template with set values and returns the documents.
 func render(t *testing.T, sets ...string) ([]map[string]any, error) {
 	t.Helper()
-	args := []string{"template", "t", chart}
+	var args []string
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
+	return renderArgs(t, args...)
+}
+
+// renderYAML runs helm template with args and returns its output.
+func renderYAML(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm(t), args...)
+	cmd := exec.Command(helm(t), append([]string{"template", "t", chart}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, errors.New(stderr.String())
 	}
+	return stdout.Bytes(), nil
+}
+
+// renderArgs is render with helm's own arguments (--set-string, -f).
+func renderArgs(t *testing.T, args ...string) ([]map[string]any, error) {
+	t.Helper()
+	out, err := renderYAML(t, args...)
+	if err != nil {
+		return nil, err
+	}
 	var docs []map[string]any
-	dec := yaml.NewDecoder(&stdout)
+	dec := yaml.NewDecoder(bytes.NewReader(out))
 	for {
 		var d map[string]any
 		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
@@ -348,6 +483,15 @@ func TestHelmModes(t *testing.T) {
 			if sec := find(docs, "Secret", "-api-token"); sec == nil || path(sec, "data", "token") == nil {
 				t.Error("no generated public API token Secret")
 			}
+			if sec := find(docs, "Secret", "-node-token"); sec == nil || path(sec, "data", "token") == nil ||
+				m["CUBE_MASTER_NODE_TOKEN"] != "secret:t-node-token/token" || d["CUBE_MASTER_NODE_TOKEN"] != "" {
+				t.Errorf("node credential: master %q, data plane %q, want the master's from a generated Secret", m["CUBE_MASTER_NODE_TOKEN"], d["CUBE_MASTER_NODE_TOKEN"])
+			}
+			if sec := find(docs, "Secret", "-sealing-keys"); sec == nil || path(sec, "data", "keys") == nil ||
+				m["CUBE_MASTER_SEALING_KEYS"] != "secret:t-sealing-keys/keys" || d["CUBE_MASTER_SEALING_KEYS"] != "" {
+				t.Errorf("sealing keys: master %q, data plane %q, want the master's from a generated Secret", m["CUBE_MASTER_SEALING_KEYS"], d["CUBE_MASTER_SEALING_KEYS"])
+			}
+			checkPodSecurity(t, docs, readImage(t))
 			if svc := find(docs, "Service", "-templatecenter"); path(svc, "spec", "type") != "ClusterIP" {
 				t.Errorf("the data plane Service is %v, want internal (ClusterIP)", path(svc, "spec", "type"))
 			}
@@ -362,6 +506,38 @@ func TestHelmModes(t *testing.T) {
 			}
 			tc.check(t, docs)
 		})
+	}
+}
+
+// checkPodSecurity: both pods run as the image's user, never root, with
+// fsGroup its group (so the volumes they write are theirs), no privilege
+// escalation, and, with a read-only root filesystem, a volume on every
+// directory they write (XDG_STATE_HOME, /tmp).
+func checkPodSecurity(t *testing.T, docs []map[string]any, img image) {
+	t.Helper()
+	for _, name := range []string{"-master", "-templatecenter"} {
+		spec := path(find(docs, "Deployment", name), "spec", "template", "spec")
+		psc, _ := path(spec, "securityContext").(map[string]any)
+		if psc["runAsNonRoot"] != true || psc["runAsUser"] != img.uid || psc["runAsGroup"] != img.gid || psc["fsGroup"] != img.gid {
+			t.Errorf("%s pod securityContext %v, want runAsNonRoot, runAsUser %d, runAsGroup and fsGroup %d (the image's user)", name, psc, img.uid, img.gid)
+		}
+		c := path(spec, "containers").([]any)[0].(map[string]any)
+		csc, _ := c["securityContext"].(map[string]any)
+		if csc["allowPrivilegeEscalation"] != false {
+			t.Errorf("%s container securityContext %v allows privilege escalation", name, csc)
+		}
+		if csc["readOnlyRootFilesystem"] != true {
+			continue
+		}
+		mounted := map[string]bool{}
+		for _, m := range c["volumeMounts"].([]any) {
+			mounted[m.(map[string]any)["mountPath"].(string)] = true
+		}
+		for _, p := range []string{img.env["XDG_STATE_HOME"], "/tmp"} {
+			if !mounted[p] {
+				t.Errorf("%s has a read-only root filesystem but no volume on %s, which it writes", name, p)
+			}
+		}
 	}
 }
 
@@ -396,6 +572,7 @@ func TestHelmRefusals(t *testing.T) {
 		{"ReadWriteOnce with two masters", []string{dsn, "master.replicas=2"}, "ReadWriteOnce with master.replicas=2"},
 		{"S3 without a bucket", []string{dsn, "artifactStore.s3Backed=true", "s3.endpoint=http://x", "s3.accessKey=k", "s3.secretKey=s"}, "s3.bucket"},
 		{"S3 without credentials", []string{dsn, "artifactStore.s3Backed=true", "s3.endpoint=http://x", "s3.bucket=b"}, "s3.accessKey and s3.secretKey"},
+		{"mkfs without root", []string{dsn, "templateCenter.builder=mkfs"}, "templateCenter.builder=mkfs needs root"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -408,5 +585,12 @@ func TestHelmRefusals(t *testing.T) {
 	notes, _ := os.ReadFile(chart + "/templates/NOTES.txt")
 	if !strings.Contains(string(notes), `include "ctc.warnings"`) {
 		t.Error("NOTES.txt does not print the warnings")
+	}
+	if !strings.Contains(string(notes), "if not .Values.master.nodes") {
+		t.Error("NOTES.txt does not say that no node is configured")
+	}
+	// Running as root is allowed (mkfs needs it) when asked for.
+	if _, err := render(t, dsn, "templateCenter.builder=mkfs", "podSecurityContext.runAsUser=0", "podSecurityContext.runAsNonRoot=false"); err != nil {
+		t.Errorf("mkfs as root: %v", err)
 	}
 }

@@ -3434,6 +3434,8 @@ type TemplateImageJobMutation struct {
 	registry_auth             *string
 	fence                     *int64
 	addfence                  *int64
+	build_owner               *string
+	phase_durations_json      *string
 	clearedFields             map[string]struct{}
 	done                      bool
 	oldValue                  func(context.Context) (*TemplateImageJob, error)
@@ -5433,6 +5435,91 @@ func (m *TemplateImageJobMutation) ResetFence() {
 	m.addfence = nil
 }
 
+// SetBuildOwner sets the "build_owner" field.
+func (m *TemplateImageJobMutation) SetBuildOwner(s string) {
+	m.build_owner = &s
+}
+
+// BuildOwner returns the value of the "build_owner" field in the mutation.
+func (m *TemplateImageJobMutation) BuildOwner() (r string, exists bool) {
+	v := m.build_owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBuildOwner returns the old "build_owner" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldBuildOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBuildOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBuildOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBuildOwner: %w", err)
+	}
+	return oldValue.BuildOwner, nil
+}
+
+// ResetBuildOwner resets all changes to the "build_owner" field.
+func (m *TemplateImageJobMutation) ResetBuildOwner() {
+	m.build_owner = nil
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (m *TemplateImageJobMutation) SetPhaseDurationsJSON(s string) {
+	m.phase_durations_json = &s
+}
+
+// PhaseDurationsJSON returns the value of the "phase_durations_json" field in the mutation.
+func (m *TemplateImageJobMutation) PhaseDurationsJSON() (r string, exists bool) {
+	v := m.phase_durations_json
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPhaseDurationsJSON returns the old "phase_durations_json" field's value of the TemplateImageJob entity.
+// If the TemplateImageJob object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateImageJobMutation) OldPhaseDurationsJSON(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPhaseDurationsJSON is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPhaseDurationsJSON requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPhaseDurationsJSON: %w", err)
+	}
+	return oldValue.PhaseDurationsJSON, nil
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (m *TemplateImageJobMutation) ClearPhaseDurationsJSON() {
+	m.phase_durations_json = nil
+	m.clearedFields[templateimagejob.FieldPhaseDurationsJSON] = struct{}{}
+}
+
+// PhaseDurationsJSONCleared returns if the "phase_durations_json" field was cleared in this mutation.
+func (m *TemplateImageJobMutation) PhaseDurationsJSONCleared() bool {
+	_, ok := m.clearedFields[templateimagejob.FieldPhaseDurationsJSON]
+	return ok
+}
+
+// ResetPhaseDurationsJSON resets all changes to the "phase_durations_json" field.
+func (m *TemplateImageJobMutation) ResetPhaseDurationsJSON() {
+	m.phase_durations_json = nil
+	delete(m.clearedFields, templateimagejob.FieldPhaseDurationsJSON)
+}
+
 // Where appends a list predicates to the TemplateImageJobMutation builder.
 func (m *TemplateImageJobMutation) Where(ps ...predicate.TemplateImageJob) {
 	m.predicates = append(m.predicates, ps...)
@@ -5467,7 +5554,7 @@ func (m *TemplateImageJobMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateImageJobMutation) Fields() []string {
-	fields := make([]string, 0, 44)
+	fields := make([]string, 0, 46)
 	if m.created_at != nil {
 		fields = append(fields, templateimagejob.FieldCreatedAt)
 	}
@@ -5600,6 +5687,12 @@ func (m *TemplateImageJobMutation) Fields() []string {
 	if m.fence != nil {
 		fields = append(fields, templateimagejob.FieldFence)
 	}
+	if m.build_owner != nil {
+		fields = append(fields, templateimagejob.FieldBuildOwner)
+	}
+	if m.phase_durations_json != nil {
+		fields = append(fields, templateimagejob.FieldPhaseDurationsJSON)
+	}
 	return fields
 }
 
@@ -5696,6 +5789,10 @@ func (m *TemplateImageJobMutation) Field(name string) (ent.Value, bool) {
 		return m.RegistryAuth()
 	case templateimagejob.FieldFence:
 		return m.Fence()
+	case templateimagejob.FieldBuildOwner:
+		return m.BuildOwner()
+	case templateimagejob.FieldPhaseDurationsJSON:
+		return m.PhaseDurationsJSON()
 	}
 	return nil, false
 }
@@ -5793,6 +5890,10 @@ func (m *TemplateImageJobMutation) OldField(ctx context.Context, name string) (e
 		return m.OldRegistryAuth(ctx)
 	case templateimagejob.FieldFence:
 		return m.OldFence(ctx)
+	case templateimagejob.FieldBuildOwner:
+		return m.OldBuildOwner(ctx)
+	case templateimagejob.FieldPhaseDurationsJSON:
+		return m.OldPhaseDurationsJSON(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6110,6 +6211,20 @@ func (m *TemplateImageJobMutation) SetField(name string, value ent.Value) error 
 		}
 		m.SetFence(v)
 		return nil
+	case templateimagejob.FieldBuildOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBuildOwner(v)
+		return nil
+	case templateimagejob.FieldPhaseDurationsJSON:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPhaseDurationsJSON(v)
+		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)
 }
@@ -6296,6 +6411,9 @@ func (m *TemplateImageJobMutation) ClearedFields() []string {
 	if m.FieldCleared(templateimagejob.FieldRegistryAuth) {
 		fields = append(fields, templateimagejob.FieldRegistryAuth)
 	}
+	if m.FieldCleared(templateimagejob.FieldPhaseDurationsJSON) {
+		fields = append(fields, templateimagejob.FieldPhaseDurationsJSON)
+	}
 	return fields
 }
 
@@ -6330,6 +6448,9 @@ func (m *TemplateImageJobMutation) ClearField(name string) error {
 		return nil
 	case templateimagejob.FieldRegistryAuth:
 		m.ClearRegistryAuth()
+		return nil
+	case templateimagejob.FieldPhaseDurationsJSON:
+		m.ClearPhaseDurationsJSON()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob nullable field %s", name)
@@ -6470,6 +6591,12 @@ func (m *TemplateImageJobMutation) ResetField(name string) error {
 		return nil
 	case templateimagejob.FieldFence:
 		m.ResetFence()
+		return nil
+	case templateimagejob.FieldBuildOwner:
+		m.ResetBuildOwner()
+		return nil
+	case templateimagejob.FieldPhaseDurationsJSON:
+		m.ResetPhaseDurationsJSON()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateImageJob field %s", name)

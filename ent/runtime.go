@@ -456,6 +456,12 @@ func init() {
 	templateimagejobDescFence := templateimagejobFields[40].Descriptor()
 	// templateimagejob.DefaultFence holds the default value on creation for the fence field.
 	templateimagejob.DefaultFence = templateimagejobDescFence.Default.(int64)
+	// templateimagejobDescBuildOwner is the schema descriptor for build_owner field.
+	templateimagejobDescBuildOwner := templateimagejobFields[41].Descriptor()
+	// templateimagejob.DefaultBuildOwner holds the default value on creation for the build_owner field.
+	templateimagejob.DefaultBuildOwner = templateimagejobDescBuildOwner.Default.(string)
+	// templateimagejob.BuildOwnerValidator is a validator for the "build_owner" field. It is called by the builders before save.
+	templateimagejob.BuildOwnerValidator = templateimagejobDescBuildOwner.Validators[0].(func(string) error)
 	templatenameFields := schema.TemplateName{}.Fields()
 	_ = templatenameFields
 	// templatenameDescName is the schema descriptor for name field.

@@ -104,8 +104,12 @@ type TemplateImageJob struct {
 	// RegistryAuth holds the value of the "registry_auth" field.
 	RegistryAuth string `json:"registry_auth,omitempty"`
 	// Fence holds the value of the "fence" field.
-	Fence        int64 `json:"fence,omitempty"`
-	selectValues sql.SelectValues
+	Fence int64 `json:"fence,omitempty"`
+	// BuildOwner holds the value of the "build_owner" field.
+	BuildOwner string `json:"build_owner,omitempty"`
+	// PhaseDurationsJSON holds the value of the "phase_durations_json" field.
+	PhaseDurationsJSON string `json:"phase_durations_json,omitempty"`
+	selectValues       sql.SelectValues
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -115,7 +119,7 @@ func (*TemplateImageJob) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case templateimagejob.FieldID, templateimagejob.FieldAttemptNo, templateimagejob.FieldProgress, templateimagejob.FieldExpectedNodeCount, templateimagejob.FieldReadyNodeCount, templateimagejob.FieldFailedNodeCount, templateimagejob.FieldPullTotalBytes, templateimagejob.FieldPullDownloadedBytes, templateimagejob.FieldPullTotalLayers, templateimagejob.FieldPullCompletedLayers, templateimagejob.FieldPullSpeedBps, templateimagejob.FieldFence:
 			values[i] = new(sql.NullInt64)
-		case templateimagejob.FieldJobID, templateimagejob.FieldTemplateID, templateimagejob.FieldRetryOfJobID, templateimagejob.FieldOperation, templateimagejob.FieldRedoMode, templateimagejob.FieldRedoScopeJSON, templateimagejob.FieldResumePhase, templateimagejob.FieldNodeID, templateimagejob.FieldNodeIP, templateimagejob.FieldSnapshotPath, templateimagejob.FieldArtifactID, templateimagejob.FieldTemplateSpecFingerprint, templateimagejob.FieldSourceImageRef, templateimagejob.FieldSourceImageDigest, templateimagejob.FieldWritableLayerSize, templateimagejob.FieldInstanceType, templateimagejob.FieldNetworkType, templateimagejob.FieldStatus, templateimagejob.FieldPhase, templateimagejob.FieldErrorMessage, templateimagejob.FieldTemplateStatus, templateimagejob.FieldArtifactStatus, templateimagejob.FieldRequestJSON, templateimagejob.FieldResultJSON, templateimagejob.FieldRequestID, templateimagejob.FieldSandboxID, templateimagejob.FieldResourceType, templateimagejob.FieldResourceID, templateimagejob.FieldActiveKey, templateimagejob.FieldRegistryAuth:
+		case templateimagejob.FieldJobID, templateimagejob.FieldTemplateID, templateimagejob.FieldRetryOfJobID, templateimagejob.FieldOperation, templateimagejob.FieldRedoMode, templateimagejob.FieldRedoScopeJSON, templateimagejob.FieldResumePhase, templateimagejob.FieldNodeID, templateimagejob.FieldNodeIP, templateimagejob.FieldSnapshotPath, templateimagejob.FieldArtifactID, templateimagejob.FieldTemplateSpecFingerprint, templateimagejob.FieldSourceImageRef, templateimagejob.FieldSourceImageDigest, templateimagejob.FieldWritableLayerSize, templateimagejob.FieldInstanceType, templateimagejob.FieldNetworkType, templateimagejob.FieldStatus, templateimagejob.FieldPhase, templateimagejob.FieldErrorMessage, templateimagejob.FieldTemplateStatus, templateimagejob.FieldArtifactStatus, templateimagejob.FieldRequestJSON, templateimagejob.FieldResultJSON, templateimagejob.FieldRequestID, templateimagejob.FieldSandboxID, templateimagejob.FieldResourceType, templateimagejob.FieldResourceID, templateimagejob.FieldActiveKey, templateimagejob.FieldRegistryAuth, templateimagejob.FieldBuildOwner, templateimagejob.FieldPhaseDurationsJSON:
 			values[i] = new(sql.NullString)
 		case templateimagejob.FieldCreatedAt, templateimagejob.FieldUpdatedAt, templateimagejob.FieldDeletedAt:
 			values[i] = new(sql.NullTime)
@@ -406,6 +410,18 @@ func (_m *TemplateImageJob) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Fence = value.Int64
 			}
+		case templateimagejob.FieldBuildOwner:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field build_owner", values[i])
+			} else if value.Valid {
+				_m.BuildOwner = value.String
+			}
+		case templateimagejob.FieldPhaseDurationsJSON:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field phase_durations_json", values[i])
+			} else if value.Valid {
+				_m.PhaseDurationsJSON = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -577,6 +593,12 @@ func (_m *TemplateImageJob) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("fence=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Fence))
+	builder.WriteString(", ")
+	builder.WriteString("build_owner=")
+	builder.WriteString(_m.BuildOwner)
+	builder.WriteString(", ")
+	builder.WriteString("phase_durations_json=")
+	builder.WriteString(_m.PhaseDurationsJSON)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -606,6 +606,34 @@ func (_c *TemplateImageJobCreate) SetNillableFence(v *int64) *TemplateImageJobCr
 	return _c
 }
 
+// SetBuildOwner sets the "build_owner" field.
+func (_c *TemplateImageJobCreate) SetBuildOwner(v string) *TemplateImageJobCreate {
+	_c.mutation.SetBuildOwner(v)
+	return _c
+}
+
+// SetNillableBuildOwner sets the "build_owner" field if the given value is not nil.
+func (_c *TemplateImageJobCreate) SetNillableBuildOwner(v *string) *TemplateImageJobCreate {
+	if v != nil {
+		_c.SetBuildOwner(*v)
+	}
+	return _c
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (_c *TemplateImageJobCreate) SetPhaseDurationsJSON(v string) *TemplateImageJobCreate {
+	_c.mutation.SetPhaseDurationsJSON(v)
+	return _c
+}
+
+// SetNillablePhaseDurationsJSON sets the "phase_durations_json" field if the given value is not nil.
+func (_c *TemplateImageJobCreate) SetNillablePhaseDurationsJSON(v *string) *TemplateImageJobCreate {
+	if v != nil {
+		_c.SetPhaseDurationsJSON(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_c *TemplateImageJobCreate) Mutation() *TemplateImageJobMutation {
 	return _c.mutation
@@ -772,6 +800,10 @@ func (_c *TemplateImageJobCreate) defaults() {
 	if _, ok := _c.mutation.Fence(); !ok {
 		v := templateimagejob.DefaultFence
 		_c.mutation.SetFence(v)
+	}
+	if _, ok := _c.mutation.BuildOwner(); !ok {
+		v := templateimagejob.DefaultBuildOwner
+		_c.mutation.SetBuildOwner(v)
 	}
 }
 
@@ -1013,6 +1045,14 @@ func (_c *TemplateImageJobCreate) check() error {
 	if _, ok := _c.mutation.Fence(); !ok {
 		return &ValidationError{Name: "fence", err: errors.New(`ent: missing required field "TemplateImageJob.fence"`)}
 	}
+	if _, ok := _c.mutation.BuildOwner(); !ok {
+		return &ValidationError{Name: "build_owner", err: errors.New(`ent: missing required field "TemplateImageJob.build_owner"`)}
+	}
+	if v, ok := _c.mutation.BuildOwner(); ok {
+		if err := templateimagejob.BuildOwnerValidator(v); err != nil {
+			return &ValidationError{Name: "build_owner", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.build_owner": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -1215,6 +1255,14 @@ func (_c *TemplateImageJobCreate) createSpec() (*TemplateImageJob, *sqlgraph.Cre
 	if value, ok := _c.mutation.Fence(); ok {
 		_spec.SetField(templateimagejob.FieldFence, field.TypeInt64, value)
 		_node.Fence = value
+	}
+	if value, ok := _c.mutation.BuildOwner(); ok {
+		_spec.SetField(templateimagejob.FieldBuildOwner, field.TypeString, value)
+		_node.BuildOwner = value
+	}
+	if value, ok := _c.mutation.PhaseDurationsJSON(); ok {
+		_spec.SetField(templateimagejob.FieldPhaseDurationsJSON, field.TypeString, value)
+		_node.PhaseDurationsJSON = value
 	}
 	return _node, _spec
 }
@@ -1865,6 +1913,36 @@ func (u *TemplateImageJobUpsert) UpdateFence() *TemplateImageJobUpsert {
 // AddFence adds v to the "fence" field.
 func (u *TemplateImageJobUpsert) AddFence(v int64) *TemplateImageJobUpsert {
 	u.Add(templateimagejob.FieldFence, v)
+	return u
+}
+
+// SetBuildOwner sets the "build_owner" field.
+func (u *TemplateImageJobUpsert) SetBuildOwner(v string) *TemplateImageJobUpsert {
+	u.Set(templateimagejob.FieldBuildOwner, v)
+	return u
+}
+
+// UpdateBuildOwner sets the "build_owner" field to the value that was provided on create.
+func (u *TemplateImageJobUpsert) UpdateBuildOwner() *TemplateImageJobUpsert {
+	u.SetExcluded(templateimagejob.FieldBuildOwner)
+	return u
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (u *TemplateImageJobUpsert) SetPhaseDurationsJSON(v string) *TemplateImageJobUpsert {
+	u.Set(templateimagejob.FieldPhaseDurationsJSON, v)
+	return u
+}
+
+// UpdatePhaseDurationsJSON sets the "phase_durations_json" field to the value that was provided on create.
+func (u *TemplateImageJobUpsert) UpdatePhaseDurationsJSON() *TemplateImageJobUpsert {
+	u.SetExcluded(templateimagejob.FieldPhaseDurationsJSON)
+	return u
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (u *TemplateImageJobUpsert) ClearPhaseDurationsJSON() *TemplateImageJobUpsert {
+	u.SetNull(templateimagejob.FieldPhaseDurationsJSON)
 	return u
 }
 
@@ -2616,6 +2694,41 @@ func (u *TemplateImageJobUpsertOne) AddFence(v int64) *TemplateImageJobUpsertOne
 func (u *TemplateImageJobUpsertOne) UpdateFence() *TemplateImageJobUpsertOne {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.UpdateFence()
+	})
+}
+
+// SetBuildOwner sets the "build_owner" field.
+func (u *TemplateImageJobUpsertOne) SetBuildOwner(v string) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetBuildOwner(v)
+	})
+}
+
+// UpdateBuildOwner sets the "build_owner" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertOne) UpdateBuildOwner() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateBuildOwner()
+	})
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (u *TemplateImageJobUpsertOne) SetPhaseDurationsJSON(v string) *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetPhaseDurationsJSON(v)
+	})
+}
+
+// UpdatePhaseDurationsJSON sets the "phase_durations_json" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertOne) UpdatePhaseDurationsJSON() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdatePhaseDurationsJSON()
+	})
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (u *TemplateImageJobUpsertOne) ClearPhaseDurationsJSON() *TemplateImageJobUpsertOne {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearPhaseDurationsJSON()
 	})
 }
 
@@ -3533,6 +3646,41 @@ func (u *TemplateImageJobUpsertBulk) AddFence(v int64) *TemplateImageJobUpsertBu
 func (u *TemplateImageJobUpsertBulk) UpdateFence() *TemplateImageJobUpsertBulk {
 	return u.Update(func(s *TemplateImageJobUpsert) {
 		s.UpdateFence()
+	})
+}
+
+// SetBuildOwner sets the "build_owner" field.
+func (u *TemplateImageJobUpsertBulk) SetBuildOwner(v string) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetBuildOwner(v)
+	})
+}
+
+// UpdateBuildOwner sets the "build_owner" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertBulk) UpdateBuildOwner() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdateBuildOwner()
+	})
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (u *TemplateImageJobUpsertBulk) SetPhaseDurationsJSON(v string) *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.SetPhaseDurationsJSON(v)
+	})
+}
+
+// UpdatePhaseDurationsJSON sets the "phase_durations_json" field to the value that was provided on create.
+func (u *TemplateImageJobUpsertBulk) UpdatePhaseDurationsJSON() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.UpdatePhaseDurationsJSON()
+	})
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (u *TemplateImageJobUpsertBulk) ClearPhaseDurationsJSON() *TemplateImageJobUpsertBulk {
+	return u.Update(func(s *TemplateImageJobUpsert) {
+		s.ClearPhaseDurationsJSON()
 	})
 }
 

@@ -721,6 +721,40 @@ func (_u *TemplateImageJobUpdate) AddFence(v int64) *TemplateImageJobUpdate {
 	return _u
 }
 
+// SetBuildOwner sets the "build_owner" field.
+func (_u *TemplateImageJobUpdate) SetBuildOwner(v string) *TemplateImageJobUpdate {
+	_u.mutation.SetBuildOwner(v)
+	return _u
+}
+
+// SetNillableBuildOwner sets the "build_owner" field if the given value is not nil.
+func (_u *TemplateImageJobUpdate) SetNillableBuildOwner(v *string) *TemplateImageJobUpdate {
+	if v != nil {
+		_u.SetBuildOwner(*v)
+	}
+	return _u
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (_u *TemplateImageJobUpdate) SetPhaseDurationsJSON(v string) *TemplateImageJobUpdate {
+	_u.mutation.SetPhaseDurationsJSON(v)
+	return _u
+}
+
+// SetNillablePhaseDurationsJSON sets the "phase_durations_json" field if the given value is not nil.
+func (_u *TemplateImageJobUpdate) SetNillablePhaseDurationsJSON(v *string) *TemplateImageJobUpdate {
+	if v != nil {
+		_u.SetPhaseDurationsJSON(*v)
+	}
+	return _u
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (_u *TemplateImageJobUpdate) ClearPhaseDurationsJSON() *TemplateImageJobUpdate {
+	_u.mutation.ClearPhaseDurationsJSON()
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdate) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -868,6 +902,11 @@ func (_u *TemplateImageJobUpdate) check() error {
 	if v, ok := _u.mutation.ActiveKey(); ok {
 		if err := templateimagejob.ActiveKeyValidator(v); err != nil {
 			return &ValidationError{Name: "active_key", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.active_key": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.BuildOwner(); ok {
+		if err := templateimagejob.BuildOwnerValidator(v); err != nil {
+			return &ValidationError{Name: "build_owner", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.build_owner": %w`, err)}
 		}
 	}
 	return nil
@@ -1061,6 +1100,15 @@ func (_u *TemplateImageJobUpdate) sqlSave(ctx context.Context) (_node int, err e
 	}
 	if value, ok := _u.mutation.AddedFence(); ok {
 		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BuildOwner(); ok {
+		_spec.SetField(templateimagejob.FieldBuildOwner, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PhaseDurationsJSON(); ok {
+		_spec.SetField(templateimagejob.FieldPhaseDurationsJSON, field.TypeString, value)
+	}
+	if _u.mutation.PhaseDurationsJSONCleared() {
+		_spec.ClearField(templateimagejob.FieldPhaseDurationsJSON, field.TypeString)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1775,6 +1823,40 @@ func (_u *TemplateImageJobUpdateOne) AddFence(v int64) *TemplateImageJobUpdateOn
 	return _u
 }
 
+// SetBuildOwner sets the "build_owner" field.
+func (_u *TemplateImageJobUpdateOne) SetBuildOwner(v string) *TemplateImageJobUpdateOne {
+	_u.mutation.SetBuildOwner(v)
+	return _u
+}
+
+// SetNillableBuildOwner sets the "build_owner" field if the given value is not nil.
+func (_u *TemplateImageJobUpdateOne) SetNillableBuildOwner(v *string) *TemplateImageJobUpdateOne {
+	if v != nil {
+		_u.SetBuildOwner(*v)
+	}
+	return _u
+}
+
+// SetPhaseDurationsJSON sets the "phase_durations_json" field.
+func (_u *TemplateImageJobUpdateOne) SetPhaseDurationsJSON(v string) *TemplateImageJobUpdateOne {
+	_u.mutation.SetPhaseDurationsJSON(v)
+	return _u
+}
+
+// SetNillablePhaseDurationsJSON sets the "phase_durations_json" field if the given value is not nil.
+func (_u *TemplateImageJobUpdateOne) SetNillablePhaseDurationsJSON(v *string) *TemplateImageJobUpdateOne {
+	if v != nil {
+		_u.SetPhaseDurationsJSON(*v)
+	}
+	return _u
+}
+
+// ClearPhaseDurationsJSON clears the value of the "phase_durations_json" field.
+func (_u *TemplateImageJobUpdateOne) ClearPhaseDurationsJSON() *TemplateImageJobUpdateOne {
+	_u.mutation.ClearPhaseDurationsJSON()
+	return _u
+}
+
 // Mutation returns the TemplateImageJobMutation object of the builder.
 func (_u *TemplateImageJobUpdateOne) Mutation() *TemplateImageJobMutation {
 	return _u.mutation
@@ -1935,6 +2017,11 @@ func (_u *TemplateImageJobUpdateOne) check() error {
 	if v, ok := _u.mutation.ActiveKey(); ok {
 		if err := templateimagejob.ActiveKeyValidator(v); err != nil {
 			return &ValidationError{Name: "active_key", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.active_key": %w`, err)}
+		}
+	}
+	if v, ok := _u.mutation.BuildOwner(); ok {
+		if err := templateimagejob.BuildOwnerValidator(v); err != nil {
+			return &ValidationError{Name: "build_owner", err: fmt.Errorf(`ent: validator failed for field "TemplateImageJob.build_owner": %w`, err)}
 		}
 	}
 	return nil
@@ -2145,6 +2232,15 @@ func (_u *TemplateImageJobUpdateOne) sqlSave(ctx context.Context) (_node *Templa
 	}
 	if value, ok := _u.mutation.AddedFence(); ok {
 		_spec.AddField(templateimagejob.FieldFence, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BuildOwner(); ok {
+		_spec.SetField(templateimagejob.FieldBuildOwner, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PhaseDurationsJSON(); ok {
+		_spec.SetField(templateimagejob.FieldPhaseDurationsJSON, field.TypeString, value)
+	}
+	if _u.mutation.PhaseDurationsJSONCleared() {
+		_spec.ClearField(templateimagejob.FieldPhaseDurationsJSON, field.TypeString)
 	}
 	_node = &TemplateImageJob{config: _u.config}
 	_spec.Assign = _node.assignValues

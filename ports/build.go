@@ -87,6 +87,11 @@ type BuildSpec struct {
 	// MaxSizeBytes caps the image; 0 means no cap. An image that would
 	// exceed it fails with an error wrapping core.ErrInvalidArgument.
 	MaxSizeBytes int64
+	// Progress, when set, is called as the image is written with how much
+	// of its content is written and how much there is in all (in any unit,
+	// done never above total, never going back), from one goroutine at a
+	// time and quickly returning. A builder that cannot tell never calls it.
+	Progress func(done, total int64)
 }
 
 // BuildResult describes the written image.
@@ -177,7 +182,8 @@ type ArtifactStore interface {
 	// SignedURL mints a time-limited GET URL, or core.ErrUnsupported for
 	// stores that cannot (file, memory); URLs are never stored.
 	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
-	// Backend names the store kind ("file", "s3", "gs", "mem").
+	// Backend names the store kind, a URL scheme ("file", "s3", "gs",
+	// "mem" in adapters/artifactstore); artifact rows record it.
 	Backend() string
 }
 

@@ -83,9 +83,9 @@ type DataPlane interface {
 type StatusReport struct {
 	// Update is what the data plane knows of the job. Status, Phase,
 	// Progress (0-100), ErrorMessage (nil leaves it, "" clears it),
-	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus and Pull
-	// are delivered; TemplateStatus, ResultJSON and the node counts are the
-	// control plane's and are not.
+	// ArtifactID, Fingerprint, SourceImageDigest, ArtifactStatus, Pull and
+	// PhaseDurations (to the millisecond) are delivered; TemplateStatus,
+	// ResultJSON and the node counts are the control plane's and are not.
 	Update core.JobUpdate
 	// Artifact carries the built artifact's metadata with a BUILT report:
 	// ArtifactID, Fingerprint, SourceImageRef, SourceImageDigest,
@@ -95,6 +95,11 @@ type StatusReport struct {
 	// request, row bookkeeping) is the control plane's and is not
 	// delivered. Its ids and fingerprint agree with Update's.
 	Artifact *core.Artifact
+	// Inputs come with a BUILT report: what the build's fingerprint was
+	// computed from beyond the job's request (core.FingerprintOf), so the
+	// control plane can check that the artifact is the one of the job's
+	// own spec.
+	Inputs *core.BuildInputs
 }
 
 // StatusReporter is the data plane's client of the control plane callback.

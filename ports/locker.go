@@ -18,7 +18,9 @@ import "context"
 type Locker interface {
 	// Lock blocks until this caller holds name or ctx ends (then it returns
 	// an error wrapping ctx.Err()). Two Lock calls for the same name exclude
-	// each other even inside one process.
+	// each other even inside one process. Callers queued on one name never
+	// stop callers of another: an adapter backed by a bounded connection
+	// pool lets waiters hold a connection only while the pool can spare it.
 	Lock(ctx context.Context, name string) (Lock, error)
 	// TryLock returns at once: the held lock, or an error wrapping
 	// core.ErrLocked when another holder has it.
@@ -40,4 +42,13 @@ type Lock interface {
 	// bounded time (an adapter keeps its session alive only while the
 	// holder runs), never left held for hours.
 	Lost() <-chan struct{}
+}
+
+// ProcessLocal is implemented by Lockers whose locks exclude only callers
+// in this process (an in-process table, for SQLite's one-process mode).
+// Whoever reads a lock as a sign of another process's life (core/liveness)
+// cannot with such a locker, and must judge by other signs.
+type ProcessLocal interface {
+	// ProcessLocal reports whether the locks exclude only this process.
+	ProcessLocal() bool
 }

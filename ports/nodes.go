@@ -16,12 +16,23 @@ type Node struct {
 	Healthy bool
 }
 
-// NodeDirectory lists the nodes templates are distributed to.
+// NodeDirectory lists the nodes templates are distributed to and knows
+// their health. An empty instance type means core.DefaultInstanceType.
 type NodeDirectory interface {
 	// HealthyNodes returns healthy nodes of the instance type.
 	HealthyNodes(ctx context.Context, instanceType string) ([]Node, error)
+	// Nodes returns every listed node of the instance type, healthy or not
+	// (Healthy says which), sorted by id: a node that is down is a target
+	// that cannot be reached, not one to leave out silently.
+	Nodes(ctx context.Context, instanceType string) ([]Node, error)
 	// Get returns a node by id or core.ErrNotFound.
 	Get(ctx context.Context, nodeID string) (Node, error)
+	// Down returns a channel that is closed once the node fails a health
+	// check or leaves the list, and is closed already when the node is
+	// unhealthy now or not listed. The control plane cancels its calls to
+	// a node when it closes: a hung node must not hold a job for the
+	// calls' whole timeout.
+	Down(nodeID string) <-chan struct{}
 }
 
 // SnapshotResult is what AppSnapshot returns.
@@ -43,6 +54,12 @@ type NodeAgent interface {
 	// CreateImage has the node download the artifact, verify its size and
 	// sha256 against art and store it under art.ArtifactID. Storing an
 	// artifact the node already holds with the same sha256 succeeds.
+	//
+	// With no art.DownloadURL (and no token) it is a presence check that
+	// never downloads: it succeeds when the node holds the artifact and
+	// fails with an error wrapping core.ErrNotFound when it does not
+	// (node agents also compare size and sha256; a Cubelet only finds the
+	// file). Any other error says nothing about the artifact.
 	CreateImage(ctx context.Context, node Node, art core.NodeArtifact) error
 	// DestroyImage removes the artifact from the node; an image the node
 	// does not have is not an error.

@@ -194,7 +194,11 @@ type NameRepository interface {
 	// core.ErrInvalidArgument.
 	Claim(ctx context.Context, name, templateID string, kind core.NameKind) error
 	// Holder returns the template holding name and as what, or
-	// core.ErrNotFound. Names compare byte for byte.
+	// core.ErrNotFound. Names compare as the database compares template
+	// ids: byte for byte in a database this service created; in an
+	// adopted upstream MySQL database, whose tables compare ids
+	// case-insensitively, case-insensitively too, so that a name means the
+	// same template here as in the template tables.
 	Holder(ctx context.Context, name string) (templateID string, kind core.NameKind, err error)
 	// Release removes templateID's names of kind (every kind when kind is
 	// "") and returns how many.

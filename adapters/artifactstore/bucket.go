@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -34,6 +36,15 @@ const (
 	abortTimeout      = 30 * time.Second
 )
 
+// memScheme is mem://: a bucket in this process's memory (tests, demos).
+var memScheme = Scheme{Name: BackendMem, Parse: func(_ *url.URL, q url.Values) (Opener, error) { return memURL{}, onlyParams(q) }}
+
+type memURL struct{}
+
+func (memURL) Open(context.Context) (Driver, error) {
+	return &bucketBackend{b: memblob.OpenBucket(nil), partSize: DefaultPartSize}, nil
+}
+
 // bucketBackend stores objects through gocloud.dev/blob (S3, GCS, memory).
 type bucketBackend struct {
 	b        *blob.Bucket
@@ -52,7 +63,7 @@ func (bb *bucketBackend) partSizeFor(size int64) int64 {
 	return ps
 }
 
-func (bb *bucketBackend) put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error {
+func (bb *bucketBackend) Put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error {
 	// Cancelling wctx before Close is gocloud's way to abort a write: no
 	// object appears (S3 multipart uploads are not completed, single PUTs
 	// never start, memblob drops the buffer).
@@ -108,7 +119,7 @@ func (bb *bucketBackend) abandon(ctx context.Context, in *transfermanager.Upload
 	return nil
 }
 
-func (bb *bucketBackend) stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+func (bb *bucketBackend) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
 	a, err := bb.b.Attributes(ctx, key)
 	if err != nil {
 		return ports.ObjectInfo{}, classify(err)
@@ -120,7 +131,7 @@ func (bb *bucketBackend) stat(ctx context.Context, key string) (ports.ObjectInfo
 	return info, nil
 }
 
-func (bb *bucketBackend) open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+func (bb *bucketBackend) Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if length == 0 {
 		// S3 cannot serve an empty range; all that is left to check is that
 		// the object exists and the offset is inside it.
@@ -163,14 +174,14 @@ func offsetPastEnd(offset, size int64) error {
 	return &core.FieldError{Field: "offset", Reason: fmt.Sprintf("%d is past the end of the %d-byte object", offset, size)}
 }
 
-func (bb *bucketBackend) remove(ctx context.Context, key string) error {
+func (bb *bucketBackend) Remove(ctx context.Context, key string) error {
 	if err := bb.b.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 		return classify(err)
 	}
 	return nil
 }
 
-func (bb *bucketBackend) signedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
+func (bb *bucketBackend) SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
 	if !bb.canSign {
 		return "", fmt.Errorf("signed URLs: %w", core.ErrUnsupported)
 	}
@@ -181,7 +192,7 @@ func (bb *bucketBackend) signedURL(ctx context.Context, key string, ttl time.Dur
 	return u, nil
 }
 
-func (bb *bucketBackend) close() error { return bb.b.Close() }
+func (bb *bucketBackend) Close() error { return bb.b.Close() }
 
 // classify adds the core sentinel matching a gocloud error code, keeping the
 // original error (which names the key but no credentials) in the chain.

@@ -33,6 +33,9 @@ func (h *urlHarness) MakeStore(ctx context.Context) (ports.ArtifactStore, error)
 
 func (h *urlHarness) SupportsSignedURL() bool { return h.signed }
 
+// Backend is the kind a store opened from the URL must report: its scheme.
+func (h *urlHarness) Backend() string { return h.url[:strings.Index(h.url, "://")] }
+
 func (h *urlHarness) Close() {
 	for _, s := range h.stores {
 		_ = s.Close()
@@ -91,6 +94,8 @@ func (h *s3Harness) MakeStore(ctx context.Context) (ports.ArtifactStore, error) 
 }
 
 func (h *s3Harness) SupportsSignedURL() bool { return true }
+
+func (h *s3Harness) Backend() string { return BackendS3 }
 
 func (h *s3Harness) Close() {
 	for _, s := range h.stores {

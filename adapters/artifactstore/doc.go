@@ -2,6 +2,13 @@
 // (file://), S3 or an S3-compatible server such as MinIO (s3://), Google Cloud
 // Storage (gs://) and memory (mem://).
 //
+// Each kind declares itself as a Scheme (its URL scheme, whether its bytes
+// are remote, how its URLs parse) beside its code, and Register makes it
+// known to Open, in gocloud's URLMux shape: a new backend is a Driver and
+// a Scheme in its own file or package plus one Register line, and
+// everything that names store kinds (Store.Backend, the data plane's
+// settings and scrub rule, the conformance suite) follows.
+//
 // Every backend verifies size and sha256 while the bytes stream in and
 // publishes an object only when both match, so a caller that writes metadata
 // rows after Put returns never points at partial or wrong bytes. S3, GCS and

@@ -95,7 +95,56 @@ func TestFileFailedPutLeavesNoFiles(t *testing.T) {
 			if files := regularFiles(t, dir); len(files) != 0 {
 				t.Fatalf("files left behind: %v", files)
 			}
+			if left := entries(t, dir); len(left) != 0 {
+				t.Fatalf("directories left behind: %v", left)
+			}
 		})
+	}
+}
+
+// entries lists everything under dir, directories included.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && p != dir {
+			out = append(out, strings.TrimPrefix(p, dir+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestFileDeleteLeavesNoEmptyDirectories: deleting an object removes the
+// directories its key made once nothing else is in them, and only then.
+func TestFileDeleteLeavesNoEmptyDirectories(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openFileStore(t, dir)
+	data := []byte("rootfs")
+	for _, k := range []string{"p/rfs-1/rfs-1.ext4", "p/rfs-2/rfs-2.ext4"} {
+		if err := s.Put(ctx, k, bytes.NewReader(data), info(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "p/rfs-1/rfs-1.ext4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, dir); strings.Join(got, " ") != "p p/rfs-2 p/rfs-2/rfs-2.ext4" {
+		t.Fatalf("after deleting rfs-1: %v, want only rfs-2 and its directories", got)
+	}
+	if err := s.Delete(ctx, "p/rfs-2/rfs-2.ext4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, dir); len(got) != 0 {
+		t.Fatalf("after deleting both: %v left", got)
+	}
+	// A Put into a directory a Delete just emptied still works.
+	if err := s.Put(ctx, "p/rfs-2/rfs-2.ext4", bytes.NewReader(data), info(data)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -304,8 +353,8 @@ func TestFilePutLinksAFileOnItsFilesystem(t *testing.T) {
 	if err != nil || !os.SameFile(a, b) {
 		t.Fatalf("the object is not the linked file: %v", err)
 	}
-	if b.Mode().Perm() != 0o644 {
-		t.Errorf("object mode %v, want 0644 as copied objects have", b.Mode().Perm())
+	if b.Mode().Perm() != DefaultFileMode {
+		t.Errorf("object mode %v, want %v as copied objects have", b.Mode().Perm(), DefaultFileMode)
 	}
 	// The scratch name can go; the object stays.
 	if err := os.RemoveAll(filepath.Dir(src)); err != nil {
@@ -426,7 +475,8 @@ func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
 	wrong := ports.ObjectInfo{Size: int64(len(data)), SHA256: info([]byte("other bytes of the same size!")).SHA256}
 	for _, key := range []string{"b/copy.ext4", "a/a.ext4"} {
 		t.Run(key, func(t *testing.T) {
-			s := openFileStore(t, t.TempDir())
+			dir := t.TempDir()
+			s := openFileStore(t, dir)
 			if err := s.Put(ctx, "a/a.ext4", bytes.NewReader(data), info(data)); err != nil {
 				t.Fatal(err)
 			}
@@ -443,6 +493,9 @@ func TestFileFailedLinkPutLeavesTheLinkedFileAlone(t *testing.T) {
 			}
 			if got, err := s.Stat(ctx, "a/a.ext4"); err != nil || got.SHA256 != info(data).SHA256 {
 				t.Fatalf("the object after a refused Put of its file: %+v, %v; want sha256 %s", got, err, info(data).SHA256)
+			}
+			if got := entries(t, dir); strings.Join(got, " ") != "a a/a.ext4" {
+				t.Fatalf("after the refused Put: %v, want only the object", got)
 			}
 		})
 	}
@@ -480,4 +533,83 @@ func sameDevice(a, b os.FileInfo) bool {
 	sa, ok1 := a.Sys().(*syscall.Stat_t)
 	sb, ok2 := b.Sys().(*syscall.Stat_t)
 	return ok1 && ok2 && sa.Dev == sb.Dev
+}
+
+// TestObjectModes: objects and their directories are never readable by
+// everyone by default (0640 in 0750), whatever the process's umask and
+// whether the object was copied or linked in; file_mode sets another mode
+// (for a Cubelet or upstream master reading the files as another user);
+// a store written with wider modes is tightened when opened; modes that
+// lock the service out or let everyone write are refused. Before, objects
+// were 0644 in 0755 directories.
+func TestObjectModes(t *testing.T) {
+	ctx := context.Background()
+	data := []byte("an ext4 image, perhaps with secrets in it")
+	for _, tc := range []struct {
+		param     string
+		file, dir os.FileMode
+	}{
+		{"", 0o640, 0o750},
+		{"&file_mode=0600", 0o600, 0o700},
+		{"&file_mode=644", 0o644, 0o755},
+	} {
+		dir := t.TempDir()
+		s, err := Open(ctx, "file://"+dir+"/store?create_dir=true"+tc.param)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, "rfs-a/rfs-a.ext4", bytes.NewReader(data), info(data)); err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(dir, "scratch.ext4")
+		if err := os.WriteFile(src, data, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(src) // linked in, not copied
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Put(ctx, "rfs-b/rfs-b.ext4", f, info(data))
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string]os.FileMode{
+			"store": tc.dir, "store/rfs-a": tc.dir, "store/rfs-a/rfs-a.ext4": tc.file, "store/rfs-b/rfs-b.ext4": tc.file,
+		} {
+			if fi, err := os.Stat(filepath.Join(dir, p)); err != nil || fi.Mode().Perm() != want {
+				t.Errorf("file_mode %q: %s: %v %v, want %v", tc.param, p, fi.Mode().Perm(), err, want)
+			}
+		}
+		s.Close()
+	}
+
+	// A store written before: 0644 objects in 0755 directories.
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "rfs-old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "rfs-old", "rfs-old.ext4")
+	if err := os.WriteFile(old, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for p, want := range map[string]os.FileMode{dir: 0o750, filepath.Dir(old): 0o750, old: 0o640} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("reopened store: %s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+
+	for _, bad := range []string{"0666", "0400", "0746", "9", "0o640", "01640"} {
+		if _, err := Open(ctx, "file://"+t.TempDir()+"?file_mode="+bad); err == nil || !strings.Contains(err.Error(), "file_mode") {
+			t.Errorf("file_mode=%s: %v, want a refusal naming file_mode", bad, err)
+		}
+	}
 }

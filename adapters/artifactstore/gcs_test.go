@@ -89,6 +89,8 @@ func (h *gcsHarness) MakeStore(ctx context.Context) (ports.ArtifactStore, error)
 
 func (h *gcsHarness) SupportsSignedURL() bool { return true }
 
+func (h *gcsHarness) Backend() string { return BackendGCS }
+
 // SignedURLClient: signed URLs name https on the emulator's host, as they
 // would name https on Google's; the emulator speaks plain HTTP.
 func (h *gcsHarness) SignedURLClient() *http.Client {
@@ -252,7 +254,7 @@ func TestGCSSignedURLGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(su.gsURL)
+	u, err := url.Parse(string(su.opener.(gsURL)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/gcsblob" // registers gs:// on blob.DefaultURLMux
-	"gocloud.dev/blob/memblob"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -21,22 +16,18 @@ import (
 type storeURL struct {
 	scheme string
 	prefix string
-	// file://
-	dir       string
-	createDir bool
-	// s3://
-	s3 S3Config
-	// gs://: the bucket URL handed to gcsblob, prefix removed
-	gsURL string
+	opener Opener
 }
 
 // secretParams are query parameters that would put secrets into a URL.
 var secretParams = []string{"access_key", "secret_key", "access_key_id", "secret_access_key",
 	"session_token", "token", "password", "private_key"}
 
-// Open opens the store a URL names:
+// Open opens the store a URL names, by the Scheme registered for its
+// scheme; every kind takes ?prefix=p, a folder its keys are kept under.
+// The built-in kinds:
 //
-//	file:///abs/dir[?create_dir=true][&prefix=p]
+//	file:///abs/dir[?create_dir=true][&file_mode=0640][&prefix=p]
 //	s3://bucket?endpoint=host:port&region=r&use_path_style=true&disable_https=true[&prefix=p]
 //	gs://bucket[?prefix=p][&gcsblob parameters]
 //	mem://[?prefix=p]
@@ -50,37 +41,11 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open artifact store %s: %w", redactURLString(rawURL), err)
 	}
-	s, err := su.open(ctx)
+	d, err := su.opener.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact store %s: %w", redactURLString(rawURL), err)
 	}
-	return s, nil
-}
-
-func (su *storeURL) open(ctx context.Context) (*Store, error) {
-	switch su.scheme {
-	case BackendFile:
-		db, err := openDir(su.dir, su.createDir)
-		if err != nil {
-			return nil, err
-		}
-		return &Store{kind: BackendFile, prefix: su.prefix, be: db}, nil
-	case BackendMem:
-		return &Store{kind: BackendMem, prefix: su.prefix, be: &bucketBackend{b: memblob.OpenBucket(nil), partSize: DefaultPartSize}}, nil
-	case BackendS3:
-		bb, prefix, err := openS3Bucket(ctx, su.s3)
-		if err != nil {
-			return nil, err
-		}
-		return &Store{kind: BackendS3, prefix: prefix, be: bb}, nil
-	case BackendGCS:
-		b, err := blob.OpenBucket(ctx, su.gsURL)
-		if err != nil {
-			return nil, fmt.Errorf("open gcs bucket: %w", err)
-		}
-		return &Store{kind: BackendGCS, prefix: su.prefix, be: &bucketBackend{b: b, partSize: DefaultPartSize, canSign: true}}, nil
-	}
-	return nil, fmt.Errorf("scheme %q: %w", su.scheme, core.ErrUnsupported)
+	return &Store{kind: su.scheme, prefix: su.prefix, be: d}, nil
 }
 
 func parseStoreURL(raw string) (*storeURL, error) {
@@ -107,66 +72,28 @@ func parseStoreURL(raw string) (*storeURL, error) {
 		return nil, err
 	}
 	q.Del("prefix")
-	if p := strings.Trim(u.Path, "/"); p != "" && (u.Scheme == BackendS3 || u.Scheme == BackendGCS) {
-		// Dropped, the path would put the objects at the bucket's root,
-		// beside those of any other deployment sharing the bucket.
-		return nil, &core.FieldError{Field: "url", Reason: fmt.Sprintf("%s://%s/%s: a folder in the bucket is given as ?prefix=%s, not as a path", u.Scheme, u.Host, p, p)}
+	kinds := Schemes()
+	if u.Scheme == "" {
+		return nil, &core.FieldError{Field: "url", Reason: fmt.Sprintf("missing scheme (want %s:// or %s://)", strings.Join(kinds[:len(kinds)-1], "://, "), kinds[len(kinds)-1])}
 	}
-	switch u.Scheme {
-	case BackendFile:
-		return su, su.parseFile(u, q)
-	case BackendMem:
-		return su, onlyParams(q)
-	case BackendS3:
-		return su, su.parseS3(u, q)
-	case BackendGCS:
-		if u.Host == "" {
-			return nil, &core.FieldError{Field: "url", Reason: "gs:// needs a bucket name as host"}
-		}
-		su.gsURL = (&url.URL{Scheme: BackendGCS, Host: u.Host, RawQuery: q.Encode()}).String()
-		return su, nil
-	case "":
-		return nil, &core.FieldError{Field: "url", Reason: "missing scheme (want file://, s3://, gs:// or mem://)"}
+	sc, ok := Lookup(u.Scheme)
+	if !ok {
+		return nil, &core.FieldError{Field: "url", Reason: fmt.Sprintf("scheme %q is not one of %s", u.Scheme, strings.Join(kinds, ", "))}
 	}
-	return nil, &core.FieldError{Field: "url", Reason: fmt.Sprintf("scheme %q is not one of file, s3, gs, mem", u.Scheme)}
+	if su.opener, err = sc.Parse(u, q); err != nil {
+		return nil, err
+	}
+	return su, nil
 }
 
-func (su *storeURL) parseFile(u *url.URL, q url.Values) error {
-	if u.Host != "" && u.Host != "localhost" {
-		return &core.FieldError{Field: "url", Reason: "file:// URLs name a local directory (file:///abs/dir)"}
+// noBucketPath refuses a bucket URL with a path: dropped, the path would
+// put the objects at the bucket's root, beside those of any other
+// deployment sharing the bucket.
+func noBucketPath(u *url.URL) error {
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return &core.FieldError{Field: "url", Reason: fmt.Sprintf("%s://%s/%s: a folder in the bucket is given as ?prefix=%s, not as a path", u.Scheme, u.Host, p, p)}
 	}
-	dir := filepath.FromSlash(u.Path)
-	if !filepath.IsAbs(dir) {
-		return &core.FieldError{Field: "url", Reason: "file:// needs an absolute directory path"}
-	}
-	su.dir = filepath.Clean(dir)
-	var err error
-	if su.createDir, err = boolParam(q, "create_dir"); err != nil {
-		return err
-	}
-	return onlyParams(q)
-}
-
-func (su *storeURL) parseS3(u *url.URL, q url.Values) error {
-	if u.Host == "" {
-		return &core.FieldError{Field: "url", Reason: "s3:// needs a bucket name as host"}
-	}
-	su.s3 = S3Config{Bucket: u.Host, Endpoint: q.Get("endpoint"), Region: q.Get("region"), Prefix: su.prefix, UseSSL: true}
-	q.Del("endpoint")
-	q.Del("region")
-	var err error
-	if su.s3.UsePathStyle, err = boolParam(q, "use_path_style"); err != nil {
-		return err
-	}
-	noTLS, err := boolParam(q, "disable_https")
-	if err != nil {
-		return err
-	}
-	su.s3.UseSSL = !noTLS
-	if noTLS && strings.HasPrefix(su.s3.Endpoint, "https://") {
-		return &core.FieldError{Field: "url", Reason: "disable_https=true contradicts an https:// endpoint"}
-	}
-	return onlyParams(q)
+	return nil
 }
 
 // boolParam reads and removes a boolean query parameter (absent: false).

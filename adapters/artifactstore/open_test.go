@@ -61,15 +61,16 @@ func TestParseStoreURL(t *testing.T) {
 		url  string
 		want storeURL
 	}{
-		{"file:///srv/artifacts", storeURL{scheme: "file", dir: "/srv/artifacts"}},
-		{"file://localhost/srv/a/../b/?create_dir=1&prefix=/x/y/", storeURL{scheme: "file", dir: "/srv/b", createDir: true, prefix: "x/y/"}},
-		{"mem://", storeURL{scheme: "mem"}},
-		{"mem://name?prefix=p", storeURL{scheme: "mem", prefix: "p/"}},
+		{"file:///srv/artifacts", storeURL{scheme: "file", opener: fileURL{dir: "/srv/artifacts", fileMode: DefaultFileMode}}},
+		{"file://localhost/srv/a/../b/?create_dir=1&prefix=/x/y/", storeURL{scheme: "file", opener: fileURL{dir: "/srv/b", createDir: true, fileMode: DefaultFileMode}, prefix: "x/y/"}},
+		{"file:///srv/artifacts?file_mode=0644", storeURL{scheme: "file", opener: fileURL{dir: "/srv/artifacts", fileMode: 0o644}}},
+		{"mem://", storeURL{scheme: "mem", opener: memURL{}}},
+		{"mem://name?prefix=p", storeURL{scheme: "mem", opener: memURL{}, prefix: "p/"}},
 		{"s3://bkt?endpoint=127.0.0.1:9000&use_path_style=true&region=eu-west-1&disable_https=true&prefix=cube",
-			storeURL{scheme: "s3", prefix: "cube/", s3: S3Config{Bucket: "bkt", Endpoint: "127.0.0.1:9000", Region: "eu-west-1", UsePathStyle: true, UseSSL: false, Prefix: "cube/"}}},
-		{"s3://bkt", storeURL{scheme: "s3", s3: S3Config{Bucket: "bkt", UseSSL: true}}},
-		{"gs://bkt?prefix=a/b&access_id=-", storeURL{scheme: "gs", prefix: "a/b/", gsURL: "gs://bkt?access_id=-"}},
-		{"gs://bkt", storeURL{scheme: "gs", gsURL: "gs://bkt"}},
+			storeURL{scheme: "s3", prefix: "cube/", opener: s3URL{S3Config{Bucket: "bkt", Endpoint: "127.0.0.1:9000", Region: "eu-west-1", UsePathStyle: true, UseSSL: false}}}},
+		{"s3://bkt", storeURL{scheme: "s3", opener: s3URL{S3Config{Bucket: "bkt", UseSSL: true}}}},
+		{"gs://bkt?prefix=a/b&access_id=-", storeURL{scheme: "gs", prefix: "a/b/", opener: gsURL("gs://bkt?access_id=-")}},
+		{"gs://bkt", storeURL{scheme: "gs", opener: gsURL("gs://bkt")}},
 	} {
 		got, err := parseStoreURL(tc.url)
 		if err != nil {
@@ -84,9 +85,9 @@ func TestParseStoreURL(t *testing.T) {
 
 func TestParseStoreURLRejects(t *testing.T) {
 	for _, tc := range []struct{ url, reason string }{
-		{"", "missing scheme"},
+		{"", "missing scheme (want file://, gs://, mem:// or s3://)"},
 		{"/srv/artifacts", "missing scheme"},
-		{"ftp://host/x", `scheme "ftp"`},
+		{"ftp://host/x", `scheme "ftp" is not one of file, gs, mem, s3`},
 		{"file://host/srv", "local directory"},
 		{"file://relative", "local directory"},
 		{"file:///srv?create_dir=maybe", "create_dir"},

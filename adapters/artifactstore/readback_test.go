@@ -19,15 +19,15 @@ import (
 // flipper is a remote backend that acknowledges uploads and then holds
 // other bytes (one flipped) under the metadata it was sent, as a faulty S3
 // server would.
-type flipper struct{ backend }
+type flipper struct{ Driver }
 
-func (f flipper) put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error {
+func (f flipper) Put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error {
 	b, err := io.ReadAll(src)
 	if err != nil {
 		return err
 	}
 	b[len(b)/2] ^= 0xff
-	return f.backend.put(ctx, key, bytes.NewReader(b), want)
+	return f.Driver.Put(ctx, key, bytes.NewReader(b), want)
 }
 
 func sum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
@@ -53,24 +53,24 @@ func TestPutReadsRemoteObjectsBack(t *testing.T) {
 
 // pausedReadBack holds the first read-back until released.
 type pausedReadBack struct {
-	backend
+	Driver
 	opened          atomic.Bool
 	paused, release chan struct{}
 }
 
-func (p *pausedReadBack) open(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+func (p *pausedReadBack) Open(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if !p.opened.Swap(true) {
 		close(p.paused)
 		<-p.release
 	}
-	return p.backend.open(ctx, key, off, n)
+	return p.Driver.Open(ctx, key, off, n)
 }
 
 // TestReadBackLeavesAnotherUploadInPlace: a read-back that finds another
 // Put's bytes under the key (two uploads of one key at once) fails, but
 // does not remove the other upload's object, which its Put reported.
 func TestReadBackLeavesAnotherUploadInPlace(t *testing.T) {
-	be := &pausedReadBack{backend: &bucketBackend{b: memblob.OpenBucket(nil), partSize: DefaultPartSize},
+	be := &pausedReadBack{Driver: &bucketBackend{b: memblob.OpenBucket(nil), partSize: DefaultPartSize},
 		paused: make(chan struct{}), release: make(chan struct{})}
 	s := &Store{kind: BackendS3, be: be}
 	ctx := context.Background()

@@ -106,6 +106,47 @@ func envBool(getenv func(string) string, name string, def bool) (bool, error) {
 	return b, nil
 }
 
+// s3Scheme is
+// s3://bucket?endpoint=host:port&region=r&use_path_style=true&disable_https=true,
+// credentials from the standard AWS chain.
+var s3Scheme = Scheme{Name: BackendS3, Remote: true, Parse: parseS3URL}
+
+// s3URL is a parsed s3:// URL.
+type s3URL struct{ cfg S3Config }
+
+func (s s3URL) Open(ctx context.Context) (Driver, error) {
+	bb, _, err := openS3Bucket(ctx, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return bb, nil
+}
+
+func parseS3URL(u *url.URL, q url.Values) (Opener, error) {
+	if err := noBucketPath(u); err != nil {
+		return nil, err
+	}
+	if u.Host == "" {
+		return nil, &core.FieldError{Field: "url", Reason: "s3:// needs a bucket name as host"}
+	}
+	cfg := S3Config{Bucket: u.Host, Endpoint: q.Get("endpoint"), Region: q.Get("region"), UseSSL: true}
+	q.Del("endpoint")
+	q.Del("region")
+	var err error
+	if cfg.UsePathStyle, err = boolParam(q, "use_path_style"); err != nil {
+		return nil, err
+	}
+	noTLS, err := boolParam(q, "disable_https")
+	if err != nil {
+		return nil, err
+	}
+	cfg.UseSSL = !noTLS
+	if noTLS && strings.HasPrefix(cfg.Endpoint, "https://") {
+		return nil, &core.FieldError{Field: "url", Reason: "disable_https=true contradicts an https:// endpoint"}
+	}
+	return s3URL{cfg}, onlyParams(q)
+}
+
 // OpenS3 opens an S3 or S3-compatible bucket. The bucket must exist.
 func OpenS3(ctx context.Context, cfg S3Config) (*Store, error) {
 	bb, prefix, err := openS3Bucket(ctx, cfg)

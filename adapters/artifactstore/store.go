@@ -14,7 +14,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Backend names returned by Store.Backend.
+// The built-in kinds' names (Store.Backend), each declared by its Scheme.
 const (
 	BackendFile = "file"
 	BackendS3   = "s3"
@@ -25,18 +25,29 @@ const (
 // maxSignedURLTTL is the longest lifetime SigV4 allows a presigned URL.
 const maxSignedURLTTL = 7 * 24 * time.Hour
 
-// backend is what each kind of store provides; Store adds key validation,
-// the prefix, verification and error context on top. Keys reaching a backend
-// are valid and already carry the prefix.
-type backend interface {
-	// put copies src to key and publishes it only if src ends with io.EOF;
-	// any other error from src aborts the write.
-	put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error
-	stat(ctx context.Context, key string) (ports.ObjectInfo, error)
-	open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
-	remove(ctx context.Context, key string) error
-	signedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
-	close() error
+// Driver is what each kind of store provides (gocloud's driver.Bucket
+// shape): Store adds key validation, the prefix, verification, the
+// read-back of remote kinds and error context on top. Keys reaching a
+// driver are valid and already carry the prefix. A backend in a package
+// of its own implements it and registers its Scheme.
+type Driver interface {
+	// Put copies src to key and publishes it only if src ends with
+	// io.EOF; any other error from src aborts the write, and nothing is
+	// published. want is the size and sha256 src is verified against
+	// (Stat reports the sha256 back).
+	Put(ctx context.Context, key string, src io.Reader, want ports.ObjectInfo) error
+	// Stat returns the object's size, sha256 and modification time, or an
+	// error wrapping core.ErrNotFound.
+	Stat(ctx context.Context, key string) (ports.ObjectInfo, error)
+	// Open reads length bytes from offset (length < 0: to the end), as
+	// Store.Open describes.
+	Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// Remove deletes the object; a missing one is not an error.
+	Remove(ctx context.Context, key string) error
+	// SignedURL mints a presigned GET URL, or fails wrapping
+	// core.ErrUnsupported.
+	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
+	Close() error
 }
 
 // Store is a ports.ArtifactStore. Make one with Open or OpenS3; it is safe
@@ -44,16 +55,16 @@ type backend interface {
 type Store struct {
 	kind   string
 	prefix string // "" or ends with "/"
-	be     backend
+	be     Driver
 }
 
 var _ ports.ArtifactStore = (*Store)(nil)
 
-// Backend names the store kind: "file", "s3", "gs" or "mem".
+// Backend names the store kind: the name of the Scheme it was opened by.
 func (s *Store) Backend() string { return s.kind }
 
 // Close releases the store's resources.
-func (s *Store) Close() error { return s.be.close() }
+func (s *Store) Close() error { return s.be.Close() }
 
 func (s *Store) fullKey(key string) (string, error) {
 	if err := ValidateKey(key); err != nil {
@@ -92,10 +103,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 			}
 		}
 	}
-	if err := s.be.put(ctx, full, newVerifier(r, want), want); err != nil {
+	if err := s.be.Put(ctx, full, newVerifier(r, want), want); err != nil {
 		return fmt.Errorf("put artifact %s: %w", key, err)
 	}
-	if s.kind == BackendS3 || s.kind == BackendGCS {
+	if sc, ok := Lookup(s.kind); ok && sc.Remote {
 		// A remote store's acknowledgement is no proof that it holds the
 		// bytes: read them back before anyone is told they are there.
 		if err := s.readBack(ctx, full, want); err != nil {
@@ -112,7 +123,7 @@ var ErrStoredMismatch = errors.New("the store acknowledged the upload but holds 
 
 // readBack hashes the stored object and removes it when it is not want.
 func (s *Store) readBack(ctx context.Context, full string, want ports.ObjectInfo) error {
-	rc, err := s.be.open(ctx, full, 0, -1)
+	rc, err := s.be.Open(ctx, full, 0, -1)
 	if err != nil {
 		return fmt.Errorf("read back: %w", err)
 	}
@@ -129,10 +140,10 @@ func (s *Store) readBack(ctx context.Context, full string, want ports.ObjectInfo
 		// Only an object that still claims to be this upload is removed:
 		// another Put of the key may have replaced it meanwhile, and that
 		// Put reported its object stored.
-		if cur, err := s.be.stat(rctx, full); err == nil && cur.SHA256 != want.SHA256 {
+		if cur, err := s.be.Stat(rctx, full); err == nil && cur.SHA256 != want.SHA256 {
 			return fmt.Errorf("%w (the key now holds another upload, left in place)", mismatch)
 		}
-		return errors.Join(mismatch, s.be.remove(rctx, full))
+		return errors.Join(mismatch, s.be.Remove(rctx, full))
 	}
 	return nil
 }
@@ -144,7 +155,7 @@ func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) 
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("stat artifact: %w", err)
 	}
-	info, err := s.be.stat(ctx, full)
+	info, err := s.be.Stat(ctx, full)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("stat artifact %s: %w", key, err)
 	}
@@ -163,7 +174,7 @@ func (s *Store) Open(ctx context.Context, key string, offset, length int64) (io.
 	if offset < 0 {
 		return nil, fmt.Errorf("open artifact %s: %w", key, &core.FieldError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)})
 	}
-	rc, err := s.be.open(ctx, full, offset, length)
+	rc, err := s.be.Open(ctx, full, offset, length)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s: %w", key, err)
 	}
@@ -176,7 +187,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("delete artifact: %w", err)
 	}
-	if err := s.be.remove(ctx, full); err != nil {
+	if err := s.be.Remove(ctx, full); err != nil {
 		return fmt.Errorf("delete artifact %s: %w", key, err)
 	}
 	return nil
@@ -194,7 +205,7 @@ func (s *Store) SignedURL(ctx context.Context, key string, ttl time.Duration) (s
 	if ttl <= 0 || ttl > maxSignedURLTTL {
 		return "", fmt.Errorf("sign artifact URL %s: %w", key, &core.FieldError{Field: "ttl", Reason: fmt.Sprintf("%v is not in (0, %v]", ttl, maxSignedURLTTL)})
 	}
-	u, err := s.be.signedURL(ctx, full, ttl)
+	u, err := s.be.SignedURL(ctx, full, ttl)
 	if err != nil {
 		return "", fmt.Errorf("sign artifact URL %s: %w", key, err)
 	}

@@ -11,5 +11,11 @@
 // CleanupTemplate count as success, because both are idempotent cleanups.
 // AppSnapshot takes the generated sandbox create request as JSON and maps
 // it explicitly onto RunCubeSandboxRequest (see RunRequestFromJSON).
-// FanOut runs one call per node with bounded parallelism.
+// Calls to many nodes at once are the control plane's (its one bounded
+// fan-out, fanOut in core/control).
+//
+// NodeCredentials gives the dial options of every connection to a node
+// (the client's and the node directory's health probes): the node
+// credential as per-call metadata (x-cube-node-token, which node agents
+// require and Cubelets ignore) and, with a CA, TLS or mutual TLS.
 package cubelet

@@ -86,6 +86,26 @@ type member struct {
 	lastProbe time.Time
 	lastErr   string
 	conn      *grpc.ClientConn // touched only under probeMu
+	// down is closed while the node is unhealthy or no longer listed; a
+	// node that turns healthy gets a fresh, open one (Down).
+	down chan struct{}
+}
+
+// closedChan is the Down channel of a node that is down now.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func newMember(n ports.Node) *member {
+	n.Healthy = false
+	return &member{node: n, lastErr: "not probed yet", down: closedChan}
+}
+
+// leave closes m's Down channel (called under mu).
+func (m *member) leave() {
+	select {
+	case <-m.down:
+	default:
+		close(m.down)
+	}
 }
 
 var _ ports.NodeDirectory = (*Directory)(nil)
@@ -121,8 +141,7 @@ func New(nodes []ports.Node, opts Options) (*Directory, error) {
 		if n.InstanceType == "" {
 			n.InstanceType = core.DefaultInstanceType
 		}
-		n.Healthy = false
-		d.byID[n.ID] = &member{node: n, lastErr: "not probed yet"}
+		d.byID[n.ID] = newMember(n)
 		d.ids = append(d.ids, n.ID)
 	}
 	slices.Sort(d.ids)
@@ -182,8 +201,7 @@ func (d *Directory) Refresh(ctx context.Context) error {
 			old.node.IP, old.node.InstanceType = n.IP, n.InstanceType
 			byID[n.ID] = old
 		} else {
-			n.Healthy = false
-			byID[n.ID] = &member{node: n, lastErr: "not probed yet"}
+			byID[n.ID] = newMember(n)
 			d.log.Info("node listed", "node", n.ID, "addr", n.Addr)
 		}
 		ids = append(ids, n.ID)
@@ -196,6 +214,7 @@ func (d *Directory) Refresh(ctx context.Context) error {
 			_ = m.conn.Close()
 			m.conn = nil
 		}
+		m.leave()
 		if byID[id] == nil {
 			d.log.Info("node no longer listed", "node", id, "addr", m.node.Addr)
 		}
@@ -331,6 +350,12 @@ func (d *Directory) record(m *member, err error) {
 		m.lastErr = err.Error()
 	}
 	now := m.node.Healthy
+	switch {
+	case now && !was:
+		m.down = make(chan struct{})
+	case !now:
+		m.leave()
+	}
 	d.mu.Unlock()
 	switch {
 	case now && (!was || first):
@@ -363,6 +388,35 @@ func (d *Directory) HealthyNodes(ctx context.Context, instanceType string) ([]po
 		}
 	}
 	return out, nil
+}
+
+// Nodes returns every listed node of the instance type ("" means
+// core.DefaultInstanceType) with its health as last probed, sorted by id.
+func (d *Directory) Nodes(_ context.Context, instanceType string) ([]ports.Node, error) {
+	if instanceType == "" {
+		instanceType = core.DefaultInstanceType
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []ports.Node
+	for _, id := range d.ids {
+		if n := d.byID[id].node; n.InstanceType == instanceType {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Down returns a channel closed when the node fails a health probe or
+// leaves the list; it is closed already for a node that is unhealthy now
+// or not listed.
+func (d *Directory) Down(nodeID string) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m := d.byID[strings.TrimSpace(nodeID)]; m != nil {
+		return m.down
+	}
+	return closedChan
 }
 
 // Get returns the node with its current health, healthy or not (cleanup
@@ -406,6 +460,11 @@ func (d *Directory) Close() error {
 	}
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()
+	d.mu.Lock()
+	for _, id := range d.ids {
+		d.byID[id].leave()
+	}
+	d.mu.Unlock()
 	var errs []error
 	for _, id := range d.ids {
 		if m := d.byID[id]; m.conn != nil {

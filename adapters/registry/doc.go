@@ -4,10 +4,13 @@
 //
 // What it guarantees, and why:
 //
-//   - Only registry references are accepted (ocidir:// only with
-//     AllowLocalLayouts): a local layout reference would let a caller read
-//     files on the server. Digests are validated (sha256/sha512) before
-//     they reach a URL or a path. Errors never echo the reference.
+//   - References are read in core's grammar (core.ParseImageRef, the one
+//     the control plane checks requests with) and handed to regclient
+//     already parsed. Only registry references are accepted (ocidir://
+//     only with AllowLocalLayouts): a local layout reference would let a
+//     caller read files on the server. Digests are validated
+//     (sha256/sha512) before they reach a URL or a path. Errors never
+//     echo the reference.
 //   - Every connection goes through the egress policy (egress.go), checked
 //     on the address actually dialled, so redirects and DNS rebinding to
 //     link-local or metadata addresses fail.

@@ -26,13 +26,18 @@ var ErrEgressDenied = errors.New("egress policy refused the address")
 // (169.254.0.0/16 including the AWS/GCP/Azure/Tencent metadata address
 // 169.254.169.254, fe80::/10), the other well-known metadata addresses
 // (fd00:ec2::254, 100.100.100.200) and names (metadata.google.internal,
-// metadata), unspecified, multicast and broadcast addresses.
+// metadata), unspecified (0.0.0.0/8, ::), multicast and broadcast
+// addresses.
 //
 // Loopback (127.0.0.0/8, ::1) and private ranges (10/8, 172.16/12,
 // 192.168/16, 100.64/10, fc00::/7) are refused unless AllowLoopback /
 // AllowPrivate is set or the host being dialled is trusted: listed in
 // TrustedHosts, in Options.InsecureHosts, or as a mirror. Everything else
-// (public addresses) is allowed.
+// (public addresses) is allowed. An IPv6 address that embeds an IPv4
+// address (NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4 2002::/16, Teredo
+// 2001::/32, IPv4-compatible ::a.b.c.d, IPv4-mapped ::ffff:a.b.c.d) is
+// judged by the embedded address too, since a translator or tunnel
+// delivers it there.
 //
 // The policy is enforced where connections are made, on the resolved
 // address actually dialled, so DNS rebinding and redirects (to a token
@@ -100,27 +105,51 @@ func checkName(host string) error {
 // addresses refused whatever the settings are core's
 // (core.NeverAllowedRegistryAddr), which the control plane also applies
 // to literal addresses in references before it writes a job.
+//
+// An IPv6 address that embeds an IPv4 one (NAT64, 6to4, Teredo,
+// IPv4-compatible and -mapped: core.EmbeddedIPv4s) is judged by every
+// address it carries as well as by itself: behind a translator,
+// 64:ff9b::7f00:1 is 127.0.0.1.
 func (e *egress) checkAddr(host, port string, a netip.Addr) error {
 	a = a.Unmap()
 	if reason := core.NeverAllowedRegistryAddr(a); reason != "" {
 		return fmt.Errorf("%s resolves to %s, %s: %w", host, a, reason, ErrEgressDenied)
 	}
+	if err := e.checkClass(host, port, a, a.String()); err != nil {
+		return err
+	}
+	for _, em := range core.EmbeddedIPv4s(a) {
+		if err := e.checkClass(host, port, em.Addr, fmt.Sprintf("%s, which embeds %s (%s),", a, em.Addr, em.Form)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkClass refuses a loopback or private address unless the policy or
+// the host's trust allows it; shown is how the message names it.
+func (e *egress) checkClass(host, port string, a netip.Addr, shown string) error {
 	switch {
 	case a.IsLoopback():
 		if e.policy.AllowLoopback || e.isTrusted(host, port) {
 			return nil
 		}
-		return fmt.Errorf("%s resolves to loopback %s and is not a trusted registry host: %w", host, a, ErrEgressDenied)
+		return fmt.Errorf("%s resolves to loopback %s and is not a trusted registry host: %w", host, shown, ErrEgressDenied)
 	case isPrivate(a):
 		if e.policy.AllowPrivate || e.isTrusted(host, port) {
 			return nil
 		}
-		return fmt.Errorf("%s resolves to private %s and is not a trusted registry host: %w", host, a, ErrEgressDenied)
+		return fmt.Errorf("%s resolves to private %s and is not a trusted registry host: %w", host, shown, ErrEgressDenied)
 	}
 	return nil
 }
 
+// isPrivate counts the local-use NAT64 prefix as private: it exists to
+// translate to non-global IPv4 addresses (RFC 8215).
 func isPrivate(a netip.Addr) bool {
+	if core.IsLocalNAT64(a) {
+		return true
+	}
 	for _, p := range privateRanges {
 		if p.Contains(a) {
 			return true

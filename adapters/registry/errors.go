@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/regclient/regclient/types/errs"
 
@@ -45,9 +49,49 @@ func rejectf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrImageRejected, fmt.Sprintf(format, args...))
 }
 
+// layerName names a layer in errors: its place in the image and its
+// digest, once (the wrappers below it must not repeat the digest).
+func layerName(i, n int, d digest.Digest) string {
+	return fmt.Sprintf("layer %d of %d (%s)", i+1, n, d)
+}
+
+// causeError is an error with a shorter message that still unwraps to
+// the original, so sentinels and retry decisions see everything.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }
+
+// regclientBlobPrefix starts regclient's blob errors, which repeat the
+// digest and the reference the caller already names.
+const regclientBlobPrefix = "failed to get blob"
+
+// shortCause keeps the cause of a blob download failure and drops what the
+// caller already says: regclient's "failed to get blob, digest D, ref R"
+// and net/http's `Get "URL"` (both repeat the digest). A registry that
+// died is then "dial tcp host:port: connect: connection refused".
+func shortCause(err error) error {
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		return &causeError{msg: ue.Err.Error(), err: err}
+	case strings.HasPrefix(err.Error(), regclientBlobPrefix) && errors.Unwrap(err) != nil:
+		return &causeError{msg: errors.Unwrap(err).Error(), err: err}
+	}
+	return err
+}
+
 // classify maps a regclient or transport error onto core sentinels so the
-// HTTP edge can answer with the right code. what names the object.
+// HTTP edge can answer with the right code. what names the object; ""
+// when the caller names it.
 func classify(err error, what string) error {
+	if err != nil && what == "" {
+		// No name to add: wrap with the sentinel only, keeping err's words.
+		return classifyUnnamed(err)
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -66,6 +110,24 @@ func classify(err error, what string) error {
 		return fmt.Errorf("%s: %w: %v", what, ErrDigestMismatch, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// classifyUnnamed is classify for an error whose object the caller names.
+func classifyUnnamed(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, ErrEgressDenied):
+		return fmt.Errorf("%w (%w)", err, core.ErrInvalidArgument)
+	case errors.Is(err, errs.ErrHTTPUnauthorized):
+		return fmt.Errorf("%w: repository does not exist or the credentials are wrong: %w", ErrUnauthorized, core.ErrNotFound)
+	case errors.Is(err, errs.ErrNotFound):
+		return fmt.Errorf("not found in the registry: %w", core.ErrNotFound)
+	case errors.Is(err, errs.ErrDigestMismatch), errors.Is(err, errs.ErrSizeLimitExceeded),
+		errors.Is(err, layercache.ErrDigestMismatch), errors.Is(err, layercache.ErrSizeMismatch):
+		return fmt.Errorf("%w: %v", ErrDigestMismatch, err)
+	}
+	return err
 }
 
 // retryable reports whether another attempt may succeed: network trouble,

@@ -151,19 +151,19 @@ func (s *Source) fetchLayers(ctx context.Context, req ports.ImageRequest, img *p
 			defer func() { <-sem }()
 			path, err := s.ensureBlob(ctx, rc, r, j.desc, prog)
 			if err != nil {
-				fail(fmt.Errorf("layer %d (%s): %w", j.indexes[0], j.desc.Digest, err))
+				fail(fmt.Errorf("%s: %w", layerName(j.indexes[0], len(layers), j.desc.Digest), err))
 				return
 			}
 			for _, i := range j.indexes {
 				want := img.Config.RootFS.DiffIDs[i]
 				diff, err := s.diffID(ctx, path, j.desc, want.Algorithm())
 				if err != nil {
-					fail(fmt.Errorf("layer %d (%s): diff_id: %w", i, j.desc.Digest, err))
+					fail(fmt.Errorf("%s: diff_id: %w", layerName(i, len(layers), j.desc.Digest), err))
 					return
 				}
 				if diff != want {
-					fail(fmt.Errorf("layer %d (%s): uncompressed digest %s but config rootfs.diff_ids[%d] is %s: %w",
-						i, j.desc.Digest, diff, i, want, ErrDiffIDMismatch))
+					fail(fmt.Errorf("%s: uncompressed digest %s but config rootfs.diff_ids[%d] is %s: %w",
+						layerName(i, len(layers), j.desc.Digest), diff, i, want, ErrDiffIDMismatch))
 					return
 				}
 				out[i] = ports.LocalLayer{Descriptor: layers[i], DiffID: diff.String(), Path: path}
@@ -212,7 +212,7 @@ func (s *Source) ensureBlobWith(ctx context.Context, rc *regclient.RegClient, r 
 		}
 		var resumeErr *resumeError
 		again := errors.As(err, &resumeErr)
-		err = classify(err, "blob "+d.Digest.String())
+		err = shortCause(classify(err, ""))
 		again = again || retryable(err)
 		if !again || attempt >= s.opts.Retries || ctx.Err() != nil {
 			return "", err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
@@ -57,60 +56,31 @@ var layerTypes = map[string]compression{
 	"application/vnd.docker.image.rootfs.foreign.diff.tar":         compNone,
 }
 
-// platformPattern is OS/ARCH[/VARIANT], the form core accepts.
-var platformPattern = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$`)
-
-// maxRefLen matches the source_image_ref column.
-const maxRefLen = 1024
-
-// parseRef validates a user-supplied reference. Only registry references
-// pass (ocidir:// too when AllowLocalLayouts is set); error messages never
-// echo the reference, which could carry credentials pasted by mistake.
+// parseRef reads a user-supplied reference in core's grammar
+// (core.ParseImageRef: digests validated, messages that never echo the
+// reference, which could carry credentials pasted by mistake) and turns it
+// into regclient's reference. Only registry references pass, ocidir://
+// too when AllowLocalLayouts is set; the registry's address is the egress
+// policy's to judge (precheckHost, and every dial).
 func (s *Source) parseRef(raw string) (ref.Ref, error) {
-	if strings.TrimSpace(raw) == "" {
-		return ref.Ref{}, refErr("is required")
-	}
-	if len(raw) > maxRefLen {
-		return ref.Ref{}, refErr("longer than %d characters", maxRefLen)
-	}
-	for _, c := range raw {
-		if c <= ' ' || c == 0x7f {
-			return ref.Ref{}, refErr("contains whitespace or control characters")
-		}
-		if c > 0x7e {
-			return ref.Ref{}, refErr("contains non-ASCII characters (registry hosts must be ASCII or punycode)")
-		}
-	}
-	if scheme, _, ok := strings.Cut(raw, "://"); ok {
-		if !(scheme == "ocidir" && s.opts.AllowLocalLayouts) {
-			return ref.Ref{}, refErr("scheme %q is not allowed: use a registry reference such as registry.example.com/repo:tag", scheme)
-		}
-	}
-	r, err := ref.New(raw)
+	r, err := core.ParseImageRef(raw)
 	if err != nil {
-		if strings.Contains(err.Error(), "lowercase") {
-			return ref.Ref{}, refErr("repository must be lowercase")
-		}
-		return ref.Ref{}, refErr("not an image reference: want [registry/]repository[:tag][@digest]")
+		return ref.Ref{}, err
 	}
-	switch r.Scheme {
-	case "reg":
-		if len(r.Repository) > 255 {
-			return ref.Ref{}, refErr("repository name longer than 255 characters")
-		}
-	case "ocidir":
-		if !s.opts.AllowLocalLayouts {
-			return ref.Ref{}, refErr("local OCI layouts are not allowed")
-		}
-	default:
-		return ref.Ref{}, refErr("scheme %q is not allowed", r.Scheme)
+	if r.IsLocalLayout() && !s.opts.AllowLocalLayouts {
+		return ref.Ref{}, refErr("scheme %q is not allowed: use a registry reference such as registry.example.com/repo:tag", core.LocalLayoutScheme)
 	}
-	if r.Digest != "" {
-		if _, err := checkDigest(r.Digest); err != nil {
-			return ref.Ref{}, refErr("digest: %v", err)
-		}
+	return regRef(r), nil
+}
+
+// regRef is regclient's reference for a parsed one.
+func regRef(r core.ImageRef) ref.Ref {
+	out := ref.Ref{Scheme: "reg", Registry: r.Registry, Repository: r.Repository, Tag: r.Tag, Digest: r.Digest}
+	if r.IsLocalLayout() {
+		out = ref.Ref{Scheme: "ocidir", Path: r.LayoutPath, Tag: r.Tag, Digest: r.Digest}
 	}
-	return r, nil
+	out.Reference = out.CommonName()
+	return out
 }
 
 // checkDigest accepts well-formed sha256/sha512 digests only: digests end up
@@ -127,13 +97,14 @@ func checkDigest(s string) (digest.Digest, error) {
 	return "", fmt.Errorf("digest algorithm %q is not accepted (sha256, sha512)", d.Algorithm())
 }
 
-// parsePlatform validates OS/ARCH[/VARIANT] ("" means linux/amd64).
+// parsePlatform validates OS/ARCH[/VARIANT] with core.ValidatePlatform
+// ("" means core.DefaultPlatform).
 func parsePlatform(s string) (platform.Platform, error) {
 	if s == "" {
 		s = core.DefaultPlatform
 	}
-	if !platformPattern.MatchString(s) {
-		return platform.Platform{}, &core.FieldError{Field: "platform", Reason: fmt.Sprintf("%q is not OS/ARCH[/VARIANT]", s)}
+	if err := core.ValidatePlatform(s); err != nil {
+		return platform.Platform{}, err
 	}
 	p, err := platform.Parse(s)
 	if err != nil {

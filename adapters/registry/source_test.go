@@ -200,13 +200,18 @@ func TestLocalLayoutsOnlyWhenAllowed(t *testing.T) {
 	checkFetched(t, got, layers)
 }
 
+// egressCase is an address host:port resolves to, and whether the default
+// policy (deny) and one allowing loopback and private addresses (denyLoose)
+// refuse it.
+type egressCase struct {
+	host, port, addr string
+	deny, denyLoose  bool
+}
+
 func TestEgressPolicyTable(t *testing.T) {
 	e := newEgress(EgressPolicy{TrustedHosts: []string{"trusted.test:5000"}}, nil, nil, 0)
 	withPrivate := newEgress(EgressPolicy{AllowPrivate: true, AllowLoopback: true}, nil, nil, 0)
-	tests := []struct {
-		host, port, addr string
-		deny, denyLoose  bool
-	}{
+	tests := []egressCase{
 		{"x", "443", "169.254.169.254", true, true},
 		{"x", "443", "::ffff:169.254.169.254", true, true},
 		{"x", "443", "169.254.1.1", true, true},
@@ -227,6 +232,46 @@ func TestEgressPolicyTable(t *testing.T) {
 		{"trusted.test", "6000", "127.0.0.1", true, false},
 		{"x", "443", "8.8.8.8", false, false},
 		{"x", "443", "2001:4860:4860::8888", false, false},
+		{"x", "443", "0.1.2.3", true, true},
+	}
+	// Every IPv6 form that embeds an IPv4 address is judged by it: the
+	// metadata address, loopback, a private and a public address in each.
+	for _, form := range []struct {
+		name                                string
+		metadata, loopback, private, public string
+	}{
+		{"NAT64", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b::808:808"},
+		{"6to4", "2002:a9fe:a9fe::1", "2002:7f00:1::", "2002:c0a8:101::", "2002:808:808::"},
+		{"Teredo client", "2001:0:4136:e378:8000:63bf:5601:5601", "2001:0:4136:e378:8000:63bf:80ff:fffe",
+			"2001:0:4136:e378:8000:63bf:f5ff:fffe", "2001:0:4136:e378:8000:63bf:f7f7:f7f7"},
+		{"Teredo server", "2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7", "2001:0:7f00:1:8000:63bf:f7f7:f7f7",
+			"2001:0:a00:1:8000:63bf:f7f7:f7f7", "2001:0:808:808:8000:63bf:f7f7:f7f7"},
+		{"IPv4-compatible", "::a9fe:a9fe", "::7f00:1", "::a00:1", "::808:808"},
+		{"IPv4-mapped", "::ffff:a9fe:a9fe", "::ffff:7f00:1", "::ffff:a00:1", "::ffff:808:808"},
+		{"IPv4-translated", "::ffff:0:a9fe:a9fe", "::ffff:0:7f00:1", "::ffff:0:a00:1", "::ffff:0:808:808"},
+	} {
+		tests = append(tests,
+			egressCase{"x", "443", form.metadata, true, true},
+			egressCase{"x", "443", form.loopback, true, false},
+			egressCase{"x", "443", form.private, true, false},
+			egressCase{"x", "443", form.public, false, false},
+			egressCase{"trusted.test", "5000", form.loopback, false, false},
+		)
+	}
+	// The local-use NAT64 prefix translates to non-global addresses: it is
+	// private whatever it embeds, and refused outright when it embeds a
+	// metadata or link-local address in any layout it fits.
+	for _, tt := range []struct {
+		addr            string
+		deny, denyLoose bool
+	}{
+		{"64:ff9b:1::808:808", true, false},
+		{"64:ff9b:1::a00:1", true, false},
+		{"64:ff9b:1::7f00:1", true, false},
+		{"64:ff9b:1::a9fe:a9fe", true, true},
+		{"64:ff9b:1:a9fe:a9:fe00::", true, true},
+	} {
+		tests = append(tests, egressCase{"x", "443", tt.addr, tt.deny, tt.denyLoose})
 	}
 	for _, tt := range tests {
 		a := netip.MustParseAddr(tt.addr)
@@ -235,6 +280,34 @@ func TestEgressPolicyTable(t *testing.T) {
 		}
 		if err := withPrivate.checkAddr(tt.host, tt.port, a); (err != nil) != tt.denyLoose {
 			t.Errorf("permissive policy %s:%s -> %s: err %v, want deny=%v", tt.host, tt.port, tt.addr, err, tt.denyLoose)
+		}
+	}
+}
+
+// TestDialJudgesEmbeddedAddresses: the dialer, which every registry
+// connection goes through (redirects and token realms included), refuses
+// a name whose DNS answer, or a literal address, embeds a refused IPv4
+// address, before any socket is made: the error is ErrEgressDenied, and it
+// names the embedded address.
+func TestDialJudgesEmbeddedAddresses(t *testing.T) {
+	addr := netip.MustParseAddr
+	e := newEgress(EgressPolicy{}, nil, fakeResolver{
+		"dns64.test":  {addr("64:ff9b::a9fe:a9fe")},
+		"mixed.test":  {addr("2002:7f00:1::"), addr("::a00:1")},
+		"teredo.test": {addr("2001:0:4136:e378:8000:63bf:80ff:fffe")},
+	}, 0)
+	for _, tc := range []struct{ target, says string }{
+		{"dns64.test:443", "embedding 169.254.169.254 (NAT64)"},
+		{"mixed.test:443", "which embeds 127.0.0.1 (6to4)"},
+		{"teredo.test:443", "which embeds 127.0.0.1 (Teredo client)"},
+		{"[64:ff9b::7f00:1]:443", "which embeds 127.0.0.1 (NAT64)"},
+		{"[64:ff9b:1::808:808]:443", "private 64:ff9b:1::808:808"},
+		{"[::a00:1]:443", "which embeds 10.0.0.1 (IPv4-compatible)"},
+		{"[2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7]:443", "embedding 169.254.169.254 (Teredo server)"},
+	} {
+		_, err := e.DialContext(t.Context(), "tcp", tc.target)
+		if !errors.Is(err, ErrEgressDenied) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("dial %s: %v, want an egress refusal saying %q", tc.target, err, tc.says)
 		}
 	}
 }
@@ -498,7 +571,7 @@ func TestDiffIDMismatch(t *testing.T) {
 	if !errors.Is(err, ErrDiffIDMismatch) {
 		t.Fatalf("err = %v, want ErrDiffIDMismatch", err)
 	}
-	for _, want := range []string{"layer 1", wrong.String(), layers[1].diffID.String()} {
+	for _, want := range []string{"layer 2 of 2", wrong.String(), layers[1].diffID.String()} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not name %s", err, want)
 		}
@@ -1269,4 +1342,53 @@ func layerDigests(img *ports.ResolvedImage) []string {
 		out = append(out, l.Digest.String())
 	}
 	return out
+}
+
+// TestRegistryKilledMidPullGivesOneShortError: a registry that dies in the
+// middle of a blob (the connection reset, then nothing listening) fails the
+// fetch with one short error that names the layer once and the cause, not
+// every wrapper's copy of the digest and URL.
+func TestRegistryKilledMidPullGivesOneShortError(t *testing.T) {
+	reg := newFakeRegistry(t)
+	rc := pusher(reg.host)
+	layers := []testLayer{makeLayer(t, 500_000, compNone, false)}
+	refStr := reg.host + "/" + uniqueRepo("killed") + ":v1"
+	pushImage(t, rc, refStr, testImage{layers: layers})
+	d := layers[0].desc().Digest
+	half := len(layers[0].blob) / 2
+	cache, err := layercache.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(cache.Dir(), "tmp", "sha256-"+d.Encoded()+".partial")
+	var killed atomic.Bool
+	reg.setFault(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if !isBlobGet(r, d) || !killed.CompareAndSwap(false, true) {
+			return false
+		}
+		b := blobBytes(next, r)
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return true
+		}
+		fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: application/octet-stream\r\n\r\n", len(b))
+		bw.Write(b[:half])
+		bw.Flush()
+		waitFor(t, func() bool { st, err := os.Stat(partial); return err == nil && st.Size() >= int64(half) })
+		// The process dies: nothing listens any more, the connection resets.
+		reg.srv.Listener.Close()
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+		return true
+	})
+	_, _, err = fetch(t, newTestSource(t, cache, nil, reg.host), ports.ImageRequest{Ref: refStr})
+	if err == nil {
+		t.Fatal("the fetch succeeded from a dead registry")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, d.Encoded()[:12]); n != 1 || len(msg) > 300 || !strings.Contains(msg, "layer 1 of 1") ||
+		!strings.Contains(msg, "connection refused") {
+		t.Fatalf("error of %d characters naming the digest %d times:\n%s\nwant one short error naming layer 1 of 1 once and the cause", len(msg), n, msg)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/opencontainers/go-digest"
@@ -79,7 +80,8 @@ func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *
 			defer func() { <-sem }()
 			p, err := s.ensureBlobWith(ctx, rc, r, d, prog, st)
 			if err != nil {
-				err = fmt.Errorf("layer %s: %w", d.Digest, err)
+				i := slices.IndexFunc(layers, func(l ocispec.Descriptor) bool { return l.Digest == d.Digest })
+				err = fmt.Errorf("%s: %w", layerName(i, len(layers), d.Digest), err)
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err

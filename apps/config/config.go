@@ -24,6 +24,9 @@ type Config struct {
 	ArtifactStoreDir string `yaml:"artifact_store_dir"`
 	// ArtifactStoreURL overrides the store with a gocloud URL.
 	ArtifactStoreURL string `yaml:"artifact_store_url"`
+	// ArtifactFileMode is the permission of the local store's objects
+	// (octal; directories get search where it grants read).
+	ArtifactFileMode string `yaml:"artifact_file_mode"`
 	// WorkDir holds build scratch space.
 	WorkDir string `yaml:"artifact_work_dir"`
 	// LayerCacheDir and LayerCacheMaxBytes bound the layer cache.
@@ -48,6 +51,14 @@ type Config struct {
 	// when the master sends none (an upstream master, which leaves it to
 	// the template center's own copy).
 	CubeCAFile string `yaml:"cube_ca_file"`
+	// BuildLiveness is how long a build job may go without a heartbeat
+	// before a data-plane replica or the master fails it (both read it:
+	// CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT); builds heartbeat every sixth
+	// of it. A job whose data plane exited is failed at once.
+	BuildLiveness time.Duration `yaml:"build_liveness_timeout"`
+	// ProgressReportInterval is the least time between two status reports
+	// of a build that only carry progress.
+	ProgressReportInterval time.Duration `yaml:"progress_report_interval"`
 	// ScrubInterval is how often every READY artifact is read back and
 	// checked against its sha256 (0: never); ScrubRemote extends it to
 	// S3 and GCS stores.
@@ -78,6 +89,9 @@ type Config struct {
 
 	// Log is the data plane's logging (the master has its own, Master.Log).
 	Log Log `yaml:"log"`
+
+	// HTTP bounds each service's HTTP listener.
+	HTTP HTTPLimits `yaml:"http"`
 
 	Reconcile Reconcile `yaml:"reconcile"`
 
@@ -151,6 +165,18 @@ type RequestSettings struct {
 	// (CUBE_MASTER_CREATE_IMAGE_TIMEOUT, a Go duration; upstream
 	// cubelet_conf create_image_timeout_insec; default 300s).
 	CreateImageTimeout time.Duration `yaml:"create_image_timeout"`
+}
+
+// HTTPLimits bound what clients may hold of a service's HTTP listener
+// (CUBE_TEMPLATE_HTTP_*): each service applies them to its own.
+type HTTPLimits struct {
+	// MaxConnections is the most connections the listener serves at once;
+	// more wait in the kernel's backlog, so descriptors are never
+	// exhausted by idle or slow clients.
+	MaxConnections int `yaml:"max_connections"`
+	// IdleTimeout closes a keep-alive connection that sends no next
+	// request for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
 // Log holds a service's logging settings.
@@ -245,6 +271,30 @@ type Master struct {
 	CADir string `yaml:"ca_dir"`
 	// Auth is the public API's authentication.
 	Auth Auth `yaml:"auth"`
+	// NodeToken is the credential sent to nodes on every call
+	// (CUBE_MASTER_NODE_TOKEN, gRPC metadata x-cube-node-token); node
+	// agents refuse calls without it, Cubelets ignore it.
+	NodeToken string `yaml:"-"`
+	// NodeTLS is TLS to the nodes (off unless a CA is set).
+	NodeTLS NodeTLS `yaml:"node_tls"`
+	// ReplicaCheckAtOnce bounds the READY replicas one sweep re-checks on
+	// their nodes (CUBE_MASTER_REPLICA_CHECK_AT_ONCE; 0 turns it off).
+	ReplicaCheckAtOnce int `yaml:"replica_check_at_once"`
+	// SealingKeys seal the registry credentials kept for redo
+	// (CUBE_MASTER_SEALING_KEYS: id:secret,...; the first seals, all
+	// open), else the key file SealingKeyFile
+	// (CUBE_MASTER_SEALING_KEY_FILE). Neither: credentials are not kept.
+	SealingKeys    string `yaml:"-"`
+	SealingKeyFile string `yaml:"sealing_key_file"`
+}
+
+// NodeTLS is TLS from the master to its nodes (CUBE_MASTER_NODE_TLS_*):
+// CA verifies the nodes' certificates; Cert and Key are the master's client
+// certificate, for node agents that require one.
+type NodeTLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // Auth is the public /cube/* API's authentication (CUBE_MASTER_AUTH*;
@@ -283,20 +333,6 @@ func (s S3) Enabled() bool {
 	return !s.Off && s.Endpoint != "" && s.Bucket != "" && s.AccessKey != "" && s.SecretKey != ""
 }
 
-// Backend names the artifact store kind the data plane writes to: "s3",
-// "gs", "mem" or "file".
-func (c Config) Backend() string {
-	if u := c.ArtifactStoreURL; u != "" {
-		if i := strings.Index(u, "://"); i > 0 {
-			return u[:i]
-		}
-	}
-	if c.S3.Enabled() {
-		return "s3"
-	}
-	return "file"
-}
-
 // Defaults are used for anything neither the file nor the environment sets.
 // Paths are under the user's state directory (see UserDirs), so
 // a service and a one-shot build run by different users never share a
@@ -306,21 +342,25 @@ func Defaults() Config { return DefaultsFor(UserDirs()) }
 // DefaultsFor is Defaults for the given directories (docs use placeholders).
 func DefaultsFor(d Dirs) Config {
 	return Config{
-		DBDSN:               "sqlite://" + d.State + "/tc.db",
-		ArtifactStoreDir:    d.State + "/artifacts",
-		WorkDir:             d.State + "/work",
-		LayerCacheMaxBytes:  20 << 30,
-		MaxConcurrentBuilds: 2,
-		RegistryTimeout:     60 * time.Second,
-		BuildTimeout:        2 * time.Hour,
-		CubeCAFile:          core.CubeCAPath,
-		ScrubInterval:       7 * 24 * time.Hour,
-		Builder:             "ext4stream",
-		GzipDecoder:         "auto",
-		ReleaseManifest:     DefaultReleaseManifest,
-		Listen:              "127.0.0.1:8090",
-		MasterAddr:          "http://127.0.0.1:8089",
-		Log:                 Log{Level: "info", Format: "json"},
+		DBDSN:                  "sqlite://" + d.State + "/tc.db",
+		ArtifactStoreDir:       d.State + "/artifacts",
+		WorkDir:                d.State + "/work",
+		LayerCacheMaxBytes:     20 << 30,
+		MaxConcurrentBuilds:    2,
+		RegistryTimeout:        60 * time.Second,
+		BuildTimeout:           2 * time.Hour,
+		BuildLiveness:          90 * time.Second,
+		CubeCAFile:             core.CubeCAPath,
+		ProgressReportInterval: time.Second,
+		ScrubInterval:          7 * 24 * time.Hour,
+		Builder:                "ext4stream",
+		GzipDecoder:            "auto",
+		ReleaseManifest:        DefaultReleaseManifest,
+		Listen:                 "127.0.0.1:8090",
+		MasterAddr:             "http://127.0.0.1:8089",
+		Log:                    Log{Level: "info", Format: "json"},
+		HTTP:                   HTTPLimits{MaxConnections: 2048, IdleTimeout: 60 * time.Second},
+		ArtifactFileMode:       "0640",
 		Reconcile: Reconcile{
 			Interval: 10 * time.Minute, PendingStaleAfter: 10 * time.Minute,
 			PullingStaleAfter: 30 * time.Minute, RunningStaleAfter: time.Hour,
@@ -342,8 +382,9 @@ func DefaultsFor(d Dirs) Config {
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
-			CADir: core.CubeCADir,
-			Auth:  Auth{Enabled: true, Expiry: 120 * time.Second},
+			CADir:              core.CubeCADir,
+			Auth:               Auth{Enabled: true, Expiry: 120 * time.Second},
+			ReplicaCheckAtOnce: 32,
 		},
 	}
 }
@@ -467,6 +508,9 @@ func (c Config) validate() error {
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)
 	}
+	if c.Master.ReplicaCheckAtOnce < 0 {
+		return fmt.Errorf("CUBE_MASTER_REPLICA_CHECK_AT_ONCE: %d, must be 0 (off) or positive", c.Master.ReplicaCheckAtOnce)
+	}
 	if c.Master.DistributionWorkers <= 0 {
 		return fmt.Errorf("CUBE_MASTER_DISTRIBUTION_WORKERS: %d, must be positive", c.Master.DistributionWorkers)
 	}
@@ -476,6 +520,12 @@ func (c Config) validate() error {
 	if c.Master.NodeProbeInterval <= 0 {
 		return fmt.Errorf("CUBE_MASTER_NODE_PROBE_INTERVAL: %s, must be positive", c.Master.NodeProbeInterval)
 	}
+	if c.HTTP.MaxConnections < 1 {
+		return fmt.Errorf("CUBE_TEMPLATE_HTTP_MAX_CONNECTIONS: %d, must be at least 1", c.HTTP.MaxConnections)
+	}
+	if c.HTTP.IdleTimeout <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_HTTP_IDLE_TIMEOUT: %s, must be positive", c.HTTP.IdleTimeout)
+	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
 	}
@@ -484,6 +534,12 @@ func (c Config) validate() error {
 	}
 	if c.BuildTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT: %s, must be positive", c.BuildTimeout)
+	}
+	if c.BuildLiveness < time.Second {
+		return fmt.Errorf("CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT: %s, must be at least 1s (the default is 90s)", c.BuildLiveness)
+	}
+	if c.ProgressReportInterval <= 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_PROGRESS_REPORT_INTERVAL: %s, must be positive", c.ProgressReportInterval)
 	}
 	if c.RegistryTimeout <= 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT: %s, must be positive", c.RegistryTimeout)
@@ -522,4 +578,42 @@ func (l Log) Check(levelName, formatName string) error {
 		return fmt.Errorf("%s: %q, want json or text", formatName, l.Format)
 	}
 	return nil
+}
+
+// DatabaseSetting names, for a service's errors, the variable its database
+// came from (service is DataPlane or ControlPlane): the master reads
+// CUBE_TEMPLATE_CENTER_DB_DSN when its own CUBE_MASTER_DB_DSN is unset,
+// and an error must name what the operator actually set.
+func (c Config) DatabaseSetting(service string) string {
+	const tc, m = "CUBE_TEMPLATE_CENTER_DB_DSN", "CUBE_MASTER_DB_DSN"
+	_, tcSet := c.Sources[tc]
+	src, mSet := c.Sources[m]
+	switch {
+	case service == DataPlane && tcSet:
+		return tc
+	case service == DataPlane:
+		return tc + " (unset, so the default SQLite file)"
+	case mSet && !strings.HasSuffix(src, "("+tc+")"):
+		return m
+	case tcSet:
+		return tc + " (the master's database while " + m + " is unset)"
+	}
+	return m + " and " + tc + " (both unset, so the default SQLite file)"
+}
+
+// CheckSharedDatabase refuses a data plane whose CUBE_TEMPLATE_CENTER_DB_DSN
+// is unset while CUBE_MASTER_DB_DSN is set: the data plane does not read the
+// master's variable, so it would build into its own SQLite file, which the
+// master never sees.
+func (c Config) CheckSharedDatabase(service string) error {
+	if service != DataPlane {
+		return nil
+	}
+	_, tcSet := c.Sources["CUBE_TEMPLATE_CENTER_DB_DSN"]
+	src, mSet := c.Sources["CUBE_MASTER_DB_DSN"]
+	if tcSet || !mSet || strings.HasSuffix(src, "(CUBE_TEMPLATE_CENTER_DB_DSN)") {
+		return nil
+	}
+	return fmt.Errorf("CUBE_TEMPLATE_CENTER_DB_DSN is not set for templatecenter, which does not read CUBE_MASTER_DB_DSN (the master's): " +
+		"set CUBE_TEMPLATE_CENTER_DB_DSN to the database both services share (the master reads it too when CUBE_MASTER_DB_DSN is unset)")
 }

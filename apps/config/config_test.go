@@ -222,3 +222,72 @@ func TestMasterLocalArtifactDirs(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroTurnsOff: a duration documented as "0 turns it off" accepts 0
+// from the environment and the file; the others still refuse it.
+func TestZeroTurnsOff(t *testing.T) {
+	for _, v := range []string{"0", "0s"} {
+		c, err := Load(mapEnv(map[string]string{"CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL": v}))
+		if err != nil || c.ScrubInterval != 0 {
+			t.Errorf("SCRUB_INTERVAL=%s: %v, interval %s; want off", v, err, c.ScrubInterval)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "tc.yaml")
+	if err := os.WriteFile(p, []byte("scrub_interval: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(mapEnv(map[string]string{PathVariable: p})); err != nil || c.ScrubInterval != 0 {
+		t.Errorf("scrub_interval: 0s in the file: %v, interval %s", err, c.ScrubInterval)
+	}
+	for _, s := range Settings() {
+		if _, ok := s.Field(&Config{}).(*time.Duration); !ok || s.ZeroOff {
+			if s.ZeroOff && !strings.Contains(s.Doc, "`0` turns it off") {
+				t.Errorf("%s takes 0 but its doc does not say 0 turns it off", s.Env)
+			}
+			continue
+		}
+		if _, err := Load(mapEnv(map[string]string{s.Env: "0"})); err == nil || !strings.Contains(err.Error(), s.Env) {
+			t.Errorf("%s=0: err = %v, want a refusal naming it", s.Env, err)
+		}
+	}
+}
+
+// TestDatabaseSetting: a service's database errors name the variable the
+// operator set, for that service; a data plane that would miss the master's
+// database is refused.
+func TestDatabaseSetting(t *testing.T) {
+	const tcDSN, mDSN = "CUBE_TEMPLATE_CENTER_DB_DSN", "CUBE_MASTER_DB_DSN"
+	cases := []struct {
+		name             string
+		env              map[string]string
+		master, dataPlan string
+		refused          bool
+	}{
+		{"only the data plane's", map[string]string{tcDSN: "mysql://u:p@tcp(db:3306)/cube"},
+			tcDSN + " (the master's database while " + mDSN + " is unset)", tcDSN, false},
+		{"both", map[string]string{tcDSN: "mysql://u:p@tcp(db:3306)/cube", mDSN: "mysql://u:p@tcp(db2:3306)/cube"}, mDSN, tcDSN, false},
+		{"only the master's", map[string]string{mDSN: "mysql://u:p@tcp(db:3306)/cube"}, mDSN, tcDSN + " (unset, so the default SQLite file)", true},
+		{"neither", nil, mDSN + " and " + tcDSN + " (both unset, so the default SQLite file)", tcDSN + " (unset, so the default SQLite file)", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(mapEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.DatabaseSetting(ControlPlane); got != tc.master {
+				t.Errorf("master's database setting %q, want %q", got, tc.master)
+			}
+			if got := c.DatabaseSetting(DataPlane); got != tc.dataPlan {
+				t.Errorf("data plane's database setting %q, want %q", got, tc.dataPlan)
+			}
+			err = c.CheckSharedDatabase(DataPlane)
+			if (err != nil) != tc.refused || err != nil && !strings.Contains(err.Error(), tcDSN+" is not set for templatecenter") {
+				t.Errorf("data plane check: %v, refused %v", err, tc.refused)
+			}
+			if err := c.CheckSharedDatabase(ControlPlane); err != nil {
+				t.Errorf("master check: %v", err)
+			}
+		})
+	}
+}

@@ -9,7 +9,8 @@ import (
 
 // NodeAgentSetting is one nodeagent flag and the variable that sets its
 // default. The node agent takes flags (cobra); the variables let a unit
-// file or a container set them.
+// file or a container set them. A setting without a flag (a secret, which
+// a flag would show in process listings) is read from its variable only.
 type NodeAgentSetting struct {
 	Flag    string
 	Env     string
@@ -23,12 +24,24 @@ const (
 	// NodeAgentNodeID matches the master's examples
 	// (CUBE_MASTER_NODES=node-1=127.0.0.1:9999).
 	NodeAgentNodeID = "node-1"
+	// NodeAgentTokenVariable holds the node credential; it has no flag.
+	NodeAgentTokenVariable = "CUBE_NODEAGENT_TOKEN"
 )
 
 // NodeAgentSettings lists the node agent's flags.
 func NodeAgentSettings() []NodeAgentSetting {
 	return []NodeAgentSetting{
-		{"listen", "CUBE_NODEAGENT_LISTEN", NodeAgentListen, "gRPC listen address host:port; no authentication, so keep it on an internal network"},
+		{"listen", "CUBE_NODEAGENT_LISTEN", NodeAgentListen, "gRPC listen address host:port; every call must carry the node credential (CUBE_NODEAGENT_TOKEN), but keep it on an internal network"},
+		{"", NodeAgentTokenVariable, "", "Node credential every call must carry (gRPC metadata `x-cube-node-token`): the master's CUBE_MASTER_NODE_TOKEN. " +
+			"Required, at least 16 characters (`openssl rand -hex 32`): the agent refuses to start without it and refuses every call, gRPC health included, without it. " +
+			"Read from the environment only (a flag would show it in process listings)."},
+		{"master-urls", "CUBE_NODEAGENT_MASTER_URLS", "", "comma-separated base URLs of the masters artifacts are downloaded from (each master's CUBE_MASTER_DOWNLOAD_BASE_URL). " +
+			"Required: a download URL not under one of them (scheme, host, port and path) is refused before any connection is made; a redirect a master answers with is followed"},
+		{"file-mode", "CUBE_NODEAGENT_FILE_MODE", "0640", "mode (octal) of the artifacts, digests and run templates the agent writes; directories get a search bit for each read bit (0640: 0750). " +
+			"Nothing is world-readable by default: run a Cubelet that reads the artifacts as another user in the agent's group, or set 0644"},
+		{"tls-cert", "CUBE_NODEAGENT_TLS_CERT", "", "serve gRPC over TLS with this certificate (PEM; with --tls-key); the master then needs CUBE_MASTER_NODE_TLS_CA"},
+		{"tls-key", "CUBE_NODEAGENT_TLS_KEY", "", "the private key (PEM) of --tls-cert"},
+		{"tls-client-ca", "CUBE_NODEAGENT_TLS_CLIENT_CA", "", "require callers to present a certificate signed by this CA (PEM; mutual TLS): the master's CUBE_MASTER_NODE_TLS_CERT"},
 		{"data-dir", "CUBE_NODEAGENT_DATA_DIR", "/var/lib/cube-nodeagent", "directory for artifacts and run templates"},
 		{"node-id", "CUBE_NODEAGENT_NODE_ID", NodeAgentNodeID, "node id used in logs and messages; the id the master's CUBE_MASTER_NODES gives this node"},
 		{"log-level", "CUBE_NODEAGENT_LOG_LEVEL", "info", "debug, info, warn or error"},
@@ -150,6 +163,7 @@ effect here. They are never reported as unknown.
 ## Node agent
 
 ` + "`nodeagent`" + ` takes flags; each flag's default comes from its variable when that is set.
+A setting without a flag is read from its variable only.
 
 | variable | flag | default | meaning |
 |---|---|---|---|
@@ -159,7 +173,11 @@ effect here. They are never reported as unknown.
 		if s.Default != "" {
 			d = "`" + s.Default + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | `--%s` | %s | %s |\n", s.Env, s.Flag, d, cell(s.Doc))
+		flag := "—"
+		if s.Flag != "" {
+			flag = "`--" + s.Flag + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Env, flag, d, cell(s.Doc))
 	}
 	b.WriteString(`
 ## Other variables

@@ -42,6 +42,9 @@ type Setting struct {
 	Doc      string
 	Service  string
 	Secret   bool
+	// ZeroOff says 0 is a valid duration that turns the feature off (every
+	// other duration setting must be positive).
+	ZeroOff bool
 	// Default, when set, is what the reference shows instead of the
 	// default value (for defaults derived from another setting).
 	Default string
@@ -61,10 +64,10 @@ func Settings() []Setting {
 			Doc:   "`true` refuses unknown keys in the config file instead of warning about them (upstream sections' unused keys are only listed). `--strict-config` on either service sets it.",
 			Field: func(c *Config) any { return &c.Strict }},
 		{Env: "CUBE_TEMPLATE_CENTER_DB_DSN", YAML: "db_dsn", Upstream: []string{"instance_db_config"}, Service: Both,
-			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` or `postgres://user:pass@host:5432/db`. Both services share one database.",
+			Doc:   "Metadata store: `sqlite:///path/tc.db` (the directory is created), `mysql://user:pass@tcp(host:3306)/db` (or `mariadb://`, the same) or `postgres://user:pass@host:5432/db`. Both services share one database. In a shell or an env file a shell reads, quote it: `CUBE_TEMPLATE_CENTER_DB_DSN='mysql://u:p@tcp(db:3306)/cube'` (the parentheses are shell syntax).",
 			Field: func(c *Config) any { return &c.DBDSN }},
 		{Env: "CUBE_MASTER_DB_DSN", YAML: "master.db_dsn", Service: ControlPlane, Default: "CUBE_TEMPLATE_CENTER_DB_DSN",
-			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN.",
+			Doc:   "The master's metadata store; unset means CUBE_TEMPLATE_CENTER_DB_DSN. The data plane does not read it: templatecenter refuses to start when it is set and CUBE_TEMPLATE_CENTER_DB_DSN is not.",
 			Field: func(c *Config) any { return &c.Master.DBDSN }},
 		{Env: "CUBE_TEMPLATE_CENTER_LISTEN", YAML: "listen", Upstream: []string{"common.http_bind", "common.http_port"}, Service: DataPlane,
 			Doc:   "Data plane HTTP address (internal API, downloads, /health, /ready, /metrics). Loopback by default: only the master and nodes need it; `serve --listen` wins.",
@@ -85,6 +88,13 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN", YAML: "callback_insecure_no_token", Service: Both,
 			Doc:   "`true` lets a service start without a token, leaving the internal routes open. Never in production.",
 			Field: func(c *Config) any { return &c.CallbackInsecureNoToken }},
+		{Env: "CUBE_TEMPLATE_HTTP_MAX_CONNECTIONS", YAML: "http.max_connections", Service: Both,
+			Doc: "Most connections each service's HTTP listener serves at once; more wait to be accepted. Bounds the descriptors idle or slow clients can take " +
+				"(every node downloading at once counts, on the master's listener and the data plane's).",
+			Field: func(c *Config) any { return &c.HTTP.MaxConnections }},
+		{Env: "CUBE_TEMPLATE_HTTP_IDLE_TIMEOUT", YAML: "http.idle_timeout", Service: Both,
+			Doc:   "A keep-alive connection that sends no next request for this long is closed (upstream kept them 360 s). A Go duration.",
+			Field: func(c *Config) any { return &c.HTTP.IdleTimeout }},
 		{Env: "CUBE_AUTO_MIGRATION", YAML: "auto_migration", Service: Both,
 			Doc:   "`false` skips the schema migrations at start-up, leaving them to `templatecenter migrate` / `cubemaster migrate` run out of band (as upstream).",
 			Field: func(c *Config) any { return &c.AutoMigrate }},
@@ -102,8 +112,13 @@ func Settings() []Setting {
 			Doc:   "Directory of the local (`file://`) artifact store, used unless CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL or S3 is set. Upstream's CUBE_ARTIFACT_STORE_FS_ROOT names it after ours and before the legacy name.",
 			Field: func(c *Config) any { return &c.ArtifactStoreDir }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
-			Doc:   "Artifact store as a gocloud URL (`file:///dir`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
+			Doc:   "Artifact store as a gocloud URL (`file:///dir[?create_dir=true][&file_mode=0640]`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
+		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
+			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
+				"Never readable by everyone by default: an image can hold secrets. A Cubelet or upstream master that reads the files as another user needs the group, or `0644`. " +
+				"Applied to existing files when the store opens; a `file://` store URL's `file_mode` parameter wins.",
+			Field: func(c *Config) any { return &c.ArtifactFileMode }},
 		{Env: "CUBE_ARTIFACT_STORE_BACKEND", YAML: "artifact_store_backend", Service: Both,
 			Doc:   "Upstream's store switch: `fs` turns S3 off even when CUBE_S3_* are all set (they are then the volume plugins'); empty or `s3` is S3 when fully configured. Another value is read as `s3`, with a warning.",
 			Field: func(c *Config) any { return &c.ArtifactStoreBackend }},
@@ -162,7 +177,14 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_CUBE_CA_FILE", YAML: "cube_ca_file", Service: DataPlane,
 			Doc:   "CubeEgress root CA (one PEM certificate) baked into the trust stores of images whose request does not say `with_cube_ca=false`, when the master sends none (upstream's master never does; ours sends the one in `CUBE_MASTER_CA_DIR`). Read at each build; a missing file builds images without it, and their template says so (`cube_egress_ca_note`).",
 			Field: func(c *Config) any { return &c.CubeCAFile }},
-		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane,
+		{Env: "CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT", YAML: "build_liveness_timeout", Service: Both,
+			Doc: "A build job whose data plane sent no heartbeat for this long is failed (\"build abandoned\"), by any data-plane replica or the master, and its template is free again; running builds heartbeat every sixth of it, straight to the database. " +
+				"A job whose data plane exited (killed, crashed) is failed at once, and redo, delete or create of its template fail it on the spot. Set the same value on both services. A Go duration, at least 1s.",
+			Field: func(c *Config) any { return &c.BuildLiveness }},
+		{Env: "CUBE_TEMPLATE_CENTER_PROGRESS_REPORT_INTERVAL", YAML: "progress_report_interval", Service: DataPlane,
+			Doc:   "Least time between two status reports of a build that carry only progress (pulled bytes and layers, the ext4 writer's share); a phase change is reported at once. These reports give the master live progress with or without Redis. A Go duration.",
+			Field: func(c *Config) any { return &c.ProgressReportInterval }},
+		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL", YAML: "scrub_interval", Service: DataPlane, ZeroOff: true,
 			Doc:   "How often every READY artifact is read back from the store and checked against its sha256, a little at a time. An artifact whose bytes rotted is failed and its bytes removed, so the next build of its spec builds it again instead of reusing bytes every node refuses. `0` turns it off. A Go duration.",
 			Field: func(c *Config) any { return &c.ScrubInterval }},
 		{Env: "CUBE_TEMPLATE_CENTER_SCRUB_REMOTE", YAML: "scrub_remote", Service: DataPlane,
@@ -243,6 +265,10 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_CONVERGE_AT_ONCE", YAML: "master.converge_at_once", Service: ControlPlane,
 			Doc:   "Most convergence jobs one sweep starts.",
 			Field: func(c *Config) any { return &c.Master.ConvergeAtOnce }},
+		{Env: "CUBE_MASTER_REPLICA_CHECK_AT_ONCE", YAML: "master.replica_check_at_once", Service: ControlPlane,
+			Doc: "Most READY replicas one sweep re-checks on their nodes, in turn, with a CreateImage that carries the expected sha256 and size and no download URL: " +
+				"a node answers from its own copy, and a replica whose node no longer holds the artifact is marked FAILED and converged back (CUBE_MASTER_CONVERGE). `0` turns it off.",
+			Field: func(c *Config) any { return &c.Master.ReplicaCheckAtOnce }},
 		{Env: "CUBE_MASTER_DISTRIBUTION_WORKERS", YAML: "master.distribution_workers", Service: ControlPlane,
 			Doc:   "Most nodes one job copies to (CreateImage), snapshots on or cleans up at once. Upstream used 4, which sends a template to 8 nodes in two waves.",
 			Field: func(c *Config) any { return &c.Master.DistributionWorkers }},
@@ -258,9 +284,31 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_LOG_FORMAT", YAML: "master.log.format", Service: ControlPlane,
 			Doc:   "Master log format: json or text; `--log-format` wins.",
 			Field: func(c *Config) any { return &c.Master.Log.Format }},
+		{Env: "CUBE_MASTER_SEALING_KEYS", Service: ControlPlane, Secret: true,
+			Doc: "Keys that seal the registry credentials a template was created with, kept for redo: `id:secret,...` (ids of letters, digits, `-`, `_`; secrets of at least 32 characters, `openssl rand -hex 32`). " +
+				"The first seals, every one listed opens: to rotate, put a new key first and keep the old one until the master has started once (it seals every value again with the first key when it starts). " +
+				"Give every master replica the same keys. Unset, and without CUBE_MASTER_SEALING_KEY_FILE, credentials are not kept (a redo that rebuilds a private image needs them again); values sealed before with a key derived from the callback token still open, and are sealed again once a key is set.",
+			Field: func(c *Config) any { return &c.Master.SealingKeys }},
+		{Env: "CUBE_MASTER_SEALING_KEY_FILE", YAML: "master.sealing_key_file", Service: ControlPlane,
+			Doc:   "File holding the sealing keys instead (one `id:secret` a line, `#` comments; the first seals), readable by its owner only (mode 0600). CUBE_MASTER_SEALING_KEYS wins. `cubemaster dev` creates one in its data directory.",
+			Field: func(c *Config) any { return &c.Master.SealingKeyFile }},
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
 			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token. `cube-root-ca.crt` is also sent with every build that wants it baked into its image (`with_cube_ca`, true unless a request says false).",
 			Field: func(c *Config) any { return &c.Master.CADir }},
+
+		{Env: "CUBE_MASTER_NODE_TOKEN", Service: ControlPlane, Secret: true,
+			Doc: "Node credential sent on every call to a node (gRPC metadata `x-cube-node-token`, health probes included): every nodeagent's CUBE_NODEAGENT_TOKEN. " +
+				"Node agents refuse calls without it; upstream Cubelets ignore it. At least 16 characters (`openssl rand -hex 32`); unset sends none (Cubelets only). `cubemaster dev` generates one.",
+			Field: func(c *Config) any { return &c.Master.NodeToken }},
+		{Env: "CUBE_MASTER_NODE_TLS_CA", YAML: "master.node_tls.ca", Service: ControlPlane,
+			Doc:   "CA (PEM) that signed the nodes' gRPC server certificates: set, the master speaks TLS to every node (node agents started with `--tls-cert`); unset, plain gRPC.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.CA }},
+		{Env: "CUBE_MASTER_NODE_TLS_CERT", YAML: "master.node_tls.cert", Service: ControlPlane,
+			Doc:   "Client certificate (PEM) the master presents to nodes over TLS, for node agents started with `--tls-client-ca` (mutual TLS); with CUBE_MASTER_NODE_TLS_KEY.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Cert }},
+		{Env: "CUBE_MASTER_NODE_TLS_KEY", YAML: "master.node_tls.key", Service: ControlPlane,
+			Doc:   "Private key (PEM) of CUBE_MASTER_NODE_TLS_CERT.",
+			Field: func(c *Config) any { return &c.Master.NodeTLS.Key }},
 
 		{Env: "CUBE_MASTER_AUTH", YAML: "master.auth.enabled", Upstream: []string{"auth.enable"}, Service: ControlPlane,
 			Doc: "Authenticate the public /cube/* API (not /notify/health, /ready, /metrics, /openapi.json, artifact downloads, which carry their own token, or the callback): " +
@@ -426,7 +474,7 @@ func RedactDSN(dsn string) string {
 		}
 		return redactMySQL(dsn)
 	}
-	if scheme == "mysql" {
+	if scheme == "mysql" || scheme == "mariadb" {
 		return scheme + "://" + redactMySQL(rest)
 	}
 	u, err := url.Parse(dsn)
@@ -696,7 +744,11 @@ func (r *reader) apply(c *Config, s Setting) {
 			return
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		switch {
+		case s.ZeroOff && (err != nil || d < 0):
+			r.fail(fmt.Errorf("%s: %q is not 0 (off) or a positive Go duration (e.g. 90s, 10m)", s.Env, v))
+			return
+		case !s.ZeroOff && (err != nil || d <= 0):
 			r.fail(fmt.Errorf("%s: %q is not a positive Go duration (e.g. 90s, 10m)", s.Env, v))
 			return
 		}

@@ -211,11 +211,12 @@ func TestPrintRedactsSecretsAndNamesSources(t *testing.T) {
 
 func TestRedactDSN(t *testing.T) {
 	cases := map[string]string{
-		"postgres://u:pw@h:5432/db":    "postgres://u:<redacted>@h:5432/db",
-		"postgres://u@h/db":            "postgres://u@h/db",
-		"mysql://u:pw@tcp(h:3306)/db":  "mysql://u:<redacted>@tcp(h:3306)/db",
-		"sqlite:///var/lib/x/tc.db":    "sqlite:///var/lib/x/tc.db",
-		"mysql://u@tcp(h:3306)/db?x=1": "mysql://u@tcp(h:3306)/db?x=1",
+		"postgres://u:pw@h:5432/db":     "postgres://u:<redacted>@h:5432/db",
+		"postgres://u@h/db":             "postgres://u@h/db",
+		"mysql://u:pw@tcp(h:3306)/db":   "mysql://u:<redacted>@tcp(h:3306)/db",
+		"mariadb://u:pw@tcp(h:3306)/db": "mariadb://u:<redacted>@tcp(h:3306)/db",
+		"sqlite:///var/lib/x/tc.db":     "sqlite:///var/lib/x/tc.db",
+		"mysql://u@tcp(h:3306)/db?x=1":  "mysql://u@tcp(h:3306)/db?x=1",
 		// go-sql-driver's own form, without a scheme.
 		"root:hunter2@tcp(db:3306)/cube?parseTime=true": "root:<redacted>@tcp(db:3306)/cube?parseTime=true",
 		"u:p@ss/w@unix(/run/mysqld.sock)/db":            "u:<redacted>@unix(/run/mysqld.sock)/db",

@@ -13,12 +13,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
+	"github.com/cubesandbox/templatecenter/adapters/sealer"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/agentapp"
 	"github.com/cubesandbox/templatecenter/apps/internal/devimage"
@@ -34,10 +36,18 @@ const devNodeID = config.NodeAgentNodeID
 type devFlags struct {
 	dataDir                             string
 	listen, tcListen, nodeListen, regLn string
-	insecure, trusted                   []string
-	readyFile                           string
-	logLevel, logFormat                 string
+	// regChosen: --registry-listen was given, so a busy port is an error
+	// rather than a reason to pick another.
+	regChosen           bool
+	insecure, trusted   []string
+	readyFile           string
+	logLevel, logFormat string
 }
+
+// DefaultRegistryListen is the example registry's address: fixed, so the
+// example image keeps its name from one run to the next (templates built
+// from it can be redone), and unusual, so it is seldom taken.
+const DefaultRegistryListen = "127.0.0.1:15000"
 
 // DevInfo is what dev writes to --ready-file once everything answers: the
 // addresses and paths a script (make demo) needs.
@@ -64,13 +74,15 @@ func devCommand() *cobra.Command {
 serving a small example image, in one process, on loopback only, on the
 embedded defaults: SQLite and a file:// artifact store under --data-dir, live
 progress in memory, the pure-Go ext4stream builder in-process, a callback
-token generated for this run, the local registry allowed, and no public API
+token and a node credential generated for this run (the node agent downloads
+from this master only), the local registry allowed, and no public API
 authentication (loopback only; serve turns it on). It works offline.
 
 It ignores CUBE_* settings: its flags are its only knobs. Once everything
 answers it prints the addresses and the next command; stop it with Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.regChosen = cmd.Flags().Changed("registry-listen")
 			return runDev(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -79,13 +91,31 @@ answers it prints the addresses and the next command; stop it with Ctrl-C.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8089", "master API address (loopback; cubemastercli's default)")
 	fl.StringVar(&f.tcListen, "tc-listen", "127.0.0.1:0", "data plane address (loopback; 0 picks a free port)")
 	fl.StringVar(&f.nodeListen, "node-listen", "127.0.0.1:0", "node agent gRPC address (loopback)")
-	fl.StringVar(&f.regLn, "registry-listen", "127.0.0.1:0", "example OCI registry address (loopback)")
+	fl.StringVar(&f.regLn, "registry-listen", DefaultRegistryListen, "example OCI registry address (loopback); the default port, when taken, gives way to a free one")
 	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "another registry HOST[:PORT] to allow over plain HTTP (repeatable)")
 	fl.StringArrayVar(&f.trusted, "allow-registry", nil, "another registry HOST[:PORT] (HTTPS) to allow on loopback/private addresses (repeatable)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write the addresses as JSON to this file once everything answers")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "json or text")
 	return cmd
+}
+
+// listenFallback is listenLoopback for an address with a default: when
+// the user did not choose it and its port is taken, a free port is used
+// instead, and warn says so.
+func listenFallback(flag, addr string, chosen bool, warn io.Writer) (net.Listener, error) {
+	ln, err := listenLoopback(flag, addr)
+	if err == nil || chosen || !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	ln, err2 := listenLoopback(flag, net.JoinHostPort(host, "0"))
+	if err2 != nil {
+		return nil, err
+	}
+	fmt.Fprintf(warn, "cubemaster dev: %s is taken; --%s uses %s this time, so the example image's name differs from other runs (pass --%s to choose)\n",
+		addr, flag, ln.Addr(), flag)
+	return ln, nil
 }
 
 // listenLoopback listens on addr, refusing anything but loopback.
@@ -134,11 +164,15 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 		}
 		return ln
 	}
-	masterLn, tcLn, nodeLn, regLn := listen("listen", f.listen), listen("tc-listen", f.tcListen),
-		listen("node-listen", f.nodeListen), listen("registry-listen", f.regLn)
+	masterLn, tcLn, nodeLn := listen("listen", f.listen), listen("tc-listen", f.tcListen), listen("node-listen", f.nodeListen)
 	if err != nil {
 		return err
 	}
+	regLn, err := listenFallback("registry-listen", f.regLn, f.regChosen, stderr)
+	if err != nil {
+		return err
+	}
+	lns = append(lns, regLn)
 
 	reg, err := devimage.Serve(ctx, regLn)
 	if err != nil {
@@ -146,8 +180,13 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	defer reg.Close()
 
-	token := make([]byte, 32)
+	// Secrets of this run: the callback token, and the node credential
+	// the master sends its embedded node agent.
+	token, nodeToken := make([]byte, 32), make([]byte, 32)
 	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	if _, err := rand.Read(nodeToken); err != nil {
 		return err
 	}
 	masterURL, tcURL := "http://"+masterLn.Addr().String(), "http://"+tcLn.Addr().String()
@@ -159,12 +198,19 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	cfg.LayerCacheDir = filepath.Join(dataDir, "layer-cache")
 	cfg.Builder = ext4stream.Name
 	cfg.CallbackToken = hex.EncodeToString(token)
+	// Registry credentials are sealed with a key kept beside the data,
+	// made on the first run.
+	cfg.Master.SealingKeyFile = filepath.Join(dataDir, "sealing.keys")
+	if _, err := sealer.CreateKeyFile(cfg.Master.SealingKeyFile); err != nil {
+		return fmt.Errorf("sealing key file: %w", err)
+	}
 	cfg.InsecureRegistries = append([]string{reg.Host()}, f.insecure...)
 	cfg.TrustedRegistries = f.trusted
 	cfg.RegistryAllowLoopback = true
 	cfg.Listen, cfg.MasterAddr = tcLn.Addr().String(), masterURL
 	cfg.Master.Listen, cfg.Master.TemplateCenterAddr = masterLn.Addr().String(), tcURL
 	cfg.Master.Nodes = devNodeID + "=" + nodeLn.Addr().String()
+	cfg.Master.NodeToken = hex.EncodeToString(nodeToken)
 	cfg.Master.EnvdHostDir = filepath.Join(dataDir, "envd")
 	// Loopback only, for the person at the keyboard: no public API
 	// credentials (answers still hide download tokens).
@@ -203,7 +249,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	nodeDir := filepath.Join(dataDir, "node")
 	run("node agent", func() error {
 		return agentapp.Run(ctx, agentapp.Options{DataDir: nodeDir, NodeID: devNodeID, Logger: log.With("component", "nodeagent"),
-			ShutdownTimeout: 5 * time.Second}, nodeLn)
+			Token: cfg.Master.NodeToken, MasterURLs: []string{masterURL}, ShutdownTimeout: 5 * time.Second}, nodeLn)
 	})
 	run("data plane", func() error {
 		return tcapp.Run(ctx, tcapp.Options{Config: cfg, Logger: log.With("component", "templatecenter"),

@@ -30,6 +30,7 @@ import (
 )
 
 func main() {
+	cmdutil.KeepRunningOnClosedOutput()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := cmdutil.Root("cubemaster", "Control plane: template API, distribution to nodes, cleanup")

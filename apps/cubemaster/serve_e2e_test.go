@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -91,6 +90,8 @@ func TestServeRefusesBadStart(t *testing.T) {
 		// Public API authentication is on by default and fails closed.
 		{"no public API credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t"}, "CUBE_MASTER_AUTH=false"},
 		{"short bearer token", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_AUTH_BEARER_TOKENS=short"}, "CUBE_MASTER_AUTH_BEARER_TOKENS"},
+		{"short node credential", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODE_TOKEN=short"}, "CUBE_MASTER_NODE_TOKEN is shorter than 16"},
+		{"node client certificate without a CA", []string{"CUBE_TEMPLATE_CALLBACK_TOKEN=t", "CUBE_MASTER_NODE_TLS_CERT=c.pem", "CUBE_MASTER_NODE_TLS_KEY=k.pem"}, "CUBE_MASTER_NODE_TLS_CA"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +142,8 @@ type fakeTC struct {
 
 func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.URL.Path == "/health": // the master's /ready asks
+		w.WriteHeader(http.StatusOK)
 	case r.Method == http.MethodPost && r.URL.Path == wire.PathBuild:
 		var b wire.BuildRequest
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
@@ -206,6 +209,9 @@ type master struct {
 // apiBearer is the public API token the tests' masters accept; call sends
 // it on /cube/* requests that carry no Authorization header of their own.
 const apiBearer = "serve-e2e-bearer-0123456789"
+
+// nodeToken is the node credential the tests' masters and nodes share.
+const nodeToken = "serve-e2e-node-token-0123"
 
 // startMaster starts `cubemaster serve` on a free loopback port with env
 // (on top of a CUBE_*-free environment, with apiBearer as the public API's
@@ -281,16 +287,30 @@ func (m *master) waitJob(jobID string) jobAnswer {
 }
 
 // builtReport is a BUILT callback body for an artifact of data.
-func builtReport(t *testing.T, fingerprint string, data []byte) (body, artifactID string) {
+// builtReport is the BUILT callback a data plane sends for the job
+// createJob submitted for templateID, with data as the artifact: its
+// fingerprint is the one of that request built from the inputs it names.
+func builtReport(t *testing.T, templateID string, data []byte) (body, artifactID string) {
 	t.Helper()
+	req := &core.FromImageRequest{SourceImageRef: "registry.example/app:1", WritableLayerSize: "1Gi", TemplateID: templateID}
+	n, err := core.NormalizeFromImageRequest(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	fingerprint, err := core.FingerprintOf(n, core.BuildInputs{SourceImageDigest: digest, BuilderFormat: core.BuilderFormatVersion, Builder: "e2e/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	aid, err := core.ArtifactIDFor(fingerprint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
 	body = fmt.Sprintf(`{"status":"BUILT","phase":"UPLOADING","progress":60,"artifact_id":%q,"template_spec_fingerprint":%q,`+
-		`"source_image_digest":"sha256:%s","ext4_sha256":%q,"ext4_size_bytes":%d,"image_config_json":"{}"}`,
-		aid, fingerprint, strings.Repeat("cd", 32), hex.EncodeToString(sum[:]), len(data))
+		`"source_image_digest":%q,"ext4_sha256":%q,"ext4_size_bytes":%d,"image_config_json":"{}",`+
+		`"template_spec_inputs":{"source_image_digest":%q,"builder_format_version":%q,"builder":"e2e/1"}}`,
+		aid, fingerprint, digest, hex.EncodeToString(sum[:]), len(data), digest, core.BuilderFormatVersion)
 	return body, aid
 }
 
@@ -377,7 +397,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 
 	// The callback route: real statuses, token required.
-	built, aid := builtReport(t, strings.Repeat("ab", 32), []byte("not really ext4"))
+	built, aid := builtReport(t, "tpl-smoke", []byte("not really ext4"))
 	cb := base + wire.JobStatusPath(jobID)
 	for name, hdr := range map[string]map[string]string{"no token": nil, "wrong token": {auth.Header: "guess"}} {
 		if resp := call(t, http.MethodPost, cb, built, hdr); resp.StatusCode != http.StatusUnauthorized {
@@ -438,29 +458,33 @@ func TestServeDistributesToNodeAgent(t *testing.T) {
 	defer tcSrv.Close()
 
 	nodeDir := filepath.Join(dir, "node")
-	ag, err := agent.New(agent.Config{DataDir: nodeDir, NodeID: "node-1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	ag.Register(gs)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	go gs.Serve(ln)
-	defer gs.Stop()
-
 	m := startMaster(t,
 		"CUBE_MASTER_DB_DSN=sqlite://"+filepath.Join(dir, "cube.db"),
 		"CUBE_TEMPLATE_CENTER_ADDR="+tcSrv.URL,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN="+token,
-		// A second node that is down must simply be skipped.
+		"CUBE_MASTER_NODE_TOKEN="+nodeToken,
+		// A second node is down: it is a target all the same, recorded
+		// FAILED as down, not skipped.
 		"CUBE_MASTER_NODES=node-1="+ln.Addr().String()+",node-down="+freeAddr(t),
 	)
+	// The node downloads from this master only, and answers it only.
+	ag, err := agent.New(agent.Config{DataDir: nodeDir, NodeID: "node-1", Token: nodeToken, MasterURLs: []string{m.base},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := ag.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(ln)
+	defer gs.Stop()
+	waitHealthy(t, m.base+"/ready") // node-1 answers its probe
+
 	jobID := m.createJob("tpl-dist")
-	built, aid := builtReport(t, strings.Repeat("12", 32), data)
+	built, aid := builtReport(t, "tpl-dist", data)
 	if resp := call(t, http.MethodPost, m.base+wire.JobStatusPath(jobID), built, map[string]string{auth.Header: token}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("BUILT callback = %d", resp.StatusCode)
 	}
@@ -475,11 +499,13 @@ func TestServeDistributesToNodeAgent(t *testing.T) {
 		Replicas []struct {
 			NodeID string `json:"node_id"`
 			Status string `json:"status"`
+			Error  string `json:"error_message"`
 		} `json:"replicas"`
 	}
 	decode(t, call(t, http.MethodGet, m.base+"/cube/template?template_id=tpl-dist", "", nil), &tpl)
-	if tpl.Ret.Code != 200 || tpl.Status != "READY" || len(tpl.Replicas) != 1 || tpl.Replicas[0].NodeID != "node-1" || tpl.Replicas[0].Status != "READY" {
-		t.Fatalf("template = %+v, want READY with one READY replica on node-1", tpl)
+	if tpl.Ret.Code != 200 || tpl.Status != "PARTIALLY_READY" || len(tpl.Replicas) != 2 || tpl.Replicas[0].NodeID != "node-1" || tpl.Replicas[0].Status != "READY" ||
+		tpl.Replicas[1].NodeID != "node-down" || tpl.Replicas[1].Status != "FAILED" || !strings.Contains(tpl.Replicas[1].Error, "not healthy") {
+		t.Fatalf("template = %+v, want PARTIALLY_READY: READY on node-1, node-down FAILED as not healthy", tpl)
 	}
 	ext4 := filepath.Join(nodeDir, core.DefaultInstanceType, aid, aid+".ext4")
 	if got, err := os.ReadFile(ext4); err != nil || !bytes.Equal(got, data) {

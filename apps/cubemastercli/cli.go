@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
 )
 
@@ -31,7 +34,11 @@ func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "cubemastercli: "+oneLine(err.Error()))
-		return 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return exitFailed
 	}
 	return 0
 }
@@ -84,12 +91,78 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 func (a *app) tplCmd() *cobra.Command {
 	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates (ids and aliases are accepted wherever a template is named)"}
 	cmdutil.Group(tpl)
-	tpl.AddCommand(
-		a.createFromImageCmd(), a.statusCmd(), a.watchCmd(), a.redoCmd(), a.mergeCmd(),
-		a.listCmd(), a.infoCmd(), a.aliasCmd(), a.setAliasCmd(), a.deleteCmd(), a.buildStatusCmd(),
-		a.buildWatchCmd(), a.renderCmd(),
-	)
+	naming := []*cobra.Command{a.statusCmd(), a.redoCmd(), a.mergeCmd(), a.infoCmd(), a.aliasCmd(), a.setAliasCmd(), a.deleteCmd(),
+		a.buildStatusCmd(), a.buildWatchCmd()}
+	for _, c := range naming {
+		a.completeTemplates(c)
+	}
+	tpl.AddCommand(naming...)
+	tpl.AddCommand(a.createFromImageCmd(), a.watchCmd(), a.listCmd(), a.renderCmd())
 	return tpl
+}
+
+// completeTemplates makes shell completion offer the master's template ids
+// and aliases for a command's TEMPLATE argument and its --template-id.
+func (a *app) completeTemplates(cmd *cobra.Command) {
+	complete := func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 && cmd.Flags().Lookup("template-id") == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return a.templateCompletions(cmd, prefix), cobra.ShellCompDirectiveNoFileComp
+	}
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return complete(cmd, args, prefix)
+	}
+	if cmd.Flags().Lookup("template-id") != nil {
+		_ = cmd.RegisterFlagCompletionFunc("template-id", complete)
+	}
+}
+
+// templateCompletions lists the template ids and aliases starting with
+// prefix, each with its status; nothing when the master cannot be asked
+// (completion must never block or print errors).
+func (a *app) templateCompletions(cmd *cobra.Command, prefix string) []cobra.Completion {
+	cred, err := a.creds.resolve(cmd)
+	if err != nil {
+		return nil
+	}
+	a.cred = cred
+	c, err := a.client()
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+	defer cancel()
+	var resp cubeview.ListResponse
+	if _, err := c.do(ctx, http.MethodGet, pathTemplate, nil, nil, &resp); err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, t := range resp.Data {
+		if strings.HasPrefix(t.TemplateID, prefix) {
+			out = append(out, cobra.CompletionWithDesc(t.TemplateID, strings.TrimSpace(t.Status+" "+t.Alias)))
+		}
+		if t.Alias != "" && strings.HasPrefix(t.Alias, prefix) {
+			out = append(out, cobra.CompletionWithDesc(t.Alias, "alias of "+t.TemplateID))
+		}
+	}
+	return out
+}
+
+// printLine prints a raw response as one compact line (the stream of
+// updates --json gives while following a job).
+func (a *app) printLine(raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		buf.Reset()
+		buf.Write(bytes.TrimSpace(raw))
+	}
+	buf.WriteByte('\n')
+	_, err := a.out.Write(buf.Bytes())
+	return err
 }
 
 // printJSON pretty-prints a raw response.

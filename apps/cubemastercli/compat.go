@@ -294,7 +294,7 @@ func (a *app) buildWatchCmd() *cobra.Command {
 				// A template names its last job once; follow that job.
 				id = job
 				done := st.Status == "ready" || st.Status == "error"
-				if line := fmt.Sprintf("build %s: %s %d%% %s", st.BuildID, st.Status, st.Progress, st.Message); !asJSON && line != last {
+				if line := fmt.Sprintf("build %s: %s %d%% %s", st.BuildID, strings.ToUpper(st.Status), st.Progress, st.Message); !asJSON && line != last {
 					fmt.Fprintln(a.out, strings.TrimSpace(line))
 					last = line
 				}

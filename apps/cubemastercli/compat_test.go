@@ -171,7 +171,7 @@ func startCompat(t *testing.T) (*fakeCompat, []string) {
 func TestBuildWatch(t *testing.T) {
 	_, global := startCompat(t)
 	r := runCLI(t, global, "tpl", "build-watch", "b-2", "--interval", "1ms")
-	if r.code != 0 || strings.Count(r.stdout, "build b-2") != 3 || !strings.Contains(r.stdout, "ready 90%") {
+	if r.code != 0 || strings.Count(r.stdout, "build b-2") != 3 || !strings.Contains(r.stdout, "READY 90%") {
 		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 	if r := runCLI(t, global, "template", "build-watch", "--build-id", "b-bad"); r.code == 0 || !strings.Contains(r.stderr, "boom") {

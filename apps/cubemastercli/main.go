@@ -9,10 +9,17 @@
 // than 200 prints one line, "cubemastercli: <reason>", on stderr and exits 1.
 // --json prints the raw (indented) response instead of the human view.
 //
-// create-from-image, redo and merge wait for the job by default, polling
-// every --interval; on a terminal the progress is one live line, otherwise
-// a plain line per change. --detach returns right after submission. A job
-// that ends FAILED exits 1, with --json too (after printing the response).
+// create-from-image, redo, merge and watch wait for the job by default,
+// polling every --interval; on a terminal the progress is two live lines
+// laid out to the terminal's width (the job, and its nodes: the ones it
+// still waits for and the ones that failed), otherwise a plain line per
+// change; with --json, one compact JSON object per line for every update.
+// --detach returns right after submission.
+//
+// Exit status: 0 when the command did what was asked (a job READY on every
+// one of its nodes); 1 when it could not, or the job ended FAILED; 3 when
+// the job ended READY on only some of its nodes (a partial result: the
+// template is PARTIALLY_READY), with or without --json.
 package main
 
 import (

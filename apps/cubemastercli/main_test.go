@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 )
@@ -54,7 +56,26 @@ func (f *fakeMaster) jobState(id string) string {
 			return jobJSON(id, "RUNNING", "PULLING", 20*n, 0, 2, 0,
 				`,"pull_total_bytes":4194304,"pull_downloaded_bytes":1048576,"pull_total_layers":4,"pull_completed_layers":1`)
 		}
-		return jobJSON(id, "READY", "DONE", 100, 2, 2, 0, `,"artifact":{"ext4_sha256":"abc123"}`)
+		return jobJSON(id, "READY", "DONE", 100, 2, 2, 0, `,"artifact":{"ext4_sha256":"abc123"},"phase_durations_ms":{"PULLING":12345,"DISTRIBUTING":2500}`)
+	case "job-partial":
+		// Distributing: node-1 copied, node-2 still at it, node-3 down
+		// before the build; then READY on two of three nodes.
+		nodes := `,"nodes":[{"node_id":"node-1","status":"DISTRIBUTED"},{"node_id":"node-2","status":"DISTRIBUTING"},` +
+			`{"node_id":"node-3","status":"FAILED","error":"node node-3 is not healthy; it gets the template when it is back"}]`
+		if n < 2 {
+			return jobJSON(id, "RUNNING", "DISTRIBUTING", 87, 1, 3, 1, nodes)
+		}
+		return jobJSON(id, "READY", "READY", 100, 2, 3, 1, `,"template_status":"PARTIALLY_READY",`+
+			`"nodes":[{"node_id":"node-1","status":"READY"},{"node_id":"node-2","status":"READY"},{"node_id":"node-3","status":"FAILED","error":"node node-3 is not healthy"}]`)
+	case "job-back":
+		// The server's percentage dips (an older master): the view does not.
+		if n < 2 {
+			return jobJSON(id, "RUNNING", "UPLOADING", 80, 0, 1, 0, "")
+		}
+		if n < 3 {
+			return jobJSON(id, "RUNNING", "DISTRIBUTING", 70, 0, 1, 0, "")
+		}
+		return jobJSON(id, "READY", "READY", 100, 1, 1, 0, "")
 	case "job-fail":
 		if n < 2 {
 			return jobJSON(id, "RUNNING", "BUILDING_EXT4", 50, 0, 2, 0, "")
@@ -99,6 +120,13 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			id = "job-fail"
 		}
 		io.WriteString(w, ok(jobJSON(id, "PENDING", "QUEUED", 0, 0, 2, 0, "")))
+	case r.Method == "GET" && r.URL.Path == "/cube/template/from-image" && q.Get("template_id") != "":
+		// The template's latest job (tpl-1, alias web: job-fail).
+		if id := q.Get("template_id"); id != "tpl-1" && id != "web" {
+			io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"template `+id+` not found"}}`)
+			return
+		}
+		io.WriteString(w, ok(f.jobState("job-fail")))
 	case r.Method == "GET" && (r.URL.Path == "/cube/template/from-image" || r.URL.Path == "/cube/template/migrate"):
 		s := f.jobState(q.Get("job_id"))
 		if s == "" {
@@ -201,7 +229,10 @@ func TestCommands(t *testing.T) {
 		{"create error envelope", []string{"tpl", "create-from-image", "--image", "bad:image", "--writable-layer-size", "1Gi"},
 			1, nil, "ret_code 130400: source_image_ref: invalid reference"},
 		{"status", []string{"tpl", "status", "--job-id", "job-fail"}, 0, []string{"job-fail", "RUNNING", "BUILDING_EXT4", "50%"}, ""},
-		{"status unknown job", []string{"tpl", "status", "--job-id", "nope"}, 1, nil, "ret_code 130404: job not found"},
+		{"status unknown job", []string{"tpl", "status", "--job-id", "nope"}, 1, nil, "nope is neither a job id nor a template id or alias"},
+		// A template's id or alias shows its latest job.
+		{"status of a template", []string{"tpl", "status", "tpl-1"}, 0, []string{"job-fail", "RUNNING", "BUILDING_EXT4", "50%"}, ""},
+		{"status of an alias", []string{"tpl", "status", "web"}, 0, []string{"job-fail", "RUNNING"}, ""},
 		{"watch", []string{"tpl", "watch", "--job-id", "job-ok", "--interval", "1ms"}, 0, []string{"READY"}, ""},
 		{"redo waits", []string{"tpl", "redo", "--template-id", "tpl-1", "--node", "n1", "--failed-only", "--interval", "1ms"},
 			0, []string{"READY", "2/2 ready"}, ""},
@@ -220,7 +251,7 @@ func TestCommands(t *testing.T) {
 		{"set-alias", []string{"tpl", "set-alias", "tpl-1", "--alias", "web"}, 0, []string{"template_id:", "tpl-1", "alias:"}, ""},
 		{"set-alias clear", []string{"tpl", "set-alias", "--template-id", "tpl-1", "--clear"}, 0, []string{"tpl-1"}, ""},
 		{"set-alias needs a flag", []string{"tpl", "set-alias", "tpl-1"}, 1, nil, "give --alias ALIAS or --clear"},
-		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"building", "40%", "PULLING"}, ""},
+		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"status:", "BUILDING", "40%", "PULLING"}, ""},
 		{"http 404", []string{"tpl", "build-status", "--build-id", "zz"}, 1, nil, "HTTP 404 Not Found: ret_code -1: Not Found"},
 	}
 	for _, tc := range tests {
@@ -300,12 +331,13 @@ func TestJSONOutput(t *testing.T) {
 		args   []string
 		status string
 		code   int // a job that ends FAILED exits 1 with --json too
+		stream int // following: at least this many lines, one object each
 	}{
-		{"wait", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "READY", 0},
-		{"wait failed", []string{"tpl", "create-from-image", "--image", "fail:image", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "FAILED", 1},
-		{"watch failed", []string{"tpl", "watch", "--job-id", "job-fail", "--json", "--interval", "1ms"}, "FAILED", 1},
-		{"detach", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--detach"}, "PENDING", 0},
-		{"status", []string{"tpl", "status", "--job-id", "job-ok", "--json"}, "RUNNING", 0},
+		{"wait", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "READY", 0, 3},
+		{"wait failed", []string{"tpl", "create-from-image", "--image", "fail:image", "--writable-layer-size", "1Gi", "--json", "--interval", "1ms"}, "FAILED", 1, 2},
+		{"watch failed", []string{"tpl", "watch", "--job-id", "job-fail", "--json", "--interval", "1ms"}, "FAILED", 1, 2},
+		{"detach", []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "1Gi", "--json", "--detach"}, "PENDING", 0, 0},
+		{"status", []string{"tpl", "status", "--job-id", "job-ok", "--json"}, "RUNNING", 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -325,8 +357,22 @@ func TestJSONOutput(t *testing.T) {
 					Status string `json:"status"`
 				} `json:"job"`
 			}
-			if err := json.Unmarshal([]byte(r.stdout), &resp); err != nil {
-				t.Fatalf("stdout is not one JSON document: %v\n%s", err, r.stdout)
+			doc := r.stdout
+			if tc.stream > 0 {
+				// One compact object per update; the last is the end.
+				lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+				if len(lines) < tc.stream {
+					t.Fatalf("%d lines, want an object per update (at least %d):\n%s", len(lines), tc.stream, r.stdout)
+				}
+				for _, l := range lines {
+					if !json.Valid([]byte(l)) {
+						t.Fatalf("line is not a JSON object: %q", l)
+					}
+				}
+				doc = lines[len(lines)-1]
+			}
+			if err := json.Unmarshal([]byte(doc), &resp); err != nil {
+				t.Fatalf("not a JSON document: %v\n%s", err, doc)
 			}
 			if resp.Ret.Code != 200 || resp.Job.Status != tc.status {
 				t.Errorf("got ret %d status %q, want 200 %q", resp.Ret.Code, resp.Job.Status, tc.status)
@@ -422,23 +468,100 @@ func TestUnreachableMaster(t *testing.T) {
 	}
 }
 
+// TestProgressLinesFitTheTerminal: at every width the lines fit, and what
+// does not fit is left out whole: every word of a narrow line is a word of
+// the widest one (the bar aside).
 func TestProgressLinesFitTheTerminal(t *testing.T) {
-	job := cubeview.JobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 50, PullTotalBytes: 2048, PullDownloadedBytes: 1024,
-		PullTotalLayers: 3, PullCompletedLayers: 1, PullSpeedBPS: 4096, ExpectedNodeCount: 2, ReadyNodeCount: 1}
-	for _, width := range []int{40, 80, 132} {
-		for _, line := range []string{fit(pullLine(&job, width), width), fit(distributionLine(&job, width), width)} {
-			if len(line) >= width {
-				t.Errorf("width %d: line of %d columns: %q", width, len(line), line)
+	pulling := cubeview.JobInfo{Status: "RUNNING", Phase: "PULLING", Progress: 12, PullTotalBytes: 1932735283, PullDownloadedBytes: 1288490188,
+		PullTotalLayers: 7, PullCompletedLayers: 3, PullSpeedBPS: 47290777, ExpectedNodeCount: 0}
+	distributing := cubeview.JobInfo{Status: "RUNNING", Phase: "DISTRIBUTING", Progress: 87, ExpectedNodeCount: 3, ReadyNodeCount: 1, FailedNodeCount: 1,
+		Nodes: []cubeview.JobNode{{NodeID: "node-1", Status: "DISTRIBUTED"}, {NodeID: "node-22", Status: "DISTRIBUTING"},
+			{NodeID: "node-3", Status: "FAILED", Error: "node node-3 is not healthy"}}}
+	words := func(line string) map[string]bool {
+		m := map[string]bool{}
+		for _, w := range strings.Fields(line) {
+			if !strings.HasPrefix(w, "[") {
+				m[strings.TrimSuffix(w, ",")] = true
+			}
+		}
+		return m
+	}
+	for _, j := range []*cubeview.JobInfo{&pulling, &distributing} {
+		for _, render := range []func(int) string{
+			func(w int) string { return statusLine(j, j.Progress, 42*time.Second, w) },
+			func(w int) string { return nodesLine(j, w) },
+		} {
+			for _, wide := range []bool{false, true} {
+				full := render(80)
+				if wide {
+					full = render(1000)
+				}
+				all := words(full)
+				widths := []int{30, 40, 60, 80}
+				if wide {
+					widths = []int{120, 132, 200}
+				}
+				for _, width := range widths {
+					line := render(width)
+					if len(line) >= width {
+						t.Errorf("width %d: %d columns: %q", width, len(line), line)
+					}
+					for w := range words(line) {
+						if !all[w] {
+							t.Errorf("width %d: %q has %q, cut from the full line %q", width, line, w, full)
+						}
+					}
+				}
 			}
 		}
 	}
-	got := pullLine(&job, 100)
-	fill, empty := strings.Count(got, "#"), strings.Count(got, "-")
-	if fill == 0 || fill < empty-1 || fill > empty+1 || !strings.Contains(got, "pull 50% 1.0KiB/2.0KiB layers 1/3 4.0KiB/s") {
-		t.Errorf("pull line %q: want a half-full bar and the counters", got)
+	if got := statusLine(&pulling, 12, 42*time.Second, 80); !strings.Contains(got, "PULLING  12% [") || !strings.Contains(got, "1.2GiB/1.8GiB 3/7 layers 45.1MiB/s 42s") {
+		t.Errorf("80 columns while pulling: %q", got)
 	}
-	if got := distributionLine(&job, 100); !strings.Contains(got, "1/2 ready, 0 failed") || !strings.Contains(got, "[####") {
-		t.Errorf("distribution line %q", got)
+	if got := statusLine(&pulling, 12, 0, 132); !strings.Contains(got, "RUNNING PULLING  12%") || !strings.Contains(got, "pulled 1.2GiB of 1.8GiB layers 3/7") {
+		t.Errorf("132 columns while pulling: %q", got)
+	}
+	if got := nodesLine(&distributing, 80); !strings.Contains(got, "waiting for node-22, failed: node-3 (down)") {
+		t.Errorf("80 columns while distributing: %q", got)
+	}
+	half := pulling
+	half.PullDownloadedBytes = half.PullTotalBytes / 2
+	got := statusLine(&half, 50, 0, 100)
+	if fill, empty := strings.Count(got, "#"), strings.Count(got, "-"); fill == 0 || fill < empty-2 || fill > empty+2 {
+		t.Errorf("half pulled: %q, want a half-full bar", got)
+	}
+}
+
+// TestNodesAndPartialResult: the CLI names the nodes it still waits for
+// and a node that was down, and a job READY on some nodes only exits 3.
+func TestNodesAndPartialResult(t *testing.T) {
+	_, global := start(t)
+	r := runCLI(t, global, "tpl", "watch", "job-partial", "--interval", "1ms")
+	if r.code != exitPartial {
+		t.Fatalf("exit %d, want %d: %s", r.code, exitPartial, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "waiting for node-2, failed: node-3 (down)") {
+		t.Errorf("no waiting or down nodes named:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "READY on 2 of 3 nodes (not on node-3 (down))") {
+		t.Errorf("stderr %q does not name the partial result", r.stderr)
+	}
+	r = runCLI(t, global, "tpl", "watch", "job-partial", "--interval", "1ms", "--json")
+	if r.code != exitPartial {
+		t.Errorf("--json: exit %d, want %d", r.code, exitPartial)
+	}
+}
+
+// TestPercentageNeverGoesBack and phase times come from the job.
+func TestPercentageNeverGoesBack(t *testing.T) {
+	_, global := start(t)
+	r := runCLI(t, global, "tpl", "watch", "job-back", "--interval", "1ms")
+	if r.code != 0 || strings.Contains(r.stdout, " 70%") || !strings.Contains(r.stdout, "DISTRIBUTING 80%") {
+		t.Errorf("exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	r = runCLI(t, global, "tpl", "watch", "job-ok", "--interval", "1ms")
+	if !regexp.MustCompile(`done PULLING +12\.3s`).MatchString(r.stdout) || !regexp.MustCompile(`done DISTRIBUTING +2\.5s`).MatchString(r.stdout) {
+		t.Errorf("phase times are not the job's:\n%s", r.stdout)
 	}
 }
 
@@ -557,6 +680,38 @@ func TestDeleteAsksOnATerminal(t *testing.T) {
 		}
 		if code != tc.code || deletes != tc.deletes {
 			t.Errorf("input %q %v: exit %d with %d deletes, want %d with %d (stderr %q)", tc.input, tc.args, code, deletes, tc.code, tc.deletes, errb.String())
+		}
+	}
+}
+
+// TestCompletionOffersTemplates: shell completion of a TEMPLATE argument
+// or --template-id offers the master's template ids and aliases.
+func TestCompletionOffersTemplates(t *testing.T) {
+	_, global := start(t)
+	cases := []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"tpl", "info", ""}, []string{"tpl-1\tREADY web", "web\talias of tpl-1", "tpl-2\tFAILED"}, nil},
+		{[]string{"tpl", "delete", "w"}, []string{"web\talias of tpl-1"}, []string{"tpl-1"}},
+		{[]string{"tpl", "redo", "--template-id", "tpl-"}, []string{"tpl-1", "tpl-2"}, []string{"web"}},
+		{[]string{"tpl", "status", "t"}, []string{"tpl-1", "tpl-2"}, nil},
+	}
+	for _, tc := range cases {
+		r := runCLI(t, global, append([]string{"__complete"}, tc.args...)...)
+		if r.code != 0 {
+			t.Fatalf("__complete %q: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("__complete %q offers %q, want %q among them", tc.args, r.stdout, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(r.stdout, n+"\t") {
+				t.Errorf("__complete %q offers %q, which does not start with the prefix", tc.args, n)
+			}
 		}
 	}
 }

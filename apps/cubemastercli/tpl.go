@@ -34,7 +34,7 @@ func (w *waitFlags) register(cmd *cobra.Command, detach bool) {
 		cmd.Flags().BoolVar(&w.detach, "no-wait", false, "same as --detach")
 	}
 	cmd.Flags().DurationVar(&w.interval, "interval", 2*time.Second, "polling interval")
-	cmd.Flags().BoolVar(&w.json, "json", false, "print the raw response")
+	cmd.Flags().BoolVar(&w.json, "json", false, "print the responses as JSON: one object per line, one per update while waiting")
 }
 
 // submitted handles a freshly created job: prints it when detached, else
@@ -119,8 +119,8 @@ func (a *app) statusCmd() *cobra.Command {
 	var jobID string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status JOB_ID",
-		Short: "Show a create-from-image or redo job",
+		Use:   "status JOB_ID|TEMPLATE",
+		Short: "Show a create-from-image or redo job; a template id or alias shows its latest job",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			jobID, err := idArg(args, jobID, "job-id", "JOB_ID")
@@ -133,6 +133,15 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			var resp cubeview.JobResponse
 			raw, err := c.do(cmd.Context(), http.MethodGet, pathFromImage, url.Values{"job_id": {jobID}}, nil, &resp)
+			if isNotFound(err) {
+				// Not a job id: perhaps a template (or its alias).
+				var terr error
+				raw, terr = c.do(cmd.Context(), http.MethodGet, pathFromImage, url.Values{"template_id": {jobID}}, nil, &resp)
+				if isNotFound(terr) {
+					return fmt.Errorf("%s is neither a job id nor a template id or alias (ret_code 130404)", jobID)
+				}
+				err = terr
+			}
 			if err != nil {
 				return err
 			}
@@ -146,9 +155,14 @@ func (a *app) statusCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&jobID, "job-id", "", "job id (same as the argument)")
+	cmd.Flags().StringVar(&jobID, "job-id", "", "job id, or a template id or alias (same as the argument)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
+}
+
+// isNotFound reports a 130404 answer.
+func isNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "ret_code 130404")
 }
 
 func (a *app) watchCmd() *cobra.Command {
@@ -498,7 +512,9 @@ func (a *app) buildStatusCmd() *cobra.Command {
 			kv(a.out, "template_id", resp.TemplateID)
 			kv(a.out, "attempt_no", fmt.Sprint(resp.AttemptNo))
 			kv(a.out, "retry_of_job_id", resp.RetryOfJobID)
-			kv(a.out, "status", resp.Status)
+			// The API says building/ready/error, as upstream's; printed in
+			// capitals like every other status this CLI shows.
+			kv(a.out, "status", strings.ToUpper(resp.Status))
 			kv(a.out, "progress", fmt.Sprintf("%d%%", resp.Progress))
 			kv(a.out, "message", resp.Message)
 			return nil
@@ -514,7 +530,7 @@ func (a *app) buildStatusCmd() *cobra.Command {
 // read.
 func (a *app) buildStatus(ctx context.Context, c *client, id string, resp *cubeview.BuildStatus) (raw []byte, job string, err error) {
 	raw, err = c.do(ctx, http.MethodGet, pathTemplate+"/build/"+url.PathEscape(id)+"/status", nil, nil, resp)
-	if err != nil && strings.Contains(err.Error(), "ret_code 130404") {
+	if isNotFound(err) {
 		// Not a job id: perhaps a template (or its alias).
 		tid, terr := a.templateID(ctx, c, id)
 		if terr != nil {

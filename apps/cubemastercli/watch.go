@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,24 +24,36 @@ func terminal(j *cubeview.JobInfo) bool { return j.Status == statusReady || j.St
 
 // follow polls pollPath?job_id= until the job is READY or FAILED. first,
 // when non-nil, is the job as submission returned it. The progress goes
-// through a display (live bars on a terminal, plain lines elsewhere);
-// --json prints only the last raw response. A FAILED job is an error
-// either way.
+// through a display (live lines on a terminal, plain lines elsewhere);
+// with --json every response whose job changed is printed as one compact
+// JSON object on its own line (newline-delimited JSON: the last line is
+// the job's end). A FAILED job is an error (exit 1) and a job that ended
+// READY on only some of its nodes is a partial result (exit 3), with or
+// without --json: scripts read the exit status.
 func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, first *cubeview.JobInfo, w waitFlags) error {
 	d := newDisplay(a.out, !w.json && stdoutIsTerminal(a.out))
 	var (
-		job = first
-		raw []byte
+		job     = first
+		lastJob []byte
 	)
-	show := func(j *cubeview.JobInfo) {
+	show := func(j *cubeview.JobInfo, raw []byte) error {
 		if !w.json {
 			d.show(j)
+			return nil
 		}
+		key := mustJSON(j)
+		if raw == nil || bytes.Equal(key, lastJob) {
+			return nil
+		}
+		lastJob = key
+		return a.printLine(raw)
 	}
 	if job != nil {
-		show(job)
+		if err := show(job, nil); err != nil {
+			return err
+		}
 	}
-	for job == nil || !terminal(job) || raw == nil && w.json {
+	for polled := false; job == nil || !terminal(job) || !polled && w.json; polled = true {
 		if job != nil {
 			if err := sleep(ctx, w.interval); err != nil {
 				d.interrupt()
@@ -57,24 +70,54 @@ func (a *app) follow(ctx context.Context, c *client, pollPath, jobID string, fir
 			d.interrupt()
 			return fmt.Errorf("job %s: the master answered without a job", jobID)
 		}
-		job, raw = resp.Job, r
-		show(job)
-	}
-	if w.json {
-		if err := a.printJSON(raw); err != nil {
+		job = resp.Job
+		if err := show(job, r); err != nil {
 			return err
 		}
-	} else {
+	}
+	if !w.json {
 		d.end(job)
 		printJob(a.out, job)
 	}
-	// The exit status says FAILED with or without --json: scripts read it.
-	if job.Status == statusFailed {
-		msg := job.ErrorMessage
+	return outcome(job)
+}
+
+// Exit statuses of the commands that follow a job (documented in the
+// command's help and docs/operations.md).
+const (
+	exitFailed  = 1 // the job FAILED, or the CLI could not do what was asked
+	exitPartial = 3 // the job is READY, but not on every one of its nodes
+)
+
+// exitError carries an exit status other than 1.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// outcome is the error a finished job ends the command with: nil when it
+// is READY on every node, a FAILED job's reason (exit 1), or a partial
+// result naming the nodes that did not get it (exit 3).
+func outcome(j *cubeview.JobInfo) error {
+	if j.Status == statusFailed {
+		msg := j.ErrorMessage
 		if msg == "" {
 			msg = "no error message"
 		}
-		return fmt.Errorf("job %s FAILED in phase %s: %s", job.JobID, dash(job.Phase), msg)
+		return fmt.Errorf("job %s FAILED in phase %s: %s", j.JobID, dash(j.Phase), msg)
+	}
+	if j.Status == statusReady && (j.TemplateStatus == "PARTIALLY_READY" || j.FailedNodeCount > 0 ||
+		j.ExpectedNodeCount > 0 && j.ReadyNodeCount < j.ExpectedNodeCount) {
+		_, failed := nodeNames(j)
+		which := ""
+		if len(failed) > 0 {
+			which = " (not on " + strings.Join(failed, ", ") + ")"
+		}
+		return &exitError{code: exitPartial, err: fmt.Errorf("job %s is READY on %d of %d nodes%s; nodes that come back get the template on their own, or run: cubemastercli tpl redo %s --failed-only",
+			j.JobID, j.ReadyNodeCount, j.ExpectedNodeCount, which, j.TemplateID)}
 	}
 	return nil
 }

@@ -5,23 +5,28 @@
 // artifacts with their token, verifies and stores them, and records local
 // run templates. It does NOT boot VMs. See package agent for the details.
 //
-//	nodeagent [--listen 127.0.0.1:9999] [--data-dir DIR] [--node-id node-1] [--log-level L] [--log-format F]
+//	CUBE_NODEAGENT_TOKEN=... nodeagent --master-urls http://master:8089 [--listen 127.0.0.1:9999] [--data-dir DIR]
+//	    [--node-id node-1] [--file-mode 0640] [--tls-cert F --tls-key F [--tls-client-ca F]] [--log-level L] [--log-format F]
 //	nodeagent --version
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/apps/config"
 	"github.com/cubesandbox/templatecenter/apps/internal/agentapp"
 	"github.com/cubesandbox/templatecenter/apps/internal/cmdutil"
@@ -39,15 +44,25 @@ and writes <data-dir>/templates/<template id>/template.json. Use it for
 development, tests and staging a node's disk; a real Cubelet is needed to run
 sandboxes.
 
-The listener has no authentication: bind it to an internal network only.
-Every flag's default can also be set by the environment variable shown
-(docs/configuration.md). The default node id, node-1, is the one the
-master's examples use (CUBE_MASTER_NODES=node-1=127.0.0.1:9999).`
+Every call must carry the node credential in CUBE_NODEAGENT_TOKEN (the
+master's CUBE_MASTER_NODE_TOKEN); the agent refuses to start without it.
+Artifacts are downloaded only from URLs under --master-urls (required).
+Files are written 0640 in 0750 directories (--file-mode). Still, bind the
+listener to an internal network. Every flag's default can also be set by the
+environment variable shown (docs/configuration.md). The default node id,
+node-1, is the one the master's examples use
+(CUBE_MASTER_NODES=node-1=127.0.0.1:9999).`
 
 type agentConfig struct {
 	listen          string
 	dataDir         string
 	nodeID          string
+	token           string
+	masterURLs      string
+	fileMode        string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
 	logLevel        string
 	logFormat       string
 	addrFile        string
@@ -79,6 +94,21 @@ func newRoot(run func(cmd *cobra.Command, c agentConfig) error) (*cobra.Command,
 		def := envOr(s.Env, s.Default)
 		usage := s.Doc + " (" + s.Env + ")"
 		switch s.Flag {
+		case "":
+			if s.Env != config.NodeAgentTokenVariable {
+				return nil, fmt.Errorf("nodeagent: setting %s has no flag and is not read", s.Env)
+			}
+			c.token = os.Getenv(s.Env)
+		case "master-urls":
+			fl.StringVar(&c.masterURLs, s.Flag, def, usage)
+		case "file-mode":
+			fl.StringVar(&c.fileMode, s.Flag, def, usage)
+		case "tls-cert":
+			fl.StringVar(&c.tlsCert, s.Flag, def, usage)
+		case "tls-key":
+			fl.StringVar(&c.tlsKey, s.Flag, def, usage)
+		case "tls-client-ca":
+			fl.StringVar(&c.tlsClientCA, s.Flag, def, usage)
 		case "listen":
 			fl.StringVar(&c.listen, s.Flag, def, usage)
 		case "data-dir":
@@ -112,8 +142,44 @@ func newLogger(c agentConfig, w io.Writer) (*slog.Logger, error) {
 	return log, nil
 }
 
+// options checks what the agent needs before it listens and names the
+// setting to fix: it fails closed without a credential or master URLs.
+func options(c agentConfig, log *slog.Logger) (agentapp.Options, error) {
+	o := agentapp.Options{DataDir: c.dataDir, NodeID: c.nodeID, Token: strings.TrimSpace(c.token), Logger: log,
+		ShutdownTimeout: c.shutdownTimeout, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey, TLSClientCAFile: c.tlsClientCA}
+	if o.Token == "" {
+		return o, fmt.Errorf("%s is not set: the node agent refuses to start without the node credential every call must carry "+
+			"(the master's CUBE_MASTER_NODE_TOKEN; generate one with `openssl rand -hex 32`)", config.NodeAgentTokenVariable)
+	}
+	if err := cubelet.CheckNodeToken(o.Token); err != nil {
+		return o, fmt.Errorf("%s %w", config.NodeAgentTokenVariable, err)
+	}
+	for _, u := range strings.Split(c.masterURLs, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			o.MasterURLs = append(o.MasterURLs, u)
+		}
+	}
+	if len(o.MasterURLs) == 0 {
+		return o, errors.New("--master-urls (CUBE_NODEAGENT_MASTER_URLS) is not set: the node agent downloads artifacts only from its masters' base URLs (their CUBE_MASTER_DOWNLOAD_BASE_URL)")
+	}
+	mode, err := strconv.ParseUint(c.fileMode, 8, 32)
+	if err != nil || mode&^0o777 != 0 || mode&0o600 != 0o600 {
+		return o, fmt.Errorf("--file-mode (CUBE_NODEAGENT_FILE_MODE) %q: want octal permission bits with owner read and write, like 0640 or 0644", c.fileMode)
+	}
+	o.FileMode = os.FileMode(mode)
+	return o, nil
+}
+
 // serve listens and runs the agent until ctx ends.
 func serve(ctx context.Context, c agentConfig, log *slog.Logger) error {
+	o, err := options(c, log)
+	if err != nil {
+		return err
+	}
+	srv, err := agentapp.New(o)
+	if err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.listen, err)
@@ -124,10 +190,11 @@ func serve(ctx context.Context, c agentConfig, log *slog.Logger) error {
 			return fmt.Errorf("--addr-file: %w", err)
 		}
 	}
-	return agentapp.Run(ctx, agentapp.Options{DataDir: c.dataDir, NodeID: c.nodeID, Logger: log, ShutdownTimeout: c.shutdownTimeout}, lis)
+	return srv.Serve(ctx, lis)
 }
 
 func main() {
+	cmdutil.KeepRunningOnClosedOutput()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	root, err := newRoot(func(cmd *cobra.Command, c agentConfig) error {

@@ -138,11 +138,15 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 	if len(inj.Envd) > 0 {
 		req.ContainerOverrides = &core.ContainerOverrides{Annotations: map[string]string{pipeline.InjectEnvdAnnotation: "true"}}
 	}
+	spec, err := core.NormalizeFromImageRequest(req, nil)
+	if err != nil {
+		return err
+	}
 	progress := newProgressPrinter(cmd.ErrOrStderr(), !f.jsonOut)
 	start := time.Now()
 	res, err := pl.Run(ctx, pipeline.Input{
 		Image:   ports.ImageRequest{Ref: f.image, Platform: f.platform, Username: f.username, Password: os.Getenv("CUBE_REGISTRY_PASSWORD")},
-		Request: req,
+		Request: spec,
 		Inject:  inj,
 		OutPath: out,
 	}, progress.event)

@@ -27,6 +27,7 @@ import (
 )
 
 func main() {
+	cmdutil.KeepRunningOnClosedOutput()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := cmdutil.Root("templatecenter", "Build OCI images into ext4 root filesystems for microVM sandboxes")

@@ -28,12 +28,12 @@ nothing.`,
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
 			}
-			st, err := startup.OpenStore(cmd.Context(), "CUBE_TEMPLATE_CENTER_DB_DSN", cfg.DBDSN)
+			st, err := startup.OpenStore(cmd.Context(), cfg.DatabaseSetting(config.DataPlane), cfg.DBDSN)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			return startup.MigrateCommand(cmd.Context(), cmd.OutOrStdout(), st, plan, "CUBE_TEMPLATE_CENTER_DB_DSN", config.RedactDSN(cfg.DBDSN))
+			return startup.MigrateCommand(cmd.Context(), cmd.OutOrStdout(), st, plan, cfg.DatabaseSetting(config.DataPlane), config.RedactDSN(cfg.DBDSN))
 		},
 	}
 	cmd.Flags().BoolVar(&plan, "plan", false, "print the statements a migration would run (as SQL) and change nothing")

@@ -180,12 +180,16 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 		t.Fatalf("job row after BUILT: %+v (%v)", got, err)
 	}
 
-	// The master mints the download token when it first registers the artifact.
-	if _, err := st.Artifacts().Update(ctx, a.ArtifactID, func(x *core.Artifact) error { x.DownloadToken = "tok-123"; return nil }); err != nil {
+	// The master mints the download token's seed when it first registers
+	// the artifact; nodes are given the token derived from it with the
+	// callback token, and the seed itself (all a copy of the database
+	// shows) downloads nothing.
+	seed := core.NewDownloadSeed("tok-123")
+	if _, err := st.Artifacts().Update(ctx, a.ArtifactID, func(x *core.Artifact) error { x.DownloadToken = seed; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	dl := base + "/cube/template/artifact/download?artifact_id=" + a.ArtifactID
-	checkDownload(t, dl, a)
+	checkDownload(t, dl, a, core.NewDownloadTokens(master.token).For(a.ArtifactID, seed), seed)
 
 	// A second template with the same spec reuses the READY artifact.
 	_, rep2 := submit("tpl-serve-b")
@@ -219,7 +223,7 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 		{"old token", "", http.StatusForbidden},
 		{"shared token", master.token, http.StatusNotFound},
 	} {
-		req, err := http.NewRequest(http.MethodGet, dl+"&token=tok-123", nil)
+		req, err := http.NewRequest(http.MethodGet, dl+"&token="+core.NewDownloadTokens(master.token).For(a.ArtifactID, seed), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,18 +241,20 @@ func TestServeBuildsReportsAndServesDownloads(t *testing.T) {
 	}
 }
 
-func checkDownload(t *testing.T, dl string, a *core.Artifact) {
+func checkDownload(t *testing.T, dl string, a *core.Artifact, token, seed string) {
 	t.Helper()
 	cases := []struct {
 		name, method, token, rng string
 		status                   int
 		length                   int64
 	}{
-		{"full", http.MethodGet, "tok-123", "", http.StatusOK, a.Ext4SizeBytes},
-		{"head", http.MethodHead, "tok-123", "", http.StatusOK, a.Ext4SizeBytes},
-		{"range", http.MethodGet, "tok-123", "bytes=1024-2047", http.StatusPartialContent, 1024},
+		{"full", http.MethodGet, token, "", http.StatusOK, a.Ext4SizeBytes},
+		{"head", http.MethodHead, token, "", http.StatusOK, a.Ext4SizeBytes},
+		{"range", http.MethodGet, token, "bytes=1024-2047", http.StatusPartialContent, 1024},
+		{"empty suffix range", http.MethodGet, token, "bytes=-0", http.StatusRequestedRangeNotSatisfiable, -1},
 		{"bad token", http.MethodGet, "nope", "", http.StatusForbidden, -1},
 		{"no token", http.MethodGet, "", "", http.StatusForbidden, -1},
+		{"the stored seed (a copy of the database)", http.MethodGet, seed, "", http.StatusForbidden, -1},
 	}
 	for _, c := range cases {
 		u := dl

@@ -52,7 +52,11 @@ func (s *Service) ResolveTemplate(ctx context.Context, idOrAlias string) (*core.
 	}
 	for _, r := range replicas {
 		if r.Status == core.ReplicaReady && healthy[r.NodeID] {
-			return def, nil
+			// Callers create sandboxes from the stored request: it needs
+			// its download token, which the row does not keep.
+			out := *def
+			out.RequestJSON = s.storedRequestWithTokens(ctx, def.RequestJSON)
+			return &out, nil
 		}
 	}
 	return nil, fmt.Errorf("template %s has no READY replica on a healthy node: %w", def.TemplateID, core.ErrTemplateNotReady)
@@ -218,8 +222,8 @@ func (s *Service) checkAliasFree(ctx context.Context, templateID, alias string) 
 // template's from now on; one another template holds as its alias is left
 // to it until the new template is READY (moveCreateAlias); a template's id
 // is refused (*core.NameTakenError).
-func (s *Service) claimAlias(ctx context.Context, templateID, alias string) error {
-	err := s.Store.Names().Claim(ctx, alias, templateID, core.NameAlias)
+func claimAlias(ctx context.Context, names ports.NameRepository, templateID, alias string) error {
+	err := names.Claim(ctx, alias, templateID, core.NameAlias)
 	var taken *core.NameTakenError
 	if errors.As(err, &taken) && taken.HolderKind == core.NameAlias && taken.Holder != templateID {
 		return nil

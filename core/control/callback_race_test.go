@@ -31,7 +31,7 @@ func builtReport(fp string) ports.StatusReport {
 	u := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	u.ArtifactID, u.ArtifactStatus, u.Fingerprint = aidOf(fp), "READY", fp
 	u.ResultJSON = `{"status":"BUILT","artifact_id":"` + aidOf(fp) + `"}`
-	return ports.StatusReport{Update: u, Artifact: artifactMeta(fp)}
+	return ports.StatusReport{Update: u, Artifact: artifactMeta(fp), Inputs: inputsOf(fp)}
 }
 
 // refusedBuild checks a BUILT report for an artifact being deleted: the
@@ -307,7 +307,7 @@ func TestBuiltReportWithNoRowAsksTheDataPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			eq(t, "artifact status", a.Status, core.ArtifactReady)
-			eq(t, "the row keeps the token it was asked with", a.DownloadToken, asked[0])
+			eq(t, "the row keeps the token it was asked with", testDownloadTokens.For(a.ArtifactID, a.DownloadToken), asked[0])
 		})
 	}
 }

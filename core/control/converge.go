@@ -22,6 +22,12 @@ const ConvergeRequestPrefix = "converge-"
 // the template was distributed, or one that joined the directory later,
 // so gets the template without anyone asking.
 //
+// Convergence only ever adds nodes: its redo reuses the artifact the
+// template's definition uses and never rebuilds (a rebuild from the tag
+// could change the template's content and fail its other nodes). A
+// template whose artifact cannot be reused is left alone, with a warning,
+// until a person redoes it.
+//
 // It is bounded (Config.ConvergeAtOnce jobs a pass), idempotent (a
 // template with an active job is left to it; the redo's own rules — one
 // active job per template, the template's lock, the artifact's lock —
@@ -68,7 +74,7 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if err != nil {
 		return nil, err
 	}
-	if latest.Status.Active() || latest.Status == core.JobBuilt || strings.TrimSpace(latest.RequestJSON) == "" {
+	if latest.Status.Unfinished() || strings.TrimSpace(latest.RequestJSON) == "" {
 		return nil, nil
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
@@ -87,10 +93,14 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if len(missing) == 0 || s.backingOff(ctx, latest, missing) {
 		return nil, nil
 	}
-	job, err := s.Redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing})
+	job, err := s.redo(ctx, RedoRequest{RequestID: ConvergeRequestPrefix + s.IDs.NewHex()[:12], TemplateID: d.TemplateID, DistributionScope: missing}, true)
 	var active *core.ActiveJobError
 	if errors.As(err, &active) || errors.Is(err, core.ErrNoTemplateNodes) {
 		return nil, nil // someone else is at work, or the node left again
+	}
+	if errors.Is(err, errConvergeNeedsRebuild) {
+		s.log().Warn("template cannot converge onto nodes without a rebuild; convergence never rebuilds", "template", d.TemplateID, "nodes", missing, "err", err)
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err
@@ -113,15 +123,15 @@ func (s *Service) backingOff(ctx context.Context, latest *core.Job, missing []st
 		slices.ContainsFunc(latest.RedoScope, func(id string) bool { return slices.Contains(missing, id) })
 }
 
-// inScope keeps the nodes a template's scope names (by id or IP); an empty
-// scope names them all.
-func inScope(nodes []ports.Node, scope []string) []ports.Node {
+// inScope keeps the nodes a template's scope includes; an empty scope
+// names them all.
+func inScope(nodes []ports.Node, scope core.NodeScope) []ports.Node {
 	if len(scope) == 0 {
 		return nodes
 	}
 	var out []ports.Node
 	for _, n := range nodes {
-		if slices.Contains(scope, n.ID) || (n.IP != "" && slices.Contains(scope, n.IP)) {
+		if scope.Includes(n.ID, n.IP) {
 			out = append(out, n)
 		}
 	}

@@ -9,15 +9,26 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 )
 
-// TestNodesConvergeOnTheirOwn: node-2 is down when the template is
-// distributed, comes back, and gets the template from the next sweep
-// without a redo call; node-3 joins the directory later and gets it too.
+// TestNodesConvergeOnTheirOwn: node-2 and node-3 are down when the
+// template is distributed: the job counts them and their replicas say they
+// were down (not skipped silently). node-2 comes back and gets the
+// template from the next sweep without a redo call; node-3 comes back
+// later and gets it too.
 func TestNodesConvergeOnTheirOwn(t *testing.T) {
 	e := newEnv(t, "node-1", "node-2", "node-3")
 	e.setHealthy("node-1")
 	job := e.ready("tpl-conv", fpA)
 	eq(t, "first", job.Status, core.JobReady)
-	eq(t, "replicas at first", len(e.replicas("tpl-conv")), 1)
+	eq(t, "template at first", job.TemplateStatus, string(core.TemplatePartiallyReady))
+	eq(t, "expected nodes", job.ExpectedNodeCount, 3)
+	eq(t, "failed nodes", job.FailedNodeCount, 2)
+	first := e.replicas("tpl-conv")
+	eq(t, "replicas at first", len(first), 3)
+	for _, id := range []string{"node-2", "node-3"} {
+		if r := first[id]; r.Status != core.ReplicaFailed || !strings.Contains(r.ErrorMessage, "not healthy") {
+			t.Errorf("%s, down during the build: %s %q; want FAILED saying it was not healthy", id, r.Status, r.ErrorMessage)
+		}
+	}
 
 	e.setHealthy("node-1", "node-2")
 	e.svc.SweepOnce(e.ctx)
@@ -34,20 +45,20 @@ func TestNodesConvergeOnTheirOwn(t *testing.T) {
 	eqSlice(t, "convergence scope", latest.RedoScope, []string{"node-2"})
 
 	// A pass with nothing to do starts nothing.
-	before := len(e.agent.CreateImageCalls())
+	before := e.copies()
 	started, err := e.svc.Converge(e.ctx)
 	if err != nil || len(started) != 0 {
 		t.Fatalf("idle pass started %d jobs, %v", len(started), err)
 	}
 
-	e.setHealthy("node-1", "node-2", "node-3") // joins later
+	e.setHealthy("node-1", "node-2", "node-3") // back later
 	e.svc.SweepOnce(e.ctx)
 	e.wait()
 	if r := e.replicas("tpl-conv")["node-3"]; r == nil || r.Status != core.ReplicaReady {
 		t.Fatalf("node-3 after it joined: %+v", r)
 	}
 	eq(t, "def status", e.def("tpl-conv").Status, core.TemplateReady)
-	eq(t, "node-1 untouched", len(e.agent.CreateImageCalls())-before, 1)
+	eq(t, "node-1 untouched", e.copies()-before, 1)
 }
 
 // TestConvergenceRespectsScopeAndBacksOff: a template scoped to node-1 never

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -45,7 +46,8 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 // fingerprint covers. It is not kept: a redo that must rebuild the image
 // injects the configured binary.
 func (s *Service) CreateFromImageWithEnvd(ctx context.Context, req *core.FromImageRequest, downloadBaseURL string, envd []byte) (*core.Job, error) {
-	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
+	n, err := core.NormalizeFromImageRequest(req, s.IDs.NewHex)
+	if err != nil {
 		return nil, err
 	}
 	if err := ValidateOverrides(req); err != nil {
@@ -67,7 +69,10 @@ func (s *Service) CreateFromImageWithEnvd(ctx context.Context, req *core.FromIma
 	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
 		return nil, err
 	}
-	res, err := s.SubmitFromImage(ctx, req)
+	if err := s.checkScopeKnown(ctx, req.InstanceType, req.DistributionScope); err != nil {
+		return nil, err
+	}
+	res, err := s.submitFromImage(ctx, n)
 	if err != nil {
 		return nil, err
 	}
@@ -81,14 +86,14 @@ func (s *Service) CreateFromImageWithEnvd(ctx context.Context, req *core.FromIma
 	if !res.Created && s.storeNow(ctx).Sub(res.Job.UpdatedAt) < redispatchAfter {
 		return res.Job, nil
 	}
-	return s.dispatch(ctx, res.Job, req, downloadBaseURL, envd)
+	return s.dispatch(ctx, res.Job, n, downloadBaseURL, envd)
 }
 
 // dispatch forwards a PENDING job to the data plane, failing the job if it
-// cannot. req still carries the registry credentials (they are never
+// cannot. n still carries the registry credentials (they are never
 // stored, so only the submitting call can pass them on). envd is an
 // uploaded agent binary, or nil for the configured one.
-func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromImageRequest, downloadBaseURL string, envd []byte) (*core.Job, error) {
+func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.NormalizedRequest, downloadBaseURL string, envd []byte) (*core.Job, error) {
 	if job.Status != core.JobPending || job.Phase.PostBuild() {
 		// Only PENDING jobs that still need a build go to the data plane;
 		// a BUILT job sent again would be refused there and wrongly failed
@@ -96,6 +101,7 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, req *core.FromIma
 		// post-build phase) has nothing to build: its resume runs here.
 		return job, nil
 	}
+	req := n.Request()
 	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
 	if WantsEnvd(req) {
 		data := envd
@@ -149,11 +155,34 @@ func (s *Service) loadEnvd(ctx context.Context) ([]byte, error) {
 }
 
 // failDispatch fails a job that never reached the data plane and returns
-// the failed job with cause.
+// the failed job with cause. Only a job still PENDING before its build is
+// failed: any other state means a data plane took it after all (the
+// answer was lost, or this was a second forward that reached another
+// replica, which found the job RUNNING or BUILT and said "not pending" or
+// "busy"), and that build must not be ended by an answer about a forward
+// it does not need. Such a job is returned as it is, without an error,
+// unless it has already failed.
 func (s *Service) failDispatch(ctx context.Context, job *core.Job, cause error) (*core.Job, error) {
 	wctx, cancel := detached(ctx, 30*time.Second)
 	defer cancel()
-	failed, _, err := s.Report(wctx, job.JobID, core.Fail(job.Phase, cause.Error()))
+	u := core.Fail(job.Phase, cause.Error())
+	failed, err := s.Store.Jobs().Update(wctx, job.JobID, func(cur *core.Job) error {
+		if cur.Status != core.JobPending || cur.Phase.PostBuild() {
+			return errJobMoved
+		}
+		return cur.Apply(u)
+	})
+	if errors.Is(err, errJobMoved) {
+		cur, gerr := s.Store.Jobs().Get(wctx, job.JobID)
+		if gerr != nil {
+			return job, fmt.Errorf("job %s: %w", job.JobID, gerr)
+		}
+		s.log().Info("data plane answer ignored: the job has moved on", "job", job.JobID, "status", cur.Status, "answer", cause)
+		if cur.Status == core.JobFailed {
+			return cur, fmt.Errorf("job %s: %w", job.JobID, cause)
+		}
+		return cur, nil
+	}
 	if err != nil {
 		s.log().Error("dispatch failure not recorded", "job", job.JobID, "cause", cause, "err", err)
 		failed = job
@@ -165,4 +194,46 @@ func sortedStrings(in []string) []string {
 	out := slices.Clone(in)
 	slices.Sort(out)
 	return out
+}
+
+// checkScopeKnown refuses a distribution scope entry that names no node:
+// neither a node id the directory knows (healthy or not) nor the IP of a
+// healthy node of the instance type. Such a job could only fail later, at
+// DISTRIBUTING, after the whole build. A known node that is down is left
+// to distribution, which records it.
+func (s *Service) checkScopeKnown(ctx context.Context, instanceType string, scope []string) error {
+	if len(scope) == 0 {
+		return nil
+	}
+	if instanceType == "" {
+		instanceType = core.DefaultInstanceType
+	}
+	healthy, err := s.Nodes.HealthyNodes(ctx, instanceType)
+	if err != nil {
+		return fmt.Errorf("list healthy %s nodes: %w", instanceType, err)
+	}
+	var unknown []string
+	for _, want := range scope {
+		if slices.ContainsFunc(healthy, func(n ports.Node) bool { return n.ID == want || n.IP != "" && n.IP == want }) {
+			continue
+		}
+		switch _, err := s.Nodes.Get(ctx, want); {
+		case err == nil:
+		case errors.Is(err, core.ErrNotFound):
+			unknown = append(unknown, want)
+		default:
+			return fmt.Errorf("node %s: %w", want, err)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	known := make([]string, 0, len(healthy))
+	for _, n := range healthy {
+		known = append(known, n.ID)
+	}
+	slices.Sort(known)
+	return &core.FieldError{Field: "distribution_scope", Reason: fmt.Sprintf("%s: no such node (healthy %s nodes: %s)",
+		strings.Join(unknown, ", "), instanceType, firstString(strings.Join(known, ", "), "none"))}
 }

@@ -26,9 +26,9 @@ type CreateTemplateRequest struct {
 	TemplateID string
 	// InstanceType defaults to core.DefaultInstanceType.
 	InstanceType string
-	// DistributionScope lists node ids or IPs; empty means every healthy
-	// node of the instance type.
-	DistributionScope []string
+	// DistributionScope names the nodes; empty means every healthy node
+	// of the instance type.
+	DistributionScope core.NodeScope
 	// SnapshotDir is passed to AppSnapshot; "" falls back to
 	// Config.SnapshotDir.
 	SnapshotDir string
@@ -98,11 +98,14 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 		return nil, err
 	}
 
-	lock, err := s.Locker.Lock(ctx, templateLockName(tid))
+	// The lock is watched: once it is lost (its session died) another
+	// master may write the template, and this create records nothing more.
+	outer := ctx
+	ctx, lock, done, err := s.holdTemplate(ctx, tid)
 	if err != nil {
 		return nil, fmt.Errorf("create template %s: %w", tid, err)
 	}
-	defer s.unlock(ctx, lock)
+	defer done()
 
 	if err := s.clearForCreate(ctx, tid); err != nil {
 		return nil, err
@@ -143,7 +146,7 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 	fanOut(len(targets), s.cfg().DistributionWorkers, func(i int) {
 		n := targets[i]
 		rep := &core.Replica{TemplateID: tid, NodeID: n.ID, NodeIP: n.IP, InstanceType: instanceType, Spec: spec}
-		res, err := s.Agent.AppSnapshot(ctx, n, snapReq, snapDir)
+		res, err := s.nodes().AppSnapshot(ctx, n, snapReq, snapDir)
 		if err != nil {
 			errs[i] = fmt.Sprintf("node %s: %v", n.ID, err)
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
@@ -159,8 +162,12 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 		}
 	})
 
-	// The outcome is recorded even when the caller has gone away.
-	wctx, cancel := detached(ctx, 30*time.Second)
+	// The outcome is recorded even when the caller has gone away, but only
+	// while the lock still keeps other writers of the template out.
+	if err := stillHeld(ctx, lock); errors.Is(err, errLockLost) {
+		return nil, fmt.Errorf("create template %s: %w", tid, err)
+	}
+	wctx, cancel := detached(outer, 30*time.Second)
 	defer cancel()
 	replicas, err := tpl.ListReplicas(wctx, tid)
 	if err != nil {
@@ -208,13 +215,18 @@ func (s *Service) clearForCreate(ctx context.Context, tid string) error {
 	if err := errors.Join(cerrs...); err != nil {
 		return fmt.Errorf("replace failed template %s: %w", tid, err)
 	}
-	if _, err := tpl.DeleteReplicas(ctx, tid); err != nil {
+	// The definition goes with its alias: a synchronous create names no
+	// alias, and the replaced template's must not keep pointing here.
+	return s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if _, err := r.Templates().DeleteReplicas(ctx, tid); err != nil {
+			return err
+		}
+		if err := r.Templates().DeleteDefinition(ctx, tid); err != nil && !isNotFound(err) {
+			return err
+		}
+		_, err := r.Names().Release(ctx, tid, core.NameAlias)
 		return err
-	}
-	if err := tpl.DeleteDefinition(ctx, tid); err != nil && !isNotFound(err) {
-		return err
-	}
-	return nil
+	})
 }
 
 // storedCreateRequest is the definition's request_json made from a create

@@ -169,18 +169,28 @@ func TestCreateFromImageEnvd(t *testing.T) {
 
 func TestCreateFromImageRejectsBadInput(t *testing.T) {
 	e := newEnv(t, "node-1")
+	resources := func(r *core.Resource) func(*core.FromImageRequest) {
+		return func(req *core.FromImageRequest) { req.ContainerOverrides = &core.ContainerOverrides{Resources: r} }
+	}
 	tests := []struct {
-		name string
-		mut  func(r *core.FromImageRequest)
+		name  string
+		mut   func(r *core.FromImageRequest)
+		field string // "": any field
 	}{
-		{"no image", func(r *core.FromImageRequest) { r.SourceImageRef = "" }},
+		{"no image", func(r *core.FromImageRequest) { r.SourceImageRef = "" }, ""},
 		{"mount over /", func(r *core.FromImageRequest) {
 			r.ContainerOverrides = &core.ContainerOverrides{VolumeMounts: []byte(`[{"name":"x","container_path":"/"}]`)}
-		}},
+		}, ""},
 		{"security context not an object", func(r *core.FromImageRequest) {
 			r.ContainerOverrides = &core.ContainerOverrides{SecurityContext: []byte(`[1]`)}
-		}},
-		{"bad alias", func(r *core.FromImageRequest) { r.Alias = "Has Space" }},
+		}, ""},
+		{"bad alias", func(r *core.FromImageRequest) { r.Alias = "Has Space" }, ""},
+		// cubemastercli --cpu -5 sends "-5m".
+		{"negative cpu", resources(&core.Resource{CPU: "-5m", Mem: "2000Mi"}), "container_overrides.resources.cpu"},
+		{"zero cpu", resources(&core.Resource{CPU: "0m"}), "container_overrides.resources.cpu"},
+		{"memory not a quantity", resources(&core.Resource{CPU: "2", Mem: "lots"}), "container_overrides.resources.mem"},
+		{"negative limit", resources(&core.Resource{CPU: "1", Limit: &core.Resource{Mem: "-1Gi"}}), "container_overrides.resources.limit.mem"},
+		{"unknown node", func(r *core.FromImageRequest) { r.DistributionScope = []string{"node-1", "node-9"} }, "distribution_scope"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,10 +201,22 @@ func TestCreateFromImageRejectsBadInput(t *testing.T) {
 			var fe *core.FieldError
 			if !errors.As(err, &fe) {
 				t.Errorf("error %v does not name the field", err)
+			} else if tc.field != "" && fe.Field != tc.field {
+				t.Errorf("error %v names %s, want %s", err, fe.Field, tc.field)
 			}
 		})
 	}
-	eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+	if _, err := e.store.Jobs().Latest(e.ctx, "tpl-bad"); !errors.Is(err, core.ErrNotFound) {
+		t.Error("a refused request left a job")
+	}
+	// Quantities a node takes, and a scope naming a node by id or IP, pass.
+	ok := request("tpl-good")
+	ok.ContainerOverrides = &core.ContainerOverrides{Resources: &core.Resource{CPU: "500m", Mem: "2Gi", Limit: &core.Resource{CPU: "1.5", Mem: "2048Mi"}}}
+	ok.DistributionScope = []string{"node-1", node("node-1").IP}
+	if _, err := e.svc.CreateFromImage(e.ctx, ok, baseURL); err != nil {
+		t.Fatalf("a valid request was refused: %v", err)
+	}
+	eq(t, "SubmitBuild calls (the valid request's only)", len(e.disp.SubmitBuildCalls()), 1)
 }
 
 // The control plane and the data plane must agree on the opt-in key.

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // ensureDefinition writes the definition if missing, or points an existing
@@ -39,17 +40,25 @@ func (s *Service) ensureDefinition(ctx context.Context, p *pipeline) (aliasNote 
 			return "", err
 		}
 	}
+	// The definition is written only for the run that holds the job
+	// (fenced), like everything the run publishes.
+	write := func(fn func(ctx context.Context, t ports.TemplateRepository) error) error {
+		return s.fenced(ctx, p.job.JobID, func(ctx context.Context, r ports.Repos) error { return fn(ctx, r.Templates()) })
+	}
 	for range 3 {
-		_, err := tpl.UpdateDefinition(ctx, tid, func(d *core.Definition) error {
-			d.InstanceType = p.job.InstanceType
-			d.Version = core.DefaultTemplateVersion
-			d.Status = core.TemplatePending
-			d.RequestJSON = p.stored
-			d.RootfsArtifactID = p.artifact.ArtifactID
-			if alias != "" && d.Alias == "" && !p.redo {
-				d.Alias = alias
-			}
-			return nil
+		err := write(func(ctx context.Context, t ports.TemplateRepository) error {
+			_, err := t.UpdateDefinition(ctx, tid, func(d *core.Definition) error {
+				d.InstanceType = p.job.InstanceType
+				d.Version = core.DefaultTemplateVersion
+				d.Status = core.TemplatePending
+				d.RequestJSON = p.stored
+				d.RootfsArtifactID = p.artifact.ArtifactID
+				if alias != "" && d.Alias == "" && !p.redo {
+					d.Alias = alias
+				}
+				return nil
+			})
+			return err
 		})
 		if err == nil {
 			return aliasNote, nil
@@ -70,7 +79,7 @@ func (s *Service) ensureDefinition(ctx context.Context, p *pipeline) (aliasNote 
 			Alias:            alias,
 			RootfsArtifactID: p.artifact.ArtifactID,
 		}
-		err = tpl.CreateDefinition(ctx, def)
+		err = write(func(ctx context.Context, t ports.TemplateRepository) error { return t.CreateDefinition(ctx, def) })
 		if err == nil {
 			return aliasNote, nil
 		}
@@ -117,7 +126,7 @@ func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
 			}
 			r.Status, r.Phase, r.CleanupRequired = core.ReplicaFailed, core.ReplicaPhaseFailed, true
 			r.ErrorMessage = fmt.Sprintf("holds artifact %s, the template now uses %s; redo this node", r.ArtifactID, p.artifact.ArtifactID)
-			if err := s.Store.Templates().UpsertReplica(ctx, r); err != nil {
+			if err := s.upsertReplica(ctx, p.job.JobID, r); err != nil {
 				return err
 			}
 			continue
@@ -125,12 +134,15 @@ func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
 		if err := s.cleanupReplica(ctx, r); err != nil {
 			r.Status, r.Phase, r.CleanupRequired = core.ReplicaFailed, core.ReplicaPhaseFailed, true
 			r.ErrorMessage = "left over from an earlier attempt; cleanup failed: " + err.Error()
-			if uerr := s.Store.Templates().UpsertReplica(ctx, r); uerr != nil {
+			if uerr := s.upsertReplica(ctx, p.job.JobID, r); uerr != nil {
 				return uerr
 			}
 			continue
 		}
-		if _, err := s.Store.Templates().DeleteReplicas(ctx, r.TemplateID, r.NodeID); err != nil {
+		if err := s.fenced(ctx, p.job.JobID, func(ctx context.Context, repos ports.Repos) error {
+			_, err := repos.Templates().DeleteReplicas(ctx, r.TemplateID, r.NodeID)
+			return err
+		}); err != nil {
 			return err
 		}
 	}
@@ -140,6 +152,12 @@ func (s *Service) settleOtherReplicas(ctx context.Context, p *pipeline) error {
 // cleanupReplica removes the template from the replica's node. A node the
 // directory no longer knows has nothing left to clean.
 func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
+	if neverOnNode(r) {
+		// A node that was down for the run (or whose copy never got as
+		// far as a snapshot) holds no template to remove: its row must not
+		// hold a delete up until the node answers again.
+		return nil
+	}
 	n, err := s.Nodes.Get(ctx, r.NodeID)
 	if isNotFound(err) {
 		s.log().Info("replica node is gone; nothing to clean", "template", r.TemplateID, "node", r.NodeID)
@@ -148,8 +166,17 @@ func (s *Service) cleanupReplica(ctx context.Context, r *core.Replica) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", r.NodeID, err)
 	}
-	if err := s.Agent.CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
+	if err := s.nodes().CleanupTemplate(ctx, n, r.TemplateID, r.SnapshotPath); err != nil {
 		return fmt.Errorf("cleanup template %s on node %s: %w", r.TemplateID, r.NodeID, err)
 	}
 	return nil
+}
+
+// neverOnNode reports whether a replica row says no template of it reached
+// its node: no snapshot path, no cleanup owed, and its run never got to
+// snapshot there (a node recorded down, a copy that failed or was cut
+// short). The artifact copies are the placements', cleaned with the
+// artifact.
+func neverOnNode(r *core.Replica) bool {
+	return r.SnapshotPath == "" && !r.CleanupRequired && r.Status != core.ReplicaReady && r.Phase != core.ReplicaPhaseSnapshotting
 }

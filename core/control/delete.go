@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -20,16 +21,26 @@ import (
 //     while it is alive: updated within Config.StaleAfter, or its resume
 //     holds the artifact's lock. A stuck job (older, lock free) is failed
 //     first with a guarded update, so delete works on stuck templates.
+//     This runs before the template's lock is taken; under it, a job
+//     still active (or submitted since) refuses the delete.
 //  2. Every replica's node drops the template (CleanupTemplate; missing is
 //     fine, a node the directory no longer knows is skipped). Any other
 //     error aborts and leaves all rows, so the delete can be retried.
-//  3. Every artifact the template used goes through the reference-counted
-//     three-phase cleanup, excluding this template's own rows: an artifact
-//     another template still uses is kept (its GC deadline renewed);
-//     otherwise node copies are destroyed and the data plane deletes the
-//     bytes and the row. A node copy that cannot be destroyed leaves the
-//     artifact CLEANUP_PENDING for GC, without failing the delete.
-//  4. The replicas, the definition and all jobs of the template go.
+//  3. The replicas, the definition, all jobs and the names of the template
+//     go, in one transaction that first checks no job was added meanwhile.
+//  4. Every artifact the template used goes through the reference-counted
+//     three-phase cleanup: an artifact another template still uses is kept
+//     (its GC deadline renewed); otherwise node copies are destroyed and
+//     the data plane deletes the bytes and the row. A node copy that
+//     cannot be destroyed leaves the artifact CLEANUP_PENDING for GC,
+//     without failing the delete.
+//
+// Steps 2-3 run under the template's lock and stop as soon as it is lost
+// (an error wrapping core.ErrConflict, nothing more written): another
+// master may hold it by then and be redoing the template. Step 4 runs
+// after the template's lock is released, each artifact under its own
+// lock, so a delete never holds two locks (each pins a connection of a
+// bounded pool) and never waits for one while holding another.
 //
 // instanceType is used for nothing but logging when the template's rows
 // name one. core.ErrNotFound when the template has no rows at all.
@@ -37,37 +48,73 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 	if err := core.ValidateTemplateID(templateID); err != nil {
 		return err
 	}
-	// A synchronous create of the same template finishes first.
-	lock, err := s.Locker.Lock(ctx, templateLockName(templateID))
-	if err != nil {
-		return fmt.Errorf("delete template %s: %w", templateID, err)
-	}
-	defer s.unlock(ctx, lock)
-	tpl := s.Store.Templates()
-	def, err := tpl.GetDefinition(ctx, templateID)
-	if err != nil && !isNotFound(err) {
-		return err
-	}
-	replicas, err := tpl.ListReplicas(ctx, templateID)
-	if err != nil {
-		return err
-	}
+	// 1. Stuck jobs are failed before the template's lock is taken: telling
+	// a stuck resume from a live one takes the artifact's lock, and a
+	// delete never holds two locks. Their writes are compare-and-set.
 	jobList, err := s.Store.Jobs().ListByTemplate(ctx, templateID)
 	if err != nil {
 		return err
 	}
-	if def == nil && len(replicas) == 0 && len(jobList) == 0 {
-		// Names a submit claimed before its job could be written.
-		if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
-			return err
-		}
-		return fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
-	}
 	for _, j := range jobList {
-		if j.Status.Active() || j.Status == core.JobBuilt {
+		if j.Status.Unfinished() {
 			if err := s.abandonStale(ctx, j); err != nil {
 				return err
 			}
+		}
+	}
+	// A synchronous create of the same template finishes first.
+	hctx, lock, done, err := s.holdTemplate(ctx, templateID)
+	if err != nil {
+		return fmt.Errorf("delete template %s: %w", templateID, err)
+	}
+	aids, jobIDs, instanceType, err := s.deleteRows(hctx, lock, templateID, instanceType)
+	done()
+	if err != nil {
+		return err
+	}
+
+	// 4. Artifacts.
+	for _, aid := range aids {
+		if _, err := s.cleanupArtifact(ctx, aid, "", false); err != nil {
+			// The template is gone; what is left of the artifact is GC's.
+			s.log().Warn("artifact of a deleted template not cleaned up; GC collects it", "template", templateID, "artifact", aid, "err", err)
+		}
+	}
+	for _, id := range jobIDs {
+		s.dropProgress(ctx, id)
+	}
+	s.log().Info("template deleted", "template", templateID, "instance_type", instanceType, "artifacts", len(aids))
+	return nil
+}
+
+// deleteRows is steps 2-3 of Delete under the template's lock (ctx is
+// cancelled once it is lost); it returns the artifacts and jobs the
+// template had.
+func (s *Service) deleteRows(ctx context.Context, lock ports.Lock, templateID, instanceType string) (aids, jobIDs []string, _ string, _ error) {
+	tpl := s.Store.Templates()
+	def, err := tpl.GetDefinition(ctx, templateID)
+	if err != nil && !isNotFound(err) {
+		return nil, nil, "", err
+	}
+	replicas, err := tpl.ListReplicas(ctx, templateID)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	jobList, err := s.Store.Jobs().ListByTemplate(ctx, templateID)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if def == nil && len(replicas) == 0 && len(jobList) == 0 {
+		// Names a submit claimed before its job could be written.
+		if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
+			return nil, nil, "", err
+		}
+		return nil, nil, "", fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
+	}
+	for _, j := range jobList {
+		if j.Status.Active() || j.Status == core.JobBuilt {
+			// Alive (step 1 failed the stuck ones), or submitted since.
+			return nil, nil, "", &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
 		}
 	}
 	if def != nil {
@@ -82,49 +129,65 @@ func (s *Service) Delete(ctx context.Context, templateID, instanceType string) e
 	errs := make([]error, len(replicas))
 	fanOut(len(replicas), s.cfg().DistributionWorkers, func(i int) { errs[i] = s.cleanupReplica(ctx, replicas[i]) })
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("delete template %s: %w", templateID, err)
+		if lockLost(ctx) {
+			err = errLockLost
+		}
+		return nil, nil, "", fmt.Errorf("delete template %s: %w", templateID, err)
 	}
 
-	// 3. Artifacts.
-	aids := map[string]bool{}
+	set := map[string]bool{}
 	if def != nil && def.RootfsArtifactID != "" {
-		aids[def.RootfsArtifactID] = true
+		set[def.RootfsArtifactID] = true
 	}
 	for _, r := range replicas {
 		if r.ArtifactID != "" {
-			aids[r.ArtifactID] = true
+			set[r.ArtifactID] = true
 		}
 	}
+	seen := map[string]bool{}
 	for _, j := range jobList {
+		seen[j.JobID] = true
+		jobIDs = append(jobIDs, j.JobID)
 		if j.ArtifactID != "" {
-			aids[j.ArtifactID] = true
-		}
-	}
-	for _, aid := range sortedKeys(aids) {
-		if _, err := s.cleanupArtifact(ctx, aid, templateID, false); err != nil {
-			return fmt.Errorf("delete template %s: %w", templateID, err)
+			set[j.ArtifactID] = true
 		}
 	}
 
-	// 4. Rows.
-	if _, err := tpl.DeleteReplicas(ctx, templateID); err != nil {
+	// 3. Rows, only while the lock still keeps everyone else out, and only
+	// the jobs this delete looked at: a job added since (another master's
+	// redo, after this one's lock was lost unnoticed) stops it.
+	if err := stillHeld(ctx, lock); err != nil {
+		return nil, nil, "", fmt.Errorf("delete template %s: %w", templateID, err)
+	}
+	err = s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		now, err := r.Jobs().ListByTemplate(ctx, templateID)
+		if err != nil {
+			return err
+		}
+		for _, j := range now {
+			if !seen[j.JobID] {
+				return fmt.Errorf("job %s was submitted while the template was being deleted; nothing was deleted, retry: %w", j.JobID, core.ErrConflict)
+			}
+		}
+		if _, err := r.Templates().DeleteReplicas(ctx, templateID); err != nil {
+			return err
+		}
+		if err := r.Templates().DeleteDefinition(ctx, templateID); err != nil {
+			return err
+		}
+		if _, err := r.Jobs().DeleteByTemplate(ctx, templateID); err != nil {
+			return err
+		}
+		_, err = r.Names().Release(ctx, templateID, "")
 		return err
+	})
+	if err != nil {
+		if lockLost(ctx) {
+			err = errLockLost
+		}
+		return nil, nil, "", fmt.Errorf("delete template %s: %w", templateID, err)
 	}
-	if err := tpl.DeleteDefinition(ctx, templateID); err != nil {
-		return err
-	}
-	if _, err := s.Store.Jobs().DeleteByTemplate(ctx, templateID); err != nil {
-		return err
-	}
-	// Last: the names stay reserved until nothing of the template is left.
-	if _, err := s.Store.Names().Release(ctx, templateID, ""); err != nil {
-		return err
-	}
-	for _, j := range jobList {
-		s.dropProgress(ctx, j.JobID)
-	}
-	s.log().Info("template deleted", "template", templateID, "instance_type", instanceType, "artifacts", len(aids))
-	return nil
+	return sortedKeys(set), jobIDs, instanceType, nil
 }
 
 // errJobMoved: the job changed while delete tried to fail it, so it is alive.
@@ -134,6 +197,14 @@ var errJobMoved = errors.New("job moved")
 // returns *core.ActiveJobError if it does.
 func (s *Service) abandonStale(ctx context.Context, j *core.Job) error {
 	busy := &core.ActiveJobError{TemplateID: j.TemplateID, JobID: j.JobID, Status: j.Status}
+	if liveness.BuildPhase(j) {
+		// A build is judged by its data plane's liveness: freed at once
+		// when the process that ran it is gone.
+		if s.freeAbandoned(ctx, j) {
+			return nil
+		}
+		return busy
+	}
 	age := s.storeNow(ctx).Sub(j.UpdatedAt)
 	if age < s.cfg().StaleAfter {
 		return busy
@@ -203,7 +274,7 @@ func (s *Service) cleanupArtifact(ctx context.Context, aid, excludeTemplate stri
 	ctx, release := whileHeld(ctx, lock)
 	defer release()
 
-	deadline := s.gcDeadline()
+	deadline := s.gcDeadline(ctx)
 	// Phase 1.
 	var kept, skip, gone bool
 	var placements []core.Placement
@@ -349,7 +420,7 @@ func (s *Service) destroyCopy(ctx context.Context, p core.Placement, aid string)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", p.NodeID, err)
 	}
-	if err := s.Agent.DestroyImage(ctx, n, aid); err != nil {
+	if err := s.nodes().DestroyImage(ctx, n, aid); err != nil {
 		return fmt.Errorf("destroy %s on node %s: %w", aid, p.NodeID, err)
 	}
 	return nil

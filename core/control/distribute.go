@@ -34,8 +34,12 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArti
 	errs := make([]string, len(p.targets))
 	var mu sync.Mutex
 	ready, failed := 0, 0
+	total := len(p.targets) + len(p.down)
 	fanOut(len(p.targets), s.cfg().DistributionWorkers, func(i int) {
 		n := p.targets[i]
+		// The node's row says the copy is under way, so a watcher can name
+		// the nodes it still waits for.
+		s.markReplica(ctx, p, n, core.ReplicaPhaseDistributing)
 		err := s.distributeOne(ctx, n, ref, p.destroyFirst && !shared[n.ID])
 		rep := s.replica(p, n)
 		if err != nil {
@@ -51,7 +55,7 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArti
 			// the snapshot succeeds.
 			rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseDistributed
 		}
-		if uerr := s.Store.Templates().UpsertReplica(ctx, rep); uerr != nil {
+		if uerr := s.upsertReplica(ctx, p.job.JobID, rep); uerr != nil {
 			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", uerr)
 		}
 		mu.Lock()
@@ -63,7 +67,8 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArti
 		r, f := ready, failed
 		mu.Unlock()
 		// The counters double as the job's heartbeat during long copies.
-		if _, _, herr := s.Report(ctx, p.job.JobID, core.JobUpdate{ReadyNodeCount: &r, FailedNodeCount: &f}); herr != nil {
+		prog := progressDistributing + (progressDefining-progressDistributing)*(r+f)/max(total, 1)
+		if _, _, herr := s.Report(ctx, p.job.JobID, core.JobUpdate{ReadyNodeCount: &r, FailedNodeCount: &f, Progress: &prog}); herr != nil {
 			s.log().Debug("distribution counters not written", "job", p.job.JobID, "err", herr)
 		}
 	})
@@ -81,7 +86,7 @@ func (s *Service) distribute(ctx context.Context, p *pipeline, ref core.NodeArti
 
 func (s *Service) distributeOne(ctx context.Context, n ports.Node, art core.NodeArtifact, destroyFirst bool) error {
 	if destroyFirst {
-		if err := s.Agent.DestroyImage(ctx, n, art.ArtifactID); err != nil {
+		if err := s.nodes().DestroyImage(ctx, n, art.ArtifactID); err != nil {
 			return fmt.Errorf("remove old copy before redistributing: %w", err)
 		}
 	}
@@ -91,7 +96,24 @@ func (s *Service) distributeOne(ctx context.Context, n ports.Node, art core.Node
 	if err := s.Store.Placements().Add(ctx, core.Placement{ArtifactID: art.ArtifactID, NodeID: n.ID, NodeIP: n.IP, CreatedAt: s.now()}); err != nil {
 		return fmt.Errorf("record placement: %w", err)
 	}
-	return s.Agent.CreateImage(ctx, n, art)
+	return s.nodes().CreateImage(ctx, n, art)
+}
+
+// markReplica records that node n's step of this run is under way: the
+// row is FAILED (a replica is READY only once its snapshot is) with the
+// step's phase and no error until the step's outcome replaces it, and the
+// view shows it by its phase, so a watcher can tell the nodes it still
+// waits for. A READY row is left alone: sandboxes keep using its old
+// snapshot until the new one replaces it.
+func (s *Service) markReplica(ctx context.Context, p *pipeline, n ports.Node, phase core.ReplicaPhase) {
+	if prev := p.previous[n.ID]; prev != nil && prev.Status == core.ReplicaReady {
+		return
+	}
+	rep := s.replica(p, n)
+	rep.Status, rep.Phase = core.ReplicaFailed, phase
+	if err := s.Store.Templates().UpsertReplica(ctx, rep); err != nil {
+		s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", err)
+	}
 }
 
 // replica is the row of node n for this run. It keeps the previous
@@ -127,7 +149,7 @@ func (s *Service) recordDown(ctx context.Context, p *pipeline) []string {
 		rep := s.replica(p, n)
 		rep.Status, rep.Phase = core.ReplicaFailed, core.ReplicaPhaseFailed
 		rep.LastErrorPhase, rep.ErrorMessage = string(core.PhaseDistributing), msg
-		if err := s.Store.Templates().UpsertReplica(ctx, rep); err != nil {
+		if err := s.upsertReplica(ctx, p.job.JobID, rep); err != nil {
 			s.log().Warn("replica not recorded", "template", p.job.TemplateID, "node", n.ID, "err", err)
 		}
 		errs = append(errs, msg)

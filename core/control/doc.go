@@ -13,8 +13,9 @@
 //     finalize;
 //   - delete.go: reference-counted three-phase template and artifact
 //     deletion; gc.go: orphan collection;
-//   - sweep.go: every control-plane sweep (BUILT replay, stale migrates, GC)
-//     and the loop that runs them;
+//   - sweep.go: every control-plane sweep (BUILT replay, stale migrates, GC,
+//     the replica check of replicacheck.go, convergence of converge.go) and
+//     the loop that runs them;
 //   - query.go, alias.go: reads, resolution and aliases;
 //   - request.go, create_template.go: the sandbox request generated for
 //     nodes and the synchronous create from a sandbox request.

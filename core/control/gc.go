@@ -20,7 +20,11 @@ import (
 // artifacts were handed to the data plane for deletion.
 func (s *Service) GC(ctx context.Context) (int, error) {
 	batch := s.cfg().Batch
-	now := s.now().Unix()
+	// Rows carry the store's clock (updated_at) and deadlines are written
+	// by it (gcDeadline): both are judged by it too.
+	storeNow := s.storeNow(ctx)
+	now := storeNow.Unix()
+	deadline := storeNow.Add(s.cfg().ArtifactTTL).Unix()
 	arts := s.Store.Artifacts()
 	var cands []string
 	pending, err := arts.ListByStatus(ctx, core.ArtifactCleanupPending, time.Time{}, batch)
@@ -34,7 +38,7 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 	// was set shorter than ours; skipping recent rows keeps the oldest
 	// (likeliest due) ones from being crowded out of the batch, at the cost
 	// of collecting such a row up to one TTL late, never early.
-	oldEnough := s.now().Add(-s.cfg().ArtifactTTL)
+	oldEnough := storeNow.Add(-s.cfg().ArtifactTTL)
 	for _, st := range []core.ArtifactStatus{core.ArtifactReady, core.ArtifactFailed} {
 		list, err := arts.ListByStatus(ctx, st, oldEnough, batch)
 		if err != nil {
@@ -45,7 +49,7 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 			case a.GCDeadline == 0:
 				if _, err := arts.Update(ctx, a.ArtifactID, func(x *core.Artifact) error {
 					if x.GCDeadline == 0 {
-						x.GCDeadline = s.gcDeadline()
+						x.GCDeadline = deadline
 					}
 					return nil
 				}); err != nil && !isNotFound(err) {

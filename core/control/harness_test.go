@@ -21,19 +21,33 @@ import (
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
-// fingerprints of test artifacts; the artifact id is rfs-<first 24 hex>.
+// fingerprints of test artifacts: a build of request(...) from digestA or
+// digestB by testBuilder, as the data plane computes them (the template id
+// is not part of a fingerprint); the artifact id is rfs-<first 24 hex>.
 var (
-	fpA = strings.Repeat("a1", 32)
-	fpB = strings.Repeat("b2", 32)
+	fpA = testFingerprint(digestA)
+	fpB = testFingerprint(digestB)
 )
 
 func aidOf(fp string) string { return "rfs-" + fp[:24] }
 
 const (
-	digestA = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	shaExt4 = "5f5e5d5c5b5a59585756555453525150" + "4f4e4d4c4b4a49484746454443424140"
-	baseURL = "http://master:8089"
+	digestA     = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	digestB     = "sha256:" + "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	shaExt4     = "5f5e5d5c5b5a59585756555453525150" + "4f4e4d4c4b4a49484746454443424140"
+	baseURL     = "http://master:8089"
+	testBuilder = "test-builder/1"
 )
+
+// digestOf maps a test fingerprint to the digest it was built from.
+var digestOf = map[string]string{}
+
+// inputsOf is what a BUILT report of fp says it was built from.
+func inputsOf(fp string) *core.BuildInputs {
+	return &core.BuildInputs{SourceImageDigest: digestFor(fp), BuilderFormat: core.BuilderFormatVersion, Builder: testBuilder}
+}
+
+func testFingerprint(digest string) string { return fingerprintFor(request("any"), digest) }
 
 // env is one service wired to fakes: an in-memory store, an in-process
 // locker, and moq mocks for nodes, the node agent and the data plane whose
@@ -42,9 +56,9 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	clock  *fakeClock
-	store  *memstore.Store
+	store  ports.Store
 	ids    *fakeIDs
-	locker *memlock.Locker
+	locker ports.Locker
 	dir    *portsmock.NodeDirectoryMock
 	agent  *portsmock.NodeAgentMock
 	disp   *portsmock.DataPlaneMock
@@ -52,7 +66,8 @@ type env struct {
 
 	mu          sync.Mutex
 	healthy     []ports.Node               // what HealthyNodes returns
-	known       map[string]ports.Node      // what Get finds (healthy or not)
+	known       map[string]ports.Node      // what Get and Nodes find (healthy or not)
+	down        map[string]chan struct{}   // what Down returns for a healthy node
 	createFail  map[string]error           // node id -> CreateImage error
 	snapFail    map[string]error           // node id -> AppSnapshot error
 	destroyFail map[string]error           // node id -> DestroyImage error
@@ -68,9 +83,15 @@ func node(id string) ports.Node {
 func newEnv(t *testing.T, nodeIDs ...string) *env {
 	t.Helper()
 	clock := &fakeClock{t: t0}
+	return newEnvOn(t, clock, memstore.New(memstore.WithClock(clock)), memlock.New(), nodeIDs...)
+}
+
+// newEnvOn is newEnv on the given store and locker (a database's).
+func newEnvOn(t *testing.T, clock *fakeClock, store ports.Store, locker ports.Locker, nodeIDs ...string) *env {
+	t.Helper()
 	e := &env{
-		t: t, ctx: context.Background(), clock: clock, store: memstore.New(memstore.WithClock(clock)), ids: &fakeIDs{}, locker: memlock.New(),
-		known: map[string]ports.Node{}, createFail: map[string]error{}, snapFail: map[string]error{},
+		t: t, ctx: context.Background(), clock: clock, store: store, ids: &fakeIDs{}, locker: locker,
+		known: map[string]ports.Node{}, down: map[string]chan struct{}{}, createFail: map[string]error{}, snapFail: map[string]error{},
 		destroyFail: map[string]error{}, cleanupFail: map[string]error{}, onNode: map[string]map[string]bool{},
 	}
 	for _, id := range nodeIDs {
@@ -90,6 +111,32 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			}
 			return out, nil
 		},
+		NodesFunc: func(_ context.Context, it string) ([]ports.Node, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			var out []ports.Node
+			for _, n := range e.known {
+				if n.InstanceType == it {
+					n.Healthy = slices.ContainsFunc(e.healthy, func(h ports.Node) bool { return h.ID == n.ID })
+					out = append(out, n)
+				}
+			}
+			slices.SortFunc(out, func(a, b ports.Node) int { return strings.Compare(a.ID, b.ID) })
+			return out, nil
+		},
+		DownFunc: func(id string) <-chan struct{} {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if !slices.ContainsFunc(e.healthy, func(h ports.Node) bool { return h.ID == id }) {
+				c := make(chan struct{})
+				close(c)
+				return c
+			}
+			if e.down[id] == nil {
+				e.down[id] = make(chan struct{})
+			}
+			return e.down[id]
+		},
 		GetFunc: func(_ context.Context, id string) (ports.Node, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -106,6 +153,12 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 			defer e.mu.Unlock()
 			if err := e.createFail[n.ID]; err != nil {
 				return err
+			}
+			if art.DownloadURL == "" { // a presence check
+				if !e.onNode[n.ID][art.ArtifactID] {
+					return fmt.Errorf("node %s: artifact %s does not exist: %w", n.ID, art.ArtifactID, core.ErrNotFound)
+				}
+				return nil
 			}
 			if e.onNode[n.ID] == nil {
 				e.onNode[n.ID] = map[string]bool{}
@@ -153,10 +206,21 @@ func newEnv(t *testing.T, nodeIDs ...string) *env {
 		},
 	}
 	e.svc = &control.Service{
-		Store: e.store, Locker: e.locker, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
-		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2},
+		Store: e.store, Locker: sharedLocks{e.locker}, Nodes: e.dir, Agent: e.agent, DataPlane: e.disp,
+		IDs: e.ids, Clock: clock, Config: control.Config{DistributionWorkers: 2, DownloadTokens: testDownloadTokens},
 	}
 	return e
+}
+
+// testDownloadTokens derives download tokens as the apps do, from a
+// callback token.
+var testDownloadTokens = core.NewDownloadTokens("control-test-callback-token")
+
+// nodeToken is the token nodes are given for artifact aid: derived from
+// the seed its row stores.
+func (e *env) nodeToken(aid string) string {
+	e.t.Helper()
+	return testDownloadTokens.For(aid, e.artifact(aid).DownloadToken)
 }
 
 func (e *env) set(fn func()) {
@@ -165,11 +229,19 @@ func (e *env) set(fn func()) {
 	fn()
 }
 
+// setHealthy makes exactly ids healthy; the Down channels of the nodes
+// that leave close, as a failed probe closes them.
 func (e *env) setHealthy(ids ...string) {
 	e.set(func() {
 		e.healthy = nil
 		for _, id := range ids {
 			e.healthy = append(e.healthy, e.known[id])
+		}
+		for id, c := range e.down {
+			if !slices.Contains(ids, id) {
+				close(c)
+				delete(e.down, id)
+			}
 		}
 	})
 }
@@ -202,8 +274,8 @@ func (e *env) create(req *core.FromImageRequest) *core.Job {
 
 func artifactMeta(fp string) *core.Artifact {
 	return &core.Artifact{
-		ArtifactID: aidOf(fp), Fingerprint: fp, SourceImageDigest: digestA, DownloadBaseURL: baseURL,
-		Ext4Path: "/data/" + aidOf(fp) + ".ext4", Ext4SHA256: shaExt4, Ext4SizeBytes: 64 << 20,
+		ArtifactID: aidOf(fp), Fingerprint: fp, SourceImageDigest: digestFor(fp), DownloadBaseURL: baseURL,
+		Ext4Path: "/data/" + aidOf(fp) + "/" + aidOf(fp) + ".ext4", Ext4SHA256: shaExt4, Ext4SizeBytes: 64 << 20,
 		ImageConfigJSON: `{"Entrypoint":["/docker-entrypoint.sh"],"Cmd":["nginx","-g","daemon off;"],"Env":["PATH=/usr/bin:/bin","A=1"],"WorkingDir":"/app","User":"nginx"}`,
 		StorageBackend:  "file", ObjectKey: aidOf(fp) + "/" + aidOf(fp) + ".ext4", Status: core.ArtifactReady,
 	}
@@ -214,14 +286,14 @@ func artifactMeta(fp string) *core.Artifact {
 func (e *env) build(jobID, fp string) {
 	e.t.Helper()
 	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
-	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fp), fp, digestA
+	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fp), fp, digestFor(fp)
 	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: running}); err != nil || !ok {
 		e.t.Fatalf("RUNNING report: applied=%v err=%v", ok, err)
 	}
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aidOf(fp), "READY", fp
 	built.ResultJSON = `{"artifact_id":"` + aidOf(fp) + `"}`
-	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fp)}); err != nil || !ok {
+	if ok, err := e.svc.HandleStatusReport(e.ctx, jobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fp), Inputs: inputsOf(fp)}); err != nil || !ok {
 		e.t.Fatalf("BUILT report: applied=%v err=%v", ok, err)
 	}
 }
@@ -307,6 +379,18 @@ func (e *env) createImageNodes() []string {
 	})
 }
 
+// copies counts the CreateImage calls that sent the artifact (the replica
+// check's presence checks carry no download URL).
+func (e *env) copies() int {
+	n := 0
+	for _, c := range e.agent.CreateImageCalls() {
+		if c.Art.DownloadURL != "" {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *env) snapshotNodes() []string {
 	return callNodes(e.agent.AppSnapshotCalls(), func(c struct {
 		Ctx         context.Context
@@ -350,3 +434,7 @@ func eqSlice(t *testing.T, what string, got, want []string) {
 }
 
 func statusReport(u core.JobUpdate) ports.StatusReport { return ports.StatusReport{Update: u} }
+
+// sharedLocks is the in-process locker seen as a database's: its locks
+// stand for the other processes of the test (a data plane's owner lock).
+type sharedLocks struct{ ports.Locker }

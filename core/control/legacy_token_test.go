@@ -47,7 +47,7 @@ func (e *env) withRealDownloadRoute(t *testing.T) *realDownloadRoute {
 		BackendFunc: func() string { return "mem" },
 	}
 	route := tcapi.New(tcapi.Config{
-		Token: sharedToken, Artifacts: e.store.Artifacts(), Store: store,
+		Token: sharedToken, Artifacts: e.store.Artifacts(), Store: store, DownloadTokens: testDownloadTokens,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -177,8 +177,8 @@ func TestLegacyRowWithoutTokenIsAskedForReal(t *testing.T) {
 			// nodes are given (a reusing redo hands it out; its resume
 			// kept it).
 			row := e.artifact(aid)
-			if asked := rt.askedWith(); len(asked) != 1 || asked[0] == "" || asked[0] != row.DownloadToken {
-				t.Errorf("the data plane was asked %d times with tokens %q (row token %q); want once, with the row's token", len(asked), asked, row.DownloadToken)
+			if asked := rt.askedWith(); len(asked) != 1 || asked[0] == "" || asked[0] != testDownloadTokens.For(row.ArtifactID, row.DownloadToken) {
+				t.Errorf("the data plane was asked %d times with tokens %q (row token %q); want once, with the token derived from the row's", len(asked), asked, row.DownloadToken)
 			}
 		})
 	}

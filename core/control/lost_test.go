@@ -16,6 +16,7 @@ type losableLocker struct {
 	ports.Locker
 	mu   sync.Mutex
 	lost map[string]chan struct{}
+	held map[string]ports.Lock // the in-process lock behind each name
 }
 
 type losableLock struct {
@@ -33,6 +34,10 @@ func (l *losableLocker) wrap(k ports.Lock, err error) (ports.Lock, error) {
 	defer l.mu.Unlock()
 	ch := make(chan struct{})
 	l.lost[k.Name()] = ch
+	if l.held == nil {
+		l.held = map[string]ports.Lock{}
+	}
+	l.held[k.Name()] = k
 	return losableLock{Lock: k, lost: ch}, nil
 }
 
@@ -48,6 +53,16 @@ func (l *losableLocker) lose(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	close(l.lost[name])
+}
+
+// die is what the death of the lock's database session does: the holder
+// is told (Lost) and the name is free for anyone else at once.
+func (l *losableLocker) die(name string) {
+	l.mu.Lock()
+	k := l.held[name]
+	l.mu.Unlock()
+	l.lose(name)
+	_ = k.Unlock(context.Background())
 }
 
 // TestResumeStopsWhenItsLockIsLost: the artifact lock's session dies while
@@ -129,4 +144,38 @@ func TestStaleRunCannotPublish(t *testing.T) {
 		t.Error("the superseded run published the template READY")
 	}
 	eq(t, "snapshots", len(e.agent.AppSnapshotCalls()), 0)
+}
+
+// TestStaleRunCannotWriteReplicas: the replica rows are what sandboxes are
+// scheduled by, so a superseded run must not write them either. While the
+// first run copies the artifact, a later run claims the job and records
+// the node READY; the first run's copy then returns. Before, its replica
+// write (DISTRIBUTED, which counts as not ready) went through unfenced and
+// took the node out of service.
+func TestStaleRunCannotWriteReplicas(t *testing.T) {
+	e := newEnv(t, "node-1")
+	inCreate, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.agent.CreateImageFunc = func(context.Context, ports.Node, core.NodeArtifact) error {
+		once.Do(func() { close(inCreate) })
+		<-release
+		return nil
+	}
+	job := e.create(request("tpl-rep"))
+	e.build(job.JobID, fpA)
+	<-inCreate
+	if _, err := e.store.Jobs().Update(e.ctx, job.JobID, func(j *core.Job) error { j.Fence++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	newer := &core.Replica{TemplateID: "tpl-rep", NodeID: "node-1", NodeIP: "10.0.0.1", Status: core.ReplicaReady,
+		Phase: core.ReplicaPhaseReady, ArtifactID: aidOf(fpA), LastJobID: "the newer run", SnapshotPath: "/snap/new"}
+	if err := e.store.Templates().UpsertReplica(e.ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	e.wait()
+	r := e.replicas("tpl-rep")["node-1"]
+	if r == nil || r.Status != core.ReplicaReady || r.LastJobID != "the newer run" {
+		t.Fatalf("node-1 replica = %+v; the superseded run overwrote the newer run's row", r)
+	}
 }

@@ -46,19 +46,20 @@ func (s *Service) Migrate(ctx context.Context, mr MigrateRequest) (*core.Job, er
 	if err := core.ValidateRequestID(mr.RequestID); err != nil {
 		return nil, err
 	}
-	lock, err := s.lockTemplate(ctx, tid)
+	hctx, lock, done, err := s.holdTemplate(ctx, tid)
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", tid, err)
 	}
-	res, err := s.submitJob(ctx, jobPlan{
+	res, err := s.submitJob(hctx, jobPlan{
 		templateID: tid,
 		key:        core.ActiveKeyMigrate(tid),
+		lock:       lock,
 		onActive:   func(active *core.Job) (*core.Job, error) { return active, nil },
 		build: func(ctx context.Context, latest *core.Job) (*core.Job, error) {
 			return s.newMigrateJob(ctx, tid, latest)
 		},
 	})
-	s.unlock(ctx, lock)
+	done()
 	if err != nil {
 		return nil, fmt.Errorf("migrate template %s: %w", tid, err)
 	}

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,10 +11,10 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// resolveNodes picks the healthy nodes of the instance type that match the
-// scope (node ids or IPs; empty: all). Unknown entries are an error listing
+// resolveNodes picks the healthy nodes of the instance type the scope
+// names (core.NamesNode; empty: all). Unknown entries are an error listing
 // them sorted; no node at all is core.ErrNoTemplateNodes.
-func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope []string) ([]ports.Node, error) {
+func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope core.NodeScope) ([]ports.Node, error) {
 	if instanceType == "" {
 		instanceType = core.DefaultInstanceType
 	}
@@ -33,7 +34,7 @@ func (s *Service) resolveNodes(ctx context.Context, instanceType string, scope [
 	for _, want := range scope {
 		found := false
 		for _, n := range nodes {
-			if n.ID == want || (n.IP != "" && n.IP == want) {
+			if core.NamesNode(want, n.ID, n.IP) {
 				found = true
 				if !seen[n.ID] {
 					seen[n.ID] = true
@@ -59,19 +60,39 @@ func sortNodes(ns []ports.Node) []ports.Node {
 	return out
 }
 
-// resolveTargets is resolveNodes for a resume: a scope entry naming a node
-// the directory knows but does not list as healthy (it went down after the
-// job was submitted) is returned in down instead of failing the job, so
-// the other nodes still get the template and the down node's replica is
-// recorded FAILED. Unknown entries and no healthy node at all fail as in
-// resolveNodes.
-func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope []string) (healthy, down []ports.Node, err error) {
+// resolveTargets is resolveNodes for a resume: a node of the scope the
+// directory knows but does not list as healthy (down before the build, or
+// gone down since the job was submitted) is returned in down instead of
+// being skipped or failing the job, so the other nodes still get the
+// template, the down node's replica is recorded FAILED (it counts as
+// expected, and gets the template when it is back), and the job says so.
+// With no scope, the scope is every listed node of the instance type.
+// Unknown entries and no healthy node at all fail as in resolveNodes.
+func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope core.NodeScope) (healthy, down []ports.Node, err error) {
 	healthy, err = s.resolveNodes(ctx, instanceType, scope)
-	if err == nil || len(scope) == 0 {
-		return healthy, nil, err
-	}
 	if instanceType == "" {
 		instanceType = core.DefaultInstanceType
+	}
+	if len(scope) == 0 {
+		if err != nil && !errors.Is(err, core.ErrNoTemplateNodes) {
+			return nil, nil, err
+		}
+		all, lerr := s.Nodes.Nodes(ctx, instanceType)
+		if lerr != nil {
+			return nil, nil, fmt.Errorf("list %s nodes: %w", instanceType, lerr)
+		}
+		for _, n := range all {
+			if !slices.ContainsFunc(healthy, func(h ports.Node) bool { return h.ID == n.ID }) {
+				down = append(down, n)
+			}
+		}
+		if len(healthy) == 0 && len(down) > 0 {
+			return nil, nil, fmt.Errorf("no %s node is healthy (down: %s): %w", instanceType, nodeIDs(down), core.ErrNoTemplateNodes)
+		}
+		return healthy, sortNodes(down), err
+	}
+	if err == nil {
+		return healthy, nil, nil
 	}
 	up, herr := s.Nodes.HealthyNodes(ctx, instanceType)
 	if herr != nil {
@@ -80,7 +101,7 @@ func (s *Service) resolveTargets(ctx context.Context, instanceType string, scope
 	seen := map[string]bool{}
 	var missing []string
 	for _, want := range scope {
-		if i := slices.IndexFunc(up, func(n ports.Node) bool { return n.ID == want || (n.IP != "" && n.IP == want) }); i >= 0 {
+		if i := slices.IndexFunc(up, func(n ports.Node) bool { return core.NamesNode(want, n.ID, n.IP) }); i >= 0 {
 			if !seen[up[i].ID] {
 				seen[up[i].ID] = true
 				healthy = append(healthy, up[i])

@@ -125,7 +125,7 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 	switch {
 	case err == nil:
 		info = templateOf(def, replicas)
-		info.CreateRequest = def.RequestJSON
+		info.CreateRequest = s.storedRequestWithTokens(ctx, def.RequestJSON)
 		if latest != nil {
 			info.JobID = latest.JobID
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)
@@ -269,6 +269,24 @@ func (s *Service) GetLiveJob(ctx context.Context, jobID string) (*core.Job, erro
 		}
 	}
 	return j, nil
+}
+
+// JobNodes returns the replica rows the job's run wrote (its target
+// nodes, a node that was down included), by node id: a watcher reads from
+// them which nodes it still waits for.
+func (s *Service) JobNodes(ctx context.Context, job *core.Job) ([]*core.Replica, error) {
+	rows, err := s.Store.Templates().ListReplicas(ctx, job.TemplateID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*core.Replica
+	for _, r := range rows {
+		if r.LastJobID == job.JobID {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *core.Replica) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return out, nil
 }
 
 // GetArtifact returns an artifact row; core.ErrNotFound if missing.

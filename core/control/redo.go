@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,7 +19,7 @@ type RedoRequest struct {
 	// DistributionScope narrows the target nodes (ids or IPs); empty means
 	// the scope of the template's own request, and if that is empty too,
 	// every healthy node.
-	DistributionScope []string
+	DistributionScope core.NodeScope
 	// FailedOnly keeps only targets whose replica is not READY or still
 	// needs cleanup.
 	FailedOnly bool
@@ -53,6 +54,19 @@ type RedoRequest struct {
 // request snapshot. The job row (with its request_json and target scope)
 // is written in one transaction.
 func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
+	return s.redo(ctx, rr, false)
+}
+
+// errConvergeNeedsRebuild: the template's artifact cannot be reused, and
+// convergence never rebuilds (a rebuild from the tag may change the
+// template's content, and would fail its other nodes' replicas).
+var errConvergeNeedsRebuild = errors.New("convergence never rebuilds")
+
+// redo is Redo; converge makes it a convergence redo: it reuses the
+// artifact the template's definition uses, whatever the latest job was,
+// and refuses (errConvergeNeedsRebuild) instead of rebuilding. Its resume
+// fails instead of rebuilding too (isConvergeJob).
+func (s *Service) redo(ctx context.Context, rr RedoRequest, converge bool) (*core.Job, error) {
 	tid := strings.TrimSpace(rr.TemplateID)
 	if err := core.ValidateTemplateID(tid); err != nil {
 		return nil, err
@@ -70,18 +84,17 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 	// The template's lock keeps a delete of the same template from
 	// interleaving: a delete finishes before the redo reads the template,
 	// and none starts while the redo writes its job.
-	lock, err := s.lockTemplate(ctx, tid)
-	if err != nil {
-		return nil, fmt.Errorf("redo template %s: %w", tid, err)
-	}
 	// New credentials given to the redo become the template's.
 	newAuth, err := s.sealAuth(&core.FromImageRequest{RegistryUsername: rr.RegistryUsername, RegistryPassword: rr.RegistryPassword})
 	if err != nil {
-		s.unlock(ctx, lock)
 		return nil, err
 	}
-	job, req, rebuild, err := s.submitRedo(ctx, tid, scope, rr, newAuth)
-	s.unlock(ctx, lock)
+	hctx, lock, done, err := s.holdTemplate(ctx, tid)
+	if err != nil {
+		return nil, fmt.Errorf("redo template %s: %w", tid, err)
+	}
+	job, n, rebuild, err := s.submitRedo(hctx, lock, tid, scope, rr, newAuth, converge)
+	done()
 	if err != nil {
 		return nil, err
 	}
@@ -89,15 +102,18 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 		// The rebuild pulls with the template's own credentials (its
 		// stored request keeps the username; the password is sealed on
 		// the job), unless the redo call brings new ones.
+		username := n.Request().RegistryUsername
 		if rr.RegistryUsername != "" || rr.RegistryPassword != "" {
-			req.RegistryUsername, req.RegistryPassword = firstString(rr.RegistryUsername, req.RegistryUsername), rr.RegistryPassword
+			n = n.WithCredentials(firstString(rr.RegistryUsername, username), rr.RegistryPassword)
 		} else if auth, err := s.openAuth(job.RegistryAuth); err != nil {
 			return s.failDispatch(ctx, job, err)
 		} else {
-			req.RegistryUsername, req.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
+			n = n.WithCredentials(firstString(auth.Username, username), auth.Password)
 		}
-		req.RequestID = rr.RequestID
-		return s.dispatch(ctx, job, req, rr.DownloadBaseURL, nil)
+		if n, err = n.WithRequestID(rr.RequestID); err != nil {
+			return s.failDispatch(ctx, job, err)
+		}
+		return s.dispatch(ctx, job, n, rr.DownloadBaseURL, nil)
 	}
 	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
 	return job, nil
@@ -105,32 +121,34 @@ func (s *Service) Redo(ctx context.Context, rr RedoRequest) (*core.Job, error) {
 
 // submitRedo decides what the redo does and writes its job; the caller
 // holds the template's lock.
-func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr RedoRequest, newAuth string) (*core.Job, *core.FromImageRequest, bool, error) {
+func (s *Service) submitRedo(ctx context.Context, lock ports.Lock, tid string, scope core.NodeScope, rr RedoRequest, newAuth string, converge bool) (*core.Job, core.NormalizedRequest, bool, error) {
+	var none core.NormalizedRequest
 	key := core.ActiveKeyFromImage(tid)
-	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil {
-		return nil, nil, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
-	} else if !isNotFound(err) {
-		return nil, nil, false, err
+	if active, err := s.Store.Jobs().GetActive(ctx, key); err == nil && !s.freeAbandoned(ctx, active) {
+		return nil, none, false, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
+	} else if err != nil && !isNotFound(err) {
+		return nil, none, false, err
 	}
 	latest, err := s.Store.Jobs().Latest(ctx, tid)
 	if isNotFound(err) {
-		return nil, nil, false, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
+		return nil, none, false, fmt.Errorf("template %s has no job to redo: %w", tid, core.ErrNotFound)
 	}
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if strings.TrimSpace(latest.RequestJSON) == "" {
-		return nil, nil, false, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
+		return nil, none, false, fmt.Errorf("template %s was not built from an image request and cannot be redone; recreate it from the source image: %w", tid, core.ErrUnsupported)
 	}
 	req, err := core.DecodeRequestJSON(latest.RequestJSON)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if req.TemplateID != tid {
-		return nil, nil, false, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
+		return nil, none, false, fmt.Errorf("latest job of %s holds a request for %q: %w", tid, req.TemplateID, core.ErrInvalidArgument)
 	}
-	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
-		return nil, nil, false, fmt.Errorf("stored request of %s: %w", tid, err)
+	n, err := core.NormalizeFromImageRequest(req, nil)
+	if err != nil {
+		return nil, none, false, fmt.Errorf("stored request of %s: %w", tid, err)
 	}
 	if len(scope) == 0 {
 		scope = req.DistributionScope
@@ -138,15 +156,22 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 
 	replicas, err := s.Store.Templates().ListReplicas(ctx, tid)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	phase := DetermineRedoResumePhase(latest.Phase, replicas)
-	artifact, rebuild, err := s.reusableArtifact(ctx, latest, phase)
-	if err != nil {
-		return nil, nil, false, err
-	}
-	if rebuild {
-		phase = core.PhaseBuildingExt4
+	var artifact *core.Artifact
+	var rebuild bool
+	if converge {
+		if artifact, phase, err = s.convergeArtifact(ctx, tid, phase); err != nil {
+			return nil, none, false, err
+		}
+	} else {
+		if artifact, rebuild, err = s.reusableArtifact(ctx, latest, phase); err != nil {
+			return nil, none, false, err
+		}
+		if rebuild {
+			phase = core.PhaseBuildingExt4
+		}
 	}
 
 	mode := core.RedoAll
@@ -158,11 +183,11 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 	}
 	targets, err := s.resolveNodes(ctx, req.InstanceType, scope)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	if rr.FailedOnly {
 		if targets = failedTargets(targets, replicas); len(targets) == 0 {
-			return nil, nil, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
+			return nil, none, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)
 		}
 	}
 	ids := make([]string, len(targets))
@@ -170,13 +195,14 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 		ids[i] = n.ID
 	}
 
-	requestJSON, err := core.CanonicalRequestJSON(req)
+	requestJSON, err := core.CanonicalRequestJSON(n)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, none, false, err
 	}
 	res, err := s.submitJob(ctx, jobPlan{
 		templateID: tid,
 		key:        key,
+		lock:       lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			return nil, &core.ActiveJobError{TemplateID: tid, JobID: active.JobID, Status: active.Status}
 		},
@@ -211,16 +237,17 @@ func (s *Service) submitRedo(ctx context.Context, tid string, scope []string, rr
 				job.ArtifactID = artifact.ArtifactID
 				job.Fingerprint = artifact.Fingerprint
 				job.ArtifactStatus = string(artifact.Status)
+				job.SourceImageDigest = firstString(artifact.SourceImageDigest, latest.SourceImageDigest)
 			}
 			return job, nil
 		},
 	})
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("redo template %s: %w", tid, err)
+		return nil, none, false, fmt.Errorf("redo template %s: %w", tid, err)
 	}
 	s.log().Info("redo submitted", "template", tid, "job", res.Job.JobID, "mode", mode, "resume_phase", phase, "targets", ids, "rebuild", rebuild)
 
-	return res.Job, req, rebuild, nil
+	return res.Job, n, rebuild, nil
 }
 
 // reusableArtifact decides whether a redo can reuse the latest job's
@@ -233,7 +260,44 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	if phase == core.PhaseBuildingExt4 || latest.ArtifactID == "" {
 		return nil, true, nil
 	}
-	a, err := s.Store.Artifacts().Get(ctx, latest.ArtifactID)
+	return s.artifactReusable(ctx, latest.ArtifactID)
+}
+
+// convergeArtifact is what a convergence redo reuses: the artifact the
+// template's definition uses, READY with its bytes present, never another
+// (errConvergeNeedsRebuild). Its resume phase is the redo's, except that
+// a latest job that failed while building (a person's rebuild) does not
+// make convergence build: it distributes and snapshots.
+func (s *Service) convergeArtifact(ctx context.Context, tid string, phase core.Phase) (*core.Artifact, core.Phase, error) {
+	def, err := s.Store.Templates().GetDefinition(ctx, tid)
+	if err != nil {
+		return nil, "", err
+	}
+	if (def.Status != core.TemplateReady && def.Status != core.TemplatePartiallyReady) || def.RootfsArtifactID == "" {
+		return nil, "", fmt.Errorf("template %s is %s with artifact %q: %w", tid, def.Status, def.RootfsArtifactID, errConvergeNeedsRebuild)
+	}
+	a, rebuild, err := s.artifactReusable(ctx, def.RootfsArtifactID)
+	if err != nil {
+		return nil, "", err
+	}
+	if rebuild {
+		return nil, "", fmt.Errorf("template %s: its artifact %s is not READY with its bytes in the store; redo the template to rebuild it: %w",
+			tid, def.RootfsArtifactID, errConvergeNeedsRebuild)
+	}
+	if !phase.PostBuild() {
+		phase = core.PhaseSnapshotting
+	}
+	return a, phase, nil
+}
+
+// isConvergeJob reports whether job is a convergence redo.
+func isConvergeJob(job *core.Job) bool {
+	return job.Operation == core.OpRedo && strings.HasPrefix(job.RequestID, ConvergeRequestPrefix)
+}
+
+// artifactReusable is reusableArtifact for a named artifact.
+func (s *Service) artifactReusable(ctx context.Context, aid string) (*core.Artifact, bool, error) {
+	a, err := s.Store.Artifacts().Get(ctx, aid)
 	if isNotFound(err) {
 		return nil, true, nil
 	}
@@ -250,7 +314,7 @@ func (s *Service) reusableArtifact(ctx context.Context, latest *core.Job, phase 
 	// gone and send the nodes to download nothing.
 	a, ok, err := s.bytesServed(ctx, a)
 	if err != nil {
-		return nil, false, fmt.Errorf("check artifact %s bytes: %w", latest.ArtifactID, err)
+		return nil, false, fmt.Errorf("check artifact %s bytes: %w", aid, err)
 	}
 	if !ok {
 		return nil, true, nil
@@ -280,14 +344,13 @@ func DetermineRedoResumePhase(latest core.Phase, replicas []*core.Replica) core.
 	return core.PhaseSnapshotting
 }
 
-// failedTargets keeps the targets whose replica is not READY or still needs
-// cleanup, matched by node id, else by IP (upstream resolveRedoTargets).
+// failedTargets keeps the targets whose replica (core.Replica.OnNode) is
+// not READY or still needs cleanup (upstream resolveRedoTargets).
 func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node {
 	var out []ports.Node
 	for _, n := range targets {
 		if slices.ContainsFunc(replicas, func(r *core.Replica) bool {
-			match := r.NodeID == n.ID || (r.NodeID == "" && r.NodeIP != "" && r.NodeIP == n.IP)
-			return match && (r.Status != core.ReplicaReady || r.CleanupRequired)
+			return r.OnNode(n.ID, n.IP) && (r.Status != core.ReplicaReady || r.CleanupRequired)
 		}) {
 			out = append(out, n)
 		}
@@ -299,7 +362,12 @@ func failedTargets(targets []ports.Node, replicas []*core.Replica) []ports.Node 
 // redo chose to reuse it into a rebuild: the job goes back to PULLING with
 // no artifact, and the data plane builds it from the template's own request
 // and credentials. The caller holds the artifact's lock.
-func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.FromImageRequest, why error) error {
+func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, stored *core.FromImageRequest, why error) error {
+	c := *stored
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
+		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: stored request: %w", why, err))
+	}
 	base, err := s.downloadBaseFor(ctx, job)
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
@@ -308,7 +376,11 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.F
 	if err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, fmt.Errorf("%v; and it cannot be rebuilt: %w", why, err))
 	}
+	fence := fenceOf(ctx, job.JobID)
 	updated, err := s.Store.Jobs().Update(ctx, job.JobID, func(j *core.Job) error {
+		if fence != 0 && j.Fence != fence {
+			return fmt.Errorf("job %s: run %d writes, run %d holds it: %w", j.JobID, fence, j.Fence, core.ErrFenced)
+		}
 		if j.Status != core.JobPending || j.Operation != core.OpRedo {
 			return errJobFinished
 		}
@@ -320,9 +392,7 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, req *core.F
 		return err
 	}
 	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
-	rebuild := *req
-	rebuild.RegistryUsername, rebuild.RegistryPassword = firstString(auth.Username, req.RegistryUsername), auth.Password
-	_, err = s.dispatch(ctx, updated, &rebuild, base, nil)
+	_, err = s.dispatch(ctx, updated, n.WithCredentials(firstString(auth.Username, n.Request().RegistryUsername), auth.Password), base, nil)
 	return err
 }
 

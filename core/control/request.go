@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +38,7 @@ var rootMount = json.RawMessage(`{"name":"` + RootfsWritableVolume + `","contain
 // will carry, so that a bad override fails the create call instead of the
 // resume pipeline later: volume mounts must be objects and must not mount
 // "/" (the writable rootfs belongs to the template); security_context and
-// probe must be JSON objects.
+// probe must be JSON objects; resources must be quantities above zero.
 func ValidateOverrides(req *core.FromImageRequest) error {
 	_, err := overrideMounts(req)
 	if err != nil {
@@ -63,6 +65,9 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 			}
 		}
 	}
+	if err := validateResources("container_overrides.resources", o.Resources); err != nil {
+		return err
+	}
 	for field, raw := range map[string]json.RawMessage{"security_context": o.SecurityContext, "probe": o.Probe} {
 		if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 			continue
@@ -73,6 +78,31 @@ func ValidateOverrides(req *core.FromImageRequest) error {
 		}
 	}
 	return nil
+}
+
+// quantityPattern is a Kubernetes-style quantity without a sign: 2, 0.5,
+// 2000m, 512Mi, 2Gi.
+var quantityPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$`)
+
+// validateResources checks cpu and mem (and their limit) of an override:
+// each, when given, a quantity above zero. A node handed -5 or "lots"
+// would fail the template late, at snapshot time.
+func validateResources(field string, r *core.Resource) error {
+	if r == nil {
+		return nil
+	}
+	for _, q := range []struct{ name, v string }{{"cpu", r.CPU}, {"mem", r.Mem}} {
+		name, v := q.name, q.v
+		if v == "" {
+			continue
+		}
+		n := strings.TrimRight(v, "mkMGTPEi")
+		if f, err := strconv.ParseFloat(n, 64); !quantityPattern.MatchString(v) || err != nil || f <= 0 {
+			return &core.FieldError{Field: field + "." + name,
+				Reason: fmt.Sprintf("%q is not a quantity above zero (for example 2000m or 2 for cpu, 2000Mi or 2Gi for mem)", v)}
+		}
+	}
+	return validateResources(field+".limit", r.Limit)
 }
 
 func overrideMounts(req *core.FromImageRequest) ([]json.RawMessage, error) {
@@ -227,12 +257,66 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 // StoredRequest is the definition's request_json: the generated request
 // without the snapshot-create annotation and without a request id, the
 // template id annotation forced (upstream normalizeStoredTemplateRequest).
+//
+// It holds no download token: the artifact's token annotation is left
+// out and the artifact URL loses its token parameter, so the row does not
+// hand anyone who reads the database a working download. WithDownloadToken
+// puts the token back when the request goes to a node.
 func StoredRequest(gen *core.SandboxRequest) *core.SandboxRequest {
 	c := *gen
 	c.RequestID = ""
 	c.Annotations = cloneMap(gen.Annotations)
 	delete(c.Annotations, core.AnnotationAppSnapshotCreate)
+	c.Containers = slices.Clone(gen.Containers)
+	for i, ct := range c.Containers {
+		if ct.Image == nil || ct.Image.Annotations[core.AnnotationArtifactID] == "" {
+			continue
+		}
+		img := *ct.Image
+		img.Annotations = cloneMap(ct.Image.Annotations)
+		delete(img.Annotations, core.AnnotationArtifactToken)
+		if u, ok := img.Annotations[core.AnnotationArtifactURL]; ok {
+			img.Annotations[core.AnnotationArtifactURL] = withURLToken(u, "")
+		}
+		c.Containers[i].Image = &img
+	}
 	return &c
+}
+
+// WithDownloadToken gives every container image of req built from the
+// artifact artifactID its download token (the token annotation and the
+// artifact URL's token parameter), in place: the inverse of what
+// StoredRequest leaves out.
+func WithDownloadToken(req *core.SandboxRequest, artifactID, token string) {
+	for i, ct := range req.Containers {
+		if ct.Image == nil || artifactID == "" || ct.Image.Annotations[core.AnnotationArtifactID] != artifactID {
+			continue
+		}
+		img := *ct.Image
+		img.Annotations = cloneMap(ct.Image.Annotations)
+		img.Annotations[core.AnnotationArtifactToken] = token
+		if u, ok := img.Annotations[core.AnnotationArtifactURL]; ok {
+			img.Annotations[core.AnnotationArtifactURL] = withURLToken(u, token)
+		}
+		req.Containers[i].Image = &img
+	}
+}
+
+// withURLToken sets (or, for "", removes) the token parameter of an
+// artifact download URL; a URL that does not parse is left as it is.
+func withURLToken(raw, token string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	if token == "" {
+		q.Del("token")
+	} else {
+		q.Set("token", token)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // writableRootfs forces readonly_rootfs=false on a security context

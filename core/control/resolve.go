@@ -1,7 +1,9 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -46,8 +48,13 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 		return nil, fmt.Errorf("template %s: stored request: %w", def.TemplateID, err)
 	}
 	merged := MergeTemplateRequest(tpl, req)
-	// The node resolves its local template by id, never by alias.
+	// The node resolves its local template by id, never by alias; the
+	// label says which template the sandbox comes from.
 	merged.Annotations[core.AnnotationTemplateID] = def.TemplateID
+	merged.Labels[core.AnnotationTemplateID] = def.TemplateID
+	if err := s.fillDownloadTokens(ctx, merged); err != nil {
+		return nil, fmt.Errorf("template %s: %w", def.TemplateID, err)
+	}
 	if merged.RequestID == "" {
 		merged.RequestID = s.IDs.NewJobID()
 	}
@@ -56,6 +63,82 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 		out.Alias = key
 	}
 	return out, nil
+}
+
+// fillDownloadTokens gives the artifact images of req the download token of
+// their artifact, which the stored request leaves out (StoredRequest): a
+// node that lacks the artifact fetches it with the URL. An artifact row
+// that is gone leaves its image as it is.
+func (s *Service) fillDownloadTokens(ctx context.Context, req *core.SandboxRequest) error {
+	seen := map[string]bool{}
+	for _, c := range req.Containers {
+		if c.Image == nil {
+			continue
+		}
+		id := c.Image.Annotations[core.AnnotationArtifactID]
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		a, err := s.Store.Artifacts().Get(ctx, id)
+		switch {
+		case isNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("artifact %s: %w", id, err)
+		}
+		WithDownloadToken(req, id, s.downloadToken(a))
+	}
+	return nil
+}
+
+// storedRequestWithTokens is a template's stored request (JSON) as callers
+// are shown it: with the download token of each artifact image filled in
+// (StoredRequest leaves it out). Keys the request types do not know (a
+// row upstream wrote) are kept; JSON that does not parse, or an artifact
+// whose row is gone, is left as it is. The API redacts the token for
+// callers that may not see it.
+func (s *Service) storedRequestWithTokens(ctx context.Context, raw string) string {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var doc map[string]any
+	if dec.Decode(&doc) != nil {
+		return raw
+	}
+	containers, _ := doc["containers"].([]any)
+	changed := false
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		img, _ := cm["image"].(map[string]any)
+		ann, _ := img["annotations"].(map[string]any)
+		id, _ := ann[core.AnnotationArtifactID].(string)
+		if id == "" {
+			continue
+		}
+		a, err := s.Store.Artifacts().Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		token := s.downloadToken(a)
+		if token == "" {
+			continue
+		}
+		ann[core.AnnotationArtifactToken] = token
+		if u, ok := ann[core.AnnotationArtifactURL].(string); ok {
+			ann[core.AnnotationArtifactURL] = withURLToken(u, token)
+		}
+		changed = true
+	}
+	if !changed {
+		return raw
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(doc) != nil {
+		return raw
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // MergeTemplateRequest fills a caller's sandbox request from a template's
@@ -69,8 +152,13 @@ func (s *Service) ResolveSandboxRequest(ctx context.Context, req *core.SandboxRe
 //     the caller has none (fewer containers, or an empty one);
 //   - network type, runtime handler, namespace: the template's when the
 //     caller's is empty;
+//   - the network policy (cube_network_config, or cubevs_context in older
+//     requests) as upstream merges it (mergeCubeNetworkConfigs): see
+//     MergeNetworkPolicy;
 //   - the two app-snapshot version annotations are made equal (whichever
-//     is set wins).
+//     is set wins);
+//   - the label cube.master.appsnapshot.template.id names the template
+//     the annotation of that name names, as upstream labels the request.
 //
 // Everything else is the caller's. Neither input is modified; the result
 // shares no maps or slices with them.
@@ -89,9 +177,24 @@ func MergeTemplateRequest(template, caller *core.SandboxRequest) *core.SandboxRe
 	}
 	out.Volumes = slices.Clone(caller.Volumes)
 	out.Containers = slices.Clone(caller.Containers)
+	out.CubeVSContext, out.CubeNetworkConfig = cloneVS(caller.CubeVSContext), cloneVS(caller.CubeNetworkConfig)
 	if template == nil {
 		normalizeVersions(out.Annotations)
+		labelTemplate(&out)
 		return &out
+	}
+	if policy := MergeNetworkPolicy(template.NetworkPolicy(), caller.NetworkPolicy()); policy != nil {
+		// The merged policy goes under every key either request used, so
+		// the key a node reads (the newer one first) holds all of it.
+		newKey := template.CubeNetworkConfig != nil || caller.CubeNetworkConfig != nil
+		oldKey := template.CubeVSContext != nil || caller.CubeVSContext != nil
+		out.CubeNetworkConfig, out.CubeVSContext = nil, nil
+		if newKey {
+			out.CubeNetworkConfig = policy
+		}
+		if oldKey {
+			out.CubeVSContext = cloneVS(policy)
+		}
 	}
 	fillMissing(out.Annotations, template.Annotations)
 	fillMissing(out.Labels, template.Labels)
@@ -116,7 +219,79 @@ func MergeTemplateRequest(template, caller *core.SandboxRequest) *core.SandboxRe
 	out.RuntimeHandler = firstString(out.RuntimeHandler, template.RuntimeHandler)
 	out.Namespace = firstString(out.Namespace, template.Namespace)
 	normalizeVersions(out.Annotations)
+	labelTemplate(&out)
 	return &out
+}
+
+// labelTemplate sets the label cube.master.appsnapshot.template.id to the
+// template the request's annotation of that name names.
+func labelTemplate(r *core.SandboxRequest) {
+	if tid := r.Annotations[core.AnnotationTemplateID]; tid != "" {
+		r.Labels[core.AnnotationTemplateID] = tid
+	}
+}
+
+// MergeNetworkPolicy merges a template's network policy with a caller's,
+// as upstream's mergeCubeNetworkConfigs does (the older mergeCubeVSContexts
+// is the same rule for the fields it knew): with one side missing the
+// other is taken whole; with both, the template's is the base and
+//
+//   - allowInternetAccess, allowPublicTraffic, maskRequestHost: the
+//     caller's when set;
+//   - allowOut, denyOut: the template's, then the caller's entries it does
+//     not already list (empty ones skipped): a caller can add, not remove;
+//   - rules: the caller's first, then the template's (the first match
+//     wins, so a sandbox's own rules come before its template's).
+//
+// Neither input is modified; nil when both are nil.
+func MergeNetworkPolicy(template, caller *core.CubeVSContext) *core.CubeVSContext {
+	switch {
+	case template == nil:
+		return cloneVS(caller)
+	case caller == nil:
+		return cloneVS(template)
+	}
+	out := cloneVS(template)
+	if caller.AllowInternetAccess != nil {
+		v := *caller.AllowInternetAccess
+		out.AllowInternetAccess = &v
+	}
+	if caller.AllowPublicTraffic != nil {
+		v := *caller.AllowPublicTraffic
+		out.AllowPublicTraffic = &v
+	}
+	if caller.MaskRequestHost != nil {
+		v := *caller.MaskRequestHost
+		out.MaskRequestHost = &v
+	}
+	out.AllowOut = appendUniqueCIDRs(out.AllowOut, caller.AllowOut)
+	out.DenyOut = appendUniqueCIDRs(out.DenyOut, caller.DenyOut)
+	if len(caller.Rules) > 0 {
+		out.Rules = nil
+		for _, r := range append(slices.Clone(caller.Rules), template.Rules...) {
+			if r != nil {
+				out.Rules = append(out.Rules, r)
+			}
+		}
+	}
+	return out
+}
+
+// appendUniqueCIDRs is base followed by the entries of extra that are
+// neither empty nor already listed.
+func appendUniqueCIDRs(base, extra []string) []string {
+	seen := map[string]bool{}
+	for _, c := range base {
+		seen[c] = true
+	}
+	for _, c := range extra {
+		if c == "" || seen[c] {
+			continue
+		}
+		seen[c] = true
+		base = append(base, c)
+	}
+	return base
 }
 
 func fillMissing(dst, src map[string]string) {

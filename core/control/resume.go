@@ -118,6 +118,33 @@ type pipeline struct {
 	// destroyFirst: a DISTRIBUTING redo destroys the node copy before
 	// distributing again (the copy may be what failed).
 	destroyFirst bool
+	// phase is the phase this run last moved the job to, since when.
+	phase core.Phase
+	since time.Time
+}
+
+// The job's progress through the resume, after the build's (which ends at
+// 80, core/pipeline): distribution moves it from progressDistributing to
+// progressDefining node by node, snapshots from progressSnapshotting to
+// 99.
+const (
+	progressDistributing = 85
+	progressDefining     = 90
+	progressSnapshotting = 92
+	progressSnapshotsEnd = 99
+)
+
+// timed adds to u, when it moves the job to another phase, how long the
+// phase it leaves took: measured here, where the resume does the work.
+func (p *pipeline) timed(now time.Time, u core.JobUpdate) core.JobUpdate {
+	if u.Phase == "" || u.Phase == p.phase {
+		return u
+	}
+	if p.phase != "" {
+		u.PhaseDurations = core.PhaseDurations{p.phase: now.Sub(p.since)}
+	}
+	p.phase, p.since = u.Phase, now
+	return u
 }
 
 func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
@@ -143,9 +170,10 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		}
 	}
 	if p.artifact, err = s.claimArtifact(ctx, job); err != nil {
-		if p.redo && job.Status == core.JobPending {
+		if p.redo && job.Status == core.JobPending && !isConvergeJob(job) {
 			// The redo chose to reuse the artifact, which is gone, being
-			// deleted or being rebuilt by now: build it again instead.
+			// deleted or being rebuilt by now: build it again instead. A
+			// convergence redo never builds: it fails, and backs off.
 			return s.rebuildInstead(ctx, job, req, err)
 		}
 		return s.fail(ctx, job, core.PhaseDistributing, err)
@@ -154,7 +182,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
 	ready := string(core.ArtifactReady)
-	if _, err := s.step(ctx, job.JobID, core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseDistributing, Progress: intp(70), ArtifactStatus: ready}); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseDistributing, Progress: intp(progressDistributing), ArtifactStatus: ready})); err != nil {
 		return err
 	}
 
@@ -174,10 +202,11 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 
 	// The request nodes snapshot from, generated from THIS template's
 	// request snapshot (never another template's generated request).
+	token := s.downloadToken(p.artifact)
 	ref := core.NodeArtifact{
 		ArtifactID:        p.artifact.ArtifactID,
-		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, p.artifact.DownloadToken),
-		Token:             p.artifact.DownloadToken,
+		DownloadURL:       core.DownloadURL(p.artifact.DownloadBaseURL, p.artifact.ArtifactID, token),
+		Token:             token,
 		SHA256:            p.artifact.Ext4SHA256,
 		SizeBytes:         p.artifact.Ext4SizeBytes,
 		WritableLayerSize: firstString(p.artifact.WritableLayerSize, job.WritableLayerSize),
@@ -216,7 +245,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 
 	// 4. Definition (before any snapshot, so a replica never exists
 	// without its template).
-	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseCreatingTemplate, 85)); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.Progress(core.JobRunning, core.PhaseCreatingTemplate, progressDefining))); err != nil {
 		return err
 	}
 	aliasNote, err := s.ensureDefinition(ctx, p)
@@ -228,7 +257,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	}
 
 	// 5. Snapshot on the nodes that got the artifact.
-	if _, err := s.step(ctx, job.JobID, core.Progress(core.JobRunning, core.PhaseSnapshotting, 90)); err != nil {
+	if _, err := s.step(ctx, job.JobID, p.timed(s.now(), core.Progress(core.JobRunning, core.PhaseSnapshotting, progressSnapshotting))); err != nil {
 		return err
 	}
 	snapped, snapErrs := s.snapshot(ctx, p, got)
@@ -276,7 +305,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	if err != nil {
 		s.log().Warn("result_json not written", "job", job.JobID, "err", err)
 	}
-	u := core.Progress(core.JobReady, core.PhaseReady, 100)
+	u := p.timed(s.now(), core.Progress(core.JobReady, core.PhaseReady, 100))
 	u.TemplateStatus = string(status)
 	u.ErrorMessage = &msg
 	u.ResultJSON = result
@@ -295,6 +324,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 // absent are never distributed. The caller holds the artifact's lock.
 func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artifact, error) {
 	base := s.cfg().DownloadBaseURL
+	deadline := s.gcDeadline(ctx)
 	a, err := s.Store.Artifacts().Update(ctx, job.ArtifactID, func(a *core.Artifact) error {
 		switch {
 		case beingDeleted(a.Status):
@@ -314,9 +344,9 @@ func (s *Service) claimArtifact(ctx context.Context, job *core.Job) (*core.Artif
 			return fmt.Errorf("artifact %s: no download base URL (neither recorded nor configured): %w", a.ArtifactID, core.ErrInvalidArgument)
 		}
 		if a.DownloadToken == "" {
-			a.DownloadToken = s.IDs.NewToken()
+			a.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 		}
-		a.GCDeadline = s.gcDeadline()
+		a.GCDeadline = deadline
 		a.LastError = ""
 		return nil
 	})
@@ -341,7 +371,7 @@ func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Arti
 	if a.Status == core.ArtifactReady && a.DownloadToken == "" {
 		updated, err := s.Store.Artifacts().Update(ctx, a.ArtifactID, func(cur *core.Artifact) error {
 			if cur.Status == core.ArtifactReady && cur.DownloadToken == "" {
-				cur.DownloadToken = s.IDs.NewToken()
+				cur.DownloadToken = core.NewDownloadSeed(s.IDs.NewToken())
 			}
 			return nil
 		})
@@ -356,11 +386,25 @@ func (s *Service) bytesServed(ctx context.Context, a *core.Artifact) (*core.Arti
 	if a.Status != core.ArtifactReady {
 		return a, false, nil
 	}
-	ok, err := s.DataPlane.ArtifactExists(ctx, a)
+	ok, err := s.DataPlane.ArtifactExists(ctx, s.withDownloadToken(a))
 	if err != nil {
 		return nil, false, err
 	}
 	return a, ok, nil
+}
+
+// downloadToken is the token nodes download a's bytes with: derived from
+// the row's seed (core.DownloadTokens), never the stored value itself.
+func (s *Service) downloadToken(a *core.Artifact) string {
+	return s.cfg().DownloadTokens.For(a.ArtifactID, a.DownloadToken)
+}
+
+// withDownloadToken is a copy of a carrying the token nodes download with
+// instead of its seed, for asking the data plane the way nodes ask.
+func (s *Service) withDownloadToken(a *core.Artifact) *core.Artifact {
+	c := *a
+	c.DownloadToken = s.downloadToken(a)
+	return &c
 }
 
 // step applies u to the job. A stale update (a replay behind the job's

@@ -42,7 +42,7 @@ func TestResumeHappyPath(t *testing.T) {
 
 	a := e.artifact(aid)
 	eq(t, "artifact status", a.Status, core.ArtifactReady)
-	eq(t, "download token", a.DownloadToken, "tok-1")
+	eq(t, "download token (a seed)", a.DownloadToken, "dk1.tok-1")
 	eq(t, "tokens minted", e.ids.tokenCount(), 1)
 	if a.GCDeadline != t0.Add(control.DefaultArtifactTTL).Unix() {
 		t.Errorf("gc_deadline = %d, want now+TTL", a.GCDeadline)
@@ -83,8 +83,11 @@ func TestResumeHappyPath(t *testing.T) {
 	for _, c := range e.agent.CreateImageCalls() {
 		a := c.Art
 		eq(t, "CreateImage artifact", a.ArtifactID, aid)
-		eq(t, "url", a.DownloadURL, baseURL+"/cube/template/artifact/download?artifact_id="+aid+"&token=tok-1")
-		eq(t, "token", a.Token, "tok-1")
+		eq(t, "url", a.DownloadURL, baseURL+"/cube/template/artifact/download?artifact_id="+aid+"&token="+e.nodeToken(aid))
+		eq(t, "token", a.Token, e.nodeToken(aid))
+		if a.Token == e.artifact(aid).DownloadToken {
+			t.Error("the node was given the stored seed, not the derived token")
+		}
 		eq(t, "sha256", a.SHA256, shaExt4)
 		eq(t, "size", a.SizeBytes, int64(67108864))
 		eq(t, "wls", a.WritableLayerSize, "20Gi")
@@ -102,9 +105,10 @@ func TestResumeHappyPath(t *testing.T) {
 
 func TestResumePartialDistribution(t *testing.T) {
 	e := newEnv(t, "node-1", "node-2")
-	e.createFail["node-2"] = errors.New("GET http://master:8089/cube/template/artifact/download?artifact_id=x&token=tok-1: 503")
+	nodeToken := testDownloadTokens.For(aidOf(fpA), "dk1.tok-1")
+	e.createFail["node-2"] = errors.New("GET http://master:8089/cube/template/artifact/download?artifact_id=x&token=" + nodeToken + ": 503")
 	job := e.ready("tpl-partial", fpA)
-	if strings.Contains(job.ErrorMessage, "tok-1") {
+	if strings.Contains(job.ErrorMessage, nodeToken) || strings.Contains(job.ErrorMessage, "tok-1") {
 		t.Errorf("job message leaks the download token: %q", job.ErrorMessage)
 	}
 	aid := aidOf(fpA)
@@ -173,11 +177,18 @@ func TestResumeZeroNodes(t *testing.T) {
 	}
 }
 
+// TestResumeUnknownScopeEntries: nodes a scope named that are gone by the
+// time the build is done (CreateFromImage refuses unknown ones up front;
+// the submit below skips that check, as a node removed meanwhile would).
 func TestResumeUnknownScopeEntries(t *testing.T) {
 	e := newEnv(t, "node-1")
 	req := request("tpl-scope")
 	req.DistributionScope = []string{"node-9", "10.0.0.1", "node-3"}
-	job := e.create(req)
+	res, err := e.svc.SubmitFromImage(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := res.Job
 	e.build(job.JobID, fpA)
 	e.wait()
 	j := e.job(job.JobID)
@@ -227,7 +238,7 @@ func TestDuplicateBuiltCallbacks(t *testing.T) {
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.Fingerprint = aidOf(fpA), fpA
 	for range 3 {
-		ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fpA)})
+		ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: artifactMeta(fpA), Inputs: inputsOf(fpA)})
 		if err != nil || ok {
 			t.Fatalf("duplicate BUILT: applied=%v err=%v, want false, nil", ok, err)
 		}
@@ -650,8 +661,8 @@ func TestNodeErrorsNeverStoreTheDownloadToken(t *testing.T) {
 				return snapshot(ctx, n, req, dir)
 			}
 			job := e.ready("tpl-leak", fpA)
-			token := e.artifact(aidOf(fpA)).DownloadToken
-			if token == "" {
+			seed, token := e.artifact(aidOf(fpA)).DownloadToken, e.nodeToken(aidOf(fpA))
+			if seed == "" {
 				t.Fatal("the artifact has no download token")
 			}
 			stored := map[string]string{
@@ -664,8 +675,8 @@ func TestNodeErrorsNeverStoreTheDownloadToken(t *testing.T) {
 				t.Errorf("the node's error is lost: %q", stored["node-2 replica message"])
 			}
 			for what, msg := range stored {
-				if strings.Contains(msg, token) {
-					t.Errorf("%s holds the download token: %q", what, msg)
+				if strings.Contains(msg, token) || strings.Contains(msg, seed) {
+					t.Errorf("%s holds the download token or its seed: %q", what, msg)
 				}
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -23,6 +24,7 @@ const (
 	DefaultBatch               = 200
 	DefaultConvergeBackoff     = 10 * time.Minute
 	DefaultConvergeAtOnce      = 4
+	DefaultReplicaCheckAtOnce  = 32
 )
 
 // Config tunes the Service. Zero values take the defaults above.
@@ -60,11 +62,25 @@ type Config struct {
 	ConvergeBackoff time.Duration
 	// ConvergeAtOnce bounds the convergence jobs one pass starts.
 	ConvergeAtOnce int
+	// ReplicaCheckDisabled turns the replica check off (CheckReplicas);
+	// ReplicaCheckAtOnce bounds the replicas one pass checks.
+	ReplicaCheckDisabled bool
+	ReplicaCheckAtOnce   int
 	// LockWait bounds how long a background job waits for its artifact's
 	// lock (another template may be distributing the same artifact).
 	LockWait time.Duration
 	// Batch bounds how many rows one GC or sweep pass looks at.
 	Batch int
+	// DownloadTokens turns an artifact row's stored seed into the token
+	// nodes download with (core.DownloadTokens: derived from the callback
+	// token, which the data plane checks it with). The zero value hands
+	// out the stored value, as upstream did.
+	DownloadTokens core.DownloadTokens
+	// BuildLiveness is how long a build job may go without a heartbeat
+	// from its data plane before it is failed (core/liveness; default
+	// liveness.DefaultTimeout). The master judges builds too, so a job
+	// whose only data plane died is freed without it.
+	BuildLiveness time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -89,10 +105,40 @@ func (c Config) withDefaults() Config {
 	if c.ConvergeAtOnce <= 0 {
 		c.ConvergeAtOnce = DefaultConvergeAtOnce
 	}
+	if c.ReplicaCheckAtOnce <= 0 {
+		c.ReplicaCheckAtOnce = DefaultReplicaCheckAtOnce
+	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
+	if c.BuildLiveness <= 0 {
+		c.BuildLiveness = liveness.DefaultTimeout
+	}
 	return c
+}
+
+// liveness is the judge of the data plane's build jobs (core/liveness).
+func (s *Service) liveness() *liveness.Judge {
+	return &liveness.Judge{Store: s.Store, Locker: s.Locker, Clock: s.Clock, Timeout: s.cfg().BuildLiveness,
+		ScanLimit: s.cfg().Batch, Who: "cubemaster", Logger: s.log()}
+}
+
+// RunLiveness fails abandoned build jobs until ctx ends: a sweep at once,
+// then every sixth of Config.BuildLiveness (core/liveness). The master
+// runs it beside the data plane's replicas, so a template whose only data
+// plane died is freed all the same.
+func (s *Service) RunLiveness(ctx context.Context) { s.liveness().Run(ctx) }
+
+// freeAbandoned fails job when it is a build its data plane abandoned and
+// reports whether it is no longer active: create, redo and delete then go
+// ahead instead of answering that the job is in the way.
+func (s *Service) freeAbandoned(ctx context.Context, job *core.Job) bool {
+	free, err := s.liveness().FailIfAbandoned(ctx, job)
+	if err != nil {
+		s.log().Warn("could not judge whether the job in the way was abandoned", "job", job.JobID, "err", err)
+		return false
+	}
+	return free
 }
 
 // Service is the control plane's template service. Store, Locker, Nodes,
@@ -122,7 +168,8 @@ type Service struct {
 	Config   Config
 	Logger   *slog.Logger
 
-	bg sync.WaitGroup
+	bg            sync.WaitGroup
+	replicaCursor replicaCursor
 }
 
 // Wait blocks until every background resume started so far has returned
@@ -164,8 +211,13 @@ func (s *Service) now() time.Time {
 	return time.Now()
 }
 
-// gcDeadline is the unix second an unreferenced artifact may be collected.
-func (s *Service) gcDeadline() int64 { return s.now().Add(s.cfg().ArtifactTTL).Unix() }
+// gcDeadline is the unix second an unreferenced artifact may be collected:
+// the store's now plus the TTL, so that every master writes and judges
+// deadlines by one clock whatever its host's says. Call it before, not
+// inside, a store update (it may ask the store).
+func (s *Service) gcDeadline(ctx context.Context) int64 {
+	return s.storeNow(ctx).Add(s.cfg().ArtifactTTL).Unix()
+}
 
 // resumeLockName is the per-artifact lock that serializes registration,
 // distribution and cleanup of one artifact across processes, so the
@@ -209,7 +261,11 @@ func (s *Service) unlock(ctx context.Context, l ports.Lock) {
 	}
 }
 
-// fanOut calls fn for 0..n-1 on at most workers goroutines and waits.
+// fanOut calls fn for 0..n-1 on at most workers goroutines (one when
+// workers <= 0) and waits. It is the control plane's one bounded fan-out:
+// every call to many nodes goes through it, bounded by
+// Config.DistributionWorkers. It takes no context: every call is made,
+// each with the caller's context, so each node's outcome is recorded.
 func fanOut(n, workers int, fn func(i int)) {
 	if workers <= 0 {
 		workers = 1
@@ -252,8 +308,9 @@ func (s *Service) lockTemplate(ctx context.Context, templateID string) (ports.Lo
 	return s.Locker.Lock(lctx, templateLockName(templateID))
 }
 
-// errLockLost is why work stops when the lock protecting it is lost.
-var errLockLost = errors.New("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep")
+// errLockLost is why work stops when the lock protecting it is lost. It
+// wraps core.ErrConflict: the caller may retry.
+var errLockLost = fmt.Errorf("the lock protecting this work was lost (its database session died); another master may hold it now, so this one stopped and left the job to the sweep: %w", core.ErrConflict)
 
 // whileHeld returns ctx cancelled (with errLockLost as the cause) once l is
 // lost: the work it protects stops before it writes anything more.
@@ -271,6 +328,37 @@ func whileHeld(ctx context.Context, l ports.Lock) (context.Context, context.Canc
 
 // lockLost reports whether ctx was cancelled because its lock was lost.
 func lockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errLockLost) }
+
+// stillHeld returns errLockLost once l is lost, read from l itself (the
+// watcher of whileHeld cancels a moment later), else ctx's error: the
+// check a holder makes before a write the lock protects.
+func stillHeld(ctx context.Context, l ports.Lock) error {
+	select {
+	case <-l.Lost():
+		return errLockLost
+	default:
+	}
+	if lockLost(ctx) {
+		return errLockLost
+	}
+	return ctx.Err()
+}
+
+// holdTemplate takes the template's lock (lockTemplate) and returns ctx
+// cancelled once the lock is lost (whileHeld), the lock, and done, which
+// stops the watch and releases the lock. Everything that writes a
+// template as a whole runs under it.
+func (s *Service) holdTemplate(ctx context.Context, templateID string) (context.Context, ports.Lock, func(), error) {
+	lock, err := s.lockTemplate(ctx, templateID)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	wctx, release := whileHeld(ctx, lock)
+	return wctx, lock, func() {
+		release()
+		s.unlock(ctx, lock)
+	}, nil
+}
 
 // runFence is the run number a resume or migrate took for its job; the
 // job writes of the run carry it (see core.Job.Fence).
@@ -321,5 +409,14 @@ func (s *Service) fenced(ctx context.Context, jobID string, fn func(ctx context.
 			}
 		}
 		return fn(ctx, r)
+	})
+}
+
+// upsertReplica writes a replica row for the run of ctx (fenced): the
+// rows are what sandboxes are scheduled by, so a run that a later run has
+// superseded must not write them.
+func (s *Service) upsertReplica(ctx context.Context, jobID string, r *core.Replica) error {
+	return s.fenced(ctx, jobID, func(ctx context.Context, repos ports.Repos) error {
+		return repos.Templates().UpsertReplica(ctx, r)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // maxSubmitRounds bounds how often a submit re-reads after losing an insert
@@ -35,6 +36,14 @@ type jobPlan struct {
 	build func(ctx context.Context, latest *core.Job) (*core.Job, error)
 	// alias, when set, is claimed for the template with its id.
 	alias string
+	// replaceAlias: this submit decides the template's alias (a create,
+	// which replaces a failed attempt): alias names the template holds
+	// from an earlier attempt are released, and a FAILED definition's
+	// alias cleared, in the transaction that claims the new one.
+	replaceAlias bool
+	// lock is the template's lock the submit holds: nothing is written
+	// once it is lost.
+	lock ports.Lock
 }
 
 // submitJob creates the job p plans, or returns the active job p.onActive
@@ -47,6 +56,8 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 	for range maxSubmitRounds {
 		active, err := jobs.GetActive(ctx, p.key)
 		switch {
+		case err == nil && s.freeAbandoned(ctx, active):
+			continue // its data plane died: failed now, out of the way
 		case err == nil:
 			job, err := p.onActive(active)
 			return SubmitResult{Job: job}, err
@@ -74,7 +85,12 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 		// A claim is idempotent for its own template, so concurrent
 		// submitters of one template all pass it and the active key
 		// decides between them.
-		err = s.claimNames(ctx, p.templateID, p.alias)
+		if p.lock != nil {
+			if err := stillHeld(ctx, p.lock); err != nil {
+				return SubmitResult{}, fmt.Errorf("submit template %s: %w", p.templateID, err)
+			}
+		}
+		err = s.claimNames(ctx, p.templateID, p.alias, p.replaceAlias)
 		if err == nil {
 			err = jobs.Create(ctx, job.Clone())
 		}
@@ -93,15 +109,54 @@ func (s *Service) submitJob(ctx context.Context, p jobPlan) (SubmitResult, error
 	return SubmitResult{}, fmt.Errorf("submit job for %s: lost %d insert races: %w", p.templateID, maxSubmitRounds, core.ErrConflict)
 }
 
-// claimNames claims the template's id and, if set, alias.
-func (s *Service) claimNames(ctx context.Context, templateID, alias string) error {
-	if err := s.Store.Names().Claim(ctx, templateID, templateID, core.NameID); err != nil {
+// claimNames claims the template's id and, if set, alias. With replace the
+// alias is the template's only alias afterwards: what an earlier attempt
+// claimed is released, and a definition left by it (FAILED: a create
+// replaces nothing else) loses an alias that is not this one, in the
+// transaction that claims the new alias; the resume sets it on the
+// definition.
+func (s *Service) claimNames(ctx context.Context, templateID, alias string, replace bool) error {
+	names := s.Store.Names()
+	if err := names.Claim(ctx, templateID, templateID, core.NameID); err != nil {
 		return err
 	}
-	if alias != "" {
-		return s.claimAlias(ctx, templateID, alias)
+	if !replace {
+		if alias != "" {
+			return claimAlias(ctx, names, templateID, alias)
+		}
+		return nil
 	}
-	return nil
+	err := s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
+			return err
+		}
+		_, err := r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
+			if d.Alias != alias {
+				d.Alias = ""
+			}
+			return nil
+		})
+		if err != nil && !isNotFound(err) {
+			return err
+		}
+		if alias != "" {
+			return claimAlias(ctx, r.Names(), templateID, alias)
+		}
+		return nil
+	})
+	var taken *core.NameTakenError
+	if alias != "" && errors.As(err, &taken) {
+		// A concurrent claim inside a transaction hides who made it; a
+		// submitter of the same template claiming the same alias is fine,
+		// and another template's alias moves here once READY.
+		if holder, kind, herr := names.Holder(ctx, alias); herr == nil {
+			if kind == core.NameAlias {
+				return nil
+			}
+			return fmt.Errorf("claim name %q for %s: %w", alias, templateID, &core.NameTakenError{Name: alias, Holder: holder, HolderKind: kind})
+		}
+	}
+	return err
 }
 
 // SubmitFromImage validates and normalizes req, then returns the job that
@@ -118,10 +173,17 @@ func (s *Service) claimNames(ctx context.Context, templateID, alias string) erro
 // must still get the running job back. The template's lock keeps a delete
 // of the same template from interleaving with the submit.
 func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageRequest) (SubmitResult, error) {
-	if err := core.NormalizeFromImageRequest(req, s.IDs.NewHex); err != nil {
+	n, err := core.NormalizeFromImageRequest(req, s.IDs.NewHex)
+	if err != nil {
 		return SubmitResult{}, err
 	}
-	requestJSON, err := core.CanonicalRequestJSON(req)
+	return s.submitFromImage(ctx, n)
+}
+
+// submitFromImage is SubmitFromImage past the request's normalization.
+func (s *Service) submitFromImage(ctx context.Context, n core.NormalizedRequest) (SubmitResult, error) {
+	req := n.Request()
+	requestJSON, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		return SubmitResult{}, err
 	}
@@ -130,15 +192,17 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	lock, err := s.lockTemplate(ctx, tid)
+	ctx, lock, done, err := s.holdTemplate(ctx, tid)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("submit template %s: %w", tid, err)
 	}
-	defer s.unlock(ctx, lock)
+	defer done()
 	return s.submitJob(ctx, jobPlan{
-		templateID: tid,
-		key:        core.ActiveKeyFromImage(tid),
-		alias:      req.Alias,
+		templateID:   tid,
+		key:          core.ActiveKeyFromImage(tid),
+		alias:        req.Alias,
+		replaceAlias: true,
+		lock:         lock,
 		onActive: func(active *core.Job) (*core.Job, error) {
 			if active.RequestJSON == requestJSON {
 				return active, nil
@@ -174,19 +238,30 @@ func (s *Service) SubmitFromImage(ctx context.Context, req *core.FromImageReques
 // Report applies a status update to a job under the job state machine. A stale or duplicate update is
 // harmless: it returns the job unchanged with applied=false and no error.
 func (s *Service) Report(ctx context.Context, jobID string, u core.JobUpdate) (job *core.Job, applied bool, err error) {
+	return s.reportIf(ctx, jobID, u, nil)
+}
+
+// reportIf is Report with a precondition: guard (when not nil) sees the
+// job as stored, in the same compare-and-set, and an error from it that
+// wraps core.ErrStaleUpdate makes the update stale (applied=false).
+func (s *Service) reportIf(ctx context.Context, jobID string, u core.JobUpdate, guard func(*core.Job) error) (job *core.Job, applied bool, err error) {
 	if u.Fence == 0 {
 		u.Fence = fenceOf(ctx, jobID)
 	}
 	stale := false
 	job, err = s.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
 		stale = false
-		if err := j.Apply(u); err != nil {
-			if errors.Is(err, core.ErrStaleUpdate) {
-				stale = true
-			}
-			return err
+		err := error(nil)
+		if guard != nil {
+			err = guard(j)
 		}
-		return nil
+		if err == nil {
+			err = j.Apply(u)
+		}
+		if errors.Is(err, core.ErrStaleUpdate) {
+			stale = true
+		}
+		return err
 	})
 	if stale {
 		cur, gerr := s.Store.Jobs().Get(ctx, jobID)

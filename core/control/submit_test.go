@@ -188,10 +188,11 @@ func submitRequest(tid string) *core.FromImageRequest {
 func canonical(t *testing.T, r *core.FromImageRequest) string {
 	t.Helper()
 	c := *r
-	if err := core.NormalizeFromImageRequest(&c, func() string { return testHex }); err != nil {
+	n, err := core.NormalizeFromImageRequest(&c, func() string { return testHex })
+	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := core.CanonicalRequestJSON(&c)
+	s, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		t.Fatal(err)
 	}

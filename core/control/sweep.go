@@ -136,7 +136,7 @@ func (s *Service) RunSweeps(stop <-chan struct{}, interval time.Duration) {
 }
 
 // SweepOnce runs one pass of every sweep: BUILT replay, stale migrates,
-// artifact GC and convergence, each logged. The pass itself has no deadline: every job it
+// artifact GC, the replica check and convergence, each logged. The pass itself has no deadline: every job it
 // replays gets its own budget when its work starts (Config.ResumeTimeout),
 // and every node call is bounded by the node agent.
 func (s *Service) SweepOnce(ctx context.Context) {
@@ -160,6 +160,15 @@ func (s *Service) SweepOnce(ctx context.Context) {
 		s.log().Warn("artifact GC finished with failures", "deleted", n, "err", err)
 	case n > 0:
 		s.log().Info("artifact GC deleted artifacts", "deleted", n)
+	}
+	// Before convergence, which redoes a replica the check found gone in
+	// the same pass.
+	marked, err := s.CheckReplicas(ctx)
+	switch {
+	case err != nil:
+		s.log().Warn("replica check finished with failures", "marked_failed", len(marked), "err", err)
+	case len(marked) > 0:
+		s.log().Info("replica check found replicas gone from their nodes", "marked_failed", len(marked))
 	}
 	started, err := s.Converge(ctx)
 	switch {

@@ -261,13 +261,18 @@ func (r *run) markReady(res *pipeline.Result) error {
 	}
 	var token string
 	if r.e.IDs != nil {
-		token = r.e.IDs.NewToken()
+		token = core.NewDownloadSeed(r.e.IDs.NewToken()) // used only by a row that has none yet
 	}
-	now := r.e.now()
 	// The write must land even if the build is being cancelled right now:
 	// the bytes are published and the row is ours.
 	ctx, cancel := r.finalCtx()
 	defer cancel()
+	// The deadline is the store's time: the control plane's GC judges it
+	// by the store's clock, whatever this host's says.
+	now := r.e.now()
+	if t, err := r.e.Store.Now(ctx); err == nil {
+		now = t
+	}
 	a, err := r.e.Store.Artifacts().Update(ctx, res.ArtifactID, func(a *core.Artifact) error {
 		if !r.ownsRow(a) {
 			return fmt.Errorf("artifact %s is %s, no longer claimed by this build: %w", a.ArtifactID, a.Status, core.ErrConflict)
@@ -288,7 +293,9 @@ func (r *run) markReady(res *pipeline.Result) error {
 		a.CubeEgressCABaked = res.CA.Baked
 		a.CubeEgressCAFingerprint = res.CA.Fingerprint
 		a.CubeEgressCATargetsWritten = int64(res.CA.TargetsWritten)
-		if token != "" {
+		// A row rebuilt after its bytes went missing keeps its token:
+		// every template using the artifact carries it in its requests.
+		if a.DownloadToken == "" {
 			a.DownloadToken = token
 		}
 		return a.MoveTo(core.ArtifactReady)

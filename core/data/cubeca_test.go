@@ -128,8 +128,11 @@ func TestBuildBakesTheCubeCA(t *testing.T) {
 				t.Fatalf("BUILT report artifact %+v", built)
 			}
 			c := *req
-			core.NormalizeFromImageRequest(&c, nil)
-			fp, _ := core.Fingerprint(core.SpecInputFor(&c, testDigest, tc.wantFP, "", "fake/1"))
+			n, err := core.NormalizeFromImageRequest(&c, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp, _ := core.Fingerprint(core.SpecInputFor(n, testDigest, tc.wantFP, "", "fake/1"))
 			if want, _ := core.ArtifactIDFor(fp); o.ArtifactID != want {
 				t.Fatalf("artifact %s, want %s (the CA's fingerprint in the spec)", o.ArtifactID, want)
 			}

@@ -27,6 +27,7 @@ const (
 	DefaultFinalTimeout    = 2 * time.Minute
 	DefaultShutdownGrace   = 10 * time.Second
 	DefaultBuildTimeout    = 2 * time.Hour
+	DefaultReportEvery     = time.Second
 )
 
 // LockPrefix starts the name of a build's fingerprint lock.
@@ -48,9 +49,21 @@ type ExecutorConfig struct {
 	// (CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS, default 2). Submit
 	// answers core.ErrBusy at the cap instead of queueing.
 	MaxConcurrent int
-	// HeartbeatEvery is how often a running build re-reports its status so
-	// the job's updated_at (the reconciler's staleness clock) keeps moving.
+	// HeartbeatEvery is how often a running build shows it is alive: it
+	// touches its job row (with an Owner; without one it re-reports its
+	// status through the control plane), so the job's updated_at, the
+	// staleness clock of the liveness sweep and the reconciler, keeps
+	// moving (core/liveness).
 	HeartbeatEvery time.Duration
+	// Owner is this process's instance id (core/liveness): written into
+	// every job it accepts, while it holds the owner lock under that id.
+	// "" claims nothing (a build is then judged by its heartbeat alone).
+	Owner string
+	// ReportEvery is the least time between two status reports that only
+	// carry progress (pulled bytes and layers, the ext4 writer's share);
+	// a phase change is reported at once. Through these reports the
+	// control plane shows live progress without Redis.
+	ReportEvery time.Duration
 	// LockPoll is how often a build waiting for the fingerprint lock
 	// retries it and looks for a finished artifact to reuse.
 	LockPoll time.Duration
@@ -148,6 +161,9 @@ func (e *Executor) cfg() ExecutorConfig {
 	if c.LockPoll <= 0 {
 		c.LockPoll = DefaultLockPoll
 	}
+	if c.ReportEvery <= 0 {
+		c.ReportEvery = DefaultReportEvery
+	}
 	if c.PublishEvery <= 0 {
 		c.PublishEvery = DefaultPublishEvery
 	}
@@ -183,8 +199,10 @@ func (e *Executor) now() time.Time {
 //     the job's request_json, bad envd payload: core.ErrInvalidArgument (400);
 //   - the job is already building in this process: core.ErrConflict (409),
 //     checked before the job row (which is RUNNING by then);
-//   - no such job: core.ErrNotFound; a job that is not PENDING:
-//     *NotPendingError, which also matches core.ErrNotFound (404);
+//   - no such job: core.ErrNotFound; a job that is not PENDING (another
+//     replica took it: an accepted build moves its job to RUNNING in the
+//     store before it starts): *NotPendingError, which also matches
+//     core.ErrNotFound (404);
 //   - MaxConcurrent builds running: core.ErrBusy (429); ErrShuttingDown
 //     (also core.ErrBusy) after Shutdown;
 //   - a missing dependency or a store failure: other errors (5xx).
@@ -203,7 +221,7 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := checkEnvd(norm, req); err != nil {
+	if err := checkEnvd(norm.Request(), req); err != nil {
 		return err
 	}
 
@@ -228,41 +246,80 @@ func (e *Executor) Submit(ctx context.Context, req ports.BuildRequest) error {
 	}
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	switch {
 	case e.closed:
+		e.mu.Unlock()
 		return ErrShuttingDown
 	case e.inflight[req.JobID] != nil:
+		e.mu.Unlock()
 		return fmt.Errorf("job %s is already building here: %w", req.JobID, core.ErrConflict)
 	case len(e.inflight) >= e.conf.MaxConcurrent:
-		return fmt.Errorf("%d builds running, the limit: %w", len(e.inflight), core.ErrBusy)
+		n := len(e.inflight)
+		e.mu.Unlock()
+		return fmt.Errorf("%d builds running, the limit: %w", n, core.ErrBusy)
 	}
+	// The slot is reserved before the job is taken, so a refusal never
+	// leaves a taken job without a build.
 	r := e.newRun(req, norm)
 	e.inflight[req.JobID] = r
 	e.wg.Add(1)
+	e.mu.Unlock()
+	if err := e.take(ctx, req.JobID); err != nil {
+		r.cancel()
+		e.finish(r)
+		return err
+	}
 	go r.execute()
 	return nil
 }
 
-// normalized returns a normalized copy of the request (the caller's value
-// is not changed). Every failure wraps core.ErrInvalidArgument.
-func normalized(in *core.FromImageRequest) (*core.FromImageRequest, error) {
+// take moves the job from PENDING to RUNNING in the store before its build
+// starts, writing this process's instance id into it
+// (ExecutorConfig.Owner) so the liveness sweeps know whose lock tells
+// whether the build is alive. It is a compare-and-set: of two replicas a
+// forward reached twice (a lost answer, a second forward behind a
+// balancer) only one builds the job; the other answers *NotPendingError
+// (or core.ErrConflict for a job another process owns). The build's own
+// first report (RUNNING/PULLING) then repeats what take wrote.
+func (e *Executor) take(ctx context.Context, jobID string) error {
+	me := e.conf.Owner
+	_, err := e.Store.Jobs().Update(ctx, jobID, func(j *core.Job) error {
+		switch {
+		case j.Status != core.JobPending || j.Phase.PostBuild():
+			return &NotPendingError{JobID: j.JobID, Status: j.Status}
+		case me != "" && j.BuildOwner != "" && j.BuildOwner != me:
+			return fmt.Errorf("job %s is being built by template center %s: %w", j.JobID, j.BuildOwner, core.ErrConflict)
+		}
+		if me != "" {
+			j.BuildOwner = me
+		}
+		return j.Apply(core.Progress(core.JobRunning, core.PhasePulling, 5))
+	})
+	var np *NotPendingError
+	if err != nil && !errors.As(err, &np) {
+		return fmt.Errorf("take job %s: %w", jobID, err)
+	}
+	return err
+}
+
+// normalized normalizes a copy of a request that came over the wire or
+// from a stored row (the caller's value is not changed). Every failure
+// wraps core.ErrInvalidArgument.
+func normalized(in *core.FromImageRequest) (core.NormalizedRequest, error) {
 	c := *in
 	c.ExposedPorts = slices.Clone(in.ExposedPorts)
 	c.DistributionScope = slices.Clone(in.DistributionScope)
-	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
-		if !errors.Is(err, core.ErrInvalidArgument) {
-			err = fmt.Errorf("request: %w: %w", core.ErrInvalidArgument, err)
-		}
-		return nil, err
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil && !errors.Is(err, core.ErrInvalidArgument) {
+		err = fmt.Errorf("request: %w: %w", core.ErrInvalidArgument, err)
 	}
-	return &c, nil
+	return n, err
 }
 
 // sameRequest compares canonical forms. The stored side is decoded and
 // normalized again, so a row written by an older writer (another field
 // order, defaults left out) still matches the same request.
-func sameRequest(job *core.Job, req *core.FromImageRequest) error {
+func sameRequest(job *core.Job, req core.NormalizedRequest) error {
 	got, err := core.CanonicalRequestJSON(req)
 	if err != nil {
 		return err

@@ -229,7 +229,7 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 	if a.Status != core.ArtifactReady || a.Fingerprint != fp || a.Ext4SHA256 != hex.EncodeToString(sum[:]) ||
 		a.Ext4SizeBytes != int64(len(blob)) || a.ObjectKey != core.ArtifactObjectKey(aid) || a.StorageBackend != "mem" ||
 		a.SourceImageDigest != testDigest || a.SourceImageRef != req.SourceImageRef || a.WritableLayerSize != "20Gi" ||
-		a.DownloadBaseURL != "http://tc.example:8090" || a.DownloadToken != "tok-1" || a.GCDeadline <= w.now.Unix() {
+		a.DownloadBaseURL != "http://tc.example:8090" || a.DownloadToken != "dk1.tok-1" || a.GCDeadline <= w.now.Unix() {
 		t.Fatalf("artifact row = %+v", a)
 	}
 	if a.ImageConfigJSON != `{"Entrypoint":["/app"],"Cmd":["serve"],"Env":["A=1"],"WorkingDir":"/srv","User":"1000"}` {

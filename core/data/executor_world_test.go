@@ -274,10 +274,11 @@ func (w *world) putObject(t *testing.T, key string, b []byte) {
 func (w *world) addJob(t *testing.T, jobID string, req *core.FromImageRequest) {
 	t.Helper()
 	c := *req
-	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := core.CanonicalRequestJSON(&c)
+	js, err := core.CanonicalRequestJSON(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,10 +432,11 @@ func buildReq(jobID string, req *core.FromImageRequest) ports.BuildRequest {
 func expectedArtifactID(t *testing.T, req *core.FromImageRequest) (string, string) {
 	t.Helper()
 	c := *req
-	if err := core.NormalizeFromImageRequest(&c, nil); err != nil {
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	fp, err := core.Fingerprint(core.SpecInputFor(&c, testDigest, "", "", "fake/1"))
+	fp, err := core.Fingerprint(core.SpecInputFor(n, testDigest, "", "", "fake/1"))
 	if err != nil {
 		t.Fatal(err)
 	}

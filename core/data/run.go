@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -26,8 +27,9 @@ type run struct {
 	c   ExecutorConfig
 	log *slog.Logger
 	req ports.BuildRequest
-	// norm is the normalized request (the pipeline and the artifact row
-	// read it; the caller's request is never changed).
+	// spec is the normalized request, which the pipeline takes; norm is a
+	// copy of it the run and the artifact row read.
+	spec  core.NormalizedRequest
 	norm  *core.FromImageRequest
 	start time.Time
 
@@ -59,21 +61,28 @@ type state struct {
 	pull           core.PullProgress
 	resolved       *pipeline.Resolved
 	artifactStatus core.ArtifactStatus
+	// durations holds the finished phases' times; phaseStart is when the
+	// current phase began (both on this process's clock, where the work
+	// happens). snapshot copies the map.
+	durations  core.PhaseDurations
+	phaseStart time.Time
 }
 
-func (e *Executor) newRun(req ports.BuildRequest, norm *core.FromImageRequest) *run {
+func (e *Executor) newRun(req ports.BuildRequest, spec core.NormalizedRequest) *run {
 	c := e.conf
 	ctx, cancel := context.WithCancel(e.root)
 	pctx, abort := context.WithCancelCause(ctx)
+	norm := spec.Request()
+	now := e.now()
 	return &run{
-		e: e, c: c, req: req, norm: norm, start: e.now(),
+		e: e, c: c, req: req, spec: spec, norm: norm, start: now,
 		log:     c.Logger.With("job_id", req.JobID, "template_id", norm.TemplateID),
 		ctx:     ctx,
 		cancel:  cancel,
 		pctx:    pctx,
 		abort:   abort,
 		changed: make(chan struct{}, 1),
-		st:      state{phase: core.PhasePulling, progress: 5},
+		st:      state{phase: core.PhasePulling, progress: 5, durations: core.PhaseDurations{}, phaseStart: now},
 	}
 }
 
@@ -114,6 +123,9 @@ func (r *run) execute() {
 		}
 		if err != nil && context.Cause(ctx) == errBuildTimeout {
 			err = &BuildTimeoutError{Limit: r.c.BuildTimeout, Err: err}
+		}
+		if cause := context.Cause(r.pctx); err != nil && errors.Is(cause, ErrJobEnded) {
+			err = cause
 		}
 	}()
 
@@ -163,7 +175,7 @@ func (r *run) input(ctx context.Context) (pipeline.Input, error) {
 			Username: r.norm.RegistryUsername,
 			Password: r.norm.RegistryPassword,
 		},
-		Request:      cloneRequest(r.norm),
+		Request:      r.spec,
 		Inject:       inj,
 		AfterResolve: r.afterResolve,
 	}, nil
@@ -203,13 +215,6 @@ func (r *run) injection(ctx context.Context) (pipeline.Injection, error) {
 	return in, nil
 }
 
-func cloneRequest(q *core.FromImageRequest) *core.FromImageRequest {
-	c := *q
-	c.ExposedPorts = slices.Clone(q.ExposedPorts)
-	c.DistributionScope = slices.Clone(q.DistributionScope)
-	return &c
-}
-
 // onEvent records pipeline progress and wakes the report loop; it never
 // blocks on the network, so a slow control plane cannot stall the build.
 // The pipeline may call it from several goroutines.
@@ -220,7 +225,11 @@ func (r *run) onEvent(ev pipeline.Event) {
 		r.st.resolved = &res
 	}
 	if i := slices.Index(buildPhases, ev.Phase); i >= slices.Index(buildPhases, r.st.phase) {
-		r.st.phase = ev.Phase
+		if ev.Phase != r.st.phase {
+			now := r.e.now()
+			r.st.durations[r.st.phase] += now.Sub(r.st.phaseStart)
+			r.st.phase, r.st.phaseStart = ev.Phase, now
+		}
 		r.st.progress = max(r.st.progress, ev.Progress)
 	}
 	if ev.Pull != (core.PullProgress{}) {
@@ -240,23 +249,51 @@ func (r *run) wake() {
 func (r *run) snapshot() state {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.st
+	st := r.st
+	st.durations = maps.Clone(r.st.durations)
+	return st
 }
 
-// loop reports phase changes, the resolved artifact and a heartbeat to the
-// control plane, and publishes throttled live progress, until ctx ends.
+// finalDurations are st's phase times with the current phase's, for a
+// terminal report.
+func (r *run) finalDurations(st state) core.PhaseDurations {
+	d := maps.Clone(st.durations)
+	d[st.phase] += r.e.now().Sub(st.phaseStart)
+	return d
+}
+
+// loop keeps the control plane told until ctx ends: a report at once for
+// a phase change, the resolved artifact or the artifact row's status, and
+// at most one every ReportEvery for progress alone (pulled bytes, the ext4
+// writer's share), so live progress reaches the master without Redis. It
+// publishes throttled live progress to the ProgressSink when there is one.
+// With an Owner, a goroutine beside it heartbeats every HeartbeatEvery
+// (see heartbeat); without one, the loop re-reports every HeartbeatEvery.
 func (r *run) loop(ctx context.Context) {
+	if r.c.Owner != "" {
+		// Beside the reports, never behind them: a report may retry for a
+		// while when the master is away, the heartbeat must not wait.
+		beats := make(chan struct{})
+		defer func() { <-beats }()
+		go func() {
+			defer close(beats)
+			r.beat(ctx)
+		}()
+	}
 	heartbeat := time.NewTicker(r.c.HeartbeatEvery)
 	defer heartbeat.Stop()
 	var (
 		reported    = state{phase: core.PhasePulling}
+		reportedAt  time.Time
+		reportOK    = true
+		reportLater <-chan time.Time
 		published   state
 		havePub     bool
 		lastPublish time.Time
 		flush       <-chan time.Time
 	)
 	for first := true; ; first = false {
-		beat, flushed := false, false
+		beat, flushed, due := false, false, false
 		if !first {
 			select {
 			case <-ctx.Done():
@@ -264,20 +301,30 @@ func (r *run) loop(ctx context.Context) {
 			case <-r.changed:
 			case <-heartbeat.C:
 				beat = true
+			case <-reportLater:
+				reportLater, due = nil, true
 			case <-flush:
 				flush, flushed = nil, true
 			}
 		}
 		st := r.snapshot()
+		now := r.e.now()
 		newlyResolved := st.resolved != nil && reported.resolved == nil
-		if first || beat || newlyResolved || st.phase != reported.phase || st.artifactStatus != reported.artifactStatus {
-			r.report(ctx, r.runningUpdate(st), nil)
-			reported = st
+		changed := first || newlyResolved || st.phase != reported.phase || st.artifactStatus != reported.artifactStatus
+		// Without an owner the report is the heartbeat; with one, a beat
+		// resends a report that failed (the master was away).
+		resend := beat && (r.c.Owner == "" || !reportOK)
+		progressed := st.progress != reported.progress || st.pull != reported.pull
+		switch {
+		case changed || resend || progressed && (due || now.Sub(reportedAt) >= r.c.ReportEvery):
+			reportOK = r.report(ctx, ports.StatusReport{Update: r.runningUpdate(st)})
+			reported, reportedAt, reportLater = st, now, nil
+		case progressed && reportLater == nil:
+			reportLater = time.After(r.c.ReportEvery - now.Sub(reportedAt))
 		}
 		if r.e.Progress == nil || (havePub && samePublished(st, published)) {
 			continue
 		}
-		now := r.e.now()
 		if !havePub || flushed || st.phase != published.phase || now.Sub(lastPublish) >= r.c.PublishEvery {
 			lp := ports.LiveProgress{Phase: st.phase, Progress: st.progress, Pull: st.pull}
 			if err := r.e.Progress.Publish(ctx, r.req.JobID, lp); err != nil && ctx.Err() == nil {
@@ -287,6 +334,49 @@ func (r *run) loop(ctx context.Context) {
 		} else if flush == nil {
 			flush = time.After(r.c.PublishEvery - now.Sub(lastPublish))
 		}
+	}
+}
+
+// errNotOurs stops a heartbeat whose job is no longer this build's.
+var errNotOurs = errors.New("the job is no longer this build's")
+
+// ErrJobEnded stops a build whose job ended without it (failed as
+// abandoned by a liveness sweep that judged this process dead, or deleted):
+// nothing would record what it builds.
+var ErrJobEnded = errors.New("the job ended while its build was running")
+
+// beat heartbeats every HeartbeatEvery until ctx ends.
+func (r *run) beat(ctx context.Context) {
+	t := time.NewTicker(r.c.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.heartbeat(ctx)
+		}
+	}
+}
+
+// heartbeat touches the job row, which moves its updated_at: the liveness
+// sweeps of the other replicas and the master judge the build by it
+// (core/liveness), whether or not the control plane answers reports. A job
+// that is no longer active, or no longer this process's, stops the build.
+func (r *run) heartbeat(ctx context.Context) {
+	_, err := r.e.Store.Jobs().Update(ctx, r.req.JobID, func(j *core.Job) error {
+		if !j.Status.Active() || j.BuildOwner != r.c.Owner {
+			return fmt.Errorf("%w: %s/%s, owner %q", errNotOurs, j.Status, j.Phase, j.BuildOwner)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, errNotOurs), errors.Is(err, core.ErrNotFound):
+		r.log.Warn("job ended elsewhere; stopping its build", "err", err)
+		r.abort(fmt.Errorf("%w: %w", ErrJobEnded, err))
+	case ctx.Err() == nil:
+		r.log.Warn("build heartbeat not written", "err", err)
 	}
 }
 
@@ -308,16 +398,21 @@ func (r *run) runningUpdate(st state) core.JobUpdate {
 		p := st.pull
 		u.Pull = &p
 	}
+	if len(st.durations) > 0 {
+		u.PhaseDurations = st.durations
+	}
 	return u
 }
 
-// report sends one status report; a failure is logged, not fatal (the
-// reporter retries, and the heartbeat or terminal report comes later).
-func (r *run) report(ctx context.Context, u core.JobUpdate, a *core.Artifact) {
-	err := r.e.Reporter.Report(ctx, r.req.JobID, ports.StatusReport{Update: u, Artifact: a})
+// report sends one status report and says whether it arrived; a failure is
+// logged, not fatal (the reporter retries, and the next report or the
+// heartbeat sends the state again).
+func (r *run) report(ctx context.Context, rep ports.StatusReport) bool {
+	err := r.e.Reporter.Report(ctx, r.req.JobID, rep)
 	if err != nil && ctx.Err() == nil {
-		r.log.Warn("status report failed", "status", u.Status, "phase", u.Phase, "err", err)
+		r.log.Warn("status report failed", "status", rep.Update.Status, "phase", rep.Update.Phase, "err", err)
 	}
+	return err == nil
 }
 
 // finalCtx bounds terminal writes. It survives the build's cancellation
@@ -332,8 +427,11 @@ func (r *run) built() {
 	a := *r.artifact
 	r.mu.Unlock()
 	digest := a.SourceImageDigest
+	var inputs *core.BuildInputs
 	if st.resolved != nil {
 		digest = st.resolved.ImageDigest
+		in := st.resolved.Inputs
+		inputs = &in
 	}
 	p := 100
 	u := core.JobUpdate{
@@ -344,6 +442,7 @@ func (r *run) built() {
 		Fingerprint:       a.Fingerprint,
 		SourceImageDigest: digest,
 		ArtifactStatus:    string(core.ArtifactReady),
+		PhaseDurations:    r.finalDurations(st),
 	}
 	if st.pull != (core.PullProgress{}) {
 		pp := st.pull
@@ -351,7 +450,7 @@ func (r *run) built() {
 	}
 	ctx, cancel := r.finalCtx()
 	defer cancel()
-	r.report(ctx, u, &a)
+	r.report(ctx, ports.StatusReport{Update: u, Artifact: &a, Inputs: inputs})
 	r.clearProgress(ctx)
 }
 
@@ -390,6 +489,7 @@ func (r *run) failed(err error) {
 	ctx, cancel := r.finalCtx()
 	defer cancel()
 	u := core.Fail(st.phase, msg)
+	u.PhaseDurations = r.finalDurations(st)
 	if st.resolved != nil {
 		u.ArtifactID = st.resolved.ArtifactID
 		u.Fingerprint = st.resolved.Fingerprint
@@ -405,7 +505,7 @@ func (r *run) failed(err error) {
 	}
 	r.mu.Unlock()
 	r.log.Warn("build failed", "phase", st.phase, "err", err)
-	r.report(ctx, u, nil)
+	r.report(ctx, ports.StatusReport{Update: u})
 	r.clearProgress(ctx)
 }
 

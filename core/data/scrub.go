@@ -145,9 +145,12 @@ func (s *Scrubber) RunOnce(ctx context.Context) (ScrubReport, error) {
 // spec claims or reuses it meanwhile.
 func (s *Scrubber) scrubOne(ctx context.Context, a *core.Artifact, cutoff time.Time) (rotten, busy bool, err error) {
 	c := s.Config.withDefaults()
-	if a.Fingerprint == "" || a.Ext4SHA256 == "" {
-		// A legacy row: nothing to check against. Touch it so the
-		// cursor moves on.
+	if a.ObjectKey == "" || a.Fingerprint == "" || a.Ext4SHA256 == "" {
+		// Not the store's to judge: a row that names no object has its
+		// bytes elsewhere (adopted from upstream, they sit on the master's
+		// disk at ext4_path until migrate moves them into the store and
+		// records the key), and one without a fingerprint or sha256 has
+		// nothing to check against. Touch it so the cursor moves on.
 		return false, false, s.touch(ctx, a.ArtifactID)
 	}
 	lk, err := s.Locker.TryLock(ctx, LockPrefix+a.Fingerprint)
@@ -164,6 +167,26 @@ func (s *Scrubber) scrubOne(ctx context.Context, a *core.Artifact, cutoff time.T
 			c.Logger.Warn("release build lock after scrub", "artifact_id", a.ArtifactID, "err", err)
 		}
 	}()
+	// The read below can be long: once the lock is lost (its session
+	// died), a build of the spec may take the lock and the row, and this
+	// scrub stops without judging anything.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case <-lk.Lost():
+			stop(ErrLockLost)
+		case <-ctx.Done():
+		}
+	}()
+	lost := func() bool {
+		select {
+		case <-lk.Lost():
+			return true
+		default:
+			return false
+		}
+	}
 	a, err = s.Store.Artifacts().Get(ctx, a.ArtifactID)
 	if errors.Is(err, core.ErrNotFound) {
 		return false, false, nil
@@ -176,6 +199,10 @@ func (s *Scrubber) scrubOne(ctx context.Context, a *core.Artifact, cutoff time.T
 		return false, false, nil
 	}
 	problem, err := s.verify(ctx, a)
+	if lost() {
+		c.Logger.Warn("fingerprint lock lost while scrubbing; the artifact is left for a later pass", "artifact_id", a.ArtifactID)
+		return false, true, nil
+	}
 	if err != nil {
 		return false, false, err
 	}
@@ -197,7 +224,11 @@ func (s *Scrubber) scrubOne(ctx context.Context, a *core.Artifact, cutoff time.T
 		return false, false, fmt.Errorf("fail rotten artifact: %w", err)
 	}
 	// The row no longer promises the bytes; removing them now keeps a
-	// FAILED row from pointing at bytes nobody may use.
+	// FAILED row from pointing at bytes nobody may use (unless the lock
+	// was lost meanwhile: a build of the spec may be writing them anew).
+	if lost() {
+		return true, false, nil
+	}
 	if err := s.Artifacts.Delete(ctx, key); err != nil {
 		c.Logger.Warn("remove rotten artifact bytes", "artifact_id", a.ArtifactID, "key", key, "err", err)
 	}

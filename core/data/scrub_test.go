@@ -3,6 +3,7 @@ package data_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -116,5 +117,90 @@ func TestScrubFailsRottenArtifactsAndTheSpecIsBuiltAgain(t *testing.T) {
 	}
 	if a, _ := w.artifact(ids["rotten"]); a.Status != core.ArtifactReady || a.LastError != "" {
 		t.Fatalf("rebuilt row = %s %q", a.Status, a.LastError)
+	}
+}
+
+// openHook calls onOpen before every Open of the bucket.
+type openHook struct {
+	*faultBlobs
+	onOpen func()
+}
+
+func (b openHook) Open(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	b.onOpen()
+	return b.faultBlobs.Open(ctx, key, off, n)
+}
+
+// TestScrubStopsWhenItsLockIsLost: the scrub reads an artifact back under
+// the spec's fingerprint lock, and a read can be long. When the lock's
+// session dies meanwhile, a build of the spec may hold the lock and the
+// row by the time the read ends: the scrub must neither fail the row nor
+// remove the bytes. Before, nothing watched the lock; the scrub failed the
+// row and deleted the bytes whoever held them by then.
+func TestScrubStopsWhenItsLockIsLost(t *testing.T) {
+	w := newWorld()
+	r := newReplica(t, w, data.ExecutorConfig{})
+	o := buildOnce(t, w, r, "job-1", fromImage("tpl-a"))
+	if o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	key := core.ArtifactObjectKey(o.ArtifactID)
+	orig, _ := w.object(t, key)
+	rotten := bytes.Repeat([]byte{0xEE}, len(orig))
+	w.putObject(t, key, rotten)
+	w.advance(2 * time.Hour)
+
+	dl := &droppableLocker{Locker: w.locker}
+	s := newScrubber(w)
+	s.Locker = dl
+	s.Artifacts = openHook{faultBlobs: w.blob, onOpen: func() { dl.drop(true) }}
+	rep, err := s.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rotten) != 0 {
+		t.Errorf("pass = %+v: a scrub that lost its lock judged the artifact", rep)
+	}
+	if a, _ := w.artifact(o.ArtifactID); a.Status != core.ArtifactReady {
+		t.Errorf("row = %s %q, want it left READY", a.Status, a.LastError)
+	}
+	if got, ok := w.object(t, key); !ok || !bytes.Equal(got, rotten) {
+		t.Error("the bytes were removed by a scrub that had lost its lock")
+	}
+}
+
+// TestScrubLeavesAdoptedLegacyArtifactsAlone: rows adopted from an
+// upstream database have a fingerprint and a sha256, but their bytes are
+// on the master's disk (ext4_path) until `tpl merge` moves them into the
+// store; the row names no object. Such a row is not the store's to judge:
+// the scrub must leave it READY, or migrate refuses it and the documented
+// migration path is closed. Before, the scrub looked only for a missing
+// fingerprint or sha256 and failed these rows as "no object in the store".
+func TestScrubLeavesAdoptedLegacyArtifactsAlone(t *testing.T) {
+	w := newWorld()
+	fp := strings.Repeat("c3", 32)
+	aid, _ := core.ArtifactIDFor(fp)
+	row := &core.Artifact{
+		ArtifactID: aid, Fingerprint: fp, SourceImageRef: "registry.example/app:v1", DownloadBaseURL: "http://old-master:8089",
+		Ext4Path: "/data/cube/rootfs/" + aid + ".ext4", Ext4SHA256: strings.Repeat("ab", 32), Ext4SizeBytes: 4096,
+		Status: core.ArtifactReady,
+	}
+	if err := w.db.Artifacts().Create(context.Background(), row); err != nil {
+		t.Fatal(err)
+	}
+	w.advance(2 * time.Hour)
+	rep, err := newScrubber(w).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rotten) != 0 {
+		t.Errorf("pass = %+v, want no rotten artifact", rep)
+	}
+	a, _ := w.artifact(aid)
+	if a.Status != core.ArtifactReady || a.LastError != "" {
+		t.Errorf("adopted row = %s %q, want READY", a.Status, a.LastError)
+	}
+	if !a.UpdatedAt.After(row.UpdatedAt) {
+		t.Error("the adopted row was not touched: the scrub's cursor would stop on it")
 	}
 }

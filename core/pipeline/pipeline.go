@@ -48,8 +48,9 @@ type Pipeline struct {
 type Input struct {
 	Image ports.ImageRequest
 	// Request is the normalized from-image request; its spec fields feed the
-	// fingerprint. Nil means a bare image build with upstream's defaults.
-	Request *core.FromImageRequest
+	// fingerprint. The zero value means a bare image build with upstream's
+	// defaults.
+	Request core.NormalizedRequest
 	Inject  Injection
 	// OutPath, when set, is where the image is kept; otherwise it lives in
 	// scratch only until it is published to Store. The builder writes it
@@ -98,30 +99,42 @@ type Resolved struct {
 	ImageDigest string
 	Fingerprint string
 	ArtifactID  string
+	// Inputs are what the fingerprint was computed from beyond the
+	// request (the BUILT report carries them).
+	Inputs core.BuildInputs
 }
 
-// Run executes the build. onEvent may be nil. On any error OutPath is as
-// Run found it (absent, or an earlier image, kept), scratch space is
-// removed, and nothing is published, except when the image cannot be moved
-// onto OutPath once the store has taken it (the stored object, verified,
-// stays).
+// Run executes the build. onEvent may be nil; it is called from one
+// goroutine at a time. On any error OutPath is as Run found it (absent, or
+// an earlier image, kept), scratch space is removed, and nothing is
+// published, except when the image cannot be moved onto OutPath once the
+// store has taken it (the stored object, verified, stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
 	if onEvent == nil {
 		onEvent = func(Event) {}
+	}
+	// The download's progress, the end of the download and the builder's
+	// progress come from different goroutines.
+	var eventMu sync.Mutex
+	emit := onEvent
+	onEvent = func(e Event) {
+		eventMu.Lock()
+		defer eventMu.Unlock()
+		emit(e)
 	}
 	// Everything this build holds (pinned cache entries, child processes)
 	// is tied to this context and released when Run returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req := in.Request
-	if req == nil {
-		req = &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}
-	}
-	if err := core.NormalizeFromImageRequest(req, nil); err != nil {
-		return nil, err
+	if req.IsZero() {
+		bare := &core.FromImageRequest{SourceImageRef: in.Image.Ref, WritableLayerSize: "1Gi", TemplateID: "one-shot"}
+		if req, err = core.NormalizeFromImageRequest(bare, nil); err != nil {
+			return nil, err
+		}
 	}
 	if in.Image.Platform == "" {
-		in.Image.Platform = req.Platform
+		in.Image.Platform = req.Request().Platform
 	}
 	inj, err := in.Inject.digests()
 	if err != nil {
@@ -154,7 +167,9 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
 	}
 	res.Image = img
-	fp, err := core.Fingerprint(core.SpecInputFor(req, img.Digest, inj.caFingerprint(), inj.envdSHA256, p.Builder.Format()))
+	inputs := core.BuildInputs{SourceImageDigest: img.Digest, CAFingerprint: inj.caFingerprint(), EnvdSHA256: inj.envdSHA256,
+		BuilderFormat: core.BuilderFormatVersion, Builder: p.Builder.Format()}
+	fp, err := core.FingerprintOf(req, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +178,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, err
 	}
 	res.Fingerprint, res.ArtifactID = fp, aid
-	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid}
+	resolved := Resolved{ImageDigest: img.Digest, Fingerprint: fp, ArtifactID: aid, Inputs: inputs}
 	onEvent(Event{Phase: core.PhasePulling, Progress: 5, Resolved: &resolved})
 	if in.AfterResolve != nil {
 		if err := in.AfterResolve(ctx, resolved); err != nil {
@@ -257,7 +272,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, ca *core.CubeCA,
 		res.Phases[core.PhasePulling] += p.since(start)
 		if err == nil {
 			onEvent(Event{Phase: core.PhaseUnpacking, Progress: 20})
-			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: 40})
+			onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom})
 		}
 		fetchDone <- fetched{local, err}
 	}()
@@ -288,7 +303,7 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, ca *core.CubeCA,
 	if ca != nil {
 		bake = &caBake{ca: ca, dir: scratch, result: &res.CA}
 	}
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), bake, closeBlobs)
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), bake, writeProgress(onEvent), closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -339,12 +354,31 @@ func (b *caBake) apply(tree []ports.TreeEntry, at time.Time) (out []ports.TreeEn
 	return out, func() { f.Close() }, nil
 }
 
+// Progress of BUILDING_EXT4: from its start to the builder's last byte.
+const (
+	buildProgressFrom = 40
+	buildProgressTo   = 78
+)
+
+// writeProgress turns the builder's progress (ports.BuildSpec.Progress)
+// into BUILDING_EXT4 events.
+func writeProgress(onEvent func(Event)) func(done, total int64) {
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		share := int64(buildProgressTo-buildProgressFrom) * min(max(done, 0), total) / total
+		onEvent(Event{Phase: core.PhaseBuildingExt4, Progress: buildProgressFrom + int(share)})
+	}
+}
+
 // flattenAndBuild hands the flattened tree to the builder: it gets the
 // whole tree, with references to the content, lays the image out first
 // and hashes it as it writes it. bake, when set, bakes the CubeEgress CA
-// into the tree first. stop, when set, runs once the flatten is cancelled
-// (it unblocks readers of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, bake *caBake, stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// into the tree first. progress, when set, receives the builder's
+// progress. stop, when set, runs once the flatten is cancelled (it
+// unblocks readers of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, bake *caBake, progress func(done, total int64), stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
@@ -352,6 +386,7 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		defer context.AfterFunc(ctx, stop)()
 	}
 	spec := ports.BuildSpec{
+		Progress:       progress,
 		OutPath:        out,
 		UUID:           uuidFrom(fp),
 		Time:           at,

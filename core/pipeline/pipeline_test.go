@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,8 +79,12 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func request() *core.FromImageRequest {
-	return &core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}
+func request() core.NormalizedRequest {
+	n, err := core.NormalizeFromImageRequest(&core.FromImageRequest{SourceImageRef: "reg.example/app:v1", WritableLayerSize: "20Gi", TemplateID: "tpl-a"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func TestRunPublishesVerifiedArtifact(t *testing.T) {
@@ -89,7 +94,7 @@ func TestRunPublishesVerifiedArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFP, _ := core.Fingerprint(core.SpecInputFor(normalized(t, request()), testDigest, "", "", "fake/1"))
+	wantFP, _ := core.Fingerprint(core.SpecInputFor(request(), testDigest, "", "", "fake/1"))
 	if res.Fingerprint != wantFP || res.ArtifactID != "rfs-"+wantFP[:24] {
 		t.Fatalf("fingerprint %s / %s, want %s", res.Fingerprint, res.ArtifactID, wantFP)
 	}
@@ -333,14 +338,6 @@ func treeNames(tree []ports.TreeEntry) []byte {
 	return b
 }
 
-func normalized(t *testing.T, r *core.FromImageRequest) *core.FromImageRequest {
-	t.Helper()
-	if err := core.NormalizeFromImageRequest(r, nil); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func assertEmptyDir(t *testing.T, dir string) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -410,5 +407,36 @@ func TestArtifactIDNamesTheBuilder(t *testing.T) {
 			}
 		}
 		ids[format] = res.ArtifactID
+	}
+}
+
+// The builder's progress becomes BUILDING_EXT4 progress from 40 to 78, so
+// a long write is seen moving; it never goes back. (The end of the
+// download says 40 too, from the fetch's goroutine, at any point of it.)
+func TestBuilderProgressIsReported(t *testing.T) {
+	f := newFixture(t)
+	build := f.builder.BuildFunc
+	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+		if spec.Progress == nil {
+			t.Error("the builder got no progress callback")
+		} else {
+			for _, done := range []int64{0, 1, 2, 4} {
+				spec.Progress(done, 4)
+			}
+		}
+		return build(ctx, spec, tree)
+	}
+	var got []int
+	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request()}, func(e Event) {
+		if e.Phase == core.PhaseBuildingExt4 {
+			got = append(got, e.Progress)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromBuilder := slices.DeleteFunc(slices.Clone(got), func(p int) bool { return p == 40 })
+	if want := []int{49, 59, 78}; !slices.Equal(fromBuilder, want) || len(got)-len(fromBuilder) != 2 {
+		t.Fatalf("BUILDING_EXT4 progress %v, want 40 twice and %v in order", got, want)
 	}
 }

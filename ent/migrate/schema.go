@@ -180,6 +180,8 @@ var (
 		{Name: "active_key", Type: field.TypeString, Nullable: true, Size: 191},
 		{Name: "registry_auth", Type: field.TypeString, Nullable: true, Size: 2147483647},
 		{Name: "fence", Type: field.TypeInt64, Default: 0},
+		{Name: "build_owner", Type: field.TypeString, Size: 128, Default: ""},
+		{Name: "phase_durations_json", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// TCubeTemplateImageJobTable holds the schema information for the "t_cube_template_image_job" table.
 	TCubeTemplateImageJobTable = &schema.Table{

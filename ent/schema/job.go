@@ -76,6 +76,11 @@ func (TemplateImageJob) Fields() []ent.Field {
 		text("registry_auth"),
 		// The job's run number (core.Job.Fence); this service's own.
 		field.Int64("fence").Default(0),
+		// The data-plane process that runs the job's build
+		// (core.Job.BuildOwner), and how long each finished phase took
+		// (core.Job.PhaseDurations, JSON); this service's own.
+		str("build_owner", 128),
+		text("phase_durations_json"),
 	}
 }
 

@@ -99,6 +99,10 @@ const (
 	FieldRegistryAuth = "registry_auth"
 	// FieldFence holds the string denoting the fence field in the database.
 	FieldFence = "fence"
+	// FieldBuildOwner holds the string denoting the build_owner field in the database.
+	FieldBuildOwner = "build_owner"
+	// FieldPhaseDurationsJSON holds the string denoting the phase_durations_json field in the database.
+	FieldPhaseDurationsJSON = "phase_durations_json"
 	// Table holds the table name of the templateimagejob in the database.
 	Table = "t_cube_template_image_job"
 )
@@ -150,6 +154,8 @@ var Columns = []string{
 	FieldActiveKey,
 	FieldRegistryAuth,
 	FieldFence,
+	FieldBuildOwner,
+	FieldPhaseDurationsJSON,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -279,6 +285,10 @@ var (
 	ActiveKeyValidator func(string) error
 	// DefaultFence holds the default value on creation for the "fence" field.
 	DefaultFence int64
+	// DefaultBuildOwner holds the default value on creation for the "build_owner" field.
+	DefaultBuildOwner string
+	// BuildOwnerValidator is a validator for the "build_owner" field. It is called by the builders before save.
+	BuildOwnerValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the TemplateImageJob queries.
@@ -507,4 +517,14 @@ func ByRegistryAuth(opts ...sql.OrderTermOption) OrderOption {
 // ByFence orders the results by the fence field.
 func ByFence(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldFence, opts...).ToFunc()
+}
+
+// ByBuildOwner orders the results by the build_owner field.
+func ByBuildOwner(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBuildOwner, opts...).ToFunc()
+}
+
+// ByPhaseDurationsJSON orders the results by the phase_durations_json field.
+func ByPhaseDurationsJSON(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPhaseDurationsJSON, opts...).ToFunc()
 }

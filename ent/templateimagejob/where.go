@@ -274,6 +274,16 @@ func Fence(v int64) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldFence, v))
 }
 
+// BuildOwner applies equality check predicate on the "build_owner" field. It's identical to BuildOwnerEQ.
+func BuildOwner(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldBuildOwner, v))
+}
+
+// PhaseDurationsJSON applies equality check predicate on the "phase_durations_json" field. It's identical to PhaseDurationsJSONEQ.
+func PhaseDurationsJSON(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldPhaseDurationsJSON, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldEQ(FieldCreatedAt, v))
@@ -2852,6 +2862,146 @@ func FenceLT(v int64) predicate.TemplateImageJob {
 // FenceLTE applies the LTE predicate on the "fence" field.
 func FenceLTE(v int64) predicate.TemplateImageJob {
 	return predicate.TemplateImageJob(sql.FieldLTE(FieldFence, v))
+}
+
+// BuildOwnerEQ applies the EQ predicate on the "build_owner" field.
+func BuildOwnerEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldBuildOwner, v))
+}
+
+// BuildOwnerNEQ applies the NEQ predicate on the "build_owner" field.
+func BuildOwnerNEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNEQ(FieldBuildOwner, v))
+}
+
+// BuildOwnerIn applies the In predicate on the "build_owner" field.
+func BuildOwnerIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIn(FieldBuildOwner, vs...))
+}
+
+// BuildOwnerNotIn applies the NotIn predicate on the "build_owner" field.
+func BuildOwnerNotIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotIn(FieldBuildOwner, vs...))
+}
+
+// BuildOwnerGT applies the GT predicate on the "build_owner" field.
+func BuildOwnerGT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGT(FieldBuildOwner, v))
+}
+
+// BuildOwnerGTE applies the GTE predicate on the "build_owner" field.
+func BuildOwnerGTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGTE(FieldBuildOwner, v))
+}
+
+// BuildOwnerLT applies the LT predicate on the "build_owner" field.
+func BuildOwnerLT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLT(FieldBuildOwner, v))
+}
+
+// BuildOwnerLTE applies the LTE predicate on the "build_owner" field.
+func BuildOwnerLTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLTE(FieldBuildOwner, v))
+}
+
+// BuildOwnerContains applies the Contains predicate on the "build_owner" field.
+func BuildOwnerContains(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContains(FieldBuildOwner, v))
+}
+
+// BuildOwnerHasPrefix applies the HasPrefix predicate on the "build_owner" field.
+func BuildOwnerHasPrefix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasPrefix(FieldBuildOwner, v))
+}
+
+// BuildOwnerHasSuffix applies the HasSuffix predicate on the "build_owner" field.
+func BuildOwnerHasSuffix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasSuffix(FieldBuildOwner, v))
+}
+
+// BuildOwnerEqualFold applies the EqualFold predicate on the "build_owner" field.
+func BuildOwnerEqualFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEqualFold(FieldBuildOwner, v))
+}
+
+// BuildOwnerContainsFold applies the ContainsFold predicate on the "build_owner" field.
+func BuildOwnerContainsFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContainsFold(FieldBuildOwner, v))
+}
+
+// PhaseDurationsJSONEQ applies the EQ predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEQ(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONNEQ applies the NEQ predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONNEQ(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNEQ(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONIn applies the In predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIn(FieldPhaseDurationsJSON, vs...))
+}
+
+// PhaseDurationsJSONNotIn applies the NotIn predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONNotIn(vs ...string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotIn(FieldPhaseDurationsJSON, vs...))
+}
+
+// PhaseDurationsJSONGT applies the GT predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONGT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGT(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONGTE applies the GTE predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONGTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldGTE(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONLT applies the LT predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONLT(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLT(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONLTE applies the LTE predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONLTE(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldLTE(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONContains applies the Contains predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONContains(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContains(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONHasPrefix applies the HasPrefix predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONHasPrefix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasPrefix(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONHasSuffix applies the HasSuffix predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONHasSuffix(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldHasSuffix(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONIsNil applies the IsNil predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONIsNil() predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldIsNull(FieldPhaseDurationsJSON))
+}
+
+// PhaseDurationsJSONNotNil applies the NotNil predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONNotNil() predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldNotNull(FieldPhaseDurationsJSON))
+}
+
+// PhaseDurationsJSONEqualFold applies the EqualFold predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONEqualFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldEqualFold(FieldPhaseDurationsJSON, v))
+}
+
+// PhaseDurationsJSONContainsFold applies the ContainsFold predicate on the "phase_durations_json" field.
+func PhaseDurationsJSONContainsFold(v string) predicate.TemplateImageJob {
+	return predicate.TemplateImageJob(sql.FieldContainsFold(FieldPhaseDurationsJSON, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -11,6 +11,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,13 @@ type Harness interface {
 // emulator instead. Without it the suite uses http.DefaultClient.
 type SignedURLClient interface {
 	SignedURLClient() *http.Client
+}
+
+// BackendNamer is an optional Harness capability: the kind its stores'
+// Backend must report. Without it the suite checks only that the name is
+// shaped like a URL scheme.
+type BackendNamer interface {
+	Backend() string
 }
 
 // HarnessMaker returns a fresh Harness for one subtest.
@@ -645,8 +653,15 @@ func get(t *testing.T, ctx context.Context, client *http.Client, u, rangeHeader 
 	return resp.StatusCode, body, resp.Header
 }
 
+// schemeName is the shape of a URL scheme (RFC 3986), lowercase.
+var schemeName = regexp.MustCompile(`^[a-z][a-z0-9+.-]*$`)
+
 func testBackend(t *testing.T, e *env) {
-	if b := e.s.Backend(); !slices.Contains([]string{"file", "s3", "gs", "mem"}, b) {
-		t.Fatalf("Backend() = %q, want one of file, s3, gs, mem", b)
+	b := e.s.Backend()
+	if !schemeName.MatchString(b) {
+		t.Fatalf("Backend() = %q, want a lowercase URL scheme such as file or s3", b)
+	}
+	if n, ok := e.h.(BackendNamer); ok && b != n.Backend() {
+		t.Fatalf("Backend() = %q, want %q", b, n.Backend())
 	}
 }

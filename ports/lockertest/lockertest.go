@@ -72,6 +72,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"EmptyName", testEmptyName},
 		{"HeldLockIsNotLost", testHeldLockIsNotLost},
 		{"LostWhenTheSessionDies", testLostWhenTheSessionDies},
+		{"WaitersLeaveThePoolToOthers", testWaitersLeaveThePool},
 	}
 	run := randomHex(4)
 	for _, tc := range tests {
@@ -508,4 +509,57 @@ func testLostWhenTheSessionDies(t *testing.T, e *env) {
 	if err := other.Unlock(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// PoolLimiter is an optional Harness capability: a Locker whose locks are
+// taken on a connection pool of at most conns connections.
+type PoolLimiter interface {
+	MakeLockerWithPool(ctx context.Context, conns int) (ports.Locker, error)
+}
+
+// testWaitersLeaveThePool: many callers waiting for one held name (resumes
+// queued on a popular artifact) must not take the pool's connections from
+// callers of other names. Only a held lock may pin a connection.
+func testWaitersLeaveThePool(t *testing.T, e *env) {
+	pl, ok := e.h.(PoolLimiter)
+	if !ok {
+		t.Skip("the harness has no connection pool to bound (in-process locks)")
+	}
+	l, err := pl.MakeLockerWithPool(e.ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	popular := e.name("popular")
+	held := mustLock(t, e.ctx, l, popular)
+	wctx, stop := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	var waiting atomic.Int32
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			waiting.Add(1)
+			if k, err := l.Lock(wctx, popular); err == nil {
+				_ = k.Unlock(context.WithoutCancel(wctx))
+			}
+		}()
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	for waiting.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the waiters are at their servers
+
+	// The deadline only keeps a broken adapter from hanging the suite.
+	octx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	other, err := l.Lock(octx, e.name("other"))
+	if err != nil {
+		t.Fatalf("a free name could not be taken while others wait for a held one: %v", err)
+	}
+	mustUnlock(t, e.ctx, other)
+	mustUnlock(t, e.ctx, held)
 }

@@ -36,8 +36,15 @@ type Harness interface {
 	Close()
 }
 
+// HarnessConfig is what the suite tells a harness about its fixtures.
+type HarnessConfig struct {
+	// ArtifactBaseURL is the base URL of the server every artifact the
+	// suite publishes is downloaded from (http://127.0.0.1:port).
+	ArtifactBaseURL string
+}
+
 // HarnessMaker returns a Harness for one subtest.
-type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
+type HarnessMaker func(ctx context.Context, t *testing.T, cfg HarnessConfig) (Harness, error)
 
 const instanceType = "cubebox"
 
@@ -69,6 +76,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"CreateImageHTTP404", testCreateImage404},
 		{"CreateImageWrongToken", testCreateImageWrongToken},
 		{"CreateImageRetryAfterFailure", testCreateImageRetry},
+		{"CreateImageWithoutURLChecksPresence", testCreateImagePresence},
 		{"DestroyImageRemovesBytes", testDestroyImage},
 		{"DestroyImageMissingIsNotAnError", testDestroyImageMissing},
 		{"AppSnapshotMissingArtifact", testAppSnapshotMissingArtifact},
@@ -76,11 +84,15 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"AppSnapshotRecordsTemplate", testAppSnapshotOK},
 		{"CleanupTemplateIsIdempotent", testCleanupTemplate},
 	}
+	// One server for every subtest (their ids differ), so a harness may
+	// share one node between them.
+	srv := newArtifactServer()
+	defer srv.Close()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			h, err := newHarness(ctx, t)
+			h, err := newHarness(ctx, t, HarnessConfig{ArtifactBaseURL: srv.URL})
 			if err != nil {
 				t.Fatalf("new harness: %v", err)
 			}
@@ -89,8 +101,6 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 			if err != nil {
 				t.Fatalf("MakeAgent: %v", err)
 			}
-			srv := newArtifactServer()
-			defer srv.Close()
 			tc.fn(t, &env{ctx: ctx, h: h, agent: agent, node: node, srv: srv, run: randomHex(6)})
 		})
 	}
@@ -359,6 +369,34 @@ func testCreateImageRetry(t *testing.T, e *env) {
 		t.Fatalf("CreateImage after a failed attempt: %v", err)
 	}
 	e.checkFile(t, f.id, f.data)
+}
+
+// testCreateImagePresence: without a URL, CreateImage answers from the
+// node's own copy and never downloads; a node without the artifact says
+// not found.
+func testCreateImagePresence(t *testing.T, e *env) {
+	f := e.publish(t, 8<<10)
+	check := f.spec()
+	check.DownloadURL, check.Token = "", ""
+	if err := e.agent.CreateImage(e.ctx, e.node, check); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("presence check before distribution: %v, want core.ErrNotFound", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, f.spec()); err != nil {
+		t.Fatalf("CreateImage: %v", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, check); err != nil {
+		t.Fatalf("presence check of a held artifact: %v", err)
+	}
+	if err := e.agent.DestroyImage(e.ctx, e.node, f.id); err != nil {
+		t.Fatalf("DestroyImage: %v", err)
+	}
+	if err := e.agent.CreateImage(e.ctx, e.node, check); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("presence check after DestroyImage: %v, want core.ErrNotFound", err)
+	}
+	if n := f.srv.downloads.Load(); n != 1 {
+		t.Fatalf("%d downloads, want 1: a presence check downloaded", n)
+	}
+	e.checkNoFile(t, f.id)
 }
 
 func testDestroyImage(t *testing.T, e *env) {

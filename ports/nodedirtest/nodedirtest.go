@@ -133,6 +133,8 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"ResultsAreCopies", testCopies},
 		{"ConcurrentCallers", testConcurrent},
 		{"CancelledContext", testCancelled},
+		{"NodesListsTheUnhealthyToo", testNodesAll},
+		{"DownClosesWhenAProbeFails", testDown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -419,4 +421,61 @@ func testCancelled(t *testing.T, e *env) {
 	}
 	// The cancelled calls changed nothing.
 	e.eventuallyHealthy(t, d, "", "a")
+}
+
+func testNodesAll(t *testing.T, e *env) {
+	e.add(t,
+		NodeSpec{ID: "a", Health: Serving},
+		NodeSpec{ID: "b", Health: Down},
+		NodeSpec{ID: "c", Health: NotServing},
+		NodeSpec{ID: "g", InstanceType: "gpu", Health: Serving},
+	)
+	d := e.directory(t)
+	e.eventuallyHealthy(t, d, "", "a")
+	nodes, err := d.Nodes(e.ctx, "")
+	if err != nil {
+		t.Fatalf("Nodes: %v", err)
+	}
+	var got []string
+	for _, n := range nodes {
+		got = append(got, fmt.Sprintf("%s:%v", strings.TrimSuffix(n.ID, "-"+e.run), n.Healthy))
+		if n.Addr == "" || n.InstanceType != core.DefaultInstanceType {
+			t.Errorf("Nodes returned %+v; want an address and the default instance type", n)
+		}
+	}
+	if want := []string{"a:true", "b:false", "c:false"}; !slices.Equal(got, want) {
+		t.Fatalf("Nodes(\"\") = %v, want %v (every listed node of the type, by id, with its health)", got, want)
+	}
+}
+
+func testDown(t *testing.T, e *env) {
+	e.add(t, NodeSpec{ID: "a", Health: Serving}, NodeSpec{ID: "b", Health: Down})
+	d := e.directory(t)
+	e.eventuallyHealthy(t, d, "", "a")
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	if !closed(d.Down(e.id("b"))) || !closed(d.Down(e.id("never-added"))) {
+		t.Fatal("Down of a node that is down now, or not listed, is open; want it closed")
+	}
+	up := d.Down(e.id("a"))
+	if closed(up) {
+		t.Fatal("Down of a healthy node is closed")
+	}
+	e.set(t, "a", Down)
+	select {
+	case <-up:
+	case <-e.ctx.Done():
+		t.Fatal("Down of a node that stopped answering its health check never closed")
+	}
+	e.set(t, "a", Serving)
+	e.eventuallyHealthy(t, d, "", "a")
+	if closed(d.Down(e.id("a"))) {
+		t.Fatal("Down of a node back in health is still closed")
+	}
 }

@@ -2957,6 +2957,9 @@ var _ ports.Sealer = &SealerMock{}
 //
 //		// make and configure a mocked ports.Sealer
 //		mockedSealer := &SealerMock{
+//			CurrentFunc: func(sealed string) bool {
+//				panic("mock out the Current method")
+//			},
 //			OpenFunc: func(sealed string) ([]byte, error) {
 //				panic("mock out the Open method")
 //			},
@@ -2970,6 +2973,9 @@ var _ ports.Sealer = &SealerMock{}
 //
 //	}
 type SealerMock struct {
+	// CurrentFunc mocks the Current method.
+	CurrentFunc func(sealed string) bool
+
 	// OpenFunc mocks the Open method.
 	OpenFunc func(sealed string) ([]byte, error)
 
@@ -2978,6 +2984,11 @@ type SealerMock struct {
 
 	// calls tracks calls to the methods.
 	calls struct {
+		// Current holds details about calls to the Current method.
+		Current []struct {
+			// Sealed is the sealed argument value.
+			Sealed string
+		}
 		// Open holds details about calls to the Open method.
 		Open []struct {
 			// Sealed is the sealed argument value.
@@ -2989,8 +3000,41 @@ type SealerMock struct {
 			Plaintext []byte
 		}
 	}
-	lockOpen sync.RWMutex
-	lockSeal sync.RWMutex
+	lockCurrent sync.RWMutex
+	lockOpen    sync.RWMutex
+	lockSeal    sync.RWMutex
+}
+
+// Current calls CurrentFunc.
+func (mock *SealerMock) Current(sealed string) bool {
+	if mock.CurrentFunc == nil {
+		panic("SealerMock.CurrentFunc: method is nil but Sealer.Current was just called")
+	}
+	callInfo := struct {
+		Sealed string
+	}{
+		Sealed: sealed,
+	}
+	mock.lockCurrent.Lock()
+	mock.calls.Current = append(mock.calls.Current, callInfo)
+	mock.lockCurrent.Unlock()
+	return mock.CurrentFunc(sealed)
+}
+
+// CurrentCalls gets all the calls that were made to Current.
+// Check the length with:
+//
+//	len(mockedSealer.CurrentCalls())
+func (mock *SealerMock) CurrentCalls() []struct {
+	Sealed string
+} {
+	var calls []struct {
+		Sealed string
+	}
+	mock.lockCurrent.RLock()
+	calls = mock.calls.Current
+	mock.lockCurrent.RUnlock()
+	return calls
 }
 
 // Open calls OpenFunc.
@@ -3962,11 +4006,17 @@ var _ ports.NodeDirectory = &NodeDirectoryMock{}
 //
 //		// make and configure a mocked ports.NodeDirectory
 //		mockedNodeDirectory := &NodeDirectoryMock{
+//			DownFunc: func(nodeID string) <-chan struct{} {
+//				panic("mock out the Down method")
+//			},
 //			GetFunc: func(ctx context.Context, nodeID string) (ports.Node, error) {
 //				panic("mock out the Get method")
 //			},
 //			HealthyNodesFunc: func(ctx context.Context, instanceType string) ([]ports.Node, error) {
 //				panic("mock out the HealthyNodes method")
+//			},
+//			NodesFunc: func(ctx context.Context, instanceType string) ([]ports.Node, error) {
+//				panic("mock out the Nodes method")
 //			},
 //		}
 //
@@ -3975,14 +4025,25 @@ var _ ports.NodeDirectory = &NodeDirectoryMock{}
 //
 //	}
 type NodeDirectoryMock struct {
+	// DownFunc mocks the Down method.
+	DownFunc func(nodeID string) <-chan struct{}
+
 	// GetFunc mocks the Get method.
 	GetFunc func(ctx context.Context, nodeID string) (ports.Node, error)
 
 	// HealthyNodesFunc mocks the HealthyNodes method.
 	HealthyNodesFunc func(ctx context.Context, instanceType string) ([]ports.Node, error)
 
+	// NodesFunc mocks the Nodes method.
+	NodesFunc func(ctx context.Context, instanceType string) ([]ports.Node, error)
+
 	// calls tracks calls to the methods.
 	calls struct {
+		// Down holds details about calls to the Down method.
+		Down []struct {
+			// NodeID is the nodeID argument value.
+			NodeID string
+		}
 		// Get holds details about calls to the Get method.
 		Get []struct {
 			// Ctx is the ctx argument value.
@@ -3997,9 +4058,50 @@ type NodeDirectoryMock struct {
 			// InstanceType is the instanceType argument value.
 			InstanceType string
 		}
+		// Nodes holds details about calls to the Nodes method.
+		Nodes []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// InstanceType is the instanceType argument value.
+			InstanceType string
+		}
 	}
+	lockDown         sync.RWMutex
 	lockGet          sync.RWMutex
 	lockHealthyNodes sync.RWMutex
+	lockNodes        sync.RWMutex
+}
+
+// Down calls DownFunc.
+func (mock *NodeDirectoryMock) Down(nodeID string) <-chan struct{} {
+	if mock.DownFunc == nil {
+		panic("NodeDirectoryMock.DownFunc: method is nil but NodeDirectory.Down was just called")
+	}
+	callInfo := struct {
+		NodeID string
+	}{
+		NodeID: nodeID,
+	}
+	mock.lockDown.Lock()
+	mock.calls.Down = append(mock.calls.Down, callInfo)
+	mock.lockDown.Unlock()
+	return mock.DownFunc(nodeID)
+}
+
+// DownCalls gets all the calls that were made to Down.
+// Check the length with:
+//
+//	len(mockedNodeDirectory.DownCalls())
+func (mock *NodeDirectoryMock) DownCalls() []struct {
+	NodeID string
+} {
+	var calls []struct {
+		NodeID string
+	}
+	mock.lockDown.RLock()
+	calls = mock.calls.Down
+	mock.lockDown.RUnlock()
+	return calls
 }
 
 // Get calls GetFunc.
@@ -4071,6 +4173,42 @@ func (mock *NodeDirectoryMock) HealthyNodesCalls() []struct {
 	mock.lockHealthyNodes.RLock()
 	calls = mock.calls.HealthyNodes
 	mock.lockHealthyNodes.RUnlock()
+	return calls
+}
+
+// Nodes calls NodesFunc.
+func (mock *NodeDirectoryMock) Nodes(ctx context.Context, instanceType string) ([]ports.Node, error) {
+	if mock.NodesFunc == nil {
+		panic("NodeDirectoryMock.NodesFunc: method is nil but NodeDirectory.Nodes was just called")
+	}
+	callInfo := struct {
+		Ctx          context.Context
+		InstanceType string
+	}{
+		Ctx:          ctx,
+		InstanceType: instanceType,
+	}
+	mock.lockNodes.Lock()
+	mock.calls.Nodes = append(mock.calls.Nodes, callInfo)
+	mock.lockNodes.Unlock()
+	return mock.NodesFunc(ctx, instanceType)
+}
+
+// NodesCalls gets all the calls that were made to Nodes.
+// Check the length with:
+//
+//	len(mockedNodeDirectory.NodesCalls())
+func (mock *NodeDirectoryMock) NodesCalls() []struct {
+	Ctx          context.Context
+	InstanceType string
+} {
+	var calls []struct {
+		Ctx          context.Context
+		InstanceType string
+	}
+	mock.lockNodes.RLock()
+	calls = mock.calls.Nodes
+	mock.lockNodes.RUnlock()
 	return calls
 }
 

@@ -19,6 +19,10 @@ type Harness interface {
 	MakeSealer(ctx context.Context) (ports.Sealer, error)
 	// MakeOtherSealer returns a Sealer with a different key.
 	MakeOtherSealer(ctx context.Context) (ports.Sealer, error)
+	// MakeRotatedSealer returns a Sealer that seals with a new key and
+	// still opens what MakeSealer's Sealers sealed (their key, now an
+	// older one).
+	MakeRotatedSealer(ctx context.Context) (ports.Sealer, error)
 	Close()
 }
 
@@ -55,6 +59,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"FreshValues", testFreshValues},
 		{"SameKeyOpens", testSameKeyOpens},
 		{"Refusals", testRefusals},
+		{"Rotation", testRotation},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +146,45 @@ func testRefusals(t *testing.T, e *env) {
 		}
 		if strings.Contains(err.Error(), secret) || (len(v) > 8 && strings.Contains(err.Error(), v)) {
 			t.Errorf("%s: the error quotes the value: %v", name, err)
+		}
+	}
+}
+
+// testRotation: after a key rotation, values sealed with the older key
+// still open but are not current; values sealed now are, and the Sealer
+// of the older key alone cannot open them.
+func testRotation(t *testing.T, e *env) {
+	old := e.sealer(t, false)
+	before, err := old.Seal([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !old.Current(before) {
+		t.Fatal("a value just sealed is not current")
+	}
+	rotated, err := e.h.MakeRotatedSealer(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rotated.Open(before); err != nil || string(got) != secret {
+		t.Fatalf("the rotated Sealer opens an older value: %q, %v", got, err)
+	}
+	if rotated.Current(before) {
+		t.Fatal("a value sealed with the older key is current after the rotation")
+	}
+	after, err := rotated.Seal([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rotated.Current(after) || old.Current(after) {
+		t.Fatal("Current does not follow the key that sealed")
+	}
+	if _, err := old.Open(after); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Fatalf("the older key alone opened a value sealed after the rotation: %v", err)
+	}
+	for _, v := range []string{"", "garbage", "v2.", "v1.abc"} {
+		if rotated.Current(v) {
+			t.Errorf("Current(%q) = true", v)
 		}
 	}
 }

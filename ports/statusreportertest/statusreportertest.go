@@ -157,7 +157,9 @@ type delivered struct {
 	ErrorMessage                                          *string
 	ArtifactID, Fingerprint, SourceImageDigest, ArtStatus string
 	Pull                                                  *core.PullProgress
+	PhaseDurations                                        core.PhaseDurations
 	Artifact                                              *artifactMeta
+	Inputs                                                *core.BuildInputs
 }
 
 type artifactMeta struct {
@@ -173,7 +175,7 @@ func project(jobID string, r ports.StatusReport) delivered {
 	u := r.Update
 	d := delivered{JobID: jobID, Status: u.Status, Phase: u.Phase, Progress: u.Progress, ErrorMessage: u.ErrorMessage,
 		ArtifactID: u.ArtifactID, Fingerprint: u.Fingerprint, SourceImageDigest: u.SourceImageDigest,
-		ArtStatus: u.ArtifactStatus, Pull: u.Pull}
+		ArtStatus: u.ArtifactStatus, Pull: u.Pull, PhaseDurations: u.PhaseDurations, Inputs: r.Inputs}
 	if a := r.Artifact; a != nil {
 		d.Artifact = &artifactMeta{ArtifactID: a.ArtifactID, Fingerprint: a.Fingerprint, SourceImageRef: a.SourceImageRef,
 			SourceImageDigest: a.SourceImageDigest, DownloadBaseURL: a.DownloadBaseURL, Ext4Path: a.Ext4Path,
@@ -218,12 +220,16 @@ func describe(d delivered) string {
 			if v != nil {
 				return fmt.Sprintf("%+v", *v)
 			}
+		case *core.BuildInputs:
+			if v != nil {
+				return fmt.Sprintf("%+v", *v)
+			}
 		}
 		return "<nil>"
 	}
-	return fmt.Sprintf("job=%s status=%s phase=%s progress=%s error=%s artifact_id=%s fingerprint=%s digest=%s artifact_status=%s pull=%s artifact=%s",
+	return fmt.Sprintf("job=%s status=%s phase=%s progress=%s error=%s artifact_id=%s fingerprint=%s digest=%s artifact_status=%s pull=%s durations=%v artifact=%s inputs=%s",
 		d.JobID, d.Status, d.Phase, show(d.Progress), show(d.ErrorMessage), d.ArtifactID, d.Fingerprint,
-		d.SourceImageDigest, d.ArtStatus, show(d.Pull), show(d.Artifact))
+		d.SourceImageDigest, d.ArtStatus, show(d.Pull), d.PhaseDurations, show(d.Artifact), show(d.Inputs))
 }
 
 const testSHA = "0f343b0931126a20f133d67c2b018a3b5b0ab2e3e5f3b8e1f6c3a6f8d2d1c0b9"
@@ -243,6 +249,8 @@ func (e *env) builtReport() ports.StatusReport {
 			ImageConfigJSON:   `{"Env":["PATH=/usr/bin"],"Entrypoint":["/app"],"WorkingDir":"/srv"}`,
 			WritableLayerSize: "20Gi", Status: core.ArtifactReady, StorageBackend: "s3", ObjectKey: aid + "/" + aid + ".ext4",
 		},
+		Inputs: &core.BuildInputs{SourceImageDigest: digest, CAFingerprint: randomHex(32), EnvdSHA256: randomHex(32),
+			BuilderFormat: core.BuilderFormatVersion, Builder: "ext4stream/1"},
 	}
 }
 
@@ -258,6 +266,8 @@ func testDeliversEveryField(t *testing.T, e *env) {
 		{"progress with pull counters", ports.StatusReport{Update: core.JobUpdate{Status: core.JobRunning, Phase: core.PhasePulling,
 			Progress: ptr(12), Pull: &core.PullProgress{TotalBytes: 5 << 30, DownloadedBytes: 123456789, TotalLayers: 7,
 				CompletedLayers: 3, SpeedBPS: 50 << 20}}}},
+		{"phase durations", ports.StatusReport{Update: core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseBuildingExt4,
+			Progress: ptr(50), PhaseDurations: core.PhaseDurations{core.PhasePulling: 12345 * time.Millisecond, core.PhaseUnpacking: 0}}}},
 		{"progress zero", progress(0)},
 		{"phase only", ports.StatusReport{Update: core.JobUpdate{Phase: core.PhaseBuildingExt4}}},
 		{"error message cleared", ports.StatusReport{Update: core.JobUpdate{Status: core.JobRunning, Phase: core.PhaseUnpacking,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ var nameTests = []test{
 	{"Name/ConcurrentMovesOneHolder", testNamesConcurrentMoves},
 	{"Job/RegistryAuthRoundTrip", testJobRegistryAuth},
 	{"Job/FenceRoundTrip", testJobFence},
+	{"Job/OwnerAndPhaseDurationsRoundTrip", testJobOwnerAndDurations},
 	{"Job/RequestIDPerOperation", testJobRequestID},
 	{"Store/NowStampsRows", testStoreNowStampsRows},
 }
@@ -298,6 +300,25 @@ func testJobFence(t *testing.T, e *env) {
 	must(t, err, "get")
 	if got.Fence != 1 || again.Fence != 1 {
 		t.Fatalf("fence after one claim: update %d, get %d; want 1", got.Fence, again.Fence)
+	}
+}
+
+// testJobOwnerAndDurations: the build owner and the phase durations
+// are kept as written (durations to the millisecond).
+func testJobOwnerAndDurations(t *testing.T, e *env) {
+	j := newJob(uniq("tpl-"), 1)
+	must(t, e.s.Jobs().Create(e.ctx, j), "create")
+	want := core.PhaseDurations{core.PhasePulling: 1234 * time.Millisecond, core.PhaseBuildingExt4: 2 * time.Second}
+	_, err := e.s.Jobs().Update(e.ctx, j.JobID, func(x *core.Job) error {
+		x.BuildOwner = "tc-host-1-abc"
+		x.PhaseDurations = want
+		return nil
+	})
+	must(t, err, "update")
+	got, err := e.s.Jobs().Get(e.ctx, j.JobID)
+	must(t, err, "get")
+	if got.BuildOwner != "tc-host-1-abc" || !maps.Equal(got.PhaseDurations, want) {
+		t.Fatalf("after the update: owner %q, durations %v; want tc-host-1-abc, %v", got.BuildOwner, got.PhaseDurations, want)
 	}
 }
 

@@ -59,7 +59,10 @@ func (*Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.Tr
 		return ports.BuildResult{}, err
 	}
 	return writeImage(ctx, spec, id, limit,
-		func(w *fsWriter) error { return w.plan(ctx, tree) },
+		func(w *fsWriter) error {
+			w.progress = spec.Progress
+			return w.plan(ctx, tree)
+		},
 		func(w *fsWriter, size int64) (string, error) { return w.copyAndHash(ctx, size) })
 }
 

@@ -254,6 +254,9 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 		full <- dataPiece{b: buf, off: at * blockSize}
 		at += int64(len(buf) / blockSize)
 		buf = <-free
+		if w.progress != nil {
+			w.progress(at-int64(w.dataStart), w.dataEnd-int64(w.dataStart))
+		}
 		return nil
 	}
 	for i, j := range w.jobs {

@@ -276,3 +276,27 @@ func (c *cancelAfterFirstCheck) Err() error {
 	}
 	return nil
 }
+
+// A build tells its progress as it copies: forward only, ending
+// with all of it.
+func TestBuildReportsProgress(t *testing.T) {
+	var calls [][2]int64
+	_, _, err := buildEntries(t, entriesOf(t, richTree(t), true), func(s *ports.BuildSpec) {
+		s.Progress = func(done, total int64) { calls = append(calls, [2]int64{done, total}) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) == 0 {
+		t.Fatal("no progress reported")
+	}
+	last := calls[len(calls)-1]
+	if last[0] != last[1] || last[1] <= 0 {
+		t.Fatalf("last progress %d of %d, want all of it", last[0], last[1])
+	}
+	for i := 1; i < len(calls); i++ {
+		if calls[i][0] < calls[i-1][0] || calls[i][1] != last[1] {
+			t.Fatalf("progress went back or changed its total: %v", calls)
+		}
+	}
+}

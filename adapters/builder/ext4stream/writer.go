@@ -119,6 +119,9 @@ type fsWriter struct {
 	// declared names the invented entries ("." and lost+found) a tree
 	// entry has overridden once.
 	declared map[string]bool
+	// progress, when set, is told the data blocks the build copied
+	// of all of them (ports.BuildSpec.Progress).
+	progress func(done, total int64)
 }
 
 var zeroBlock [blockSize]byte

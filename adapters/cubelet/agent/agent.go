@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 
+	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -25,6 +27,22 @@ type Config struct {
 	DataDir string
 	// NodeID names this node in logs and messages (required).
 	NodeID string
+	// Token is the node credential every call must carry in the
+	// x-cube-node-token metadata (required, at least 16 characters; see
+	// NewServer).
+	Token string
+	// MasterURLs are the base URLs (scheme, host, port and a path prefix)
+	// of the masters artifacts may be downloaded from (at least one).
+	// CreateImage refuses any other URL before connecting anywhere; a
+	// redirect the master answers with (a presigned object store URL) is
+	// followed.
+	MasterURLs []string
+	// FileMode is the mode of the files the agent writes (artifacts,
+	// digests, run templates); directories get it plus a search bit for
+	// every read bit. Default 0640 (directories 0750): nothing is
+	// world-readable. A Cubelet that reads the artifacts as another user
+	// needs a group both share, or 0644.
+	FileMode os.FileMode
 	// HTTPClient downloads artifacts. Default: a client whose redirects
 	// send no Referer and drop the artifact token header when they leave
 	// the original host.
@@ -39,9 +57,12 @@ type Config struct {
 
 // Agent serves the Cubelet Images and CubeboxMgr services from a directory.
 type Agent struct {
-	cfg   Config
-	log   *slog.Logger
-	locks keyedMutex
+	cfg         Config
+	log         *slog.Logger
+	locks       keyedMutex
+	tokenDigest []byte
+	bases       []*url.URL
+	dirMode     os.FileMode
 }
 
 // templatesDir is the directory under DataDir holding local run templates;
@@ -56,12 +77,29 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("node agent: node id is required")
 	}
+	if cfg.Token == "" {
+		return nil, errors.New("node agent: a node credential is required: every call must carry it")
+	}
+	if err := cubelet.CheckNodeToken(cfg.Token); err != nil {
+		return nil, fmt.Errorf("node agent: the node credential %w", err)
+	}
+	bases, err := parseBases(cfg.MasterURLs)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.FileMode == 0 {
+		cfg.FileMode = DefaultFileMode
+	}
+	if cfg.FileMode&^0o777 != 0 || cfg.FileMode&0o600 != 0o600 {
+		return nil, fmt.Errorf("node agent: file mode %#o must be permission bits that let the agent read and write its files (0600 at least)", cfg.FileMode)
+	}
 	abs, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("node agent: data dir: %w", err)
 	}
 	cfg.DataDir = abs
-	if err := os.MkdirAll(filepath.Join(abs, templatesDir), 0o755); err != nil {
+	a := &Agent{cfg: cfg, tokenDigest: tokenDigest(cfg.Token), bases: bases, dirMode: dirModeOf(cfg.FileMode)}
+	if err := a.mkdirs(abs, filepath.Join(abs, templatesDir)); err != nil {
 		return nil, fmt.Errorf("node agent: create data dir: %w", err)
 	}
 	if cfg.HTTPClient == nil {
@@ -77,11 +115,13 @@ func New(cfg Config) (*Agent, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Agent{cfg: cfg, log: log.With("node_id", cfg.NodeID)}, nil
+	a.cfg, a.log = cfg, log.With("node_id", cfg.NodeID)
+	return a, nil
 }
 
-// Register adds the Images and CubeboxMgr services to s.
-func (a *Agent) Register(s grpc.ServiceRegistrar) {
+// register adds the Images and CubeboxMgr services to s; NewServer puts
+// the credential check in front of them.
+func (a *Agent) register(s grpc.ServiceRegistrar) {
 	cubeletpb.RegisterImagesServer(s, imagesServer{a: a})
 	cubeletpb.RegisterCubeboxMgrServer(s, cubeboxServer{a: a})
 }

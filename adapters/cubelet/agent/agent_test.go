@@ -49,12 +49,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newTestAgent(t *testing.T) *testAgent {
+// testToken is the node credential of the test agents.
+const testToken = "node-token-0123456789"
+
+// newTestAgent is an agent that downloads from the masters at origins
+// (the test's artifact servers) only.
+func newTestAgent(t *testing.T, origins ...string) *testAgent {
 	t.Helper()
+	if len(origins) == 0 {
+		origins = []string{"http://master.invalid"}
+	}
 	logs := &syncBuffer{}
 	a, err := New(Config{
 		DataDir:      t.TempDir(),
 		NodeID:       "node-1",
+		Token:        testToken,
+		MasterURLs:   origins,
 		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:          func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) },
 		NewSandboxID: func() string { return "sb-fixed" },
@@ -123,7 +133,6 @@ func TestCreateImageRejectsBadSpecs(t *testing.T) {
 		{"id differs from image", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactID] = "rfs-2" }, "does not match"},
 		{"reserved instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationInstanceType] = "templates" }, "reserved"},
 		{"slash in instance type", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationInstanceType] = "a/b" }, "instance type"},
-		{"no url", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactURL) }, "url is required"},
 		{"file url", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactURL] = "file:///etc/passwd" }, "http(s)"},
 		{"no sha", func(s *cubeletpb.ImageSpec) { delete(s.Annotations, core.AnnotationArtifactSHA256) }, "64 hex"},
 		{"short sha", func(s *cubeletpb.ImageSpec) { s.Annotations[core.AnnotationArtifactSHA256] = "abc" }, "64 hex"},
@@ -161,8 +170,8 @@ func TestCreateImageStatuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
-			ta := newTestAgent(t)
 			srv := serveBytes(t, data, tc.status)
+			ta := newTestAgent(t, srv.URL)
 			ret := ta.create(t, ext4Spec("rfs-1", srv.URL+"/a?token=secret-q", "secret-h", data))
 			if got := ret.GetRetCode() == cubeletpb.ErrorCode_Success; got != tc.ok {
 				t.Fatalf("HTTP %d: ret %v, want success=%v", tc.status, ret, tc.ok)
@@ -215,7 +224,9 @@ func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
 			mu.Lock()
 			seen = nil
 			mu.Unlock()
-			ta := newTestAgent(t)
+			// Only the origin is a master: the redirect it answers with
+			// is followed wherever it goes.
+			ta := newTestAgent(t, origin.URL)
 			if ret := ta.create(t, ext4Spec("rfs-r", tc.url, "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 				t.Fatalf("ret %v", ret)
 			}
@@ -235,7 +246,7 @@ func TestCreateImageTokenStaysOnOriginHost(t *testing.T) {
 func TestCreateImageReplacesCorruptFile(t *testing.T) {
 	data := []byte("the real artifact")
 	srv := serveBytes(t, data, http.StatusOK)
-	ta := newTestAgent(t)
+	ta := newTestAgent(t, srv.URL)
 	spec := ext4Spec("rfs-c", srv.URL+"/a", "tok", data)
 	if ret := ta.create(t, spec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 		t.Fatalf("ret %v", ret)
@@ -269,7 +280,7 @@ func TestCreateImageNeverTrustsAStaleSidecar(t *testing.T) {
 	}))
 	defer oldSrv.Close()
 	newSrv := serveBytes(t, newData, http.StatusOK)
-	ta := newTestAgent(t)
+	ta := newTestAgent(t, oldSrv.URL, newSrv.URL)
 	oldSpec := ext4Spec("rfs-s", oldSrv.URL+"/a", "tok", oldData)
 	if ret := ta.create(t, oldSpec); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 		t.Fatalf("ret %v", ret)
@@ -328,7 +339,7 @@ func runRequest(tid, aid string) *cubeletpb.RunCubeSandboxRequest {
 func TestAppSnapshotRecordsTemplate(t *testing.T) {
 	data := []byte("rootfs")
 	srv := serveBytes(t, data, http.StatusOK)
-	ta := newTestAgent(t)
+	ta := newTestAgent(t, srv.URL)
 	if ret := ta.create(t, ext4Spec("rfs-t", srv.URL+"/a", "tok", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 		t.Fatalf("ret %v", ret)
 	}
@@ -422,7 +433,7 @@ func TestCleanupTemplateNeverDeletesForeignPaths(t *testing.T) {
 func TestDestroyImageRemovesEveryInstanceType(t *testing.T) {
 	data := []byte("x")
 	srv := serveBytes(t, data, http.StatusOK)
-	ta := newTestAgent(t)
+	ta := newTestAgent(t, srv.URL)
 	for _, it := range []string{"cubebox", "other"} {
 		s := ext4Spec("rfs-d", srv.URL+"/a", "", data)
 		s.Annotations[core.AnnotationInstanceType] = it
@@ -478,7 +489,7 @@ func TestRedirectDropsTokenOnDowngrade(t *testing.T) {
 func TestDestroyImageCanceledWhileWaiting(t *testing.T) {
 	data := []byte("x")
 	srv := serveBytes(t, data, http.StatusOK)
-	ta := newTestAgent(t)
+	ta := newTestAgent(t, srv.URL)
 	if ret := ta.create(t, ext4Spec("rfs-w", srv.URL+"/a", "", data)); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
 		t.Fatalf("ret %v", ret)
 	}

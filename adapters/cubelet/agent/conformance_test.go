@@ -24,9 +24,12 @@ type harness struct {
 	client *cubelet.Client
 }
 
-func newHarness(ctx context.Context, t *testing.T) (nodeagenttest.Harness, error) {
+const nodeToken = "conformance-node-token"
+
+func newHarness(ctx context.Context, t *testing.T, cfg nodeagenttest.HarnessConfig) (nodeagenttest.Harness, error) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agent.New(agent.Config{DataDir: t.TempDir(), NodeID: "node-test", Logger: log})
+	a, err := agent.New(agent.Config{DataDir: t.TempDir(), NodeID: "node-test", Token: nodeToken,
+		MasterURLs: []string{cfg.ArtifactBaseURL}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -34,10 +37,13 @@ func newHarness(ctx context.Context, t *testing.T) (nodeagenttest.Harness, error
 	if err != nil {
 		return nil, err
 	}
-	srv := grpc.NewServer()
-	a.Register(srv)
+	srv := a.NewServer()
 	go srv.Serve(lis)
-	return &harness{agent: a, srv: srv, addr: lis.Addr().String(), client: cubelet.New(cubelet.Options{Logger: log})}, nil
+	dial, _, err := cubelet.NodeCredentials{Token: nodeToken}.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return &harness{agent: a, srv: srv, addr: lis.Addr().String(), client: cubelet.New(cubelet.Options{Logger: log, DialOptions: dial})}, nil
 }
 
 func (h *harness) MakeAgent(context.Context) (ports.NodeAgent, ports.Node, error) {

@@ -8,6 +8,14 @@
 // artifacts are on the node and records a run template; a real Cubelet
 // would create a sandbox, snapshot it and destroy it.
 //
+// Unlike a Cubelet it trusts no caller by address: the server NewServer
+// builds refuses every call (gRPC health and unknown methods included)
+// that does not carry the node credential, Config.Token, in the
+// x-cube-node-token metadata (auth.go), and New refuses to run without
+// one. It downloads only from URLs under Config.MasterURLs (origin.go),
+// and writes its files with Config.FileMode, 0640 in 0750 directories by
+// default (files.go).
+//
 // On disk, under the data dir:
 //
 //	<instanceType>/<aid>/<aid>.ext4          the artifact (verified)
@@ -21,7 +29,11 @@
 // the header is dropped on a redirect to another host, and no redirect
 // carries a Referer, which would quote that query), accepts only HTTP
 // 200 or 206, checks the annotated size and sha256 (hex in any case),
-// fsyncs and renames into place. It is idempotent and safe to call
+// fsyncs and renames into place; a mismatch is reported without the
+// digest or size of what was downloaded. Without a URL it is a presence
+// check: success when the node holds the artifact with the annotated size
+// and sha256, else a failure saying it "does not exist", and nothing is
+// fetched. It is idempotent and safe to call
 // concurrently for one artifact. DestroyImage deletes the artifact's
 // directory (upstream's Cubelet kept the ext4: a node-side leak). Failures
 // are reported the Cubelet way, as a Ret with a non-200 ret_code and a

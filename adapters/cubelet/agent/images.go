@@ -29,7 +29,7 @@ type imagesServer struct {
 type artifactJob struct {
 	id           string
 	instanceType string
-	url          *url.URL
+	url          *url.URL // nil: check presence only
 	token        string
 	sha256       string // lower-case hex
 	size         int64  // -1 when not annotated
@@ -59,15 +59,15 @@ func parseArtifact(spec *cubeletpb.ImageSpec) (*artifactJob, error) {
 	if err := checkInstanceType(j.instanceType); err != nil {
 		return nil, err
 	}
-	raw := art.DownloadURL
-	if raw == "" {
-		return nil, fmt.Errorf("annotation %s is required", core.AnnotationArtifactURL)
+	// No URL: a presence check (the master's replica check), answered
+	// from the node's own copy and never downloading.
+	if raw := art.DownloadURL; raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("annotation %s is not an http(s) URL", core.AnnotationArtifactURL)
+		}
+		j.url = u
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("annotation %s is not an http(s) URL", core.AnnotationArtifactURL)
-	}
-	j.url = u
 	sum := art.SHA256
 	if !sha256Pattern.MatchString(sum) {
 		return nil, fmt.Errorf("annotation %s must be 64 hex digits, got %q", core.AnnotationArtifactSHA256, sum)
@@ -94,6 +94,14 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 		return resp, nil
 	}
 	log = log.With("artifact_id", job.id, "instance_type", job.instanceType)
+	if job.url != nil && !a.fromMaster(job.url) {
+		// Refused before any connection: the agent fetches from its
+		// masters only, whoever asks.
+		log.Warn("download URL refused: not under a master base URL", "source", redact(job.url))
+		resp.Ret = fail(cubeletpb.ErrorCode_InvalidParamFormat, "node %s: CreateImage %s: annotation %s: %s is not under a master base URL this node accepts (its CUBE_NODEAGENT_MASTER_URLS)",
+			a.cfg.NodeID, job.id, core.AnnotationArtifactURL, redact(job.url))
+		return resp, nil
+	}
 	unlock, err := a.locks.lock(ctx, "artifact/"+job.id)
 	if err != nil {
 		log.Warn("create image abandoned", "err", err)
@@ -103,28 +111,47 @@ func (s imagesServer) CreateImage(ctx context.Context, req *cubeletpb.CreateImag
 	defer unlock()
 	start := time.Now()
 	n, fetched, err := a.ensureArtifact(ctx, job)
+	if errors.Is(err, errNotPresent) {
+		log.Info("presence check: artifact not on this node")
+		resp.Ret = fail(cubeletpb.ErrorCode_PreConditionFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
+		return resp, nil
+	}
 	if err != nil {
 		log.Error("create image failed", "err", err, "elapsed", time.Since(start))
 		resp.Ret = fail(cubeletpb.ErrorCode_CreateImageFailed, "node %s: CreateImage %s: %v", a.cfg.NodeID, job.id, err)
 		return resp, nil
 	}
-	if fetched {
+	switch {
+	case fetched:
 		log.Info("artifact downloaded", "bytes", n, "elapsed", time.Since(start), "source", redact(job.url))
-	} else {
+	case job.url == nil:
+		// The master's replica check asks every sweep: not news.
+		log.Debug("presence check: artifact present", "bytes", n)
+	default:
 		log.Info("artifact already present", "bytes", n)
 	}
 	resp.Ret = ok()
 	return resp, nil
 }
 
+// errNotPresent answers a presence check for an artifact the node does not
+// hold with the expected size and sha256. Its text says "does not exist",
+// which the master's client reads as not found, as it reads a Cubelet's
+// answer to the same call.
+var errNotPresent = errors.New("the artifact does not exist on this node with the expected size and sha256 (a presence check: the request carries no download URL, so nothing was fetched)")
+
 // ensureArtifact returns the artifact size and whether it had to fetch it.
+// A job without a URL only checks: errNotPresent when the node lacks it.
 func (a *Agent) ensureArtifact(ctx context.Context, j *artifactJob) (int64, bool, error) {
 	final := a.ArtifactFile(j.instanceType, j.id)
 	if n, ok := a.present(ctx, final, j); ok {
 		return n, false, nil
 	}
+	if j.url == nil {
+		return 0, false, errNotPresent
+	}
 	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := a.mkdirs(dir); err != nil {
 		return 0, false, err
 	}
 	n, err := a.fetch(ctx, j, final)
@@ -156,7 +183,7 @@ func (a *Agent) present(ctx context.Context, final string, j *artifactJob) (int6
 	if err != nil || sum != j.sha256 {
 		return 0, false
 	}
-	_ = writeFileAtomic(sidecar(final), []byte(sum+"\n"))
+	_ = a.writeFileAtomic(sidecar(final), []byte(sum+"\n"))
 	return st.Size(), true
 }
 
@@ -205,18 +232,17 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if j.size >= 0 {
 		body = io.LimitReader(resp.Body, j.size+1) // one extra byte reveals an oversized body
 	}
-	n, sum, err := saveFile(ctx, tmp, body)
+	n, sum, err := a.saveFile(ctx, tmp, body)
+	// Errors never give a size or digest of what was downloaded: whoever
+	// chose the URL would learn them.
 	if err != nil {
-		return n, fmt.Errorf("download %s: after %d bytes: %w", redact(j.url), n, err)
+		return n, fmt.Errorf("download %s: %w", redact(j.url), err)
 	}
 	if j.size >= 0 && n != j.size {
-		if n > j.size {
-			return n, fmt.Errorf("size mismatch: the server sent more than the annotated %d bytes", j.size)
-		}
-		return n, fmt.Errorf("size mismatch: got %d bytes, annotated %d", n, j.size)
+		return n, fmt.Errorf("download %s: the body does not match the expected size of %d bytes", redact(j.url), j.size)
 	}
 	if sum != j.sha256 {
-		return n, fmt.Errorf("sha256 mismatch: got %s, annotated %s", sum, j.sha256)
+		return n, fmt.Errorf("download %s: the body does not match the expected sha256 %s", redact(j.url), j.sha256)
 	}
 	// present trusts the sidecar without hashing, so the old one goes (for
 	// good, the directory synced) before new bytes take the name; a crash
@@ -233,7 +259,7 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		return n, err
 	}
-	if err := writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
+	if err := a.writeFileAtomic(sidecar(final), []byte(j.sha256+"\n")); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -299,9 +325,9 @@ func (a *Agent) removeArtifact(aid string) ([]string, error) {
 
 // writeFileAtomic writes data to p through a synced temporary file and a
 // rename, so readers see the old content or the new, never a torn file.
-func writeFileAtomic(p string, data []byte) (err error) {
+func (a *Agent) writeFileAtomic(p string, data []byte) (err error) {
 	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := a.createFile(tmp)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/cubesandbox/templatecenter/adapters/diskio"
 )
@@ -32,8 +31,8 @@ const saveBuffers = diskio.DefaultDepth + 2
 // writes reach the disk while the next chunks download. The tail that is
 // not a whole alignment block is written through the page cache, and so
 // is everything where direct I/O is refused.
-func saveFile(ctx context.Context, path string, body io.Reader) (n int64, sum string, err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+func (a *Agent) saveFile(ctx context.Context, path string, body io.Reader) (n int64, sum string, err error) {
+	f, err := a.createFile(path)
 	if err != nil {
 		return 0, "", err
 	}

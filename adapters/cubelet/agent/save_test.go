@@ -35,7 +35,7 @@ func TestSaveFileSizes(t *testing.T) {
 			{"half reads", iotest.HalfReader(bytes.NewReader(data))},
 		} {
 			p := filepath.Join(t.TempDir(), "a.ext4.download")
-			n, sum, err := saveFile(context.Background(), p, tc.r)
+			n, sum, err := newTestAgent(t).saveFile(context.Background(), p, tc.r)
 			if err != nil {
 				t.Fatalf("%d bytes, %s: %v", size, tc.name, err)
 			}
@@ -57,7 +57,7 @@ func TestSaveFileReadError(t *testing.T) {
 	boom := errors.New("connection reset")
 	r := io.MultiReader(bytes.NewReader(make([]byte, saveChunk+10)), iotest.ErrReader(boom))
 	p := filepath.Join(t.TempDir(), "a")
-	if _, _, err := saveFile(context.Background(), p, r); !errors.Is(err, boom) {
+	if _, _, err := newTestAgent(t).saveFile(context.Background(), p, r); !errors.Is(err, boom) {
 		t.Fatalf("err %v, want the read error", err)
 	}
 }
@@ -66,7 +66,7 @@ func TestSaveFileCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	p := filepath.Join(t.TempDir(), "a")
-	if _, _, err := saveFile(ctx, p, bytes.NewReader(make([]byte, 10))); !errors.Is(err, context.Canceled) {
+	if _, _, err := newTestAgent(t).saveFile(ctx, p, bytes.NewReader(make([]byte, 10))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 }
@@ -80,7 +80,7 @@ func TestSaveFileWriteError(t *testing.T) {
 		f.Close()
 	}
 	r := &countingReader{r: bytes.NewReader(make([]byte, 64*saveChunk))}
-	_, _, err := saveFile(context.Background(), "/dev/full", r)
+	_, _, err := newTestAgent(t).saveFile(context.Background(), "/dev/full", r)
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "/dev/full") {
 		t.Fatalf("err %v, want ENOSPC naming the file", err)
 	}

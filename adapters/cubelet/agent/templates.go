@@ -190,14 +190,14 @@ func redactTokens(cr *cubeletpb.RunCubeSandboxRequest) *cubeletpb.RunCubeSandbox
 
 func (a *Agent) writeTemplate(rec TemplateRecord) error {
 	dir := a.TemplateDir(rec.TemplateID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := a.mkdirs(dir); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, TemplateFile), append(b, '\n'))
+	return a.writeFileAtomic(filepath.Join(dir, TemplateFile), append(b, '\n'))
 }
 
 // ReadTemplate returns the record AppSnapshot wrote for templateID.

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // Header carries the shared token on internal requests.
@@ -72,9 +75,9 @@ func Middleware(token string, insecure bool) func(http.Handler) http.Handler {
 			case token == "" && insecure:
 				next.ServeHTTP(w, r)
 			case token == "":
-				reject(w, http.StatusServiceUnavailable, "callback token is not configured on this server ("+EnvToken+")")
+				reject(w, r, http.StatusServiceUnavailable, "callback token is not configured on this server ("+EnvToken+")")
 			case !Equal(r.Header.Get(Header), token):
-				reject(w, http.StatusUnauthorized, "missing or invalid "+Header)
+				reject(w, r, http.StatusUnauthorized, "missing or invalid "+Header)
 			default:
 				next.ServeHTTP(w, r)
 			}
@@ -82,9 +85,47 @@ func Middleware(token string, insecure bool) func(http.Handler) http.Handler {
 	}
 }
 
-func reject(w http.ResponseWriter, status int, msg string) {
+// reject answers a refused internal request. The route never reads the
+// body, so the connection is closed after the answer rather than drained.
+func reject(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	wire.CloseAfterRefusal(w, r)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// SingleHeaders are the headers that carry a credential: the internal
+// token, an artifact's download token and the public API's (see
+// CredentialHeaders). Each may come once in a request.
+var SingleHeaders = append([]string{Header, core.DownloadTokenHeader}, CredentialHeaders...)
+
+// RepeatedCredential returns the first of SingleHeaders that h carries
+// more than once, or "".
+func RepeatedCredential(h http.Header) string {
+	for _, name := range SingleHeaders {
+		if len(h.Values(name)) > 1 {
+			return name
+		}
+	}
+	return ""
+}
+
+// SingleCredentials refuses, before any route sees it, a request that
+// carries a credential header more than once: which of two Authorization
+// headers counts is for each reader to decide (net/http's Get takes the
+// first, a proxy in front may take the last), so such a request is never
+// judged. refuse writes the answer (a 400 naming the header); the
+// connection is closed after it without reading the body.
+func SingleCredentials(refuse func(w http.ResponseWriter, r *http.Request, msg string)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if name := RepeatedCredential(r.Header); name != "" {
+				wire.CloseAfterRefusal(w, r)
+				refuse(w, r, "the "+http.CanonicalHeaderKey(name)+" header is sent more than once; send it once")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }

@@ -8,5 +8,12 @@
 // was given, and CheckConfig lets the apps refuse to start in that state.
 // Tokens are compared as HMAC-SHA256 digests under a per-process random key,
 // in constant time, so neither the content nor the length of the secret
-// leaks through timing, and an empty token never matches anything.
+// leaks through timing, and an empty token never matches anything. A
+// refusal closes the connection rather than read a body nobody will use.
+//
+// SingleCredentials, in front of both routers, refuses a request that
+// carries any credential header twice, before anything judges either copy.
+//
+// The public API's checks (bearer tokens, upstream's signed headers) are in
+// public.go.
 package auth

@@ -43,8 +43,8 @@ type realEnv struct {
 }
 
 const (
-	seedFP     = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
 	seedDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	twoDigest  = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	seedSHA    = "5f5e5d5c5b5a595857565554535251504f4e4d4c4b4a49484746454443424140"
 )
 
@@ -78,6 +78,13 @@ func newEnvWith(t testing.TB, st ports.Store) *realEnv {
 			}
 			return nil, nil
 		},
+		NodesFunc: func(_ context.Context, it string) ([]ports.Node, error) {
+			if it == n1.InstanceType {
+				return []ports.Node{n1}, nil
+			}
+			return nil, nil
+		},
+		DownFunc: func(string) <-chan struct{} { return nil },
 		GetFunc: func(_ context.Context, id string) (ports.Node, error) {
 			if id == n1.ID || id == n1.IP {
 				return n1, nil
@@ -123,9 +130,9 @@ func newEnvWith(t testing.TB, st ports.Store) *realEnv {
 // resume), and leaves tpl-pending with a PENDING create job.
 func (e *realEnv) seed() {
 	e.t.Helper()
-	e.seedTID, e.seedAlias, e.seedArtifact = "tpl-seed", "seed", "rfs-"+seedFP[:24]
-	e.seedJob = e.readyTemplate(e.seedTID, e.seedAlias, seedFP, "seed-download-token")
-	e.readyTemplate("tpl-two", "two", strings.Repeat("b2", 32), "two-download-token")
+	e.seedTID, e.seedAlias = "tpl-seed", "seed"
+	e.seedJob, e.seedArtifact = e.readyTemplate(e.seedTID, e.seedAlias, seedDigest, "seed-download-token")
+	e.readyTemplate("tpl-two", "two", twoDigest, "two-download-token")
 	job, err := e.svc.CreateFromImage(context.Background(), &core.FromImageRequest{RequestID: "r-pending", SourceImageRef: "registry.example/pending:1",
 		TemplateID: "tpl-pending", WritableLayerSize: "10Gi"}, "http://master:8089")
 	if err != nil || job.Status != core.JobPending {
@@ -134,26 +141,39 @@ func (e *realEnv) seed() {
 	e.pendingJob = job.JobID
 }
 
-func (e *realEnv) readyTemplate(tid, alias, fp, token string) (jobID string) {
+// readyTemplate builds tid from an image that resolved to digest; it
+// returns the job and the artifact id.
+func (e *realEnv) readyTemplate(tid, alias, digest, token string) (jobID, artifactID string) {
 	e.t.Helper()
 	ctx := context.Background()
-	aid := "rfs-" + fp[:24]
-	job, err := e.svc.CreateFromImage(ctx, &core.FromImageRequest{RequestID: "r-" + tid, SourceImageRef: "registry.example/app:1",
-		TemplateID: tid, Alias: alias, WritableLayerSize: "20Gi", RegistryPassword: "hunter2"}, "http://master:8089")
+	req := &core.FromImageRequest{RequestID: "r-" + tid, SourceImageRef: "registry.example/app:1",
+		TemplateID: tid, Alias: alias, WritableLayerSize: "20Gi", RegistryPassword: "hunter2"}
+	job, err := e.svc.CreateFromImage(ctx, req, "http://master:8089")
 	if err != nil {
 		e.t.Fatalf("seed create %s: %v", tid, err)
 	}
+	// The fingerprint the data plane computes, which the master checks.
+	inputs := &core.BuildInputs{SourceImageDigest: digest, BuilderFormat: core.BuilderFormatVersion, Builder: "seed/1"}
+	n, err := core.NormalizeFromImageRequest(req, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	fp, err := core.FingerprintOf(n, *inputs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	aid := "rfs-" + fp[:24]
 	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
-	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aid, fp, seedDigest
+	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aid, fp, digest
 	if _, err := e.svc.HandleStatusReport(ctx, job.JobID, ports.StatusReport{Update: running}); err != nil {
 		e.t.Fatalf("seed RUNNING: %v", err)
 	}
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aid, "READY", fp
-	art := &core.Artifact{ArtifactID: aid, Fingerprint: fp, SourceImageDigest: seedDigest, DownloadBaseURL: "http://master:8089",
+	art := &core.Artifact{ArtifactID: aid, Fingerprint: fp, SourceImageDigest: digest, DownloadBaseURL: "http://master:8089",
 		Ext4SHA256: seedSHA, Ext4SizeBytes: 64 << 20, ImageConfigJSON: `{"Cmd":["sh"]}`, StorageBackend: "file",
 		ObjectKey: aid + "/" + aid + ".ext4", Status: core.ArtifactReady, DownloadToken: token}
-	if _, err := e.svc.HandleStatusReport(ctx, job.JobID, ports.StatusReport{Update: built, Artifact: art}); err != nil {
+	if _, err := e.svc.HandleStatusReport(ctx, job.JobID, ports.StatusReport{Update: built, Artifact: art, Inputs: inputs}); err != nil {
 		e.t.Fatalf("seed BUILT: %v", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -165,7 +185,7 @@ func (e *realEnv) readyTemplate(tid, alias, fp, token string) (jobID string) {
 	if err != nil || d.Status != core.TemplateReady {
 		e.t.Fatalf("seed template %s: %+v %v", tid, d, err)
 	}
-	return job.JobID
+	return job.JobID, aid
 }
 
 // snapshot is every row the store holds, rendered as text, so two

@@ -8,6 +8,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 )
 
 // authenticate guards the public routes (and the proxied compat route)
@@ -24,6 +25,8 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			s.log.WarnContext(r.Context(), "public API request refused", "method", r.Method, "path", r.URL.Path,
 				"remote", r.RemoteAddr, "user_id", truncate(r.Header.Get(auth.HeaderUserID), 64), "err", err)
+			// The handler never reads the body of a refused request.
+			wire.CloseAfterRefusal(w, r)
 			s.fail(w, r, "", err)
 			return
 		}

@@ -53,6 +53,11 @@ func (s *server) statusCallback(w http.ResponseWriter, r *http.Request) {
 		wire.WriteJSON(w, http.StatusOK, wire.StatusOK{Status: "ok", Applied: applied})
 	case errors.Is(err, core.ErrInvalidTransition):
 		s.callbackReject(w, http.StatusConflict, err.Error())
+	case r.Context().Err() != nil:
+		// The sender hung up first: a progress report it no longer needs
+		// (a later report supersedes it), or a retry comes. Not our failure.
+		s.cfg.Metrics.Callback(metrics.CallbackAbandoned)
+		s.log.DebugContext(r.Context(), "status callback abandoned by the sender", "job_id", jobID, "status", rep.Update.Status, "err", err)
 	default:
 		status := wire.StatusFor(err)
 		if status < 500 {

@@ -1,18 +1,25 @@
 package cubeapi
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
 )
 
 const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -119,3 +126,77 @@ func TestStatusCallbackMetrics(t *testing.T) {
 }
 
 func ptr(b bool) *bool { return &b }
+
+// blockingReports holds a report until the request's context ends, then
+// fails the way the store does when its caller went away.
+type blockingReports struct {
+	entered, done chan struct{}
+}
+
+func (b blockingReports) HandleStatusReport(ctx context.Context, jobID string, _ ports.StatusReport) (bool, error) {
+	close(b.entered)
+	defer close(b.done)
+	<-ctx.Done()
+	return false, fmt.Errorf("report job %s: update job %s: %w", jobID, jobID, ctx.Err())
+}
+
+// TestStatusCallbackAbandonedBySender: a data plane that hangs up on a
+// progress report it no longer needs (its build ended) is not a master
+// failure: nothing is logged at ERROR, the metric says abandoned.
+func TestStatusCallbackAbandonedBySender(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg, metrics.ControlPlane)
+	rep := blockingReports{entered: make(chan struct{}), done: make(chan struct{})}
+	h, err := New(Config{Token: testToken, Reports: rep, Metrics: m, Gatherer: reg,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/internal/template/jobs/job-1/status", strings.NewReader(`{"status":"RUNNING","phase":"PULLING"}`))
+	req.Header.Set(auth.Header, testToken)
+	go func() { <-rep.entered; cancel() }()
+	if _, err := srv.Client().Do(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("request: %v, want it cancelled", err)
+	}
+	<-rep.done
+	// The handler logs after HandleStatusReport returns; /metrics is served
+	// by the same handler once the callback's Instrument has recorded it.
+	if got := waitForMetric(t, h, `cube_template_status_callbacks_total{`); !strings.Contains(got, `cube_template_status_callbacks_total{result="abandoned"} 1`) {
+		t.Errorf("callback metrics, want one abandoned:\n%s", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("an abandoned callback was logged as an error:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// waitForMetric polls /metrics until it shows want (the handler counts
+// after the service returned, on the server's goroutine) and returns it.
+func waitForMetric(t *testing.T, h http.Handler, want string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		if rec := do(h, "GET", "/metrics", "", nil); strings.Contains(rec.Body.String(), want) {
+			return rec.Body.String()
+		} else if i == 500 {
+			t.Fatalf("metrics never showed %s:\n%s", want, rec.Body.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

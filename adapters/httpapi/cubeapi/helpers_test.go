@@ -165,6 +165,11 @@ func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		http.Redirect(w, r, "https://bucket.s3.example/rfs-1/rfs-1.ext4?X-Amz-Signature=x", http.StatusFound)
 	case PathCompat:
+		// As the data plane: compat needs the internal token.
+		if r.Header.Get(auth.Header) != testToken {
+			http.Error(w, `{"error":"missing or invalid token"}`, http.StatusUnauthorized)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"requestID":"","ret":{"ret_code":200,"ret_msg":"success"},"data":{"manifest_found":false,"templates":[]}}`)
 	default:

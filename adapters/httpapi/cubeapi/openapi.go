@@ -35,14 +35,33 @@ type ackResponse struct {
 }
 
 // Operations documents every route New registers; the router test keeps
-// the two equal.
+// the two equal. Template routes without an Auth of their own are behind
+// the public API's credentials.
 func Operations() []openapi.Op {
+	ops := operations()
+	for i := range ops {
+		if ops[i].Tag == tagTemplates && ops[i].Auth == nil {
+			ops[i].Auth = []openapi.Auth{openapi.AuthPublic}
+		}
+	}
+	return ops
+}
+
+// caAuth: the certificate is anyone's; the key needs the shared token.
+var caAuth = []openapi.Auth{openapi.AuthAnonymous, openapi.AuthCallbackToken}
+
+// downloadAuth: nodes send the artifact's own token.
+var downloadAuth = []openapi.Auth{openapi.AuthArtifactToken}
+
+func operations() []openapi.Op {
 	return []openapi.Op{
 		{Method: "POST", Path: PathFromImage, Tag: tagTemplates, Summary: "Build a template from an OCI image and distribute it",
 			Description: "Creates a job (one active job per template: invariant I1) and hands it to the template center; poll GET on the same path.",
 			Body:        cubeview.FromImageRequest{}, Responses: ok(jobResponse{})},
 		{Method: "GET", Path: PathFromImage, Tag: tagTemplates, Summary: "Poll a create-from-image or redo job (live pull counters while active)",
-			Params: []openapi.Param{qJobID}, Responses: ok(jobResponse{})},
+			Params: []openapi.Param{{Name: "job_id", In: "query", Doc: "job id, as create-from-image and redo answer; or, instead:"},
+				{Name: "template_id", In: "query", Doc: "a template id or alias: its latest job"}},
+			Responses: ok(jobResponse{})},
 		{Method: "POST", Path: PathRedo, Tag: tagTemplates, Summary: "Redistribute a template to its nodes (reusing the artifact or rebuilding it)",
 			Body: cubeview.RedoRequest{}, Responses: ok(jobResponse{})},
 		{Method: "POST", Path: PathMigrate, Tag: tagTemplates, Summary: "Move a template's artifact into the data plane's store (tpl merge)",
@@ -76,13 +95,13 @@ func Operations() []openapi.Op {
 		{Method: "POST", Path: PathPreview, Tag: tagTemplates, Summary: "Preview a sandbox create (tpl render): the caller's request, the request merged with its template, the node request",
 			Description: "A request naming no template is previewed as is.",
 			Body:        json.RawMessage{}, Responses: ok(previewResponse{})},
-		{Method: "GET", Path: PathCA, Tag: tagTemplates, Summary: "The CubeEgress root CA (cube-root-ca.crt; cube-root-ca.key needs the shared token)",
+		{Method: "GET", Path: PathCA, Tag: tagTemplates, Auth: caAuth, Summary: "The CubeEgress root CA (cube-root-ca.crt; cube-root-ca.key needs the shared token)",
 			Params: []openapi.Param{{Name: "filename", In: "path", Doc: "cube-root-ca.crt or cube-root-ca.key"},
 				{Name: openapi.TokenHeader, In: "header", Doc: "the shared token, for the private key only"}},
 			Responses: map[int]openapi.Response{200: {Doc: "the file", ContentType: "application/octet-stream"},
 				401: {Doc: "the private key without the shared token", Body: envelope.Response{}},
 				404: {Doc: "not a served CA file, or not installed", Body: envelope.Response{}}}},
-		{Method: "HEAD", Path: PathCA, Tag: tagTemplates, Summary: "The CubeEgress root CA's size without the bytes",
+		{Method: "HEAD", Path: PathCA, Tag: tagTemplates, Auth: caAuth, Summary: "The CubeEgress root CA's size without the bytes",
 			Params: []openapi.Param{{Name: "filename", In: "path", Doc: "cube-root-ca.crt or cube-root-ca.key"},
 				{Name: openapi.TokenHeader, In: "header", Doc: "the shared token, for the private key only"}},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 401: {Doc: "the private key without the shared token"},
@@ -94,17 +113,17 @@ func Operations() []openapi.Op {
 			Responses: ok(ackResponse{})},
 		{Method: "POST", Path: PathCompat, Tag: tagTemplates, Summary: "Rescan compat (proxied to the template center)",
 			Responses: ok(ackResponse{})},
-		{Method: "GET", Path: PathDownload, Tag: tagTemplates, Summary: "Download an artifact's ext4 (proxied to the template center; real HTTP statuses)",
+		{Method: "GET", Path: PathDownload, Tag: tagTemplates, Auth: downloadAuth, Summary: "Download an artifact's ext4 (proxied to the template center; real HTTP statuses)",
 			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true},
 				{Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true}},
 			Responses: map[int]openapi.Response{200: {Doc: "the bytes (Range supported)", ContentType: "application/octet-stream"},
 				302: {Doc: "presigned object-store URL"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "artifact not READY or without bytes (with its token)"}, 502: {Doc: "template center unreachable"}}},
-		{Method: "HEAD", Path: PathDownload, Tag: tagTemplates, Summary: "Artifact size and ETag without the bytes (proxied)",
+		{Method: "HEAD", Path: PathDownload, Tag: tagTemplates, Auth: downloadAuth, Summary: "Artifact size and ETag without the bytes (proxied)",
 			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true}},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "artifact not READY or without bytes (with its token)"}}},
-		{Method: "POST", Path: wire.PathJobStatus, Tag: tagInternal, Token: true, Summary: "Status callback from the data plane (internal)",
+		{Method: "POST", Path: wire.PathJobStatus, Tag: tagInternal, Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Status callback from the data plane (internal)",
 			Params: []openapi.Param{{Name: "job_id", In: "path", Doc: "job id"}}, Body: wire.StatusReport{},
 			Responses: map[int]openapi.Response{200: {Doc: "applied or acknowledged as stale", Body: wire.StatusOK{}},
 				400: {Doc: "bad body", Body: wire.ErrorBody{}}, 401: {Doc: "bad token", Body: wire.ErrorBody{}},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/internal/hostilehttp"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/routes"
@@ -215,5 +216,90 @@ func TestEnvelopeErrorsAreCounted(t *testing.T) {
 	}
 	if strings.Contains(string(body), `route="/cube/template"}`) && strings.Contains(string(body), `http_errors_total{code="200"`) {
 		t.Fatal("a success was counted as an error")
+	}
+}
+
+// TestOpenAPIDeclaresHowEachRouteAuthenticates: every operation carries
+// "security", matching how the router guards it: the public API's bearer
+// token or upstream's signed headers, the shared token, an artifact's own
+// token, or nothing; every scheme it names is declared.
+func TestOpenAPIDeclaresHowEachRouteAuthenticates(t *testing.T) {
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths      map[string]map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			SecuritySchemes map[string]json.RawMessage `json:"securitySchemes"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	public := `[{"bearerAuth":[]},{"cubeNonce":[],"cubeSgnMethod":[],"cubeSignature":[],"cubeTimestamp":[],"cubeUserID":[]}]`
+	want := map[routes.Kind]string{
+		routes.Public:   public,
+		routes.Internal: `[{"callbackToken":[]}]`,
+		routes.Ops:      `[]`,
+	}
+	for _, r := range CubeMasterRoutes() {
+		w, ok := want[r.Kind]
+		switch {
+		case r.Pattern == PathCompat: // proxied, behind the public credentials
+			w = public
+		case r.Pattern == PathDownload:
+			w = `[{"artifactToken":[]}]`
+		case r.Pattern == PathCA: // the certificate is anyone's, the key needs the token
+			w = `[{},{"callbackToken":[]}]`
+		case !ok:
+			t.Fatalf("%s: no expectation for kind %s", r.Key(), r.Kind)
+		}
+		sec, present := doc.Paths[r.Pattern][strings.ToLower(r.Method)]["security"]
+		var got any
+		if present {
+			json.Unmarshal(sec, &got)
+		}
+		norm, _ := json.Marshal(got)
+		if !present || string(norm) != w {
+			t.Errorf("%s: security %s (present %v), want %s", r.Key(), norm, present, w)
+		}
+		var reqs []map[string]any
+		json.Unmarshal(sec, &reqs)
+		for _, req := range reqs {
+			for name := range req {
+				if doc.Components.SecuritySchemes[name] == nil {
+					t.Errorf("%s names scheme %s, which is not declared", r.Key(), name)
+				}
+			}
+		}
+	}
+}
+
+// TestHostileRequestsKeepMetricsSmall: methods of hundreds of KiB and
+// random paths, sent without credentials to the public listener, leave
+// /metrics a few KiB with a bounded number of series (see
+// metrics.MethodLabel). Before, 40 methods of 512 KiB made one scrape
+// hundreds of MB.
+func TestHostileRequestsKeepMetricsSmall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &services{}
+	cfg := Config{Token: testToken, Metrics: m, Gatherer: reg, Logger: slog.New(slog.DiscardHandler)}
+	cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := hostilehttp.Flood(t, h, PathMetrics, 40, 300, "/", "/cube/", "/cube/template/", "/cube/template/build/", "/internal/template/jobs/", "/notify/")
+	t.Logf("after the hostile requests: /metrics is %d bytes, %d HTTP series", s.Bytes, s.HTTPSeries)
+	if s.Bytes > 64<<10 || s.HTTPSeries > 200 {
+		t.Fatalf("after hostile requests /metrics is %d bytes with %d HTTP series (want at most 64 KiB and 200)", s.Bytes, s.HTTPSeries)
+	}
+	if !strings.Contains(s.Body, `method="OTHER"`) || !strings.Contains(s.Body, `route="unmatched"`) {
+		t.Fatalf("hostile requests not counted under OTHER / unmatched:\n%.2000s", s.Body)
 	}
 }

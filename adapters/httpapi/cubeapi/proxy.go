@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
@@ -45,7 +46,16 @@ func (s *server) initProxies() error {
 			pr.Out.Header.Del(h)
 		}
 	}
-	s.compat = &httputil.ReverseProxy{Rewrite: rewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+	// The data plane's compat routes need the internal token: the caller
+	// passed this route's public authentication, and the master vouches
+	// for it.
+	compatRewrite := func(pr *httputil.ProxyRequest) {
+		rewrite(pr)
+		if t := strings.TrimSpace(s.cfg.Token); t != "" {
+			pr.Out.Header.Set(auth.Header, t)
+		}
+	}
+	s.compat = &httputil.ReverseProxy{Rewrite: compatRewrite, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "compat proxy to template center failed", "err", err)
 		envelope.Write(w, envelope.Response{Ret: envelope.Ret{Code: envelope.CodeInternal, Msg: "template center unavailable"}})
 	}}

@@ -215,9 +215,12 @@ func New(cfg Config) (chi.Router, error) {
 	}
 
 	r := chi.NewRouter()
-	// Both only observe or turn panics into 500s; neither can answer 200.
-	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+	// The first two only observe or turn panics into 500s; neither can
+	// answer 200. A credential header sent twice is refused before any
+	// route judges either.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log), auth.SingleCredentials(s.refuseRepeated))
 	r.NotFound(s.notFound)
+	r.MethodNotAllowed(wire.MethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
 		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))
@@ -271,11 +274,30 @@ func New(cfg Config) (chi.Router, error) {
 // so status-code clients notice too); other paths get a plain 404.
 func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/cube/") {
-		http.NotFound(w, r)
+		wire.NotFound(w, r)
 		return
 	}
-	metrics.RecordRetCode(r, envelope.CodeNotFound)
+	wire.CloseAfterRefusal(w, r)
+	writeEnvelopeStatus(w, r, http.StatusNotFound, envelope.CodeNotFound, "Not Found")
+}
+
+// refuseRepeated answers a request carrying a credential header twice
+// (auth.SingleCredentials): a real 400, with an envelope on the /cube/*
+// routes that answer one.
+func (s *server) refuseRepeated(w http.ResponseWriter, r *http.Request, msg string) {
+	if !strings.HasPrefix(r.URL.Path, "/cube/") || r.URL.Path == PathDownload || strings.HasPrefix(r.URL.Path, "/cube/ca/") {
+		wire.WriteError(w, http.StatusBadRequest, msg)
+		return
+	}
+	writeEnvelopeStatus(w, r, http.StatusBadRequest, envelope.CodeParams, msg)
+}
+
+// writeEnvelopeStatus answers an envelope with a real HTTP status, for the
+// answers a public route's handler never gives (no such route, a refused
+// request), so status-code clients notice too.
+func writeEnvelopeStatus(w http.ResponseWriter, r *http.Request, status, code int, msg string) {
+	metrics.RecordRetCode(r, code)
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusNotFound)
-	_ = json.NewEncoder(w).Encode(envelope.Response{Ret: envelope.Ret{Code: envelope.CodeNotFound, Msg: "Not Found"}})
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(envelope.Response{Ret: envelope.Ret{Code: code, Msg: msg}})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/core"
 )
 
@@ -141,6 +142,9 @@ func (s *server) caFile(w http.ResponseWriter, r *http.Request) {
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		s.caError(w, http.StatusNotFound, errors.New("not a regular file"))
+		return
+	}
+	if wire.ZeroSuffixRange(w, r, st.Size()) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

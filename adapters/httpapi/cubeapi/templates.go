@@ -1,6 +1,7 @@
 package cubeapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +49,20 @@ func (s *server) jobAnswer(w http.ResponseWriter, r *http.Request, requestID str
 			return
 		}
 	}
-	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: cubeview.NewJobInfo(job, art)}})
+	info := cubeview.NewJobInfo(job, art)
+	if jn, ok := s.cfg.Jobs.(jobNodes); ok {
+		// Display data: a failed read leaves the nodes out.
+		if rs, nerr := jn.JobNodes(r.Context(), job); nerr == nil && len(rs) > 0 {
+			info.Nodes = cubeview.NewJobNodes(rs)
+		}
+	}
+	s.write(w, r, jobResponse{Response: envelope.OK(requestID), JobResponse: cubeview.JobResponse{Job: info}})
+}
+
+// jobNodes is implemented by job services that can list a job's target
+// nodes with the state of their copies (*control.Service).
+type jobNodes interface {
+	JobNodes(ctx context.Context, job *core.Job) ([]*core.Replica, error)
 }
 
 // decode reads a JSON body; on failure it answers the envelope itself.
@@ -150,14 +164,33 @@ func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
 	s.jobAnswer(w, r, body.RequestID, job, err)
 }
 
-// getImageJob is GET /cube/template/from-image?job_id=J.
+// getImageJob is GET /cube/template/from-image?job_id=J, or, with
+// template_id=T (an id or an alias) instead, T's latest job.
 func (s *server) getImageJob(w http.ResponseWriter, r *http.Request) {
-	jobID := r.URL.Query().Get("job_id")
+	q := r.URL.Query()
+	jobID, tid := q.Get("job_id"), q.Get("template_id")
 	switch {
-	case jobID == "":
-		s.fail(w, r, "", required("job_id"))
+	case jobID == "" && tid == "":
+		s.fail(w, r, "", &core.FieldError{Field: "job_id", Reason: "is required (or template_id, for the template's latest job)"})
 	case s.cfg.Jobs == nil:
 		s.fail(w, r, "", errJobsOff)
+	case jobID == "" && s.cfg.Catalog == nil:
+		s.fail(w, r, "", errCatalogOff)
+	case jobID == "":
+		id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), tid)
+		var t *control.Template
+		if err == nil {
+			t, err = s.cfg.Catalog.GetTemplate(r.Context(), id)
+		}
+		if err == nil && t.JobID == "" {
+			err = fmt.Errorf("template %s has no job: %w", id, core.ErrNotFound)
+		}
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		job, err := s.cfg.Jobs.GetLiveJob(r.Context(), t.JobID)
+		s.jobAnswer(w, r, "", job, err)
 	default:
 		job, err := s.cfg.Jobs.GetLiveJob(r.Context(), jobID)
 		s.jobAnswer(w, r, "", job, err)

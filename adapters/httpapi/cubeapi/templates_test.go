@@ -267,3 +267,24 @@ func TestUnknownCubePath(t *testing.T) {
 		t.Fatalf("health %d", rec.Code)
 	}
 }
+
+// TestJobOfATemplate: GET from-image with template_id (an id or an alias)
+// answers the template's latest job, as `tpl status <template>` asks.
+func TestJobOfATemplate(t *testing.T) {
+	svc := &services{}
+	h := newServer(t, svc, "")
+	rec := do(h, "GET", PathFromImage+"?template_id=web", "", nil)
+	if code := retCode(t, rec); code != 200 {
+		t.Fatalf("ret_code %d: %s", code, rec.Body)
+	}
+	if !slices.Equal(svc.calls, []string{"GetTemplate", "GetImageJob"}) || svc.last != "job-1" {
+		t.Fatalf("calls %v (last %v), want the template tpl-1 read, then its job job-1", svc.calls, svc.last)
+	}
+	if job := decodeMap(t, rec.Body.Bytes())["job"].(map[string]any); job["job_id"] != "job-1" {
+		t.Fatalf("job %v", job)
+	}
+	svc = &services{err: core.ErrNotFound}
+	if code := retCode(t, do(newServer(t, svc, ""), "GET", PathFromImage+"?template_id=nope", "", nil)); code != 130404 {
+		t.Fatalf("unknown template: ret_code %d, want 130404", code)
+	}
+}

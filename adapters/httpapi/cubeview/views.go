@@ -35,6 +35,45 @@ type JobInfo struct {
 	PullCompletedLayers     int           `json:"pull_completed_layers,omitempty"`
 	PullSpeedBPS            int64         `json:"pull_speed_bps,omitempty"`
 	Artifact                *ArtifactInfo `json:"artifact,omitempty"`
+	// PhaseDurationsMS is how long each finished phase took, measured
+	// where its work ran, in milliseconds by phase (this service's own).
+	PhaseDurationsMS map[string]int64 `json:"phase_durations_ms,omitempty"`
+	// Nodes are the job's target nodes with the state of their copy
+	// (this service's own; job reads only).
+	Nodes []JobNode `json:"nodes,omitempty"`
+}
+
+// JobNode is one target node of a job: Status is READY, FAILED or the
+// step under way (DISTRIBUTING, DISTRIBUTED, SNAPSHOTTING); Error says why
+// a FAILED node failed (a node that was down says so).
+type JobNode struct {
+	NodeID string `json:"node_id"`
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// NewJobNodes is the view of a job's replica rows (Nodes).
+func NewJobNodes(rs []*core.Replica) []JobNode {
+	out := make([]JobNode, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, JobNode{NodeID: r.NodeID, Status: ShownReplicaStatus(r), Error: r.ErrorMessage})
+	}
+	return out
+}
+
+// ShownReplicaStatus is the status a view shows for a replica row. The
+// row's status is READY or FAILED (upstream writes only these, and
+// convergence and redo read them so); a FAILED row without an error whose
+// phase is a step under way (DISTRIBUTING, DISTRIBUTED: the copy is
+// there, SNAPSHOTTING) is shown by that phase: it has not failed.
+func ShownReplicaStatus(r *core.Replica) string {
+	if r.Status == core.ReplicaFailed && r.ErrorMessage == "" {
+		switch r.Phase {
+		case core.ReplicaPhaseDistributing, core.ReplicaPhaseDistributed, core.ReplicaPhaseSnapshotting:
+			return string(r.Phase)
+		}
+	}
+	return string(r.Status)
 }
 
 // ArtifactInfo is upstream's RootfsArtifactInfo. The download token is
@@ -45,15 +84,19 @@ type ArtifactInfo struct {
 	SourceImageRef          string `json:"source_image_ref,omitempty"`
 	SourceImageDigest       string `json:"source_image_digest,omitempty"`
 	MasterNodeID            string `json:"master_node_id,omitempty"`
-	MasterNodeIP            string `json:"master_node_ip,omitempty"`
-	Ext4Path                string `json:"ext4_path,omitempty"`
-	Ext4SHA256              string `json:"ext4_sha256,omitempty"`
-	Ext4SizeBytes           int64  `json:"ext4_size_bytes,omitempty"`
-	WritableLayerSize       string `json:"writable_layer_size,omitempty"`
-	Status                  string `json:"status,omitempty"`
-	LastError               string `json:"last_error,omitempty"`
-	StorageBackend          string `json:"storage_backend,omitempty"`
-	ObjectKey               string `json:"object_key,omitempty"`
+	// MasterNodeIP is upstream's misnamed column and field: it holds the
+	// download base URL (http://host:port), not an IP. Kept for upstream's
+	// clients; DownloadBaseURL says the same under its real name.
+	MasterNodeIP      string `json:"master_node_ip,omitempty"`
+	DownloadBaseURL   string `json:"download_base_url,omitempty"`
+	Ext4Path          string `json:"ext4_path,omitempty"`
+	Ext4SHA256        string `json:"ext4_sha256,omitempty"`
+	Ext4SizeBytes     int64  `json:"ext4_size_bytes,omitempty"`
+	WritableLayerSize string `json:"writable_layer_size,omitempty"`
+	Status            string `json:"status,omitempty"`
+	LastError         string `json:"last_error,omitempty"`
+	StorageBackend    string `json:"storage_backend,omitempty"`
+	ObjectKey         string `json:"object_key,omitempty"`
 }
 
 // NewJobInfo is the view of a job and, if known, its artifact.
@@ -70,8 +113,19 @@ func NewJobInfo(j *core.Job, a *core.Artifact) *JobInfo {
 		TemplateStatus: j.TemplateStatus, ArtifactStatus: j.ArtifactStatus,
 		PullTotalBytes: j.Pull.TotalBytes, PullDownloadedBytes: j.Pull.DownloadedBytes, PullTotalLayers: j.Pull.TotalLayers,
 		PullCompletedLayers: j.Pull.CompletedLayers, PullSpeedBPS: j.Pull.SpeedBPS,
-		Artifact: NewArtifactInfo(a),
+		Artifact: NewArtifactInfo(a), PhaseDurationsMS: durationsMS(j.PhaseDurations),
 	}
+}
+
+func durationsMS(d core.PhaseDurations) map[string]int64 {
+	if len(d) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(d))
+	for ph, v := range d {
+		out[string(ph)] = v.Milliseconds()
+	}
+	return out
 }
 
 // NewArtifactInfo is the view of an artifact row (nil for nil).
@@ -82,7 +136,8 @@ func NewArtifactInfo(a *core.Artifact) *ArtifactInfo {
 	return &ArtifactInfo{
 		ArtifactID: a.ArtifactID, TemplateSpecFingerprint: a.Fingerprint, SourceImageRef: a.SourceImageRef,
 		SourceImageDigest: a.SourceImageDigest, MasterNodeID: a.MasterNodeID, MasterNodeIP: a.DownloadBaseURL,
-		Ext4Path: a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
+		DownloadBaseURL: a.DownloadBaseURL,
+		Ext4Path:        a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
 		WritableLayerSize: a.WritableLayerSize, Status: string(a.Status), LastError: a.LastError,
 		StorageBackend: a.StorageBackend, ObjectKey: a.ObjectKey,
 	}
@@ -151,7 +206,7 @@ func NewReplicaInfos(rs []*core.Replica) []ReplicaInfo {
 	out := make([]ReplicaInfo, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, ReplicaInfo{NodeID: r.NodeID, NodeIP: r.NodeIP, InstanceType: r.InstanceType, Spec: r.Spec,
-			SnapshotPath: r.SnapshotPath, Status: string(r.Status), Phase: string(r.Phase), ArtifactID: r.ArtifactID,
+			SnapshotPath: r.SnapshotPath, Status: ShownReplicaStatus(r), Phase: string(r.Phase), ArtifactID: r.ArtifactID,
 			LastJobID: r.LastJobID, LastErrorPhase: r.LastErrorPhase, ErrorMessage: r.ErrorMessage, CleanupRequired: r.CleanupRequired})
 	}
 	return out
@@ -279,9 +334,9 @@ type Preview struct {
 // phaseStart is the progress at which each phase starts (the data plane's
 // pipeline and the master's resume report these values).
 var phaseStart = map[core.Phase]int{
-	core.PhasePulling: 5, core.PhaseUnpacking: 20, core.PhaseBuildingExt4: 40, core.PhaseGeneratingJSON: 70,
-	core.PhaseUploading: 80, core.PhaseRegistering: 80, core.PhaseDistributing: 80, core.PhaseMigrating: 10,
-	core.PhaseCreatingTemplate: 85, core.PhaseSnapshotting: 90,
+	core.PhasePulling: 5, core.PhaseUnpacking: 20, core.PhaseBuildingExt4: 40, core.PhaseGeneratingJSON: 78,
+	core.PhaseUploading: 80, core.PhaseRegistering: 80, core.PhaseDistributing: 85, core.PhaseMigrating: 10,
+	core.PhaseCreatingTemplate: 90, core.PhaseSnapshotting: 92,
 }
 
 // ShownProgress is the progress a view shows. A FAILED job's row says 100

@@ -19,7 +19,9 @@ func TestArtifactViewHidesTheToken(t *testing.T) {
 	if strings.Contains(string(b), "tok-secret") {
 		t.Fatalf("the view leaks the download token: %s", b)
 	}
-	if v := NewArtifactInfo(a); v.MasterNodeIP != "http://m:8089" || v.Ext4SHA256 != "abc" {
+	// master_node_ip is upstream's name for the download base URL; the
+	// view carries it under its real name too.
+	if v := NewArtifactInfo(a); v.MasterNodeIP != "http://m:8089" || v.DownloadBaseURL != "http://m:8089" || v.Ext4SHA256 != "abc" {
 		t.Fatalf("artifact view %+v", v)
 	}
 	if NewJobInfo(nil, a) != nil || NewArtifactInfo(nil) != nil {
@@ -101,6 +103,29 @@ func TestShownProgressIsNeverFullOnFailure(t *testing.T) {
 	for _, tc := range cases {
 		if got := ShownProgress(&tc.job); got != tc.want {
 			t.Errorf("%s %s %d%%: shown %d, want %d", tc.job.Status, tc.job.Phase, tc.job.Progress, got, tc.want)
+		}
+	}
+}
+
+// A replica row is READY or FAILED (upstream's two values); one whose step
+// is still under way, without an error, is shown by its step.
+func TestShownReplicaStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status core.ReplicaStatus
+		phase  core.ReplicaPhase
+		err    string
+		want   string
+	}{
+		{core.ReplicaReady, core.ReplicaPhaseReady, "", "READY"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributing, "", "DISTRIBUTING"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributed, "", "DISTRIBUTED"},
+		{core.ReplicaFailed, core.ReplicaPhaseSnapshotting, "", "SNAPSHOTTING"},
+		{core.ReplicaFailed, core.ReplicaPhaseFailed, "disk full", "FAILED"},
+		{core.ReplicaFailed, core.ReplicaPhaseDistributed, "snapshot refused", "FAILED"},
+	} {
+		r := &core.Replica{Status: tc.status, Phase: tc.phase, ErrorMessage: tc.err}
+		if got := ShownReplicaStatus(r); got != tc.want {
+			t.Errorf("%s/%s %q shown %s, want %s", tc.status, tc.phase, tc.err, got, tc.want)
 		}
 	}
 }

@@ -21,11 +21,11 @@ import (
 
 // Retry schedule (upstream reporter).
 const (
-	ProgressAttempts = 6
-	TerminalAttempts = 12
-	InitialBackoff   = 500 * time.Millisecond
-	MaxBackoff       = 5 * time.Second
-	AttemptTimeout   = 10 * time.Second
+	ProgressAttempts   = 6
+	EndOfBuildAttempts = 12
+	InitialBackoff     = 500 * time.Millisecond
+	MaxBackoff         = 5 * time.Second
+	AttemptTimeout     = 10 * time.Second
 )
 
 // Config configures a Client.
@@ -116,8 +116,8 @@ func (c *Client) Report(ctx context.Context, jobID string, r ports.StatusReport)
 		return fmt.Errorf("encode status report for job %s: %w", jobID, err)
 	}
 	policy := retry.Policy{Attempts: ProgressAttempts, Initial: InitialBackoff, Max: MaxBackoff}
-	if body.Terminal() {
-		policy.Attempts = TerminalAttempts
+	if body.EndsBuild() {
+		policy.Attempts = EndOfBuildAttempts
 	}
 	url := c.base + wire.JobStatusPath(jobID)
 	op := fmt.Sprintf("report job %s status %s", jobID, body.Status)

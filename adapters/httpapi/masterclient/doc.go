@@ -7,7 +7,8 @@
 // and the body of wire.StatusReport. Each attempt has a 10 s timeout;
 // transport errors, 429 and 5xx are retried with a backoff of 500 ms
 // doubling to at most 5 s, 6 attempts in all for progress reports and 12 for
-// terminal ones (BUILT, FAILED, READY), which the master must not miss.
+// those that end the build (BUILT, FAILED, READY), which the master must
+// not miss.
 // Other 4xx answers are final. Retrying is safe: the master acknowledges a
 // duplicate or late report without applying it.
 package masterclient

@@ -42,6 +42,7 @@ const (
 	CallbackStale     = "stale"     // receiver: duplicate or late, acknowledged
 	CallbackRejected  = "rejected"  // receiver: bad body, unknown job, refused transition
 	CallbackError     = "error"     // receiver: internal failure (the sender retries)
+	CallbackAbandoned = "abandoned" // receiver: the sender hung up before the answer
 )
 
 // Metrics holds the collectors.
@@ -61,6 +62,13 @@ type Metrics struct {
 	// operation and result (ok, error); NodeOpDuration times them.
 	NodeOps        *prometheus.CounterVec
 	NodeOpDuration *prometheus.HistogramVec // labels: op
+	// Builds counts the data plane's finished builds by result (built,
+	// reused, failed).
+	Builds *prometheus.CounterVec
+	// Jobs counts jobs this process moved to a terminal status, by
+	// operation and result (ready, partially_ready, failed): the master
+	// finishes most; the data plane's reconciler fails abandoned ones.
+	Jobs *prometheus.CounterVec
 
 	active   atomic.Int64
 	activeFn atomic.Pointer[func() int]
@@ -110,6 +118,14 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 			Help:    "Node RPC latency by operation.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
 		}, []string{"op"}),
+		Builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "builds_total",
+			Help: "Finished builds by result: built, reused (an existing artifact), failed.",
+		}, []string{"result"}),
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "jobs_finished_total",
+			Help: "Jobs this process moved to a terminal status, by operation and result (ready, partially_ready, failed).",
+		}, []string{"operation", "result"}),
 	}
 	m.ActiveBuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "active_builds",
@@ -120,8 +136,8 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 		}
 		return float64(m.active.Load())
 	})
-	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors}
-	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds}
+	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors, m.Jobs}
+	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds, m.Builds}
 	nodes := []prometheus.Collector{m.NodeOps, m.NodeOpDuration}
 	cs := common
 	switch role {
@@ -198,6 +214,29 @@ func (m *Metrics) Callback(result string) {
 	}
 }
 
+// Build results.
+const (
+	BuildBuilt  = "built"
+	BuildReused = "reused"
+	BuildFailed = "failed"
+)
+
+// BuildFinished counts one finished build (one of the Build* results).
+func (m *Metrics) BuildFinished(result string) {
+	if m != nil {
+		m.Builds.WithLabelValues(result).Inc()
+	}
+}
+
+// JobFinished counts a job that reached a terminal status: operation is
+// its operation (CREATE, REDO, ...), result ready, partially_ready or
+// failed.
+func (m *Metrics) JobFinished(operation, result string) {
+	if m != nil {
+		m.Jobs.WithLabelValues(operation, result).Inc()
+	}
+}
+
 // NodeOp counts one node RPC and its latency.
 func (m *Metrics) NodeOp(node, op string, err error, d time.Duration) {
 	if m == nil {
@@ -222,10 +261,45 @@ func RecordRetCode(r *http.Request, code int) {
 	}
 }
 
+// Label values of requests outside the fixed sets.
+const (
+	// RouteUnmatched labels a request no route matched (404), and one
+	// whose method the matched path does not serve (405).
+	RouteUnmatched = "unmatched"
+	// MethodOther labels a method outside the standard ones.
+	MethodOther = "OTHER"
+)
+
+// MethodLabel is the method label of a request: one of the standard
+// methods, else MethodOther. net/http accepts any token as a method, up to
+// the header limit (about 1 MiB): used as a label as it came, every odd
+// method would be a new series kept for the life of the process.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return MethodOther
+}
+
+// routeLabel is the route label of a request that was served: the chi
+// pattern that matched it (a registered pattern, so one of a fixed set),
+// RouteUnmatched when none did.
+func routeLabel(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		return rc.RoutePattern()
+	}
+	return RouteUnmatched
+}
+
 // Instrument counts and times requests by chi route pattern (the pattern,
-// not the path, so ids do not explode the label space), and counts failed
-// ones in http_errors_total. It only observes; it never answers a request.
-// Unmatched requests are labelled "unmatched".
+// not the path, so ids do not explode the label space) and by method (one
+// of a fixed set, see MethodLabel), and counts failed ones in
+// http_errors_total. It only observes; it never answers a request.
+// Unmatched requests, 404 and 405 answers are labelled RouteUnmatched, so
+// however many paths and methods callers invent, the label values stay a
+// fixed set.
 func (m *Metrics) Instrument(next http.Handler) http.Handler {
 	if m == nil {
 		return next
@@ -236,21 +310,18 @@ func (m *Metrics) Instrument(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), retCodeKey{}, ret))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
-		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
-		}
 		code := ww.Status()
 		if code == 0 {
 			code = http.StatusOK
 		}
-		m.HTTPRequests.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
-		m.HTTPDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		route, method := routeLabel(r), MethodLabel(r.Method)
+		m.HTTPRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+		m.HTTPDuration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 		switch {
 		case ret.Load() != 0:
-			m.Errors.WithLabelValues(route, r.Method, strconv.FormatInt(ret.Load(), 10)).Inc()
+			m.Errors.WithLabelValues(route, method, strconv.FormatInt(ret.Load(), 10)).Inc()
 		case code >= 400:
-			m.Errors.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
+			m.Errors.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 		}
 	})
 }

@@ -154,3 +154,41 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 	t.Fatalf("unsupported metric %v", &d)
 	return 0
 }
+
+func TestMethodLabel(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"GET", "GET"}, {"HEAD", "HEAD"}, {"POST", "POST"}, {"PUT", "PUT"}, {"PATCH", "PATCH"},
+		{"DELETE", "DELETE"}, {"OPTIONS", "OPTIONS"}, {"CONNECT", "CONNECT"}, {"TRACE", "TRACE"},
+		{"get", MethodOther}, {"PROPFIND", MethodOther}, {strings.Repeat("X", 512<<10), MethodOther}, {"", MethodOther},
+	} {
+		if got := MethodLabel(tc.in); got != tc.want {
+			t.Errorf("MethodLabel(%.20q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestUnservedRequestsShareOneRoute: 404 and 405 answers are counted under
+// RouteUnmatched, never under the path asked for.
+func TestUnservedRequestsShareOneRoute(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, All)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(m.Instrument)
+	r.Get("/jobs/{id}", func(http.ResponseWriter, *http.Request) {})
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, "/jobs/1"}, {"BREW", "/jobs/2"}, {http.MethodGet, "/random/a"}, {http.MethodGet, "/jobs/1/x"},
+	} {
+		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(c.method, c.path, nil))
+	}
+	for _, c := range []struct {
+		method, code string
+		want         float64
+	}{{"POST", "405", 1}, {MethodOther, "405", 1}, {"GET", "404", 2}} {
+		if got := value(t, m.HTTPRequests.WithLabelValues(RouteUnmatched, c.method, c.code)); got != c.want {
+			t.Errorf("%s %s: %v, want %v", c.method, c.code, got, c.want)
+		}
+	}
+}

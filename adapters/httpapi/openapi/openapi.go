@@ -38,9 +38,76 @@ type Op struct {
 	Body any
 	// BodyType, when set, is a non-JSON request body's content type.
 	BodyType string
-	// Token marks routes behind the shared callback token.
-	Token     bool
+	// Auth lists the ways a caller may authenticate, any one of which
+	// will do; empty means the route takes no credentials. Every
+	// operation's "security" says so explicitly.
+	Auth      []Auth
 	Responses map[int]Response
+}
+
+// Auth is one way to authenticate an operation.
+type Auth string
+
+// Ways to authenticate.
+const (
+	// AuthAnonymous: no credentials (with others, they are optional).
+	AuthAnonymous Auth = "anonymous"
+	// AuthCallbackToken: the shared token of the internal routes.
+	AuthCallbackToken Auth = "callback_token"
+	// AuthPublic: the master's public API credentials, a bearer token or
+	// upstream's signed headers (when CUBE_MASTER_AUTH is on).
+	AuthPublic Auth = "public"
+	// AuthArtifactToken: an artifact's own download token.
+	AuthArtifactToken Auth = "artifact_token"
+)
+
+// Header names of the credentials (packages auth and core spell them).
+const (
+	ArtifactTokenHeader = "X-Cube-Artifact-Token"
+	signedUserID        = "cube_user_id"
+	signedTimestamp     = "cube_timestamp"
+	signedNonce         = "cube_nonce"
+	signedMethod        = "cube_sgn_method"
+	signedSignature     = "cube_signature"
+)
+
+// schemes are the security schemes an Auth needs, by name.
+func (a Auth) schemes() map[string]any {
+	header := func(name, doc string) map[string]any {
+		return map[string]any{"type": "apiKey", "in": "header", "name": name, "description": doc}
+	}
+	switch a {
+	case AuthCallbackToken:
+		return map[string]any{"callbackToken": header(TokenHeader, "CUBE_TEMPLATE_CALLBACK_TOKEN, the same on both services")}
+	case AuthArtifactToken:
+		return map[string]any{"artifactToken": header(ArtifactTokenHeader, "the artifact's download token (core.Artifact.DownloadToken), handed to nodes with the artifact")}
+	case AuthPublic:
+		signed := "upstream's signed request: cube_signature over the method, path, cube_user_id, cube_timestamp and cube_nonce with the user's key (CUBE_MASTER_AUTH_SECRET_KEYS)"
+		return map[string]any{
+			"bearerAuth": map[string]any{"type": "http", "scheme": "bearer",
+				"description": "one of CUBE_MASTER_AUTH_BEARER_TOKENS (cubemastercli sends CUBE_MASTER_TOKEN); required unless CUBE_MASTER_AUTH=false"},
+			"cubeUserID": header(signedUserID, signed), "cubeTimestamp": header(signedTimestamp, signed),
+			"cubeNonce": header(signedNonce, signed), "cubeSgnMethod": header(signedMethod, signed),
+			"cubeSignature": header(signedSignature, signed),
+		}
+	}
+	return nil
+}
+
+// requirements are the security requirement objects of an Auth: each is
+// one way in (the names it lists are all needed).
+func (a Auth) requirements() []any {
+	none := []string{}
+	switch a {
+	case AuthCallbackToken:
+		return []any{map[string]any{"callbackToken": none}}
+	case AuthArtifactToken:
+		return []any{map[string]any{"artifactToken": none}}
+	case AuthPublic:
+		return []any{map[string]any{"bearerAuth": none},
+			map[string]any{"cubeUserID": none, "cubeTimestamp": none, "cubeNonce": none, "cubeSgnMethod": none, "cubeSignature": none}}
+	}
+	return []any{map[string]any{}} // anonymous
 }
 
 // Key is "METHOD path", as the routers' route tables spell it.
@@ -52,6 +119,7 @@ const TokenHeader = "X-Cube-Template-Callback-Token"
 // Document renders an OpenAPI 3.0 document.
 func Document(title, version, description string, ops []Op) ([]byte, error) {
 	g := &gen{schemas: map[string]any{}}
+	schemes := map[string]any{}
 	paths := map[string]map[string]any{}
 	for _, o := range ops {
 		op := map[string]any{"summary": o.Summary, "operationId": operationID(o)}
@@ -77,9 +145,14 @@ func Document(title, version, description string, ops []Op) ([]byte, error) {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				o.BodyType: map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		}
-		if o.Token {
-			op["security"] = []any{map[string]any{"callbackToken": []string{}}}
+		security := []any{}
+		for _, a := range o.Auth {
+			security = append(security, a.requirements()...)
+			for name, sc := range a.schemes() {
+				schemes[name] = sc
+			}
 		}
+		op["security"] = security
 		resps := map[string]any{}
 		for code, r := range o.Responses {
 			resp := map[string]any{"description": r.Doc}
@@ -102,10 +175,8 @@ func Document(title, version, description string, ops []Op) ([]byte, error) {
 		"info":    map[string]any{"title": title, "version": version, "description": description},
 		"paths":   paths,
 		"components": map[string]any{
-			"schemas": g.schemas,
-			"securitySchemes": map[string]any{"callbackToken": map[string]any{
-				"type": "apiKey", "in": "header", "name": TokenHeader,
-				"description": "CUBE_TEMPLATE_CALLBACK_TOKEN, the same on both services"}},
+			"schemas":         g.schemas,
+			"securitySchemes": schemes,
 		},
 	}
 	return json.MarshalIndent(doc, "", "  ")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
@@ -55,10 +56,14 @@ func compatEnv(t *testing.T) (*entstore.Store, string) {
 	return st, filepath.Join(dir, "release-manifest.json")
 }
 
+const compatToken = "compat-internal-token"
+
 func compatCall(t *testing.T, h http.Handler, method string) (int, *tcapi.CompatReport) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(method, tcapi.PathCompat, nil))
+	req := httptest.NewRequest(method, tcapi.PathCompat, nil)
+	req.Header.Set(auth.Header, compatToken)
+	h.ServeHTTP(rec, req)
 	var body struct {
 		Ret struct {
 			Code int `json:"ret_code"`
@@ -82,7 +87,7 @@ func statuses(rep *tcapi.CompatReport) map[string]string {
 func TestCompatRoutes(t *testing.T) {
 	st, manifest := compatEnv(t)
 	clock := time.Unix(1_800_000_000, 0)
-	h := tcapi.New(tcapi.Config{Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: manifest},
+	h := tcapi.New(tcapi.Config{Token: compatToken, Compat: &data.CompatScanner{Templates: st.Templates(), Manifests: hostfiles.ManifestFile{Path: manifest},
 		Clock: fixedClock(clock), ManifestSource: manifest}})
 	allUnknown := map[string]string{"tpl-ok": "UNKNOWN", "tpl-old": "UNKNOWN", "tpl-blank": "UNKNOWN"}
 

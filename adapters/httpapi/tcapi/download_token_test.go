@@ -133,3 +133,37 @@ func TestDownloadHidesWhichArtifactsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestDownloadTokensAreDerived: with tokens keyed by the callback token
+// (as the apps run), the row's column holds a seed and only the token
+// derived from it downloads: the column value, which a copy of the
+// database shows, is refused, and so is an upstream row's token in the
+// clear (such rows get a seed when the data plane starts). Before, the
+// column held the token itself, and a read-only dump downloaded every
+// artifact.
+func TestDownloadTokensAreDerived(t *testing.T) {
+	st := fileStore(t)
+	put(t, st, core.ArtifactObjectKey("rfs-a"), []byte("bytes of a"))
+	put(t, st, core.ArtifactObjectKey("rfs-up"), []byte("upstream's bytes"))
+	tokens := core.NewDownloadTokens(testToken)
+	seed := core.NewDownloadSeed("0123456789abcdef")
+	lookup := &fakeLookup{rows: map[string]*core.Artifact{
+		"rfs-a":  {ArtifactID: "rfs-a", Status: core.ArtifactReady, DownloadToken: seed},
+		"rfs-up": {ArtifactID: "rfs-up", Status: core.ArtifactReady, DownloadToken: "2b1f0c7e-upstream-uuid"},
+	}}
+	h := New(Config{Token: testToken, Artifacts: lookup, Store: st, DownloadTokens: tokens})
+	for _, tc := range []struct {
+		name, id, token string
+		want            int
+	}{
+		{"the derived token", "rfs-a", tokens.For("rfs-a", seed), http.StatusOK},
+		{"the column value (a dump)", "rfs-a", seed, http.StatusForbidden},
+		{"a token derived with another key", "rfs-a", core.NewDownloadTokens("another-callback-token").For("rfs-a", seed), http.StatusForbidden},
+		{"an upstream row's clear token (a dump)", "rfs-up", "2b1f0c7e-upstream-uuid", http.StatusForbidden},
+	} {
+		rec := do(t, h, call{method: http.MethodGet, target: dlURL(tc.id, ""), header: map[string]string{core.DownloadTokenHeader: tc.token}})
+		if rec.Code != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, rec.Code, tc.want)
+		}
+	}
+}

@@ -116,14 +116,15 @@ func TestBuildFromOldAndNewMasters(t *testing.T) {
 	}
 	runner.mu.Lock()
 	for _, in := range runner.inputs {
-		switch in.Request.TemplateID {
+		req := in.Request.Request()
+		switch req.TemplateID {
 		case "tpl-new":
-			if in.Inject.CA == nil || in.Request.EnableIvshmem == nil || in.Request.Backend != "xfs" || !core.WantsCubeCA(in.Request) {
-				t.Errorf("our master's build: %+v %+v", in.Request, in.Inject)
+			if in.Inject.CA == nil || req.EnableIvshmem == nil || req.Backend != "xfs" || !core.WantsCubeCA(req) {
+				t.Errorf("our master's build: %+v %+v", req, in.Inject)
 			}
 		case "tpl-up":
-			if string(in.Inject.Envd) != string(envd) || in.Request.Alias != "web" || !core.WantsCubeCA(in.Request) {
-				t.Errorf("upstream's build: %+v", in.Request)
+			if string(in.Inject.Envd) != string(envd) || req.Alias != "web" || !core.WantsCubeCA(req) {
+				t.Errorf("upstream's build: %+v", req)
 			}
 		case "tpl-old":
 			if in.Inject.CA != nil || in.Inject.Envd != nil {

@@ -32,25 +32,31 @@ func merged(extra map[int]string) map[int]string {
 	return out
 }
 
-// ReadyResponse is the body of /health and /ready.
-type ReadyResponse struct {
-	Status string            `json:"status"` // ok / ready, or unavailable
-	Error  string            `json:"error,omitempty"`
-	Checks map[string]string `json:"checks,omitempty"`
+// HealthResponse is the body of /health.
+type HealthResponse struct {
+	Status string `json:"status"` // ok or unavailable
+	Error  string `json:"error,omitempty"`
 }
+
+// ReadyResponse is the body of /ready, the same document as the master's.
+type ReadyResponse = wire.ReadyResponse
+
+// downloadAuth: a node sends the artifact's token; the master, asking
+// whether an artifact exists, the internal token.
+var downloadAuth = []openapi.Auth{openapi.AuthArtifactToken, openapi.AuthCallbackToken}
 
 // Operations documents every route New registers; the router test keeps
 // the two equal.
 func Operations() []openapi.Op {
 	artifactParam := openapi.Param{Name: "artifact_id", In: "query", Doc: "artifact id", Required: true}
 	return []openapi.Op{
-		{Method: "POST", Path: wire.PathBuild, Tag: "internal", Token: true, Summary: "Accept a build for a PENDING job (from the master)",
+		{Method: "POST", Path: wire.PathBuild, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Accept a build for a PENDING job (from the master)",
 			Body: wire.BuildRequest{}, Responses: with(errs(merged(map[int]string{404: "job missing or not pending",
 				409: "already in flight", 429: "at the concurrency cap (CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS)"})),
 				202, openapi.Response{Doc: "accepted", Body: wire.BuildAccepted{}})},
-		{Method: "POST", Path: wire.PathArtifactDelete, Tag: "internal", Token: true, Summary: "Remove an artifact's bytes and row (idempotent)",
+		{Method: "POST", Path: wire.PathArtifactDelete, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Remove an artifact's bytes and row (idempotent)",
 			Body: wire.DeleteArtifactRequest{}, Responses: with(errs(internalErrs), 200, openapi.Response{Doc: "deleted or absent", Body: wire.DeleteArtifactResponse{}})},
-		{Method: "POST", Path: wire.PathArtifactUpload, Tag: "internal", Token: true, Summary: "Store an uploaded ext4 (migrate), verified against sha256 and size",
+		{Method: "POST", Path: wire.PathArtifactUpload, Tag: "internal", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Store an uploaded ext4 (migrate), verified against sha256 and size",
 			Description: "Also accepts upstream master's multipart/form-data form (fields artifact_id and file; sha256 and size " +
 				"then come from the artifact row or are computed), answered with ext4_path, ext4_sha256 and ext4_size_bytes.",
 			Params: []openapi.Param{{Name: "artifact_id", In: "query", Doc: "artifact id (raw form; the multipart form names it in a field)"},
@@ -58,22 +64,26 @@ func Operations() []openapi.Op {
 				{Name: "size", In: "query", Doc: "bytes (raw form)"}},
 			BodyType:  "application/octet-stream",
 			Responses: with(errs(merged(map[int]string{413: "larger than the upload cap"})), 200, openapi.Response{Doc: "stored (or identical bytes were there)", Body: wire.UploadResponse{}})},
-		{Method: "GET", Path: PathDownload, Tag: "downloads", Summary: "Download an artifact's ext4 (Range, ETag; a presigned URL for object stores)",
+		{Method: "GET", Path: PathDownload, Tag: "downloads", Auth: downloadAuth, Summary: "Download an artifact's ext4 (Range, ETag; a presigned URL for object stores)",
 			Params: []openapi.Param{artifactParam, {Name: "X-Cube-Artifact-Token", In: "header", Doc: "the artifact's download token", Required: true}},
 			Responses: map[int]openapi.Response{200: {Doc: "the bytes", ContentType: "application/octet-stream"}, 206: {Doc: "a range", ContentType: "application/octet-stream"},
-				302: {Doc: "presigned URL"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
-				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"}}},
-		{Method: "HEAD", Path: PathDownload, Tag: "downloads", Summary: "Artifact size and ETag",
+				302: {Doc: "presigned URL"}, 400: {Doc: "a bad artifact id, or the token or id given twice"},
+				403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
+				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"},
+				416: {Doc: "no satisfiable range (bytes=-0 included, RFC 9110), or more than 16 ranges"}}},
+		{Method: "HEAD", Path: PathDownload, Tag: "downloads", Auth: downloadAuth, Summary: "Artifact size and ETag",
 			Params: []openapi.Param{artifactParam},
 			Responses: map[int]openapi.Response{200: {Doc: "present"}, 403: {Doc: "unknown artifact, or a missing or wrong token (one answer for both)"},
 				404: {Doc: "not READY or no bytes (with the artifact's token); unknown artifact (with the internal token)"}}},
-		{Method: "GET", Path: PathCompat, Tag: "compat", Summary: "Compat report of the replicas against the release manifest",
-			Responses: map[int]openapi.Response{200: {Doc: "upstream envelope", Body: compatResponse{}}}},
-		{Method: "POST", Path: PathCompat, Tag: "compat", Summary: "Rescan compat now",
-			Responses: map[int]openapi.Response{200: {Doc: "upstream envelope", Body: compatResponse{}}}},
+		{Method: "GET", Path: PathCompat, Tag: "compat", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Compat report of the replicas against the release manifest (the master forwards its public route here)",
+			Responses: with(errs(map[int]string{401: "bad token", 503: "no token configured"}), 200, openapi.Response{Doc: "upstream envelope", Body: compatResponse{}})},
+		{Method: "POST", Path: PathCompat, Tag: "compat", Auth: []openapi.Auth{openapi.AuthCallbackToken}, Summary: "Rescan compat now (the master forwards its public route here)",
+			Responses: with(errs(map[int]string{401: "bad token", 503: "no token configured"}), 200, openapi.Response{Doc: "upstream envelope", Body: compatResponse{}})},
 		{Method: "GET", Path: PathHealth, Tag: "operations", Summary: "Health: the artifact store is attached and the database answers",
-			Responses: map[int]openapi.Response{200: {Doc: "ok", Body: ReadyResponse{}}, 503: {Doc: "unavailable", Body: ReadyResponse{}}}},
-		{Method: "GET", Path: PathReady, Tag: "operations", Summary: "Readiness, check by check (database, artifact store)",
+			Responses: map[int]openapi.Response{200: {Doc: "ok", Body: HealthResponse{}}, 503: {Doc: "unavailable", Body: HealthResponse{}}}},
+		{Method: "GET", Path: PathReady, Tag: "operations", Summary: "Readiness, check by check (database, artifact store; callback_token when the request carries one)",
+			Description: "A request carrying " + openapi.TokenHeader + " also gets a callback_token check: failed when the token is not this service's " +
+				"(the master asks this way, so that two services with different tokens are not ready).",
 			Responses: map[int]openapi.Response{200: {Doc: "ready", Body: ReadyResponse{}}, 503: {Doc: "unavailable", Body: ReadyResponse{}}}},
 		{Method: "GET", Path: PathMetrics, Tag: "operations", Summary: "Prometheus metrics",
 			Responses: map[int]openapi.Response{200: {Doc: "exposition format", ContentType: "text/plain"}}},

@@ -2,6 +2,7 @@ package tcapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -88,6 +89,10 @@ type Config struct {
 	// upload answer (upstream masters record it); nil or "" for remote
 	// stores.
 	LocalPath func(key string) string
+	// DownloadTokens checks a download's token against the artifact row's
+	// seed (core.DownloadTokens, keyed by the callback token). The zero
+	// value compares the row's value itself, as upstream did.
+	DownloadTokens core.DownloadTokens
 	// SpoolDir holds an upload in upstream's multipart form while it is
 	// hashed, when the artifact row records no sha256 and size to verify it
 	// against (default os.TempDir()).
@@ -120,8 +125,8 @@ func TemplateCenterRoutes() []routes.Route {
 		{Method: http.MethodPost, Pattern: wire.PathArtifactUpload, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Download},
 		{Method: http.MethodHead, Pattern: PathDownload, Kind: routes.Download},
-		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Public},
-		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Internal},
+		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Internal},
 		{Method: http.MethodGet, Pattern: PathHealth, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathReady, Kind: routes.Ops},
 		{Method: http.MethodGet, Pattern: PathMetrics, Kind: routes.Ops},
@@ -157,19 +162,28 @@ func New(cfg Config) chi.Router {
 	}
 
 	r := chi.NewRouter()
-	// Both only observe or turn panics into 500s; neither can answer 200.
-	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log))
+	// The first two only observe or turn panics into 500s; neither can
+	// answer 200. A credential header sent twice is refused before any
+	// route judges either.
+	r.Use(cfg.Metrics.Instrument, wire.Recover(s.log), auth.SingleCredentials(func(w http.ResponseWriter, _ *http.Request, msg string) {
+		wire.WriteError(w, http.StatusBadRequest, msg)
+	}))
+	r.NotFound(wire.NotFound)
+	r.MethodNotAllowed(wire.MethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
 		r.Use(auth.Middleware(cfg.Token, cfg.InsecureNoToken))
 		r.Post(wire.PathBuild, s.build)
 		r.Post(wire.PathArtifactDelete, s.deleteArtifact)
 		r.Post(wire.PathArtifactUpload, s.upload)
+		// Compat names every template and node: callers reach it through
+		// the master's public API (authenticated there), which forwards
+		// it with the internal token.
+		r.Get(PathCompat, s.compatReport)
+		r.Post(PathCompat, s.compatRescan)
 	})
 	r.Get(PathDownload, s.download)
 	r.Head(PathDownload, s.download)
-	r.Get(PathCompat, s.compatReport)
-	r.Post(PathCompat, s.compatRescan)
 	r.Get(PathHealth, s.health)
 	r.Get(PathReady, s.ready)
 	r.Method(http.MethodGet, PathMetrics, metrics.Handler(cfg.Gatherer))
@@ -210,21 +224,43 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// ready is GET /ready: /health's checks, each named.
+// ready is GET /ready: /health's checks, each named, in the master's
+// document. A request that carries the shared token (the master's own
+// readiness check) also learns whether it is this service's: two services
+// configured with different tokens cannot talk, so neither is ready.
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {
-	resp := ReadyResponse{Status: "ready", Checks: map[string]string{"artifact_store": "ok", "database": "ok"}}
-	if s.cfg.Store == nil {
-		resp.Status, resp.Checks["artifact_store"] = "unavailable", "not attached"
+	checks := []wire.ReadyCheck{
+		{Name: "artifact_store", Failure: "not attached", Run: func(context.Context) (string, error) {
+			if s.cfg.Store == nil {
+				return "", errors.New("no artifact store attached")
+			}
+			return "", nil
+		}},
+		{Name: "database", Failure: dbNotReachable, Run: func(ctx context.Context) (string, error) {
+			if s.cfg.Readiness == nil {
+				return "", nil
+			}
+			return "", s.cfg.Readiness(ctx)
+		}},
 	}
-	if !s.databaseReady(r) {
-		resp.Status, resp.Checks["database"] = "unavailable", dbNotReachable
+	if len(r.Header.Values(auth.Header)) > 0 {
+		got := r.Header.Get(auth.Header)
+		checks = append(checks, wire.ReadyCheck{Name: TokenCheck, Failure: TokenMismatch, Run: func(context.Context) (string, error) {
+			if s.cfg.InsecureNoToken || s.cfg.Token != "" && auth.Equal(got, s.cfg.Token) {
+				return "", nil
+			}
+			return "", errors.New("the caller's " + auth.Header + " is not this service's CUBE_TEMPLATE_CALLBACK_TOKEN")
+		}})
 	}
-	code := http.StatusOK
-	if resp.Status != "ready" {
-		code = http.StatusServiceUnavailable
-	}
-	wire.WriteJSON(w, code, resp)
+	wire.ServeReady(w, r, s.log, checks)
 }
+
+// TokenCheck names /ready's check of the caller's token, and TokenMismatch
+// is its answer when the tokens differ.
+const (
+	TokenCheck    = "callback_token"
+	TokenMismatch = "does not match CUBE_TEMPLATE_CALLBACK_TOKEN here"
+)
 
 // dbNotReachable is what /health and /ready answer for a failed Readiness.
 const dbNotReachable = "not reachable"

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/core"
@@ -36,6 +37,9 @@ type StatusReport struct {
 	PullTotalLayers         *int64  `json:"pull_total_layers,omitempty"`
 	PullCompletedLayers     *int64  `json:"pull_completed_layers,omitempty"`
 	PullSpeedBPS            *int64  `json:"pull_speed_bps,omitempty"`
+	// PhaseDurationsMS is how long each finished build phase took on the
+	// data plane, in milliseconds by phase (this service's own field).
+	PhaseDurationsMS map[string]int64 `json:"phase_durations_ms,omitempty"`
 
 	SourceImageRef    string `json:"source_image_ref,omitempty"`
 	Ext4Path          string `json:"ext4_path,omitempty"`
@@ -48,15 +52,31 @@ type StatusReport struct {
 	StorageBackend string `json:"storage_backend,omitempty"`
 	ObjectKey      string `json:"object_key,omitempty"`
 
+	// Inputs is what the build's fingerprint was computed from beyond the
+	// job's request (BUILT only): the master recomputes the fingerprint
+	// from the job's own request with them.
+	Inputs *SpecInputs `json:"template_spec_inputs,omitempty"`
+
 	ArtifactURL                string  `json:"artifact_url,omitempty"`
 	CubeEgressCABaked          *bool   `json:"cube_egress_ca_baked,omitempty"`
 	CubeEgressCAFingerprint    *string `json:"cube_egress_ca_fingerprint,omitempty"`
 	CubeEgressCATargetsWritten *int64  `json:"cube_egress_ca_targets_written,omitempty"`
 }
 
-// Terminal reports whether the report ends the build (BUILT, FAILED, READY);
-// the reporter retries those harder.
-func (s *StatusReport) Terminal() bool {
+// SpecInputs is core.BuildInputs on the wire, named as the fingerprint's
+// own fields are.
+type SpecInputs struct {
+	SourceImageDigest string `json:"source_image_digest"`
+	CAFingerprint     string `json:"cube_egress_ca_fingerprint,omitempty"`
+	EnvdSHA256        string `json:"envd_binary_sha256,omitempty"`
+	BuilderFormat     string `json:"builder_format_version,omitempty"`
+	Builder           string `json:"builder,omitempty"`
+}
+
+// EndsBuild reports whether the report ends the data plane's part of the
+// job (BUILT, FAILED, READY); the reporter retries those harder. It is not
+// core.JobStatus.Terminal: a BUILT job goes on at the master.
+func (s *StatusReport) EndsBuild() bool {
 	switch core.JobStatus(s.Status) {
 	case core.JobBuilt, core.JobFailed, core.JobReady:
 		return true
@@ -88,6 +108,12 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 		s.PullCompletedLayers = i64(int64(p.CompletedLayers))
 		s.PullSpeedBPS = i64(p.SpeedBPS)
 	}
+	if len(u.PhaseDurations) > 0 {
+		s.PhaseDurationsMS = make(map[string]int64, len(u.PhaseDurations))
+		for ph, d := range u.PhaseDurations {
+			s.PhaseDurationsMS[string(ph)] = d.Milliseconds()
+		}
+	}
 	if a := r.Artifact; a != nil {
 		s.ArtifactID = firstNonEmpty(s.ArtifactID, a.ArtifactID)
 		s.TemplateSpecFingerprint = firstNonEmpty(s.TemplateSpecFingerprint, a.Fingerprint)
@@ -104,6 +130,10 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 		s.MasterNodeIP = a.DownloadBaseURL
 		s.StorageBackend = a.StorageBackend
 		s.ObjectKey = a.ObjectKey
+		if in := r.Inputs; in != nil {
+			s.Inputs = &SpecInputs{SourceImageDigest: in.SourceImageDigest, CAFingerprint: in.CAFingerprint,
+				EnvdSHA256: in.EnvdSHA256, BuilderFormat: in.BuilderFormat, Builder: in.Builder}
+		}
 		// Upstream's BUILT report always names the CA bake, baked or not.
 		baked, fp, written := a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten
 		s.CubeEgressCABaked, s.CubeEgressCAFingerprint, s.CubeEgressCATargetsWritten = &baked, &fp, &written
@@ -149,6 +179,8 @@ func DecodeStatusReport(r io.Reader) (ports.StatusReport, error) {
 		MasterNodeIP:               d.str("master_node_ip"),
 		StorageBackend:             d.str("storage_backend"),
 		ObjectKey:                  d.str("object_key"),
+		PhaseDurationsMS:           d.durations("phase_durations_ms"),
+		Inputs:                     d.inputs("template_spec_inputs"),
 		CubeEgressCABaked:          d.bool("cube_egress_ca_baked"),
 		CubeEgressCAFingerprint:    d.strPtr("cube_egress_ca_fingerprint"),
 		CubeEgressCATargetsWritten: d.int("cube_egress_ca_targets_written"),
@@ -199,6 +231,16 @@ func (s StatusReport) Port() (ports.StatusReport, error) {
 		p := int(min(*s.Progress, 100))
 		u.Progress = &p
 	}
+	for ph, ms := range s.PhaseDurationsMS {
+		p, err := core.ParsePhase(ph)
+		if err != nil || p == "" {
+			return ports.StatusReport{}, &core.FieldError{Field: "phase_durations_ms", Reason: fmt.Sprintf("unknown phase %q", ph)}
+		}
+		if u.PhaseDurations == nil {
+			u.PhaseDurations = core.PhaseDurations{}
+		}
+		u.PhaseDurations[p] = time.Duration(max(ms, 0)) * time.Millisecond
+	}
 	if s.PullTotalBytes != nil || s.PullDownloadedBytes != nil || s.PullTotalLayers != nil ||
 		s.PullCompletedLayers != nil || s.PullSpeedBPS != nil {
 		u.Pull = &core.PullProgress{
@@ -211,6 +253,10 @@ func (s StatusReport) Port() (ports.StatusReport, error) {
 	}
 	out := ports.StatusReport{Update: u}
 	if status == core.JobBuilt {
+		if in := s.Inputs; in != nil {
+			out.Inputs = &core.BuildInputs{SourceImageDigest: in.SourceImageDigest, CAFingerprint: in.CAFingerprint,
+				EnvdSHA256: in.EnvdSHA256, BuilderFormat: in.BuilderFormat, Builder: in.Builder}
+		}
 		out.Artifact = &core.Artifact{
 			ArtifactID:        s.ArtifactID,
 			Fingerprint:       s.TemplateSpecFingerprint,
@@ -289,11 +335,50 @@ func (d *fields) bool(name string) *bool {
 	return &b
 }
 
+// inputs reads an object of strings (template_spec_inputs).
+func (d *fields) inputs(name string) *SpecInputs {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	var in SpecInputs
+	if err := json.Unmarshal(v, &in); err != nil {
+		d.fail(name, "expected an object of strings")
+		return nil
+	}
+	return &in
+}
+
 func (d *fields) str(name string) string {
 	if p := d.strPtr(name); p != nil {
 		return *p
 	}
 	return ""
+}
+
+// durations reads an object of non-negative millisecond counts.
+func (d *fields) durations(name string) map[string]int64 {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(v, &m); err != nil {
+		d.fail(name, "expected an object of milliseconds by phase")
+		return nil
+	}
+	out := make(map[string]int64, len(m))
+	sub := fields{raw: m}
+	for k := range m {
+		if n := sub.int(k); n != nil {
+			out[k] = *n
+		}
+	}
+	if sub.err != nil {
+		d.fail(name, sub.err.Error())
+		return nil
+	}
+	return out
 }
 
 // int accepts a JSON number, integral or not (a float is truncated toward

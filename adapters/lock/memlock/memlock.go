@@ -31,6 +31,10 @@ func New() *Locker {
 
 var _ ports.Locker = (*Locker)(nil)
 
+// ProcessLocal implements ports.ProcessLocal: another process's locks are
+// not in this table.
+func (*Locker) ProcessLocal() bool { return true }
+
 // Lock blocks until name is free or ctx ends.
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
 	if err := checkName(name); err != nil {

@@ -6,11 +6,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/waitq"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -20,15 +22,17 @@ import (
 // with ER_USER_LOCK_WRONG_NAME).
 const MaxNameLen = 64
 
-// waitSeconds is the server-side wait of one GET_LOCK call inside Lock.
-// Lock repeats the call until it wins, so the context is checked at least
-// this often even if the driver could not interrupt a running query.
+// waitSeconds is the server-side wait of one GET_LOCK call inside Lock,
+// when the pool can spare the connection (waitq): Lock repeats the call
+// until it wins, so the context is checked at least this often even if the
+// driver could not interrupt a running query.
 const waitSeconds = 1
 
 // Locker hands out GET_LOCK locks, each on its own pinned connection.
 type Locker struct {
 	db      *sql.DB
 	timeout time.Duration
+	line    *waitq.Line
 }
 
 // New returns a Locker that takes connections from db.
@@ -37,7 +41,7 @@ func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeou
 // NewWithTimeout is New with the idle timeout of a held lock's session: a
 // holder that stops pinging (its host died) loses the lock after it.
 func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
-	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second), line: waitq.New()}
 }
 
 var _ ports.Locker = (*Locker)(nil)
@@ -59,65 +63,86 @@ func NormalizeName(name string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Lock waits until name is free or ctx ends.
+// Lock waits until name is free or ctx ends. Of this process's callers
+// waiting for one name only the first asks the server; it waits there
+// while the pool can spare the connection, else it polls (waitq).
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
-	return l.acquire(ctx, name, true)
-}
-
-// TryLock takes name if it is free, else fails with core.ErrLocked.
-func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
-	return l.acquire(ctx, name, false)
-}
-
-func (l *Locker) acquire(ctx context.Context, name string, wait bool) (ports.Lock, error) {
 	if name == "" {
 		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
 	}
 	key := NormalizeName(name)
+	done, err := l.line.Wait(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	defer done()
+	for pause := waitq.MinPause; ; {
+		wait := 0
+		if waitq.Headroom(l.db) {
+			wait = waitSeconds
+		}
+		k, err := l.try(ctx, name, key, wait)
+		if err == nil || !errors.Is(err, core.ErrLocked) {
+			return k, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+		if wait > 0 {
+			pause = waitq.MinPause
+			continue
+		}
+		if pause, err = waitq.Sleep(ctx, pause); err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
+		}
+	}
+}
+
+// TryLock takes name if it is free, else fails with core.ErrLocked.
+func (l *Locker) TryLock(ctx context.Context, name string) (ports.Lock, error) {
+	if name == "" {
+		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
+	}
+	return l.try(ctx, name, NormalizeName(name), 0)
+}
+
+// try takes key on a connection of its own with GET_LOCK(key, wait): the
+// held lock, or an error wrapping core.ErrLocked with the connection
+// returned to the pool.
+func (l *Locker) try(ctx context.Context, name, key string, wait int) (ports.Lock, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
 	}
-	query := "SELECT GET_LOCK(?, 0)"
-	if wait {
-		query = fmt.Sprintf("SELECT GET_LOCK(?, %d)", waitSeconds)
-	}
-	for {
-		var got sql.NullInt64
-		err := conn.QueryRowContext(ctx, query, key).Scan(&got)
-		switch {
-		case err != nil:
-			// The call may have won the lock before it failed (a cancelled
-			// query, a dropped connection): only ending the session is sure
-			// to leave nothing behind.
-			discard(conn)
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, fmt.Errorf("lock %q: %w", name, cerr)
-			}
-			return nil, fmt.Errorf("lock %q: GET_LOCK: %w", name, err)
-		case !got.Valid:
-			discard(conn)
-			return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
-		case got.Int64 == 1:
-			// The session now dies after timeout without traffic; the
-			// watcher's pings are that traffic while the holder lives.
-			secs := int(l.timeout / time.Second)
-			if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
-				discard(conn)
-				return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
-			}
-			k := &lock{name: name, key: key, conn: conn}
-			k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
-			return k, nil
-		case !wait:
-			_ = conn.Close() // GET_LOCK said no: the session holds nothing
-			return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
-		}
+	var got sql.NullInt64
+	err = conn.QueryRowContext(ctx, fmt.Sprintf("SELECT GET_LOCK(?, %d)", wait), key).Scan(&got)
+	switch {
+	case err != nil:
+		// The call may have won the lock before it failed (a cancelled
+		// query, a dropped connection): only ending the session is sure
+		// to leave nothing behind.
+		discard(conn)
 		if cerr := ctx.Err(); cerr != nil {
-			_ = conn.Close()
 			return nil, fmt.Errorf("lock %q: %w", name, cerr)
 		}
+		return nil, fmt.Errorf("lock %q: GET_LOCK: %w", name, err)
+	case !got.Valid:
+		discard(conn)
+		return nil, fmt.Errorf("lock %q: GET_LOCK returned NULL (server error or session killed)", name)
+	case got.Int64 != 1:
+		_ = conn.Close() // GET_LOCK said no: the session holds nothing
+		return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
 	}
+	// The session now dies after timeout without traffic; the watcher's
+	// pings are that traffic while the holder lives.
+	secs := int(l.timeout / time.Second)
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", secs)); err != nil {
+		discard(conn)
+		return nil, fmt.Errorf("lock %q: set wait_timeout: %w", name, err)
+	}
+	k := &lock{name: name, key: key, conn: conn}
+	k.watch = keepalive.Start(&k.mu, func() *sql.Conn { return k.conn }, "DO 1", l.timeout/4)
+	return k, nil
 }
 
 type lock struct {

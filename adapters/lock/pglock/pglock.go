@@ -12,15 +12,17 @@ import (
 	"time"
 
 	"github.com/cubesandbox/templatecenter/adapters/lock/internal/keepalive"
+	"github.com/cubesandbox/templatecenter/adapters/lock/internal/waitq"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
 // waitTimeout is the server-side lock_timeout of one pg_advisory_lock call
-// inside Lock. Lock repeats the call until it wins, so the context is
-// checked at least this often even if the driver could not interrupt it,
-// and a wait abandoned by a broken connection ends on the server within it.
+// inside Lock, when the pool can spare the connection (waitq). Lock repeats
+// the call until it wins, so the context is checked at least this often
+// even if the driver could not interrupt it, and a wait abandoned by a
+// broken connection ends on the server within it.
 const waitTimeout = "1s"
 
 // sqlStateLockNotAvailable is what PostgreSQL reports when lock_timeout
@@ -31,6 +33,7 @@ const sqlStateLockNotAvailable = "55P03"
 type Locker struct {
 	db      *sql.DB
 	timeout time.Duration
+	line    *waitq.Line
 }
 
 // New returns a Locker that takes connections from db.
@@ -40,7 +43,7 @@ func New(db *sql.DB) *Locker { return NewWithTimeout(db, keepalive.DefaultTimeou
 // (idle_session_timeout, PostgreSQL 14 and later): a holder that stops
 // pinging (its host died) loses the lock after it.
 func NewWithTimeout(db *sql.DB, timeout time.Duration) *Locker {
-	return &Locker{db: db, timeout: max(timeout, 4*time.Second)}
+	return &Locker{db: db, timeout: max(timeout, 4*time.Second), line: waitq.New()}
 }
 
 // held finishes taking a lock: the session's idle timeout and the watcher
@@ -65,18 +68,54 @@ func Key(name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// Lock waits until name is free or ctx ends.
+// Lock waits until name is free or ctx ends. Of this process's callers
+// waiting for one name only the first asks the server; it waits there
+// while the pool can spare the connection, else it polls (waitq).
 func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
 	if name == "" {
 		return nil, fmt.Errorf("lock name is empty: %w", core.ErrInvalidArgument)
 	}
 	key := Key(name)
+	done, err := l.line.Wait(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	defer done()
+	for pause := waitq.MinPause; ; {
+		wait := waitq.Headroom(l.db)
+		var k ports.Lock
+		if wait {
+			k, err = l.wait(ctx, name, key)
+		} else {
+			k, err = l.TryLock(ctx, name)
+		}
+		if err == nil || !errors.Is(err, core.ErrLocked) {
+			return k, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cerr)
+		}
+		if wait {
+			pause = waitq.MinPause
+			continue
+		}
+		if pause, err = waitq.Sleep(ctx, pause); err != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, err)
+		}
+	}
+}
+
+// wait is one pg_advisory_lock bounded by waitTimeout at the server: the
+// held lock, or an error wrapping core.ErrLocked with the connection
+// returned to the pool.
+func (l *Locker) wait(ctx context.Context, name string, key int64) (ports.Lock, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: get connection: %w", name, err)
 	}
 	// Any failure below may leave the session holding the lock or a changed
-	// setting, so every error path discards the connection.
+	// setting, so every error path but a plain timeout discards the
+	// connection.
 	fail := func(step string, err error) (ports.Lock, error) {
 		discard(conn)
 		if cerr := ctx.Err(); cerr != nil {
@@ -87,14 +126,15 @@ func (l *Locker) Lock(ctx context.Context, name string) (ports.Lock, error) {
 	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '"+waitTimeout+"'"); err != nil {
 		return fail("set lock_timeout", err)
 	}
-	for {
-		_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key)
-		if err == nil {
-			break
-		}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 		if sqlState(err) != sqlStateLockNotAvailable || ctx.Err() != nil {
 			return fail("pg_advisory_lock", err)
 		}
+		if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
+			return fail("reset lock_timeout", err)
+		}
+		_ = conn.Close() // timed out: the session holds nothing
+		return nil, fmt.Errorf("lock %q: %w", name, core.ErrLocked)
 	}
 	if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
 		return fail("reset lock_timeout", err)

@@ -49,6 +49,18 @@ func (h *harness) KillHolder(ctx context.Context, name string) error {
 	return err
 }
 
+// MakeLockerWithPool is MakeLocker on a pool of at most conns connections
+// (lockertest.PoolLimiter).
+func (h *harness) MakeLockerWithPool(ctx context.Context, conns int) (ports.Locker, error) {
+	db, err := sql.Open("pgx", h.dsn)
+	if err != nil {
+		return nil, err
+	}
+	h.dbs = append(h.dbs, db)
+	db.SetMaxOpenConns(conns)
+	return pglock.NewWithTimeout(db, 4*time.Second), db.PingContext(ctx)
+}
+
 func (h *harness) Close() {
 	for _, db := range h.dbs {
 		_ = db.Close()

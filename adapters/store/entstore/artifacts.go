@@ -138,16 +138,16 @@ func (r artifactRepo) ListByStatus(ctx context.Context, status core.ArtifactStat
 	return out, mapErr(err, "list artifacts "+string(status))
 }
 
-// CountReferences counts replicas bound to the artifact, jobs that are not
-// yet terminal and name it (PENDING, RUNNING and BUILT: a BUILT job's resume
-// pipeline still distributes the artifact) and definitions whose rootfs it
-// is, leaving out rows of excludeTemplateID.
+// CountReferences counts replicas bound to the artifact, unfinished jobs
+// that name it (core.UnfinishedJobStatuses: a BUILT job's resume pipeline
+// still distributes the artifact) and definitions whose rootfs it is,
+// leaving out rows of excludeTemplateID.
 func (r artifactRepo) CountReferences(ctx context.Context, artifactID, excludeTemplateID string) (int, error) {
 	var total int
 	err := r.sc.do(ctx, func(c *ent.Client) error {
 		rq := c.TemplateReplica.Query().Where(templatereplica.ArtifactID(artifactID))
 		jq := c.TemplateImageJob.Query().Where(tij.ArtifactID(artifactID),
-			tij.StatusIn(string(core.JobPending), string(core.JobRunning), string(core.JobBuilt)))
+			tij.StatusIn(strs(core.UnfinishedJobStatuses())...))
 		dq := c.TemplateDefinition.Query().Where(templatedefinition.RootfsArtifactID(artifactID))
 		if excludeTemplateID != "" {
 			rq = rq.Where(templatereplica.TemplateIDNEQ(excludeTemplateID))

@@ -81,6 +81,11 @@ func jobFromEnt(e *ent.TemplateImageJob) (*core.Job, error) {
 	j.RegistryAuth = e.RegistryAuth
 	j.Fence = e.Fence
 	j.RequestID = e.RequestID
+	j.BuildOwner = e.BuildOwner
+	if e.PhaseDurationsJSON != "" {
+		// Unreadable durations are display data: the job is still usable.
+		_ = json.Unmarshal([]byte(e.PhaseDurationsJSON), &j.PhaseDurations)
+	}
 	return j, nil
 }
 
@@ -128,6 +133,16 @@ func setJob(m *ent.TemplateImageJobMutation, j *core.Job, forUpdate bool) error 
 	m.SetRegistryAuth(j.RegistryAuth)
 	m.SetFence(j.Fence)
 	m.SetRequestID(j.RequestID)
+	m.SetBuildOwner(j.BuildOwner)
+	durations := ""
+	if len(j.PhaseDurations) > 0 {
+		b, err := json.Marshal(j.PhaseDurations)
+		if err != nil {
+			return fmt.Errorf("job %s: phase durations: %w", j.JobID, err)
+		}
+		durations = string(b)
+	}
+	m.SetPhaseDurationsJSON(durations)
 	switch {
 	case j.ActiveKey != "":
 		m.SetActiveKey(j.ActiveKey)

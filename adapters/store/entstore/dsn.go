@@ -34,8 +34,15 @@ var sqlitePragmas = []string{"foreign_keys(1)", "busy_timeout(10000)", "journal_
 //	postgres://user:pass@host/db?...  PostgreSQL (pgx); also postgresql://
 //	mysql://user:pass@tcp(host:port)/db?...  MySQL/MariaDB
 //	mysql://user:pass@host:port/db?...       the same in URL form
+//	mariadb://...                     the same as mysql://
 //	user:pass@tcp(host:port)/db?...   a bare go-sql-driver DSN
+//
+// Any other scheme:// is refused by name: go-sql-driver would otherwise
+// read "scheme" as the user name.
 func ParseDSN(dsn string) (Target, error) {
+	if scheme, rest, ok := strings.Cut(dsn, "://"); ok && scheme == "mariadb" {
+		dsn = "mysql://" + rest
+	}
 	switch {
 	case dsn == "":
 		return Target{}, fmt.Errorf("database dsn is empty")
@@ -57,10 +64,13 @@ func ParseDSN(dsn string) (Target, error) {
 		}
 		return mysqlURLTarget(dsn) // mysql://user:pass@host:port/db
 	default:
+		if scheme, _, ok := strings.Cut(dsn, "://"); ok && !strings.ContainsAny(scheme, "@:/(") {
+			return Target{}, fmt.Errorf("database dsn: unknown scheme %q (want sqlite://, postgres://, mysql:// or mariadb://)", scheme)
+		}
 		if _, err := mysql.ParseDSN(dsn); err == nil && strings.Contains(dsn, "/") {
 			return mysqlTarget(dsn)
 		}
-		return Target{}, fmt.Errorf("database dsn: unknown form (want sqlite://path, file:path, postgres://..., mysql://... or a go-sql-driver dsn)")
+		return Target{}, fmt.Errorf("database dsn: unknown form (want sqlite://path, file:path, postgres://..., mysql://..., mariadb://... or a go-sql-driver dsn)")
 	}
 }
 

@@ -58,6 +58,16 @@ func TestParseDSN(t *testing.T) {
 			t.Fatalf("ParseDSN(%q) accepted", bad)
 		}
 	}
+	// mariadb:// is mysql://: the user is u, not "mariadb".
+	for _, dsn := range []string{"mariadb://u:p@tcp(h:3306)/db", "mariadb://u:p@h:3306/db"} {
+		if got, err := entstore.ParseDSN(dsn); err != nil || !strings.HasPrefix(got.DSN, "u:p@tcp(h:3306)/db?") {
+			t.Fatalf("ParseDSN(%q) = %q, %v; want user u", dsn, got.DSN, err)
+		}
+	}
+	// An unknown scheme is named, never read as a user name.
+	if _, err := entstore.ParseDSN("maria://u:p@tcp(h:3306)/db"); err == nil || !strings.Contains(err.Error(), `unknown scheme "maria"`) {
+		t.Fatalf("ParseDSN(maria://...) = %v, want the scheme named", err)
+	}
 }
 
 // TestStoredRowsAreValidated: a row with a status this service does not

@@ -169,8 +169,8 @@ func (r artifactRepo) ListByStatus(ctx context.Context, status core.ArtifactStat
 }
 
 // CountReferences counts, as the SQL store does, replicas bound to the
-// artifact, jobs naming it that are not yet terminal (PENDING, RUNNING and
-// BUILT) and definitions whose rootfs it is, leaving out rows of
+// artifact, unfinished jobs naming it (core.UnfinishedJobStatuses) and
+// definitions whose rootfs it is, leaving out rows of
 // excludeTemplateID when it is not empty. Ids compare byte for byte; an
 // empty artifactID counts the rows that name no artifact.
 func (r artifactRepo) CountReferences(ctx context.Context, artifactID, excludeTemplateID string) (int, error) {
@@ -183,7 +183,7 @@ func (r artifactRepo) CountReferences(ctx context.Context, artifactID, excludeTe
 			}
 		}
 		for _, row := range st.jobs {
-			if j := row.job; j.ArtifactID == artifactID && !j.Status.Terminal() && counted(j.TemplateID) {
+			if j := row.job; j.ArtifactID == artifactID && j.Status.Unfinished() && counted(j.TemplateID) {
 				n++
 			}
 		}

@@ -10,7 +10,9 @@ import (
 )
 
 // meteredAgent counts every node RPC per node and result (the distribution
-// counters of /metrics) without the control plane knowing about metrics.
+// counters of /metrics) without the control plane knowing about metrics. A
+// CreateImage without a download URL is the replica check's presence
+// check, counted as check_replica so it does not blur the copies.
 type meteredAgent struct {
 	ports.NodeAgent
 	m *metrics.Metrics
@@ -23,7 +25,11 @@ func (a meteredAgent) observe(node ports.Node, op string, start time.Time, err e
 func (a meteredAgent) CreateImage(ctx context.Context, node ports.Node, art core.NodeArtifact) error {
 	start := time.Now()
 	err := a.NodeAgent.CreateImage(ctx, node, art)
-	a.observe(node, "create_image", start, err)
+	op := "create_image"
+	if art.DownloadURL == "" {
+		op = "check_replica"
+	}
+	a.observe(node, op, start, err)
 	return err
 }
 

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/samber/do/v2"
+	"google.golang.org/grpc"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
@@ -55,10 +57,29 @@ func Check(cfg config.Config) error {
 	if _, err := wire.ParseBaseURL("CUBE_TEMPLATE_CENTER_ADDR", cfg.Master.TemplateCenterAddr); err != nil {
 		return err
 	}
+	if _, _, err := nodeDialOptions(cfg); err != nil {
+		return err
+	}
 	// Without a credential the public API would be refused to all, or
 	// (what the operator more likely meant) open: they must say which.
 	a := cfg.Master.Auth
 	return auth.CheckPublicConfig(a.Enabled, a.SecretKeys, a.BearerTokens)
+}
+
+// nodeDialOptions are the options of every connection to a node (calls
+// and health probes): the node credential and, when configured, TLS.
+// Errors name the setting; none quotes the credential.
+func nodeDialOptions(cfg config.Config) ([]grpc.DialOption, bool, error) {
+	m := cfg.Master
+	if err := cubelet.CheckNodeToken(m.NodeToken); err != nil {
+		return nil, false, fmt.Errorf("CUBE_MASTER_NODE_TOKEN %w", err)
+	}
+	creds := cubelet.NodeCredentials{Token: strings.TrimSpace(m.NodeToken), CAFile: m.NodeTLS.CA, CertFile: m.NodeTLS.Cert, KeyFile: m.NodeTLS.Key}
+	opts, secure, err := creds.DialOptions()
+	if err != nil {
+		return nil, false, fmt.Errorf("CUBE_MASTER_NODE_TLS_CA/_CERT/_KEY: %w", err)
+	}
+	return opts, secure, nil
 }
 
 // Run serves the control plane on ln until ctx ends, then shuts down
@@ -78,7 +99,8 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		return err
 	}
 
-	i := newInjector(wiring{cfg: cfg, log: log, nodes: nodes, tcBase: tcBase, downloadBase: base,
+	dial, secure, _ := nodeDialOptions(cfg)
+	i := newInjector(wiring{cfg: cfg, log: log, nodes: nodes, tcBase: tcBase, downloadBase: base, nodeDial: dial, nodeSecure: secure,
 		store: o.Store, locker: o.Locker, progress: o.Progress})
 	defer i.Shutdown()
 
@@ -113,6 +135,16 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	// Credentials sealed with an older key, or the old way (with the
+	// callback token), are sealed again with the current key.
+	switch n, stale, bad, err := svc.ResealCredentials(ctx); {
+	case err != nil:
+		log.Warn("sealing registry credentials again failed; the next start retries", "err", err)
+	case stale > 0:
+		log.Warn("registry credentials sealed with the callback token's key are kept that way until a sealing key is set (CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)", "jobs", stale)
+	case n > 0 || bad > 0:
+		log.Info("registry credentials sealed again with the current key", "jobs", n, "unreadable", bad)
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err
@@ -131,7 +163,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case cfg.RedisAddr != "":
 		progress = "redis " + cfg.RedisAddr
 	}
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	if a := cfg.Master.Auth; a.Enabled {
 		log.Info("public API authentication on", "bearer_tokens", len(a.BearerTokens), "signing_users", len(a.SecretKeys),
 			"signature_expiry", a.Expiry.String())
@@ -139,15 +175,23 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		log.Warn("public API authentication off (CUBE_MASTER_AUTH=false): anyone who reaches " + ln.Addr().String() +
 			" may create and delete templates; download tokens and registry credentials are still redacted from answers")
 	}
+	if cfg.Master.NodeToken == "" {
+		log.Warn("CUBE_MASTER_NODE_TOKEN is not set: calls to nodes carry no node credential, so node agents (nodeagent) refuse them; upstream Cubelets do not need it")
+	}
 	log.Info("cubemaster listening", "addr", ln.Addr().String(), "template_center", tcBase, "download_base_url", base,
-		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", cfg.Backend(), "progress", progress,
+		"database", config.RedactDSN(cfg.Master.DBDSN), "artifact_store_kind", startup.StoreKind(cfg), "progress", progress,
 		"nodes", len(dir.Statuses()), "healthy_nodes", healthy, "sweep_interval", cfg.Master.SweepInterval.String())
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
+	// Builds whose data plane died or hung are failed here too, so a
+	// template whose only data plane is gone is freed all the same.
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLive()
+	go svc.RunLiveness(liveCtx)
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:

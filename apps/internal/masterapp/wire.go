@@ -2,22 +2,29 @@ package masterapp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/samber/do/v2"
+	"google.golang.org/grpc"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/progress/redisprogress"
@@ -41,6 +48,10 @@ type wiring struct {
 	// URL nodes download artifacts from.
 	tcBase       string
 	downloadBase string
+	// nodeDial are the options of every connection to a node (the node
+	// credential, TLS); nodeSecure says they carry transport credentials.
+	nodeDial   []grpc.DialOption
+	nodeSecure bool
 
 	store    *entstore.Store
 	locker   ports.Locker
@@ -65,7 +76,7 @@ func newInjector(w wiring) *do.RootScope {
 		if w.store != nil {
 			return w.store, nil
 		}
-		return startup.OpenStore(context.Background(), "CUBE_MASTER_DB_DSN", cfg.Master.DBDSN)
+		return startup.OpenStore(context.Background(), cfg.DatabaseSetting(config.ControlPlane), cfg.Master.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
 		if w.locker != nil {
@@ -85,11 +96,13 @@ func newInjector(w wiring) *do.RootScope {
 		// CUBE_MASTER_NODES merged with t_cube_template_node, read again
 		// on every probe tick.
 		src := &nodedir.StoreSource{Static: w.nodes, Repo: st.Nodes(), Logger: log}
-		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log})
+		return nodedir.NewWithSource(src, nodedir.Options{Interval: cfg.Master.NodeProbeInterval, Logger: log,
+			DialOptions: w.nodeDial, Secure: w.nodeSecure})
 	})
 	do.Provide(i, func(do.Injector) (*cubelet.Client, error) {
 		req := requestOptions(cfg.Master.Request)
-		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout}), nil
+		return cubelet.New(cubelet.Options{Logger: log, Request: &req, CreateImageTimeout: cfg.Master.Request.CreateImageTimeout,
+			DialOptions: w.nodeDial, Secure: w.nodeSecure}), nil
 	})
 	do.Provide(i, func(do.Injector) (*tcclient.Client, error) {
 		return tcclient.New(tcclient.Config{BaseURL: w.tcBase, Token: cfg.CallbackToken, Logger: log})
@@ -140,20 +153,24 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		agent := meteredAgent{NodeAgent: do.MustInvoke[*cubelet.Client](i), m: do.MustInvoke[*metrics.Metrics](i)}
 		svc := &control.Service{
-			Store: st, Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
+			Store: startup.CountJobOutcomes(st, do.MustInvoke[*metrics.Metrics](i)), Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
 			Legacy: legacy, IDs: system.IDs{}, Clock: system.Clock{}, Progress: prog, Logger: log,
 			Config: control.Config{DownloadBaseURL: w.downloadBase, ConvergeDisabled: !cfg.Master.Converge,
+				DownloadTokens:  core.NewDownloadTokens(cfg.CallbackToken),
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
-				DistributionWorkers: cfg.Master.DistributionWorkers},
+				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
+				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness},
 		}
-		// Registry credentials are sealed with a key derived from the
-		// callback token every master replica shares.
-		if cfg.CallbackToken != "" {
-			if sl, err := sealer.FromSecret(cfg.CallbackToken); err == nil {
-				svc.Sealer = sl
-			} else {
-				log.Warn("registry credentials are not kept for redo: the callback token is too short to derive a sealing key", "err", err)
-			}
+		// Registry credentials are sealed with keys of their own, never
+		// the callback token; values sealed with it before still open
+		// (and are sealed again when the master starts).
+		sl, err := newSealer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		svc.Sealer = sl
+		if sl.CurrentKey() == "" {
+			log.Warn("registry credentials are not kept for redo: no sealing key (set CUBE_MASTER_SEALING_KEYS or CUBE_MASTER_SEALING_KEY_FILE)")
 		}
 		if envd, ok := hostfiles.NewEnvdFile(cfg.Master.EnvdHostDir); ok {
 			svc.Envd = envd
@@ -185,8 +202,8 @@ func newInjector(w wiring) *do.RootScope {
 			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
-			Readiness:      readiness(st, dir, w.tcBase),
-			StorageBackend: cfg.Backend(),
+			Readiness:      readiness(st, dir, w.tcBase, cfg.CallbackToken),
+			StorageBackend: startup.StoreKind(cfg),
 			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,
 		})
@@ -210,9 +227,11 @@ func renderCubelet(o cubelet.RequestOptions) cubeapi.CubeletRenderer {
 	return func(req *core.SandboxRequest) (any, error) { return o.RunRequest(req) }
 }
 
-// readiness is what /ready checks: the database answers, the data plane's
-// /health answers 200, and at least one node is healthy.
-func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cubeapi.Check {
+// readiness is what /ready checks: the database answers; the data plane is
+// ready and takes this master's callback token; at least one node is
+// healthy, when any is configured (none configured is not a failure: the
+// API serves reads and deletes, and a create says "no template nodes").
+func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase, token string) []cubeapi.Check {
 	hc := &http.Client{Timeout: 3 * time.Second}
 	return []cubeapi.Check{
 		{Name: "database", Failure: "not reachable", Run: func(ctx context.Context) (string, error) {
@@ -223,20 +242,8 @@ func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cube
 		}},
 		// The detail leaves out the data plane's address: /ready is
 		// unauthenticated. The errors, which are only logged, name it.
-		{Name: "data_plane", Run: func(ctx context.Context) (string, error) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, tcBase+"/health", nil)
-			if err != nil {
-				return "", err
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return "", fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return "", fmt.Errorf("GET %s/health answered %s", tcBase, resp.Status)
-			}
-			return "", nil
+		{Name: "data_plane", Failure: "not reachable", Run: func(ctx context.Context) (string, error) {
+			return "", dataPlaneReady(ctx, hc, tcBase, token)
 		}},
 		{Name: "nodes", Failure: "no healthy node", Run: func(context.Context) (string, error) {
 			all := dir.Statuses()
@@ -246,14 +253,83 @@ func readiness(st *entstore.Store, dir *nodedir.Directory, tcBase string) []cube
 					healthy++
 				}
 			}
-			detail := fmt.Sprintf("%d/%d healthy", healthy, len(all))
 			switch {
 			case len(all) == 0:
-				return detail, fmt.Errorf("no nodes: set CUBE_MASTER_NODES or add rows to t_cube_template_node")
+				return "none configured (CUBE_MASTER_NODES, t_cube_template_node)", nil
 			case healthy == 0:
-				return detail, fmt.Errorf("no node is healthy")
+				return fmt.Sprintf("%d/%d healthy", healthy, len(all)), fmt.Errorf("no node is healthy")
 			}
-			return detail, nil
+			return fmt.Sprintf("%d/%d healthy", healthy, len(all)), nil
 		}},
 	}
+}
+
+// dataPlaneReady asks the data plane's /ready with this master's callback
+// token, which it checks: a data plane that is up but configured with
+// another token would refuse every build and callback. A data plane
+// without /ready (upstream's) is asked /health instead.
+func dataPlaneReady(ctx context.Context, hc *http.Client, tcBase, token string) error {
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, tcBase+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if token != "" {
+			req.Header.Set(auth.Header, token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("%w (CUBE_TEMPLATE_CENTER_ADDR)", err)
+		}
+		return resp, nil
+	}
+	resp, err := get(tcapi.PathReady)
+	if err == nil && resp.StatusCode == http.StatusNotFound {
+		wire.Drain(resp)
+		resp, err = get(tcapi.PathHealth)
+	}
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body wire.ReadyResponse
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	if c, ok := body.Checks[tcapi.TokenCheck]; ok && c.Status != wire.CheckOK {
+		return &wire.ReadyFailure{Answer: "callback token mismatch",
+			Err: fmt.Errorf("the data plane at %s refuses this master's CUBE_TEMPLATE_CALLBACK_TOKEN: both services must have the same one", tcBase)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		var failed []string
+		for name, c := range body.Checks {
+			if c.Status != wire.CheckOK {
+				failed = append(failed, name+": "+c.Error)
+			}
+		}
+		slices.Sort(failed)
+		return &wire.ReadyFailure{Answer: "not ready", Err: fmt.Errorf("GET %s%s answered %s %s", tcBase, resp.Request.URL.Path, resp.Status, strings.Join(failed, ", "))}
+	}
+	return nil
+}
+
+// newSealer seals with CUBE_MASTER_SEALING_KEYS, else the keys of
+// CUBE_MASTER_SEALING_KEY_FILE; with neither it only opens what was
+// sealed before with the callback token's key.
+func newSealer(cfg config.Config) (*sealer.Sealer, error) {
+	var keys []sealer.Key
+	var err error
+	switch {
+	case strings.TrimSpace(cfg.Master.SealingKeys) != "":
+		if keys, err = sealer.ParseKeys(cfg.Master.SealingKeys); err != nil {
+			return nil, fmt.Errorf("CUBE_MASTER_SEALING_KEYS: %w", err)
+		}
+	case cfg.Master.SealingKeyFile != "":
+		if keys, err = sealer.ReadKeyFile(cfg.Master.SealingKeyFile); err != nil {
+			return nil, fmt.Errorf("CUBE_MASTER_SEALING_KEY_FILE: %w", err)
+		}
+	}
+	sl, err := sealer.New(keys, cfg.CallbackToken)
+	if err != nil {
+		return nil, fmt.Errorf("sealing keys: %w", err)
+	}
+	return sl, nil
 }

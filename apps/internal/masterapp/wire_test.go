@@ -4,12 +4,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/samber/do/v2"
 
+	"github.com/cubesandbox/templatecenter/adapters/artifactstore"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/lock/memlock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/mysqllock"
 	"github.com/cubesandbox/templatecenter/adapters/lock/pglock"
@@ -143,5 +147,71 @@ func TestDirectoryMergesNodeTable(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"cfg-1", "db-1"}) {
 		t.Fatalf("directory lists %v, want [cfg-1 db-1]", ids)
+	}
+}
+
+// TestStoreErrorNamesTheVariableSet: with only the data plane's DSN set (the
+// master reads it), a database the master cannot open is reported under
+// that variable, not under CUBE_MASTER_DB_DSN, which nobody set.
+func TestStoreErrorNamesTheVariableSet(t *testing.T) {
+	cfg, err := config.Load(func(k string) (string, bool) {
+		if k == "CUBE_TEMPLATE_CENTER_DB_DSN" {
+			return "mysql://u:p@tcp(127.0.0.1:1)/cube", true // nothing listens on port 1
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := testWiring(t, cfg.Master.DBDSN)
+	w.cfg.Sources = cfg.Sources
+	i := newInjector(w)
+	defer i.Shutdown()
+	_, err = do.Invoke[*entstore.Store](i)
+	if err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_DB_DSN (the master's database while CUBE_MASTER_DB_DSN is unset)") ||
+		strings.Contains(err.Error(), "CUBE_MASTER_DB_DSN:") {
+		t.Fatalf("store error %v, want it to name CUBE_TEMPLATE_CENTER_DB_DSN", err)
+	}
+}
+
+// TestReadinessNeedsTheDataPlanesToken: the master's /ready asks the data
+// plane with its callback token; when the two services were given
+// different tokens (every build and callback between them would be
+// refused), data_plane is not ok. With no node configured at all, the
+// nodes check does not hold the master unready.
+func TestReadinessNeedsTheDataPlanesToken(t *testing.T) {
+	blobs, err := artifactstore.Open(t.Context(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	for _, tc := range []struct {
+		name, dataPlaneToken string
+		code                 int
+		want                 string
+	}{
+		{"same token", "0123456789abcdef-token", http.StatusOK, `"data_plane":{"status":"ok"}`},
+		{"different tokens", "fedcba9876543210-token", http.StatusServiceUnavailable, `"data_plane":{"status":"failed","error":"callback token mismatch"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc2 := httptest.NewServer(tcapi.New(tcapi.Config{Token: tc.dataPlaneToken, Store: blobs}))
+			defer tc2.Close()
+			w := testWiring(t, "sqlite://"+filepath.Join(t.TempDir(), "m.db"))
+			w.cfg.CallbackToken = "0123456789abcdef-token"
+			w.tcBase = tc2.URL
+			i := newInjector(w)
+			defer i.Shutdown()
+			defer do.MustInvoke[*entstore.Store](i).Close()
+			h := do.MustInvoke[http.Handler](i)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ready", nil))
+			body := rec.Body.String()
+			if rec.Code != tc.code || !strings.Contains(body, tc.want) {
+				t.Fatalf("/ready %d %s, want %d with %s", rec.Code, body, tc.code, tc.want)
+			}
+			if !strings.Contains(body, `"nodes":{"status":"ok","detail":"none configured`) {
+				t.Errorf("/ready %s: no node configured should not be a failure", body)
+			}
+		})
 	}
 }

@@ -24,6 +24,11 @@ func TestHTTPServerDefaults(t *testing.T) {
 	if srv.WriteTimeout != 0 {
 		t.Fatalf("write timeout %v would cap artifact downloads", srv.WriteTimeout)
 	}
+	// Upstream kept idle keep-alive connections 360 s; with many clients
+	// that holds descriptors for nothing.
+	if d.Idle > time.Minute {
+		t.Fatalf("idle timeout %v, want at most a minute", d.Idle)
+	}
 }
 
 // short are timeouts small enough for a test; the assertions below never
@@ -154,5 +159,63 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(waitFor))
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("an idle keep-alive connection was not closed: %v", err)
+	}
+}
+
+// TestConnectionLimit: with a limit of two, a third client is not served
+// while two connections are open, and is served once one closes. Its
+// connection waits in the kernel's backlog, taking no descriptor of the
+// server's. The half-second wait only gives a broken limit the chance to
+// show; a working one never serves the third early, however slow the
+// machine.
+func TestConnectionLimit(t *testing.T) {
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	srv := HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		entered <- struct{}{}
+		<-release
+		io.WriteString(w, "ok")
+	}), short)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(LimitConnections(srv, ln, 2))
+	t.Cleanup(func() { srv.Close() })
+
+	request := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitEntered := func(what string) {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(waitFor):
+			t.Fatalf("%s was not served within %v", what, waitFor)
+		}
+	}
+	first := request()
+	request()
+	waitEntered("the first connection")
+	waitEntered("the second connection")
+	request()
+	select {
+	case <-entered:
+		t.Fatal("a third connection was served while two were open")
+	case <-time.After(500 * time.Millisecond):
+	}
+	// One of the two is answered and closes (Connection: close).
+	release <- struct{}{}
+	waitEntered("the third connection, after one closed")
+	close(release)
+	if got := closedByServer(t, first); !strings.Contains(got, "ok") {
+		t.Fatalf("first answer: %q", got)
 	}
 }

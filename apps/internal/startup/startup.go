@@ -19,10 +19,10 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// LockPoolSize bounds the connections locks may hold. Every held or awaited
-// MySQL/PostgreSQL lock pins one connection, so locks get a pool of their
-// own: waiters queueing on a long-held lock (say, many resumes of one
-// artifact) can then never take the connections the store's queries need.
+// LockPoolSize bounds the connections locks may hold. Every held
+// MySQL/PostgreSQL lock pins one connection (and the first waiter for a
+// name, while the pool can spare one), so locks get a pool of their own:
+// they can then never take the connections the store's queries need.
 const LockPoolSize = 128
 
 // Locker returns the cross-process lock adapter for the store's database:

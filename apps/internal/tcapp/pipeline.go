@@ -50,6 +50,9 @@ type Options struct {
 	// fsynced in the background so that they survive a reboot; a one-shot
 	// build leaves that out (its exit would wait for the fsync).
 	LongLived bool
+	// Instance is the data-plane process's instance id (core/liveness);
+	// Run mints one when it is empty.
+	Instance string
 }
 
 func (o Options) log() *slog.Logger {

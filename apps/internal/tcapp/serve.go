@@ -2,13 +2,17 @@ package tcapp
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +34,59 @@ import (
 	"github.com/cubesandbox/templatecenter/apps/internal/startup"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/core/liveness"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
 	"github.com/cubesandbox/templatecenter/ports"
 )
+
+// NewInstanceID names one run of a data-plane process: its host and a
+// random part, new at every start, so a restarted process never passes for
+// the one that died (core/liveness).
+func NewInstanceID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return -1
+	}, host)
+	if len(host) > 48 {
+		host = host[:48]
+	}
+	if host == "" {
+		host = "host"
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "tc-" + host + "-" + hex.EncodeToString(b)
+}
+
+// instanceFile, in the work directory, names the data plane that last
+// ran on it.
+const instanceFile = "instance"
+
+// RecordInstance writes id into dir's instance file and returns the id it
+// held: the previous run of this data plane, whose builds a new run fails
+// at once ("" when there was none).
+func RecordInstance(dir, id string) (previous string, err error) {
+	path := filepath.Join(dir, instanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		previous = strings.TrimSpace(string(b))
+	}
+	tmp, err := os.CreateTemp(dir, instanceFile+".*")
+	if err != nil {
+		return previous, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return previous, err
+	}
+	if err := tmp.Close(); err != nil {
+		return previous, err
+	}
+	return previous, os.Rename(tmp.Name(), path)
+}
 
 // ShutdownTimeout bounds the graceful part of a shutdown.
 const ShutdownTimeout = 30 * time.Second
@@ -40,7 +94,10 @@ const ShutdownTimeout = 30 * time.Second
 // Check validates what serve needs before anything is opened.
 func Check(cfg config.Config) error {
 	// Fail closed: without a shared secret the internal API would be open.
-	return auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken)
+	if err := auth.CheckConfig(cfg.CallbackToken, cfg.CallbackInsecureNoToken); err != nil {
+		return err
+	}
+	return cfg.CheckSharedDatabase(config.DataPlane)
 }
 
 // Run serves the data plane on ln until ctx ends, then shuts down
@@ -64,6 +121,9 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 		o.RegistryObserver = m
 	}
 	o.LongLived = true
+	if o.Instance == "" {
+		o.Instance = NewInstanceID()
+	}
 	i := NewBuildInjector(ctx, o)
 	defer i.Shutdown()
 	do.ProvideValue(i, reg)
@@ -84,6 +144,29 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
+	if core.NewDownloadTokens(cfg.CallbackToken).Keyed() {
+		// Rows whose column holds a token in the clear (adopted from
+		// upstream) get a seed: the old value, in any copy of the
+		// database, then opens nothing.
+		n, err := data.SeedDownloadTokens(ctx, st, system.IDs{})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("download tokens kept in the clear replaced by seeds", "artifacts", n)
+		}
+	}
+	// The owner lock says this process is alive to the replicas and the
+	// master that judge its builds; it is held before a build is taken.
+	locker, err := do.Invoke[ports.Locker](i)
+	if err != nil {
+		return err
+	}
+	owner, err := liveness.HoldOwner(ctx, locker, o.Instance, log)
+	if err != nil {
+		return err
+	}
+	defer owner.Release()
 	exec, err := do.Invoke[*data.Executor](i)
 	if err != nil {
 		return err
@@ -105,15 +188,19 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	log.Info("templatecenter listening", "addr", ln.Addr().String(), "builder", b.Name(), "builder_format", b.Format(),
-		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", cfg.Backend(),
+	log.Info("templatecenter listening", "addr", ln.Addr().String(), "instance", o.Instance, "builder", b.Name(), "builder_format", b.Format(),
+		"database", config.RedactDSN(cfg.DBDSN), "artifact_store", storeDescription(cfg), "store_kind", startup.StoreKind(cfg),
 		"work_dir", cfg.WorkDir, "progress", progressDescription(o), "master", cfg.MasterAddr,
 		"insecure_registries", o.insecure(), "trusted_registries", o.trusted(),
 		"registry_allow_loopback", cfg.RegistryAllowLoopback, "registry_allow_private", cfg.RegistryAllowPrivate,
 		"registry_timeout", cfg.RegistryTimeout.String(), "max_concurrent_builds", cfg.MaxConcurrentBuilds,
 		"gzip_decoder", gzipDescription(fl))
 
-	srv := startup.HTTPServer(router, o.ServerTimeouts)
+	timeouts := o.ServerTimeouts
+	if timeouts.Idle <= 0 {
+		timeouts.Idle = cfg.HTTP.IdleTimeout
+	}
+	srv := startup.HTTPServer(router, timeouts)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
 	go func() {
@@ -121,13 +208,29 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Error("reconciler stopped", "err", err)
 		}
 	}()
+	if !cfg.Reconcile.Disabled {
+		// Fails the builds of data planes that died or hung
+		// (core/liveness), those of this data plane's previous run (its
+		// work directory names it) at once.
+		judge := livenessJudge(st, m, locker, cfg, o.Instance, log)
+		prev, err := RecordInstance(cfg.WorkDir, o.Instance)
+		if err != nil {
+			log.Warn("instance id not recorded in the work directory; a restart fails this run's builds only after the liveness timeout", "err", err)
+		}
+		if failed, err := judge.FailRestarted(ctx, prev); err != nil {
+			log.Warn("builds of the previous run not failed", "previous", prev, "err", err)
+		} else if len(failed) > 0 {
+			log.Warn("failed the builds this data plane's previous run left", "previous", prev, "jobs", failed)
+		}
+		go judge.Run(recCtx)
+	}
 	go func() {
 		if err := scrub.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("scrubber stopped", "err", err)
 		}
 	}()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -157,14 +260,23 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	return err
 }
 
-// HeartbeatFor is how often a running build re-reports its status: the
-// executor's default (a minute), but at most a quarter of the shortest
-// reconciler window that judges running builds by their reports, so a
+// livenessJudge is the data plane's judge of abandoned builds
+// (core/liveness). The jobs it fails are counted in jobs_finished_total
+// like those every other path finishes.
+func livenessJudge(st ports.Store, m *metrics.Metrics, locker ports.Locker, cfg config.Config, instance string, log *slog.Logger) *liveness.Judge {
+	return &liveness.Judge{Store: startup.CountJobOutcomes(st, m), Locker: locker, Clock: system.Clock{}, Timeout: cfg.BuildLiveness,
+		Self: instance, Who: "templatecenter " + instance, Logger: log}
+}
+
+// HeartbeatFor is how often a running build heartbeats: a sixth of the
+// liveness timeout (core/liveness), and at most a quarter of the shortest
+// reconciler window that judges running builds by their row's age, so a
 // live build is never failed as abandoned between two heartbeats, whatever
 // the windows are set to. Replicas share their settings, so the reconciler
 // of one judges the builds of another by the same rule.
-func HeartbeatFor(rc config.Reconcile) time.Duration {
-	hb := data.DefaultHeartbeatEvery
+func HeartbeatFor(cfg config.Config) time.Duration {
+	rc := cfg.Reconcile
+	hb := liveness.HeartbeatEvery(cfg.BuildLiveness)
 	running := rc.RunningStaleAfter
 	if rc.StaleAfter > 0 {
 		running = rc.StaleAfter
@@ -206,7 +318,7 @@ func provideServe(i do.Injector, o Options) {
 		if o.Store != nil {
 			return o.Store, nil
 		}
-		return startup.OpenStore(context.Background(), "CUBE_TEMPLATE_CENTER_DB_DSN", cfg.DBDSN)
+		return startup.OpenStore(context.Background(), cfg.DatabaseSetting(config.DataPlane), cfg.DBDSN)
 	})
 	do.Provide(i, func(i do.Injector) (ports.Locker, error) {
 		if o.Locker != nil {
@@ -271,15 +383,24 @@ func provideServe(i do.Injector, o Options) {
 		}
 		m := do.MustInvoke[*metrics.Metrics](i)
 		e := &data.Executor{
-			Store: st, Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
+			Store: startup.CountJobOutcomes(st, m), Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
 			Clock: system.Clock{}, IDs: system.IDs{}, CubeCA: hostfiles.CubeCAFile{Path: cfg.CubeCAFile},
-			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg.Reconcile), BuildTimeout: cfg.BuildTimeout, Logger: log, OnDone: func(o data.Outcome) {
-				if o.Result != nil {
-					for ph, d := range o.Result.Phases {
-						m.ObservePhase(string(ph), d)
+			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg), BuildTimeout: cfg.BuildTimeout,
+				Owner: o.Instance, ReportEvery: cfg.ProgressReportInterval, Logger: log, OnDone: func(o data.Outcome) {
+					if o.Result != nil {
+						for ph, d := range o.Result.Phases {
+							m.ObservePhase(string(ph), d)
+						}
 					}
-				}
-			}},
+					switch {
+					case o.Err != nil:
+						m.BuildFinished(metrics.BuildFailed)
+					case o.Reused:
+						m.BuildFinished(metrics.BuildReused)
+					default:
+						m.BuildFinished(metrics.BuildBuilt)
+					}
+				}},
 		}
 		m.ActiveBuildsFrom(e.Running)
 		return e, nil
@@ -302,7 +423,8 @@ func provideServe(i do.Injector, o Options) {
 		if rc.StaleAfter > 0 {
 			running = rc.StaleAfter
 		}
-		return &data.Reconciler{Store: do.MustInvoke[*entstore.Store](i), Locker: locker, Clock: system.Clock{},
+		return &data.Reconciler{Store: startup.CountJobOutcomes(do.MustInvoke[*entstore.Store](i), do.MustInvoke[*metrics.Metrics](i)),
+			Locker: locker, Clock: system.Clock{},
 			Config: data.ReconcilerConfig{
 				Disabled: rc.Disabled, Interval: rc.Interval, PendingStaleAfter: rc.PendingStaleAfter,
 				PullingStaleAfter: rc.PullingStaleAfter, RunningStaleAfter: running,
@@ -314,9 +436,10 @@ func provideServe(i do.Injector, o Options) {
 		if err != nil {
 			return nil, err
 		}
-		b := cfg.Backend()
-		remote := b == "s3" || b == "gs"
-		return &data.Scrubber{Store: do.MustInvoke[*entstore.Store](i), Artifacts: do.MustInvoke[*artifactstore.Store](i),
+		blobs := do.MustInvoke[*artifactstore.Store](i)
+		kind, _ := artifactstore.Lookup(blobs.Backend())
+		remote := kind.Remote
+		return &data.Scrubber{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs,
 			Locker: locker, Clock: system.Clock{},
 			Config: data.ScrubConfig{Every: cfg.ScrubInterval, Disabled: cfg.ScrubInterval == 0 || remote && !cfg.ScrubRemote, Logger: log},
 		}, nil
@@ -336,9 +459,12 @@ func provideServe(i do.Injector, o Options) {
 			Readiness: func(ctx context.Context) error { return st.DB().PingContext(ctx) },
 			LocalPath: localPath(cfg),
 			SpoolDir:  cfg.WorkDir,
-			Metrics:   do.MustInvoke[*metrics.Metrics](i),
-			Gatherer:  do.MustInvoke[*prometheus.Registry](i),
-			Logger:    log,
+			// Download tokens derive from the callback token the master
+			// shares: the database holds only their seeds.
+			DownloadTokens: core.NewDownloadTokens(cfg.CallbackToken),
+			Metrics:        do.MustInvoke[*metrics.Metrics](i),
+			Gatherer:       do.MustInvoke[*prometheus.Registry](i),
+			Logger:         log,
 		}), nil
 	})
 }
@@ -386,9 +512,14 @@ func localPath(cfg config.Config) func(key string) string {
 // OpenArtifactStore picks the artifact store: an explicit URL, else S3 when
 // fully configured, else the local directory (created if missing).
 func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.Store, error) {
+	mode, err := artifactstore.ParseFileMode(cfg.ArtifactFileMode)
+	if err != nil {
+		return nil, fmt.Errorf("CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE: %w", err)
+	}
+	fileMode := fmt.Sprintf("%04o", mode)
 	switch {
 	case cfg.ArtifactStoreURL != "":
-		return artifactstore.Open(ctx, cfg.ArtifactStoreURL)
+		return artifactstore.Open(ctx, withFileMode(cfg.ArtifactStoreURL, fileMode))
 	case cfg.S3.Enabled():
 		return artifactstore.OpenS3(ctx, artifactstore.S3Config{
 			Endpoint: cfg.S3.Endpoint, Bucket: cfg.S3.Bucket, Region: cfg.S3.Region, AccessKey: cfg.S3.AccessKey,
@@ -401,7 +532,7 @@ func OpenArtifactStore(ctx context.Context, cfg config.Config) (*artifactstore.S
 	}
 	// url.URL escapes '#', '?' and '%' in the name, which the file store's
 	// URL parsing decodes back to dir.
-	u := url.URL{Scheme: "file", Path: filepath.ToSlash(dir), RawQuery: "create_dir=1"}
+	u := url.URL{Scheme: artifactstore.BackendFile, Path: filepath.ToSlash(dir), RawQuery: "create_dir=1&file_mode=" + fileMode}
 	return artifactstore.Open(ctx, u.String())
 }
 
@@ -411,4 +542,22 @@ func gzipDescription(fl ports.TreeFlattener) string {
 		return f.Gunzip.String()
 	}
 	return "custom flattener"
+}
+
+// withFileMode gives a file:// store URL the setting's file_mode unless the
+// URL sets its own; other URLs, and URLs Open will refuse, are unchanged.
+func withFileMode(raw, mode string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != artifactstore.BackendFile {
+		return raw
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil || q.Has("file_mode") {
+		return raw
+	}
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += "file_mode=" + mode
+	return u.String()
 }

@@ -133,8 +133,41 @@ func planAdoption(ctx context.Context, db *sql.DB, d string) (*AdoptionPlan, err
 	if !hasOld && !hasNew {
 		p.Statements = append(p.Statements, aliasKey[d]...)
 	}
+	if d == MySQL {
+		ci, err := caseInsensitiveIDs(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if ci {
+			p.Statements = append(p.Statements, foldedNames)
+			p.Kept = append(p.Kept, "t_cube_template_name: names compare case-insensitively, as upstream's template ids do")
+		}
+	}
 	p.Statements = append(p.Statements, names[d]...)
 	return p, nil
+}
+
+// foldedNames makes the name table compare names as upstream's MySQL
+// tables compare template ids: case-insensitively. Otherwise, after
+// adoption, Web-App and web-app would be one template to the definition,
+// job and replica tables and two names to the namespace (an alias
+// web-app next to template Web-App reaching one template for sandboxes and
+// the other for GET and DELETE). Ids and aliases are ASCII, so any
+// case-insensitive utf8mb4 collation folds them alike.
+const foldedNames = "ALTER TABLE `t_cube_template_name` " +
+	"MODIFY `name` varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL, " +
+	"MODIFY `template_id` varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"
+
+// caseInsensitiveIDs reports whether upstream's definition table compares
+// template ids case-insensitively (its collation ends in _ci).
+func caseInsensitiveIDs(ctx context.Context, db *sql.DB) (bool, error) {
+	var coll sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.columns "+
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'template_id'", upstreamMarker).Scan(&coll)
+	if err != nil {
+		return false, fmt.Errorf("migrate: inspect the collation of %s.template_id: %w", upstreamMarker, err)
+	}
+	return strings.HasSuffix(strings.ToLower(coll.String), "_ci"), nil
 }
 
 // entPlan is ent's diff from db to the ent schema, kept to additions:

@@ -255,6 +255,8 @@ func newAPI(t *testing.T, st *entstore.Store) *api {
 	}
 	dir := &portsmock.NodeDirectoryMock{
 		HealthyNodesFunc: func(context.Context, string) ([]ports.Node, error) { return nodes, nil },
+		NodesFunc:        func(context.Context, string) ([]ports.Node, error) { return nodes, nil },
+		DownFunc:         func(string) <-chan struct{} { return nil },
 		GetFunc: func(_ context.Context, id string) (ports.Node, error) {
 			for _, n := range nodes {
 				if n.ID == id {

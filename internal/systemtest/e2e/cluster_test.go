@@ -280,7 +280,8 @@ func startCluster(t *testing.T) *cluster {
 		id := fmt.Sprintf("node-%d", i+1)
 		nodesSpec = append(nodesSpec, id+"="+addr)
 		c.nodes = append(c.nodes, &proc{name: id, bin: filepath.Join(bin, "nodeagent"),
-			args: []string{"--listen", addr, "--data-dir", data, "--node-id", id}})
+			args: []string{"--listen", addr, "--data-dir", data, "--node-id", id, "--master-urls", c.masterURL},
+			env:  []string{"CUBE_NODEAGENT_TOKEN=" + e2eNodeToken}})
 	}
 	c.master = &proc{name: "cubemaster", bin: filepath.Join(bin, "cubemaster"), args: []string{"serve", "--listen", masterAddr},
 		env: []string{
@@ -297,6 +298,7 @@ func startCluster(t *testing.T) *cluster {
 			"CUBE_MASTER_NODE_PROBE_INTERVAL=1h",
 			"CUBE_MASTER_LOCAL_ARTIFACT_DIR=" + c.masterLocalDir,
 			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.apiToken(),
+			"CUBE_MASTER_NODE_TOKEN=" + e2eNodeToken,
 		}}
 
 	t.Cleanup(func() {
@@ -322,6 +324,10 @@ func startCluster(t *testing.T) *cluster {
 	}
 	return c
 }
+
+// e2eNodeToken is the node credential the test masters and node agents
+// share.
+const e2eNodeToken = "e2e-node-token-0123456789"
 
 func tail(s string, n int) string {
 	if len(s) > n {

@@ -91,6 +91,13 @@ func TestMakeDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	// The summary is read after the demo ended: every file it names exists.
+	_, summary, _ := bytes.Cut(out, []byte("Demo summary"))
+	for _, p := range regexp.MustCompile(`/[^\s:;()]+`).FindAll(summary, -1) {
+		if _, err := os.Stat(string(p)); err != nil {
+			t.Errorf("the summary names %s, which is gone after the demo: %v", p, err)
+		}
+	}
 }
 
 // scrape returns the value of one series (name{labels}) on a /metrics page.
@@ -146,6 +153,9 @@ func TestMetricsAfterARealBuild(t *testing.T) {
 		{m, `cube_template_node_operations_total{node="node-1",op="app_snapshot",result="ok"}`, 1},
 		{m, `cube_template_status_callbacks_total{result="applied"}`, 1},
 		{m, `cube_template_http_errors_total{code="130404",method="GET",route="/cube/template"}`, 1},
+		// Outcomes: the build on the data plane, the job on the master.
+		{tc, `cube_template_builds_total{result="built"}`, 1},
+		{m, `cube_template_jobs_finished_total{operation="CREATE",result="ready"}`, 1},
 	}
 	for _, c := range checks {
 		v, ok := value(c.page, c.series)
@@ -213,7 +223,9 @@ func openPTY(cols uint16) (ptm, pts *os.File, err error) {
 	return ptm, pts, nil
 }
 
-var pullPercent = regexp.MustCompile(`pull (\d+)% `)
+// pulledBytes finds the bytes pulled so far on the CLI's live line
+// ("PULLING  12% [###---] 1.2MiB/3.0MiB 1/3 layers").
+var pulledBytes = regexp.MustCompile(`PULLING +\d+% \[[#-]*\] ([0-9.]+(?:[KMG]iB|B))/`)
 
 // TestProgressBarsInAPseudoTerminal runs the CLI in a real pseudo-terminal
 // of 80 columns during a real build whose pull is slowed down: the pull
@@ -274,15 +286,14 @@ func TestProgressBarsInAPseudoTerminal(t *testing.T) {
 		t.Fatalf("create-from-image in a pty: %v\n%q", runErr, out)
 	}
 
-	seen := map[int]bool{}
-	for _, m := range pullPercent.FindAllStringSubmatch(out, -1) {
-		p, _ := strconv.Atoi(m[1])
-		seen[p] = true
+	seen := map[string]bool{}
+	for _, m := range pulledBytes.FindAllStringSubmatch(out, -1) {
+		seen[m[1]] = true
 	}
 	if len(seen) < 3 {
-		t.Errorf("the pull bar did not advance: progress values %v\n%q", seen, out)
+		t.Errorf("the pull bar did not advance: pulled bytes seen %v\n%q", seen, out)
 	}
-	for _, want := range []string{"\r\033[K", "done PULLING", "1/1 ready, 0 failed", "[####", "layers 3/3", "status:                    READY"} {
+	for _, want := range []string{"\r\033[K", "done PULLING", "nodes [", "1/1 ready", "[####", "/3 layers", "status:                    READY"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("screen lacks %q:\n%q", want, out)
 		}

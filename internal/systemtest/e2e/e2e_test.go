@@ -382,6 +382,18 @@ func TestSystem(t *testing.T) {
 		if gone.Job.Status != "FAILED" || !strings.Contains(gone.Job.ErrorMessage, "use redo") {
 			t.Fatalf("migrate without any copy: %s, want FAILED with the redo hint", gone.Raw)
 		}
+		// And redo does help: it builds the artifact again (convergence,
+		// which only ever adds nodes, never would).
+		redo := c.call(http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "redo-m", "template_id": "tpl-e2e-m"})
+		if redo.Ret.Code != 200 || redo.Job == nil {
+			t.Fatalf("redo: %s", redo.Raw)
+		}
+		if done := c.waitJob(redo.Job.JobID, 2*time.Minute); done.Job.Status != "READY" {
+			t.Fatalf("redo after the bytes were lost: %s", done.Raw)
+		}
+		if _, err := blobs.Stat(ctx, key); err != nil {
+			t.Fatalf("object after the redo: %v", err)
+		}
 	})
 
 	t.Run("KilledTemplateCenterJobFailsThenRedoSucceeds", func(t *testing.T) {
@@ -423,7 +435,8 @@ func TestSystem(t *testing.T) {
 		ctx := context.Background()
 		addr := freeAddr(t)
 		data := filepath.Join(c.dir, "node3")
-		node := &proc{name: "node-3", bin: c.nodes[0].bin, args: []string{"--listen", addr, "--data-dir", data, "--node-id", "node-3"}}
+		node := &proc{name: "node-3", bin: c.nodes[0].bin, args: []string{"--listen", addr, "--data-dir", data, "--node-id", "node-3", "--master-urls", c.masterURL},
+			env: []string{"CUBE_NODEAGENT_TOKEN=" + e2eNodeToken}}
 		node.start(t)
 		t.Cleanup(node.stop)
 		waitTCP(t, addr)

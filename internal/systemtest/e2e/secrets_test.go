@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
@@ -65,6 +66,7 @@ type secretsRig struct {
 	t                      *testing.T
 	bin                    string
 	token                  string // callback token
+	sealingKey             string // CUBE_MASTER_SEALING_KEYS
 	bearer, user, secret   string // public API credentials
 	regUser, regPassword   string
 	dsn, dsnPassword       string
@@ -84,7 +86,7 @@ func startSecretsRig(t *testing.T) *secretsRig {
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/cubesandbox/templatecenter/apps/cubemastercli").CombinedOutput(); err != nil {
 		t.Fatalf("go build cubemastercli: %v\n%s", err, out)
 	}
-	r := &secretsRig{t: t, bin: bin, token: "cb-" + randHex(16), bearer: "bearer-" + randHex(16), user: "ops-" + randHex(3),
+	r := &secretsRig{t: t, bin: bin, token: "cb-" + randHex(16), sealingKey: "e2e:" + randHex(20), bearer: "bearer-" + randHex(16), user: "ops-" + randHex(3),
 		secret: "sk-" + randHex(16), regUser: "robot", regPassword: "regpw-" + randHex(12), bodies: map[string][]byte{}}
 	r.dsn, r.db = freshMariaDB(t)
 	if cfg, err := mysql.ParseDSN(strings.TrimPrefix(r.dsn, "mysql://")); err == nil {
@@ -115,7 +117,8 @@ func startSecretsRig(t *testing.T) *secretsRig {
 			"CUBE_MASTER_ADDR=" + r.masterURL,
 		}}
 	r.node = &proc{name: "nodeagent", bin: filepath.Join(bin, "nodeagent"),
-		args: []string{"--listen", nodeAddr, "--data-dir", r.nodeData, "--node-id", "node-1", "--log-level", "debug"}}
+		args: []string{"--listen", nodeAddr, "--data-dir", r.nodeData, "--node-id", "node-1", "--log-level", "debug", "--master-urls", r.masterURL},
+		env:  []string{"CUBE_NODEAGENT_TOKEN=" + e2eNodeToken}}
 	r.master = r.newMaster(tcAddr, nodeAddr, "true")
 	t.Cleanup(func() {
 		for _, p := range append([]*proc{r.master, r.tc, r.node}, r.masters...) {
@@ -147,6 +150,8 @@ func (r *secretsRig) newMaster(tcAddr, nodeAddr, authOn string) *proc {
 			"CUBE_MASTER_AUTH=" + authOn,
 			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + r.bearer,
 			"CUBE_MASTER_AUTH_SECRET_KEYS=" + r.user + "=" + r.secret,
+			"CUBE_MASTER_NODE_TOKEN=" + e2eNodeToken,
+			"CUBE_MASTER_SEALING_KEYS=" + r.sealingKey,
 		}}
 	r.masters = append(r.masters, p)
 	return p
@@ -262,10 +267,10 @@ func cleanCLIEnv() []string {
 // and the CLI, with authentication on (authenticated callers see the
 // artifact download token where a request carries it; refused callers see
 // nothing) and off (the token is always redacted). Neither the registry
-// password, nor the bearer token, nor the signing key appears in any
-// answer, any CLI output, any log line of any process, or the job row; the
-// download token appears in no log line and only in answers to
-// authenticated callers.
+// password, nor the bearer token, nor the signing key, nor the node
+// credential appears in any answer, any CLI output, any log line of any
+// process, or the job row; the download token appears in no log line and
+// only in answers to authenticated callers.
 func TestSecretsNeverLeak(t *testing.T) {
 	r := startSecretsRig(t)
 	// The image is pushed to the test registry directly and pulled
@@ -296,10 +301,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	r.registry.mu.Unlock()
 	aid := finished.ArtifactID
-	var dlToken string
-	if err := r.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", aid).Scan(&dlToken); err != nil || len(dlToken) < 16 {
-		t.Fatalf("download token of %s: %q %v", aid, dlToken, err)
+	var dlSeed string
+	if err := r.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", aid).Scan(&dlSeed); err != nil || !core.IsDownloadSeed(dlSeed) {
+		t.Fatalf("download token seed of %s: %q %v", aid, dlSeed, err)
 	}
+	// What nodes download with: derived from the seed and the callback
+	// token, never stored.
+	dlToken := core.NewDownloadTokens(r.token).For(aid, dlSeed)
 	// Wrong credentials: the build fails on the data plane, which logs and
 	// reports why; neither the report nor the log may quote the password.
 	wrongPassword := "wrongpw-" + randHex(12)
@@ -437,7 +445,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	// The scan.
 	never := map[string]string{"registry password": r.regPassword, "wrong registry password": wrongPassword, "bearer token": r.bearer, "signing key": r.secret,
-		"registry basic auth": base64.StdEncoding.EncodeToString([]byte(r.regUser + ":" + r.regPassword)), "callback token": r.token}
+		"registry basic auth": base64.StdEncoding.EncodeToString([]byte(r.regUser + ":" + r.regPassword)), "callback token": r.token,
+		"node credential": e2eNodeToken, "sealing key": strings.TrimPrefix(r.sealingKey, "e2e:"), "download token seed": dlSeed}
 	if r.dsnPassword != "" {
 		never["database password"] = ":" + r.dsnPassword + "@"
 	}

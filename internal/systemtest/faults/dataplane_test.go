@@ -25,16 +25,18 @@ func (w *world) dataPlaneScenarios(t *testing.T) {
 		release()
 		failed := w.mustFail(t, job, 2*time.Minute, "abandoned")
 		toFail := time.Since(killedAt)
+		// The surviving replica's reconciler or liveness sweep, or the
+		// master's: exactly one of them.
 		fails := 0
-		for _, p := range c.TCs {
+		for _, p := range append(append([]*harness.Proc(nil), c.TCs...), c.Masters...) {
 			for _, line := range strings.Split(p.Log(), "\n") {
-				if strings.Contains(line, "failed stale job") && strings.Contains(line, job) {
+				if (strings.Contains(line, "failed stale job") || strings.Contains(line, "failed abandoned build job")) && strings.Contains(line, job) {
 					fails++
 				}
 			}
 		}
 		if fails != 1 {
-			t.Errorf("job %s was failed as stale %d times by the reconcilers, want once", job, fails)
+			t.Errorf("job %s was failed as abandoned %d times, want once", job, fails)
 		}
 		c.StartTC(victim)
 		leftScratch := len(c.Leftovers())

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/internal/systemtest/faults/harness"
 )
 
@@ -42,8 +43,11 @@ func (w *world) nodeScenarios(t *testing.T) {
 		ref, _ := c.PushImage("del-dl", 4<<20)
 		job := w.create(t, "tpl-del-dl", ref)
 		j := w.mustReady(t, job)
-		var token string
-		c.DB.QueryRow("SELECT COALESCE(download_token,'') FROM t_cube_rootfs_artifact WHERE artifact_id = ?", j.ArtifactID).Scan(&token)
+		var seed string
+		c.DB.QueryRow("SELECT COALESCE(download_token,'') FROM t_cube_rootfs_artifact WHERE artifact_id = ?", j.ArtifactID).Scan(&seed)
+		// The row holds a seed; nodes download with the token derived
+		// from it and the callback token.
+		token := core.NewDownloadTokens(c.Token).For(j.ArtifactID, seed)
 		url := c.MasterURLs[0] + "/cube/template/artifact/download?artifact_id=" + j.ArtifactID
 		get := func(ctx context.Context) (*http.Response, error) {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/data"
+	"github.com/cubesandbox/templatecenter/internal/systemtest/faults/harness"
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
@@ -89,8 +90,10 @@ func (w *world) reconcileScenarios(t *testing.T) {
 		inProcess := 0
 		for _, id := range ids {
 			inProcess += failedBy[id]
+			// The replicas' reconcilers and liveness sweeps, and the
+			// master's liveness sweep.
 			byReplicas := 0
-			for _, p := range c.TCs {
+			for _, p := range append(append([]*harness.Proc(nil), c.TCs...), c.Masters...) {
 				byReplicas += strings.Count(p.Log(), `"job_id":"`+id+`"`)
 			}
 			if total := failedBy[id] + byReplicas; total != 1 {

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // The services part runs the system as real processes on loopback: one
@@ -141,6 +143,10 @@ func (s *stack) close() {
 	os.RemoveAll(s.dir)
 }
 
+// nodeToken is the node credential the stack's master and node agents
+// share.
+func (s *stack) nodeToken() string { return "node-" + s.token }
+
 // startStack starts master, templatecenter and nodes node agents.
 func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *stack, err error) {
 	s := &stack{o: o, links: l, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
@@ -198,7 +204,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		s.nodeDirs = append(s.nodeDirs, data)
 		id := fmt.Sprintf("node-%d", i+1)
 		spec = append(spec, id+"="+addr)
-		nodeArgs = append(nodeArgs, []string{"--listen", addr, "--data-dir", data, "--node-id", id})
+		nodeArgs = append(nodeArgs, []string{"--listen", addr, "--data-dir", data, "--node-id", id, "--master-urls", s.masterURL})
 	}
 	if _, err := s.start("cubemaster", "cubemaster", []string{"serve", "--listen", masterAddr}, []string{
 		"CUBE_MASTER_DB_DSN=" + dsn,
@@ -207,6 +213,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		"CUBE_MASTER_NODES=" + strings.Join(spec, ","),
 		"CUBE_MASTER_DOWNLOAD_BASE_URL=" + s.masterURL,
 		"CUBE_MASTER_AUTH_BEARER_TOKENS=" + s.apiToken,
+		"CUBE_MASTER_NODE_TOKEN=" + s.nodeToken(),
 	}); err != nil {
 		return nil, err
 	}
@@ -230,7 +237,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		return nil, err
 	}
 	for i, a := range nodeArgs {
-		if _, err := s.startIn(i, fmt.Sprintf("node-%d", i+1), "nodeagent", a, nil); err != nil {
+		if _, err := s.startIn(i, fmt.Sprintf("node-%d", i+1), "nodeagent", a, []string{"CUBE_NODEAGENT_TOKEN=" + s.nodeToken()}); err != nil {
 			return nil, err
 		}
 	}
@@ -550,10 +557,12 @@ func (s *stack) poll(path string, rate int, d time.Duration) ([]time.Duration, f
 	return lat, float64(len(lat)) / el.Seconds(), fails, nil
 }
 
+// downloadToken is the token nodes download artifactID with: derived from
+// the seed its row keeps and the callback token, as the master derives it.
 func (s *stack) downloadToken(artifactID string) (string, error) {
-	var tok string
-	err := s.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", artifactID).Scan(&tok)
-	return tok, err
+	var seed string
+	err := s.db.QueryRow("SELECT download_token FROM t_cube_rootfs_artifact WHERE artifact_id = ?", artifactID).Scan(&seed)
+	return core.NewDownloadTokens(s.token).For(artifactID, seed), err
 }
 
 func services(o Options, out io.Writer, logf func(string, ...any)) error {

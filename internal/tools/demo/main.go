@@ -50,7 +50,8 @@ func main() {
 
 func run(ctx context.Context, bin, dataDir string) error {
 	start := time.Now()
-	if dataDir == "" {
+	temporary := dataDir == ""
+	if temporary {
 		d, err := os.MkdirTemp("", "cube-demo-")
 		if err != nil {
 			return err
@@ -66,7 +67,11 @@ func run(ctx context.Context, bin, dataDir string) error {
 	}
 	defer logFile.Close()
 
-	fmt.Printf("==> starting cubemaster dev (data in %s, log in %s)\n", dataDir, logPath)
+	kept := ""
+	if temporary {
+		kept = "; removed when the demo ends, --data-dir keeps it"
+	}
+	fmt.Printf("==> starting cubemaster dev (data in %s, log in %s%s)\n", dataDir, logPath, kept)
 	dev := exec.Command(filepath.Join(bin, "cubemaster"), "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
 		"--ready-file", readyFile, "--log-level", "info")
 	dev.Stdout, dev.Stderr = logFile, logFile
@@ -157,15 +162,21 @@ func run(ctx context.Context, bin, dataDir string) error {
 		return fmt.Errorf("cubemaster dev did not stop within 40s\n%s", tail(logPath))
 	}
 
+	// The summary names only what still exists once the demo has ended:
+	// a temporary data directory (the node's copy in it) is removed.
+	where := onNode
+	if temporary {
+		where = "its copy was in the temporary data directory, now removed"
+	}
 	fmt.Printf(`
 Demo summary
   template id    %s (READY on %s)
   artifact id    %s
-  sha256         %s (verified on the node: %s)
+  sha256         %s (verified on the node; %s)
   size           %d bytes (%.1f MiB)
   builder        %s
   time per phase
-`, templateID, info.NodeID, artifactID, sum, onNode, size, float64(size)/(1<<20), info.Builder)
+`, templateID, info.NodeID, artifactID, sum, where, size, float64(size)/(1<<20), info.Builder)
 	for _, p := range phases {
 		fmt.Printf("    %-22s %8.1f ms\n", p.name, p.ms)
 	}

@@ -5,6 +5,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- define "ctc.tokenSecret" -}}{{ .Values.callbackToken.existingSecret | default (printf "%s-callback-token" (include "ctc.name" .)) }}{{- end -}}
+{{- define "ctc.nodeTokenSecret" -}}{{ .Values.nodeToken.existingSecret | default (printf "%s-node-token" (include "ctc.name" .)) }}{{- end -}}
+{{- define "ctc.sealingKeysSecret" -}}{{ .Values.sealingKeys.existingSecret | default (printf "%s-sealing-keys" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.apiTokenSecret" -}}{{ .Values.auth.existingSecret | default (printf "%s-api-token" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.s3Secret" -}}{{ .Values.s3.existingSecret | default (printf "%s-s3" (include "ctc.name" .)) }}{{- end -}}
 {{- define "ctc.dbSecret" -}}{{ .Values.database.existingSecret | default (printf "%s-database" (include "ctc.name" .)) }}{{- end -}}
@@ -19,6 +21,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if and (not .Values.artifactStore.s3Backed) (eq .Values.artifactStore.pvc.accessMode "ReadWriteOnce") (gt (int .Values.master.replicas) 1) -}}
 {{- fail (printf "artifactStore.pvc.accessMode ReadWriteOnce with master.replicas=%v: a ReadWriteOnce claim attaches to one node, so the other replicas would stay Pending; use master.replicas=1, a ReadWriteMany claim, or artifactStore.s3Backed=true" .Values.master.replicas) -}}
+{{- end -}}
+{{- if and (eq .Values.templateCenter.builder "mkfs") (ne (toString .Values.podSecurityContext.runAsUser) "0") -}}
+{{- fail "templateCenter.builder=mkfs needs root (mkfs.ext4 -d, debugfs), and the pods run as podSecurityContext.runAsUser; use ext4stream" -}}
 {{- end -}}
 {{- if .Values.artifactStore.s3Backed -}}
 {{- range $k := list "endpoint" "bucket" -}}
@@ -58,6 +63,25 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - name: CUBE_S3_SECRET_KEY
   valueFrom: {secretKeyRef: {name: {{ include "ctc.s3Secret" . }}, key: secretKey}}
 {{- end }}
+{{- end -}}
+
+{{/* What every pod of the chart shares: its security context and the
+     writable volumes a read-only root filesystem needs (state, /tmp). */}}
+{{- define "ctc.podSecurity" -}}
+securityContext: {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+{{- define "ctc.containerSecurity" -}}
+securityContext: {{- toYaml .Values.securityContext | nindent 2 }}
+{{- end -}}
+{{- define "ctc.stateMounts" -}}
+- {name: state, mountPath: /var/lib/cube}
+- {name: tmp, mountPath: /tmp}
+{{- end -}}
+{{- define "ctc.stateVolumes" -}}
+- name: state
+  emptyDir: {}
+- name: tmp
+  emptyDir: {}
 {{- end -}}
 
 {{/* Degraded but allowed configurations (design §9.1): printed in the

@@ -14,17 +14,26 @@ import (
 
 // Job is the part of the public API's job view the suites read.
 type Job struct {
-	JobID             string `json:"job_id"`
-	TemplateID        string `json:"template_id"`
-	Status            string `json:"status"`
-	Phase             string `json:"phase"`
-	ErrorMessage      string `json:"error_message"`
-	ArtifactID        string `json:"artifact_id"`
-	ExpectedNodeCount int    `json:"expected_node_count"`
-	ReadyNodeCount    int    `json:"ready_node_count"`
-	FailedNodeCount   int    `json:"failed_node_count"`
-	TemplateStatus    string `json:"template_status"`
-	Artifact          *struct {
+	JobID             string           `json:"job_id"`
+	TemplateID        string           `json:"template_id"`
+	Status            string           `json:"status"`
+	Phase             string           `json:"phase"`
+	ErrorMessage      string           `json:"error_message"`
+	ArtifactID        string           `json:"artifact_id"`
+	ExpectedNodeCount int              `json:"expected_node_count"`
+	ReadyNodeCount    int              `json:"ready_node_count"`
+	FailedNodeCount   int              `json:"failed_node_count"`
+	TemplateStatus    string           `json:"template_status"`
+	Progress          int              `json:"progress"`
+	PullTotalBytes    int64            `json:"pull_total_bytes"`
+	PullDownloaded    int64            `json:"pull_downloaded_bytes"`
+	PhaseDurationsMS  map[string]int64 `json:"phase_durations_ms"`
+	Nodes             []struct {
+		NodeID string `json:"node_id"`
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	} `json:"nodes"`
+	Artifact *struct {
 		SHA256 string `json:"ext4_sha256"`
 		Size   int64  `json:"ext4_size_bytes"`
 	} `json:"artifact"`

@@ -23,11 +23,11 @@ var (
 // (make test sets it to bin/ after make build), used instead of building.
 const BinDirEnv = "CUBE_TEST_BIN_DIR"
 
-var binaries = []string{"templatecenter", "cubemaster", "nodeagent", "ext4stream"}
+var binaries = []string{"templatecenter", "cubemaster", "nodeagent", "ext4stream", "cubemastercli"}
 
-// Binaries builds templatecenter, cubemaster, nodeagent and the ext4stream
-// plugin once per test binary and returns their directory (or returns
-// $CUBE_TEST_BIN_DIR when it holds all four). Call Cleanup from TestMain
+// Binaries builds templatecenter, cubemaster, nodeagent, the ext4stream
+// plugin and cubemastercli once per test binary and returns their
+// directory (or returns $CUBE_TEST_BIN_DIR when it holds all five). Call Cleanup from TestMain
 // to remove what it built.
 func Binaries(t testing.TB) string {
 	t.Helper()
@@ -48,7 +48,7 @@ func Binaries(t testing.TB) string {
 		}
 		built = true
 		args := []string{"build", "-o", binDir + "/"}
-		for _, pkg := range []string{"apps/templatecenter", "apps/cubemaster", "apps/nodeagent", "plugins/ext4stream"} {
+		for _, pkg := range []string{"apps/templatecenter", "apps/cubemaster", "apps/nodeagent", "plugins/ext4stream", "apps/cubemastercli"} {
 			args = append(args, Module+"/"+pkg)
 		}
 		out, err := exec.Command("go", args...).CombinedOutput()

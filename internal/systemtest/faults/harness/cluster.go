@@ -37,6 +37,14 @@ type Options struct {
 	// TCEnv and MasterEnv are added to (and win over) the defaults.
 	TCEnv     []string
 	MasterEnv []string
+	// Defaults runs the services on their default timings: none of the
+	// short sweep, probe, reconcile and registry intervals the fault
+	// suite sets to finish sooner. Failure paths are then tested as a
+	// user meets them.
+	Defaults bool
+	// NoRedis runs the services without Redis (live progress then reaches
+	// the master through the data plane's status reports alone).
+	NoRedis bool
 }
 
 // Cluster is a running system: masters, data-plane replicas and node
@@ -48,6 +56,8 @@ type Cluster struct {
 	Token string
 	// APIToken is the masters' bearer token for the public API.
 	APIToken string
+	// NodeToken is the node credential masters and node agents share.
+	NodeToken string
 
 	DB     *sql.DB
 	DBName string
@@ -107,17 +117,19 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.MaxConcurrentBuilds == 0 {
 		o.MaxConcurrentBuilds = 4
 	}
-	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), APIToken: "api-" + RandHex(16), opts: o}
+	c := &Cluster{T: t, Dir: t.TempDir(), Token: "faults-" + RandHex(16), APIToken: "api-" + RandHex(16), NodeToken: "node-" + RandHex(16), opts: o}
 	c.Registry = testenv.Get(t, testenv.Registry)
 	t0 := time.Now()
 	c.Bin = Binaries(t)
 	t1 := time.Now()
 	c.openDB(t)
 	t2 := time.Now()
-	if o.PrivateRedis {
+	switch {
+	case o.NoRedis:
+	case o.PrivateRedis:
 		c.Redis = StartRedis(t)
 		c.RedisAddr = c.Redis.Addr
-	} else {
+	default:
 		c.RedisAddr = testenv.Get(t, testenv.RedisAddr)
 	}
 	c.RegProxy = NewRegistryProxy(t, c.Registry)
@@ -148,7 +160,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		c.NodeProxies = append(c.NodeProxies, px)
 		nodesSpec = append(nodesSpec, id+"="+px.Addr)
 		c.Nodes = append(c.Nodes, &Proc{Name: id, Bin: filepath.Join(c.Bin, "nodeagent"), LogPath: filepath.Join(c.Dir, "logs", id+".log"),
-			Args: []string{"--listen", addr, "--data-dir", data, "--node-id", id}})
+			Args: []string{"--listen", addr, "--data-dir", data, "--node-id", id, "--master-urls", c.MasterLB.URL},
+			Env:  []string{"CUBE_NODEAGENT_TOKEN=" + c.NodeToken}})
 	}
 	for i, u := range c.MasterURLs {
 		env := []string{
@@ -158,12 +171,15 @@ func Start(t testing.TB, o Options) *Cluster {
 			"CUBE_MASTER_NODES=" + strings.Join(nodesSpec, ","),
 			"CUBE_MASTER_DOWNLOAD_BASE_URL=" + c.MasterLB.URL,
 			"CUBE_TEMPLATE_CENTER_REDIS_ADDR=" + c.RedisAddr,
-			"CUBE_MASTER_SWEEP_INTERVAL=1s",
 			"CUBE_MASTER_AUTH_BEARER_TOKENS=" + c.APIToken,
-			// Healthy nodes are re-probed rarely, so a node that goes down
-			// stays a distribution target (an outage between probes);
-			// unhealthy nodes are re-checked at once.
-			"CUBE_MASTER_NODE_PROBE_INTERVAL=1h",
+			"CUBE_MASTER_NODE_TOKEN=" + c.NodeToken,
+		}
+		if !o.Defaults {
+			env = append(env, "CUBE_MASTER_SWEEP_INTERVAL=1s",
+				// Healthy nodes are re-probed rarely, so a node that goes
+				// down stays a distribution target (an outage between
+				// probes); unhealthy nodes are re-checked at once.
+				"CUBE_MASTER_NODE_PROBE_INTERVAL=1h")
 		}
 		name := fmt.Sprintf("cubemaster-%d", i)
 		c.Masters = append(c.Masters, &Proc{Name: name, Bin: filepath.Join(c.Bin, "cubemaster"), LogPath: filepath.Join(c.Dir, "logs", name+".log"),
@@ -182,12 +198,14 @@ func Start(t testing.TB, o Options) *Cluster {
 			"CUBE_TEMPLATE_CALLBACK_TOKEN=" + c.Token,
 			"CUBE_MASTER_ADDR=" + c.Callbacks.URL,
 			"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS=" + fmt.Sprint(o.MaxConcurrentBuilds),
-			"CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT=5s",
-			"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL=1s",
-			"CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER=20s",
-			"CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER=6s",
-			"CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER=6s",
 		}, c.s3Env(c.S3.URL)...)
+		if !o.Defaults {
+			env = append(env, "CUBE_TEMPLATE_CENTER_REGISTRY_TIMEOUT=5s",
+				"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL=1s",
+				"CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER=20s",
+				"CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER=6s",
+				"CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER=6s")
+		}
 		name := fmt.Sprintf("templatecenter-%d", i)
 		c.TCs = append(c.TCs, &Proc{Name: name, Bin: filepath.Join(c.Bin, "templatecenter"), LogPath: filepath.Join(c.Dir, "logs", name+".log"),
 			Args: []string{"serve", "--listen", strings.TrimPrefix(u, "http://")}, Env: append(env, o.TCEnv...)})

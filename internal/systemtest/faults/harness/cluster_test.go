@@ -29,7 +29,8 @@ func TestStartNodeMovesOffATakenPort(t *testing.T) {
 	dir := t.TempDir()
 	px := NewTCPProxy(t, addr)
 	p := &Proc{Name: "node-1", Bin: filepath.Join(Binaries(t), "nodeagent"), LogPath: filepath.Join(dir, "node-1.log"),
-		Args: []string{"--listen", addr, "--data-dir", filepath.Join(dir, "node-1"), "--node-id", "node-1"}}
+		Args: []string{"--listen", addr, "--data-dir", filepath.Join(dir, "node-1"), "--node-id", "node-1", "--master-urls", "http://127.0.0.1:1"},
+		Env:  []string{"CUBE_NODEAGENT_TOKEN=node-" + RandHex(16)}}
 	c := &Cluster{Nodes: []*Proc{p}, NodeAddrs: []string{addr}, NodeProxies: []*TCPProxy{px}}
 	c.startNode(t, 0)
 	defer p.Stop()

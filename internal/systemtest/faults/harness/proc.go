@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,10 +24,27 @@ type Proc struct {
 	Dir     string
 	LogPath string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	logf *os.File
+	// StderrPipe sends the process's stderr through a pipe the harness
+	// copies into the log until CloseLogPipe closes its read end (a log
+	// reader that went away: `serve | tee` stopped with Ctrl-C).
+	StderrPipe bool
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	logf  *os.File
+	piper *os.File // the read end of StderrPipe's pipe
+}
+
+// CloseLogPipe closes the read end of the process's stderr pipe: its next
+// write to stderr meets a closed pipe.
+func (p *Proc) CloseLogPipe() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.piper != nil {
+		p.piper.Close()
+		p.piper = nil
+	}
 }
 
 // Start starts the process; it fails the test if it cannot.
@@ -58,10 +76,23 @@ func (p *Proc) start() error {
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Dir = p.Dir
 	cmd.Stdout, cmd.Stderr = p.logf, p.logf
+	var pw *os.File
+	if p.StderrPipe {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		p.piper, pw, cmd.Stderr = r, w, w
+		go io.Copy(p.logf, r)
+	}
 	// A test binary that dies (a timeout panic) takes its children along;
 	// nothing it started outlives it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if pw != nil {
+		pw.Close() // the child holds the write end
+	}
+	if err != nil {
 		return err
 	}
 	done := make(chan struct{})
