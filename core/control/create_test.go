@@ -372,15 +372,26 @@ func TestTemplateSaysWhetherTheCAIsBaked(t *testing.T) {
 
 	caFP := strings.Repeat("c", 64)
 	job = e.create(request("tpl-ca"))
+	// The CA's fingerprint is one of the build's inputs: the report's
+	// fingerprint is the job's request built with it.
+	inputs := &core.BuildInputs{SourceImageDigest: digestA, CAFingerprint: caFP, BuilderFormat: core.BuilderFormatVersion, Builder: testBuilder}
+	c := *request("tpl-ca")
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpC, err := core.FingerprintOf(n, *inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
-	fpC := strings.Repeat("7", 64)
 	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fpC), fpC, digestA
 	e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: running})
 	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aidOf(fpC), "READY", fpC
 	meta := artifactMeta(fpC)
 	meta.CubeEgressCABaked, meta.CubeEgressCAFingerprint, meta.CubeEgressCATargetsWritten = true, caFP, 2
-	if ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: meta}); err != nil || !ok {
+	if ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: meta, Inputs: inputs}); err != nil || !ok {
 		t.Fatalf("BUILT: %v %v", ok, err)
 	}
 	e.wait()

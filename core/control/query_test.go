@@ -21,7 +21,7 @@ func TestSetAliasMovesClearsAndRefuses(t *testing.T) {
 	e := newEnv(t, "node-1")
 	e.ready("tpl-a", fpA)
 	e.ready("tpl-b", fpB)
-	e.ready("api", strings.Repeat("c3", 32))
+	e.ready("api", testFingerprint("sha256:"+strings.Repeat("c3", 32)))
 
 	d, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web"))
 	if err != nil {
@@ -61,7 +61,7 @@ func TestSetAliasMovesClearsAndRefuses(t *testing.T) {
 	}
 	eq(t, "still on a", e.def("tpl-a").Alias, "web")
 	e.snapFail["node-1"] = errors.New("snapshot broke")
-	e.ready("tpl-f", strings.Repeat("d4", 32))
+	e.ready("tpl-f", testFingerprint("sha256:"+strings.Repeat("d4", 32)))
 	_, err = e.svc.SetAlias(e.ctx, "tpl-f", ptr("web"))
 	wantErrIs(t, err, core.ErrTemplateNotReady)
 	wantErrIs(t, err, core.ErrConflict) // 130409, as upstream answers it

@@ -476,7 +476,7 @@ func TestAliasFromRequest(t *testing.T) {
 	eq(t, "recorded", info.AliasMovedFrom, "tpl-aliased")
 
 	// An id is never an alias, even at create: refused up front.
-	e.ready("api", strings.Repeat("c3", 32))
+	e.ready("api", testFingerprint("sha256:"+strings.Repeat("c3", 32)))
 	req3 := request("tpl-third")
 	req3.Alias = "api"
 	_, err := e.svc.CreateFromImage(e.ctx, req3, baseURL)
