@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"io"
 	"log"
 	"log/slog"
@@ -359,26 +360,9 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 }
 
 // logBuffer captures everything logged, at every level.
-func logBuffer() (*slog.Logger, *syncBuffer) {
-	b := &syncBuffer{}
+func logBuffer() (*slog.Logger, *testenv.Buffer) {
+	b := &testenv.Buffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func uniqueRepo(prefix string) string {

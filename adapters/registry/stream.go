@@ -32,6 +32,11 @@ func (s *Source) StreamLayers(ctx context.Context, req ports.ImageRequest, img *
 }
 
 func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *ports.ResolvedImage, progress func(ports.PullProgress)) ([]ports.StreamedLayer, func() ([]ports.LocalLayer, error), error) {
+	// A call that is already cancelled starts nothing: blobs in the cache
+	// would otherwise be handed over as if it were not.
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("fetch layers: %w", err)
+	}
 	r, layers, rc, err := s.prepareFetch(ctx, req, img)
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +79,14 @@ func (s *Source) streamLayers(ctx context.Context, req ports.ImageRequest, img *
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				st.finish("", context.Cause(ctx))
+				// wait must fail too: this layer has no path.
+				err := context.Cause(ctx)
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				st.finish("", err)
 				return
 			}
 			defer func() { <-sem }()

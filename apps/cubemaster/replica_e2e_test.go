@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,7 +60,7 @@ func TestServeRestoresAReplicaGoneFromItsNode(t *testing.T) {
 	nodeDir := filepath.Join(dir, "node")
 	node := exec.Command(buildNodeAgent(t), "--listen", nodeAddr, "--data-dir", nodeDir, "--node-id", "node-1", "--master-urls", m.base)
 	node.Env = cleanEnv("CUBE_NODEAGENT_TOKEN=" + nodeToken)
-	nodeLogs := &syncBuffer{}
+	nodeLogs := &testenv.Buffer{}
 	node.Stdout, node.Stderr = nodeLogs, nodeLogs
 	if err := node.Start(); err != nil {
 		t.Fatal(err)

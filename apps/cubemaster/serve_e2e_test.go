@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"io"
 	"log/slog"
 	"net"
@@ -201,7 +202,7 @@ type master struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	base   string
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	exited chan error
 	done   bool
 }
@@ -219,7 +220,7 @@ const nodeToken = "serve-e2e-node-token-0123"
 func startMaster(t *testing.T, env ...string) *master {
 	t.Helper()
 	addr := freeAddr(t)
-	m := &master{t: t, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	m := &master{t: t, base: "http://" + addr, logs: &testenv.Buffer{}, exited: make(chan error, 1)}
 	m.cmd = exec.Command(buildBinary(t), "serve", "--listen", addr)
 	m.cmd.Env = cleanEnv(append([]string{"CUBE_MASTER_AUTH_BEARER_TOKENS=" + apiBearer}, env...)...)
 	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
@@ -591,24 +592,6 @@ func waitHealthy(t *testing.T, url string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s never became healthy", url)
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's two output streams.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestPrintConfigAndVersion: --print-config shows the effective settings

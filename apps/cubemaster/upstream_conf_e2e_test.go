@@ -73,7 +73,7 @@ scheduler:
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cmd := exec.Command(buildBinary(t), "serve", "--strict-config")
 	cmd.Env = cleanEnv("CUBE_MASTER_CONFIG_PATH="+path, "CUBE_TEMPLATE_CALLBACK_TOKEN=e2e-token")
 	cmd.Stdout, cmd.Stderr = logs, logs

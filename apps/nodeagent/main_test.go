@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"io"
 	"io/fs"
 	"net"
@@ -10,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -43,24 +43,6 @@ func buildAgent(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// lockedBuffer collects the child's stderr while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // processHarness points the cubelet client at one nodeagent process shared
@@ -105,7 +87,7 @@ var nodeTokenEnv = config.NodeAgentTokenVariable + "=" + nodeToken
 type agentProc struct {
 	cmd    *exec.Cmd
 	addr   string
-	logs   *lockedBuffer
+	logs   *testenv.Buffer
 	exited chan error
 }
 
@@ -114,7 +96,7 @@ type agentProc struct {
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
 	addrFile := filepath.Join(t.TempDir(), "addr")
-	p := &agentProc{logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	p := &agentProc{logs: &testenv.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--addr-file", addrFile}, args...)...)
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stderr = p.logs

@@ -1,7 +1,7 @@
 package control_test
 
 import (
-	"bytes"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -30,24 +30,6 @@ func fingerprintFor(req *core.FromImageRequest, digest string) string {
 }
 
 var digestMu sync.Mutex
-
-// syncBuffer is a log sink tests read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestBuiltReportIsHeldToTheJobsOwnArtifact: the callback token is all a
 // report shows, so a BUILT report may bind only the artifact of the job's
@@ -95,7 +77,7 @@ func TestBuiltReportIsHeldToTheJobsOwnArtifact(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "node-1")
-			var logs syncBuffer
+			var logs testenv.Buffer
 			e.svc.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			otherJob := e.create(other)
 			e.build(otherJob.JobID, fpOther)

@@ -718,6 +718,16 @@ func testCancellation(t *testing.T, e *env) {
 	wantErrIs(t, "Resolve with a cancelled context", err, context.Canceled)
 	_, err = fetchLayers(s, dead, req, img, nil)
 	wantErrIs(t, "StreamLayers with a cancelled context", err, context.Canceled)
+	// Layers the source already holds are no reason to hand them over.
+	heldRepo := e.repo(t, "cancel-held")
+	e.push(t, heldRepo, "v1", image{layers: []layer{makeLayer(t, 5_000, false, false), makeLayer(t, 3_000, true, false)}})
+	heldReq := ports.ImageRequest{Ref: heldRepo + ":v1"}
+	held := e.resolve(t, s, heldReq)
+	if _, err := fetchLayers(s, e.ctx, heldReq, held, nil); err != nil {
+		t.Fatalf("StreamLayers: %v", err)
+	}
+	_, err = fetchLayers(s, dead, heldReq, held, nil)
+	wantErrIs(t, "StreamLayers of held layers with a cancelled context", err, context.Canceled)
 
 	st, ok := e.h.(Staller)
 	if !ok {

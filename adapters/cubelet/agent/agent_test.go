@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/cubesandbox/templatecenter/testkit/testenv"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -27,26 +28,9 @@ import (
 
 type testAgent struct {
 	*Agent
-	logs *syncBuffer
+	logs *testenv.Buffer
 	img  imagesServer
 	box  cubeboxServer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // testToken is the node credential of the test agents.
@@ -59,7 +43,7 @@ func newTestAgent(t *testing.T, origins ...string) *testAgent {
 	if len(origins) == 0 {
 		origins = []string{"http://master.invalid"}
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	a, err := New(Config{
 		DataDir:      t.TempDir(),
 		NodeID:       "node-1",

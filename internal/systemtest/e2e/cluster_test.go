@@ -35,24 +35,7 @@ type proc struct {
 	args []string
 	env  []string
 	cmd  *exec.Cmd
-	log  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *testenv.Buffer
 }
 
 func (p *proc) start(t *testing.T) {
@@ -60,7 +43,7 @@ func (p *proc) start(t *testing.T) {
 	p.cmd = exec.Command(p.bin, p.args...)
 	p.cmd.Env = append(os.Environ(), p.env...)
 	if p.log == nil {
-		p.log = &syncBuffer{}
+		p.log = &testenv.Buffer{}
 	}
 	fmt.Fprintf(p.log, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
