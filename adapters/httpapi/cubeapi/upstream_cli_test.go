@@ -182,21 +182,44 @@ func TestUpstreamNewestCLIWireFormat(t *testing.T) {
 	build := func(jobID, caFP string) {
 		t.Helper()
 		fps++
-		fp := strings.Repeat(fmt.Sprintf("%02x", 0x30+fps), 32)
-		aid := "rfs-" + fp[:24]
 		ctx := context.Background()
+		// The fingerprint the data plane computes from the job's request
+		// and what it injected, which the master checks.
+		digest := "sha256:" + strings.Repeat(fmt.Sprintf("%02x", 0x30+fps), 32)
+		job, err := e.store.Jobs().Get(ctx, jobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := core.DecodeRequestJSON(job.RequestJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := core.NormalizeFromImageRequest(req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		envdSHA := builds[jobID].EnvdSHA256
+		mu.Unlock()
+		inputs := &core.BuildInputs{SourceImageDigest: digest, CAFingerprint: caFP, EnvdSHA256: envdSHA,
+			BuilderFormat: core.BuilderFormatVersion, Builder: "seed/1"}
+		fp, err := core.FingerprintOf(n, *inputs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aid := "rfs-" + fp[:24]
 		running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
-		running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aid, fp, seedDigest
+		running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aid, fp, digest
 		if _, err := e.svc.HandleStatusReport(ctx, jobID, ports.StatusReport{Update: running}); err != nil {
 			t.Fatal(err)
 		}
 		built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
 		built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aid, "READY", fp
-		art := &core.Artifact{ArtifactID: aid, Fingerprint: fp, SourceImageDigest: seedDigest, DownloadBaseURL: "http://master:8089",
+		art := &core.Artifact{ArtifactID: aid, Fingerprint: fp, SourceImageDigest: digest, DownloadBaseURL: "http://master:8089",
 			Ext4SHA256: seedSHA, Ext4SizeBytes: 64 << 20, ImageConfigJSON: `{"Cmd":["sh"]}`, StorageBackend: "file",
 			ObjectKey: aid + "/" + aid + ".ext4", Status: core.ArtifactReady, CubeEgressCABaked: caFP != "",
 			CubeEgressCAFingerprint: caFP, CubeEgressCATargetsWritten: map[bool]int64{true: 2}[caFP != ""]}
-		if _, err := e.svc.HandleStatusReport(ctx, jobID, ports.StatusReport{Update: built, Artifact: art}); err != nil {
+		if _, err := e.svc.HandleStatusReport(ctx, jobID, ports.StatusReport{Update: built, Artifact: art, Inputs: inputs}); err != nil {
 			t.Fatal(err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
