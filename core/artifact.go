@@ -64,6 +64,12 @@ type Artifact struct {
 	GCDeadline           int64 // unix seconds; 0 = none
 	StorageBackend       string
 	ObjectKey            string
+	// CubeEgressCABaked says the CubeEgress root CA with
+	// CubeEgressCAFingerprint is in the image's trust stores, in
+	// CubeEgressCATargetsWritten places (upstream's columns).
+	CubeEgressCABaked          bool
+	CubeEgressCAFingerprint    string
+	CubeEgressCATargetsWritten int64
 	// BuildOwnerToken is unique to the build that last claimed the row
 	// (BUILDING); that build only finishes the row while it still carries
 	// it, so a build that lost its lock cannot overwrite a newer one.

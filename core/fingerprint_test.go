@@ -170,6 +170,8 @@ func TestFingerprintIgnoresExcludedFields(t *testing.T) {
 		{"port order and duplicates", func(r *core.FromImageRequest) { r.ExposedPorts = []int32{8080, 9000, 9000} }},
 		{"explicit default platform", func(r *core.FromImageRequest) { r.Platform = core.DefaultPlatform }},
 		{"wait", func(r *core.FromImageRequest) { r.Wait = true }},
+		{"backend", func(r *core.FromImageRequest) { r.Backend = core.BackendS3 }},
+		{"ivshmem", func(r *core.FromImageRequest) { on := true; r.EnableIvshmem = &on }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,6 +99,19 @@ type FromImageRequest struct {
 	// Platform is the OS/ARCH to resolve the image for (default linux/amd64).
 	Platform string `json:"platform,omitempty"`
 	Wait     bool   `json:"wait,omitempty"`
+	// Backend is the copy-on-write backend of the template and its
+	// sandboxes (xfs or s3; empty keeps the node's default, xfs). It is
+	// not part of the fingerprint: the rootfs is the same.
+	Backend string `json:"backend,omitempty"`
+	// EnableIvshmem boots the template's build sandbox with ivshmem
+	// (upstream's --enable-ivshmem); only true is kept. Not part of the
+	// fingerprint either.
+	EnableIvshmem *bool `json:"enable_ivshmem,omitempty"`
+	// WithCubeCA asks for the CubeEgress root CA to be baked into the
+	// rootfs (upstream's with_cube_ca); nil means true. Only false is
+	// kept. The CA's fingerprint, not this flag, is part of the
+	// fingerprint.
+	WithCubeCA *bool `json:"with_cube_ca,omitempty"`
 }
 
 var (
@@ -224,6 +237,19 @@ func normalize(req *FromImageRequest, newHex IDGenerator) error {
 		return err
 	}
 	req.ExposedPorts = ports
+	if req.Backend != "" {
+		if req.Backend, err = NormalizeBackend(req.Backend); err != nil {
+			return err
+		}
+	}
+	// As upstream: false means the default, so it is not stored (and two
+	// requests differing only in an explicit false are the same request).
+	if req.EnableIvshmem != nil && !*req.EnableIvshmem {
+		req.EnableIvshmem = nil
+	}
+	if req.WithCubeCA != nil && *req.WithCubeCA {
+		req.WithCubeCA = nil
+	}
 	return NormalizeScope(req.DistributionScope)
 }
 

@@ -111,6 +111,46 @@ func TestNormalizePorts(t *testing.T) {
 	}
 }
 
+func TestNormalizeBackendAndIvshmem(t *testing.T) {
+	on, off := true, false
+	tests := []struct {
+		backend, wantBackend string
+		ivshmem              *bool
+		wantIvshmem          bool
+	}{
+		{"", "", nil, false},
+		{"S3", core.BackendS3, &on, true},
+		{"cubecow", core.BackendXFS, &off, false},
+	}
+	for _, tc := range tests {
+		req := validRequest()
+		req.Backend, req.EnableIvshmem = tc.backend, tc.ivshmem
+		if _, err := core.NormalizeFromImageRequest(req, fixedHex); err != nil {
+			t.Fatal(err)
+		}
+		if req.Backend != tc.wantBackend || (req.EnableIvshmem != nil) != tc.wantIvshmem {
+			t.Errorf("backend %q ivshmem %v: got %q %v", tc.backend, tc.ivshmem, req.Backend, req.EnableIvshmem)
+		}
+	}
+	// An explicit false is the default and is not stored: the canonical
+	// request equals one that never said it.
+	a, b := validRequest(), validRequest()
+	a.EnableIvshmem = &off
+	na, err := core.NormalizeFromImageRequest(a, fixedHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, err := core.NormalizeFromImageRequest(b, fixedHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ja, _ := core.CanonicalRequestJSON(na)
+	jb, _ := core.CanonicalRequestJSON(nb)
+	if ja != jb {
+		t.Errorf("enable_ivshmem=false changed the stored request:\n%s\n%s", ja, jb)
+	}
+}
+
 func TestNormalizeFromImageRequestRejects(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -135,6 +175,7 @@ func TestNormalizeFromImageRequestRejects(t *testing.T) {
 		{"bad platform", func(r *core.FromImageRequest) { r.Platform = "linux" }, "platform"},
 		{"platform upper case", func(r *core.FromImageRequest) { r.Platform = "Linux/AMD64" }, "platform"},
 		{"empty scope entry", func(r *core.FromImageRequest) { r.DistributionScope = []string{"a", " "} }, "distribution_scope"},
+		{"unknown backend", func(r *core.FromImageRequest) { r.Backend = "zfs" }, "backend"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

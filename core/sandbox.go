@@ -31,6 +31,9 @@ const (
 	AnnotationExposedPorts = "com.exposed_ports"
 	AnnotationInjectEnvd   = "cube.master.inject_envd"
 	InjectEnvdOptIn        = "true"
+	// AnnotationEnableIvshmem asks the node to boot the template's build
+	// sandbox with ivshmem, so its snapshot holds the device topology.
+	AnnotationEnableIvshmem = "cube.master.enable_ivshmem"
 	// StorageMediaExt4 is the storage medium of a prebuilt ext4 rootfs.
 	StorageMediaExt4 = "ext4"
 )

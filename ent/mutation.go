@@ -2109,7 +2109,6 @@ type TemplateDefinitionMutation struct {
 	origin_node_id                   *string
 	display_name                     *string
 	storage_backend                  *string
-	retain                           *bool
 	rootfs_size_bytes_at_snapshot    *int64
 	addrootfs_size_bytes_at_snapshot *int64
 	clearedFields                    map[string]struct{}
@@ -2831,42 +2830,6 @@ func (m *TemplateDefinitionMutation) ResetStorageBackend() {
 	m.storage_backend = nil
 }
 
-// SetRetain sets the "retain" field.
-func (m *TemplateDefinitionMutation) SetRetain(b bool) {
-	m.retain = &b
-}
-
-// Retain returns the value of the "retain" field in the mutation.
-func (m *TemplateDefinitionMutation) Retain() (r bool, exists bool) {
-	v := m.retain
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldRetain returns the old "retain" field's value of the TemplateDefinition entity.
-// If the TemplateDefinition object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *TemplateDefinitionMutation) OldRetain(ctx context.Context) (v bool, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldRetain is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldRetain requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldRetain: %w", err)
-	}
-	return oldValue.Retain, nil
-}
-
-// ResetRetain resets all changes to the "retain" field.
-func (m *TemplateDefinitionMutation) ResetRetain() {
-	m.retain = nil
-}
-
 // SetRootfsSizeBytesAtSnapshot sets the "rootfs_size_bytes_at_snapshot" field.
 func (m *TemplateDefinitionMutation) SetRootfsSizeBytesAtSnapshot(i int64) {
 	m.rootfs_size_bytes_at_snapshot = &i
@@ -2957,7 +2920,7 @@ func (m *TemplateDefinitionMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateDefinitionMutation) Fields() []string {
-	fields := make([]string, 0, 18)
+	fields := make([]string, 0, 17)
 	if m.created_at != nil {
 		fields = append(fields, templatedefinition.FieldCreatedAt)
 	}
@@ -3006,9 +2969,6 @@ func (m *TemplateDefinitionMutation) Fields() []string {
 	if m.storage_backend != nil {
 		fields = append(fields, templatedefinition.FieldStorageBackend)
 	}
-	if m.retain != nil {
-		fields = append(fields, templatedefinition.FieldRetain)
-	}
 	if m.rootfs_size_bytes_at_snapshot != nil {
 		fields = append(fields, templatedefinition.FieldRootfsSizeBytesAtSnapshot)
 	}
@@ -3052,8 +3012,6 @@ func (m *TemplateDefinitionMutation) Field(name string) (ent.Value, bool) {
 		return m.DisplayName()
 	case templatedefinition.FieldStorageBackend:
 		return m.StorageBackend()
-	case templatedefinition.FieldRetain:
-		return m.Retain()
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		return m.RootfsSizeBytesAtSnapshot()
 	}
@@ -3097,8 +3055,6 @@ func (m *TemplateDefinitionMutation) OldField(ctx context.Context, name string) 
 		return m.OldDisplayName(ctx)
 	case templatedefinition.FieldStorageBackend:
 		return m.OldStorageBackend(ctx)
-	case templatedefinition.FieldRetain:
-		return m.OldRetain(ctx)
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		return m.OldRootfsSizeBytesAtSnapshot(ctx)
 	}
@@ -3221,13 +3177,6 @@ func (m *TemplateDefinitionMutation) SetField(name string, value ent.Value) erro
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetStorageBackend(v)
-		return nil
-	case templatedefinition.FieldRetain:
-		v, ok := value.(bool)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetRetain(v)
 		return nil
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		v, ok := value.(int64)
@@ -3368,9 +3317,6 @@ func (m *TemplateDefinitionMutation) ResetField(name string) error {
 		return nil
 	case templatedefinition.FieldStorageBackend:
 		m.ResetStorageBackend()
-		return nil
-	case templatedefinition.FieldRetain:
-		m.ResetRetain()
 		return nil
 	case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 		m.ResetRootfsSizeBytesAtSnapshot()
@@ -6707,17 +6653,18 @@ func (m *TemplateImageJobMutation) ResetEdge(name string) error {
 // TemplateNameMutation represents an operation that mutates the TemplateName nodes in the graph.
 type TemplateNameMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	template_id   *string
-	kind          *string
-	created_at    *time.Time
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*TemplateName, error)
-	predicates    []predicate.TemplateName
+	op                   Op
+	typ                  string
+	id                   *int
+	name                 *string
+	template_id          *string
+	kind                 *string
+	created_at           *time.Time
+	previous_template_id *string
+	clearedFields        map[string]struct{}
+	done                 bool
+	oldValue             func(context.Context) (*TemplateName, error)
+	predicates           []predicate.TemplateName
 }
 
 var _ ent.Mutation = (*TemplateNameMutation)(nil)
@@ -6962,6 +6909,42 @@ func (m *TemplateNameMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (m *TemplateNameMutation) SetPreviousTemplateID(s string) {
+	m.previous_template_id = &s
+}
+
+// PreviousTemplateID returns the value of the "previous_template_id" field in the mutation.
+func (m *TemplateNameMutation) PreviousTemplateID() (r string, exists bool) {
+	v := m.previous_template_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPreviousTemplateID returns the old "previous_template_id" field's value of the TemplateName entity.
+// If the TemplateName object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TemplateNameMutation) OldPreviousTemplateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPreviousTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPreviousTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPreviousTemplateID: %w", err)
+	}
+	return oldValue.PreviousTemplateID, nil
+}
+
+// ResetPreviousTemplateID resets all changes to the "previous_template_id" field.
+func (m *TemplateNameMutation) ResetPreviousTemplateID() {
+	m.previous_template_id = nil
+}
+
 // Where appends a list predicates to the TemplateNameMutation builder.
 func (m *TemplateNameMutation) Where(ps ...predicate.TemplateName) {
 	m.predicates = append(m.predicates, ps...)
@@ -6996,7 +6979,7 @@ func (m *TemplateNameMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TemplateNameMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 5)
 	if m.name != nil {
 		fields = append(fields, templatename.FieldName)
 	}
@@ -7008,6 +6991,9 @@ func (m *TemplateNameMutation) Fields() []string {
 	}
 	if m.created_at != nil {
 		fields = append(fields, templatename.FieldCreatedAt)
+	}
+	if m.previous_template_id != nil {
+		fields = append(fields, templatename.FieldPreviousTemplateID)
 	}
 	return fields
 }
@@ -7025,6 +7011,8 @@ func (m *TemplateNameMutation) Field(name string) (ent.Value, bool) {
 		return m.Kind()
 	case templatename.FieldCreatedAt:
 		return m.CreatedAt()
+	case templatename.FieldPreviousTemplateID:
+		return m.PreviousTemplateID()
 	}
 	return nil, false
 }
@@ -7042,6 +7030,8 @@ func (m *TemplateNameMutation) OldField(ctx context.Context, name string) (ent.V
 		return m.OldKind(ctx)
 	case templatename.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
+	case templatename.FieldPreviousTemplateID:
+		return m.OldPreviousTemplateID(ctx)
 	}
 	return nil, fmt.Errorf("unknown TemplateName field %s", name)
 }
@@ -7078,6 +7068,13 @@ func (m *TemplateNameMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCreatedAt(v)
+		return nil
+	case templatename.FieldPreviousTemplateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPreviousTemplateID(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateName field %s", name)
@@ -7139,6 +7136,9 @@ func (m *TemplateNameMutation) ResetField(name string) error {
 		return nil
 	case templatename.FieldCreatedAt:
 		m.ResetCreatedAt()
+		return nil
+	case templatename.FieldPreviousTemplateID:
+		m.ResetPreviousTemplateID()
 		return nil
 	}
 	return fmt.Errorf("unknown TemplateName field %s", name)

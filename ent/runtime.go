@@ -234,12 +234,8 @@ func init() {
 	templatedefinition.DefaultStorageBackend = templatedefinitionDescStorageBackend.Default.(string)
 	// templatedefinition.StorageBackendValidator is a validator for the "storage_backend" field. It is called by the builders before save.
 	templatedefinition.StorageBackendValidator = templatedefinitionDescStorageBackend.Validators[0].(func(string) error)
-	// templatedefinitionDescRetain is the schema descriptor for retain field.
-	templatedefinitionDescRetain := templatedefinitionFields[13].Descriptor()
-	// templatedefinition.DefaultRetain holds the default value on creation for the retain field.
-	templatedefinition.DefaultRetain = templatedefinitionDescRetain.Default.(bool)
 	// templatedefinitionDescRootfsSizeBytesAtSnapshot is the schema descriptor for rootfs_size_bytes_at_snapshot field.
-	templatedefinitionDescRootfsSizeBytesAtSnapshot := templatedefinitionFields[14].Descriptor()
+	templatedefinitionDescRootfsSizeBytesAtSnapshot := templatedefinitionFields[13].Descriptor()
 	// templatedefinition.DefaultRootfsSizeBytesAtSnapshot holds the default value on creation for the rootfs_size_bytes_at_snapshot field.
 	templatedefinition.DefaultRootfsSizeBytesAtSnapshot = templatedefinitionDescRootfsSizeBytesAtSnapshot.Default.(int64)
 	templateimagejobFields := schema.TemplateImageJob{}.Fields()
@@ -522,6 +518,12 @@ func init() {
 			return nil
 		}
 	}()
+	// templatenameDescPreviousTemplateID is the schema descriptor for previous_template_id field.
+	templatenameDescPreviousTemplateID := templatenameFields[4].Descriptor()
+	// templatename.DefaultPreviousTemplateID holds the default value on creation for the previous_template_id field.
+	templatename.DefaultPreviousTemplateID = templatenameDescPreviousTemplateID.Default.(string)
+	// templatename.PreviousTemplateIDValidator is a validator for the "previous_template_id" field. It is called by the builders before save.
+	templatename.PreviousTemplateIDValidator = templatenameDescPreviousTemplateID.Validators[0].(func(string) error)
 	templatenodeFields := schema.TemplateNode{}.Fields()
 	_ = templatenodeFields
 	// templatenodeDescNodeID is the schema descriptor for node_id field.

@@ -49,8 +49,6 @@ type TemplateDefinition struct {
 	DisplayName string `json:"display_name,omitempty"`
 	// StorageBackend holds the value of the "storage_backend" field.
 	StorageBackend string `json:"storage_backend,omitempty"`
-	// Retain holds the value of the "retain" field.
-	Retain bool `json:"retain,omitempty"`
 	// RootfsSizeBytesAtSnapshot holds the value of the "rootfs_size_bytes_at_snapshot" field.
 	RootfsSizeBytesAtSnapshot int64 `json:"rootfs_size_bytes_at_snapshot,omitempty"`
 	selectValues              sql.SelectValues
@@ -61,8 +59,6 @@ func (*TemplateDefinition) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case templatedefinition.FieldRetain:
-			values[i] = new(sql.NullBool)
 		case templatedefinition.FieldID, templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 			values[i] = new(sql.NullInt64)
 		case templatedefinition.FieldTemplateID, templatedefinition.FieldInstanceType, templatedefinition.FieldVersion, templatedefinition.FieldStatus, templatedefinition.FieldRequestJSON, templatedefinition.FieldLastError, templatedefinition.FieldAlias, templatedefinition.FieldRootfsArtifactID, templatedefinition.FieldKind, templatedefinition.FieldOriginSandboxID, templatedefinition.FieldOriginNodeID, templatedefinition.FieldDisplayName, templatedefinition.FieldStorageBackend:
@@ -188,12 +184,6 @@ func (_m *TemplateDefinition) assignValues(columns []string, values []any) error
 			} else if value.Valid {
 				_m.StorageBackend = value.String
 			}
-		case templatedefinition.FieldRetain:
-			if value, ok := values[i].(*sql.NullBool); !ok {
-				return fmt.Errorf("unexpected type %T for field retain", values[i])
-			} else if value.Valid {
-				_m.Retain = value.Bool
-			}
 		case templatedefinition.FieldRootfsSizeBytesAtSnapshot:
 			if value, ok := values[i].(*sql.NullInt64); !ok {
 				return fmt.Errorf("unexpected type %T for field rootfs_size_bytes_at_snapshot", values[i])
@@ -287,9 +277,6 @@ func (_m *TemplateDefinition) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("storage_backend=")
 	builder.WriteString(_m.StorageBackend)
-	builder.WriteString(", ")
-	builder.WriteString("retain=")
-	builder.WriteString(fmt.Sprintf("%v", _m.Retain))
 	builder.WriteString(", ")
 	builder.WriteString("rootfs_size_bytes_at_snapshot=")
 	builder.WriteString(fmt.Sprintf("%v", _m.RootfsSizeBytesAtSnapshot))

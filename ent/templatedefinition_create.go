@@ -214,20 +214,6 @@ func (_c *TemplateDefinitionCreate) SetNillableStorageBackend(v *string) *Templa
 	return _c
 }
 
-// SetRetain sets the "retain" field.
-func (_c *TemplateDefinitionCreate) SetRetain(v bool) *TemplateDefinitionCreate {
-	_c.mutation.SetRetain(v)
-	return _c
-}
-
-// SetNillableRetain sets the "retain" field if the given value is not nil.
-func (_c *TemplateDefinitionCreate) SetNillableRetain(v *bool) *TemplateDefinitionCreate {
-	if v != nil {
-		_c.SetRetain(*v)
-	}
-	return _c
-}
-
 // SetRootfsSizeBytesAtSnapshot sets the "rootfs_size_bytes_at_snapshot" field.
 func (_c *TemplateDefinitionCreate) SetRootfsSizeBytesAtSnapshot(v int64) *TemplateDefinitionCreate {
 	_c.mutation.SetRootfsSizeBytesAtSnapshot(v)
@@ -312,10 +298,6 @@ func (_c *TemplateDefinitionCreate) defaults() {
 	if _, ok := _c.mutation.StorageBackend(); !ok {
 		v := templatedefinition.DefaultStorageBackend
 		_c.mutation.SetStorageBackend(v)
-	}
-	if _, ok := _c.mutation.Retain(); !ok {
-		v := templatedefinition.DefaultRetain
-		_c.mutation.SetRetain(v)
 	}
 	if _, ok := _c.mutation.RootfsSizeBytesAtSnapshot(); !ok {
 		v := templatedefinition.DefaultRootfsSizeBytesAtSnapshot
@@ -419,9 +401,6 @@ func (_c *TemplateDefinitionCreate) check() error {
 			return &ValidationError{Name: "storage_backend", err: fmt.Errorf(`ent: validator failed for field "TemplateDefinition.storage_backend": %w`, err)}
 		}
 	}
-	if _, ok := _c.mutation.Retain(); !ok {
-		return &ValidationError{Name: "retain", err: errors.New(`ent: missing required field "TemplateDefinition.retain"`)}
-	}
 	if _, ok := _c.mutation.RootfsSizeBytesAtSnapshot(); !ok {
 		return &ValidationError{Name: "rootfs_size_bytes_at_snapshot", err: errors.New(`ent: missing required field "TemplateDefinition.rootfs_size_bytes_at_snapshot"`)}
 	}
@@ -515,10 +494,6 @@ func (_c *TemplateDefinitionCreate) createSpec() (*TemplateDefinition, *sqlgraph
 	if value, ok := _c.mutation.StorageBackend(); ok {
 		_spec.SetField(templatedefinition.FieldStorageBackend, field.TypeString, value)
 		_node.StorageBackend = value
-	}
-	if value, ok := _c.mutation.Retain(); ok {
-		_spec.SetField(templatedefinition.FieldRetain, field.TypeBool, value)
-		_node.Retain = value
 	}
 	if value, ok := _c.mutation.RootfsSizeBytesAtSnapshot(); ok {
 		_spec.SetField(templatedefinition.FieldRootfsSizeBytesAtSnapshot, field.TypeInt64, value)
@@ -759,18 +734,6 @@ func (u *TemplateDefinitionUpsert) SetStorageBackend(v string) *TemplateDefiniti
 // UpdateStorageBackend sets the "storage_backend" field to the value that was provided on create.
 func (u *TemplateDefinitionUpsert) UpdateStorageBackend() *TemplateDefinitionUpsert {
 	u.SetExcluded(templatedefinition.FieldStorageBackend)
-	return u
-}
-
-// SetRetain sets the "retain" field.
-func (u *TemplateDefinitionUpsert) SetRetain(v bool) *TemplateDefinitionUpsert {
-	u.Set(templatedefinition.FieldRetain, v)
-	return u
-}
-
-// UpdateRetain sets the "retain" field to the value that was provided on create.
-func (u *TemplateDefinitionUpsert) UpdateRetain() *TemplateDefinitionUpsert {
-	u.SetExcluded(templatedefinition.FieldRetain)
 	return u
 }
 
@@ -1054,20 +1017,6 @@ func (u *TemplateDefinitionUpsertOne) SetStorageBackend(v string) *TemplateDefin
 func (u *TemplateDefinitionUpsertOne) UpdateStorageBackend() *TemplateDefinitionUpsertOne {
 	return u.Update(func(s *TemplateDefinitionUpsert) {
 		s.UpdateStorageBackend()
-	})
-}
-
-// SetRetain sets the "retain" field.
-func (u *TemplateDefinitionUpsertOne) SetRetain(v bool) *TemplateDefinitionUpsertOne {
-	return u.Update(func(s *TemplateDefinitionUpsert) {
-		s.SetRetain(v)
-	})
-}
-
-// UpdateRetain sets the "retain" field to the value that was provided on create.
-func (u *TemplateDefinitionUpsertOne) UpdateRetain() *TemplateDefinitionUpsertOne {
-	return u.Update(func(s *TemplateDefinitionUpsert) {
-		s.UpdateRetain()
 	})
 }
 
@@ -1520,20 +1469,6 @@ func (u *TemplateDefinitionUpsertBulk) SetStorageBackend(v string) *TemplateDefi
 func (u *TemplateDefinitionUpsertBulk) UpdateStorageBackend() *TemplateDefinitionUpsertBulk {
 	return u.Update(func(s *TemplateDefinitionUpsert) {
 		s.UpdateStorageBackend()
-	})
-}
-
-// SetRetain sets the "retain" field.
-func (u *TemplateDefinitionUpsertBulk) SetRetain(v bool) *TemplateDefinitionUpsertBulk {
-	return u.Update(func(s *TemplateDefinitionUpsert) {
-		s.SetRetain(v)
-	})
-}
-
-// UpdateRetain sets the "retain" field to the value that was provided on create.
-func (u *TemplateDefinitionUpsertBulk) UpdateRetain() *TemplateDefinitionUpsertBulk {
-	return u.Update(func(s *TemplateDefinitionUpsert) {
-		s.UpdateRetain()
 	})
 }
 

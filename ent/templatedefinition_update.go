@@ -242,20 +242,6 @@ func (_u *TemplateDefinitionUpdate) SetNillableStorageBackend(v *string) *Templa
 	return _u
 }
 
-// SetRetain sets the "retain" field.
-func (_u *TemplateDefinitionUpdate) SetRetain(v bool) *TemplateDefinitionUpdate {
-	_u.mutation.SetRetain(v)
-	return _u
-}
-
-// SetNillableRetain sets the "retain" field if the given value is not nil.
-func (_u *TemplateDefinitionUpdate) SetNillableRetain(v *bool) *TemplateDefinitionUpdate {
-	if v != nil {
-		_u.SetRetain(*v)
-	}
-	return _u
-}
-
 // SetRootfsSizeBytesAtSnapshot sets the "rootfs_size_bytes_at_snapshot" field.
 func (_u *TemplateDefinitionUpdate) SetRootfsSizeBytesAtSnapshot(v int64) *TemplateDefinitionUpdate {
 	_u.mutation.ResetRootfsSizeBytesAtSnapshot()
@@ -426,9 +412,6 @@ func (_u *TemplateDefinitionUpdate) sqlSave(ctx context.Context) (_node int, err
 	}
 	if value, ok := _u.mutation.StorageBackend(); ok {
 		_spec.SetField(templatedefinition.FieldStorageBackend, field.TypeString, value)
-	}
-	if value, ok := _u.mutation.Retain(); ok {
-		_spec.SetField(templatedefinition.FieldRetain, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.RootfsSizeBytesAtSnapshot(); ok {
 		_spec.SetField(templatedefinition.FieldRootfsSizeBytesAtSnapshot, field.TypeInt64, value)
@@ -670,20 +653,6 @@ func (_u *TemplateDefinitionUpdateOne) SetNillableStorageBackend(v *string) *Tem
 	return _u
 }
 
-// SetRetain sets the "retain" field.
-func (_u *TemplateDefinitionUpdateOne) SetRetain(v bool) *TemplateDefinitionUpdateOne {
-	_u.mutation.SetRetain(v)
-	return _u
-}
-
-// SetNillableRetain sets the "retain" field if the given value is not nil.
-func (_u *TemplateDefinitionUpdateOne) SetNillableRetain(v *bool) *TemplateDefinitionUpdateOne {
-	if v != nil {
-		_u.SetRetain(*v)
-	}
-	return _u
-}
-
 // SetRootfsSizeBytesAtSnapshot sets the "rootfs_size_bytes_at_snapshot" field.
 func (_u *TemplateDefinitionUpdateOne) SetRootfsSizeBytesAtSnapshot(v int64) *TemplateDefinitionUpdateOne {
 	_u.mutation.ResetRootfsSizeBytesAtSnapshot()
@@ -884,9 +853,6 @@ func (_u *TemplateDefinitionUpdateOne) sqlSave(ctx context.Context) (_node *Temp
 	}
 	if value, ok := _u.mutation.StorageBackend(); ok {
 		_spec.SetField(templatedefinition.FieldStorageBackend, field.TypeString, value)
-	}
-	if value, ok := _u.mutation.Retain(); ok {
-		_spec.SetField(templatedefinition.FieldRetain, field.TypeBool, value)
 	}
 	if value, ok := _u.mutation.RootfsSizeBytesAtSnapshot(); ok {
 		_spec.SetField(templatedefinition.FieldRootfsSizeBytesAtSnapshot, field.TypeInt64, value)

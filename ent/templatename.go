@@ -24,8 +24,10 @@ type TemplateName struct {
 	// Kind holds the value of the "kind" field.
 	Kind string `json:"kind,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
-	CreatedAt    time.Time `json:"created_at,omitempty"`
-	selectValues sql.SelectValues
+	CreatedAt time.Time `json:"created_at,omitempty"`
+	// PreviousTemplateID holds the value of the "previous_template_id" field.
+	PreviousTemplateID string `json:"previous_template_id,omitempty"`
+	selectValues       sql.SelectValues
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -35,7 +37,7 @@ func (*TemplateName) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case templatename.FieldID:
 			values[i] = new(sql.NullInt64)
-		case templatename.FieldName, templatename.FieldTemplateID, templatename.FieldKind:
+		case templatename.FieldName, templatename.FieldTemplateID, templatename.FieldKind, templatename.FieldPreviousTemplateID:
 			values[i] = new(sql.NullString)
 		case templatename.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -84,6 +86,12 @@ func (_m *TemplateName) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.CreatedAt = value.Time
 			}
+		case templatename.FieldPreviousTemplateID:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field previous_template_id", values[i])
+			} else if value.Valid {
+				_m.PreviousTemplateID = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -131,6 +139,9 @@ func (_m *TemplateName) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("previous_template_id=")
+	builder.WriteString(_m.PreviousTemplateID)
 	builder.WriteByte(')')
 	return builder.String()
 }

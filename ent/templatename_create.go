@@ -46,6 +46,20 @@ func (_c *TemplateNameCreate) SetCreatedAt(v time.Time) *TemplateNameCreate {
 	return _c
 }
 
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (_c *TemplateNameCreate) SetPreviousTemplateID(v string) *TemplateNameCreate {
+	_c.mutation.SetPreviousTemplateID(v)
+	return _c
+}
+
+// SetNillablePreviousTemplateID sets the "previous_template_id" field if the given value is not nil.
+func (_c *TemplateNameCreate) SetNillablePreviousTemplateID(v *string) *TemplateNameCreate {
+	if v != nil {
+		_c.SetPreviousTemplateID(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TemplateNameMutation object of the builder.
 func (_c *TemplateNameCreate) Mutation() *TemplateNameMutation {
 	return _c.mutation
@@ -53,6 +67,7 @@ func (_c *TemplateNameCreate) Mutation() *TemplateNameMutation {
 
 // Save creates the TemplateName in the database.
 func (_c *TemplateNameCreate) Save(ctx context.Context) (*TemplateName, error) {
+	_c.defaults()
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
@@ -75,6 +90,14 @@ func (_c *TemplateNameCreate) Exec(ctx context.Context) error {
 func (_c *TemplateNameCreate) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
 		panic(err)
+	}
+}
+
+// defaults sets the default values of the builder before save.
+func (_c *TemplateNameCreate) defaults() {
+	if _, ok := _c.mutation.PreviousTemplateID(); !ok {
+		v := templatename.DefaultPreviousTemplateID
+		_c.mutation.SetPreviousTemplateID(v)
 	}
 }
 
@@ -106,6 +129,14 @@ func (_c *TemplateNameCreate) check() error {
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "TemplateName.created_at"`)}
+	}
+	if _, ok := _c.mutation.PreviousTemplateID(); !ok {
+		return &ValidationError{Name: "previous_template_id", err: errors.New(`ent: missing required field "TemplateName.previous_template_id"`)}
+	}
+	if v, ok := _c.mutation.PreviousTemplateID(); ok {
+		if err := templatename.PreviousTemplateIDValidator(v); err != nil {
+			return &ValidationError{Name: "previous_template_id", err: fmt.Errorf(`ent: validator failed for field "TemplateName.previous_template_id": %w`, err)}
+		}
 	}
 	return nil
 }
@@ -149,6 +180,10 @@ func (_c *TemplateNameCreate) createSpec() (*TemplateName, *sqlgraph.CreateSpec)
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(templatename.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
+	}
+	if value, ok := _c.mutation.PreviousTemplateID(); ok {
+		_spec.SetField(templatename.FieldPreviousTemplateID, field.TypeString, value)
+		_node.PreviousTemplateID = value
 	}
 	return _node, _spec
 }
@@ -211,6 +246,18 @@ func (u *TemplateNameUpsert) SetKind(v string) *TemplateNameUpsert {
 // UpdateKind sets the "kind" field to the value that was provided on create.
 func (u *TemplateNameUpsert) UpdateKind() *TemplateNameUpsert {
 	u.SetExcluded(templatename.FieldKind)
+	return u
+}
+
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (u *TemplateNameUpsert) SetPreviousTemplateID(v string) *TemplateNameUpsert {
+	u.Set(templatename.FieldPreviousTemplateID, v)
+	return u
+}
+
+// UpdatePreviousTemplateID sets the "previous_template_id" field to the value that was provided on create.
+func (u *TemplateNameUpsert) UpdatePreviousTemplateID() *TemplateNameUpsert {
+	u.SetExcluded(templatename.FieldPreviousTemplateID)
 	return u
 }
 
@@ -279,6 +326,20 @@ func (u *TemplateNameUpsertOne) UpdateKind() *TemplateNameUpsertOne {
 	})
 }
 
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (u *TemplateNameUpsertOne) SetPreviousTemplateID(v string) *TemplateNameUpsertOne {
+	return u.Update(func(s *TemplateNameUpsert) {
+		s.SetPreviousTemplateID(v)
+	})
+}
+
+// UpdatePreviousTemplateID sets the "previous_template_id" field to the value that was provided on create.
+func (u *TemplateNameUpsertOne) UpdatePreviousTemplateID() *TemplateNameUpsertOne {
+	return u.Update(func(s *TemplateNameUpsert) {
+		s.UpdatePreviousTemplateID()
+	})
+}
+
 // Exec executes the query.
 func (u *TemplateNameUpsertOne) Exec(ctx context.Context) error {
 	if len(u.create.conflict) == 0 {
@@ -331,6 +392,7 @@ func (_c *TemplateNameCreateBulk) Save(ctx context.Context) ([]*TemplateName, er
 	for i := range _c.builders {
 		func(i int, root context.Context) {
 			builder := _c.builders[i]
+			builder.defaults()
 			var mut Mutator = MutateFunc(func(ctx context.Context, m Mutation) (Value, error) {
 				mutation, ok := m.(*TemplateNameMutation)
 				if !ok {
@@ -506,6 +568,20 @@ func (u *TemplateNameUpsertBulk) SetKind(v string) *TemplateNameUpsertBulk {
 func (u *TemplateNameUpsertBulk) UpdateKind() *TemplateNameUpsertBulk {
 	return u.Update(func(s *TemplateNameUpsert) {
 		s.UpdateKind()
+	})
+}
+
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (u *TemplateNameUpsertBulk) SetPreviousTemplateID(v string) *TemplateNameUpsertBulk {
+	return u.Update(func(s *TemplateNameUpsert) {
+		s.SetPreviousTemplateID(v)
+	})
+}
+
+// UpdatePreviousTemplateID sets the "previous_template_id" field to the value that was provided on create.
+func (u *TemplateNameUpsertBulk) UpdatePreviousTemplateID() *TemplateNameUpsertBulk {
+	return u.Update(func(s *TemplateNameUpsert) {
+		s.UpdatePreviousTemplateID()
 	})
 }
 

@@ -41,6 +41,20 @@ func (_u *TemplateNameUpdate) SetNillableKind(v *string) *TemplateNameUpdate {
 	return _u
 }
 
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (_u *TemplateNameUpdate) SetPreviousTemplateID(v string) *TemplateNameUpdate {
+	_u.mutation.SetPreviousTemplateID(v)
+	return _u
+}
+
+// SetNillablePreviousTemplateID sets the "previous_template_id" field if the given value is not nil.
+func (_u *TemplateNameUpdate) SetNillablePreviousTemplateID(v *string) *TemplateNameUpdate {
+	if v != nil {
+		_u.SetPreviousTemplateID(*v)
+	}
+	return _u
+}
+
 // Mutation returns the TemplateNameMutation object of the builder.
 func (_u *TemplateNameUpdate) Mutation() *TemplateNameMutation {
 	return _u.mutation
@@ -80,6 +94,11 @@ func (_u *TemplateNameUpdate) check() error {
 			return &ValidationError{Name: "kind", err: fmt.Errorf(`ent: validator failed for field "TemplateName.kind": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.PreviousTemplateID(); ok {
+		if err := templatename.PreviousTemplateIDValidator(v); err != nil {
+			return &ValidationError{Name: "previous_template_id", err: fmt.Errorf(`ent: validator failed for field "TemplateName.previous_template_id": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -97,6 +116,9 @@ func (_u *TemplateNameUpdate) sqlSave(ctx context.Context) (_node int, err error
 	}
 	if value, ok := _u.mutation.Kind(); ok {
 		_spec.SetField(templatename.FieldKind, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PreviousTemplateID(); ok {
+		_spec.SetField(templatename.FieldPreviousTemplateID, field.TypeString, value)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -128,6 +150,20 @@ func (_u *TemplateNameUpdateOne) SetKind(v string) *TemplateNameUpdateOne {
 func (_u *TemplateNameUpdateOne) SetNillableKind(v *string) *TemplateNameUpdateOne {
 	if v != nil {
 		_u.SetKind(*v)
+	}
+	return _u
+}
+
+// SetPreviousTemplateID sets the "previous_template_id" field.
+func (_u *TemplateNameUpdateOne) SetPreviousTemplateID(v string) *TemplateNameUpdateOne {
+	_u.mutation.SetPreviousTemplateID(v)
+	return _u
+}
+
+// SetNillablePreviousTemplateID sets the "previous_template_id" field if the given value is not nil.
+func (_u *TemplateNameUpdateOne) SetNillablePreviousTemplateID(v *string) *TemplateNameUpdateOne {
+	if v != nil {
+		_u.SetPreviousTemplateID(*v)
 	}
 	return _u
 }
@@ -184,6 +220,11 @@ func (_u *TemplateNameUpdateOne) check() error {
 			return &ValidationError{Name: "kind", err: fmt.Errorf(`ent: validator failed for field "TemplateName.kind": %w`, err)}
 		}
 	}
+	if v, ok := _u.mutation.PreviousTemplateID(); ok {
+		if err := templatename.PreviousTemplateIDValidator(v); err != nil {
+			return &ValidationError{Name: "previous_template_id", err: fmt.Errorf(`ent: validator failed for field "TemplateName.previous_template_id": %w`, err)}
+		}
+	}
 	return nil
 }
 
@@ -218,6 +259,9 @@ func (_u *TemplateNameUpdateOne) sqlSave(ctx context.Context) (_node *TemplateNa
 	}
 	if value, ok := _u.mutation.Kind(); ok {
 		_spec.SetField(templatename.FieldKind, field.TypeString, value)
+	}
+	if value, ok := _u.mutation.PreviousTemplateID(); ok {
+		_spec.SetField(templatename.FieldPreviousTemplateID, field.TypeString, value)
 	}
 	_node = &TemplateName{config: _u.config}
 	_spec.Assign = _node.assignValues

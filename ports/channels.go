@@ -29,6 +29,10 @@ type BuildRequest struct {
 	DownloadBaseURL string
 	EnvdSHA256      string
 	EnvdData        []byte
+	// CubeCA is the control plane's CubeEgress root CA (one PEM
+	// certificate) for a request that wants it baked; nil leaves the data
+	// plane to its own (an upstream master sends none).
+	CubeCA []byte
 }
 
 // StoredObject says where the data plane's artifact store keeps uploaded

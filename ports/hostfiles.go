@@ -17,6 +17,19 @@ type EnvdSource interface {
 	Envd(ctx context.Context) ([]byte, error)
 }
 
+// CubeCASource supplies the CubeEgress root CA baked into templates that
+// want it (with_cube_ca, true unless a request says false).
+type CubeCASource interface {
+	// CubeCA returns the installed CA, one PEM certificate (it passes
+	// core.ParseCubeCA), read at each call so a rotation needs no
+	// restart. An error wrapping core.ErrNotFound means no CA is installed
+	// (templates are then built without it, and say so); anything
+	// installed that is not one PEM certificate of at most
+	// core.MaxCubeCABytes is an error wrapping core.ErrInvalidArgument. An
+	// error never comes with bytes.
+	CubeCA(ctx context.Context) ([]byte, error)
+}
+
 // LegacyArtifacts reaches artifacts that older deployments kept on the
 // master's own disk, for migrate (tpl merge). Paths come from the database,
 // so an implementation opens or removes only files inside the roots it was

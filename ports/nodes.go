@@ -41,10 +41,12 @@ type SnapshotResult struct {
 	TemplateID   string
 	SnapshotPath string
 	// Component versions the node reports (AppSnapshotResponse fields
-	// 11-13); empty when it does not. The node reports no shim version.
+	// 11-13 and 15, upstream's newest Cubelet; its agent_version comes from
+	// the envd --version it runs in the guest); empty when it does not.
 	GuestImageVersion string
 	AgentVersion      string
 	KernelVersion     string
+	ShimVersion       string
 }
 
 // NodeAgent speaks to a node (the Cubelet services).

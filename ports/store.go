@@ -203,4 +203,17 @@ type NameRepository interface {
 	// Release removes templateID's names of kind (every kind when kind is
 	// "") and returns how many.
 	Release(ctx context.Context, templateID string, kind core.NameKind) (int, error)
+	// Move makes alias templateID's alias and returns the template it took
+	// it from: a name another template holds as its alias changes holder,
+	// and the row remembers where it came from (Previous); a free name is
+	// claimed and one templateID already holds as its alias is left as it
+	// is (both return ""). A name held as an id, by any template, never
+	// moves: *core.NameTakenError (wrapping core.ErrConflict), nothing
+	// written. Other names of templateID are not touched. An empty alias
+	// or template id wraps core.ErrInvalidArgument.
+	Move(ctx context.Context, alias, templateID string) (from string, err error)
+	// Previous returns the template name was last moved away from ("" for
+	// a name claimed, not moved), or core.ErrNotFound when nobody holds
+	// name.
+	Previous(ctx context.Context, name string) (string, error)
 }

@@ -266,6 +266,7 @@ func (c *Client) AppSnapshot(ctx context.Context, node ports.Node, sreq *core.Sa
 	return ports.SnapshotResult{
 		SandboxID: resp.GetSandboxID(), TemplateID: resp.GetTemplateID(), SnapshotPath: resp.GetSnapshotPath(),
 		GuestImageVersion: resp.GetGuestImageVersion(), AgentVersion: resp.GetAgentVersion(), KernelVersion: resp.GetKernelVersion(),
+		ShimVersion: resp.GetShimVersion(),
 	}, nil
 }
 

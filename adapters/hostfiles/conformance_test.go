@@ -10,6 +10,7 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/cubecasourcetest"
 	"github.com/cubesandbox/templatecenter/ports/envdsourcetest"
 	"github.com/cubesandbox/templatecenter/ports/legacyartifactstest"
 	"github.com/cubesandbox/templatecenter/ports/releasemanifeststest"
@@ -40,6 +41,31 @@ func (h envdHarness) Close()                       {}
 func TestEnvdFileConformance(t *testing.T) {
 	envdsourcetest.RunConformanceTests(t, func(_ context.Context, t *testing.T) (envdsourcetest.Harness, error) {
 		return envdHarness{dir: t.TempDir()}, nil
+	})
+}
+
+// caHarness keeps the CA at one path, replaced by rename as an operator
+// (or CubeEgress's rotation) would.
+type caHarness struct{ path string }
+
+func (h caHarness) MakeCubeCASource(context.Context) (ports.CubeCASource, error) {
+	return hostfiles.CubeCAFile{Path: h.path}, nil
+}
+
+func (h caHarness) Install(_ context.Context, data []byte) error {
+	tmp := h.path + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, h.path)
+}
+
+func (h caHarness) Remove(context.Context) error { return os.Remove(h.path) }
+func (h caHarness) Close()                       {}
+
+func TestCubeCAFileConformance(t *testing.T) {
+	cubecasourcetest.RunConformanceTests(t, func(_ context.Context, t *testing.T) (cubecasourcetest.Harness, error) {
+		return caHarness{path: filepath.Join(t.TempDir(), "cube-root-ca.crt")}, nil
 	})
 }
 

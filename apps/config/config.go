@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cubesandbox/templatecenter/core"
 )
 
 // Config is what the apps read at start-up. Every field a user can set is
@@ -47,6 +49,10 @@ type Config struct {
 	// BuildTimeout fails a build that runs longer than this, from
 	// resolving the image to the published bytes.
 	BuildTimeout time.Duration `yaml:"build_timeout"`
+	// CubeCAFile is the CubeEgress root CA baked into images that want it
+	// when the master sends none (an upstream master, which leaves it to
+	// the template center's own copy).
+	CubeCAFile string `yaml:"cube_ca_file"`
 	// BuildLiveness is how long a build job may go without a heartbeat
 	// before a data-plane replica or the master fails it (both read it:
 	// CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT); builds heartbeat every sixth
@@ -350,6 +356,7 @@ func DefaultsFor(d Dirs) Config {
 		RegistryTimeout:        60 * time.Second,
 		BuildTimeout:           2 * time.Hour,
 		BuildLiveness:          90 * time.Second,
+		CubeCAFile:             core.CubeCAPath,
 		ProgressReportInterval: time.Second,
 		ScrubInterval:          7 * 24 * time.Hour,
 		Builder:                "ext4stream",
@@ -381,7 +388,7 @@ func DefaultsFor(d Dirs) Config {
 				EnableExposedPort: true, ExposedPortList: []string{"80"},
 				HostMountPrefixes: []string{"/data/shared/"}, CreateImageTimeout: 300 * time.Second,
 			},
-			CADir:              "/etc/cube/ca",
+			CADir:              core.CubeCADir,
 			Auth:               Auth{Enabled: true, Expiry: 120 * time.Second},
 			ReplicaCheckAtOnce: 32,
 		},

@@ -177,6 +177,9 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_BUILD_TIMEOUT", YAML: "build_timeout", Service: DataPlane,
 			Doc:   "A build that runs longer than this fails, from resolving the image to the published bytes: a registry that trickles bytes or asks to retry in a day cannot hold a build slot for ever. A Go duration.",
 			Field: func(c *Config) any { return &c.BuildTimeout }},
+		{Env: "CUBE_TEMPLATE_CENTER_CUBE_CA_FILE", YAML: "cube_ca_file", Service: DataPlane,
+			Doc:   "CubeEgress root CA (one PEM certificate) baked into the trust stores of images whose request does not say `with_cube_ca=false`, when the master sends none (upstream's master never does; ours sends the one in `CUBE_MASTER_CA_DIR`). Read at each build; a missing file builds images without it, and their template says so (`cube_egress_ca_note`).",
+			Field: func(c *Config) any { return &c.CubeCAFile }},
 		{Env: "CUBE_TEMPLATE_BUILD_LIVENESS_TIMEOUT", YAML: "build_liveness_timeout", Service: Both,
 			Doc: "A build job whose data plane sent no heartbeat for this long is failed (\"build abandoned\"), by any data-plane replica or the master, and its template is free again; running builds heartbeat every sixth of it, straight to the database. " +
 				"A job whose data plane exited (killed, crashed) is failed at once, and redo, delete or create of its template fail it on the spot. Set the same value on both services. A Go duration, at least 1s.",
@@ -296,7 +299,7 @@ func Settings() []Setting {
 			Doc:   "File holding the sealing keys instead (one `id:secret` a line, `#` comments; the first seals), readable by its owner only (mode 0600). CUBE_MASTER_SEALING_KEYS wins. `cubemaster dev` creates one in its data directory.",
 			Field: func(c *Config) any { return &c.Master.SealingKeyFile }},
 		{Env: "CUBE_MASTER_CA_DIR", YAML: "master.ca_dir", Service: ControlPlane,
-			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token.",
+			Doc:   "Directory holding the CubeEgress root CA (`cube-root-ca.crt`, `cube-root-ca.key`) served on /cube/ca/{filename}; the key only with the shared token. `cube-root-ca.crt` is also sent with every build that wants it baked into its image (`with_cube_ca`, true unless a request says false).",
 			Field: func(c *Config) any { return &c.Master.CADir }},
 
 		{Env: "CUBE_MASTER_NODE_TOKEN", Service: ControlPlane, Secret: true,

@@ -91,7 +91,7 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 func (a *app) tplCmd() *cobra.Command {
 	tpl := &cobra.Command{Use: "tpl", Aliases: []string{"template"}, Short: "Manage templates (ids and aliases are accepted wherever a template is named)"}
 	cmdutil.Group(tpl)
-	naming := []*cobra.Command{a.statusCmd(), a.redoCmd(), a.mergeCmd(), a.infoCmd(), a.aliasCmd(), a.deleteCmd(),
+	naming := []*cobra.Command{a.statusCmd(), a.redoCmd(), a.mergeCmd(), a.infoCmd(), a.aliasCmd(), a.setAliasCmd(), a.deleteCmd(),
 		a.buildStatusCmd(), a.buildWatchCmd()}
 	for _, c := range naming {
 		a.completeTemplates(c)

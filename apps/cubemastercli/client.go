@@ -46,6 +46,12 @@ func newClient(addresses string, port int, timeout time.Duration) (*client, erro
 	return &client{base: "http://" + host, http: &http.Client{Timeout: timeout}}, nil
 }
 
+// formBody is a body sent as it is (a multipart form) instead of as JSON.
+type formBody struct {
+	data        []byte
+	contentType string
+}
+
 type ret struct {
 	Code int    `json:"ret_code"`
 	Msg  string `json:"ret_msg"`
@@ -59,7 +65,10 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		u += "?" + query.Encode()
 	}
 	var rd io.Reader
-	if body != nil {
+	ctype := "application/json"
+	if f, ok := body.(formBody); ok {
+		rd, ctype = bytes.NewReader(f.data), f.contentType
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -76,7 +85,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	req.Header.Set("X-Caller", "mastercli")
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

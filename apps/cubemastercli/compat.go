@@ -7,9 +7,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -51,6 +53,9 @@ type fromImageFlags struct {
 	probePath     string
 	cpu, memory   int
 	withCubeCA    bool
+	ivshmem       bool
+	injectEnvd    bool
+	envdPath      string
 }
 
 func (f *fromImageFlags) register(cmd *cobra.Command) {
@@ -69,7 +74,65 @@ func (f *fromImageFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.probePath, "probe-path", "/health", "path of the --probe request")
 	fl.IntVar(&f.cpu, "cpu", 2000, "CPU of the template container in millicores")
 	fl.IntVar(&f.memory, "memory", 2000, "memory of the template container in MiB")
-	fl.BoolVar(&f.withCubeCA, "with-cube-ca", true, "bake the CubeEgress root CA into the rootfs (this data plane bakes none)")
+	fl.BoolVar(&f.withCubeCA, "with-cube-ca", true, "bake the CubeEgress root CA (the master's "+core.CubeCAPath+") into the rootfs; --with-cube-ca=false skips it")
+	fl.BoolVar(&f.ivshmem, "enable-ivshmem", false, "boot the template's build sandbox with ivshmem")
+	fl.BoolVar(&f.injectEnvd, "enable-inject-envd", false, "inject the envd agent into the rootfs (the one --envd-path names, else the master's)")
+	fl.StringVar(&f.envdPath, "envd-path", "", "envd binary to upload and inject (needs --enable-inject-envd)")
+}
+
+// envdUpload reads the --envd-path binary, checked as the master checks it;
+// nil without the flag.
+func (f *fromImageFlags) envdUpload() ([]byte, error) {
+	if f.envdPath == "" {
+		return nil, nil
+	}
+	if !f.injectEnvd {
+		return nil, fmt.Errorf("--envd-path requires --enable-inject-envd")
+	}
+	st, err := os.Stat(f.envdPath)
+	if err != nil {
+		return nil, fmt.Errorf("--envd-path: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("--envd-path %s: not a regular file", f.envdPath)
+	}
+	if st.Size() > core.MaxEnvdBytes {
+		return nil, fmt.Errorf("--envd-path %s: %d bytes, at most %d (16 MiB)", f.envdPath, st.Size(), core.MaxEnvdBytes)
+	}
+	data, err := os.ReadFile(f.envdPath)
+	if err != nil {
+		return nil, fmt.Errorf("--envd-path: %w", err)
+	}
+	if err := core.ValidateEnvdUpload(data); err != nil {
+		return nil, fmt.Errorf("--envd-path %s: %w", f.envdPath, err)
+	}
+	return data, nil
+}
+
+// uploadForm is the create request with an envd upload, in upstream's
+// multipart form: the JSON request as the "request" field, the binary as
+// the "envd" file.
+func uploadForm(req *cubeview.FromImageRequest, envd []byte) (formBody, error) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	js, err := json.Marshal(req)
+	if err != nil {
+		return formBody{}, err
+	}
+	if err := mw.WriteField("request", string(js)); err != nil {
+		return formBody{}, err
+	}
+	fw, err := mw.CreateFormFile("envd", "envd")
+	if err != nil {
+		return formBody{}, err
+	}
+	if _, err := fw.Write(envd); err != nil {
+		return formBody{}, err
+	}
+	if err := mw.Close(); err != nil {
+		return formBody{}, err
+	}
+	return formBody{data: b.Bytes(), contentType: mw.FormDataContentType()}, nil
 }
 
 // apply fills req from the flags. args are the command's positional
@@ -101,9 +164,19 @@ func (f *fromImageFlags) apply(cmd *cobra.Command, args []string, req *cubeview.
 	}
 	withCA := f.withCubeCA
 	req.WithCubeCA = &withCA
+	if fl.Changed("enable-ivshmem") {
+		on := f.ivshmem
+		req.EnableIvshmem = &on
+	}
 	o, err := f.overrides(fl.Changed("cpu") || fl.Changed("memory"))
 	if err != nil {
 		return err
+	}
+	if f.injectEnvd {
+		if o == nil {
+			o = &core.ContainerOverrides{}
+		}
+		o.Annotations = map[string]string{core.AnnotationInjectEnvd: core.InjectEnvdOptIn}
 	}
 	req.ContainerOverrides = o
 	pw, err := f.registryPassword(cmd, req.RegistryUsername, stdin)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,12 +23,13 @@ func TestCreateFromImageUpstreamFlags(t *testing.T) {
 		"--registry-username", "bob", "--registry-password", "hunter2", "--name", "web",
 		"--allow-internet-access", "false", "--allow-out-cidr", "10.0.0.0/8", "--deny-out-cidr", "0.0.0.0/0",
 		"--cmd", "/bin/sh", "--cmd", "-c", "--arg", "exec nginx", "--env", "A=1", "--env", "B=x=y", "--dns", "8.8.8.8",
-		"--probe", "9000", "--cpu", "4000", "--with-cube-ca=false")
+		"--probe", "9000", "--cpu", "4000", "--with-cube-ca=false", "--enable-ivshmem", "--backend", "s3")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	body := f.requests()[0].Body
-	if body["registry_password"] != "hunter2" || body["alias"] != "web" || body["with_cube_ca"] != false {
+	if body["registry_password"] != "hunter2" || body["alias"] != "web" || body["with_cube_ca"] != false ||
+		body["enable_ivshmem"] != true || body["backend"] != "s3" {
 		t.Errorf("body %v", body)
 	}
 	policy, _ := body["cube_network_config"].(map[string]any)
@@ -45,6 +47,47 @@ func TestCreateFromImageUpstreamFlags(t *testing.T) {
 	// The password never reaches the output; the flag is warned about.
 	if strings.Contains(r.stdout+r.stderr, "hunter2") || !strings.Contains(r.stderr, "visible to other users") {
 		t.Errorf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}
+
+func TestCreateFromImageEnvdUpload(t *testing.T) {
+	dir := t.TempDir()
+	envd := filepath.Join(dir, "envd")
+	binary := append([]byte("\x7fELF"), make([]byte, 1000)...)
+	if err := os.WriteFile(envd, binary, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "envd.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
+
+	f, global := start(t)
+	base := []string{"tpl", "create-from-image", "--image", "nginx:1", "--writable-layer-size", "2Gi", "--detach"}
+	if r := runCLI(t, global, append(base, "--enable-inject-envd", "--envd-path", envd)...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	got := f.requests()[0]
+	ann, _ := got.Body["container_overrides"].(map[string]any)["annotations"].(map[string]any)
+	if !bytes.Equal(got.Envd, binary) || ann["cube.master.inject_envd"] != "true" || got.Body["source_image_ref"] != "nginx:1" {
+		t.Fatalf("multipart create: %d envd bytes, request %v", len(got.Envd), got.Body)
+	}
+	// Without --envd-path the opt-in goes as JSON: the master injects its own.
+	if r := runCLI(t, global, append(base, "--enable-inject-envd")...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if got := f.requests()[1]; got.Envd != nil || got.Body["container_overrides"] == nil {
+		t.Fatalf("json create: %+v", got)
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--envd-path", envd}, "--envd-path requires --enable-inject-envd"},
+		{[]string{"--enable-inject-envd", "--envd-path", script}, "not an ELF"},
+		{[]string{"--enable-inject-envd", "--envd-path", dir}, "not a regular file"},
+	} {
+		if r := runCLI(t, global, append(base, tc.args...)...); r.code != 1 || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("%v: exit %d %q, want %q", tc.args, r.code, r.stderr, tc.msg)
+		}
 	}
 }
 

@@ -31,6 +31,8 @@ type fakeMaster struct {
 type recorded struct {
 	Method, Path, Query, Caller string
 	Body                        map[string]any
+	// Envd is the file of a multipart create (its "request" field is Body).
+	Envd []byte
 }
 
 func ok(payload string) string {
@@ -87,7 +89,19 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec := recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Caller: r.Header.Get("X-Caller")}
-	if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		if err := r.ParseMultipartForm(32 << 20); err != nil {
+			f.t.Errorf("multipart body: %v", err)
+		}
+		if err := json.Unmarshal([]byte(r.FormValue("request")), &rec.Body); err != nil {
+			f.t.Errorf("multipart request field is not JSON: %v", err)
+		}
+		if fh := r.MultipartForm.File["envd"]; len(fh) == 1 {
+			fd, _ := fh[0].Open()
+			rec.Envd, _ = io.ReadAll(fd)
+			fd.Close()
+		}
+	} else if b, _ := io.ReadAll(r.Body); len(b) > 0 {
 		if err := json.Unmarshal(b, &rec.Body); err != nil {
 			f.t.Errorf("%s %s: body is not JSON: %v", r.Method, r.URL.Path, err)
 		}
@@ -125,7 +139,7 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "POST" && r.URL.Path == "/cube/template/migrate":
 		io.WriteString(w, ok(jobJSON("mig-1", "PENDING", "QUEUED", 0, 0, 2, 0, `,"operation":"MIGRATE"`)))
 	case r.Method == "GET" && r.URL.Path == "/cube/template" && q.Get("template_id") == "":
-		io.WriteString(w, ok(`"data":[{"template_id":"tpl-1","status":"READY","alias":"web","created_at":"2026-01-02T03:04:05Z","image_info":"nginx:1@sha256:aa","instance_type":"cubebox","last_error":""},`+
+		io.WriteString(w, ok(`"data":[{"template_id":"tpl-1","status":"READY","alias":"web","display_name":"web","created_at":"2026-01-02T03:04:05Z","image_info":"nginx:1@sha256:aa","instance_type":"cubebox","last_error":"","job_id":"job-ok","backend":"s3"},`+
 			`{"template_id":"tpl-2","status":"FAILED","last_error":"pull failed"}]`))
 	case r.Method == "GET" && r.URL.Path == "/cube/template":
 		if q.Get("template_id") != "tpl-1" {
@@ -138,6 +152,10 @@ func (f *fakeMaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		io.WriteString(w, ok(`"template_id":"tpl-1","status":"READY","replicas":[{"node_id":"node-1","node_ip":"10.0.0.1","status":"READY","phase":"DONE","last_job_id":"b-1"}]`+extra))
 	case r.Method == "DELETE" && r.URL.Path == "/cube/template":
+		if rec.Body["template_id"] == "tpl-9" {
+			io.WriteString(w, `{"ret":{"ret_code":130404,"ret_msg":"template tpl-9 not found"}}`)
+			return
+		}
 		io.WriteString(w, ok(`"template_id":"tpl-1"`))
 	case r.Method == "PUT" && r.URL.Path == "/cube/template/tpl-1/alias":
 		io.WriteString(w, ok(`"template_id":"tpl-1","alias":"web"`))
@@ -219,8 +237,8 @@ func TestCommands(t *testing.T) {
 		{"redo waits", []string{"tpl", "redo", "--template-id", "tpl-1", "--node", "n1", "--failed-only", "--interval", "1ms"},
 			0, []string{"READY", "2/2 ready"}, ""},
 		{"merge waits", []string{"tpl", "merge", "--template-id", "tpl-1", "--interval", "1ms"}, 0, []string{"mig-1", "READY"}, ""},
-		{"list", []string{"tpl", "list"}, 0, []string{"TEMPLATE_ID", "tpl-1", "web", "nginx:1@sha256:aa", "tpl-2"}, ""},
-		{"list wide", []string{"tpl", "ls", "-o", "wide"}, 0, []string{"LAST_ERROR", "pull failed", "cubebox"}, ""},
+		{"list", []string{"tpl", "list"}, 0, []string{"TEMPLATE_ID  ALIAS  STATUS  BACKEND  JOB_ID", "tpl-1", "web", "job-ok", "s3", "nginx:1@sha256:aa", "tpl-2"}, ""},
+		{"list wide", []string{"tpl", "ls", "-o", "wide"}, 0, []string{"LAST_ERROR", "pull failed", "cubebox", "JOB_ID"}, ""},
 		{"list bad output", []string{"tpl", "list", "-o", "yaml"}, 1, nil, `"yaml" is not supported`},
 		{"info", []string{"tpl", "info", "--template-id", "tpl-1", "--include-request"}, 0,
 			[]string{"NODE_ID", "node-1", "10.0.0.1", "create_request:", `"k": "v"`}, ""},
@@ -228,6 +246,11 @@ func TestCommands(t *testing.T) {
 		{"alias set", []string{"tpl", "alias", "--template-id", "tpl-1", "--alias", "web"}, 0, []string{"alias of tpl-1 set to web"}, ""},
 		{"alias clear", []string{"tpl", "alias", "--template-id", "tpl-1"}, 0, []string{"alias of tpl-1 cleared"}, ""},
 		{"delete", []string{"tpl", "delete", "--template-id", "tpl-1"}, 0, []string{"template deleted: tpl-1"}, ""},
+		{"delete several", []string{"tpl", "delete", "tpl-1", "web"}, 0, []string{"template deleted: tpl-1\ntemplate deleted: tpl-1"}, ""},
+		{"delete several, one missing", []string{"tpl", "delete", "tpl-9", "tpl-1"}, 1, []string{"template deleted: tpl-1"}, "tpl-9: DELETE /cube/template: ret_code 130404"},
+		{"set-alias", []string{"tpl", "set-alias", "tpl-1", "--alias", "web"}, 0, []string{"template_id:", "tpl-1", "alias:"}, ""},
+		{"set-alias clear", []string{"tpl", "set-alias", "--template-id", "tpl-1", "--clear"}, 0, []string{"tpl-1"}, ""},
+		{"set-alias needs a flag", []string{"tpl", "set-alias", "tpl-1"}, 1, nil, "give --alias ALIAS or --clear"},
 		{"build-status", []string{"tpl", "build-status", "--build-id", "b-1"}, 0, []string{"status:", "BUILDING", "40%", "PULLING"}, ""},
 		{"http 404", []string{"tpl", "build-status", "--build-id", "zz"}, 1, nil, "HTTP 404 Not Found: ret_code -1: Not Found"},
 	}

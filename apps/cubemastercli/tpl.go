@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -76,12 +77,22 @@ func (a *app) createFromImageCmd() *cobra.Command {
 			if err := extra.apply(cmd, args, &req, cmd.InOrStdin()); err != nil {
 				return err
 			}
+			envd, err := extra.envdUpload()
+			if err != nil {
+				return err
+			}
+			var body any = req
+			if envd != nil {
+				if body, err = uploadForm(&req, envd); err != nil {
+					return err
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
 			var resp cubeview.JobResponse
-			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, req, &resp)
+			raw, err := c.do(cmd.Context(), http.MethodPost, pathFromImage, nil, body, &resp)
 			if err != nil {
 				return err
 			}
@@ -98,6 +109,7 @@ func (a *app) createFromImageCmd() *cobra.Command {
 	f.Int32SliceVar(&ports, "expose-port", nil, "port to expose (repeatable)")
 	f.StringVar(&req.RegistryUsername, "registry-username", "", "registry user (password: $CUBE_REGISTRY_PASSWORD, --registry-password-stdin or a prompt)")
 	f.StringVar(&req.Alias, "alias", "", "alias to bind to the template")
+	f.StringVar(&req.Backend, "backend", "", "copy-on-write backend of the template and its sandboxes: xfs or s3 (default: the node's, xfs)")
 	extra.register(cmd)
 	w.register(cmd, true)
 	return cmd
@@ -270,19 +282,23 @@ func (a *app) listCmd() *cobra.Command {
 			if asJSON {
 				return a.printJSON(raw)
 			}
+			// Upstream's newest columns; wide adds LAST_ERROR, as its does,
+			// and the instance type and version.
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			wide := output == "wide"
 			if wide {
-				fmt.Fprintln(tw, "TEMPLATE_ID\tSTATUS\tALIAS\tINSTANCE_TYPE\tVERSION\tCREATED_AT\tIMAGE_INFO\tLAST_ERROR")
+				fmt.Fprintln(tw, "TEMPLATE_ID\tALIAS\tSTATUS\tBACKEND\tJOB_ID\tLAST_ERROR\tCREATED_AT\tIMAGE_INFO\tINSTANCE_TYPE\tVERSION")
 			} else {
-				fmt.Fprintln(tw, "TEMPLATE_ID\tSTATUS\tALIAS\tCREATED_AT\tIMAGE_INFO")
+				fmt.Fprintln(tw, "TEMPLATE_ID\tALIAS\tSTATUS\tBACKEND\tJOB_ID\tCREATED_AT\tIMAGE_INFO")
 			}
 			for _, t := range resp.Data {
+				alias, backend := firstOf(t.DisplayName, t.Alias), firstOf(t.Backend, t.StorageBackend)
 				if wide {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(t.Status), dash(t.Alias),
-						dash(t.InstanceType), dash(t.Version), dash(t.CreatedAt), dash(t.ImageInfo), dash(oneLine(t.LastError)))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(alias), dash(t.Status), dash(backend),
+						dash(t.JobID), dash(oneLine(t.LastError)), dash(t.CreatedAt), dash(t.ImageInfo), dash(t.InstanceType), dash(t.Version))
 				} else {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(t.Status), dash(t.Alias), dash(t.CreatedAt), dash(t.ImageInfo))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.TemplateID, dash(alias), dash(t.Status), dash(backend),
+						dash(t.JobID), dash(t.CreatedAt), dash(t.ImageInfo))
 				}
 			}
 			return tw.Flush()
@@ -344,7 +360,7 @@ func (a *app) aliasCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "alias TEMPLATE [ALIAS]",
-		Short: "Set a template's alias (no ALIAS, or an empty --alias, clears it); TEMPLATE is an id or alias",
+		Short: "Set a template's alias, taking it from the template that holds it when this one is READY (no ALIAS, or an empty --alias, clears it); TEMPLATE is an id or alias",
 		Args:  cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := idArg(args[:min(len(args), 1)], id, "template-id", "TEMPLATE")
@@ -385,47 +401,84 @@ func (a *app) aliasCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) deleteCmd() *cobra.Command {
-	var id string
-	var asJSON, yes bool
+// setAliasCmd is upstream's `tpl set-alias TEMPLATE --alias A | --clear`:
+// the alias moves to TEMPLATE (which must be READY) from whichever
+// template held it; --clear removes TEMPLATE's alias.
+func (a *app) setAliasCmd() *cobra.Command {
+	var id, alias string
+	var clear, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "delete TEMPLATE",
-		Short: "Delete a template from every node and the stores (asks first on a terminal); TEMPLATE is an id or alias",
+		Use:   "set-alias TEMPLATE (--alias ALIAS | --clear)",
+		Short: "Give a template an alias, taking it from the template that holds it, or clear its alias; TEMPLATE is an id or alias",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := idArg(args, id, "template-id", "TEMPLATE")
 			if err != nil {
 				return err
 			}
+			if !clear && !cmd.Flags().Changed("alias") {
+				return fmt.Errorf("give --alias ALIAS or --clear")
+			}
+			if clear {
+				alias = ""
+			}
+			alias = strings.TrimSpace(alias)
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			id, err := a.templateID(cmd.Context(), c, key)
-			if err != nil {
-				return err
-			}
-			if !yes && stdinIsTerminal(cmd.InOrStdin()) {
-				q := fmt.Sprintf("Delete template %s from every node and the stores?", id)
-				if id != key {
-					q = fmt.Sprintf("Delete template %s (alias %s) from every node and the stores?", id, key)
-				}
-				if !confirm(cmd, q) {
-					return fmt.Errorf("not deleted (pass --yes to skip the question)")
-				}
-			}
-			raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, cubeview.DeleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
+			// The master resolves an alias in the path itself.
+			path := pathTemplate + "/" + url.PathEscape(key) + "/alias"
+			var resp cubeview.TemplateResponse
+			raw, err := c.do(cmd.Context(), http.MethodPut, path, nil, cubeview.AliasRequest{RequestID: newRequestID(), Alias: &alias}, &resp)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return a.printJSON(raw)
 			}
-			fmt.Fprintf(a.out, "template deleted: %s\n", id)
+			printTemplate(a.out, &resp)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&id, "template-id", "", "template id or alias (same as the argument)")
+	cmd.Flags().StringVar(&alias, "alias", "", "the alias; it moves here from the template that holds it; empty clears")
+	cmd.Flags().BoolVar(&clear, "clear", false, "clear the template's alias (wins over --alias)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
+	return cmd
+}
+
+func (a *app) deleteCmd() *cobra.Command {
+	var id string
+	var asJSON, yes bool
+	cmd := &cobra.Command{
+		Use:   "delete TEMPLATE [TEMPLATE...]",
+		Short: "Delete templates from every node and the stores (asks first on a terminal); TEMPLATE is an id or alias",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keys := args
+			if len(keys) == 0 || id != "" {
+				key, err := idArg(args[:min(len(args), 1)], id, "template-id", "TEMPLATE")
+				if err != nil {
+					return err
+				}
+				keys = append([]string{key}, args[min(len(args), 1):]...)
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			// Each is deleted on its own; a failure does not stop the
+			// others, and the command fails naming every one that failed.
+			var failed []error
+			for _, key := range keys {
+				if err := a.deleteOne(cmd, c, key, yes, asJSON); err != nil {
+					failed = append(failed, fmt.Errorf("%s: %w", key, err))
+				}
+			}
+			return errors.Join(failed...)
+		},
+	}
+	cmd.Flags().StringVar(&id, "template-id", "", "template id or alias (same as the first argument)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw response")
 	return cmd
@@ -491,4 +544,41 @@ func (a *app) buildStatus(ctx context.Context, c *client, id string, resp *cubev
 		return raw, last, err
 	}
 	return raw, id, err
+}
+
+// deleteOne deletes the template key names, asking first on a terminal
+// unless yes.
+func (a *app) deleteOne(cmd *cobra.Command, c *client, key string, yes, asJSON bool) error {
+	id, err := a.templateID(cmd.Context(), c, key)
+	if err != nil {
+		return err
+	}
+	if !yes && stdinIsTerminal(cmd.InOrStdin()) {
+		q := fmt.Sprintf("Delete template %s from every node and the stores?", id)
+		if id != key {
+			q = fmt.Sprintf("Delete template %s (alias %s) from every node and the stores?", id, key)
+		}
+		if !confirm(cmd, q) {
+			return fmt.Errorf("not deleted (pass --yes to skip the question)")
+		}
+	}
+	raw, err := c.do(cmd.Context(), http.MethodDelete, pathTemplate, nil, cubeview.DeleteRequest{RequestID: newRequestID(), TemplateID: id}, nil)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return a.printJSON(raw)
+	}
+	fmt.Fprintf(a.out, "template deleted: %s\n", id)
+	return nil
+}
+
+// firstOf is the first non-empty value.
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

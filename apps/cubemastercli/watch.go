@@ -195,10 +195,21 @@ func printTemplate(w io.Writer, t *cubeview.TemplateResponse) {
 	kv(w, "alias", t.Alias)
 	kv(w, "status", t.Status)
 	kv(w, "instance_type", t.InstanceType)
+	kv(w, "backend", t.Backend)
 	kv(w, "version", t.Version)
 	kv(w, "created_at", t.CreatedAt)
 	kv(w, "image_info", t.ImageInfo)
+	kv(w, "job_id", t.JobID)
 	kv(w, "last_error", oneLine(t.LastError))
+	// As upstream prints it, whether or not the CA is baked.
+	fp := t.CubeEgressCAFingerprint
+	if fp == "" {
+		fp = "(none)"
+	} else if len(fp) > 16 {
+		fp = fp[:16]
+	}
+	kv(w, "cube_egress_ca", fmt.Sprintf("baked=%t fingerprint=%s targets_written=%d", t.CubeEgressCABaked, fp, t.CubeEgressCATargetsWritten))
+	kv(w, "cube_egress_ca_note", t.CubeEgressCANote)
 	if len(t.Replicas) == 0 {
 		fmt.Fprintln(w, "replicas: none")
 		return

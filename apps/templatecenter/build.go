@@ -48,6 +48,11 @@ type buildReport struct {
 	PhasesMS          map[string]int64 `json:"phases_ms"`
 	TotalMS           int64            `json:"total_ms"`
 	WritableLayerSize string           `json:"writable_layer_size"`
+	// The CubeEgress CA bake (--cube-ca), as the artifact row records it.
+	CubeEgressCABaked          bool     `json:"cube_egress_ca_baked"`
+	CubeEgressCAFingerprint    string   `json:"cube_egress_ca_fingerprint,omitempty"`
+	CubeEgressCATargetsWritten int      `json:"cube_egress_ca_targets_written"`
+	CubeEgressCANotes          []string `json:"cube_egress_ca_notes,omitempty"`
 }
 
 func buildCommand() *cobra.Command {
@@ -81,7 +86,9 @@ and hash is 0 when the builder hashed the image as it wrote it.`,
 	fl.StringVar(&f.writableLayerSize, "writable-layer-size", "20Gi", "writable layer size recorded in the template spec fingerprint")
 	fl.StringVar(&f.username, "registry-username", "", "registry user (password from CUBE_REGISTRY_PASSWORD)")
 	fl.StringVar(&f.envdFile, "envd", "", "agent binary to inject at "+pipeline.EnvdInImagePath)
-	fl.StringVar(&f.caFile, "ca-bundle", "", "PEM bundle to inject at "+pipeline.CAInImagePath)
+	fl.StringVar(&f.caFile, "cube-ca", "", "CubeEgress root CA (one PEM certificate) to bake into the image's trust stores, as upstream's with_cube_ca does (its file: "+core.CubeCAPath+")")
+	fl.StringVar(&f.caFile, "ca-bundle", "", "same as --cube-ca")
+	_ = fl.MarkHidden("ca-bundle")
 	_ = cmd.MarkFlagRequired("image")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
@@ -113,8 +120,8 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 		}
 	}
 	if f.caFile != "" {
-		if inj.CABundle, err = os.ReadFile(f.caFile); err != nil {
-			return fmt.Errorf("--ca-bundle: %w", err)
+		if inj.CA, err = os.ReadFile(f.caFile); err != nil {
+			return fmt.Errorf("--cube-ca: %w", err)
 		}
 	}
 
@@ -153,6 +160,8 @@ func runBuild(cmd *cobra.Command, f buildFlags) error {
 		Builder: pl.Builder.Name(), Out: res.Path, Layers: res.Layers, Entries: res.Tree.Entries,
 		ContentBytes: res.Tree.ContentBytes, PhasesMS: map[string]int64{}, TotalMS: time.Since(start).Milliseconds(),
 		WritableLayerSize: req.WritableLayerSize,
+		CubeEgressCABaked: res.CA.Baked, CubeEgressCAFingerprint: res.CA.Fingerprint,
+		CubeEgressCATargetsWritten: res.CA.TargetsWritten, CubeEgressCANotes: res.CA.Notes,
 	}
 	for ph, d := range res.Phases {
 		rep.PhasesMS[phaseLabel(ph)] = d.Milliseconds()

@@ -62,10 +62,19 @@ func (s *Service) ResolveTemplate(ctx context.Context, idOrAlias string) (*core.
 	return nil, fmt.Errorf("template %s has no READY replica on a healthy node: %w", def.TemplateID, core.ErrTemplateNotReady)
 }
 
-// SetAlias sets or clears (nil, "") a template's alias. An alias that is
-// another template's id or alias is refused with a *core.NameTakenError
-// (core.ErrConflict) naming the holder; the name, the old alias's release
-// and the definition are written in one transaction.
+// SetAlias sets, moves or clears (nil, "") a template's alias, as
+// upstream's newest set-alias does:
+//
+//   - a free alias, or the template's own, is set (its other alias is
+//     released);
+//   - an alias another template holds moves here, but only to a READY
+//     template (core.ErrTemplateNotReady, also core.ErrConflict as
+//     upstream answers it, otherwise), so that resolution
+//     never points at a template that cannot serve. The holder loses it in
+//     the same transaction, and the name records the holder it came from
+//     (Template.AliasMovedFrom): moving it back undoes the move;
+//   - a name that is a template's id never becomes an alias: a
+//     *core.NameTakenError (core.ErrConflict) naming the holder.
 func (s *Service) SetAlias(ctx context.Context, templateID string, alias *string) (*core.Definition, error) {
 	if err := core.ValidateTemplateID(templateID); err != nil {
 		return nil, err
@@ -76,25 +85,16 @@ func (s *Service) SetAlias(ctx context.Context, templateID string, alias *string
 	}
 	var def *core.Definition
 	err = s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
-		if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
-			return err
-		}
-		if a != "" {
-			if err := r.Names().Claim(ctx, a, templateID, core.NameAlias); err != nil {
-				return err
-			}
-		}
 		var err error
-		def, err = r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
-			d.Alias = a
-			return nil
-		})
+		def, _, err = setAliasTx(ctx, r, templateID, a)
 		return err
 	})
 	var taken *core.NameTakenError
 	switch {
 	case errors.As(err, &taken):
 		return nil, fmt.Errorf("alias %q: %w", a, taken)
+	case errors.Is(err, core.ErrTemplateNotReady):
+		return nil, err
 	case errors.Is(err, core.ErrConflict):
 		return nil, fmt.Errorf("alias %q is already used by template %s: %w", a, s.aliasHolder(ctx, a), core.ErrConflict)
 	case err != nil:
@@ -103,8 +103,105 @@ func (s *Service) SetAlias(ctx context.Context, templateID string, alias *string
 	return def, nil
 }
 
-// checkAliasFree refuses an alias held by another template (as its id or
-// alias) before any work starts; the submit claims it for good.
+// setAliasTx gives templateID the alias a ("" clears it) inside one
+// transaction; from is the template a was moved away from.
+func setAliasTx(ctx context.Context, r ports.Repos, templateID, a string) (def *core.Definition, from string, err error) {
+	holder, kind, herr := r.Names().Holder(ctx, a)
+	if a != "" && herr != nil && !isNotFound(herr) {
+		return nil, "", herr
+	}
+	own := a != "" && herr == nil && holder == templateID && kind == core.NameAlias
+	moving := a != "" && herr == nil && holder != templateID && kind == core.NameAlias
+	if moving {
+		cur, err := r.Templates().GetDefinition(ctx, templateID)
+		if err != nil {
+			return nil, "", err
+		}
+		if cur.Status != core.TemplateReady {
+			// A conflict as upstream answers it (retry once READY).
+			return nil, "", fmt.Errorf("alias %q is template %s's; it moves only to a READY template and %s is %s: %w (%w)",
+				a, holder, templateID, cur.Status, core.ErrTemplateNotReady, core.ErrConflict)
+		}
+	}
+	if !own {
+		if _, err := r.Names().Release(ctx, templateID, core.NameAlias); err != nil {
+			return nil, "", err
+		}
+	}
+	switch {
+	case moving:
+		if from, err = r.Names().Move(ctx, a, templateID); err != nil {
+			return nil, "", err
+		}
+		// The holder's definition lets go first: one alias, one row.
+		if from != "" {
+			if _, err := r.Templates().UpdateDefinition(ctx, from, func(d *core.Definition) error {
+				d.Alias = ""
+				return nil
+			}); err != nil && !isNotFound(err) {
+				return nil, "", err
+			}
+		}
+	case a != "" && !own:
+		if err := r.Names().Claim(ctx, a, templateID, core.NameAlias); err != nil {
+			return nil, "", err
+		}
+	}
+	def, err = r.Templates().UpdateDefinition(ctx, templateID, func(d *core.Definition) error {
+		d.Alias = a
+		return nil
+	})
+	return def, from, err
+}
+
+// moveCreateAlias runs when a create reaches its end state: the alias its
+// request asked for, held by another template when it was submitted (so
+// not applied, see ensureDefinition), moves here now, as upstream's newest
+// master moves it once the new build is READY. Only a READY template
+// takes it, and only from a template whose latest build is older than
+// this job (a slower, older build never takes it back from a newer one).
+// The note says what happened; it replaces ensureDefinition's.
+func (s *Service) moveCreateAlias(ctx context.Context, job *core.Job, alias string, status core.TemplateStatus, note string) string {
+	if alias == "" {
+		return note
+	}
+	holder, kind, err := s.Store.Names().Holder(ctx, alias)
+	switch {
+	case err == nil && holder == job.TemplateID:
+		return note // it is ours already
+	case err == nil && kind != core.NameAlias:
+		return note // another template's id: never an alias
+	case err != nil && !isNotFound(err):
+		return joinNonEmpty("; ", note, fmt.Sprintf("alias %q not applied: %v", alias, err))
+	}
+	if status != core.TemplateReady {
+		return fmt.Sprintf("alias %q stays with template %s: it moves only to a READY template, this one is %s", alias, holder, status)
+	}
+	if holder != "" {
+		if latest, err := s.Store.Jobs().Latest(ctx, holder); err == nil && latest.CreatedAt.After(job.CreatedAt) {
+			return fmt.Sprintf("alias %q stays with template %s, whose latest build (%s) is newer than this one", alias, holder, latest.JobID)
+		}
+	}
+	var from string
+	err = s.Store.Tx(ctx, func(ctx context.Context, r ports.Repos) error {
+		var err error
+		_, from, err = setAliasTx(ctx, r, job.TemplateID, alias)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Sprintf("alias %q not applied: %v", alias, err)
+	case from != "":
+		s.log().Info("alias moved to a newer template", "alias", alias, "from", from, "to", job.TemplateID, "job", job.JobID)
+		return fmt.Sprintf("alias %q moved here from template %s (to undo: set-alias %s --alias %s)", alias, from, from, alias)
+	}
+	return ""
+}
+
+// checkAliasFree refuses, before any work starts, an alias that is another
+// template's id (never an alias). An alias another template holds is
+// accepted: it moves to the new template once that is READY
+// (moveCreateAlias).
 func (s *Service) checkAliasFree(ctx context.Context, templateID, alias string) error {
 	if alias == "" {
 		return nil
@@ -115,10 +212,23 @@ func (s *Service) checkAliasFree(ctx context.Context, templateID, alias string) 
 		return nil
 	case err != nil:
 		return err
-	case holder != templateID || kind != core.NameAlias:
+	case kind != core.NameAlias:
 		return fmt.Errorf("alias %q: %w", alias, &core.NameTakenError{Name: alias, Holder: holder, HolderKind: kind})
 	}
 	return nil
+}
+
+// claimAlias claims a create's alias at submit: a free one is the
+// template's from now on; one another template holds as its alias is left
+// to it until the new template is READY (moveCreateAlias); a template's id
+// is refused (*core.NameTakenError).
+func claimAlias(ctx context.Context, names ports.NameRepository, templateID, alias string) error {
+	err := names.Claim(ctx, alias, templateID, core.NameAlias)
+	var taken *core.NameTakenError
+	if errors.As(err, &taken) && taken.HolderKind == core.NameAlias && taken.Holder != templateID {
+		return nil
+	}
+	return err
 }
 
 func (s *Service) aliasHolder(ctx context.Context, alias string) string {

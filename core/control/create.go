@@ -34,6 +34,18 @@ const redispatchAfter = 15 * time.Second
 // "busy, retry". An alias in the request that another template holds is
 // refused up front with core.ErrConflict.
 func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageRequest, downloadBaseURL string) (*core.Job, error) {
+	return s.CreateFromImageWithEnvd(ctx, req, downloadBaseURL, nil)
+}
+
+// CreateFromImageWithEnvd is CreateFromImage with the envd binary the
+// caller uploaded (upstream's multipart create-from-image); nil means the
+// one this control plane is configured with (EnvdSource), if the request
+// opts in to injection at all. An upload is checked as upstream checks it
+// (core.ValidateEnvdUpload) and needs the request's opt-in annotation; it
+// is sent to the data plane with its sha256, which the artifact's
+// fingerprint covers. It is not kept: a redo that must rebuild the image
+// injects the configured binary.
+func (s *Service) CreateFromImageWithEnvd(ctx context.Context, req *core.FromImageRequest, downloadBaseURL string, envd []byte) (*core.Job, error) {
 	n, err := core.NormalizeFromImageRequest(req, s.IDs.NewHex)
 	if err != nil {
 		return nil, err
@@ -41,9 +53,18 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if err := ValidateOverrides(req); err != nil {
 		return nil, err
 	}
-	if WantsEnvd(req) && s.Envd == nil {
-		return nil, &core.FieldError{Field: "container_overrides.annotations." + core.AnnotationInjectEnvd,
-			Reason: "envd injection was requested but this control plane has no envd binary configured"}
+	optIn := "container_overrides.annotations." + core.AnnotationInjectEnvd
+	switch {
+	case envd != nil && !WantsEnvd(req):
+		return nil, &core.FieldError{Field: "envd",
+			Reason: "an envd binary was uploaded but the request does not opt in to injection (set " + optIn + "=true)"}
+	case envd != nil:
+		if err := core.ValidateEnvdUpload(envd); err != nil {
+			return nil, err
+		}
+	case WantsEnvd(req) && s.Envd == nil:
+		return nil, &core.FieldError{Field: optIn,
+			Reason: "envd injection was requested but no envd binary came with it (upload one: create-from-image --enable-inject-envd --envd-path FILE) and this control plane has none configured"}
 	}
 	if err := s.checkAliasFree(ctx, req.TemplateID, req.Alias); err != nil {
 		return nil, err
@@ -65,13 +86,14 @@ func (s *Service) CreateFromImage(ctx context.Context, req *core.FromImageReques
 	if !res.Created && s.storeNow(ctx).Sub(res.Job.UpdatedAt) < redispatchAfter {
 		return res.Job, nil
 	}
-	return s.dispatch(ctx, res.Job, n, downloadBaseURL)
+	return s.dispatch(ctx, res.Job, n, downloadBaseURL, envd)
 }
 
 // dispatch forwards a PENDING job to the data plane, failing the job if it
 // cannot. n still carries the registry credentials (they are never
-// stored, so only the submitting call can pass them on).
-func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.NormalizedRequest, downloadBaseURL string) (*core.Job, error) {
+// stored, so only the submitting call can pass them on). envd is an
+// uploaded agent binary, or nil for the configured one.
+func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.NormalizedRequest, downloadBaseURL string, envd []byte) (*core.Job, error) {
 	if job.Status != core.JobPending || job.Phase.PostBuild() {
 		// Only PENDING jobs that still need a build go to the data plane;
 		// a BUILT job sent again would be refused there and wrongly failed
@@ -82,12 +104,27 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.Normalized
 	req := n.Request()
 	br := ports.BuildRequest{JobID: job.JobID, Request: req, DownloadBaseURL: core.NormalizeBaseURL(firstString(s.Config.DownloadBaseURL, downloadBaseURL))}
 	if WantsEnvd(req) {
-		data, err := s.loadEnvd(ctx)
-		if err != nil {
-			return s.failDispatch(ctx, job, err)
+		data := envd
+		if data == nil {
+			var err error
+			if data, err = s.loadEnvd(ctx); err != nil {
+				return s.failDispatch(ctx, job, err)
+			}
 		}
 		sum := sha256.Sum256(data)
 		br.EnvdData, br.EnvdSHA256 = data, hex.EncodeToString(sum[:])
+	}
+	if core.WantsCubeCA(req) && s.CubeCA != nil {
+		ca, err := s.CubeCA.CubeCA(ctx)
+		switch {
+		case err == nil:
+			br.CubeCA = ca
+		case errors.Is(err, core.ErrNotFound):
+			// None here: the data plane bakes its own if it has one, and
+			// the template says it was built without one otherwise.
+		default:
+			return s.failDispatch(ctx, job, fmt.Errorf("with_cube_ca=true (the default): %w", err))
+		}
 	}
 	err := s.DataPlane.SubmitBuild(ctx, br)
 	switch {
@@ -105,7 +142,7 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.Normalized
 
 func (s *Service) loadEnvd(ctx context.Context) ([]byte, error) {
 	if s.Envd == nil {
-		return nil, fmt.Errorf("envd injection requested but no envd binary is configured: %w", core.ErrUnsupported)
+		return nil, fmt.Errorf("envd injection requested but no envd binary is configured (an envd uploaded with the create is not kept; configure one to rebuild): %w", core.ErrUnsupported)
 	}
 	data, err := s.Envd.Envd(ctx)
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 	"github.com/cubesandbox/templatecenter/core/pipeline"
+	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
+	"github.com/cubesandbox/templatecenter/testkit/testca"
 )
 
 func TestCreateFromImageDispatch(t *testing.T) {
@@ -111,6 +113,46 @@ func TestCreateFromImageEnvd(t *testing.T) {
 		wantErrIs(t, err, core.ErrInvalidArgument)
 		if _, err := e.store.Jobs().Latest(e.ctx, "tpl-envd"); !errors.Is(err, core.ErrNotFound) {
 			t.Error("a job was created although envd is not available")
+		}
+	})
+	t.Run("uploaded wins over the configured one", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		e.svc.Envd = &portsmock.EnvdSourceMock{EnvdFunc: func(context.Context) ([]byte, error) { return []byte("\x7fELF configured"), nil }}
+		upload := []byte("\x7fELF uploaded envd")
+		upSum := sha256.Sum256(upload)
+		if _, err := e.svc.CreateFromImageWithEnvd(e.ctx, optIn("tpl-up"), baseURL, upload); err != nil {
+			t.Fatal(err)
+		}
+		br := e.disp.SubmitBuildCalls()[0].Req
+		eq(t, "envd data", string(br.EnvdData), string(upload))
+		eq(t, "envd sha", br.EnvdSHA256, hex.EncodeToString(upSum[:]))
+		eq(t, "configured source read", len(e.svc.Envd.(*portsmock.EnvdSourceMock).EnvdCalls()), 0)
+	})
+	t.Run("uploaded without a configured one", func(t *testing.T) {
+		e := newEnv(t, "node-1")
+		if _, err := e.svc.CreateFromImageWithEnvd(e.ctx, optIn("tpl-up"), baseURL, binary); err != nil {
+			t.Fatal(err)
+		}
+		eq(t, "envd data", string(e.disp.SubmitBuildCalls()[0].Req.EnvdData), string(binary))
+	})
+	t.Run("upload refused", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			req    *core.FromImageRequest
+			upload []byte
+			msg    string
+		}{
+			"without the opt-in": {request("tpl-x"), binary, "does not opt in"},
+			"not ELF":            {optIn("tpl-x"), []byte("#!/bin/sh\n"), "not an ELF"},
+			"empty":              {optIn("tpl-x"), []byte{}, "empty"},
+			"too large":          {optIn("tpl-x"), append([]byte("\x7fELF"), make([]byte, core.MaxEnvdBytes)...), "at most"},
+		} {
+			e := newEnv(t, "node-1")
+			_, err := e.svc.CreateFromImageWithEnvd(e.ctx, tc.req, baseURL, tc.upload)
+			var fe *core.FieldError
+			if !errors.As(err, &fe) || fe.Field != "envd" || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%s: err = %v, want an envd field error saying %q", name, err, tc.msg)
+			}
+			eq(t, name+": SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
 		}
 	})
 	t.Run("load fails", func(t *testing.T) {
@@ -258,5 +300,106 @@ func TestResubmitLeavesAReuseRedoAlone(t *testing.T) {
 			e.wait()
 			eq(t, "redo status at the end", e.job(redo.JobID).Status, core.JobReady)
 		})
+	}
+}
+
+// TestDispatchSendsTheCubeCA: a build that wants the CubeEgress CA
+// (with_cube_ca, the default) gets the one this master serves; none
+// installed sends none (the data plane may have its own); a broken one
+// fails the job before the data plane sees it; with_cube_ca=false never
+// reads it.
+func TestDispatchSendsTheCubeCA(t *testing.T) {
+	ca := testca.PEM(1)
+	off := false
+	tests := []struct {
+		name    string
+		src     func(context.Context) ([]byte, error)
+		withCA  *bool
+		wantCA  []byte
+		wantErr string
+	}{
+		{name: "installed", src: func(context.Context) ([]byte, error) { return ca, nil }, wantCA: ca},
+		{name: "not installed", src: func(context.Context) ([]byte, error) { return nil, fmt.Errorf("x: %w", core.ErrNotFound) }},
+		{name: "broken", src: func(context.Context) ([]byte, error) { return nil, fmt.Errorf("x: %w", core.ErrInvalidArgument) }, wantErr: "with_cube_ca=true"},
+		{name: "not wanted", src: func(context.Context) ([]byte, error) { t.Error("CA read"); return ca, nil }, withCA: &off},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "node-1")
+			e.svc.CubeCA = &portsmock.CubeCASourceMock{CubeCAFunc: tc.src}
+			req := request("tpl-ca")
+			req.WithCubeCA = tc.withCA
+			job, err := e.svc.CreateFromImage(e.ctx, req, baseURL)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				eq(t, "job status", e.job(job.JobID).Status, core.JobFailed)
+				eq(t, "SubmitBuild calls", len(e.disp.SubmitBuildCalls()), 0)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "CA sent", string(e.disp.SubmitBuildCalls()[0].Req.CubeCA), string(tc.wantCA))
+		})
+	}
+}
+
+// TestTemplateSaysWhetherTheCAIsBaked: the template answer carries the
+// artifact's CubeEgress CA fields, and a note when the request wanted the
+// CA and the image has none.
+func TestTemplateSaysWhetherTheCAIsBaked(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.ready("tpl-plain", fpA)
+	info, err := e.svc.GetTemplate(e.ctx, "tpl-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.CubeEgressCABaked || !strings.Contains(info.CubeEgressCANote, "not baked") {
+		t.Fatalf("no CA: baked %v note %q", info.CubeEgressCABaked, info.CubeEgressCANote)
+	}
+
+	off := false
+	req := request("tpl-off")
+	req.WithCubeCA = &off
+	job := e.create(req)
+	e.build(job.JobID, fpB)
+	e.wait()
+	if info, _ = e.svc.GetTemplate(e.ctx, "tpl-off"); info.CubeEgressCANote != "" {
+		t.Fatalf("with_cube_ca=false still noted: %q", info.CubeEgressCANote)
+	}
+
+	caFP := strings.Repeat("c", 64)
+	job = e.create(request("tpl-ca"))
+	// The CA's fingerprint is one of the build's inputs: the report's
+	// fingerprint is the job's request built with it.
+	inputs := &core.BuildInputs{SourceImageDigest: digestA, CAFingerprint: caFP, BuilderFormat: core.BuilderFormatVersion, Builder: testBuilder}
+	c := *request("tpl-ca")
+	n, err := core.NormalizeFromImageRequest(&c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpC, err := core.FingerprintOf(n, *inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
+	running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aidOf(fpC), fpC, digestA
+	e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: running})
+	built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
+	built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aidOf(fpC), "READY", fpC
+	meta := artifactMeta(fpC)
+	meta.CubeEgressCABaked, meta.CubeEgressCAFingerprint, meta.CubeEgressCATargetsWritten = true, caFP, 2
+	if ok, err := e.svc.HandleStatusReport(e.ctx, job.JobID, ports.StatusReport{Update: built, Artifact: meta, Inputs: inputs}); err != nil || !ok {
+		t.Fatalf("BUILT: %v %v", ok, err)
+	}
+	e.wait()
+	info, err = e.svc.GetTemplate(e.ctx, "tpl-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.CubeEgressCABaked || info.CubeEgressCAFingerprint != caFP || info.CubeEgressCATargetsWritten != 2 || info.CubeEgressCANote != "" {
+		t.Fatalf("baked: %+v", info)
 	}
 }

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,16 +22,29 @@ type Template struct {
 	Version      string
 	// Status is the definition's status, else the latest job's template
 	// status, else the job's status in capitals (PENDING, RUNNING, FAILED).
-	Status    string
-	Alias     string
-	LastError string
-	CreatedAt time.Time
+	Status string
+	Alias  string
+	// AliasMovedFrom is the template Alias was moved away from (GetTemplate
+	// only): moving it back undoes the move.
+	AliasMovedFrom string
+	LastError      string
+	CreatedAt      time.Time
 	// ImageInfo is "ref@sha256:..." of the source image; JobID the latest
 	// job; ArtifactID the rootfs artifact.
 	ImageInfo  string
 	JobID      string
 	ArtifactID string
-	Replicas   []*core.Replica
+	// Backend is the copy-on-write backend the template's request names
+	// ("" for the node's default).
+	Backend  string
+	Replicas []*core.Replica
+	// CubeEgressCA* come from the template's artifact row (GetTemplate
+	// only); CubeEgressCANote says why a template that wanted the CA
+	// (with_cube_ca) was built without it.
+	CubeEgressCABaked          bool
+	CubeEgressCAFingerprint    string
+	CubeEgressCATargetsWritten int64
+	CubeEgressCANote           string
 	// CreateRequest is the stored sandbox create request (JSON), set by
 	// GetTemplate only.
 	CreateRequest string
@@ -57,7 +71,20 @@ func templateOf(def *core.Definition, replicas []*core.Replica) *Template {
 		TemplateID: def.TemplateID, InstanceType: def.InstanceType, Version: def.Version,
 		Status: string(def.Status), Alias: def.Alias, LastError: def.LastError,
 		CreatedAt: def.CreatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
+		Backend: storedBackend(def.RequestJSON),
 	}
+}
+
+// storedBackend is the backend a stored sandbox request names; "" when it
+// names none or cannot be read.
+func storedBackend(requestJSON string) string {
+	var r struct {
+		Backend string `json:"backend"`
+	}
+	if requestJSON == "" || json.Unmarshal([]byte(requestJSON), &r) != nil {
+		return ""
+	}
+	return r.Backend
 }
 
 // templateOfJob shows a template that has no definition yet (or whose
@@ -72,6 +99,7 @@ func templateOfJob(j *core.Job) *Template {
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
 		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
+		Backend: storedBackend(j.RequestJSON),
 	}
 }
 
@@ -93,23 +121,65 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 		return nil, err
 	}
 	def, err := tpl.GetDefinition(ctx, templateID)
+	var info *Template
 	switch {
 	case err == nil:
-		info := templateOf(def, replicas)
+		info = templateOf(def, replicas)
 		info.CreateRequest = s.storedRequestWithTokens(ctx, def.RequestJSON)
 		if latest != nil {
 			info.JobID = latest.JobID
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)
 		}
-		return info, nil
 	case !isNotFound(err):
 		return nil, err
 	case latest == nil:
 		return nil, fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
+	default:
+		info = templateOfJob(latest)
+		info.Replicas = replicas
 	}
-	info := templateOfJob(latest)
-	info.Replicas = replicas
+	if err := s.caOf(ctx, info, latest); err != nil {
+		return nil, err
+	}
+	if info.Alias != "" {
+		if from, err := s.Store.Names().Previous(ctx, info.Alias); err == nil {
+			info.AliasMovedFrom = from
+		}
+	}
 	return info, nil
+}
+
+// caOf fills the template's CubeEgress CA fields from its artifact row,
+// and the note when its request wanted the CA and the image lacks it.
+func (s *Service) caOf(ctx context.Context, info *Template, latest *core.Job) error {
+	if info.ArtifactID == "" {
+		return nil
+	}
+	a, err := s.Store.Artifacts().Get(ctx, info.ArtifactID)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info.CubeEgressCABaked, info.CubeEgressCAFingerprint, info.CubeEgressCATargetsWritten =
+		a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten
+	if latest != nil && a.Status == core.ArtifactReady {
+		if req, err := core.DecodeRequestJSON(latest.RequestJSON); err == nil {
+			info.CubeEgressCANote = caNote(req, a)
+		}
+	}
+	return nil
+}
+
+// caNote says that a request that wanted the CubeEgress root CA baked
+// (with_cube_ca, the default) got an image without it; "" otherwise.
+func caNote(req *core.FromImageRequest, a *core.Artifact) string {
+	if !core.WantsCubeCA(req) || a == nil || a.CubeEgressCABaked {
+		return ""
+	}
+	return "with_cube_ca=true but the CubeEgress root CA is not baked into the image: no CA was installed at " +
+		core.CubeCAPath + " (CUBE_MASTER_CA_DIR on the master, CUBE_TEMPLATE_CENTER_CUBE_CA_FILE on the template center) when it was built; install it and redo, or create with with_cube_ca=false"
 }
 
 // ListTemplates lists every template: definitions (by template id), then
@@ -158,6 +228,23 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		}
 	}
 	return out, nil
+}
+
+// ComponentVersions lists, replica by replica, the component versions each
+// node reported when it built the template's snapshot (guest image, agent,
+// kernel, shim; upstream's GET /internal/meta/templates/:id/component-versions).
+// core.ErrNotFound for a template without a definition.
+func (s *Service) ComponentVersions(ctx context.Context, templateID string) ([]*core.Replica, error) {
+	if err := core.ValidateTemplateID(templateID); err != nil {
+		return nil, err
+	}
+	if _, err := s.Store.Templates().GetDefinition(ctx, templateID); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("template %s: %w", templateID, core.ErrNotFound)
+		}
+		return nil, err
+	}
+	return s.Store.Templates().ListReplicas(ctx, templateID)
 }
 
 // GetJob returns the job; core.ErrNotFound for an unknown id.

@@ -13,10 +13,15 @@ import (
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
 )
 
-func TestAliasSetClearConflict(t *testing.T) {
+// TestSetAliasMovesClearsAndRefuses: set-alias takes an alias from the
+// template that holds it, as upstream's newest master does, but only for a
+// READY template; the move is recorded and moving back undoes it; an id is
+// never an alias.
+func TestSetAliasMovesClearsAndRefuses(t *testing.T) {
 	e := newEnv(t, "node-1")
 	e.ready("tpl-a", fpA)
 	e.ready("tpl-b", fpB)
+	e.ready("api", testFingerprint("sha256:"+strings.Repeat("c3", 32)))
 
 	d, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web"))
 	if err != nil {
@@ -24,10 +29,49 @@ func TestAliasSetClearConflict(t *testing.T) {
 	}
 	eq(t, "alias", d.Alias, "web")
 
-	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("web"))
-	wantErrIs(t, err, core.ErrConflict)
-	if err == nil || !strings.Contains(err.Error(), "tpl-a") {
-		t.Errorf("conflict %v does not name the holder", err)
+	// Moved, in one step: tpl-a lets go, the name remembers it.
+	d, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "moved to b", d.Alias, "web")
+	eq(t, "a let go", e.def("tpl-a").Alias, "")
+	info, _ := e.svc.GetTemplate(e.ctx, "tpl-b")
+	eq(t, "moved from", info.AliasMovedFrom, "tpl-a")
+	if got, _ := e.svc.ResolveTemplate(e.ctx, "web"); got == nil || got.TemplateID != "tpl-b" {
+		t.Fatalf("web resolves to %+v", got)
+	}
+	// Rolled back by moving it back.
+	if _, err := e.svc.SetAlias(e.ctx, "tpl-a", ptr("web")); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "back on a", e.def("tpl-a").Alias, "web")
+	eq(t, "b let go", e.def("tpl-b").Alias, "")
+	info, _ = e.svc.GetTemplate(e.ctx, "tpl-a")
+	eq(t, "moved back from", info.AliasMovedFrom, "tpl-b")
+
+	// Only to a READY template: one still building cannot take it.
+	e.create(request("tpl-p"))
+	_, err = e.svc.SetAlias(e.ctx, "tpl-p", ptr("web"))
+	if err != nil {
+		// No definition yet: not found; either way the alias stays.
+		if !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTemplateNotReady) {
+			t.Fatalf("move to a building template: %v", err)
+		}
+	}
+	eq(t, "still on a", e.def("tpl-a").Alias, "web")
+	e.snapFail["node-1"] = errors.New("snapshot broke")
+	e.ready("tpl-f", testFingerprint("sha256:"+strings.Repeat("d4", 32)))
+	_, err = e.svc.SetAlias(e.ctx, "tpl-f", ptr("web"))
+	wantErrIs(t, err, core.ErrTemplateNotReady)
+	wantErrIs(t, err, core.ErrConflict) // 130409, as upstream answers it
+	eq(t, "still on a after a failed move", e.def("tpl-a").Alias, "web")
+
+	// An id never becomes an alias.
+	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("api"))
+	var taken *core.NameTakenError
+	if !errors.As(err, &taken) || taken.Holder != "api" || taken.HolderKind != core.NameID {
+		t.Fatalf("alias equal to another template's id: %v", err)
 	}
 	_, err = e.svc.SetAlias(e.ctx, "tpl-b", ptr("Bad_Alias"))
 	wantErrIs(t, err, core.ErrInvalidArgument)
@@ -46,8 +90,8 @@ func TestAliasSetClearConflict(t *testing.T) {
 		}
 		eq(t, "cleared by "+name, d.Alias, "")
 	}
-	// Free again: the other template may take it.
-	if _, err := e.svc.SetAlias(e.ctx, "tpl-b", ptr("web")); err != nil {
+	// Free again: any template may take it, READY or not.
+	if _, err := e.svc.SetAlias(e.ctx, "tpl-f", ptr("web")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -172,4 +216,28 @@ func TestListTemplatesOrder(t *testing.T) {
 		got = append(got, tpl.TemplateID)
 	}
 	eq(t, "order", strings.Join(got, ","), "tpl-b,tpl-a,tpl-p,tpl-q")
+}
+
+// TestComponentVersions: each replica with the versions its node reported
+// at snapshot time (the shim's too); a template without a definition is
+// not found.
+func TestComponentVersions(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.agent.AppSnapshotFunc = func(_ context.Context, n ports.Node, _ *core.SandboxRequest, _ string) (ports.SnapshotResult, error) {
+		return ports.SnapshotResult{SnapshotPath: "/snap/" + n.ID, GuestImageVersion: "g1", AgentVersion: "0.4.2", KernelVersion: "6.6.30", ShimVersion: "s7"}, nil
+	}
+	e.ready("tpl-a", fpA)
+	reps, err := e.svc.ComponentVersions(e.ctx, "tpl-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 || reps[0].NodeID != "node-1" || reps[0].AgentVersion != "0.4.2" || reps[0].ShimVersion != "s7" ||
+		reps[0].GuestImageVersion != "g1" || reps[0].KernelVersion != "6.6.30" {
+		t.Fatalf("replicas %+v", reps[0])
+	}
+	e.create(request("tpl-p"))
+	_, err = e.svc.ComponentVersions(e.ctx, "tpl-p")
+	wantErrIs(t, err, core.ErrNotFound)
+	_, err = e.svc.ComponentVersions(e.ctx, "")
+	wantErrIs(t, err, core.ErrTemplateIDRequired)
 }

@@ -113,7 +113,7 @@ func (s *Service) redo(ctx context.Context, rr RedoRequest, converge bool) (*cor
 		if n, err = n.WithRequestID(rr.RequestID); err != nil {
 			return s.failDispatch(ctx, job, err)
 		}
-		return s.dispatch(ctx, job, n, rr.DownloadBaseURL)
+		return s.dispatch(ctx, job, n, rr.DownloadBaseURL, nil)
 	}
 	s.goBackground(ctx, "redo "+job.JobID, func(ctx context.Context) error { return s.Resume(ctx, job.JobID) })
 	return job, nil
@@ -392,7 +392,7 @@ func (s *Service) rebuildInstead(ctx context.Context, job *core.Job, stored *cor
 		return err
 	}
 	s.log().Info("redo rebuilds: the artifact it meant to reuse went away", "job", job.JobID, "template", job.TemplateID, "why", why)
-	_, err = s.dispatch(ctx, updated, n.WithCredentials(firstString(auth.Username, n.Request().RegistryUsername), auth.Password), base)
+	_, err = s.dispatch(ctx, updated, n.WithCredentials(firstString(auth.Username, n.Request().RegistryUsername), auth.Password), base, nil)
 	return err
 }
 

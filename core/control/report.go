@@ -310,6 +310,9 @@ type builtArtifact struct {
 	WritableLayerSize string `json:"writable_layer_size,omitempty"`
 	StorageBackend    string `json:"storage_backend,omitempty"`
 	ObjectKey         string `json:"object_key,omitempty"`
+	CABaked           bool   `json:"cube_egress_ca_baked,omitempty"`
+	CAFingerprint     string `json:"cube_egress_ca_fingerprint,omitempty"`
+	CATargetsWritten  int64  `json:"cube_egress_ca_targets_written,omitempty"`
 }
 
 func encodeBuilt(meta *core.Artifact, report string) (string, error) {
@@ -323,6 +326,7 @@ func encodeBuilt(meta *core.Artifact, report string) (string, error) {
 			SourceImageDigest: m.SourceImageDigest, MasterNodeID: m.MasterNodeID, DownloadBaseURL: m.DownloadBaseURL,
 			Ext4Path: m.Ext4Path, Ext4SHA256: m.Ext4SHA256, Ext4SizeBytes: m.Ext4SizeBytes, ImageConfigJSON: m.ImageConfigJSON,
 			WritableLayerSize: m.WritableLayerSize, StorageBackend: m.StorageBackend, ObjectKey: m.ObjectKey,
+			CABaked: m.CubeEgressCABaked, CAFingerprint: m.CubeEgressCAFingerprint, CATargetsWritten: m.CubeEgressCATargetsWritten,
 		}
 	}
 	b, err := json.Marshal(rec)
@@ -347,6 +351,7 @@ func decodeBuilt(resultJSON string) (meta *core.Artifact, report json.RawMessage
 			SourceImageDigest: b.SourceImageDigest, MasterNodeID: b.MasterNodeID, DownloadBaseURL: b.DownloadBaseURL,
 			Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes, ImageConfigJSON: b.ImageConfigJSON,
 			WritableLayerSize: b.WritableLayerSize, StorageBackend: b.StorageBackend, ObjectKey: b.ObjectKey,
+			CubeEgressCABaked: b.CABaked, CubeEgressCAFingerprint: b.CAFingerprint, CubeEgressCATargetsWritten: b.CATargetsWritten,
 		}
 	}
 	return meta, rec.Report
@@ -395,6 +400,13 @@ func (s *Service) upsertArtifact(ctx context.Context, jobID string, m *core.Arti
 			if field := rewrites(a, m); field != "" {
 				s.securityEvent("BUILT report would rewrite a READY artifact; refused", jobID, a.ArtifactID, field)
 				return fmt.Errorf("artifact %s: the BUILT report's %s differs from what the READY row records; a READY artifact is never rewritten: %w", a.ArtifactID, field, core.ErrConflict)
+			}
+			if m.CubeEgressCABaked && !a.CubeEgressCABaked {
+				// Completes a row that says nothing of the CA; a report
+				// that says nothing of it (an older data plane) leaves
+				// what the row says.
+				a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten =
+					true, m.CubeEgressCAFingerprint, m.CubeEgressCATargetsWritten
 			}
 			setIfEmpty(&a.Fingerprint, m.Fingerprint)
 			setIfEmpty(&a.SourceImageRef, m.SourceImageRef)

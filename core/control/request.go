@@ -171,6 +171,9 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 	if WantsEnvd(req) {
 		ann[core.AnnotationInjectEnvd] = core.InjectEnvdOptIn
 	}
+	if req.EnableIvshmem != nil && *req.EnableIvshmem {
+		ann[core.AnnotationEnableIvshmem] = "true"
+	}
 	if gi, ok := QuantityToGi(wls); ok && gi > 0 {
 		ann[core.AnnotationSystemDiskSize] = strconv.FormatInt(gi, 10)
 	}
@@ -246,6 +249,7 @@ func GenerateSandboxRequest(req *core.FromImageRequest, art core.NodeArtifact, i
 		Annotations:       ann,
 		InstanceType:      req.InstanceType,
 		NetworkType:       req.NetworkType,
+		Backend:           req.Backend,
 	}
 	return out, nil
 }

@@ -114,6 +114,23 @@ func TestGeneratedRequestUsesThisTemplatesRequest(t *testing.T) {
 	eq(t, "b", b.Annotations[core.AnnotationTemplateID], "tpl-b")
 }
 
+func TestGeneratedRequestIvshmemAndBackend(t *testing.T) {
+	on := true
+	req := &core.FromImageRequest{TemplateID: "tpl-a", WritableLayerSize: "1Gi", EnableIvshmem: &on, Backend: core.BackendS3}
+	gen, err := control.GenerateSandboxRequest(req, goldenRef(), goldenImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "ivshmem annotation", gen.Annotations[core.AnnotationEnableIvshmem], "true")
+	eq(t, "backend", gen.Backend, core.BackendS3)
+	eq(t, "stored request keeps it", control.StoredRequest(gen).Annotations[core.AnnotationEnableIvshmem], "true")
+
+	plain, _ := control.GenerateSandboxRequest(&core.FromImageRequest{TemplateID: "tpl-a", WritableLayerSize: "1Gi"}, goldenRef(), goldenImage)
+	if _, ok := plain.Annotations[core.AnnotationEnableIvshmem]; ok || plain.Backend != "" {
+		t.Errorf("a request without the flags got %v / backend %q", plain.Annotations, plain.Backend)
+	}
+}
+
 func TestGenerateSandboxRequestRejects(t *testing.T) {
 	for name, req := range map[string]*core.FromImageRequest{
 		"nil":          nil,

@@ -292,6 +292,14 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		u.TemplateStatus = string(status)
 		return s.fail(ctx, job, core.PhaseSnapshotting, errors.New(msg), u)
 	}
+	if !p.redo {
+		// A create whose alias another template held when it was
+		// submitted takes it now, if it is READY and the newer build.
+		aliasNote = s.moveCreateAlias(ctx, job, p.req.Alias, status, aliasNote)
+		if d, err := s.Store.Templates().GetDefinition(ctx, job.TemplateID); err == nil {
+			def = d
+		}
+	}
 	msg := joinNonEmpty("; ", lastErr, aliasNote)
 	result, err := s.resultJSON(ctx, job, def, replicas)
 	if err != nil {

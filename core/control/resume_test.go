@@ -458,27 +458,75 @@ func TestAliasFromRequest(t *testing.T) {
 	e.wait()
 	eq(t, "alias", e.def("tpl-aliased").Alias, "web")
 
-	// Taken alias at create: refused up front.
-	req2 := request("tpl-other")
+	// An alias another template holds is accepted and moves to the new
+	// template once it is READY (upstream's newest release).
+	req2 := request("tpl-newer")
 	req2.Alias = "web"
-	_, err := e.svc.CreateFromImage(e.ctx, req2, baseURL)
-	wantErrIs(t, err, core.ErrConflict)
+	job2 := e.create(req2)
+	eq(t, "still with the first while the new one builds", e.def("tpl-aliased").Alias, "web")
+	e.build(job2.JobID, fpB)
+	e.wait()
+	eq(t, "job status", e.job(job2.JobID).Status, core.JobReady)
+	eq(t, "moved to the newer", e.def("tpl-newer").Alias, "web")
+	eq(t, "the first let go", e.def("tpl-aliased").Alias, "")
+	if msg := e.job(job2.JobID).ErrorMessage; !strings.Contains(msg, `alias "web" moved here from template tpl-aliased`) {
+		t.Errorf("job message %q does not record the move", msg)
+	}
+	info, _ := e.svc.GetTemplate(e.ctx, "tpl-newer")
+	eq(t, "recorded", info.AliasMovedFrom, "tpl-aliased")
 
-	// The alias is claimed with the job: once tpl-third is submitted with
-	// "api", no other template can take it before tpl-third's resume.
+	// An id is never an alias, even at create: refused up front.
+	e.ready("api", testFingerprint("sha256:"+strings.Repeat("c3", 32)))
 	req3 := request("tpl-third")
 	req3.Alias = "api"
-	job3 := e.create(req3)
-	_, err = e.svc.SetAlias(e.ctx, "tpl-aliased", ptr("api"))
+	_, err := e.svc.CreateFromImage(e.ctx, req3, baseURL)
 	var taken *core.NameTakenError
-	if !errors.As(err, &taken) || taken.Holder != "tpl-third" {
-		t.Fatalf("SetAlias of a claimed alias: %v, want a NameTakenError naming tpl-third", err)
+	if !errors.As(err, &taken) || taken.Holder != "api" || taken.HolderKind != core.NameID {
+		t.Fatalf("alias equal to an id: %v", err)
 	}
-	e.build(job3.JobID, fpB)
+}
+
+// TestAliasMovesOnlyToTheNewerReadyBuild: two creates asking for one
+// alias; the newer takes it when READY, and the older, finishing later,
+// does not take it back; a create that is not READY leaves it where it is.
+func TestAliasMovesOnlyToTheNewerReadyBuild(t *testing.T) {
+	e := newEnv(t, "node-1")
+	older, newer := request("tpl-older"), request("tpl-newer")
+	older.Alias, newer.Alias = "app", "app"
+	jobOld := e.create(older)
+	e.clock.Advance(time.Second)
+	jobNew := e.create(newer)
+
+	e.build(jobNew.JobID, fpB)
 	e.wait()
-	eq(t, "job status", e.job(job3.JobID).Status, core.JobReady)
-	eq(t, "alias of third", e.def("tpl-third").Alias, "api")
-	eq(t, "alias of the first", e.def("tpl-aliased").Alias, "web")
+	eq(t, "the newer took it", e.def("tpl-newer").Alias, "app")
+	e.build(jobOld.JobID, fpA)
+	e.wait()
+	eq(t, "the older is READY", e.job(jobOld.JobID).Status, core.JobReady)
+	eq(t, "the newer keeps it", e.def("tpl-newer").Alias, "app")
+	eq(t, "the older has none", e.def("tpl-older").Alias, "")
+	if msg := e.job(jobOld.JobID).ErrorMessage; !strings.Contains(msg, "whose latest build") {
+		t.Errorf("older job message %q", msg)
+	}
+
+	// PARTIALLY_READY (one of two nodes failed) is not READY: no move.
+	e2 := newEnv(t, "node-1", "node-2")
+	e2.ready("tpl-holder", fpA)
+	if _, err := e2.svc.SetAlias(e2.ctx, "tpl-holder", ptr("svc")); err != nil {
+		t.Fatal(err)
+	}
+	e2.clock.Advance(time.Second)
+	partial := request("tpl-partial")
+	partial.Alias = "svc"
+	e2.snapFail["node-2"] = errors.New("snapshot broke")
+	j := e2.create(partial)
+	e2.build(j.JobID, fpB)
+	e2.wait()
+	eq(t, "partial status", e2.def("tpl-partial").Status, core.TemplatePartiallyReady)
+	eq(t, "alias stays with the holder", e2.def("tpl-holder").Alias, "svc")
+	if msg := e2.job(j.JobID).ErrorMessage; !strings.Contains(msg, "moves only to a READY template") {
+		t.Errorf("partial job message %q", msg)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

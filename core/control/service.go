@@ -148,8 +148,9 @@ func (s *Service) freeAbandoned(ctx context.Context, job *core.Job) bool {
 // Service is the control plane's template service. Store, Locker, Nodes,
 // Agent, DataPlane and IDs are required; Clock defaults to the system
 // clock. Progress and Logger are optional; without Envd, requests that opt
-// in to envd injection are refused; without Legacy, migrate finds no local
-// copies. A Service must not be copied
+// in to envd injection without uploading one are refused; without CubeCA
+// the data plane bakes its own CubeEgress root CA, if it has one; without
+// Legacy, migrate finds no local copies. A Service must not be copied
 // after first use (it tracks its background resumes).
 type Service struct {
 	Store     ports.Store
@@ -158,7 +159,10 @@ type Service struct {
 	Agent     ports.NodeAgent
 	DataPlane ports.DataPlane
 	Envd      ports.EnvdSource
-	Legacy    ports.LegacyArtifacts
+	// CubeCA is the CubeEgress root CA this master serves on /cube/ca,
+	// sent with every build that wants it baked (with_cube_ca).
+	CubeCA ports.CubeCASource
+	Legacy ports.LegacyArtifacts
 	// Sealer seals the registry credentials of a request so that a redo
 	// can rebuild a private image; without it they are not kept.
 	Sealer   ports.Sealer

@@ -33,7 +33,7 @@ func (s *Service) snapshot(ctx context.Context, p *pipeline, nodes []ports.Node)
 			rep.Status, rep.Phase, rep.SnapshotPath = core.ReplicaReady, core.ReplicaPhaseReady, res.SnapshotPath
 			// A new snapshot: its versions replace the old ones and the
 			// old verdict no longer applies until the next compat scan.
-			rep.GuestImageVersion, rep.AgentVersion, rep.KernelVersion, rep.ShimVersion = res.GuestImageVersion, res.AgentVersion, res.KernelVersion, ""
+			rep.GuestImageVersion, rep.AgentVersion, rep.KernelVersion, rep.ShimVersion = res.GuestImageVersion, res.AgentVersion, res.KernelVersion, res.ShimVersion
 			rep.CompatStatus, rep.CompatCheckedUnix = "", 0
 			mu.Lock()
 			okCount++

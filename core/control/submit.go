@@ -122,7 +122,7 @@ func (s *Service) claimNames(ctx context.Context, templateID, alias string, repl
 	}
 	if !replace {
 		if alias != "" {
-			return names.Claim(ctx, alias, templateID, core.NameAlias)
+			return claimAlias(ctx, names, templateID, alias)
 		}
 		return nil
 	}
@@ -140,16 +140,17 @@ func (s *Service) claimNames(ctx context.Context, templateID, alias string, repl
 			return err
 		}
 		if alias != "" {
-			return r.Names().Claim(ctx, alias, templateID, core.NameAlias)
+			return claimAlias(ctx, r.Names(), templateID, alias)
 		}
 		return nil
 	})
 	var taken *core.NameTakenError
 	if alias != "" && errors.As(err, &taken) {
 		// A concurrent claim inside a transaction hides who made it; a
-		// submitter of the same template claiming the same alias is fine.
+		// submitter of the same template claiming the same alias is fine,
+		// and another template's alias moves here once READY.
 		if holder, kind, herr := names.Holder(ctx, alias); herr == nil {
-			if holder == templateID && kind == core.NameAlias {
+			if kind == core.NameAlias {
 				return nil
 			}
 			return fmt.Errorf("claim name %q for %s: %w", alias, templateID, &core.NameTakenError{Name: alias, Holder: holder, HolderKind: kind})

@@ -290,6 +290,9 @@ func (r *run) markReady(res *pipeline.Result) error {
 		a.ImageConfigJSON = cj
 		a.LastError = ""
 		a.GCDeadline = now.Add(r.c.GCDeadlineAfter).Unix()
+		a.CubeEgressCABaked = res.CA.Baked
+		a.CubeEgressCAFingerprint = res.CA.Fingerprint
+		a.CubeEgressCATargetsWritten = int64(res.CA.TargetsWritten)
 		// A row rebuilt after its bytes went missing keeps its token:
 		// every template using the artifact carries it in its requests.
 		if a.DownloadToken == "" {

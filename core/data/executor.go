@@ -90,9 +90,6 @@ type ExecutorConfig struct {
 	// DownloadBaseURL is recorded on built artifacts when the build request
 	// names none (upstream column master_node_ip).
 	DownloadBaseURL string
-	// CABundle, when set, is injected into every image (and so is part of
-	// every fingerprint).
-	CABundle []byte
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnDone, when set, is called once per finished build (for metrics).
@@ -126,7 +123,10 @@ type Executor struct {
 	Progress  ports.ProgressSink // optional
 	Clock     ports.Clock        // optional; time.Now
 	IDs       ports.IDs          // optional; mints the download token of a fresh build
-	Config    ExecutorConfig
+	// CubeCA is this data plane's CubeEgress root CA, baked when the
+	// control plane sends none (optional).
+	CubeCA ports.CubeCASource
+	Config ExecutorConfig
 
 	once     sync.Once
 	conf     ExecutorConfig     // Config with defaults, fixed at first use

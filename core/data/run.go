@@ -117,7 +117,10 @@ func (r *run) execute() {
 		}()
 		ctx, stop := context.WithTimeoutCause(r.pctx, r.c.BuildTimeout, errBuildTimeout)
 		defer stop()
-		res, err = r.e.Pipeline.Run(ctx, r.input(), r.onEvent)
+		var in pipeline.Input
+		if in, err = r.input(ctx); err == nil {
+			res, err = r.e.Pipeline.Run(ctx, in, r.onEvent)
+		}
 		if err != nil && context.Cause(ctx) == errBuildTimeout {
 			err = &BuildTimeoutError{Limit: r.c.BuildTimeout, Err: err}
 		}
@@ -163,7 +166,11 @@ func (r *run) execute() {
 	r.done(res, err)
 }
 
-func (r *run) input() pipeline.Input {
+func (r *run) input(ctx context.Context) (pipeline.Input, error) {
+	inj, err := r.injection(ctx)
+	if err != nil {
+		return pipeline.Input{}, err
+	}
 	return pipeline.Input{
 		Image: ports.ImageRequest{
 			Ref:      r.norm.SourceImageRef,
@@ -172,18 +179,43 @@ func (r *run) input() pipeline.Input {
 			Password: r.norm.RegistryPassword,
 		},
 		Request:      r.spec,
-		Inject:       r.injection(),
+		Inject:       inj,
 		AfterResolve: r.afterResolve,
-	}
+	}, nil
 }
 
-func (r *run) injection() pipeline.Injection {
+// injection is what the build adds to the image: the envd the request
+// opts in to, and the CubeEgress root CA unless the request says
+// with_cube_ca=false: the one the control plane sent, else this data
+// plane's own (Executor.CubeCA, for an upstream master, which sends none).
+// Without either the image is built without it, which the artifact row
+// (cube_egress_ca_baked=false) and a log line say; a CA that is installed
+// but broken fails the build.
+func (r *run) injection(ctx context.Context) (pipeline.Injection, error) {
 	var in pipeline.Injection
 	if pipeline.WantsEnvd(r.norm) {
 		in.Envd, in.EnvdClaimedSHA256 = r.req.EnvdData, r.req.EnvdSHA256
 	}
-	in.CABundle = r.c.CABundle
-	return in
+	if !core.WantsCubeCA(r.norm) {
+		return in, nil
+	}
+	switch {
+	case r.req.CubeCA != nil:
+		in.CA = r.req.CubeCA
+	case r.e.CubeCA != nil:
+		ca, err := r.e.CubeCA.CubeCA(ctx)
+		switch {
+		case err == nil:
+			in.CA = ca
+		case errors.Is(err, core.ErrNotFound):
+			r.log.Warn("with_cube_ca=true but no CubeEgress root CA is installed: the image is built without it", "err", err)
+		default:
+			return in, fmt.Errorf("with_cube_ca=true: %w", err)
+		}
+	default:
+		r.log.Warn("with_cube_ca=true but no CubeEgress root CA is configured: the image is built without it")
+	}
+	return in, nil
 }
 
 // onEvent records pipeline progress and wakes the report loop; it never

@@ -16,14 +16,13 @@ import (
 )
 
 // Injection facts shared with upstream: the opt-in annotation, where the
-// agent lands in the image, and the largest agent accepted.
+// agent lands in the image and with which mode, and the largest agent
+// accepted.
 const (
 	InjectEnvdAnnotation = "cube.master.inject_envd"
-	EnvdInImagePath      = "/usr/local/bin/envd"
-	MaxEnvdBytes         = 16 << 20
-	// CAInImagePath is where an injected CA bundle is written.
-	CAInImagePath = "/usr/local/share/ca-certificates/cube-egress-ca.crt"
-	maxCABytes    = 1 << 20
+	EnvdInImagePath      = core.EnvdInImagePath
+	EnvdMode             = 0o755
+	MaxEnvdBytes         = core.MaxEnvdBytes
 )
 
 // Injection is content added to the image at build time. Whatever is
@@ -33,8 +32,10 @@ type Injection struct {
 	// recomputed digest (the caller's value is never trusted on its own).
 	Envd              []byte
 	EnvdClaimedSHA256 string
-	// CABundle is a PEM bundle to trust inside the image.
-	CABundle []byte
+	// CA is the CubeEgress root CA (one PEM certificate) baked into the
+	// image's trust stores as upstream bakes it (cabake.go); its
+	// fingerprint (sha256 of the DER) is part of the artifact's.
+	CA []byte
 }
 
 // WantsEnvd reports whether the request opted in to envd injection.
@@ -45,7 +46,15 @@ func WantsEnvd(req *core.FromImageRequest) bool {
 
 type injected struct {
 	envdSHA256 string
-	caSHA256   string
+	ca         *core.CubeCA
+}
+
+// caFingerprint is the CA's fingerprint, "" without one.
+func (in injected) caFingerprint() string {
+	if in.ca == nil {
+		return ""
+	}
+	return in.ca.Fingerprint
 }
 
 func (in Injection) digests() (injected, error) {
@@ -62,58 +71,52 @@ func (in Injection) digests() (injected, error) {
 	} else if in.EnvdClaimedSHA256 != "" {
 		return out, &core.FieldError{Field: "envd_data", Reason: "envd_sha256 given without envd_data"}
 	}
-	if len(in.CABundle) > 0 {
-		if len(in.CABundle) > maxCABytes {
-			return out, &core.FieldError{Field: "ca_bundle", Reason: fmt.Sprintf("%d bytes, at most %d", len(in.CABundle), maxCABytes)}
+	if in.CA != nil {
+		ca, err := core.ParseCubeCA(in.CA)
+		if err != nil {
+			return out, err
 		}
-		if !bytes.Contains(in.CABundle, []byte("-----BEGIN CERTIFICATE-----")) {
-			return out, &core.FieldError{Field: "ca_bundle", Reason: "holds no PEM certificate"}
-		}
-		sum := sha256.Sum256(in.CABundle)
-		out.caSHA256 = hex.EncodeToString(sum[:])
+		out.ca = ca
 	}
 	return out, nil
 }
 
-func (in Injection) empty() bool { return len(in.Envd) == 0 && len(in.CABundle) == 0 }
-
-// appendLayer adds the injected files, if any, as the last layer.
+// appendLayer adds the injected envd, if any, as the last layer.
 func (in Injection) appendLayer(layers []ports.FlattenLayer, scratch string, mtime time.Time) ([]ports.FlattenLayer, error) {
-	if in.empty() {
+	if len(in.Envd) == 0 {
 		return layers, nil
 	}
-	f := filepath.Join(scratch, "inject.tar")
-	if err := in.writeLayer(f, mtime); err != nil {
+	l, err := EnvdLayer(in.Envd, scratch, mtime)
+	if err != nil {
 		return nil, err
 	}
-	return append(layers, ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"}), nil
+	return append(layers, l), nil
 }
 
-// writeLayer writes the injected files as an uncompressed tar layer, applied
-// after the image's own layers so it overrides whatever the image holds at
-// those paths. It holds no directory entries: parents the image already has
-// keep their owner, mode and mtime, and missing ones are synthesized by the
-// flattener.
-func (in Injection) writeLayer(file string, mtime time.Time) error {
+// EnvdLayer writes the envd binary as a layer of its own in dir: applied
+// after the image's layers, it puts the agent at EnvdInImagePath with
+// EnvdMode, owned by root, whatever the image held there.
+func EnvdLayer(envd []byte, dir string, mtime time.Time) (ports.FlattenLayer, error) {
+	f := filepath.Join(dir, "inject.tar")
+	if err := writeEnvdLayer(f, envd, mtime); err != nil {
+		return ports.FlattenLayer{}, err
+	}
+	return ports.FlattenLayer{Path: f, MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "injected"}, nil
+}
+
+// writeEnvdLayer writes envd as an uncompressed tar layer. It holds no
+// directory entries: parents the image already has keep their owner, mode
+// and mtime, and missing ones are synthesized by the flattener (0755, as
+// upstream creates them).
+func writeEnvdLayer(file string, envd []byte, mtime time.Time) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	add := func(p string, mode int64, data []byte) error {
-		rel := strings.TrimPrefix(p, "/")
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
+	rel := strings.TrimPrefix(EnvdInImagePath, "/")
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: EnvdMode, Size: int64(len(envd)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return fmt.Errorf("inject envd: %w", err)
 	}
-	if len(in.Envd) > 0 {
-		if err := add(EnvdInImagePath, 0o755, in.Envd); err != nil {
-			return fmt.Errorf("inject envd: %w", err)
-		}
-	}
-	if len(in.CABundle) > 0 {
-		if err := add(CAInImagePath, 0o644, in.CABundle); err != nil {
-			return fmt.Errorf("inject ca bundle: %w", err)
-		}
+	if _, err := tw.Write(envd); err != nil {
+		return fmt.Errorf("inject envd: %w", err)
 	}
 	if err := tw.Close(); err != nil {
 		return err

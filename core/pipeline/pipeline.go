@@ -88,6 +88,8 @@ type Result struct {
 	ChunksErr error
 	Layers    int
 	Tree      ports.TreeStats
+	// CA is what baking the CubeEgress root CA did (zero without one).
+	CA CAResult
 	// Phases holds the wall time of each step.
 	Phases map[core.Phase]time.Duration
 }
@@ -174,7 +176,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 		return nil, fmt.Errorf("resolve %s: %w", in.Image.Ref, err)
 	}
 	res.Image = img
-	inputs := core.BuildInputs{SourceImageDigest: img.Digest, CAFingerprint: inj.caSHA256, EnvdSHA256: inj.envdSHA256,
+	inputs := core.BuildInputs{SourceImageDigest: img.Digest, CAFingerprint: inj.caFingerprint(), EnvdSHA256: inj.envdSHA256,
 		BuilderFormat: core.BuilderFormatVersion, Builder: p.Builder.Format()}
 	fp, err := core.FingerprintOf(req, inputs)
 	if err != nil {
@@ -209,7 +211,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	}
 	// Decoding follows the download: the flattener reads each layer as it
 	// lands, and the builder writes as soon as the tree is known.
-	tree, buildRes, err := p.streamedBuild(ctx, in, img, scratch, out, fp, res, start, pullProgress, onEvent)
+	tree, buildRes, err := p.streamedBuild(ctx, in, inj.ca, img, scratch, out, fp, res, start, pullProgress, onEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +259,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 // download, and the pull phase is the time until the last one arrived (it
 // overlaps BUILDING_EXT4, which runs from the first byte to the written
 // image).
-func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.ResolvedImage,
+func (p *Pipeline) streamedBuild(ctx context.Context, in Input, ca *core.CubeCA, img *ports.ResolvedImage,
 	scratch, out, fp string, res *Result, start time.Time, pullProgress func(ports.PullProgress), onEvent func(Event)) (ports.TreeStats, ports.BuildResult, error) {
 	var tree ports.TreeStats
 	var br ports.BuildResult
@@ -306,7 +308,11 @@ func (p *Pipeline) streamedBuild(ctx context.Context, in Input, img *ports.Resol
 		return tree, br, err
 	}
 	bstart := p.now()
-	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), writeProgress(onEvent), closeBlobs)
+	var bake *caBake
+	if ca != nil {
+		bake = &caBake{ca: ca, dir: scratch, result: &res.CA}
+	}
+	tree, br, ferr := p.flattenAndBuild(ctx, layers, out, fp, buildTime(img), bake, writeProgress(onEvent), closeBlobs)
 	closeBlobs()
 	if ferr != nil {
 		stopFetch()
@@ -334,6 +340,29 @@ var errNoTree = errors.New("the flattener returned no tree")
 // the size of the file it wrote.
 var errBuilderSize = errors.New("the ext4 builder's result does not match its image")
 
+// caBake is the CA baking of one build: the CA, the directory its new
+// content is written to, and where the result goes.
+type caBake struct {
+	ca     *core.CubeCA
+	dir    string
+	result *CAResult
+}
+
+// apply bakes the CA into tree; done closes the content file once the
+// builder is finished with the tree.
+func (b *caBake) apply(tree []ports.TreeEntry, at time.Time) (out []ports.TreeEntry, done func(), err error) {
+	f, err := os.CreateTemp(b.dir, "ca-content-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bake the CubeEgress CA: %w", err)
+	}
+	out, *b.result, err = BakeCA(tree, b.ca, f, at)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("bake the CubeEgress CA: %w", err)
+	}
+	return out, func() { f.Close() }, nil
+}
+
 // Progress of BUILDING_EXT4: from its start to the builder's last byte.
 const (
 	buildProgressFrom = 40
@@ -354,10 +383,11 @@ func writeProgress(onEvent func(Event)) func(done, total int64) {
 
 // flattenAndBuild hands the flattened tree to the builder: it gets the
 // whole tree, with references to the content, lays the image out first
-// and hashes it as it writes it. progress, when set, receives the
-// builder's progress. stop, when set, runs once the flatten is cancelled
-// (it unblocks readers of layers still downloading).
-func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, progress func(done, total int64), stop func()) (ports.TreeStats, ports.BuildResult, error) {
+// and hashes it as it writes it. bake, when set, bakes the CubeEgress CA
+// into the tree first. progress, when set, receives the builder's
+// progress. stop, when set, runs once the flatten is cancelled (it
+// unblocks readers of layers still downloading).
+func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLayer, out, fp string, at time.Time, bake *caBake, progress func(done, total int64), stop func()) (ports.TreeStats, ports.BuildResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stop != nil {
@@ -374,16 +404,27 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 		MaxSizeBytes:   p.MaxSizeBytes,
 	}
 	var br ports.BuildResult
-	var berr error
+	var berr, bakeErr error
 	built := false
 	st, err := p.Flattener.Flatten(ctx, layers, func(tree []ports.TreeEntry) error {
 		built = true
+		if bake != nil {
+			baked, done, err := bake.apply(tree, at)
+			if err != nil {
+				bakeErr = err
+				return err
+			}
+			defer done()
+			tree = baked
+		}
 		br, berr = p.Builder.Build(ctx, spec, tree)
 		return berr
 	})
 	switch {
 	case err == nil && !built:
 		return st, br, errNoTree
+	case bakeErr != nil:
+		return st, br, bakeErr
 	case berr != nil:
 		return st, br, fmt.Errorf("build ext4 with %s: %w", p.Builder.Name(), berr)
 	case err != nil:

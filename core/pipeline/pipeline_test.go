@@ -18,6 +18,7 @@ import (
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
 	"github.com/cubesandbox/templatecenter/ports/portsmock"
+	"github.com/cubesandbox/templatecenter/testkit/testca"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -223,12 +224,13 @@ func TestInjectionIsFingerprintedAndAppendedLast(t *testing.T) {
 	f := newFixture(t)
 	envd := []byte("#!/bin/sh\necho envd\n")
 	sum := sha256.Sum256(envd)
-	ca := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	ca := testca.PEM(1)
 	plain, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var injectedTar []byte
+	plainFlatten := f.flattener.FlattenFunc
 	f.flattener.FlattenFunc = func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
 		last := layers[len(layers)-1]
 		b, err := os.ReadFile(last.Path)
@@ -239,7 +241,7 @@ func TestInjectionIsFingerprintedAndAppendedLast(t *testing.T) {
 		return ports.TreeStats{}, use(nil)
 	}
 	withEnvd, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
-		Inject: Injection{Envd: envd, EnvdClaimedSHA256: hex.EncodeToString(sum[:]), CABundle: ca}}, nil)
+		Inject: Injection{Envd: envd, EnvdClaimedSHA256: hex.EncodeToString(sum[:]), CA: ca}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +263,27 @@ func TestInjectionIsFingerprintedAndAppendedLast(t *testing.T) {
 	if h := got[strings.TrimPrefix(EnvdInImagePath, "/")]; h == nil || h.Mode != 0o755 || h.Size != int64(len(envd)) {
 		t.Fatalf("envd entry = %+v", h)
 	}
-	if h := got[strings.TrimPrefix(CAInImagePath, "/")]; h == nil || h.Mode != 0o644 {
-		t.Fatalf("ca entry = %+v", h)
+	if len(got) != 1 {
+		t.Fatalf("the injected layer holds %d entries, want envd only (the CA is baked into the tree)", len(got))
+	}
+	// A rotated CA is another artifact; the same CA re-encoded is not.
+	f.flattener.FlattenFunc = plainFlatten
+	rotated, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
+		Inject: Injection{Envd: envd, CA: testca.PEM(2)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Fingerprint == withEnvd.Fingerprint {
+		t.Fatal("a rotated CA kept the fingerprint")
+	}
+	reencoded := append([]byte("\n\n"), bytes.ReplaceAll(ca, []byte("\n"), []byte("\r\n"))...)
+	same, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
+		Inject: Injection{Envd: envd, CA: reencoded}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Fingerprint != withEnvd.Fingerprint {
+		t.Fatal("the same CA with other line endings changed the fingerprint")
 	}
 }
 
@@ -275,7 +296,8 @@ func TestInjectionRejectsBadInput(t *testing.T) {
 		{"claimed sha differs", Injection{Envd: []byte("x"), EnvdClaimedSHA256: strings.Repeat("0", 64)}, "envd_sha256"},
 		{"sha without data", Injection{EnvdClaimedSHA256: strings.Repeat("0", 64)}, "envd_data"},
 		{"too large", Injection{Envd: make([]byte, MaxEnvdBytes+1)}, "envd_data"},
-		{"ca not pem", Injection{CABundle: []byte("hello")}, "ca_bundle"},
+		{"ca not pem", Injection{CA: []byte("hello")}, "cube_egress_ca"},
+		{"ca of two certificates", Injection{CA: append(testca.PEM(1), testca.PEM(2)...)}, "cube_egress_ca"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

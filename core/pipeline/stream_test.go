@@ -148,11 +148,10 @@ func TestStreamingInjectionFailureStopsTheFetch(t *testing.T) {
 			}
 		}
 	}}
-	ca := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}, Request: request(),
-			Inject: Injection{CABundle: ca}}, nil)
+			Inject: Injection{Envd: []byte("\x7fELF envd")}}, nil)
 		done <- err
 	}()
 	select {

@@ -83,7 +83,6 @@ var (
 		{Name: "origin_node_id", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "display_name", Type: field.TypeString, Size: 256, Default: ""},
 		{Name: "storage_backend", Type: field.TypeString, Size: 32, Default: ""},
-		{Name: "retain", Type: field.TypeBool, Default: false},
 		{Name: "rootfs_size_bytes_at_snapshot", Type: field.TypeInt64, Default: 0},
 	}
 	// TCubeTemplateDefinitionTable holds the schema information for the "t_cube_template_definition" table.
@@ -244,6 +243,7 @@ var (
 		{Name: "template_id", Type: field.TypeString, Size: 128},
 		{Name: "kind", Type: field.TypeString, Size: 16},
 		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "previous_template_id", Type: field.TypeString, Size: 128, Default: ""},
 	}
 	// TCubeTemplateNameTable holds the schema information for the "t_cube_template_name" table.
 	TCubeTemplateNameTable = &schema.Table{

@@ -42,7 +42,8 @@ func (TemplateDefinition) Fields() []ent.Field {
 		str("origin_node_id", 128),
 		str("display_name", 256),
 		str("storage_backend", 32),
-		field.Bool("retain").Default(false),
+		// Upstream's retain is not modeled: its newest release dropped
+		// the column, and databases that still have it give it a default.
 		field.Int64("rootfs_size_bytes_at_snapshot").Default(0),
 	}
 }

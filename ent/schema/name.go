@@ -30,6 +30,10 @@ func (TemplateName) Fields() []ent.Field {
 		// kind is "id" or "alias".
 		field.String("kind").MaxLen(16).NotEmpty(),
 		field.Time("created_at").Immutable().SchemaType(timeType),
+		// previous_template_id is the template an alias was moved away
+		// from ("" for a name claimed, not moved), so a move can be
+		// rolled back; created_at is then the time of the move.
+		field.String("previous_template_id").MaxLen(128).Default(""),
 	}
 }
 

@@ -43,8 +43,6 @@ const (
 	FieldDisplayName = "display_name"
 	// FieldStorageBackend holds the string denoting the storage_backend field in the database.
 	FieldStorageBackend = "storage_backend"
-	// FieldRetain holds the string denoting the retain field in the database.
-	FieldRetain = "retain"
 	// FieldRootfsSizeBytesAtSnapshot holds the string denoting the rootfs_size_bytes_at_snapshot field in the database.
 	FieldRootfsSizeBytesAtSnapshot = "rootfs_size_bytes_at_snapshot"
 	// Table holds the table name of the templatedefinition in the database.
@@ -70,7 +68,6 @@ var Columns = []string{
 	FieldOriginNodeID,
 	FieldDisplayName,
 	FieldStorageBackend,
-	FieldRetain,
 	FieldRootfsSizeBytesAtSnapshot,
 }
 
@@ -125,8 +122,6 @@ var (
 	DefaultStorageBackend string
 	// StorageBackendValidator is a validator for the "storage_backend" field. It is called by the builders before save.
 	StorageBackendValidator func(string) error
-	// DefaultRetain holds the default value on creation for the "retain" field.
-	DefaultRetain bool
 	// DefaultRootfsSizeBytesAtSnapshot holds the default value on creation for the "rootfs_size_bytes_at_snapshot" field.
 	DefaultRootfsSizeBytesAtSnapshot int64
 )
@@ -217,11 +212,6 @@ func ByDisplayName(opts ...sql.OrderTermOption) OrderOption {
 // ByStorageBackend orders the results by the storage_backend field.
 func ByStorageBackend(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldStorageBackend, opts...).ToFunc()
-}
-
-// ByRetain orders the results by the retain field.
-func ByRetain(opts ...sql.OrderTermOption) OrderOption {
-	return sql.OrderByField(FieldRetain, opts...).ToFunc()
 }
 
 // ByRootfsSizeBytesAtSnapshot orders the results by the rootfs_size_bytes_at_snapshot field.

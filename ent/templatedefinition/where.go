@@ -134,11 +134,6 @@ func StorageBackend(v string) predicate.TemplateDefinition {
 	return predicate.TemplateDefinition(sql.FieldEQ(FieldStorageBackend, v))
 }
 
-// Retain applies equality check predicate on the "retain" field. It's identical to RetainEQ.
-func Retain(v bool) predicate.TemplateDefinition {
-	return predicate.TemplateDefinition(sql.FieldEQ(FieldRetain, v))
-}
-
 // RootfsSizeBytesAtSnapshot applies equality check predicate on the "rootfs_size_bytes_at_snapshot" field. It's identical to RootfsSizeBytesAtSnapshotEQ.
 func RootfsSizeBytesAtSnapshot(v int64) predicate.TemplateDefinition {
 	return predicate.TemplateDefinition(sql.FieldEQ(FieldRootfsSizeBytesAtSnapshot, v))
@@ -1137,16 +1132,6 @@ func StorageBackendEqualFold(v string) predicate.TemplateDefinition {
 // StorageBackendContainsFold applies the ContainsFold predicate on the "storage_backend" field.
 func StorageBackendContainsFold(v string) predicate.TemplateDefinition {
 	return predicate.TemplateDefinition(sql.FieldContainsFold(FieldStorageBackend, v))
-}
-
-// RetainEQ applies the EQ predicate on the "retain" field.
-func RetainEQ(v bool) predicate.TemplateDefinition {
-	return predicate.TemplateDefinition(sql.FieldEQ(FieldRetain, v))
-}
-
-// RetainNEQ applies the NEQ predicate on the "retain" field.
-func RetainNEQ(v bool) predicate.TemplateDefinition {
-	return predicate.TemplateDefinition(sql.FieldNEQ(FieldRetain, v))
 }
 
 // RootfsSizeBytesAtSnapshotEQ applies the EQ predicate on the "rootfs_size_bytes_at_snapshot" field.

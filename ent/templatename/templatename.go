@@ -19,6 +19,8 @@ const (
 	FieldKind = "kind"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
+	// FieldPreviousTemplateID holds the string denoting the previous_template_id field in the database.
+	FieldPreviousTemplateID = "previous_template_id"
 	// Table holds the table name of the templatename in the database.
 	Table = "t_cube_template_name"
 )
@@ -30,6 +32,7 @@ var Columns = []string{
 	FieldTemplateID,
 	FieldKind,
 	FieldCreatedAt,
+	FieldPreviousTemplateID,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -49,6 +52,10 @@ var (
 	TemplateIDValidator func(string) error
 	// KindValidator is a validator for the "kind" field. It is called by the builders before save.
 	KindValidator func(string) error
+	// DefaultPreviousTemplateID holds the default value on creation for the "previous_template_id" field.
+	DefaultPreviousTemplateID string
+	// PreviousTemplateIDValidator is a validator for the "previous_template_id" field. It is called by the builders before save.
+	PreviousTemplateIDValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the TemplateName queries.
@@ -77,4 +84,9 @@ func ByKind(opts ...sql.OrderTermOption) OrderOption {
 // ByCreatedAt orders the results by the created_at field.
 func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCreatedAt, opts...).ToFunc()
+}
+
+// ByPreviousTemplateID orders the results by the previous_template_id field.
+func ByPreviousTemplateID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPreviousTemplateID, opts...).ToFunc()
 }

@@ -74,6 +74,11 @@ func CreatedAt(v time.Time) predicate.TemplateName {
 	return predicate.TemplateName(sql.FieldEQ(FieldCreatedAt, v))
 }
 
+// PreviousTemplateID applies equality check predicate on the "previous_template_id" field. It's identical to PreviousTemplateIDEQ.
+func PreviousTemplateID(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldEQ(FieldPreviousTemplateID, v))
+}
+
 // NameEQ applies the EQ predicate on the "name" field.
 func NameEQ(v string) predicate.TemplateName {
 	return predicate.TemplateName(sql.FieldEQ(FieldName, v))
@@ -307,6 +312,71 @@ func CreatedAtLT(v time.Time) predicate.TemplateName {
 // CreatedAtLTE applies the LTE predicate on the "created_at" field.
 func CreatedAtLTE(v time.Time) predicate.TemplateName {
 	return predicate.TemplateName(sql.FieldLTE(FieldCreatedAt, v))
+}
+
+// PreviousTemplateIDEQ applies the EQ predicate on the "previous_template_id" field.
+func PreviousTemplateIDEQ(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldEQ(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDNEQ applies the NEQ predicate on the "previous_template_id" field.
+func PreviousTemplateIDNEQ(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldNEQ(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDIn applies the In predicate on the "previous_template_id" field.
+func PreviousTemplateIDIn(vs ...string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldIn(FieldPreviousTemplateID, vs...))
+}
+
+// PreviousTemplateIDNotIn applies the NotIn predicate on the "previous_template_id" field.
+func PreviousTemplateIDNotIn(vs ...string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldNotIn(FieldPreviousTemplateID, vs...))
+}
+
+// PreviousTemplateIDGT applies the GT predicate on the "previous_template_id" field.
+func PreviousTemplateIDGT(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldGT(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDGTE applies the GTE predicate on the "previous_template_id" field.
+func PreviousTemplateIDGTE(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldGTE(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDLT applies the LT predicate on the "previous_template_id" field.
+func PreviousTemplateIDLT(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldLT(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDLTE applies the LTE predicate on the "previous_template_id" field.
+func PreviousTemplateIDLTE(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldLTE(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDContains applies the Contains predicate on the "previous_template_id" field.
+func PreviousTemplateIDContains(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldContains(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDHasPrefix applies the HasPrefix predicate on the "previous_template_id" field.
+func PreviousTemplateIDHasPrefix(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldHasPrefix(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDHasSuffix applies the HasSuffix predicate on the "previous_template_id" field.
+func PreviousTemplateIDHasSuffix(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldHasSuffix(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDEqualFold applies the EqualFold predicate on the "previous_template_id" field.
+func PreviousTemplateIDEqualFold(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldEqualFold(FieldPreviousTemplateID, v))
+}
+
+// PreviousTemplateIDContainsFold applies the ContainsFold predicate on the "previous_template_id" field.
+func PreviousTemplateIDContainsFold(v string) predicate.TemplateName {
+	return predicate.TemplateName(sql.FieldContainsFold(FieldPreviousTemplateID, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -40,6 +40,13 @@
 // tree, read back with debugfs. The victim files outside the output
 // directory never change and no device node appears on the host.
 //
+// Injected builds images as the data plane adds to them (core/pipeline):
+// the envd layer after the image's own, then the CubeEgress root CA baked
+// into the flattened tree, and checks with debugfs that envd is at
+// upstream's path with upstream's mode and that the CA is appended to the
+// image's trust bundle and anchor directory, or seeded as the only bundle
+// of an image that had none.
+//
 // RunUpstreamCorpus is the realistic part, run once for all builders by
 // adapters/builder/fidelity: images that umoci unpacks (a debootstrap
 // merged-/usr Debian base with a layer writing through lib/, bin/ and

@@ -156,6 +156,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 	t.Run("TreeCorpus", func(t *testing.T) { testTreeCorpus(t, fx) })
 	t.Run("HostileLayers", func(t *testing.T) { testHostileLayers(t, fx) })
 	t.Run("FromFlattener", func(t *testing.T) { testFromFlattener(t, fx, fl, ls) })
+	t.Run("Injected", func(t *testing.T) { testInjected(t, fx, fl) })
 }
 
 // flattenTo writes the tree fl makes of ls to the file out, as tar

@@ -2406,6 +2406,12 @@ var _ ports.NameRepository = &NameRepositoryMock{}
 //			HolderFunc: func(ctx context.Context, name string) (string, core.NameKind, error) {
 //				panic("mock out the Holder method")
 //			},
+//			MoveFunc: func(ctx context.Context, alias string, templateID string) (string, error) {
+//				panic("mock out the Move method")
+//			},
+//			PreviousFunc: func(ctx context.Context, name string) (string, error) {
+//				panic("mock out the Previous method")
+//			},
 //			ReleaseFunc: func(ctx context.Context, templateID string, kind core.NameKind) (int, error) {
 //				panic("mock out the Release method")
 //			},
@@ -2421,6 +2427,12 @@ type NameRepositoryMock struct {
 
 	// HolderFunc mocks the Holder method.
 	HolderFunc func(ctx context.Context, name string) (string, core.NameKind, error)
+
+	// MoveFunc mocks the Move method.
+	MoveFunc func(ctx context.Context, alias string, templateID string) (string, error)
+
+	// PreviousFunc mocks the Previous method.
+	PreviousFunc func(ctx context.Context, name string) (string, error)
 
 	// ReleaseFunc mocks the Release method.
 	ReleaseFunc func(ctx context.Context, templateID string, kind core.NameKind) (int, error)
@@ -2445,6 +2457,22 @@ type NameRepositoryMock struct {
 			// Name is the name argument value.
 			Name string
 		}
+		// Move holds details about calls to the Move method.
+		Move []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Alias is the alias argument value.
+			Alias string
+			// TemplateID is the templateID argument value.
+			TemplateID string
+		}
+		// Previous holds details about calls to the Previous method.
+		Previous []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Name is the name argument value.
+			Name string
+		}
 		// Release holds details about calls to the Release method.
 		Release []struct {
 			// Ctx is the ctx argument value.
@@ -2455,9 +2483,11 @@ type NameRepositoryMock struct {
 			Kind core.NameKind
 		}
 	}
-	lockClaim   sync.RWMutex
-	lockHolder  sync.RWMutex
-	lockRelease sync.RWMutex
+	lockClaim    sync.RWMutex
+	lockHolder   sync.RWMutex
+	lockMove     sync.RWMutex
+	lockPrevious sync.RWMutex
+	lockRelease  sync.RWMutex
 }
 
 // Claim calls ClaimFunc.
@@ -2537,6 +2567,82 @@ func (mock *NameRepositoryMock) HolderCalls() []struct {
 	mock.lockHolder.RLock()
 	calls = mock.calls.Holder
 	mock.lockHolder.RUnlock()
+	return calls
+}
+
+// Move calls MoveFunc.
+func (mock *NameRepositoryMock) Move(ctx context.Context, alias string, templateID string) (string, error) {
+	if mock.MoveFunc == nil {
+		panic("NameRepositoryMock.MoveFunc: method is nil but NameRepository.Move was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		Alias      string
+		TemplateID string
+	}{
+		Ctx:        ctx,
+		Alias:      alias,
+		TemplateID: templateID,
+	}
+	mock.lockMove.Lock()
+	mock.calls.Move = append(mock.calls.Move, callInfo)
+	mock.lockMove.Unlock()
+	return mock.MoveFunc(ctx, alias, templateID)
+}
+
+// MoveCalls gets all the calls that were made to Move.
+// Check the length with:
+//
+//	len(mockedNameRepository.MoveCalls())
+func (mock *NameRepositoryMock) MoveCalls() []struct {
+	Ctx        context.Context
+	Alias      string
+	TemplateID string
+} {
+	var calls []struct {
+		Ctx        context.Context
+		Alias      string
+		TemplateID string
+	}
+	mock.lockMove.RLock()
+	calls = mock.calls.Move
+	mock.lockMove.RUnlock()
+	return calls
+}
+
+// Previous calls PreviousFunc.
+func (mock *NameRepositoryMock) Previous(ctx context.Context, name string) (string, error) {
+	if mock.PreviousFunc == nil {
+		panic("NameRepositoryMock.PreviousFunc: method is nil but NameRepository.Previous was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		Name string
+	}{
+		Ctx:  ctx,
+		Name: name,
+	}
+	mock.lockPrevious.Lock()
+	mock.calls.Previous = append(mock.calls.Previous, callInfo)
+	mock.lockPrevious.Unlock()
+	return mock.PreviousFunc(ctx, name)
+}
+
+// PreviousCalls gets all the calls that were made to Previous.
+// Check the length with:
+//
+//	len(mockedNameRepository.PreviousCalls())
+func (mock *NameRepositoryMock) PreviousCalls() []struct {
+	Ctx  context.Context
+	Name string
+} {
+	var calls []struct {
+		Ctx  context.Context
+		Name string
+	}
+	mock.lockPrevious.RLock()
+	calls = mock.calls.Previous
+	mock.lockPrevious.RUnlock()
 	return calls
 }
 
@@ -5357,6 +5463,72 @@ func (mock *EnvdSourceMock) EnvdCalls() []struct {
 	mock.lockEnvd.RLock()
 	calls = mock.calls.Envd
 	mock.lockEnvd.RUnlock()
+	return calls
+}
+
+// Ensure, that CubeCASourceMock does implement ports.CubeCASource.
+// If this is not the case, regenerate this file with moq.
+var _ ports.CubeCASource = &CubeCASourceMock{}
+
+// CubeCASourceMock is a mock implementation of ports.CubeCASource.
+//
+//	func TestSomethingThatUsesCubeCASource(t *testing.T) {
+//
+//		// make and configure a mocked ports.CubeCASource
+//		mockedCubeCASource := &CubeCASourceMock{
+//			CubeCAFunc: func(ctx context.Context) ([]byte, error) {
+//				panic("mock out the CubeCA method")
+//			},
+//		}
+//
+//		// use mockedCubeCASource in code that requires ports.CubeCASource
+//		// and then make assertions.
+//
+//	}
+type CubeCASourceMock struct {
+	// CubeCAFunc mocks the CubeCA method.
+	CubeCAFunc func(ctx context.Context) ([]byte, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// CubeCA holds details about calls to the CubeCA method.
+		CubeCA []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+	}
+	lockCubeCA sync.RWMutex
+}
+
+// CubeCA calls CubeCAFunc.
+func (mock *CubeCASourceMock) CubeCA(ctx context.Context) ([]byte, error) {
+	if mock.CubeCAFunc == nil {
+		panic("CubeCASourceMock.CubeCAFunc: method is nil but CubeCASource.CubeCA was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockCubeCA.Lock()
+	mock.calls.CubeCA = append(mock.calls.CubeCA, callInfo)
+	mock.lockCubeCA.Unlock()
+	return mock.CubeCAFunc(ctx)
+}
+
+// CubeCACalls gets all the calls that were made to CubeCA.
+// Check the length with:
+//
+//	len(mockedCubeCASource.CubeCACalls())
+func (mock *CubeCASourceMock) CubeCACalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockCubeCA.RLock()
+	calls = mock.calls.CubeCA
+	mock.lockCubeCA.RUnlock()
 	return calls
 }
 

@@ -44,6 +44,10 @@ func newArtifact() *core.Artifact {
 		StorageBackend:       "s3",
 		ObjectKey:            "artifacts/" + id + ".ext4",
 		BuildOwnerToken:      ids.NewToken(),
+		// The CubeEgress CA columns round-trip too.
+		CubeEgressCABaked:          true,
+		CubeEgressCAFingerprint:    fp,
+		CubeEgressCATargetsWritten: 3,
 	}
 }
 

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ var nameTests = []test{
 	{"Name/ConcurrentClaimsOneWinner", testNamesConcurrentClaims},
 	{"Name/TxRollback", testNamesTxRollback},
 	{"Name/RejectsEmpty", testNamesRejectEmpty},
+	{"Name/MoveAlias", testNamesMove},
+	{"Name/ConcurrentMovesOneHolder", testNamesConcurrentMoves},
 	{"Job/RegistryAuthRoundTrip", testJobRegistryAuth},
 	{"Job/FenceRoundTrip", testJobFence},
 	{"Job/OwnerAndPhaseDurationsRoundTrip", testJobOwnerAndDurations},
@@ -160,6 +163,115 @@ func testNamesRejectEmpty(t *testing.T, e *env) {
 		if !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", what, err)
 		}
+	}
+}
+
+func testNamesMove(t *testing.T, e *env) {
+	n := e.s.Names()
+	a, b := uniq("tpl-a-"), uniq("tpl-b-")
+	alias := "web-" + a
+	must(t, n.Claim(e.ctx, a, a, core.NameID), "claim id a")
+	must(t, n.Claim(e.ctx, b, b, core.NameID), "claim id b")
+	must(t, n.Claim(e.ctx, alias, a, core.NameAlias), "claim a's alias")
+	holderIs := func(want, wantPrev string) {
+		t.Helper()
+		h, k, err := n.Holder(e.ctx, alias)
+		if err != nil || h != want || k != core.NameAlias {
+			t.Fatalf("Holder = %s %s %v, want %s as alias", h, k, err, want)
+		}
+		if p, err := n.Previous(e.ctx, alias); err != nil || p != wantPrev {
+			t.Fatalf("Previous = %q %v, want %q", p, err, wantPrev)
+		}
+	}
+	holderIs(a, "")
+
+	from, err := n.Move(e.ctx, alias, b)
+	must(t, err, "move to b")
+	if from != a {
+		t.Fatalf("Move from %q, want %s", from, a)
+	}
+	holderIs(b, a)
+	// Moving to the holder changes nothing, and keeps the record.
+	if from, err := n.Move(e.ctx, alias, b); err != nil || from != "" {
+		t.Fatalf("Move to the holder = %q, %v", from, err)
+	}
+	holderIs(b, a)
+	// Rolled back: the record names the template it came from again.
+	if from, err := n.Move(e.ctx, alias, a); err != nil || from != b {
+		t.Fatalf("Move back = %q, %v", from, err)
+	}
+	holderIs(a, b)
+
+	// An id never moves, whoever asks.
+	_, err = n.Move(e.ctx, b, a)
+	wantTaken(t, err, b, core.NameID, "move another's id")
+	_, err = n.Move(e.ctx, a, a)
+	wantTaken(t, err, a, core.NameID, "move own id as alias")
+	if h, k, _ := n.Holder(e.ctx, b); h != b || k != core.NameID {
+		t.Fatalf("an id changed holder: %s %s", h, k)
+	}
+	// A free name is claimed.
+	free := "free-" + a
+	if from, err := n.Move(e.ctx, free, b); err != nil || from != "" {
+		t.Fatalf("Move of a free name = %q, %v", from, err)
+	}
+	if h, k, _ := n.Holder(e.ctx, free); h != b || k != core.NameAlias {
+		t.Fatalf("free name holder %s %s", h, k)
+	}
+	if _, err := n.Previous(e.ctx, uniq("nobody-")); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Previous of a free name: %v", err)
+	}
+	// A move in a transaction that fails is not seen.
+	boom := errors.New("boom")
+	err = e.s.Tx(e.ctx, func(ctx context.Context, r ports.Repos) error {
+		if _, err := r.Names().Move(ctx, alias, b); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Tx = %v", err)
+	}
+	holderIs(a, b)
+	for what, err := range map[string]error{
+		"empty alias":    func() error { _, err := n.Move(e.ctx, "", a); return err }(),
+		"empty template": func() error { _, err := n.Move(e.ctx, alias, ""); return err }(),
+	} {
+		if !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", what, err)
+		}
+	}
+}
+
+// testNamesConcurrentMoves: moves of one alias to several templates at
+// once leave it with exactly one of them, recorded as moved from another.
+func testNamesConcurrentMoves(t *testing.T, e *env) {
+	n := e.s.Names()
+	base := uniq("tpl-")
+	alias := "web-" + base
+	must(t, n.Claim(e.ctx, alias, base, core.NameAlias), "claim the alias")
+	const movers = 6
+	var wg sync.WaitGroup
+	errs := make([]error, movers)
+	for i := range movers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.Move(e.ctx, alias, fmt.Sprintf("%s-%d", base, i))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, core.ErrConflict) {
+			t.Fatalf("mover %d: %v, want success or ErrConflict", i, err)
+		}
+	}
+	h, k, err := n.Holder(e.ctx, alias)
+	if err != nil || k != core.NameAlias || h == base {
+		t.Fatalf("after the moves: %s %s %v", h, k, err)
+	}
+	if p, err := n.Previous(e.ctx, alias); err != nil || p == "" || p == h {
+		t.Fatalf("Previous = %q %v (holder %s)", p, err, h)
 	}
 }
 

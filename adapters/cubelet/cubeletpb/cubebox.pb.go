@@ -2633,6 +2633,7 @@ type AppSnapshotResponse struct {
 	AgentVersion      string                 `protobuf:"bytes,12,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	KernelVersion     string                 `protobuf:"bytes,13,opt,name=kernel_version,json=kernelVersion,proto3" json:"kernel_version,omitempty"`
 	EnvdVersion       string                 `protobuf:"bytes,14,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
+	ShimVersion       string                 `protobuf:"bytes,15,opt,name=shim_version,json=shimVersion,proto3" json:"shim_version,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -2761,6 +2762,13 @@ func (x *AppSnapshotResponse) GetKernelVersion() string {
 func (x *AppSnapshotResponse) GetEnvdVersion() string {
 	if x != nil {
 		return x.EnvdVersion
+	}
+	return ""
+}
+
+func (x *AppSnapshotResponse) GetShimVersion() string {
+	if x != nil {
+		return x.ShimVersion
 	}
 	return ""
 }
@@ -3187,7 +3195,7 @@ const file_cubeletpb_cubebox_proto_rawDesc = "" +
 	"\x12AppSnapshotRequest\x12Y\n" +
 	"\x0ecreate_request\x18\x01 \x01(\v22.cubelet.services.cubebox.v1.RunCubeSandboxRequestR\rcreateRequest\x12!\n" +
 	"\fsnapshot_dir\x18\x02 \x01(\tR\vsnapshotDir\x12\x18\n" +
-	"\abackend\x18\x03 \x01(\tR\abackend\"\x96\x04\n" +
+	"\abackend\x18\x03 \x01(\tR\abackend\"\xb9\x04\n" +
 	"\x13AppSnapshotResponse\x12\x1c\n" +
 	"\trequestID\x18\x01 \x01(\tR\trequestID\x124\n" +
 	"\x03ret\x18\x02 \x01(\v2\".cubelet.services.errorcode.v1.RetR\x03ret\x12\x1c\n" +
@@ -3209,7 +3217,8 @@ const file_cubeletpb_cubebox_proto_rawDesc = "" +
 	"\x13guest_image_version\x18\v \x01(\tR\x11guestImageVersion\x12#\n" +
 	"\ragent_version\x18\f \x01(\tR\fagentVersion\x12%\n" +
 	"\x0ekernel_version\x18\r \x01(\tR\rkernelVersion\x12!\n" +
-	"\fenvd_version\x18\x0e \x01(\tR\venvdVersion\"J\n" +
+	"\fenvd_version\x18\x0e \x01(\tR\venvdVersion\x12!\n" +
+	"\fshim_version\x18\x0f \x01(\tR\vshimVersion\"J\n" +
 	"\fCowObjectRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +

@@ -271,7 +271,8 @@ func TestAbuseFromImageFields(t *testing.T) {
 		fromImage("template_id", "tpl-seed").named("existing template", bad, "already exists"),
 		fromImage("template_id", "tpl-pending", "source_image_ref", "other:1").named("template with an active job", conflict, "PENDING"),
 		fromImage("template_id", "seed").named("template id held as an alias", conflict, "seed"),
-		fromImage("alias", "two").named("alias of another template", conflict, "two"),
+		// An alias another template holds is no longer refused: it moves
+		// to the new template once that is READY (core/control alias.go).
 		fromImage("alias", "tpl-seed").named("alias shaped like an id", bad, "alias"),
 		fromImage("alias", "rfs-x").named("alias shaped like an artifact id", bad, "alias"),
 		fromImage("alias", "../x").named("alias traversal", bad, "alias"),
@@ -423,7 +424,9 @@ func TestAbuseOtherRoutes(t *testing.T) {
 		del(map[string]any{"RequestID": "r", "template_id": 7}).named("delete id as a number", bad, "template_id"),
 		del(map[string]any{"RequestID": "r", "template_id": "tpl-pending"}).named("delete with an active job", conflict, ""),
 
-		alias("tpl-seed", map[string]any{"alias": "two"}).named("alias of another template", conflict, "two"),
+		// Taking another template's alias moves it, but only to a READY
+		// template: one still building is refused and nothing moves.
+		alias("tpl-pending", map[string]any{"alias": "two"}).named("alias moved to a template still building", notFound, "tpl-pending"),
 		alias("tpl-seed", map[string]any{"alias": "tpl-two"}).named("alias shaped like an id", bad, "alias"),
 		alias("tpl-seed", map[string]any{"alias": "snap-1"}).named("alias shaped like a snapshot id", bad, "alias"),
 		alias("tpl-seed", map[string]any{"alias": "../x"}).named("alias traversal", bad, "alias"),

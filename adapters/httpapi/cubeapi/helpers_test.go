@@ -36,6 +36,8 @@ type services struct {
 	// aliasArg and alias are what the last SetAlias got; GetTemplate
 	// shows the alias.
 	aliasArg, alias string
+	// envd is what the last create got uploaded.
+	envd []byte
 }
 
 func (s *services) rec(name string, arg any) error {
@@ -60,8 +62,10 @@ func (s *services) HandleStatusReport(_ context.Context, jobID string, r ports.S
 	s.mu.Unlock()
 	return s.applied, s.rec("HandleStatusReport", jobID)
 }
-func (s *services) CreateFromImage(_ context.Context, req *core.FromImageRequest, baseURL string) (*core.Job, error) {
-	s.baseURL = baseURL
+func (s *services) CreateFromImageWithEnvd(_ context.Context, req *core.FromImageRequest, baseURL string, envd []byte) (*core.Job, error) {
+	s.mu.Lock()
+	s.baseURL, s.envd = baseURL, envd
+	s.mu.Unlock()
 	return testJob, s.rec("CreateFromImage", req)
 }
 func (s *services) GetLiveJob(_ context.Context, id string) (*core.Job, error) {
@@ -82,7 +86,7 @@ func (s *services) GetMigrateJob(_ context.Context, id string) (*core.Job, error
 }
 func (s *services) ListTemplates(context.Context) ([]control.Template, error) {
 	return []control.Template{{TemplateID: "tpl-1", Status: "READY", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600)),
-		ImageInfo: "nginx:1@sha256:abc"}}, s.rec("ListTemplates", nil)
+		ImageInfo: "nginx:1@sha256:abc", JobID: "job-1", Backend: "s3"}}, s.rec("ListTemplates", nil)
 }
 func (s *services) GetTemplate(_ context.Context, id string) (*control.Template, error) {
 	return &control.Template{TemplateID: id, Status: "READY", Version: "v2", Alias: s.alias, JobID: "job-1",
@@ -123,6 +127,11 @@ func (s *services) ResolveSandboxRequest(_ context.Context, req *core.SandboxReq
 	merged.Annotations = map[string]string{core.AnnotationTemplateID: "tpl-1", "from": "template"}
 	merged.RequestID = "fresh-req"
 	return &control.ResolvedRequest{Request: &merged, TemplateID: "tpl-1", Alias: "web"}, s.rec("ResolveSandboxRequest", req)
+}
+
+func (s *services) ComponentVersions(_ context.Context, id string) ([]*core.Replica, error) {
+	return []*core.Replica{{NodeID: "n1", NodeIP: "10.0.0.1", Status: core.ReplicaReady, GuestImageVersion: "g1",
+		AgentVersion: "0.4.2", KernelVersion: "6.6.30", ShimVersion: "s7"}}, s.rec("ComponentVersions", id)
 }
 
 // GetArtifact is recorded only when it is the route's own call: the job

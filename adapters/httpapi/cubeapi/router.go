@@ -35,7 +35,9 @@ type StatusReports interface {
 // *control.Service). baseURL is the download base URL for artifacts built
 // for this request.
 type ImageJobs interface {
-	CreateFromImage(ctx context.Context, req *core.FromImageRequest, baseURL string) (*core.Job, error)
+	// CreateFromImageWithEnvd submits a build; envd is the agent binary
+	// the caller uploaded (nil: none).
+	CreateFromImageWithEnvd(ctx context.Context, req *core.FromImageRequest, baseURL string, envd []byte) (*core.Job, error)
 	// GetLiveJob returns the job with its live pull counters.
 	GetLiveJob(ctx context.Context, jobID string) (*core.Job, error)
 	Redo(ctx context.Context, req control.RedoRequest) (*core.Job, error)
@@ -71,6 +73,10 @@ type Catalog interface {
 	// ResolveSandboxRequest fills a sandbox create request from the
 	// template its template id annotation names.
 	ResolveSandboxRequest(ctx context.Context, req *core.SandboxRequest) (*control.ResolvedRequest, error)
+	// ComponentVersions returns the template's replicas with the component
+	// versions their nodes reported; core.ErrNotFound without a
+	// definition.
+	ComponentVersions(ctx context.Context, templateID string) ([]*core.Replica, error)
 }
 
 // CubeletRenderer maps a sandbox create request onto the request a node
@@ -144,12 +150,15 @@ const (
 	PathPreview        = "/cube/sandbox/preview"
 	PathCA             = "/cube/ca/{filename}"
 	PathRootfsArtifact = "/cube/rootfs-artifact"
-	PathCompat         = "/cube/template/compat"
-	PathDownload       = core.DownloadPath
-	PathHealth         = "/notify/health"
-	PathReady          = "/ready"
-	PathMetrics        = "/metrics"
-	PathOpenAPI        = "/openapi.json"
+	// PathComponentVersions is upstream's meta route of a template's
+	// per-replica component versions.
+	PathComponentVersions = "/internal/meta/templates/{template_id}/component-versions"
+	PathCompat            = "/cube/template/compat"
+	PathDownload          = core.DownloadPath
+	PathHealth            = "/notify/health"
+	PathReady             = "/ready"
+	PathMetrics           = "/metrics"
+	PathOpenAPI           = "/openapi.json"
 )
 
 // CubeMasterRoutes is every route New registers.
@@ -172,6 +181,7 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodGet, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodHead, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathComponentVersions, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
@@ -235,6 +245,7 @@ func New(cfg Config) (chi.Router, error) {
 		r.Post(PathResolve, s.resolveSandboxRequest)
 		r.Post(PathPreview, s.previewSandbox)
 		r.Get(PathRootfsArtifact, s.rootfsArtifact)
+		r.Get(PathComponentVersions, s.componentVersions)
 		r.Method(http.MethodGet, PathCompat, s.compat)
 		r.Method(http.MethodPost, PathCompat, s.compat)
 	})

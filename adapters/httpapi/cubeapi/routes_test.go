@@ -24,6 +24,7 @@ var wantRoutes = []string{
 	"GET /cube/template/from-image",
 	"GET /cube/template/migrate",
 	"GET /cube/template/resolve",
+	"GET /internal/meta/templates/{template_id}/component-versions",
 	"GET /metrics",
 	"GET /notify/health",
 	"GET /openapi.json",

@@ -11,9 +11,10 @@ import (
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/core/control"
 )
 
-// TestAliasesNameTemplates: GET, DELETE and the alias PUT accept an alias
+// TestAliasesNameTemplates: GET, DELETE, the alias PUT, redo and migrate accept an alias
 // wherever they accept a template id, as upstream's newest master does.
 func TestAliasesNameTemplates(t *testing.T) {
 	svc := &services{}
@@ -24,6 +25,8 @@ func TestAliasesNameTemplates(t *testing.T) {
 		{"GET", PathTemplate + "?template_id=web", "", "GetTemplate", "tpl-1"},
 		{"DELETE", PathTemplate, `{"RequestID":"r","template_id":"web"}`, "DeleteTemplate", "tpl-1/"},
 		{"PUT", "/cube/template/web/alias", `{"alias":"site"}`, "SetAlias", "tpl-1=site"},
+		{"POST", PathRedo, `{"requestID":"r","template_id":"web"}`, "Redo", "tpl-1"},
+		{"POST", PathMigrate, `{"requestID":"r","template_id":"web"}`, "Migrate", "tpl-1"},
 	}
 	for _, tc := range tests {
 		svc.calls = nil
@@ -35,8 +38,15 @@ func TestAliasesNameTemplates(t *testing.T) {
 			t.Fatalf("%s %s: calls %v", tc.method, tc.target, svc.calls)
 		}
 		arg := svc.aliasArg
-		if tc.wantCall != "SetAlias" {
-			arg, _ = svc.last.(string)
+		switch last := svc.last.(type) {
+		case string:
+			if tc.wantCall != "SetAlias" {
+				arg = last
+			}
+		case control.RedoRequest:
+			arg = last.TemplateID
+		case control.MigrateRequest:
+			arg = last.TemplateID
 		}
 		if arg != tc.wantArg {
 			t.Errorf("%s %s: service got %q, want %q", tc.method, tc.target, arg, tc.wantArg)

@@ -133,10 +133,23 @@ func (s *server) baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// createFromImage is POST /cube/template/from-image.
+// createFromImage is POST /cube/template/from-image: a JSON body, or
+// upstream's multipart form with an envd binary to inject (multipart.go).
 func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
 	var body cubeview.FromImageRequest
-	if !s.decode(w, r, &body) {
+	var envd []byte
+	if isMultipart(r) {
+		if err := s.multipartAllowed(r); err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		b, e, err := s.readMultipart(w, r)
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
+		body, envd = *b, e
+	} else if !s.decode(w, r, &body) {
 		return
 	}
 	if body.RequestID == "" {
@@ -147,7 +160,7 @@ func (s *server) createFromImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, body.RequestID, errJobsOff)
 		return
 	}
-	job, err := s.cfg.Jobs.CreateFromImage(r.Context(), body.Request(), s.baseURL(r))
+	job, err := s.cfg.Jobs.CreateFromImageWithEnvd(r.Context(), body.Request(), s.baseURL(r), envd)
 	s.jobAnswer(w, r, body.RequestID, job, err)
 }
 
@@ -198,12 +211,33 @@ func (s *server) redo(w http.ResponseWriter, r *http.Request) {
 	case s.cfg.Jobs == nil:
 		s.fail(w, r, req.RequestID, errJobsOff)
 	default:
+		// The template may be named by its alias, as everywhere else.
+		id, ok := s.templateKey(w, r, req.RequestID, req.TemplateID)
+		if !ok {
+			return
+		}
 		job, err := s.cfg.Jobs.Redo(r.Context(), control.RedoRequest{
-			RequestID: req.RequestID, TemplateID: req.TemplateID, DistributionScope: req.DistributionScope,
+			RequestID: req.RequestID, TemplateID: id, DistributionScope: req.DistributionScope,
 			FailedOnly: req.FailedOnly, DownloadBaseURL: s.baseURL(r),
 		})
 		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
+}
+
+// templateKey turns the id or alias a request names into the template id
+// (a key naming nothing comes back unchanged, for the service to answer
+// not found); on failure it answers the envelope itself. Without a
+// catalog the key is used as it is.
+func (s *server) templateKey(w http.ResponseWriter, r *http.Request, requestID, key string) (string, bool) {
+	if s.cfg.Catalog == nil {
+		return key, true
+	}
+	id, err := s.cfg.Catalog.ResolveTemplateKey(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, requestID, err)
+		return "", false
+	}
+	return id, true
 }
 
 // migrate is POST /cube/template/migrate.
@@ -222,7 +256,11 @@ func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
 			"%q is not this deployment's artifact store (%s); for s3 set CUBE_S3_ENDPOINT, CUBE_S3_BUCKET, "+
 				"CUBE_S3_ACCESS_KEY and CUBE_S3_SECRET_KEY on both services", req.Backend, s.backend())})
 	default:
-		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: req.TemplateID})
+		id, ok := s.templateKey(w, r, req.RequestID, req.TemplateID)
+		if !ok {
+			return
+		}
+		job, err := s.cfg.Migrations.Migrate(r.Context(), control.MigrateRequest{RequestID: req.RequestID, TemplateID: id})
 		s.jobAnswer(w, r, req.RequestID, job, err)
 	}
 }
@@ -478,4 +516,31 @@ func (s *server) backendConfigured(want string) bool {
 		want = "gs"
 	}
 	return want == s.backend()
+}
+
+type componentVersionsResponse struct {
+	envelope.Response
+	cubeview.ComponentVersionsResponse
+}
+
+// componentVersions is GET
+// /internal/meta/templates/{template_id}/component-versions: upstream's
+// meta route, behind the public API's authentication as upstream's meta
+// group is, answering its envelope. The template may be named by alias.
+func (s *server) componentVersions(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Catalog == nil {
+		s.fail(w, r, "", errCatalogOff)
+		return
+	}
+	id, ok := s.templateKey(w, r, "", chi.URLParam(r, "template_id"))
+	if !ok {
+		return
+	}
+	reps, err := s.cfg.Catalog.ComponentVersions(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "", err)
+		return
+	}
+	s.write(w, r, componentVersionsResponse{Response: envelope.OK(""),
+		ComponentVersionsResponse: cubeview.ComponentVersionsResponse{Data: cubeview.NewComponentVersions(id, reps)}})
 }

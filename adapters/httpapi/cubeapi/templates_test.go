@@ -80,13 +80,15 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "list", method: "GET", target: PathTemplate, wantCode: 200, wantCall: "ListTemplates",
 			check: func(t *testing.T, b map[string]any, _ *services) {
 				it := b["data"].([]any)[0].(map[string]any)
-				if it["template_id"] != "tpl-1" || it["created_at"] != "2026-01-02T02:04:05Z" || it["image_info"] != "nginx:1@sha256:abc" {
+				if it["template_id"] != "tpl-1" || it["created_at"] != "2026-01-02T02:04:05Z" || it["image_info"] != "nginx:1@sha256:abc" ||
+					it["job_id"] != "job-1" || it["backend"] != "s3" || it["storage_backend"] != "s3" {
 					t.Fatalf("item %v", it)
 				}
 			}},
 		{name: "get one", method: "GET", target: PathTemplate + "?template_id=tpl-1", wantCode: 200, wantCall: "GetTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
-				if svc.last != "tpl-1" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" {
+				if svc.last != "tpl-1" || b["create_request"] != nil || b["replicas"].([]any)[0].(map[string]any)["node_id"] != "n1" ||
+					b["job_id"] != "job-1" {
 					t.Fatalf("body %v", b)
 				}
 			}},
@@ -161,7 +163,20 @@ func TestPublicRoutes(t *testing.T) {
 		{name: "alias absent clears", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{}`, wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias no body clears", method: "PUT", target: "/cube/template/tpl-1/alias", wantCode: 200, wantCalls: []string{"SetAlias", "GetTemplate"}},
 		{name: "alias wrong type", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":5}`, wantCode: 130400},
+		{name: "component versions by alias", method: "GET", target: "/internal/meta/templates/web/component-versions", wantCode: 200, wantCall: "ComponentVersions",
+			check: func(t *testing.T, b map[string]any, svc *services) {
+				data := b["data"].(map[string]any)
+				rep := data["replicas"].([]any)[0].(map[string]any)
+				if svc.last != "tpl-1" || data["template_id"] != "tpl-1" || rep["node_id"] != "n1" || rep["agent_version"] != "0.4.2" ||
+					rep["guest_image_version"] != "g1" || rep["kernel_version"] != "6.6.30" || rep["shim_version"] != "s7" || rep["status"] != "READY" {
+					t.Fatalf("body %v", b)
+				}
+			}},
+		{name: "component versions of an unknown template", method: "GET", target: "/internal/meta/templates/tpl-9/component-versions",
+			err: fmt.Errorf("template tpl-9: %w", core.ErrNotFound), wantCode: 130404, wantCall: "ComponentVersions"},
 		{name: "alias taken", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`, err: core.ErrConflict, wantCode: 130409, wantCall: "SetAlias"},
+		{name: "alias moves only to a READY template", method: "PUT", target: "/cube/template/tpl-1/alias", body: `{"alias":"web"}`,
+			err: fmt.Errorf("tpl-1 is PENDING: %w (%w)", core.ErrTemplateNotReady, core.ErrConflict), wantCode: 130409, wantCall: "SetAlias"},
 		{name: "resolve alias", method: "GET", target: PathResolve + "?template=web", wantCode: 200, wantCall: "ResolveTemplate",
 			check: func(t *testing.T, b map[string]any, svc *services) {
 				req, _ := b["create_request"].(map[string]any)

@@ -22,10 +22,14 @@ type FromImageRequest struct {
 	ContainerOverrides *core.ContainerOverrides `json:"container_overrides,omitempty"`
 	Platform           string                   `json:"platform,omitempty"`
 	// WithCubeCA asks for the CubeEgress root CA to be baked in (upstream
-	// default true). It is accepted and not acted on: this data plane bakes
-	// no CA, and reports cube_egress_ca_baked=false.
+	// default true).
 	WithCubeCA *bool `json:"with_cube_ca,omitempty"`
 	Wait       bool  `json:"wait,omitempty"`
+	// Backend is the template's copy-on-write backend (xfs or s3);
+	// EnableIvshmem becomes the cube.master.enable_ivshmem annotation of
+	// its sandbox request.
+	Backend       string `json:"backend,omitempty"`
+	EnableIvshmem *bool  `json:"enable_ivshmem,omitempty"`
 }
 
 // Request is the domain request the body asks for. A policy under
@@ -40,7 +44,8 @@ func (r *FromImageRequest) Request() *core.FromImageRequest {
 		RegistryPassword: r.RegistryPassword, TemplateID: r.TemplateID, Alias: r.Alias, InstanceType: r.InstanceType,
 		NetworkType: r.NetworkType, CubeVSContext: policy, WritableLayerSize: r.WritableLayerSize,
 		ExposedPorts: r.ExposedPorts, DistributionScope: r.DistributionScope, ContainerOverrides: r.ContainerOverrides,
-		Platform: r.Platform, Wait: r.Wait,
+		Platform: r.Platform, Wait: r.Wait, Backend: r.Backend, EnableIvshmem: r.EnableIvshmem,
+		WithCubeCA: r.WithCubeCA,
 	}
 }
 

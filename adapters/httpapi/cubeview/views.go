@@ -161,12 +161,19 @@ type TemplateItem struct {
 	DisplayName string `json:"display_name,omitempty"`
 	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
 	ImageInfo   string `json:"image_info,omitempty"`
+	// JobID is the template's latest job (upstream's JOB_ID column).
+	JobID string `json:"job_id,omitempty"`
+	// Backend is the template's copy-on-write backend, under both names
+	// upstream's newest master answers it with (its BACKEND column).
+	Backend        string `json:"backend,omitempty"`
+	StorageBackend string `json:"storage_backend,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
-		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo}
+		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo, JobID: t.JobID,
+		Backend: t.Backend, StorageBackend: t.Backend}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
@@ -212,12 +219,25 @@ type TemplateResponse struct {
 	TemplateItem
 	Replicas      []ReplicaInfo `json:"replicas"`
 	CreateRequest any           `json:"create_request,omitempty"`
+	// The CubeEgress root CA in the template's image, as upstream's newest
+	// master answers it (its CLI prints "cube_egress_ca: baked=..."), and
+	// ours: why a template that wanted it was built without it.
+	CubeEgressCABaked          bool   `json:"cube_egress_ca_baked,omitempty"`
+	CubeEgressCAFingerprint    string `json:"cube_egress_ca_fingerprint,omitempty"`
+	CubeEgressCATargetsWritten int64  `json:"cube_egress_ca_targets_written,omitempty"`
+	CubeEgressCANote           string `json:"cube_egress_ca_note,omitempty"`
+	// AliasMovedFrom is the template the alias was moved away from (a
+	// set-alias or a newer create took it); moving it back undoes that.
+	AliasMovedFrom string `json:"alias_moved_from,omitempty"`
 }
 
 // NewTemplateResponse is the detail view of t; withRequest adds its stored
 // create request.
 func NewTemplateResponse(t *control.Template, withRequest bool) TemplateResponse {
-	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas)}
+	out := TemplateResponse{TemplateItem: NewTemplateItem(t), Replicas: NewReplicaInfos(t.Replicas),
+		CubeEgressCABaked: t.CubeEgressCABaked, CubeEgressCAFingerprint: t.CubeEgressCAFingerprint,
+		CubeEgressCATargetsWritten: t.CubeEgressCATargetsWritten, CubeEgressCANote: t.CubeEgressCANote,
+		AliasMovedFrom: t.AliasMovedFrom}
 	if withRequest {
 		out.CreateRequest = RawOrString(t.CreateRequest)
 	}
@@ -330,4 +350,39 @@ func ShownProgress(j *core.Job) int {
 		return p
 	}
 	return min(j.Progress, 99)
+}
+
+// ComponentVersion is one replica's component versions (upstream's
+// TemplateComponentVersionEntry).
+type ComponentVersion struct {
+	NodeID            string `json:"node_id,omitempty"`
+	NodeIP            string `json:"node_ip,omitempty"`
+	Status            string `json:"status,omitempty"`
+	GuestImageVersion string `json:"guest_image_version,omitempty"`
+	AgentVersion      string `json:"agent_version,omitempty"`
+	KernelVersion     string `json:"kernel_version,omitempty"`
+	ShimVersion       string `json:"shim_version,omitempty"`
+}
+
+// ComponentVersions is the data of GET
+// /internal/meta/templates/{template_id}/component-versions.
+type ComponentVersions struct {
+	TemplateID string             `json:"template_id"`
+	Replicas   []ComponentVersion `json:"replicas"`
+}
+
+// ComponentVersionsResponse is what the route answers beside the envelope.
+type ComponentVersionsResponse struct {
+	Data *ComponentVersions `json:"data,omitempty"`
+}
+
+// NewComponentVersions is the view of a template's replicas' versions
+// (never nil).
+func NewComponentVersions(templateID string, rs []*core.Replica) *ComponentVersions {
+	out := &ComponentVersions{TemplateID: templateID, Replicas: make([]ComponentVersion, 0, len(rs))}
+	for _, r := range rs {
+		out.Replicas = append(out.Replicas, ComponentVersion{NodeID: r.NodeID, NodeIP: r.NodeIP, Status: string(r.Status),
+			GuestImageVersion: r.GuestImageVersion, AgentVersion: r.AgentVersion, KernelVersion: r.KernelVersion, ShimVersion: r.ShimVersion})
+	}
+	return out
 }

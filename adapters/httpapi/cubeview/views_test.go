@@ -72,7 +72,8 @@ func TestBuildStatus(t *testing.T) {
 func TestFromImageRequestKeepsEveryField(t *testing.T) {
 	body := `{"requestID":"r","source_image_ref":"nginx:1","registry_username":"u","registry_password":"p","template_id":"t",
 	"alias":"a","instance_type":"gpu","network_type":"tap","cubevs_context":{"allowOut":["10.0.0.0/8"]},"writable_layer_size":"1Gi",
-	"exposed_ports":[80],"distribution_scope":["n1"],"container_overrides":{"command":["/bin/sh"]},"platform":"linux/arm64","wait":true}`
+	"exposed_ports":[80],"distribution_scope":["n1"],"container_overrides":{"command":["/bin/sh"]},"platform":"linux/arm64","wait":true,
+	"backend":"s3","enable_ivshmem":true}`
 	var v FromImageRequest
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,11 @@ func validateBuild(b *wire.BuildRequest) error {
 	if b.Request == nil {
 		return &core.FieldError{Field: "request", Reason: "is required"}
 	}
+	if b.CubeEgressCAPEM != "" {
+		if _, err := core.ParseCubeCA([]byte(b.CubeEgressCAPEM)); err != nil {
+			return err
+		}
+	}
 	if b.EnvdSHA256 == "" {
 		return nil
 	}

@@ -35,6 +35,7 @@ func TestBuild(t *testing.T) {
 		{name: "envd sha malformed", body: `{"job_id":"j1","request":{},"envd_sha256":"xyz"}`, want: 400, wantIn: "envd_sha256"},
 		{name: "envd sha mismatch", body: `{"job_id":"j1","request":{},"envd_sha256":"` + strings.Repeat("0", 64) + `","envd_data":"` + envdB64 + `"}`, want: 400, wantIn: "envd_data"},
 		{name: "too large", body: okBody, limit: 64, want: 413, wantIn: "larger than 64"},
+		{name: "ca not a certificate", body: `{"job_id":"j1","request":{},"cube_egress_ca_pem":"hello"}`, want: 400, wantIn: "cube_egress_ca"},
 		{name: "request mismatch", body: okBody, submitErr: &core.FieldError{Field: "request", Reason: "differs from the job's request_json"}, want: 400, wantIn: "request_json", submitted: true},
 		{name: "job missing or not pending", body: okBody, submitErr: fmt.Errorf("job j1 is READY: %w", core.ErrNotFound), want: 404, wantIn: "READY", submitted: true},
 		{name: "in flight", body: okBody, submitErr: fmt.Errorf("job j1: %w", core.ErrConflict), want: 409, submitted: true},

@@ -20,10 +20,9 @@ import (
 // Only these fields are read; anything else in a received body is dropped.
 // The first group updates the job row (upstream's whitelist); the second is
 // the artifact metadata that comes with a BUILT report (upstream §9 step 9).
-// The third is only sent, for an upstream master: the presigned
-// artifact_url it distributes directly and the CubeEgress CA fields its
-// BUILT reports always carry. This master never reads them (it mints
-// download URLs when a node asks, and bakes no CA).
+// The third: the presigned artifact_url, only sent, for an upstream master
+// (this one mints download URLs when a node asks), and the CubeEgress CA
+// fields every BUILT report carries, recorded on the artifact row.
 type StatusReport struct {
 	Status                  string  `json:"status,omitempty"`
 	Phase                   string  `json:"phase,omitempty"`
@@ -135,8 +134,8 @@ func EncodeStatusReport(r ports.StatusReport) StatusReport {
 			s.Inputs = &SpecInputs{SourceImageDigest: in.SourceImageDigest, CAFingerprint: in.CAFingerprint,
 				EnvdSHA256: in.EnvdSHA256, BuilderFormat: in.BuilderFormat, Builder: in.Builder}
 		}
-		// Upstream's BUILT report always names the CA bake; no CA is baked.
-		baked, fp, written := false, "", int64(0)
+		// Upstream's BUILT report always names the CA bake, baked or not.
+		baked, fp, written := a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten
 		s.CubeEgressCABaked, s.CubeEgressCAFingerprint, s.CubeEgressCATargetsWritten = &baked, &fp, &written
 	}
 	return s
@@ -158,30 +157,33 @@ func DecodeStatusReport(r io.Reader) (ports.StatusReport, error) {
 	}
 	d := fields{raw: raw}
 	s := StatusReport{
-		Status:                  d.str("status"),
-		Phase:                   d.str("phase"),
-		Progress:                d.int("progress"),
-		ErrorMessage:            d.strPtr("error_message"),
-		ArtifactID:              d.str("artifact_id"),
-		ArtifactStatus:          d.str("artifact_status"),
-		SourceImageDigest:       d.str("source_image_digest"),
-		TemplateSpecFingerprint: d.str("template_spec_fingerprint"),
-		PullTotalBytes:          d.int("pull_total_bytes"),
-		PullDownloadedBytes:     d.int("pull_downloaded_bytes"),
-		PullTotalLayers:         d.int("pull_total_layers"),
-		PullCompletedLayers:     d.int("pull_completed_layers"),
-		PullSpeedBPS:            d.int("pull_speed_bps"),
-		SourceImageRef:          d.str("source_image_ref"),
-		Ext4Path:                d.str("ext4_path"),
-		Ext4SHA256:              strings.ToLower(d.str("ext4_sha256")),
-		Ext4SizeBytes:           d.int("ext4_size_bytes"),
-		ImageConfigJSON:         d.str("image_config_json"),
-		WritableLayerSize:       d.str("writable_layer_size"),
-		MasterNodeIP:            d.str("master_node_ip"),
-		StorageBackend:          d.str("storage_backend"),
-		ObjectKey:               d.str("object_key"),
-		PhaseDurationsMS:        d.durations("phase_durations_ms"),
-		Inputs:                  d.inputs("template_spec_inputs"),
+		Status:                     d.str("status"),
+		Phase:                      d.str("phase"),
+		Progress:                   d.int("progress"),
+		ErrorMessage:               d.strPtr("error_message"),
+		ArtifactID:                 d.str("artifact_id"),
+		ArtifactStatus:             d.str("artifact_status"),
+		SourceImageDigest:          d.str("source_image_digest"),
+		TemplateSpecFingerprint:    d.str("template_spec_fingerprint"),
+		PullTotalBytes:             d.int("pull_total_bytes"),
+		PullDownloadedBytes:        d.int("pull_downloaded_bytes"),
+		PullTotalLayers:            d.int("pull_total_layers"),
+		PullCompletedLayers:        d.int("pull_completed_layers"),
+		PullSpeedBPS:               d.int("pull_speed_bps"),
+		SourceImageRef:             d.str("source_image_ref"),
+		Ext4Path:                   d.str("ext4_path"),
+		Ext4SHA256:                 strings.ToLower(d.str("ext4_sha256")),
+		Ext4SizeBytes:              d.int("ext4_size_bytes"),
+		ImageConfigJSON:            d.str("image_config_json"),
+		WritableLayerSize:          d.str("writable_layer_size"),
+		MasterNodeIP:               d.str("master_node_ip"),
+		StorageBackend:             d.str("storage_backend"),
+		ObjectKey:                  d.str("object_key"),
+		PhaseDurationsMS:           d.durations("phase_durations_ms"),
+		Inputs:                     d.inputs("template_spec_inputs"),
+		CubeEgressCABaked:          d.bool("cube_egress_ca_baked"),
+		CubeEgressCAFingerprint:    d.strPtr("cube_egress_ca_fingerprint"),
+		CubeEgressCATargetsWritten: d.int("cube_egress_ca_targets_written"),
 	}
 	if d.err != nil {
 		return ports.StatusReport{}, d.err
@@ -270,6 +272,13 @@ func (s StatusReport) Port() (ports.StatusReport, error) {
 			StorageBackend:    s.StorageBackend,
 			ObjectKey:         s.ObjectKey,
 		}
+		if s.CubeEgressCABaked != nil {
+			out.Artifact.CubeEgressCABaked = *s.CubeEgressCABaked
+		}
+		if s.CubeEgressCAFingerprint != nil {
+			out.Artifact.CubeEgressCAFingerprint = *s.CubeEgressCAFingerprint
+		}
+		out.Artifact.CubeEgressCATargetsWritten = val(s.CubeEgressCATargetsWritten)
 		// The stored result is the sanitized body, never the raw one: only
 		// whitelisted fields reach the database.
 		b, err := json.Marshal(s)
@@ -311,6 +320,19 @@ func (d *fields) strPtr(name string) *string {
 		return nil
 	}
 	return &s
+}
+
+func (d *fields) bool(name string) *bool {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		d.fail(name, "expected true or false")
+		return nil
+	}
+	return &b
 }
 
 // inputs reads an object of strings (template_spec_inputs).

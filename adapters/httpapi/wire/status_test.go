@@ -81,6 +81,7 @@ func TestBuiltReportCarriesArtifact(t *testing.T) {
 			SourceImageDigest: "sha256:" + sha, DownloadBaseURL: "http://10.0.0.1:8090", Ext4Path: "/data/rfs/rfs.ext4",
 			Ext4SHA256: sha, Ext4SizeBytes: 4 << 20, ImageConfigJSON: `{"Env":["A=1"]}`, WritableLayerSize: "20Gi",
 			Status: core.ArtifactReady, StorageBackend: "s3", ObjectKey: "rfs/rfs.ext4",
+			CubeEgressCABaked: true, CubeEgressCAFingerprint: sha, CubeEgressCATargetsWritten: 2,
 			DownloadToken: "must-not-travel", GeneratedRequestJSON: "{}"},
 	}
 	got := roundTrip(t, in)
@@ -113,6 +114,14 @@ func TestDecodeStatusReport(t *testing.T) {
 					t.Fatalf("non-whitelisted field got through: %+v", r.Update)
 				}
 			}},
+		{name: "an upstream template center's CA fields", body: `{"status":"BUILT","phase":"READY","artifact_id":"rfs-1","cube_egress_ca_baked":true,` +
+			`"cube_egress_ca_fingerprint":"` + sha + `","cube_egress_ca_targets_written":3}`,
+			check: func(t *testing.T, r ports.StatusReport) {
+				if a := r.Artifact; !a.CubeEgressCABaked || a.CubeEgressCAFingerprint != sha || a.CubeEgressCATargetsWritten != 3 {
+					t.Fatalf("artifact %+v", a)
+				}
+			}},
+		{name: "a CA flag that is not a bool", body: `{"status":"BUILT","cube_egress_ca_baked":"yes"}`, errWant: "cube_egress_ca_baked: expected true or false"},
 		{name: "nulls are absent", body: `{"status":"RUNNING","progress":null,"error_message":null}`,
 			check: func(t *testing.T, r ports.StatusReport) {
 				if r.Update.Progress != nil || r.Update.ErrorMessage != nil {

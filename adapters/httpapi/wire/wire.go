@@ -32,18 +32,25 @@ type BuildRequest struct {
 	EnvdSHA256      string                 `json:"envd_sha256,omitempty"`
 	// EnvdData is the envd binary; encoding/json sends []byte as base64.
 	EnvdData []byte `json:"envd_data,omitempty"`
+	// CubeEgressCAPEM is the master's CubeEgress root CA (ours; an
+	// upstream template center ignores it and reads its own file).
+	CubeEgressCAPEM string `json:"cube_egress_ca_pem,omitempty"`
 }
 
 // NewBuildRequest converts the port type to the wire body.
 func NewBuildRequest(r ports.BuildRequest) BuildRequest {
 	return BuildRequest{JobID: r.JobID, Request: r.Request, DownloadBaseURL: r.DownloadBaseURL,
-		EnvdSHA256: r.EnvdSHA256, EnvdData: r.EnvdData}
+		EnvdSHA256: r.EnvdSHA256, EnvdData: r.EnvdData, CubeEgressCAPEM: string(r.CubeCA)}
 }
 
 // Port converts the wire body to the port type.
 func (b BuildRequest) Port() ports.BuildRequest {
-	return ports.BuildRequest{JobID: b.JobID, Request: b.Request, DownloadBaseURL: b.DownloadBaseURL,
+	out := ports.BuildRequest{JobID: b.JobID, Request: b.Request, DownloadBaseURL: b.DownloadBaseURL,
 		EnvdSHA256: b.EnvdSHA256, EnvdData: b.EnvdData}
+	if b.CubeEgressCAPEM != "" {
+		out.CubeCA = []byte(b.CubeEgressCAPEM)
+	}
+	return out
 }
 
 // BuildAccepted is the 200 answer to a build submit.

@@ -230,27 +230,30 @@ func artifactFromEnt(e *ent.RootfsArtifact) (*core.Artifact, error) {
 		return nil, fmt.Errorf("artifact %s: stored row: %w", e.ArtifactID, err)
 	}
 	return &core.Artifact{
-		ArtifactID:           e.ArtifactID,
-		Fingerprint:          e.TemplateSpecFingerprint,
-		SourceImageRef:       e.SourceImageRef,
-		SourceImageDigest:    e.SourceImageDigest,
-		MasterNodeID:         e.MasterNodeID,
-		DownloadBaseURL:      e.MasterNodeIP,
-		Ext4Path:             e.Ext4Path,
-		Ext4SHA256:           e.Ext4Sha256,
-		Ext4SizeBytes:        e.Ext4SizeBytes,
-		ImageConfigJSON:      e.ImageConfigJSON,
-		GeneratedRequestJSON: e.GeneratedRequestJSON,
-		WritableLayerSize:    e.WritableLayerSize,
-		DownloadToken:        e.DownloadToken,
-		Status:               st,
-		LastError:            e.LastError,
-		GCDeadline:           e.GcDeadline,
-		StorageBackend:       e.StorageBackend,
-		ObjectKey:            e.ObjectKey,
-		BuildOwnerToken:      e.BuildOwnerToken,
-		CreatedAt:            e.CreatedAt.UTC(),
-		UpdatedAt:            e.UpdatedAt.UTC(),
+		ArtifactID:                 e.ArtifactID,
+		Fingerprint:                e.TemplateSpecFingerprint,
+		SourceImageRef:             e.SourceImageRef,
+		SourceImageDigest:          e.SourceImageDigest,
+		MasterNodeID:               e.MasterNodeID,
+		DownloadBaseURL:            e.MasterNodeIP,
+		Ext4Path:                   e.Ext4Path,
+		Ext4SHA256:                 e.Ext4Sha256,
+		Ext4SizeBytes:              e.Ext4SizeBytes,
+		ImageConfigJSON:            e.ImageConfigJSON,
+		GeneratedRequestJSON:       e.GeneratedRequestJSON,
+		WritableLayerSize:          e.WritableLayerSize,
+		DownloadToken:              e.DownloadToken,
+		Status:                     st,
+		LastError:                  e.LastError,
+		GCDeadline:                 e.GcDeadline,
+		StorageBackend:             e.StorageBackend,
+		ObjectKey:                  e.ObjectKey,
+		BuildOwnerToken:            e.BuildOwnerToken,
+		CubeEgressCABaked:          e.CubeEgressCaBaked,
+		CubeEgressCAFingerprint:    e.CubeEgressCaFingerprint,
+		CubeEgressCATargetsWritten: e.CubeEgressCaTargetsWritten,
+		CreatedAt:                  e.CreatedAt.UTC(),
+		UpdatedAt:                  e.UpdatedAt.UTC(),
 	}, nil
 }
 
@@ -274,4 +277,7 @@ func setArtifact(m *ent.RootfsArtifactMutation, a *core.Artifact) {
 	m.SetStorageBackend(a.StorageBackend)
 	m.SetObjectKey(a.ObjectKey)
 	m.SetBuildOwnerToken(a.BuildOwnerToken)
+	m.SetCubeEgressCaBaked(a.CubeEgressCABaked)
+	m.SetCubeEgressCaFingerprint(a.CubeEgressCAFingerprint)
+	m.SetCubeEgressCaTargetsWritten(a.CubeEgressCATargetsWritten)
 }

@@ -10,7 +10,9 @@
 //   - invariant I1 is the unique index on the job's nullable active_key;
 //   - JobRepository.Update is a compare-and-set on (status, updated_at), and
 //     updated_at strictly increases on every write, so a matched row is
-//     always reported as changed (MySQL counts changed rows);
+//     always reported as changed (MySQL counts changed rows); stamps step
+//     in the coarsest precision the tables' timestamp columns keep (whole
+//     seconds on an adopted upstream database), see clock.go;
 //   - SQLite transactions begin IMMEDIATE (one writer, others wait on
 //     busy_timeout); MySQL and PostgreSQL read rows FOR UPDATE inside
 //     transactions;

@@ -83,3 +83,76 @@ func (r nameRepo) Release(ctx context.Context, templateID string, kind core.Name
 	})
 	return n, mapErr(err, "release names of "+templateID)
 }
+
+func (r nameRepo) Move(ctx context.Context, alias, templateID string) (string, error) {
+	switch {
+	case strings.TrimSpace(alias) == "":
+		return "", fmt.Errorf("move alias: %w", &core.FieldError{Field: "alias", Reason: "is required"})
+	case strings.TrimSpace(templateID) == "":
+		return "", fmt.Errorf("move alias %q: %w", alias, &core.FieldError{Field: "template_id", Reason: "is required"})
+	}
+	var from string
+	var taken error
+	// One transaction: the row is replaced (delete, insert) as a whole,
+	// and locked first (FOR UPDATE outside SQLite) so that two moves of
+	// one alias take turns.
+	err := r.sc.inTx(ctx, func(sc scope) error {
+		return sc.do(ctx, func(c *ent.Client) error { return r.move(ctx, sc, c, alias, templateID, &from, &taken) })
+	})
+	if taken != nil {
+		return "", fmt.Errorf("move alias %q to %s: %w", alias, templateID, taken)
+	}
+	if err != nil && isUnique(err) {
+		// Claimed by another writer between the read and the insert.
+		return "", fmt.Errorf("move alias %q to %s: %w", alias, templateID, &core.NameTakenError{Name: alias, Holder: "another template", HolderKind: core.NameAlias})
+	}
+	if err != nil {
+		return "", mapErr(err, fmt.Sprintf("move alias %q to %s", alias, templateID))
+	}
+	return from, nil
+}
+
+func (r nameRepo) move(ctx context.Context, sc scope, c *ent.Client, alias, templateID string, from *string, taken *error) error {
+	*from, *taken = "", nil
+	q := c.TemplateName.Query().Where(templatename.Name(alias))
+	if sc.lockRows() {
+		q = q.ForUpdate()
+	}
+	e, err := q.Only(ctx)
+	switch {
+	case ent.IsNotFound(err):
+		return c.TemplateName.Create().SetName(alias).SetTemplateID(templateID).SetKind(string(core.NameAlias)).
+			SetCreatedAt(r.sc.s.now()).Exec(ctx)
+	case err != nil:
+		return err
+	case core.NameKind(e.Kind) != core.NameAlias:
+		*taken = &core.NameTakenError{Name: alias, Holder: e.TemplateID, HolderKind: core.NameKind(e.Kind)}
+		return nil
+	case e.TemplateID == templateID:
+		return nil
+	}
+	// template_id is immutable: the row is replaced, its created_at
+	// becoming the time of the move.
+	if err := c.TemplateName.DeleteOneID(e.ID).Exec(ctx); err != nil {
+		return err
+	}
+	*from = e.TemplateID
+	return c.TemplateName.Create().SetName(alias).SetTemplateID(templateID).SetKind(string(core.NameAlias)).
+		SetPreviousTemplateID(*from).SetCreatedAt(r.sc.s.now()).Exec(ctx)
+}
+
+func (r nameRepo) Previous(ctx context.Context, name string) (string, error) {
+	var prev string
+	err := r.sc.do(ctx, func(c *ent.Client) error {
+		e, err := c.TemplateName.Query().Where(templatename.Name(name)).Only(ctx)
+		if err != nil {
+			return err
+		}
+		prev = e.PreviousTemplateID
+		return nil
+	})
+	if err != nil {
+		return "", mapErr(err, fmt.Sprintf("name %q", name))
+	}
+	return prev, nil
+}

@@ -66,6 +66,8 @@ func New(db *sql.DB, dialect string) (*Store, error) {
 	s := &Store{db: db, client: ent.NewClient(ent.Driver(entsql.OpenDB(ed, db))), dialect: d}
 	hideSoftDeleted(s.client)
 	s.measureClock(context.Background())
+	// A failure leaves a microsecond; Migrate measures again.
+	_ = s.measureTick(context.Background())
 	return s, nil
 }
 
@@ -76,7 +78,11 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return migrations.Migrate(ctx, s.db, s.dialect)
+	applied, err := migrations.Migrate(ctx, s.db, s.dialect)
+	if err != nil {
+		return applied, err
+	}
+	return applied, s.measureTick(ctx)
 }
 
 // Plan returns, changing nothing, the statements Migrate would run now and
@@ -199,17 +205,18 @@ func pause(ctx context.Context, attempt int) error {
 }
 
 // now is the database's clock: ours corrected by the last measured
-// offset (see clock.go), to the microsecond the columns keep.
+// offset (see clock.go), to the tick the columns keep.
 func (s *Store) now() time.Time {
-	return time.Now().Add(s.clockOffset()).UTC().Truncate(time.Microsecond)
+	return time.Now().Add(s.clockOffset()).UTC().Truncate(s.tick())
 }
 
-// after returns now, or prev+1µs when the clock has not moved past prev, so
-// a row's updated_at strictly increases with every write.
+// after returns now, or prev plus one tick when the clock has not moved
+// past prev, so a row's updated_at strictly increases with every write.
 func (s *Store) after(prev time.Time) time.Time {
 	t := s.now()
 	if !t.After(prev) {
-		t = prev.UTC().Add(time.Microsecond)
+		tick := s.tick()
+		t = prev.UTC().Truncate(tick).Add(tick)
 	}
 	return t
 }

@@ -146,6 +146,58 @@ func TestUpdatedAtMicroseconds(t *testing.T) {
 	}
 }
 
+// TestCoarserTimestampColumns: on columns that keep whole seconds (an
+// adopted upstream database keeps its datetime columns as they are), the
+// store stamps in whole seconds, updated_at still steps forward on every
+// write, and what is read back equals what was written.
+func TestCoarserTimestampColumns(t *testing.T) {
+	alter := map[string][]string{
+		"mysql": {"ALTER TABLE t_cube_template_image_job MODIFY created_at datetime NOT NULL, MODIFY updated_at datetime NOT NULL"},
+		"postgres": {
+			"ALTER TABLE t_cube_template_image_job ALTER COLUMN created_at TYPE timestamptz(0), ALTER COLUMN updated_at TYPE timestamptz(0)",
+		},
+	}
+	for _, d := range []string{"mysql", "postgres"} {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			first, dsn := openFresh(t, d)
+			for _, q := range alter[d] {
+				if _, err := first.DB().Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := openMigrated(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := context.Background()
+			if now, _ := s.Now(ctx); now.Nanosecond() != 0 {
+				t.Fatalf("Now = %v, want whole seconds", now)
+			}
+			j := &core.Job{JobID: "job-s", TemplateID: "tpl-s", AttemptNo: 1, Status: core.JobPending}
+			if err := s.Jobs().Create(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			prev := j.UpdatedAt
+			for i := 0; i < 3; i++ {
+				got, err := s.Jobs().Update(ctx, j.JobID, func(*core.Job) error { return nil })
+				if err != nil {
+					t.Fatalf("update %d: %v", i, err)
+				}
+				if !got.UpdatedAt.After(prev) {
+					t.Fatalf("update %d: %v not after %v", i, got.UpdatedAt, prev)
+				}
+				prev = got.UpdatedAt
+			}
+			stored, err := s.Jobs().Get(ctx, j.JobID)
+			if err != nil || !stored.UpdatedAt.Equal(prev) {
+				t.Fatalf("stored UpdatedAt %v, want %v (%v)", stored.UpdatedAt, prev, err)
+			}
+		})
+	}
+}
+
 // TestNowIsTheDatabasesClock: the store stamps rows with the database's
 // clock, so hosts with skewed clocks agree on ages.
 func TestNowIsTheDatabasesClock(t *testing.T) {

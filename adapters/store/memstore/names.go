@@ -56,3 +56,40 @@ func (r nameRepo) Release(ctx context.Context, templateID string, kind core.Name
 	})
 	return n, err
 }
+
+func (r nameRepo) Move(ctx context.Context, alias, templateID string) (string, error) {
+	switch {
+	case strings.TrimSpace(alias) == "":
+		return "", fmt.Errorf("move alias: %w", &core.FieldError{Field: "alias", Reason: "is required"})
+	case strings.TrimSpace(templateID) == "":
+		return "", fmt.Errorf("move alias %q: %w", alias, &core.FieldError{Field: "template_id", Reason: "is required"})
+	}
+	from := ""
+	err := r.sc.write(ctx, func(st *state) error {
+		from = ""
+		cur, ok := st.names[alias]
+		switch {
+		case !ok:
+			st.names[alias] = nameRow{templateID: templateID, kind: core.NameAlias}
+		case cur.kind != core.NameAlias:
+			return fmt.Errorf("move alias %q to %s: %w", alias, templateID, &core.NameTakenError{Name: alias, Holder: cur.templateID, HolderKind: cur.kind})
+		case cur.templateID != templateID:
+			from = cur.templateID
+			st.names[alias] = nameRow{templateID: templateID, kind: core.NameAlias, previous: from}
+		}
+		return nil
+	})
+	return from, err
+}
+
+func (r nameRepo) Previous(ctx context.Context, name string) (string, error) {
+	var row nameRow
+	var ok bool
+	if err := r.sc.view(ctx, func(st *state) { row, ok = st.names[name] }); err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("name %q: %w", name, core.ErrNotFound)
+	}
+	return row.previous, nil
+}

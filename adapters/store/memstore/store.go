@@ -312,6 +312,7 @@ type state struct {
 type nameRow struct {
 	templateID string
 	kind       core.NameKind
+	previous   string // the template an alias was moved away from
 }
 
 // Rows carry seq, the insertion order SQL's auto-increment id gives (the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -176,6 +177,12 @@ func newInjector(w wiring) *do.RootScope {
 			log.Info("envd injection available", "path", envd.Path)
 		} else {
 			log.Info("envd injection disabled: no envd binary", "dir", cfg.Master.EnvdHostDir)
+		}
+		// The CA this master serves on /cube/ca goes with every build that
+		// wants it baked; it is read at each build (rotation needs no
+		// restart).
+		if cfg.Master.CADir != "" {
+			svc.CubeCA = hostfiles.CubeCAFile{Path: filepath.Join(cfg.Master.CADir, core.CubeCAFileName)}
 		}
 		return svc, nil
 	})

@@ -386,7 +386,7 @@ func provideServe(i do.Injector, o Options) {
 		m := do.MustInvoke[*metrics.Metrics](i)
 		e := &data.Executor{
 			Store: startup.CountJobOutcomes(st, m), Locker: locker, Pipeline: p, Artifacts: blobs, Reporter: rep, Progress: prog,
-			Clock: system.Clock{}, IDs: system.IDs{},
+			Clock: system.Clock{}, IDs: system.IDs{}, CubeCA: hostfiles.CubeCAFile{Path: cfg.CubeCAFile},
 			Config: data.ExecutorConfig{MaxConcurrent: cfg.MaxConcurrentBuilds, HeartbeatEvery: HeartbeatFor(cfg), BuildTimeout: cfg.BuildTimeout,
 				Owner: o.Instance, ReportEvery: cfg.ProgressReportInterval, Logger: log, OnDone: func(o data.Outcome) {
 					if o.Result != nil {

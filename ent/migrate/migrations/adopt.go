@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -19,12 +18,15 @@ import (
 // Adopting a database that upstream's master created: its tables exist
 // but this service's migration table does not. Running the migration files
 // would fail on the first CREATE TABLE, so the schema is instead brought to
-// ours by additions only: missing tables, columns and indexes are added and
-// columns are widened (a longer varchar, a wider integer, finer time
-// precision, a nullable column stays nullable); nothing of theirs is dropped
-// or narrowed, and their charset, collation, keys and same-named indexes
-// are kept. Then every migration file is recorded as applied, so later
-// migrations run as usual.
+// ours by additions only: missing tables, columns and indexes are added.
+// Nothing of theirs is dropped or changed: every column keeps its type,
+// length, precision, nullability, default and generation, and their
+// charset, collation, keys and same-named indexes are kept, so upstream's
+// master can keep using the database. Columns upstream dropped are not
+// ours to bring back (ent/schema does not model them). Then every
+// migration file is recorded as applied, so later migrations run as
+// usual. The store copes with their definitions: it counts time in the
+// precision their timestamp columns keep (entstore's clock).
 
 // Adopted is the first version Migrate reports when it adopted the
 // database.
@@ -117,12 +119,19 @@ func planAdoption(ctx context.Context, db *sql.DB, d string) (*AdoptionPlan, err
 	p.Statements = append(p.Statements, cols...)
 	p.Statements = append(p.Statements, backfills[d]...)
 	p.Statements = append(p.Statements, idx...)
-	has, err := columnExists(ctx, db, d, upstreamMarker, "display_name_key")
+	// The alias's unique key: upstream's newest chain keeps it in the
+	// STORED alias_key column, an earlier one in display_name_key. A
+	// database with neither gets upstream's newest.
+	hasOld, err := columnExists(ctx, db, d, upstreamMarker, "display_name_key")
 	if err != nil {
 		return nil, err
 	}
-	if !has {
-		p.Statements = append(p.Statements, displayNameKey[d]...)
+	hasNew, err := columnExists(ctx, db, d, upstreamMarker, "alias_key")
+	if err != nil {
+		return nil, err
+	}
+	if !hasOld && !hasNew {
+		p.Statements = append(p.Statements, aliasKey[d]...)
 	}
 	if d == MySQL {
 		ci, err := caseInsensitiveIDs(ctx, db)
@@ -161,25 +170,21 @@ func caseInsensitiveIDs(ctx context.Context, db *sql.DB) (bool, error) {
 	return strings.HasSuffix(strings.ToLower(coll.String), "_ci"), nil
 }
 
-// entPlan is ent's diff from db to the ent schema, kept to additions and
-// widenings: columns and new tables, or (indexes) new indexes only.
+// entPlan is ent's diff from db to the ent schema, kept to additions:
+// columns and new tables, or (indexes) new indexes only.
 func entPlan(ctx context.Context, db *sql.DB, d string, p *AdoptionPlan, indexes bool) ([]string, error) {
 	ed, err := EntDialect(d)
 	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	fixed, err := generatedFrom(ctx, db, d)
-	if err != nil {
-		return nil, err
-	}
 	hook := func(next entschema.Differ) entschema.Differ {
 		return entschema.DiffFunc(func(current, desired *atlas.Schema) ([]atlas.Change, error) {
 			changes, err := next.Diff(current, desired)
 			if err != nil {
 				return nil, err
 			}
-			return additive(d, changes, indexes, fixed, p), nil
+			return additive(changes, indexes, p), nil
 		})
 	}
 	if err := migrate.NewSchema(entsql.OpenDB(ed, db)).WriteTo(ctx, &buf, entschema.WithDiffHook(hook)); err != nil {
@@ -188,10 +193,10 @@ func entPlan(ctx context.Context, db *sql.DB, d string, p *AdoptionPlan, indexes
 	return Statements(buf.String()), nil
 }
 
-// additive keeps the additions and widenings of changes: new tables and
-// columns and widened columns (indexes false), or new indexes (indexes
-// true). What it leaves out of theirs is noted in p.
-func additive(d string, changes []atlas.Change, indexes bool, fixed map[string]bool, p *AdoptionPlan) []atlas.Change {
+// additive keeps the additions of changes: new tables and columns
+// (indexes false), or new indexes (indexes true). What it leaves as theirs
+// is noted in p.
+func additive(changes []atlas.Change, indexes bool, p *AdoptionPlan) []atlas.Change {
 	keep := func(format string, args ...any) {
 		if p != nil {
 			p.Kept = append(p.Kept, fmt.Sprintf(format, args...))
@@ -219,17 +224,8 @@ func additive(d string, changes []atlas.Change, indexes bool, fixed map[string]b
 						kept = append(kept, tc)
 					}
 				case *atlas.ModifyColumn:
-					if indexes {
-						continue
-					}
-					if fixed[c.T.Name+"."+tc.From.Name] {
-						keep("%s.%s: their type is kept (a generated column is computed from it)", c.T.Name, tc.From.Name)
-						continue
-					}
-					if w := widening(d, tc); w != nil {
-						kept = append(kept, w)
-					} else {
-						keep("%s.%s: their definition is kept (ours would narrow or change it)", c.T.Name, tc.From.Name)
+					if !indexes {
+						keep("%s.%s: their definition is kept (%s)", c.T.Name, tc.From.Name, describe(tc.From))
 					}
 				case *atlas.AddIndex:
 					if dropped[tc.I.Name] {
@@ -257,135 +253,28 @@ func additive(d string, changes []atlas.Change, indexes bool, fixed map[string]b
 	return out
 }
 
-// generatedFrom lists, as "table.column", the columns PostgreSQL's
-// generated columns are computed from: their type cannot change.
-func generatedFrom(ctx context.Context, db *sql.DB, d string) (map[string]bool, error) {
-	out := map[string]bool{}
-	if d != Postgres {
-		return out, nil
+// describe is a column's definition as a note shows it.
+func describe(c *atlas.Column) string {
+	null := "NOT NULL"
+	if c.Type.Null {
+		null = "NULL"
 	}
-	rows, err := db.QueryContext(ctx, "SELECT table_name, column_name FROM information_schema.column_column_usage WHERE table_schema = current_schema()")
-	if err != nil {
-		return nil, fmt.Errorf("migrate: inspect generated columns: %w", err)
+	t := c.Type.Raw
+	if t == "" {
+		t = fmt.Sprintf("%T", c.Type.Type)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var t, c string
-		if err := rows.Scan(&t, &c); err != nil {
-			return nil, err
-		}
-		out[t+"."+c] = true
-	}
-	return out, rows.Err()
+	return t + " " + null
 }
 
-// widening returns m reduced to what widens the column, or nil: the type
-// only where ours holds everything theirs does, NULL kept where they allow
-// it, their default kept where ours has none, their attributes (charset,
-// collation) kept. Primary keys are theirs.
-func widening(d string, m *atlas.ModifyColumn) *atlas.ModifyColumn {
-	if m.From.Name == "id" {
-		return nil
-	}
-	to := *m.To
-	typ := *m.To.Type
-	to.Type = &typ
-	to.Attrs = m.From.Attrs
-	if !widens(d, m.From.Type.Type, m.To.Type.Type) {
-		typ.Type, typ.Raw = m.From.Type.Type, m.From.Type.Raw
-	}
-	if m.From.Type.Null {
-		typ.Null = true
-	}
-	if m.From.Default != nil && m.To.Default == nil {
-		to.Default = m.From.Default
-	}
-	var kind atlas.ChangeKind
-	if !reflect.DeepEqual(typ.Type, m.From.Type.Type) {
-		kind |= atlas.ChangeType
-	}
-	if typ.Null != m.From.Type.Null {
-		kind |= atlas.ChangeNull
-	}
-	if !reflect.DeepEqual(to.Default, m.From.Default) {
-		kind |= atlas.ChangeDefault
-	}
-	if kind == atlas.NoChange {
-		return nil
-	}
-	return &atlas.ModifyColumn{From: m.From, To: &to, Change: kind}
-}
-
-// widens reports whether every value of type from fits type to.
-func widens(d string, from, to atlas.Type) bool {
-	switch f := from.(type) {
-	case *atlas.StringType:
-		t, ok := to.(*atlas.StringType)
-		return ok && capacity(f) <= capacity(t)
-	case *atlas.IntegerType:
-		t, ok := to.(*atlas.IntegerType)
-		return ok && f.Unsigned == t.Unsigned && intWidth(f.T) <= intWidth(t.T)
-	case *atlas.TimeType:
-		t, ok := to.(*atlas.TimeType)
-		return ok && timeName(f.T) == timeName(t.T) && precision(d, f) <= precision(d, t)
-	}
-	return false
-}
-
-func capacity(s *atlas.StringType) int64 {
-	switch strings.ToLower(s.T) {
-	case "tinytext":
-		return 255
-	case "text":
-		return 1<<16 - 1 // MySQL's; PostgreSQL's is unbounded but never changes to another type here
-	case "mediumtext":
-		return 1<<24 - 1
-	case "longtext":
-		return 1<<32 - 1
-	}
-	if s.Size == 0 {
-		return 1 << 40 // PostgreSQL varchar without a length
-	}
-	return int64(s.Size)
-}
-
-func intWidth(t string) int {
-	return map[string]int{"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "integer": 4, "bigint": 8}[strings.ToLower(t)]
-}
-
-// precision is a time type's fractional digits; PostgreSQL's default is
-// microseconds, MySQL's whole seconds.
-func precision(d string, t *atlas.TimeType) int {
-	switch {
-	case t.Precision != nil:
-		return *t.Precision
-	case d == Postgres:
-		return 6
-	}
-	return 0
-}
-
-func timeName(t string) string {
-	switch t = strings.ToLower(t); t {
-	case "timestamp with time zone":
-		return "timestamptz"
-	case "timestamp without time zone":
-		return "timestamp"
-	}
-	return t
-}
-
-// placementStatements creates or widens t_cube_artifact_node_placement,
-// which ent does not model (upstream's composite primary key).
+// placementStatements creates t_cube_artifact_node_placement, which ent
+// does not model (upstream's composite primary key), where upstream's
+// database has none; theirs is kept as it is.
 func placementStatements(ctx context.Context, db *sql.DB, d string) ([]string, error) {
 	ok, err := tableExists(ctx, db, d, "t_cube_artifact_node_placement")
-	if err != nil {
+	if err != nil || ok {
 		return nil, err
 	}
-	if !ok {
-		return []string{placementTable[d]}, nil
-	}
-	return []string{placementWiden[d]}, nil
+	return []string{placementTable[d]}, nil
 }
 
 var placementTable = map[string]string{
@@ -393,11 +282,6 @@ var placementTable = map[string]string{
 		"`node_ip` varchar(256) NOT NULL DEFAULT '', `created_at` bigint NOT NULL DEFAULT 0, PRIMARY KEY (`artifact_id`, `node_id`)) CHARSET utf8mb4 COLLATE utf8mb4_bin",
 	Postgres: `CREATE TABLE "t_cube_artifact_node_placement" ("artifact_id" character varying NOT NULL, "node_id" character varying NOT NULL, ` +
 		`"node_ip" character varying NOT NULL DEFAULT '', "created_at" bigint NOT NULL DEFAULT 0, PRIMARY KEY ("artifact_id", "node_id"))`,
-}
-
-var placementWiden = map[string]string{
-	MySQL:    "ALTER TABLE `t_cube_artifact_node_placement` MODIFY COLUMN `node_ip` varchar(256) NOT NULL DEFAULT ''",
-	Postgres: `ALTER TABLE "t_cube_artifact_node_placement" ALTER COLUMN "node_ip" TYPE character varying`,
 }
 
 // backfills run once the columns exist and before the indexes: rows
@@ -436,18 +320,20 @@ var backfills = map[string][]string{
 	},
 }
 
-// displayNameKey adds upstream's case-folded alias key where the adopted
-// database predates it.
-var displayNameKey = map[string][]string{
+// aliasKey adds upstream's newest alias key (20260704120000_template_alias_unique:
+// a STORED generated column, NULL but for a template's non-empty
+// display_name, and a unique index on it) where the adopted database has
+// no alias key at all.
+var aliasKey = map[string][]string{
 	MySQL: {
-		"ALTER TABLE `t_cube_template_definition` ADD COLUMN `display_name_key` varchar(256) " +
-			"GENERATED ALWAYS AS (IF(`display_name` = '' OR `kind` <> 'template', NULL, LOWER(`display_name`))) VIRTUAL",
-		"ALTER TABLE `t_cube_template_definition` ADD UNIQUE INDEX `idx_template_display_name_key` (`display_name_key`)",
+		"ALTER TABLE `t_cube_template_definition` ADD COLUMN `alias_key` varchar(256) " +
+			"GENERATED ALWAYS AS (CASE WHEN `kind` = 'template' AND `display_name` <> '' THEN `display_name` ELSE NULL END) STORED",
+		"ALTER TABLE `t_cube_template_definition` ADD UNIQUE INDEX `idx_template_definition_alias_unique` (`alias_key`)",
 	},
 	Postgres: {
-		`ALTER TABLE "t_cube_template_definition" ADD COLUMN "display_name_key" character varying ` +
-			`GENERATED ALWAYS AS (CASE WHEN "display_name" = '' OR "kind" <> 'template' THEN NULL ELSE LOWER("display_name") END) STORED`,
-		`CREATE UNIQUE INDEX "idx_template_display_name_key" ON "t_cube_template_definition" ("display_name_key")`,
+		`ALTER TABLE "t_cube_template_definition" ADD COLUMN "alias_key" character varying(256) ` +
+			`GENERATED ALWAYS AS (CASE WHEN "kind" = 'template' AND "display_name" <> '' THEN "display_name" ELSE NULL END) STORED`,
+		`CREATE UNIQUE INDEX "idx_template_definition_alias_unique" ON "t_cube_template_definition" ("alias_key")`,
 	},
 }
 

@@ -59,9 +59,11 @@ func NextMigration(ctx context.Context, db *sql.DB, d string) (string, error) {
 }
 
 // upstreamOnly are columns and indexes the migrations keep for upstream's
-// readers that ent cannot model (a generated column), by table.
+// readers that ent cannot model (a generated column) or no longer models
+// (retain, which upstream's newest release dropped and this service never
+// read; its default fills it), by table.
 var upstreamOnly = map[string][]string{
-	"t_cube_template_definition": {"display_name_key", "idx_template_display_name_key"},
+	"t_cube_template_definition": {"display_name_key", "idx_template_display_name_key", "retain"},
 }
 
 // keepUpstreamOnly drops from a diff the removal of upstreamOnly objects.

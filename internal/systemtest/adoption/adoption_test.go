@@ -35,172 +35,200 @@ const artifactID = "rfs-a1a1a1a1a1a1a1a1a1a1a1a1"
 // migrate does nothing, and the templates upstream made are then read,
 // redone and deleted through the public API, with soft-deleted rows and
 // snapshots invisible throughout.
+//
+// It runs on two upstream schemas per dialect: "newest" (the tables as
+// upstream's newest migration chain leaves them, see the file's header)
+// and "gorm" (an earlier one written from upstream's gorm models: other
+// timestamp precision, the case-folded display_name_key). On both, no
+// definition of an upstream column changes (type, nullability, default,
+// generation) and no column upstream does not have comes back under an
+// upstream name.
 func TestAdoptUpstreamDatabase(t *testing.T) {
 	for _, d := range []string{"mysql", "postgres"} {
-		t.Run(d, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			dsn, drop, err := testenv.Database(ctx, t, d, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = drop() })
-			st, err := entstore.Open(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			load(t, st.DB(), d, "testdata/schema/"+d+".sql")
-			load(t, st.DB(), d, "testdata/rows.sql")
-			before := columns(t, st.DB(), d)
-
-			// The plan names the adoption and changes nothing.
-			stmts, notes, err := migrations.Plan(ctx, st.DB(), d)
-			if err != nil {
-				t.Fatalf("plan: %v", err)
-			}
-			if len(stmts) == 0 || len(notes) == 0 || !strings.HasPrefix(notes[0], "adopting upstream's") {
-				t.Fatalf("plan = %d statements, notes %q", len(stmts), notes)
-			}
-			if ok, _ := tableExists(st.DB(), d, migrations.Table); ok {
-				t.Fatal("plan created the migration table")
-			}
-			for _, s := range stmts {
-				if u := strings.ToUpper(s); strings.Contains(u, "DROP ") {
-					t.Errorf("adoption plan drops something: %s", s)
+		for _, schema := range []string{"newest", "gorm"} {
+			t.Run(d+"/"+schema, func(t *testing.T) {
+				t.Parallel()
+				file := "testdata/schema/" + d + ".sql"
+				if schema == "newest" {
+					file = "testdata/schema/" + d + "-newest.sql"
 				}
-			}
+				adoptAndUse(t, d, file)
+			})
+		}
+	}
+}
 
-			applied, err := st.Migrate(ctx)
-			if err != nil {
-				t.Fatalf("migrate: %v", err)
-			}
-			if len(applied) != 1 || applied[0] != migrations.Adopted {
-				t.Fatalf("migrate applied %v, want [%s]", applied, migrations.Adopted)
-			}
-			again, err := st.Migrate(ctx)
-			if err != nil || len(again) != 0 {
-				t.Fatalf("second migrate = %v, %v; want nothing", again, err)
-			}
-			if stmts, _, err := migrations.Plan(ctx, st.DB(), d); err != nil || len(stmts) != 0 {
-				t.Fatalf("plan after adoption = %q, %v", stmts, err)
-			}
-			// Nothing of theirs went away.
-			after := columns(t, st.DB(), d)
-			for c := range before {
-				if !after[c] {
-					t.Errorf("column %s is gone", c)
-				}
-			}
+func adoptAndUse(t *testing.T, d, schemaFile string) {
+	ctx := context.Background()
+	dsn, drop, err := testenv.Database(ctx, t, d, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drop() })
+	st, err := entstore.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	load(t, st.DB(), d, schemaFile)
+	load(t, st.DB(), d, "testdata/rows.sql")
+	before := columns(t, st.DB(), d)
+	defsBefore := definitions(t, st.DB(), d)
 
-			// Upstream's active jobs hold their templates' active keys
-			// (invariant I1 holds from the start).
-			if n := count(t, st.DB(), "SELECT COUNT(*) FROM t_cube_template_image_job WHERE active_key IS NOT NULL"); n != 2 {
-				t.Errorf("%d jobs hold an active key, want 2 (tpl-pending's and tpl-running's)", n)
-			}
+	// The plan names the adoption and changes nothing.
+	stmts, notes, err := migrations.Plan(ctx, st.DB(), d)
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if len(stmts) == 0 || len(notes) == 0 || !strings.HasPrefix(notes[0], "adopting upstream's") {
+		t.Fatalf("plan = %d statements, notes %q", len(stmts), notes)
+	}
+	if ok, _ := tableExists(st.DB(), d, migrations.Table); ok {
+		t.Fatal("plan created the migration table")
+	}
+	for _, s := range stmts {
+		if u := strings.ToUpper(s); strings.Contains(u, "DROP ") {
+			t.Errorf("adoption plan drops something: %s", s)
+		}
+	}
 
-			a := newAPI(t, st)
-			if raw, code := a.do(t, http.MethodPost, "/cube/template/from-image", map[string]any{
-				"requestID": "req-other", "template_id": "tpl-pending", "source_image_ref": "registry.example/other:1", "writable_layer_size": "20Gi",
-			}); code != 130409 || !strings.Contains(string(raw), "job-pending-1") {
-				t.Errorf("a second create of tpl-pending while upstream's job is active: %s; want 130409 naming job-pending-1", raw)
-			}
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if len(applied) != 1 || applied[0] != migrations.Adopted {
+		t.Fatalf("migrate applied %v, want [%s]", applied, migrations.Adopted)
+	}
+	again, err := st.Migrate(ctx)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second migrate = %v, %v; want nothing", again, err)
+	}
+	if stmts, _, err := migrations.Plan(ctx, st.DB(), d); err != nil || len(stmts) != 0 {
+		t.Fatalf("plan after adoption = %q, %v", stmts, err)
+	}
+	// Nothing of theirs went away, none of their columns changed,
+	// and no column they dropped came back.
+	after := columns(t, st.DB(), d)
+	for c := range before {
+		if !after[c] {
+			t.Errorf("column %s is gone", c)
+		}
+	}
+	for c, def := range definitions(t, st.DB(), d) {
+		if was, ok := defsBefore[c]; ok && was != def {
+			t.Errorf("column %s changed:\n was %s\n now %s", c, was, def)
+		}
+	}
+	if !before["t_cube_template_definition.retain"] && after["t_cube_template_definition.retain"] {
+		t.Error("adoption added retain, which upstream dropped")
+	}
 
-			// Read: upstream's order and rows, minus soft-deleted ones and
-			// snapshots.
-			var list struct {
-				Data []struct {
-					TemplateID string `json:"template_id"`
-					Status     string `json:"status"`
-					Alias      string `json:"alias"`
-				} `json:"data"`
-			}
-			a.call(t, http.MethodGet, "/cube/template", nil, &list)
-			var ids []string
-			for _, it := range list.Data {
-				ids = append(ids, it.TemplateID)
-			}
-			if want := "tpl-web,tpl-failed,tpl-pending,tpl-running"; strings.Join(ids, ",") != want {
-				t.Fatalf("templates = %v, want %s", ids, want)
-			}
-			if list.Data[0].Status != "READY" || list.Data[0].Alias != "web" {
-				t.Errorf("tpl-web listed as %+v", list.Data[0])
-			}
-			var one struct {
-				TemplateID string `json:"template_id"`
-				Replicas   []struct {
-					NodeID string `json:"node_id"`
-					Status string `json:"status"`
-				} `json:"replicas"`
-			}
-			a.call(t, http.MethodGet, "/cube/template?template_id=tpl-web", nil, &one)
-			if len(one.Replicas) != 2 || one.Replicas[0].NodeID != "node-1" || one.Replicas[1].NodeID != "node-2" {
-				t.Errorf("tpl-web replicas = %+v (the soft-deleted node-3 row must not show)", one.Replicas)
-			}
-			var res struct {
-				TemplateID string `json:"template_id"`
-			}
-			a.call(t, http.MethodGet, "/cube/template/resolve?template=web", nil, &res)
-			if res.TemplateID != "tpl-web" {
-				t.Errorf("alias web resolves to %q", res.TemplateID)
-			}
-			if code := a.code(t, http.MethodGet, "/cube/template?template_id=tpl-gone", nil); code == 0 {
-				t.Error("a soft-deleted template is found")
-			}
-			if code := a.code(t, http.MethodGet, "/cube/template?template_id=snap-1", nil); code == 0 {
-				t.Error("an upstream snapshot is shown as a template")
-			}
+	// Upstream's active jobs hold their templates' active keys
+	// (invariant I1 holds from the start).
+	if n := count(t, st.DB(), "SELECT COUNT(*) FROM t_cube_template_image_job WHERE active_key IS NOT NULL"); n != 2 {
+		t.Errorf("%d jobs hold an active key, want 2 (tpl-pending's and tpl-running's)", n)
+	}
 
-			// Redo: upstream's artifact is reused and sent to both nodes
-			// with its own download token, and both snapshot again.
-			var redo struct {
-				Job struct {
-					JobID string `json:"job_id"`
-				} `json:"job"`
-			}
-			a.call(t, http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "req-redo-1", "template_id": "tpl-web"}, &redo)
-			job := a.waitJob(t, st, redo.Job.JobID)
-			if job.Status != core.JobReady || job.ArtifactID != artifactID || job.AttemptNo != 2 {
-				t.Fatalf("redo job = %s %s attempt %d (%s), want READY on %s attempt 2", job.Status, job.ArtifactID, job.AttemptNo, job.ErrorMessage, artifactID)
-			}
-			created := a.created()
-			if len(created) != 2 {
-				t.Fatalf("CreateImage calls = %v, want node-1 and node-2", created)
-			}
-			for _, c := range created {
-				if c.ArtifactID != artifactID || c.Token != "upstream-token" {
-					t.Errorf("node artifact %+v: want %s with upstream's token", c, artifactID)
-				}
-			}
-			if n := len(a.agent.AppSnapshotCalls()); n != 2 {
-				t.Errorf("AppSnapshot calls = %d, want 2", n)
-			}
+	a := newAPI(t, st)
+	if raw, code := a.do(t, http.MethodPost, "/cube/template/from-image", map[string]any{
+		"requestID": "req-other", "template_id": "tpl-pending", "source_image_ref": "registry.example/other:1", "writable_layer_size": "20Gi",
+	}); code != 130409 || !strings.Contains(string(raw), "job-pending-1") {
+		t.Errorf("a second create of tpl-pending while upstream's job is active: %s; want 130409 naming job-pending-1", raw)
+	}
 
-			// Delete: the template and, as nothing else uses it, its
-			// artifact are gone everywhere.
-			a.call(t, http.MethodDelete, "/cube/template", map[string]any{"requestID": "req-del-1", "template_id": "tpl-web"}, nil)
-			a.call(t, http.MethodDelete, "/cube/template", map[string]any{"requestID": "req-del-2", "template_id": "tpl-failed"}, nil)
-			for _, q := range []string{
-				"SELECT COUNT(*) FROM t_cube_template_definition WHERE template_id IN ('tpl-web', 'tpl-failed') AND deleted_at IS NULL",
-				"SELECT COUNT(*) FROM t_cube_template_replica WHERE template_id = 'tpl-web' AND deleted_at IS NULL",
-				"SELECT COUNT(*) FROM t_cube_template_image_job WHERE template_id IN ('tpl-web', 'tpl-failed') AND deleted_at IS NULL",
-				"SELECT COUNT(*) FROM t_cube_rootfs_artifact WHERE artifact_id = '" + artifactID + "'",
-				"SELECT COUNT(*) FROM t_cube_artifact_node_placement WHERE artifact_id = '" + artifactID + "'",
-				"SELECT COUNT(*) FROM t_cube_template_name WHERE template_id IN ('tpl-web', 'tpl-failed')",
-			} {
-				if n := count(t, st.DB(), q); n != 0 {
-					t.Errorf("%d rows left: %s", n, q)
-				}
-			}
-			destroyed := a.destroyed()
-			if !slices.Equal(destroyed, []string{"node-1/" + artifactID, "node-2/" + artifactID}) {
-				t.Errorf("DestroyImage calls = %v, want the artifact on both nodes", destroyed)
-			}
-			// The snapshot and the soft-deleted rows are upstream's: left.
-			if n := count(t, st.DB(), "SELECT COUNT(*) FROM t_cube_template_definition WHERE template_id IN ('snap-1', 'tpl-gone')"); n != 2 {
-				t.Errorf("upstream's snapshot and soft-deleted rows: %d left, want 2", n)
-			}
-		})
+	// Read: upstream's order and rows, minus soft-deleted ones and
+	// snapshots.
+	var list struct {
+		Data []struct {
+			TemplateID string `json:"template_id"`
+			Status     string `json:"status"`
+			Alias      string `json:"alias"`
+		} `json:"data"`
+	}
+	a.call(t, http.MethodGet, "/cube/template", nil, &list)
+	var ids []string
+	for _, it := range list.Data {
+		ids = append(ids, it.TemplateID)
+	}
+	if want := "tpl-web,tpl-failed,tpl-pending,tpl-running"; strings.Join(ids, ",") != want {
+		t.Fatalf("templates = %v, want %s", ids, want)
+	}
+	if list.Data[0].Status != "READY" || list.Data[0].Alias != "web" {
+		t.Errorf("tpl-web listed as %+v", list.Data[0])
+	}
+	var one struct {
+		TemplateID string `json:"template_id"`
+		Replicas   []struct {
+			NodeID string `json:"node_id"`
+			Status string `json:"status"`
+		} `json:"replicas"`
+	}
+	a.call(t, http.MethodGet, "/cube/template?template_id=tpl-web", nil, &one)
+	if len(one.Replicas) != 2 || one.Replicas[0].NodeID != "node-1" || one.Replicas[1].NodeID != "node-2" {
+		t.Errorf("tpl-web replicas = %+v (the soft-deleted node-3 row must not show)", one.Replicas)
+	}
+	var res struct {
+		TemplateID string `json:"template_id"`
+	}
+	a.call(t, http.MethodGet, "/cube/template/resolve?template=web", nil, &res)
+	if res.TemplateID != "tpl-web" {
+		t.Errorf("alias web resolves to %q", res.TemplateID)
+	}
+	if code := a.code(t, http.MethodGet, "/cube/template?template_id=tpl-gone", nil); code == 0 {
+		t.Error("a soft-deleted template is found")
+	}
+	if code := a.code(t, http.MethodGet, "/cube/template?template_id=snap-1", nil); code == 0 {
+		t.Error("an upstream snapshot is shown as a template")
+	}
+
+	// Redo: upstream's artifact is reused and sent to both nodes
+	// with its own download token, and both snapshot again.
+	var redo struct {
+		Job struct {
+			JobID string `json:"job_id"`
+		} `json:"job"`
+	}
+	a.call(t, http.MethodPost, "/cube/template/redo", map[string]any{"requestID": "req-redo-1", "template_id": "tpl-web"}, &redo)
+	job := a.waitJob(t, st, redo.Job.JobID)
+	if job.Status != core.JobReady || job.ArtifactID != artifactID || job.AttemptNo != 2 {
+		t.Fatalf("redo job = %s %s attempt %d (%s), want READY on %s attempt 2", job.Status, job.ArtifactID, job.AttemptNo, job.ErrorMessage, artifactID)
+	}
+	created := a.created()
+	if len(created) != 2 {
+		t.Fatalf("CreateImage calls = %v, want node-1 and node-2", created)
+	}
+	for _, c := range created {
+		if c.ArtifactID != artifactID || c.Token != "upstream-token" {
+			t.Errorf("node artifact %+v: want %s with upstream's token", c, artifactID)
+		}
+	}
+	if n := len(a.agent.AppSnapshotCalls()); n != 2 {
+		t.Errorf("AppSnapshot calls = %d, want 2", n)
+	}
+
+	// Delete: the template and, as nothing else uses it, its
+	// artifact are gone everywhere.
+	a.call(t, http.MethodDelete, "/cube/template", map[string]any{"requestID": "req-del-1", "template_id": "tpl-web"}, nil)
+	a.call(t, http.MethodDelete, "/cube/template", map[string]any{"requestID": "req-del-2", "template_id": "tpl-failed"}, nil)
+	for _, q := range []string{
+		"SELECT COUNT(*) FROM t_cube_template_definition WHERE template_id IN ('tpl-web', 'tpl-failed') AND deleted_at IS NULL",
+		"SELECT COUNT(*) FROM t_cube_template_replica WHERE template_id = 'tpl-web' AND deleted_at IS NULL",
+		"SELECT COUNT(*) FROM t_cube_template_image_job WHERE template_id IN ('tpl-web', 'tpl-failed') AND deleted_at IS NULL",
+		"SELECT COUNT(*) FROM t_cube_rootfs_artifact WHERE artifact_id = '" + artifactID + "'",
+		"SELECT COUNT(*) FROM t_cube_artifact_node_placement WHERE artifact_id = '" + artifactID + "'",
+		"SELECT COUNT(*) FROM t_cube_template_name WHERE template_id IN ('tpl-web', 'tpl-failed')",
+	} {
+		if n := count(t, st.DB(), q); n != 0 {
+			t.Errorf("%d rows left: %s", n, q)
+		}
+	}
+	destroyed := a.destroyed()
+	if !slices.Equal(destroyed, []string{"node-1/" + artifactID, "node-2/" + artifactID}) {
+		t.Errorf("DestroyImage calls = %v, want the artifact on both nodes", destroyed)
+	}
+	// The snapshot and the soft-deleted rows are upstream's: left.
+	if n := count(t, st.DB(), "SELECT COUNT(*) FROM t_cube_template_definition WHERE template_id IN ('snap-1', 'tpl-gone')"); n != 2 {
+		t.Errorf("upstream's snapshot and soft-deleted rows: %d left, want 2", n)
 	}
 }
 
@@ -425,6 +453,32 @@ func columns(t *testing.T, db *sql.DB, d string) map[string]bool {
 			t.Fatal(err)
 		}
 		out[tb+"."+c] = true
+	}
+	return out
+}
+
+// definitions describes every column of the database as its definition:
+// type (with length, precision), nullability, default and generation.
+func definitions(t *testing.T, db *sql.DB, d string) map[string]string {
+	t.Helper()
+	q := "SELECT table_name, column_name, CONCAT_WS('|', column_type, is_nullable, IFNULL(column_default, '<none>'), " +
+		"IFNULL(generation_expression, ''), extra) FROM information_schema.columns WHERE table_schema = DATABASE()"
+	if d == "postgres" {
+		q = "SELECT table_name, column_name, concat_ws('|', data_type, COALESCE(character_maximum_length, -1), COALESCE(datetime_precision, -1), " +
+			"is_nullable, COALESCE(column_default, '<none>'), COALESCE(generation_expression, '')) FROM information_schema.columns WHERE table_schema = current_schema()"
+	}
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var tb, c, def string
+		if err := rows.Scan(&tb, &c, &def); err != nil {
+			t.Fatal(err)
+		}
+		out[tb+"."+c] = def
 	}
 	return out
 }
