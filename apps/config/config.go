@@ -351,7 +351,7 @@ func DefaultsFor(d Dirs) Config {
 		ArtifactStoreDir:       d.State + "/artifacts",
 		WorkDir:                d.State + "/work",
 		LayerCacheMaxBytes:     20 << 30,
-		Chunks:                 true,
+		Chunks:                 false,
 		MaxConcurrentBuilds:    2,
 		RegistryTimeout:        60 * time.Second,
 		BuildTimeout:           2 * time.Hour,

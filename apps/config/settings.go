@@ -114,8 +114,8 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
 			Doc:   "Artifact store as a gocloud URL (`file:///dir[?create_dir=true][&file_mode=0640]`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
-		{Env: "CUBE_TEMPLATE_CENTER_CHUNKS", YAML: "chunks", Service: DataPlane, Default: "true",
-			Doc:   "Also publish every artifact as content-defined chunks and an index in the artifact store (under `_chunks/`, each chunk once), so that nodes fetch only the chunks they lack; the whole file and its download stay. Costs a second copy of new chunks in the store.",
+		{Env: "CUBE_TEMPLATE_CENTER_CHUNKS", YAML: "chunks", Service: DataPlane, Default: "false",
+			Doc:   "Also publish every artifact as content-defined chunks and an index in the artifact store (under `_chunks/`, each chunk once), so that nodes fetch only the chunks they lack; the whole file and its download stay. Costs a second copy of new chunks in the store, and chunks are not yet collected when their artifacts are deleted: off by default until they are.",
 			Field: func(c *Config) any { return &c.Chunks }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
 			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
