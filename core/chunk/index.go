@@ -73,6 +73,13 @@ func (x *Index) Marshal() ([]byte, error) {
 	if err := x.Check(); err != nil {
 		return nil, err
 	}
+	return x.MarshalUnchecked(), nil
+}
+
+// MarshalUnchecked encodes the index as it is, with a valid checksum,
+// without checking it: what a hostile server could send. Only tests of
+// the refusals want it; everything else calls Marshal.
+func (x *Index) MarshalUnchecked() []byte {
 	b := make([]byte, 0, EncodedLen(len(x.Chunks)))
 	b = append(b, Version...)
 	b = binary.BigEndian.AppendUint64(b, uint64(x.Size))
@@ -89,7 +96,7 @@ func (x *Index) Marshal() ([]byte, error) {
 		b = append(b, e.Sum[:]...)
 	}
 	sum := sha256.Sum256(b)
-	return append(b, sum[:]...), nil
+	return append(b, sum[:]...)
 }
 
 // Unmarshal decodes and checks an index. Any defect (truncation, trailing

@@ -3,8 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -169,27 +167,6 @@ func TestCreateImageAssemblesFromHeldChunks(t *testing.T) {
 	}
 }
 
-// encodeIndex encodes x as the index format does, checksum included,
-// without checking it: what a hostile master could send.
-func encodeIndex(x *chunk.Index) []byte {
-	b := []byte(chunk.Version)
-	b = binary.BigEndian.AppendUint64(b, uint64(x.Size))
-	b = append(b, x.SHA256[:]...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(x.Chunks)))
-	for _, e := range x.Chunks {
-		b = binary.BigEndian.AppendUint64(b, uint64(e.Offset))
-		b = binary.BigEndian.AppendUint32(b, e.Length)
-		k := byte(0)
-		if e.Zero {
-			k = 1
-		}
-		b = append(b, k)
-		b = append(b, e.Sum[:]...)
-	}
-	s := sha256.Sum256(b)
-	return append(b, s[:]...)
-}
-
 // hostile rewrites an index's entries and re-encodes it with a valid
 // checksum.
 func hostile(edit func(x *chunk.Index)) func(string, []byte) []byte {
@@ -202,7 +179,7 @@ func hostile(edit func(x *chunk.Index)) func(string, []byte) []byte {
 			panic(err)
 		}
 		edit(x)
-		return encodeIndex(x)
+		return x.MarshalUnchecked()
 	}
 }
 
