@@ -161,12 +161,25 @@ type TemplateItem struct {
 	DisplayName string `json:"display_name,omitempty"`
 	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
 	ImageInfo   string `json:"image_info,omitempty"`
+	// LastJobID and ArtifactID are the latest job and the rootfs
+	// artifact; ReplicasReady of ReplicasTotal node copies are READY
+	// (this service's own, for the console).
+	LastJobID     string `json:"last_job_id,omitempty"`
+	ArtifactID    string `json:"artifact_id,omitempty"`
+	ReplicasReady int    `json:"replicas_ready"`
+	ReplicasTotal int    `json:"replicas_total"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
-		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo}
+		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo,
+		LastJobID: t.JobID, ArtifactID: t.ArtifactID, ReplicasTotal: len(t.Replicas)}
+	for _, r := range t.Replicas {
+		if r.Status == core.ReplicaReady {
+			it.ReplicasReady++
+		}
+	}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
@@ -176,6 +189,10 @@ func NewTemplateItem(t *control.Template) TemplateItem {
 // ListResponse is GET /cube/template without a template id.
 type ListResponse struct {
 	Data []TemplateItem `json:"data"`
+	// Total is how many templates matched the filters before paging; set
+	// only when the caller asked for a page or a filter (limit, offset,
+	// status, q), so an unfiltered listing is the upstream answer.
+	Total *int `json:"total,omitempty"`
 }
 
 // ReplicaInfo is one node's copy of a template.
