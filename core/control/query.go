@@ -30,7 +30,11 @@ type Template struct {
 	ImageInfo  string
 	JobID      string
 	ArtifactID string
-	Replicas   []*core.Replica
+	// ReadyNodes of TargetNodes are the latest job's node counts (a
+	// listing reads no replica rows; these say the same for the job's
+	// nodes, live while it runs).
+	ReadyNodes, TargetNodes int
+	Replicas                []*core.Replica
 	// CreateRequest is the stored sandbox create request (JSON), set by
 	// GetTemplate only.
 	CreateRequest string
@@ -72,6 +76,7 @@ func templateOfJob(j *core.Job) *Template {
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
 		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
+		ReadyNodes: j.ReadyNodeCount, TargetNodes: j.ExpectedNodeCount,
 	}
 }
 
@@ -98,7 +103,7 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 		info := templateOf(def, replicas)
 		info.CreateRequest = s.storedRequestWithTokens(ctx, def.RequestJSON)
 		if latest != nil {
-			info.JobID = latest.JobID
+			info.JobID, info.ReadyNodes, info.TargetNodes = latest.JobID, latest.ReadyNodeCount, latest.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)
 		}
 		return info, nil
@@ -146,7 +151,7 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 	for _, d := range defs {
 		info := templateOf(d, nil)
 		if j := latest[d.TemplateID]; j != nil {
-			info.JobID = j.JobID
+			info.JobID, info.ReadyNodes, info.TargetNodes = j.JobID, j.ReadyNodeCount, j.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest)
 		}
 		out = append(out, *info)

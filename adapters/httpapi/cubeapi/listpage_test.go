@@ -6,19 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 )
 
 // manyTemplates lists five templates: tpl-0..tpl-4, READY but tpl-3
-// (FAILED), tpl-1 aliased "web", each with one READY and one FAILED copy.
+// (FAILED), tpl-1 aliased "web", each with a latest job ready on one of
+// its two nodes.
 type manyTemplates struct{ services }
 
 func (m *manyTemplates) ListTemplates(context.Context) ([]control.Template, error) {
 	var out []control.Template
 	for i := range 5 {
 		t := control.Template{TemplateID: fmt.Sprintf("tpl-%d", i), Status: "READY", ImageInfo: "nginx:1", JobID: fmt.Sprintf("job-%d", i),
-			Replicas: []*core.Replica{{NodeID: "n1", Status: core.ReplicaReady}, {NodeID: "n2", Status: core.ReplicaFailed}}}
+			ReadyNodes: 1, TargetNodes: 2}
 		if i == 1 {
 			t.Alias = "web"
 		}

@@ -162,8 +162,10 @@ type TemplateItem struct {
 	CreatedAt   string `json:"created_at,omitempty"` // RFC 3339, UTC
 	ImageInfo   string `json:"image_info,omitempty"`
 	// LastJobID and ArtifactID are the latest job and the rootfs
-	// artifact; ReplicasReady of ReplicasTotal node copies are READY
-	// (this service's own, for the console).
+	// artifact; ReplicasReady of ReplicasTotal node copies are READY,
+	// counted from the replica rows when the read has them (one
+	// template), else the latest job's ready and target node counts (a
+	// listing). This service's own, for the console.
 	LastJobID     string `json:"last_job_id,omitempty"`
 	ArtifactID    string `json:"artifact_id,omitempty"`
 	ReplicasReady int    `json:"replicas_ready"`
@@ -174,10 +176,13 @@ type TemplateItem struct {
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
 		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo,
-		LastJobID: t.JobID, ArtifactID: t.ArtifactID, ReplicasTotal: len(t.Replicas)}
-	for _, r := range t.Replicas {
-		if r.Status == core.ReplicaReady {
-			it.ReplicasReady++
+		LastJobID: t.JobID, ArtifactID: t.ArtifactID, ReplicasReady: t.ReadyNodes, ReplicasTotal: t.TargetNodes}
+	if len(t.Replicas) > 0 {
+		it.ReplicasReady, it.ReplicasTotal = 0, len(t.Replicas)
+		for _, r := range t.Replicas {
+			if r.Status == core.ReplicaReady {
+				it.ReplicasReady++
+			}
 		}
 	}
 	if !t.CreatedAt.IsZero() {

@@ -102,7 +102,9 @@ function listView(gen) {
     } catch (err) {
       if (gen === generation && mine === seq) {
         showError(msg, err);
-        schedule(gen, load);
+        if (!(err instanceof api.AuthError)) {
+          schedule(gen, load); // a passing failure: try again
+        }
       }
       return;
     }
@@ -224,7 +226,9 @@ function templateView(id, gen) {
         return;
       }
       showError(jobEl, err);
-      schedule(gen, () => loadJob(jobID));
+      if (!(err instanceof api.AuthError)) {
+        schedule(gen, () => loadJob(jobID));
+      }
       return;
     }
     if (gen !== generation) {
