@@ -285,6 +285,16 @@ func TestConsoleDev(t *testing.T) {
 	eval[string](b, `document.querySelector('#filter-text').value = ''`)
 	b.do("filter again", chromedp.SendKeys(chromedp.CSS("#filter-text"), "console"))
 	b.waitJS("filtered in", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, id))
+	if pager := b.text("#pager"); !strings.Contains(pager, "1–1 of 1") {
+		t.Errorf("pager %q", pager)
+	}
+	selectStatus := func(status string) {
+		eval[string](b, fmt.Sprintf(`(() => { const s = document.querySelector('#filter-status'); s.value = %q; s.dispatchEvent(new Event('change')); return s.value })()`, status))
+	}
+	selectStatus("FAILED")
+	b.waitJS("no FAILED template", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
+	selectStatus("READY")
+	b.waitJS("the READY template", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, id))
 	b.screenshot("templates")
 
 	// Hostile strings: an alias the API refuses comes back in its error
