@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/console"
 	"github.com/cubesandbox/templatecenter/adapters/progress/memprogress"
 	"github.com/cubesandbox/templatecenter/adapters/sealer"
 	"github.com/cubesandbox/templatecenter/apps/config"
@@ -52,7 +53,9 @@ const DefaultRegistryListen = "127.0.0.1:15000"
 // DevInfo is what dev writes to --ready-file once everything answers: the
 // addresses and paths a script (make demo) needs.
 type DevInfo struct {
-	Master         string `json:"master"`
+	Master string `json:"master"`
+	// Console is the web console's URL (on the master's listener).
+	Console        string `json:"console"`
 	TemplateCenter string `json:"template_center"`
 	NodeID         string `json:"node_id"`
 	NodeAddr       string `json:"node_addr"`
@@ -260,7 +263,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 			Store: st, Locker: locker, Progress: progress}, masterLn)
 	})
 
-	info := DevInfo{Master: masterURL, TemplateCenter: tcURL, NodeID: devNodeID, NodeAddr: nodeLn.Addr().String(),
+	info := DevInfo{Master: masterURL, Console: masterURL + console.Path, TemplateCenter: tcURL, NodeID: devNodeID, NodeAddr: nodeLn.Addr().String(),
 		NodeDataDir: nodeDir, Registry: reg.Host(), ExampleImage: reg.Ref(), DataDir: dataDir,
 		Database: cfg.DBDSN, ArtifactStore: "file://" + cfg.ArtifactStoreDir, Builder: cfg.Builder + " (in-process)"}
 	if err := waitReady(ctx, masterURL+"/ready"); err != nil {
@@ -328,6 +331,7 @@ func printBanner(w io.Writer, i DevInfo, listenFlag string) {
 	fmt.Fprintf(w, `cubemaster dev is running (everything on loopback; data in %s)
 
   master API       %s   (public /cube/* API, /ready, /metrics, /openapi.json)
+  web console      %s   (no token needed in dev)
   data plane       %s   (internal API and downloads)
   node agent       %s at %s   (artifacts under %s)
   OCI registry     %s   (example image %s)
@@ -340,6 +344,6 @@ Next, in another terminal:
   %s tpl list
 
 Stop with Ctrl-C.
-`, i.DataDir, i.Master, i.TemplateCenter, i.NodeID, i.NodeAddr, i.NodeDataDir, i.Registry, i.ExampleImage,
+`, i.DataDir, i.Master, i.Console, i.TemplateCenter, i.NodeID, i.NodeAddr, i.NodeDataDir, i.Registry, i.ExampleImage,
 		i.Database, i.ArtifactStore, i.Builder, cli, i.ExampleImage, cli)
 }

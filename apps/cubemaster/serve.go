@@ -18,8 +18,9 @@ func serveCommand() *cobra.Command {
 		Short: "Run the control plane: template API, status callback, distribution, sweeper",
 		Long: `Serves the public /cube/* template API, the data plane's status callback
 (/internal/template/jobs/{job_id}/status, shared-token auth), /notify/health
-(liveness), /ready (the data plane, database and nodes), /metrics and
-/openapi.json; proxies compat and artifact downloads to the template center
+(liveness), /ready (the data plane, database and nodes), /metrics,
+/openapi.json and the web console on /console/ (it uses the public API with
+the operator's token); proxies compat and artifact downloads to the template center
 (CUBE_TEMPLATE_CENTER_ADDR); distributes built artifacts to the nodes in
 CUBE_MASTER_NODES, probing their gRPC health; replays stuck BUILT jobs and
 collects unreferenced artifacts every CUBE_MASTER_SWEEP_INTERVAL. Applies the

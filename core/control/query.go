@@ -36,8 +36,7 @@ type Template struct {
 	ArtifactID string
 	// Backend is the copy-on-write backend the template's request names
 	// ("" for the node's default).
-	Backend  string
-	Replicas []*core.Replica
+	Backend string
 	// CubeEgressCA* come from the template's artifact row (GetTemplate
 	// only); CubeEgressCANote says why a template that wanted the CA
 	// (with_cube_ca) was built without it.
@@ -45,6 +44,11 @@ type Template struct {
 	CubeEgressCAFingerprint    string
 	CubeEgressCATargetsWritten int64
 	CubeEgressCANote           string
+	// ReadyNodes of TargetNodes are the latest job's node counts (a
+	// listing reads no replica rows; these say the same for the job's
+	// nodes, live while it runs).
+	ReadyNodes, TargetNodes int
+	Replicas                []*core.Replica
 	// CreateRequest is the stored sandbox create request (JSON), set by
 	// GetTemplate only.
 	CreateRequest string
@@ -99,7 +103,8 @@ func templateOfJob(j *core.Job) *Template {
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
 		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
-		Backend: storedBackend(j.RequestJSON),
+		Backend:    storedBackend(j.RequestJSON),
+		ReadyNodes: j.ReadyNodeCount, TargetNodes: j.ExpectedNodeCount,
 	}
 }
 
@@ -127,7 +132,7 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 		info = templateOf(def, replicas)
 		info.CreateRequest = s.storedRequestWithTokens(ctx, def.RequestJSON)
 		if latest != nil {
-			info.JobID = latest.JobID
+			info.JobID, info.ReadyNodes, info.TargetNodes = latest.JobID, latest.ReadyNodeCount, latest.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(latest.SourceImageRef, latest.SourceImageDigest)
 		}
 	case !isNotFound(err):
@@ -216,7 +221,7 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 	for _, d := range defs {
 		info := templateOf(d, nil)
 		if j := latest[d.TemplateID]; j != nil {
-			info.JobID = j.JobID
+			info.JobID, info.ReadyNodes, info.TargetNodes = j.JobID, j.ReadyNodeCount, j.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest)
 		}
 		out = append(out, *info)

@@ -179,7 +179,8 @@ func (f *fakeTC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newServer(t *testing.T, svc *services, tcURL string) chi.Router {
 	t.Helper()
-	cfg := Config{Token: testToken, TemplateCenterURL: tcURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := newServerConfig()
+	cfg.TemplateCenterURL = tcURL
 	if svc != nil {
 		cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
 	}
@@ -188,6 +189,11 @@ func newServer(t *testing.T, svc *services, tcURL string) chi.Router {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// newServerConfig is a Config with the test callback token and a silent log.
+func newServerConfig() Config {
+	return Config{Token: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func do(h http.Handler, method, target, body string, hdr map[string]string) *httptest.ResponseRecorder {

@@ -75,7 +75,11 @@ func operations() []openapi.Op {
 		{Method: "GET", Path: PathTemplate, Tag: tagTemplates, Summary: "List templates, or get one with ?template_id=",
 			Params: []openapi.Param{
 				{Name: "template_id", In: "query", Doc: "template id or alias; absent lists every template"},
-				{Name: "include_request", In: "query", Doc: "true or 1: include the stored sandbox create request"}},
+				{Name: "include_request", In: "query", Doc: "true or 1: include the stored sandbox create request"},
+				{Name: "status", In: "query", Doc: "listing only: templates with this status (any case)"},
+				{Name: "q", In: "query", Doc: "listing only: templates whose id, alias or image contains this text (any case)"},
+				{Name: "offset", In: "query", Doc: "listing only: skip this many matching templates (default 0)"},
+				{Name: "limit", In: "query", Doc: "listing only: answer at most this many, 1 to 1000 (default all); any of status, q, offset, limit adds total"}},
 			Responses: map[int]openapi.Response{200: {Doc: envelopeDoc + " Without template_id the body is the list (listResponse), with it one template (templateResponse).", Body: templateResponse{}}}},
 		{Method: "DELETE", Path: PathTemplate, Tag: tagTemplates, Summary: "Delete a template from every node and the stores (three-phase, reference-counted)",
 			Description: "template_id may be the template's alias; the answer echoes what the caller sent.",

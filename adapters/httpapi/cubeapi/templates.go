@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -328,6 +330,11 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id := q.Get("template_id")
 	if id == "" {
+		page, err := parseListPage(q)
+		if err != nil {
+			s.fail(w, r, "", err)
+			return
+		}
 		list, err := s.cfg.Catalog.ListTemplates(r.Context())
 		if err != nil {
 			s.fail(w, r, "", err)
@@ -335,9 +342,17 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 		}
 		items := make([]cubeview.TemplateItem, 0, len(list))
 		for i := range list {
-			items = append(items, cubeview.NewTemplateItem(&list[i]))
+			if it := cubeview.NewTemplateItem(&list[i]); page.matches(&it) {
+				items = append(items, it)
+			}
 		}
-		s.write(w, r, listResponse{Response: envelope.OK(""), ListResponse: cubeview.ListResponse{Data: items}})
+		out := cubeview.ListResponse{Data: items}
+		if page.asked {
+			total := len(items)
+			out.Total = &total
+			out.Data = page.cut(items)
+		}
+		s.write(w, r, listResponse{Response: envelope.OK(""), ListResponse: out})
 		return
 	}
 	inc := q.Get("include_request")
@@ -543,4 +558,63 @@ func (s *server) componentVersions(w http.ResponseWriter, r *http.Request) {
 	}
 	s.write(w, r, componentVersionsResponse{Response: envelope.OK(""),
 		ComponentVersionsResponse: cubeview.ComponentVersionsResponse{Data: cubeview.NewComponentVersions(id, reps)}})
+}
+
+// MaxListLimit is the largest page GET /cube/template answers.
+const MaxListLimit = 1000
+
+// listPage is the optional paging and filtering of GET /cube/template:
+// status (exact, any case), q (a substring of the id, alias or image, any
+// case), offset and limit (1..MaxListLimit). Without any of them the
+// listing is whole, as upstream answers it.
+type listPage struct {
+	asked         bool
+	status, text  string
+	offset, limit int
+}
+
+func parseListPage(q url.Values) (listPage, error) {
+	p := listPage{status: strings.TrimSpace(q.Get("status")), text: strings.ToLower(strings.TrimSpace(q.Get("q"))), limit: -1}
+	p.asked = q.Has("status") || q.Has("q") || q.Has("offset") || q.Has("limit")
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return p, &core.FieldError{Field: "offset", Reason: fmt.Sprintf("%q is not a whole number of 0 or more", v)}
+		}
+		p.offset = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return p, &core.FieldError{Field: "limit", Reason: fmt.Sprintf("%q is not a whole number from 1 to %d", v, MaxListLimit)}
+		}
+		p.limit = n
+	}
+	return p, nil
+}
+
+func (p listPage) matches(it *cubeview.TemplateItem) bool {
+	if p.status != "" && !strings.EqualFold(it.Status, p.status) {
+		return false
+	}
+	if p.text == "" {
+		return true
+	}
+	for _, f := range []string{it.TemplateID, it.Alias, it.ImageInfo} {
+		if strings.Contains(strings.ToLower(f), p.text) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p listPage) cut(items []cubeview.TemplateItem) []cubeview.TemplateItem {
+	if p.offset >= len(items) {
+		return []cubeview.TemplateItem{}
+	}
+	items = items[p.offset:]
+	if p.limit >= 0 && p.limit < len(items) {
+		items = items[:p.limit]
+	}
+	return items
 }

@@ -167,13 +167,29 @@ type TemplateItem struct {
 	// upstream's newest master answers it with (its BACKEND column).
 	Backend        string `json:"backend,omitempty"`
 	StorageBackend string `json:"storage_backend,omitempty"`
+	// ArtifactID is the rootfs artifact; ReplicasReady of ReplicasTotal node copies are READY,
+	// counted from the replica rows when the read has them (one
+	// template), else the latest job's ready and target node counts (a
+	// listing). This service's own, for the console.
+	ArtifactID    string `json:"artifact_id,omitempty"`
+	ReplicasReady int    `json:"replicas_ready"`
+	ReplicasTotal int    `json:"replicas_total"`
 }
 
 // NewTemplateItem is the listing view of a template.
 func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
 		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo, JobID: t.JobID,
-		Backend: t.Backend, StorageBackend: t.Backend}
+		Backend: t.Backend, StorageBackend: t.Backend,
+		ArtifactID: t.ArtifactID, ReplicasReady: t.ReadyNodes, ReplicasTotal: t.TargetNodes}
+	if len(t.Replicas) > 0 {
+		it.ReplicasReady, it.ReplicasTotal = 0, len(t.Replicas)
+		for _, r := range t.Replicas {
+			if r.Status == core.ReplicaReady {
+				it.ReplicasReady++
+			}
+		}
+	}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
 	}
@@ -183,6 +199,10 @@ func NewTemplateItem(t *control.Template) TemplateItem {
 // ListResponse is GET /cube/template without a template id.
 type ListResponse struct {
 	Data []TemplateItem `json:"data"`
+	// Total is how many templates matched the filters before paging; set
+	// only when the caller asked for a page or a filter (limit, offset,
+	// status, q), so an unfiltered listing is the upstream answer.
+	Total *int `json:"total,omitempty"`
 }
 
 // ReplicaInfo is one node's copy of a template.

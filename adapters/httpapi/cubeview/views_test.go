@@ -129,3 +129,26 @@ func TestShownReplicaStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateItemReplicaCounts: a read with replica rows counts them; a
+// listing (no rows) shows the latest job's node counts.
+func TestTemplateItemReplicaCounts(t *testing.T) {
+	tests := []struct {
+		name             string
+		tpl              control.Template
+		wantReady, wantN int
+	}{
+		{"rows", control.Template{ReadyNodes: 9, TargetNodes: 9, Replicas: []*core.Replica{
+			{NodeID: "a", Status: core.ReplicaReady}, {NodeID: "b", Status: core.ReplicaFailed}, {NodeID: "c", Status: core.ReplicaReady}}}, 2, 3},
+		{"job counts", control.Template{ReadyNodes: 1, TargetNodes: 2}, 1, 2},
+		{"nothing", control.Template{}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			it := NewTemplateItem(&tt.tpl)
+			if it.ReplicasReady != tt.wantReady || it.ReplicasTotal != tt.wantN {
+				t.Fatalf("ready %d of %d, want %d of %d", it.ReplicasReady, it.ReplicasTotal, tt.wantReady, tt.wantN)
+			}
+		})
+	}
+}

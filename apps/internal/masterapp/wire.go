@@ -20,6 +20,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/hostfiles"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/console"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
@@ -197,7 +198,7 @@ func newInjector(w wiring) *do.RootScope {
 		if a := cfg.Master.Auth; a.Enabled {
 			public = auth.NewPublic(auth.PublicConfig{SecretKeys: a.SecretKeys, BearerTokens: a.BearerTokens, Expiry: a.Expiry})
 		}
-		return cubeapi.New(cubeapi.Config{
+		r, err := cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken, PublicAuth: public,
 			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
@@ -207,6 +208,14 @@ func newInjector(w wiring) *do.RootScope {
 			Metrics:        do.MustInvoke[*metrics.Metrics](i), Gatherer: do.MustInvoke[*prometheus.Registry](i),
 			Logger: log,
 		})
+		if err != nil {
+			return nil, err
+		}
+		// The web console: static files only, its data read through the
+		// public API above with the caller's own credentials.
+		r.Handle(strings.TrimSuffix(console.Path, "/"), console.Handler())
+		r.Handle(console.Path+"*", console.Handler())
+		return r, nil
 	})
 	return i
 }

@@ -215,3 +215,39 @@ func TestReadinessNeedsTheDataPlanesToken(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleIsMounted: the master serves the web console's files, with
+// their security headers, without credentials, while the API the page
+// calls still refuses a caller without them.
+func TestConsoleIsMounted(t *testing.T) {
+	w := testWiring(t, "sqlite://"+filepath.Join(t.TempDir(), "m.db"))
+	w.cfg.Master.Auth.Enabled = true
+	w.cfg.Master.Auth.BearerTokens = []string{"console-wiring-token-0123"}
+	i := newInjector(w)
+	defer i.Shutdown()
+	defer do.MustInvoke[*entstore.Store](i).Close()
+	h := do.MustInvoke[http.Handler](i)
+	for _, tc := range []struct {
+		target   string
+		code     int
+		location string
+	}{
+		{"/console", http.StatusMovedPermanently, "/console/"},
+		{"/console/", http.StatusOK, ""},
+		{"/console/app.js", http.StatusOK, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.target, nil))
+		if rec.Code != tc.code || rec.Header().Get("Location") != tc.location {
+			t.Errorf("GET %s = %d (Location %q), want %d %q", tc.target, rec.Code, rec.Header().Get("Location"), tc.code, tc.location)
+		}
+		if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("GET %s has CSP %q", tc.target, csp)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/cube/template", nil))
+	if !strings.Contains(rec.Body.String(), `"ret_code":130401`) {
+		t.Errorf("GET /cube/template without a token = %d %s, want 130401", rec.Code, rec.Body.String())
+	}
+}

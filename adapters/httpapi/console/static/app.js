@@ -1,0 +1,362 @@
+// The console's views: #/ lists templates (with create from image),
+// #/t/<id> shows one template and its latest job, polling while a build
+// is under way. Everything comes from the public API (api.js) and is
+// rendered as text (dom.js).
+
+import * as api from './api.js';
+import { h, clear, hashLink, bytes, duration, when, statusBadge } from './dom.js';
+
+const pollMS = 1500;
+const pageSize = 50;
+const statuses = ['', 'READY', 'PARTIALLY_READY', 'PENDING', 'RUNNING', 'FAILED'];
+const activeJob = new Set(['PENDING', 'RUNNING', 'BUILT']);
+const settled = new Set(['READY', 'PARTIALLY_READY', 'FAILED']); // template statuses no build changes
+
+const view = document.getElementById('view');
+let generation = 0; // bumped on every route change: stale polls stop
+const listState = { status: '', q: '', offset: 0 };
+
+function schedule(gen, fn) {
+  setTimeout(() => {
+    if (gen === generation) {
+      fn();
+    }
+  }, pollMS);
+}
+
+// showError puts an error in el; an AuthError opens the token form.
+function showError(el, err) {
+  if (err instanceof api.AuthError) {
+    askToken(err.message);
+  }
+  clear(el);
+  el.appendChild(h('p', { class: 'error', role: 'alert' }, err.message || String(err)));
+}
+
+function askToken(msg) {
+  const auth = document.getElementById('auth');
+  auth.hidden = false;
+  document.getElementById('auth-error').textContent = api.token() ? 'The token was refused: ' + msg : '';
+  document.getElementById('auth-token').focus();
+}
+
+function route() {
+  generation++;
+  clear(view);
+  const hash = location.hash || '#/';
+  if (hash.startsWith('#/t/')) {
+    let id;
+    try {
+      id = decodeURIComponent(hash.slice(4));
+    } catch {
+      id = hash.slice(4);
+    }
+    templateView(id, generation);
+  } else {
+    listView(generation);
+  }
+}
+
+// ---- Templates ----
+
+function listView(gen) {
+  const msg = h('div', { id: 'list-message' });
+  const body = h('tbody', { id: 'template-rows' });
+  const pager = h('div', { class: 'pager', id: 'pager' });
+  const status = h('select', { id: 'filter-status', 'aria-label': 'Status' },
+    statuses.map((s) => h('option', { value: s, selected: s === listState.status }, s || 'any status')));
+  const q = h('input', { id: 'filter-text', type: 'search', placeholder: 'id, alias or image', value: listState.q, 'aria-label': 'Filter' });
+  const refilter = () => {
+    listState.status = status.value;
+    listState.q = q.value.trim();
+    listState.offset = 0;
+    load();
+  };
+  status.addEventListener('change', refilter);
+  q.addEventListener('input', refilter);
+
+  view.append(
+    h('h1', {}, 'Templates'),
+    createForm(),
+    h('div', { class: 'filters' }, status, q),
+    msg,
+    h('div', { class: 'table-wrap' },
+      h('table', { id: 'templates' },
+        h('thead', {}, h('tr', {}, ['Template', 'Alias', 'Status', 'Image', 'Replicas ready', 'Created', 'Last job'].map((c) => h('th', { scope: 'col' }, c)))),
+        body)),
+    pager);
+
+  let seq = 0;
+  async function load() {
+    const mine = ++seq;
+    const params = { limit: String(pageSize), offset: String(listState.offset) };
+    if (listState.status) {
+      params.status = listState.status;
+    }
+    if (listState.q) {
+      params.q = listState.q;
+    }
+    let data;
+    try {
+      data = await api.listTemplates(params);
+    } catch (err) {
+      if (gen === generation && mine === seq) {
+        showError(msg, err);
+        if (!(err instanceof api.AuthError)) {
+          schedule(gen, load); // a passing failure: try again
+        }
+      }
+      return;
+    }
+    if (gen !== generation || mine !== seq) {
+      return;
+    }
+    clear(msg);
+    renderRows(body, data.data || []);
+    renderPager(pager, data.total ?? (data.data || []).length, load);
+    // A template still building updates in place.
+    if ((data.data || []).some((t) => !settled.has(t.status))) {
+      schedule(gen, load);
+    }
+  }
+  load();
+}
+
+function renderRows(body, items) {
+  clear(body);
+  if (items.length === 0) {
+    body.appendChild(h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No templates match.')));
+    return;
+  }
+  for (const t of items) {
+    body.appendChild(h('tr', { 'data-template-id': t.template_id },
+      h('td', {}, hashLink('/t/', t.template_id, t.template_id)),
+      h('td', {}, t.alias || ''),
+      h('td', {}, statusBadge(t.status), t.last_error ? h('div', { class: 'error small' }, t.last_error) : null),
+      h('td', { class: 'mono' }, t.image_info || ''),
+      h('td', {}, `${t.replicas_ready ?? 0} / ${t.replicas_total ?? 0}`),
+      h('td', {}, when(t.created_at)),
+      h('td', { class: 'mono' }, t.job_id || '')));
+  }
+}
+
+function renderPager(el, total, load) {
+  clear(el);
+  const from = total === 0 ? 0 : listState.offset + 1;
+  const to = Math.min(listState.offset + pageSize, total);
+  el.append(
+    h('button', { type: 'button', disabled: listState.offset === 0, onclick: () => { listState.offset = Math.max(0, listState.offset - pageSize); load(); } }, 'Previous'),
+    h('span', {}, ` ${from}–${to} of ${total} `),
+    h('button', { type: 'button', disabled: to >= total, onclick: () => { listState.offset += pageSize; load(); } }, 'Next'));
+}
+
+function createForm() {
+  const image = h('input', { id: 'create-image', required: true, placeholder: 'registry/repo:tag', size: 40 });
+  const alias = h('input', { id: 'create-alias', placeholder: 'optional: a-z 0-9 -' });
+  const size = h('input', { id: 'create-size', value: '1Gi', size: 6 });
+  const out = h('p', { id: 'create-result', role: 'status' });
+  const form = h('form', { id: 'create-form', class: 'card' },
+    h('h2', {}, 'Create from image'),
+    h('label', {}, 'Image ', image),
+    h('label', {}, 'Alias ', alias),
+    h('label', {}, 'Writable layer ', size),
+    h('button', { type: 'submit', id: 'create-submit' }, 'Create'),
+    out);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const req = { source_image_ref: image.value.trim(), writable_layer_size: size.value.trim() };
+    if (alias.value.trim()) {
+      req.alias = alias.value.trim();
+    }
+    out.className = '';
+    out.textContent = 'Submitting…';
+    try {
+      const data = await api.createFromImage(req);
+      const job = data.job || {};
+      location.hash = '#/t/' + encodeURIComponent(job.template_id);
+    } catch (err) {
+      out.className = 'error';
+      out.textContent = 'Not created: ' + err.message;
+      if (err instanceof api.AuthError) {
+        askToken(err.message);
+      }
+    }
+  });
+  return form;
+}
+
+// ---- Template ----
+
+function templateView(id, gen) {
+  const head = h('div', { id: 'template-head' });
+  const jobEl = h('section', { id: 'job', class: 'card' });
+  const replicasEl = h('section', { id: 'replicas', class: 'card' });
+  const requestEl = h('section', { id: 'request', class: 'card' });
+  view.append(h('p', {}, h('a', { href: '#/' }, '← Templates')), h('h1', { id: 'template-title' }, 'Template ', h('code', {}, id)),
+    head, jobEl, replicasEl, requestEl, deleteForm(id));
+
+  async function loadTemplate() {
+    let t;
+    try {
+      t = await api.getTemplate(id);
+    } catch (err) {
+      if (gen === generation) {
+        showError(head, err);
+      }
+      return null;
+    }
+    if (gen !== generation) {
+      return null;
+    }
+    renderTemplate(head, replicasEl, requestEl, t);
+    return t;
+  }
+
+  async function loadJob(jobID) {
+    let data;
+    try {
+      data = jobID ? await api.getJob(jobID) : await api.templateJob(id);
+    } catch (err) {
+      if (gen !== generation) {
+        return;
+      }
+      if (err instanceof api.APIError && err.code === api.codeNotFound) {
+        clear(jobEl);
+        jobEl.append(h('h2', {}, 'Latest job'), h('p', {}, 'This template has no job.'));
+        return;
+      }
+      showError(jobEl, err);
+      if (!(err instanceof api.AuthError)) {
+        schedule(gen, () => loadJob(jobID));
+      }
+      return;
+    }
+    if (gen !== generation) {
+      return;
+    }
+    const job = data.job || {};
+    renderJob(jobEl, job);
+    if (activeJob.has(job.status)) {
+      // The job is live: poll it, and the template's replicas with it.
+      schedule(gen, async () => {
+        await loadTemplate();
+        loadJob(job.job_id);
+      });
+    } else if (jobID) {
+      loadTemplate(); // the last poll saw it end: show the final state
+    }
+  }
+
+  loadTemplate().then(() => loadJob(''));
+}
+
+function dl(pairs) {
+  return h('dl', {}, pairs.filter(([, v]) => v !== undefined && v !== null && v !== '').map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
+function renderTemplate(head, replicasEl, requestEl, t) {
+  clear(head);
+  head.append(dl([
+    ['Status', statusBadge(t.status)],
+    ['Alias', t.alias],
+    ['Image', t.image_info],
+    ['Created', when(t.created_at)],
+    ['Instance type', t.instance_type],
+    ['Version', t.version],
+    ['Last error', t.last_error],
+  ]));
+  clear(replicasEl);
+  const reps = t.replicas || [];
+  replicasEl.append(h('h2', {}, 'Replicas'), reps.length === 0 ? h('p', {}, 'No node holds a copy yet.') :
+    h('div', { class: 'table-wrap' }, h('table', { id: 'replica-table' },
+      h('thead', {}, h('tr', {}, ['Node', 'Address', 'Status', 'Phase', 'Artifact', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, reps.map((r) => h('tr', {},
+        h('td', {}, r.node_id), h('td', {}, r.node_ip || ''), h('td', {}, statusBadge(r.status)), h('td', {}, r.phase || ''),
+        h('td', { class: 'mono' }, r.artifact_id || ''),
+        h('td', { class: 'error' }, [r.last_error_phase, r.error_message].filter(Boolean).join(': '))))))));
+  clear(requestEl);
+  requestEl.append(h('h2', {}, 'Stored request'),
+    t.create_request ? h('pre', { id: 'stored-request' }, JSON.stringify(t.create_request, null, 2)) : h('p', {}, 'None stored.'));
+}
+
+function renderJob(el, j) {
+  clear(el);
+  const pct = Math.max(0, Math.min(100, Number(j.progress) || 0));
+  const art = j.artifact || {};
+  el.append(
+    h('h2', {}, 'Latest job'),
+    dl([
+      ['Job', h('span', { class: 'mono', id: 'job-id' }, j.job_id)],
+      ['Operation', j.operation],
+      ['Status', h('span', { id: 'job-status' }, statusBadge(j.status))],
+      ['Phase', h('span', { id: 'job-phase' }, j.phase || '')],
+      ['Progress', h('span', {}, h('progress', { id: 'job-progress', max: 100, value: pct }), ` ${pct}%`)],
+      ['Pulled', j.pull_total_bytes ? `${bytes(j.pull_downloaded_bytes || 0)} of ${bytes(j.pull_total_bytes)}, ${j.pull_completed_layers || 0} of ${j.pull_total_layers || 0} layers` : ''],
+      ['Nodes', j.expected_node_count ? `${j.ready_node_count || 0} ready, ${j.failed_node_count || 0} failed of ${j.expected_node_count}` : ''],
+      ['Error', j.error_message ? h('span', { class: 'error', id: 'job-error' }, j.error_message) : ''],
+    ]));
+  const phases = Object.entries(j.phase_durations_ms || {});
+  if (phases.length) {
+    el.append(h('h3', {}, 'Phase durations'), h('table', { id: 'phase-table' },
+      h('tbody', {}, phases.map(([p, ms]) => h('tr', {}, h('th', { scope: 'row' }, p), h('td', {}, duration(ms)))))));
+  }
+  if ((j.nodes || []).length) {
+    el.append(h('h3', {}, 'Nodes of this job'), h('table', { id: 'job-nodes' },
+      h('tbody', {}, j.nodes.map((n) => h('tr', {}, h('td', {}, n.node_id), h('td', {}, statusBadge(n.status)), h('td', { class: 'error' }, n.error || ''))))));
+  }
+  el.append(h('h3', {}, 'Artifact'), art.artifact_id ? dl([
+    ['Artifact', h('span', { class: 'mono', id: 'artifact-id' }, art.artifact_id)],
+    ['SHA-256', h('span', { class: 'mono' }, art.ext4_sha256 || '')],
+    ['Size', art.ext4_size_bytes ? bytes(art.ext4_size_bytes) : ''],
+    ['Writable layer', art.writable_layer_size],
+    ['Status', art.status],
+  ]) : h('p', {}, 'Not built yet.'));
+}
+
+function deleteForm(id) {
+  const confirm = h('input', { id: 'delete-confirm', autocomplete: 'off', 'aria-label': 'Type the template id to confirm' });
+  const button = h('button', { type: 'submit', id: 'delete-submit', class: 'danger', disabled: true }, 'Delete');
+  const out = h('p', { id: 'delete-result', role: 'status' });
+  confirm.addEventListener('input', () => { button.disabled = confirm.value !== id; });
+  const form = h('form', { id: 'delete-form', class: 'card' },
+    h('h2', {}, 'Delete'),
+    h('p', {}, 'Deletes the template from every node and the stores. Type its id, ', h('code', {}, id), ', to confirm.'),
+    confirm, ' ', button, out);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (confirm.value !== id) {
+      return;
+    }
+    button.disabled = true;
+    out.className = '';
+    out.textContent = 'Deleting…';
+    try {
+      await api.deleteTemplate(id);
+      location.hash = '#/';
+    } catch (err) {
+      out.className = 'error';
+      out.textContent = 'Not deleted: ' + err.message;
+      button.disabled = false;
+    }
+  });
+  return form;
+}
+
+// ---- start ----
+
+document.getElementById('auth-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  api.setToken(document.getElementById('auth-token').value.trim());
+  document.getElementById('auth-token').value = '';
+  document.getElementById('auth').hidden = true;
+  document.getElementById('forget-token').hidden = !api.token();
+  route();
+});
+document.getElementById('forget-token').addEventListener('click', () => {
+  api.setToken('');
+  document.getElementById('forget-token').hidden = true;
+  route();
+});
+document.getElementById('forget-token').hidden = !api.token();
+window.addEventListener('hashchange', route);
+route();
