@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -53,6 +54,63 @@ func TestRunPublishesChunks(t *testing.T) {
 				t.Fatalf("ChunksErr = %v, want %v", res.ChunksErr, tc.err)
 			}
 			assertEmptyDir(t, f.pipeline.ScratchDir)
+		})
+	}
+}
+
+// A chunk publish slower than the build allows (ChunksWait) goes on after
+// the build returns: it still reads the whole image (its scratch copy is
+// gone by then), reports on ChunksLate, and drops its index again when
+// the artifact was deleted meanwhile.
+func TestSlowChunksFinishAfterTheBuild(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kept", true: "deleted meanwhile"}[deleted], func(t *testing.T) {
+			f := newFixture(t)
+			f.store.StatFunc = func(ctx context.Context, key string) (ports.ObjectInfo, error) {
+				if deleted {
+					return ports.ObjectInfo{}, core.ErrNotFound
+				}
+				return ports.ObjectInfo{Size: int64(len(f.put[key]))}, nil
+			}
+			release := make(chan struct{})
+			var read []byte
+			var dropped []string
+			f.pipeline.ChunksWait = 1e-9
+			f.pipeline.Chunks = &portsmock.ChunkStoreMock{
+				PutFunc: func(ctx context.Context, key string, r io.Reader, want ports.ObjectInfo) error {
+					<-release
+					var err error
+					read, err = io.ReadAll(r)
+					return err
+				},
+				DeleteFunc: func(ctx context.Context, key string) error {
+					dropped = append(dropped, key)
+					return nil
+				},
+			}
+			res, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "reg.example/app:v1"}, Request: request()}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ChunksLate == nil || res.ChunksErr != nil {
+				t.Fatalf("ChunksLate %v, ChunksErr %v: want the chunk publish going on", res.ChunksLate, res.ChunksErr)
+			}
+			assertEmptyDir(t, f.pipeline.ScratchDir)
+			close(release)
+			lerr := <-res.ChunksLate
+			key := core.ArtifactObjectKey(res.ArtifactID)
+			if !bytes.Equal(read, f.put[key]) {
+				t.Fatalf("the late chunk publish read %d bytes, want the %d of the image", len(read), len(f.put[key]))
+			}
+			if deleted {
+				if !errors.Is(lerr, errArtifactGone) || len(dropped) != 1 || dropped[0] != key {
+					t.Fatalf("late outcome %v, indexes dropped %v; want %s dropped as its artifact is gone", lerr, dropped, key)
+				}
+				return
+			}
+			if lerr != nil || len(dropped) != 0 {
+				t.Fatalf("late outcome %v, indexes dropped %v; want success", lerr, dropped)
+			}
 		})
 	}
 }

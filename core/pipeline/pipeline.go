@@ -42,7 +42,15 @@ type Pipeline struct {
 	// fetch only the chunks they lack. Its failure does not fail the
 	// build (Result.ChunksErr): nodes then download the whole file.
 	Chunks ports.ChunkStore
-	Clock  ports.Clock
+	// ChunksWait, when positive, bounds how long a build waits for its
+	// chunk publish once the whole file is published, as a share of the
+	// build's time so far (0.05: five percent more): a publish still
+	// running then goes on after the build (Result.ChunksLate), nodes
+	// taking the whole file until its index is written. Chunks all new to
+	// the store are what make it slow, and no node holds those anyway.
+	// Zero waits for it to end.
+	ChunksWait float64
+	Clock      ports.Clock
 	// ScratchDir holds per-build scratch directories (removed on exit).
 	ScratchDir     string
 	HeadroomBytes  int64
@@ -86,8 +94,13 @@ type Result struct {
 	// ChunksErr is why the artifact was not published as chunks (nil when
 	// it was, or without a chunk store).
 	ChunksErr error
-	Layers    int
-	Tree      ports.TreeStats
+	// ChunksLate, when set, yields the outcome of the chunk publish that
+	// outlived the build (Pipeline.ChunksWait), once it ends; an artifact
+	// deleted meanwhile has its index removed again, and the error says
+	// so.
+	ChunksLate <-chan error
+	Layers     int
+	Tree       ports.TreeStats
 	// CA is what baking the CubeEgress root CA did (zero without one).
 	CA CAResult
 	// Phases holds the wall time of each step.
@@ -119,6 +132,7 @@ type Resolved struct {
 // published, except when the image cannot be moved onto OutPath once the
 // store has taken it (the stored object, verified, stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
+	runStart := p.now()
 	if onEvent == nil {
 		onEvent = func(Event) {}
 	}
@@ -238,7 +252,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if p.Store != nil {
 		start = p.now()
 		onEvent(Event{Phase: core.PhaseUploading, Progress: 80})
-		if res.ChunksErr, err = p.publish(ctx, out, aid, sum, size); err != nil {
+		if res.ChunksErr, res.ChunksLate, err = p.publish(ctx, out, aid, sum, size, p.since(runStart)); err != nil {
 			return nil, err
 		}
 		res.ObjectKey = core.ArtifactObjectKey(aid)
@@ -433,17 +447,26 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	return st, br, nil
 }
 
+// lateChunksTimeout bounds a chunk publish that outlived its build.
+const lateChunksTimeout = time.Hour
+
 // publish stores the image whole and, at once, as chunks; chunksErr is the
-// chunk store's failure, which leaves the whole file published.
-func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) (chunksErr, err error) {
+// chunk store's failure, which leaves the whole file published. A chunk
+// publish still running ChunksWait × took after the whole file was
+// stored goes on alone and reports on late.
+func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64, took time.Duration) (chunksErr error, late <-chan error, err error) {
 	want := ports.ObjectInfo{Size: size, SHA256: sum}
+	key := core.ArtifactObjectKey(aid)
 	var chunked chan error
+	cctx, cancelChunks := context.WithTimeout(context.WithoutCancel(ctx), lateChunksTimeout)
 	if p.Chunks != nil {
 		chunked = make(chan error, 1)
+		// Opened here: the scratch file may be removed while a late
+		// publish still reads it.
+		f, err := os.Open(file)
 		go func() {
-			f, err := os.Open(file)
 			if err == nil {
-				err = p.Chunks.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+				err = p.Chunks.Put(cctx, key, f, want)
 				f.Close()
 			}
 			chunked <- err
@@ -451,19 +474,49 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 	}
 	f, err := os.Open(file)
 	if err == nil {
-		err = p.Store.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+		err = p.Store.Put(ctx, key, f, want)
 		f.Close()
 		if err != nil {
 			err = fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
 		}
 	}
-	if chunked != nil {
-		if cerr := <-chunked; cerr != nil {
+	if chunked == nil {
+		cancelChunks()
+		return nil, nil, err
+	}
+	var wait <-chan time.Time
+	if err == nil && p.ChunksWait > 0 {
+		wait = time.After(time.Duration(float64(took) * p.ChunksWait))
+	}
+	select {
+	case cerr := <-chunked:
+		cancelChunks()
+		if cerr != nil {
 			chunksErr = fmt.Errorf("publish %s as chunks: %w", aid, cerr)
 		}
+		return chunksErr, nil, err
+	case <-wait:
 	}
-	return chunksErr, err
+	out := make(chan error, 1)
+	go func() {
+		defer cancelChunks()
+		cerr := <-chunked
+		if cerr == nil {
+			// Deleted meanwhile (the deleter removed the whole file, then
+			// an index that was not there yet): the index goes too.
+			if _, serr := p.Store.Stat(cctx, key); errors.Is(serr, core.ErrNotFound) {
+				cerr = errors.Join(errArtifactGone, p.Chunks.Delete(cctx, key))
+			}
+		}
+		if cerr != nil {
+			cerr = fmt.Errorf("publish %s as chunks after the build: %w", aid, cerr)
+		}
+		out <- cerr
+	}()
+	return nil, out, nil
 }
+
+var errArtifactGone = errors.New("the artifact was deleted while its chunks were published; its index is removed")
 
 func hashFile(ctx context.Context, file string) (string, int64, error) {
 	f, err := os.Open(file)

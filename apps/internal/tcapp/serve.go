@@ -380,6 +380,10 @@ func provideServe(i do.Injector, o Options) {
 		}
 		p.Store = blobs
 		p.Chunks = chunksOf(cfg, blobs)
+		// A publish of chunks new to the store (slow: thousands of new
+		// objects) finishes after READY rather than delay it by more than
+		// 5 %; nodes take the whole file until its index is there.
+		p.ChunksWait = 0.05
 		locker, err := do.Invoke[ports.Locker](i)
 		if err != nil {
 			return nil, err
