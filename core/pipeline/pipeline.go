@@ -447,6 +447,10 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	return st, br, nil
 }
 
+// DefaultChunksWait is the data plane's Pipeline.ChunksWait: a build
+// waits for its chunks at most 5 % of its time beyond the whole file.
+const DefaultChunksWait = 0.05
+
 // lateChunksTimeout bounds a chunk publish that outlived its build.
 const lateChunksTimeout = time.Hour
 

@@ -383,7 +383,7 @@ func provideServe(i do.Injector, o Options) {
 		// A publish of chunks new to the store (slow: thousands of new
 		// objects) finishes after READY rather than delay it by more than
 		// 5 %; nodes take the whole file until its index is there.
-		p.ChunksWait = 0.05
+		p.ChunksWait = pipeline.DefaultChunksWait
 		locker, err := do.Invoke[ports.Locker](i)
 		if err != nil {
 			return nil, err
