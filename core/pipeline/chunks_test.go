@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -112,5 +113,26 @@ func TestSlowChunksFinishAfterTheBuild(t *testing.T) {
 				t.Fatalf("late outcome %v, indexes dropped %v; want success", lerr, dropped)
 			}
 		})
+	}
+}
+
+// A build waits for a chunk publish only when it looks like ending within
+// its share of the build's time.
+func TestChunksWaitFor(t *testing.T) {
+	const took = 10 * time.Second // most: 2.5 s at a quarter
+	for _, tc := range []struct {
+		name       string
+		elapsed    time.Duration
+		read, size int64
+		want       time.Duration
+	}{
+		{"all read: only writes and the index left", 2 * time.Second, 100, 100, 2500 * time.Millisecond},
+		{"nearly read (a rebuild)", 2 * time.Second, 90, 100, 2500 * time.Millisecond},
+		{"a third read (all new chunks)", 2 * time.Second, 33, 100, 0},
+		{"nothing read yet", 2 * time.Second, 0, 100, 0},
+	} {
+		if got := ChunksWaitFor(0.25, took, tc.elapsed, tc.read, tc.size); got != tc.want {
+			t.Errorf("%s: wait %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

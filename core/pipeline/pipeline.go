@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -42,13 +43,15 @@ type Pipeline struct {
 	// fetch only the chunks they lack. Its failure does not fail the
 	// build (Result.ChunksErr): nodes then download the whole file.
 	Chunks ports.ChunkStore
-	// ChunksWait, when positive, bounds how long a build waits for its
+	// ChunksWait, when positive, is how long a build may wait for its
 	// chunk publish once the whole file is published, as a share of the
-	// build's time so far (0.05: five percent more): a publish still
-	// running then goes on after the build (Result.ChunksLate), nodes
-	// taking the whole file until its index is written. Chunks all new to
-	// the store are what make it slow, and no node holds those anyway.
-	// Zero waits for it to end.
+	// build's time so far, and it waits only when the publish looks like
+	// ending within that (ChunksWaitFor): a rebuild on a known base,
+	// whose chunks are mostly stored, waits the moment its index needs;
+	// one of chunks all new to the store (slow: thousands of new
+	// objects, and no node holds them anyway) goes on after the build
+	// (Result.ChunksLate), nodes taking the whole file until its index is
+	// written. Zero waits for it to end.
 	ChunksWait float64
 	Clock      ports.Clock
 	// ScratchDir holds per-build scratch directories (removed on exit).
@@ -448,20 +451,53 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 }
 
 // DefaultChunksWait is the data plane's Pipeline.ChunksWait: a build
-// waits for its chunks at most 5 % of its time beyond the whole file.
-const DefaultChunksWait = 0.05
+// waits for chunks that look like ending within a quarter of its time.
+const DefaultChunksWait = 0.25
+
+// ChunksWaitFor is how long a build that took took until its publish, and
+// whose whole file is stored elapsed after the publish started, waits for
+// a chunk publish that has read read of size bytes: share × took when the
+// rest looks like taking no longer at the rate so far, else nothing.
+func ChunksWaitFor(share float64, took, elapsed time.Duration, read, size int64) time.Duration {
+	most := time.Duration(float64(took) * share)
+	switch {
+	case read >= size:
+		return most // only the last writes and the index are left
+	case read <= 0:
+		return 0
+	}
+	if rest := time.Duration(float64(elapsed) * float64(size-read) / float64(read)); rest > most {
+		return 0
+	}
+	return most
+}
+
+// countedFile counts the bytes read from it (ReadAt, which the chunk
+// store uses to store a chunk again, does not count).
+type countedFile struct {
+	*os.File
+	n *atomic.Int64
+}
+
+func (c countedFile) Read(p []byte) (int, error) {
+	n, err := c.File.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
 
 // lateChunksTimeout bounds a chunk publish that outlived its build.
 const lateChunksTimeout = time.Hour
 
 // publish stores the image whole and, at once, as chunks; chunksErr is the
 // chunk store's failure, which leaves the whole file published. A chunk
-// publish still running ChunksWait × took after the whole file was
-// stored goes on alone and reports on late.
+// publish still running once the whole file is stored and the build has
+// waited for it as ChunksWaitFor says goes on alone and reports on late.
 func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64, took time.Duration) (chunksErr error, late <-chan error, err error) {
 	want := ports.ObjectInfo{Size: size, SHA256: sum}
 	key := core.ArtifactObjectKey(aid)
 	var chunked chan error
+	var read atomic.Int64
+	pubStart := p.now()
 	cctx, cancelChunks := context.WithTimeout(context.WithoutCancel(ctx), lateChunksTimeout)
 	if p.Chunks != nil {
 		chunked = make(chan error, 1)
@@ -470,7 +506,7 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 		f, err := os.Open(file)
 		go func() {
 			if err == nil {
-				err = p.Chunks.Put(cctx, key, f, want)
+				err = p.Chunks.Put(cctx, key, countedFile{f, &read}, want)
 				f.Close()
 			}
 			chunked <- err
@@ -490,7 +526,7 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 	}
 	var wait <-chan time.Time
 	if err == nil && p.ChunksWait > 0 {
-		wait = time.After(time.Duration(float64(took) * p.ChunksWait))
+		wait = time.After(ChunksWaitFor(p.ChunksWait, took, p.since(pubStart), read.Load(), size))
 	}
 	select {
 	case cerr := <-chunked:

@@ -73,8 +73,7 @@ type chunkImage struct {
 	pubW   time.Duration
 	pubWC  time.Duration // until the chunks are stored too
 	// pubReady is when a data-plane build would return (READY): the whole
-	// file stored and the chunks, or pipeline.DefaultChunksWait of the
-	// build's time more.
+	// file stored, then the chunks as long as pipeline.ChunksWaitFor says.
 	pubReady time.Duration
 	chunks   int
 }
@@ -293,19 +292,27 @@ func (img *chunkImage) buildAndPublish(work string, store *artifactstore.Store, 
 	}
 	img.pubW = time.Since(start)
 	// Whole file and chunks at once, as the pipeline publishes: the build
-	// returns once the whole file is stored and the chunks are, or
-	// DefaultChunksWait of its time later.
+	// returns once the whole file is stored and the chunks are, or when
+	// pipeline.ChunksWaitFor stops waiting for them.
 	start = time.Now()
 	var cerr error
 	chunked := make(chan struct{})
+	var read atomic.Int64
 	go func() {
 		defer close(chunked)
-		cerr = putFile(ctx, chunks, core.ArtifactObjectKey(img.name), img.file, want)
+		f, err := os.Open(img.file)
+		if err != nil {
+			cerr = err
+			return
+		}
+		defer f.Close()
+		cerr = chunks.Put(ctx, core.ArtifactObjectKey(img.name), countingFile{f, &read}, want)
 	}()
 	werr := putFile(ctx, store, core.ArtifactObjectKey(img.name), img.file, want)
+	el := time.Since(start)
 	select {
 	case <-chunked:
-	case <-time.After(time.Duration(float64(img.build+time.Since(start)) * corepipeline.DefaultChunksWait)):
+	case <-time.After(corepipeline.ChunksWaitFor(corepipeline.DefaultChunksWait, img.build, el, read.Load(), img.size)):
 	}
 	img.pubReady = time.Since(start)
 	<-chunked
@@ -320,6 +327,18 @@ func (img *chunkImage) buildAndPublish(work string, store *artifactstore.Store, 
 	}
 	img.chunks = len(x.Chunks)
 	return nil
+}
+
+// countingFile counts the bytes the chunk store reads (as the pipeline's).
+type countingFile struct {
+	*os.File
+	n *atomic.Int64
+}
+
+func (c countingFile) Read(p []byte) (int, error) {
+	n, err := c.File.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func putFile(ctx context.Context, s ports.ArtifactStore, key, file string, want ports.ObjectInfo) error {
