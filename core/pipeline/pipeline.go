@@ -451,8 +451,11 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 }
 
 // DefaultChunksWait is the data plane's Pipeline.ChunksWait: a build
-// waits for chunks that look like ending within a quarter of its time.
-const DefaultChunksWait = 0.25
+// waits for chunks that look like ending within half its time more. A
+// rebuild's chunk publish reads and hashes the whole image on one core
+// (about 1.5 times the whole file's publish here); one of new chunks is
+// slower many times over and does not wait.
+const DefaultChunksWait = 0.5
 
 // ChunksWaitFor is how long a build that took took until its publish, and
 // whose whole file is stored elapsed after the publish started, waits for
