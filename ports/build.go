@@ -186,6 +186,15 @@ type ArtifactStore interface {
 	Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
 	// Delete removes the object; a missing object is not an error.
 	Delete(ctx context.Context, key string) error
+	// List calls fn with the key and info of every object whose key starts
+	// with prefix, each once, in no particular order; an object put or
+	// deleted while the listing runs may or may not be listed. prefix is ""
+	// (every object) or a valid key followed by "/" (otherwise the error
+	// wraps core.ErrInvalidArgument); a prefix nothing is under lists
+	// nothing. The info has Size and ModTime; SHA256 may be empty (an
+	// object listing does not carry it on every store). An error from fn
+	// stops the listing and is returned, wrapped.
+	List(ctx context.Context, prefix string, fn func(key string, info ObjectInfo) error) error
 	// SignedURL mints a time-limited GET URL, or core.ErrUnsupported for
 	// stores that cannot (file, memory); URLs are never stored.
 	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)

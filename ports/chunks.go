@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core/chunk"
 )
@@ -14,8 +15,8 @@ import (
 // nothing otherwise (no index; chunks already written stay, unreferenced,
 // as they are content-addressed); Stat and Open answer from the index and
 // the chunks (Open verifies each chunk before passing it on); Delete
-// removes the object's index, not the chunks other objects may share;
-// SignedURL is unsupported. ports/chunkstoretest is its own suite.
+// removes the object's index, not the chunks other objects may share
+// (Collect deletes the chunks no index names); SignedURL is unsupported. ports/chunkstoretest is its own suite.
 type ChunkStore interface {
 	ArtifactStore
 	// Index returns the index of the object at key, checked
@@ -26,4 +27,24 @@ type ChunkStore interface {
 	// core.ErrInvalidArgument (not an id). The bytes are as stored: the
 	// reader checks them against the id.
 	OpenChunk(ctx context.Context, id string) (io.ReadCloser, error)
+	// Collect deletes the chunks no index names that were stored at least
+	// grace before the collection started (by the store's clock), and
+	// reports what it found. A Put that runs at the same time never ends
+	// with an index naming a deleted chunk: it stores the chunk again or
+	// fails without an index. The caller runs one Collect at a time over
+	// a store, across every process that shares it (a Locker); a failed
+	// Collect may have deleted some of the chunks, never one in use.
+	Collect(ctx context.Context, grace time.Duration) (ChunkCollection, error)
+}
+
+// ChunkCollection is what one ChunkStore.Collect found and did.
+type ChunkCollection struct {
+	// Indexes is how many indexes were read; BadIndexes how many did not
+	// check (their chunks count as unused: no node takes such an index).
+	Indexes, BadIndexes int
+	// Chunks is how many chunks were listed; Young how many unused ones
+	// were kept as too recent; Deleted how many were deleted, with
+	// DeletedBytes bytes.
+	Chunks, Young, Deleted int
+	DeletedBytes           int64
 }

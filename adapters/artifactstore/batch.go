@@ -74,7 +74,9 @@ func (s *Store) SyncAll(ctx context.Context) error {
 	d.mu.Unlock()
 	var errs []error
 	for dir := range dirs {
-		if err := d.syncDir(dir); err != nil {
+		// A directory removed since (Remove prunes empty ones) holds
+		// none of the objects any more: nothing to make durable.
+		if err := d.syncDir(dir); err != nil && !isNotExist(err) {
 			errs = append(errs, fmt.Errorf("sync directory %s: %w", dir, err))
 		}
 	}

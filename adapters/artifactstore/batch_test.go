@@ -112,3 +112,25 @@ func TestPutUnsyncedModesAndPrunedDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An object PutUnsynced wrote and another caller deleted (pruning its
+// directory) before SyncAll leaves nothing to sync: SyncAll succeeds.
+func TestSyncAllAfterTheDirectoryWasPruned(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := []byte("chunk bytes")
+	sum := sha256.Sum256(data)
+	if err := s.PutUnsynced(ctx, "c/d/x", data, ports.ObjectInfo{Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "c/d/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SyncAll(ctx); err != nil {
+		t.Fatalf("SyncAll after the only object of its directory was deleted: %v", err)
+	}
+}

@@ -181,6 +181,25 @@ func (bb *bucketBackend) Remove(ctx context.Context, key string) error {
 	return nil
 }
 
+func (bb *bucketBackend) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	it := bb.b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return classify(err)
+		}
+		if o.IsDir {
+			continue
+		}
+		if err := fn(o.Key, ports.ObjectInfo{Size: o.Size, ModTime: o.ModTime}); err != nil {
+			return err
+		}
+	}
+}
+
 func (bb *bucketBackend) SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error) {
 	if !bb.canSign {
 		return "", fmt.Errorf("signed URLs: %w", core.ErrUnsupported)

@@ -507,11 +507,46 @@ func (d *dirBackend) Remove(_ context.Context, key string) error {
 	if err := d.root.Remove(key); err != nil && !isNotExist(err) {
 		return err
 	}
-	if err := d.syncDir(path.Dir(key)); err != nil {
+	// A concurrent Remove may have pruned the directory, emptied by both:
+	// then the entry is gone with it.
+	if err := d.syncDir(path.Dir(key)); err != nil && !isNotExist(err) {
 		return err
 	}
 	d.pruneEmpty(path.Dir(key))
 	return nil
+}
+
+// List walks the directory of prefix. Temp files are not objects; a
+// directory that vanishes during the walk (Remove prunes empty ones) is
+// skipped.
+func (d *dirBackend) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	root := "."
+	if prefix != "" {
+		root = strings.TrimSuffix(prefix, "/")
+	}
+	err := fs.WalkDir(d.root.FS(), root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if isNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), tmpPrefix) || !strings.HasPrefix(p, prefix) {
+			return nil
+		}
+		fi, err := e.Info()
+		if isNotExist(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fn(p, ports.ObjectInfo{Size: fi.Size(), ModTime: fi.ModTime()})
+	})
+	return err
 }
 
 func (d *dirBackend) SignedURL(context.Context, string, time.Duration) (string, error) {

@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -150,6 +152,36 @@ func TestFileDeleteLeavesNoEmptyDirectories(t *testing.T) {
 
 // TestFileLayout pins where objects live and that the sha256 is stored on
 // the file itself, so operators can find and check them.
+// TestFileConcurrentDeletesInOneDirectory deletes the objects of one
+// directory at once (as the chunk collector does): the one that empties
+// it prunes it, which must not fail the others.
+func TestFileConcurrentDeletesInOneDirectory(t *testing.T) {
+	ctx := context.Background()
+	s := openFileStore(t, t.TempDir())
+	for round := range 30 {
+		keys := make([]string, 8)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("d%d/o%d", round, i)
+			b := []byte(keys[i])
+			if err := s.Put(ctx, keys[i], bytes.NewReader(b), info(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, len(keys))
+		var wg sync.WaitGroup
+		for _, k := range keys {
+			wg.Go(func() { errs <- s.Delete(ctx, k) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: concurrent Delete: %v", round, err)
+			}
+		}
+	}
+}
+
 func TestFileLayout(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(context.Background(), "file://"+dir+"?prefix=arts")

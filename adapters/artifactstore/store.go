@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -44,6 +45,10 @@ type Driver interface {
 	Open(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
 	// Remove deletes the object; a missing one is not an error.
 	Remove(ctx context.Context, key string) error
+	// List calls fn with the full key and info of every object under
+	// prefix ("" or ending with "/", already carrying the store's
+	// prefix), as Store.List describes.
+	List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error
 	// SignedURL mints a presigned GET URL, or fails wrapping
 	// core.ErrUnsupported.
 	SignedURL(ctx context.Context, key string, ttl time.Duration) (string, error)
@@ -189,6 +194,27 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	if err := s.be.Remove(ctx, full); err != nil {
 		return fmt.Errorf("delete artifact %s: %w", key, err)
+	}
+	return nil
+}
+
+// List implements ports.ArtifactStore: every object under prefix, keys
+// without the store's prefix. Only objects are listed: the file backend's
+// temp files and directories are not.
+func (s *Store) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	if prefix != "" {
+		if !strings.HasSuffix(prefix, "/") {
+			return fmt.Errorf("list artifacts: %w", &core.FieldError{Field: "prefix", Reason: fmt.Sprintf("%q does not end with /", prefix)})
+		}
+		if err := ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+			return fmt.Errorf("list artifacts: %w", err)
+		}
+	}
+	err := s.be.List(ctx, s.prefix+prefix, func(key string, info ports.ObjectInfo) error {
+		return fn(strings.TrimPrefix(key, s.prefix), info)
+	})
+	if err != nil {
+		return fmt.Errorf("list artifacts under %q: %w", prefix, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +68,11 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 	if _, err := s.base.Stat(ctx, indexKey(key)); errors.Is(err, core.ErrInvalidArgument) {
 		return fmt.Errorf("put chunked: %w", err)
 	}
+	// Read before any chunk is looked for: see settle.
+	before, err := s.readState(ctx)
+	if err != nil {
+		return fmt.Errorf("put chunked %s: %w", key, err)
+	}
 	x, err := s.split(ctx, io.LimitReader(r, want.Size+1))
 	if err != nil {
 		return fmt.Errorf("put chunked %s: %w", key, err)
@@ -81,6 +87,12 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, want ports.Obj
 	sum := sha256.Sum256(b)
 	if err := s.base.Put(ctx, indexKey(key), bytes.NewReader(b), ports.ObjectInfo{Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}); err != nil {
 		return fmt.Errorf("put chunked %s: index: %w", key, err)
+	}
+	if err := s.settle(ctx, x, before, r); err != nil {
+		// Not proven complete: the index goes again.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return errors.Join(fmt.Errorf("put chunked %s: %w", key, err), s.base.Delete(dctx, indexKey(key)))
 	}
 	return nil
 }
@@ -352,6 +364,28 @@ func (r *reader) Close() error { return nil }
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.base.Delete(ctx, indexKey(key)); err != nil {
 		return fmt.Errorf("delete chunked %s: %w", key, err)
+	}
+	return nil
+}
+
+// List implements ports.ArtifactStore: the objects whose indexes are
+// under prefix, with the size and sha256 their indexes record and the
+// indexes' modification times.
+func (s *Store) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	// The base checks the prefix, with the indexes' in front.
+	err := s.base.List(ctx, indexPrefix+prefix, func(k string, _ ports.ObjectInfo) error {
+		key := strings.TrimPrefix(k, indexPrefix)
+		info, err := s.Stat(ctx, key)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil // deleted since listed
+		}
+		if err != nil {
+			return err
+		}
+		return fn(key, info)
+	})
+	if err != nil {
+		return fmt.Errorf("list chunked under %q: %w", prefix, err)
 	}
 	return nil
 }

@@ -26,6 +26,10 @@ type Config struct {
 	ArtifactStoreURL string `yaml:"artifact_store_url"`
 	// Chunks publishes artifacts as chunks too (adapters/chunkstore).
 	Chunks bool `yaml:"chunks"`
+	// ChunkGCInterval is how often unused chunks are collected (0: never);
+	// ChunkGCGrace keeps those stored less than this before a collection.
+	ChunkGCInterval time.Duration `yaml:"chunk_gc_interval"`
+	ChunkGCGrace    time.Duration `yaml:"chunk_gc_grace"`
 	// ArtifactFileMode is the permission of the local store's objects
 	// (octal; directories get search where it grants read).
 	ArtifactFileMode string `yaml:"artifact_file_mode"`
@@ -351,7 +355,9 @@ func DefaultsFor(d Dirs) Config {
 		ArtifactStoreDir:       d.State + "/artifacts",
 		WorkDir:                d.State + "/work",
 		LayerCacheMaxBytes:     20 << 30,
-		Chunks:                 false,
+		Chunks:                 true,
+		ChunkGCInterval:        time.Hour,
+		ChunkGCGrace:           10 * time.Minute,
 		MaxConcurrentBuilds:    2,
 		RegistryTimeout:        60 * time.Second,
 		BuildTimeout:           2 * time.Hour,
@@ -534,6 +540,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS: %d, must be at least 1", c.MaxConcurrentBuilds)
+	}
+	if c.ChunkGCInterval < 0 || c.ChunkGCGrace < 0 {
+		return fmt.Errorf("CUBE_TEMPLATE_CENTER_CHUNK_GC_INTERVAL and _GRACE: %s and %s, must be 0 (off) or positive", c.ChunkGCInterval, c.ChunkGCGrace)
 	}
 	if c.ScrubInterval < 0 {
 		return fmt.Errorf("CUBE_TEMPLATE_CENTER_SCRUB_INTERVAL: %s, must be 0 (off) or positive", c.ScrubInterval)

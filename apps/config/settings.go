@@ -114,9 +114,15 @@ func Settings() []Setting {
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_URL", YAML: "artifact_store_url", Service: DataPlane,
 			Doc:   "Artifact store as a gocloud URL (`file:///dir[?create_dir=true][&file_mode=0640]`, `s3://bucket?region=...`, `gs://bucket`, `mem://`); overrides the directory and CUBE_S3_*.",
 			Field: func(c *Config) any { return &c.ArtifactStoreURL }},
-		{Env: "CUBE_TEMPLATE_CENTER_CHUNKS", YAML: "chunks", Service: DataPlane, Default: "false",
-			Doc:   "Also publish every artifact as content-defined chunks and an index in the artifact store (under `_chunks/`, each chunk once), so that nodes fetch only the chunks they lack; the whole file and its download stay. Costs a second copy of new chunks in the store, and chunks are not yet collected when their artifacts are deleted: off by default until they are.",
+		{Env: "CUBE_TEMPLATE_CENTER_CHUNKS", YAML: "chunks", Service: DataPlane,
+			Doc:   "Also publish every artifact as content-defined chunks and an index in the artifact store (under `_chunks/`, each chunk once), so that nodes fetch only the chunks they lack; the whole file and its download stay. Costs a second copy of new chunks in the store; chunks no artifact uses any more are collected (CUBE_TEMPLATE_CENTER_CHUNK_GC_INTERVAL).",
 			Field: func(c *Config) any { return &c.Chunks }},
+		{Env: "CUBE_TEMPLATE_CENTER_CHUNK_GC_INTERVAL", YAML: "chunk_gc_interval", Service: DataPlane, ZeroOff: true,
+			Doc:   "How often the chunks no artifact's index names any more are deleted from the store; a collection also runs when the data plane starts and soon after an artifact is deleted, one at a time across replicas. `0` turns it off (unused chunks then stay). A Go duration.",
+			Field: func(c *Config) any { return &c.ChunkGCInterval }},
+		{Env: "CUBE_TEMPLATE_CENTER_CHUNK_GC_GRACE", YAML: "chunk_gc_grace", Service: DataPlane, ZeroOff: true,
+			Doc:   "Unused chunks stored less than this before a collection starts are kept for the next one: those of publishes in flight, which a collection would otherwise make them store again (safe either way). `0` turns it off. A Go duration.",
+			Field: func(c *Config) any { return &c.ChunkGCGrace }},
 		{Env: "CUBE_TEMPLATE_CENTER_ARTIFACT_FILE_MODE", YAML: "artifact_file_mode", Service: DataPlane,
 			Doc: "Permission of the local artifact store's files, in octal; its directories get search where it grants read (0640 gives 0750). " +
 				"Never readable by everyone by default: an image can hold secrets. A Cubelet or upstream master that reads the files as another user needs the group, or `0644`. " +

@@ -21,8 +21,10 @@ type Deleter struct {
 	Store     ports.Store
 	Artifacts ports.ArtifactStore
 	// Chunks, when set, holds the artifacts' chunk indexes: an index goes
-	// with its artifact's bytes (the chunks stay, shared).
-	Chunks ports.ChunkStore
+	// with its artifact's bytes, and ChunkGC (when set) is asked to
+	// collect the chunks no index names any more.
+	Chunks  ports.ChunkStore
+	ChunkGC *ChunkCollector
 }
 
 // errNotDeletable aborts the claim of a row in a status that is not ours
@@ -55,7 +57,9 @@ func (d *Deleter) Delete(ctx context.Context, artifactID string) error {
 	key := core.ObjectKeyOf(a)
 	derr := d.Artifacts.Delete(ctx, key)
 	if d.Chunks != nil && derr == nil {
-		derr = d.Chunks.Delete(ctx, key)
+		if derr = d.Chunks.Delete(ctx, key); derr == nil {
+			d.ChunkGC.Kick()
+		}
 	}
 	if derr != nil {
 		msg := fmt.Sprintf("delete %s from the %s store: %v", key, d.Artifacts.Backend(), derr)

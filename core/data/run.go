@@ -147,6 +147,16 @@ func (r *run) execute() {
 		if res.ChunksErr != nil {
 			r.log.Warn("artifact not published as chunks: nodes download it whole", "err", res.ChunksErr)
 		}
+		if late := res.ChunksLate; late != nil {
+			log := r.log
+			go func() {
+				if err := <-late; err != nil {
+					log.Warn("artifact not published as chunks: nodes download it whole", "err", err)
+				} else {
+					log.Info("artifact published as chunks after its build")
+				}
+			}()
+		}
 		err = r.markReady(res)
 	}
 	if err != nil {

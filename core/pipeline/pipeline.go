@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -42,7 +43,17 @@ type Pipeline struct {
 	// fetch only the chunks they lack. Its failure does not fail the
 	// build (Result.ChunksErr): nodes then download the whole file.
 	Chunks ports.ChunkStore
-	Clock  ports.Clock
+	// ChunksWait, when positive, is how long a build may wait for its
+	// chunk publish once the whole file is published, as a share of the
+	// build's time so far, and it waits only when the publish looks like
+	// ending within that (ChunksWaitFor): a rebuild on a known base,
+	// whose chunks are mostly stored, waits the moment its index needs;
+	// one of chunks all new to the store (slow: thousands of new
+	// objects, and no node holds them anyway) goes on after the build
+	// (Result.ChunksLate), nodes taking the whole file until its index is
+	// written. Zero waits for it to end.
+	ChunksWait float64
+	Clock      ports.Clock
 	// ScratchDir holds per-build scratch directories (removed on exit).
 	ScratchDir     string
 	HeadroomBytes  int64
@@ -86,8 +97,13 @@ type Result struct {
 	// ChunksErr is why the artifact was not published as chunks (nil when
 	// it was, or without a chunk store).
 	ChunksErr error
-	Layers    int
-	Tree      ports.TreeStats
+	// ChunksLate, when set, yields the outcome of the chunk publish that
+	// outlived the build (Pipeline.ChunksWait), once it ends; an artifact
+	// deleted meanwhile has its index removed again, and the error says
+	// so.
+	ChunksLate <-chan error
+	Layers     int
+	Tree       ports.TreeStats
 	// CA is what baking the CubeEgress root CA did (zero without one).
 	CA CAResult
 	// Phases holds the wall time of each step.
@@ -119,6 +135,7 @@ type Resolved struct {
 // published, except when the image cannot be moved onto OutPath once the
 // store has taken it (the stored object, verified, stays).
 func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res *Result, err error) {
+	runStart := p.now()
 	if onEvent == nil {
 		onEvent = func(Event) {}
 	}
@@ -238,7 +255,7 @@ func (p *Pipeline) Run(ctx context.Context, in Input, onEvent func(Event)) (res 
 	if p.Store != nil {
 		start = p.now()
 		onEvent(Event{Phase: core.PhaseUploading, Progress: 80})
-		if res.ChunksErr, err = p.publish(ctx, out, aid, sum, size); err != nil {
+		if res.ChunksErr, res.ChunksLate, err = p.publish(ctx, out, aid, sum, size, p.since(runStart)); err != nil {
 			return nil, err
 		}
 		res.ObjectKey = core.ArtifactObjectKey(aid)
@@ -433,17 +450,66 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	return st, br, nil
 }
 
+// DefaultChunksWait is the data plane's Pipeline.ChunksWait: a build
+// waits for chunks that look like ending within half its time more. A
+// rebuild's chunk publish reads and hashes the whole image on one core
+// (about 1.5 times the whole file's publish here); one of new chunks is
+// slower many times over and does not wait.
+const DefaultChunksWait = 0.5
+
+// ChunksWaitFor is how long a build that took took until its publish, and
+// whose whole file is stored elapsed after the publish started, waits for
+// a chunk publish that has read read of size bytes: share × took when the
+// rest looks like taking no longer at the rate so far, else nothing.
+func ChunksWaitFor(share float64, took, elapsed time.Duration, read, size int64) time.Duration {
+	most := time.Duration(float64(took) * share)
+	switch {
+	case read >= size:
+		return most // only the last writes and the index are left
+	case read <= 0:
+		return 0
+	}
+	if rest := time.Duration(float64(elapsed) * float64(size-read) / float64(read)); rest > most {
+		return 0
+	}
+	return most
+}
+
+// countedFile counts the bytes read from it (ReadAt, which the chunk
+// store uses to store a chunk again, does not count).
+type countedFile struct {
+	*os.File
+	n *atomic.Int64
+}
+
+func (c countedFile) Read(p []byte) (int, error) {
+	n, err := c.File.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// lateChunksTimeout bounds a chunk publish that outlived its build.
+const lateChunksTimeout = time.Hour
+
 // publish stores the image whole and, at once, as chunks; chunksErr is the
-// chunk store's failure, which leaves the whole file published.
-func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64) (chunksErr, err error) {
+// chunk store's failure, which leaves the whole file published. A chunk
+// publish still running once the whole file is stored and the build has
+// waited for it as ChunksWaitFor says goes on alone and reports on late.
+func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int64, took time.Duration) (chunksErr error, late <-chan error, err error) {
 	want := ports.ObjectInfo{Size: size, SHA256: sum}
+	key := core.ArtifactObjectKey(aid)
 	var chunked chan error
+	var read atomic.Int64
+	pubStart := p.now()
+	cctx, cancelChunks := context.WithTimeout(context.WithoutCancel(ctx), lateChunksTimeout)
 	if p.Chunks != nil {
 		chunked = make(chan error, 1)
+		// Opened here: the scratch file may be removed while a late
+		// publish still reads it.
+		f, err := os.Open(file)
 		go func() {
-			f, err := os.Open(file)
 			if err == nil {
-				err = p.Chunks.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+				err = p.Chunks.Put(cctx, key, countedFile{f, &read}, want)
 				f.Close()
 			}
 			chunked <- err
@@ -451,19 +517,49 @@ func (p *Pipeline) publish(ctx context.Context, file, aid, sum string, size int6
 	}
 	f, err := os.Open(file)
 	if err == nil {
-		err = p.Store.Put(ctx, core.ArtifactObjectKey(aid), f, want)
+		err = p.Store.Put(ctx, key, f, want)
 		f.Close()
 		if err != nil {
 			err = fmt.Errorf("publish %s to %s store: %w", aid, p.Store.Backend(), err)
 		}
 	}
-	if chunked != nil {
-		if cerr := <-chunked; cerr != nil {
+	if chunked == nil {
+		cancelChunks()
+		return nil, nil, err
+	}
+	var wait <-chan time.Time
+	if err == nil && p.ChunksWait > 0 {
+		wait = time.After(ChunksWaitFor(p.ChunksWait, took, p.since(pubStart), read.Load(), size))
+	}
+	select {
+	case cerr := <-chunked:
+		cancelChunks()
+		if cerr != nil {
 			chunksErr = fmt.Errorf("publish %s as chunks: %w", aid, cerr)
 		}
+		return chunksErr, nil, err
+	case <-wait:
 	}
-	return chunksErr, err
+	out := make(chan error, 1)
+	go func() {
+		defer cancelChunks()
+		cerr := <-chunked
+		if cerr == nil {
+			// Deleted meanwhile (the deleter removed the whole file, then
+			// an index that was not there yet): the index goes too.
+			if _, serr := p.Store.Stat(cctx, key); errors.Is(serr, core.ErrNotFound) {
+				cerr = errors.Join(errArtifactGone, p.Chunks.Delete(cctx, key))
+			}
+		}
+		if cerr != nil {
+			cerr = fmt.Errorf("publish %s as chunks after the build: %w", aid, cerr)
+		}
+		out <- cerr
+	}()
+	return nil, out, nil
 }
+
+var errArtifactGone = errors.New("the artifact was deleted while its chunks were published; its index is removed")
 
 func hashFile(ctx context.Context, file string) (string, int64, error) {
 	f, err := os.Open(file)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"regexp"
@@ -87,6 +88,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"ConcurrentPutsSameKey", testConcurrentSameKey},
 		{"ConcurrentPutsDifferentKeys", testConcurrentKeys},
 		{"DeleteIsIdempotent", testDelete},
+		{"List", testList},
 		{"NotFound", testNotFound},
 		{"InvalidKeys", testInvalidKeys},
 		{"InvalidExpectation", testInvalidWant},
@@ -500,6 +502,79 @@ func testDelete(t *testing.T, e *env) {
 	}
 	if err := e.s.Delete(e.ctx, e.key("never/existed")); err != nil {
 		t.Fatalf("Delete of a key never written: %v", err)
+	}
+}
+
+func testList(t *testing.T, e *env) {
+	objs := map[string][]byte{
+		e.key("in/a"):      content(40, 100),
+		e.key("in/b/c"):    content(41, 2000),
+		e.key("in/b/d/e"):  content(42, 0),
+		e.key("inside"):    content(43, 10), // shares the characters, not the prefix
+		e.key("out/in/f"):  content(44, 10),
+		e.key("deleted/x"): content(45, 10),
+	}
+	for k, b := range objs {
+		mustPut(t, e, k, b)
+		t.Cleanup(func() { _ = e.s.Delete(context.Background(), k) })
+	}
+	if err := e.s.Delete(e.ctx, e.key("deleted/x")); err != nil {
+		t.Fatal(err)
+	}
+	list := func(prefix string) map[string]ports.ObjectInfo {
+		t.Helper()
+		got := map[string]ports.ObjectInfo{}
+		err := e.s.List(e.ctx, prefix, func(key string, info ports.ObjectInfo) error {
+			if _, dup := got[key]; dup {
+				t.Errorf("List(%q) listed %s twice", prefix, key)
+			}
+			got[key] = info
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		return got
+	}
+	got := list(e.key("in/"))
+	if len(got) != 3 {
+		t.Errorf("List(in/) = %v, want the 3 objects under in/", slices.Sorted(maps.Keys(got)))
+	}
+	for _, k := range []string{"in/a", "in/b/c", "in/b/d/e"} {
+		info, ok := got[e.key(k)]
+		switch {
+		case !ok:
+			t.Errorf("List(in/) misses %s", k)
+		case info.Size != int64(len(objs[e.key(k)])):
+			t.Errorf("List(in/) says %s has %d bytes, want %d", k, info.Size, len(objs[e.key(k)]))
+		case info.ModTime.IsZero():
+			t.Errorf("List(in/) gives %s no modification time", k)
+		}
+	}
+	if got := list(e.key("deleted/")); len(got) != 0 {
+		t.Errorf("List of a prefix whose only object was deleted = %v, want nothing", got)
+	}
+	if got := list(e.key("never/")); len(got) != 0 {
+		t.Errorf("List of a prefix never written = %v, want nothing", got)
+	}
+	if got := list(e.key("inside/")); len(got) != 0 {
+		t.Errorf("List below an object = %v, want nothing", got)
+	}
+	all := list("")
+	for k := range objs {
+		if _, ok := all[k]; ok != (k != e.key("deleted/x")) {
+			t.Errorf("List(\"\") lists %s: %v", k, ok)
+		}
+	}
+	stop := errors.New("stop")
+	n := 0
+	err := e.s.List(e.ctx, e.key("in/"), func(string, ports.ObjectInfo) error { n++; return stop })
+	if !errors.Is(err, stop) || n != 1 {
+		t.Errorf("List with a failing callback: %v after %d calls, want its error after 1", err, n)
+	}
+	for _, p := range []string{e.key("in"), "/", e.key("in//"), e.key("../in/")} {
+		err := e.s.List(e.ctx, p, func(string, ports.ObjectInfo) error { return nil })
+		wantErrIs(t, fmt.Sprintf("List(%q)", p), err, core.ErrInvalidArgument)
 	}
 }
 

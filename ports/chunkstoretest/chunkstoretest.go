@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"strings"
@@ -57,6 +58,9 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 		{"FailedPutLeavesNoIndex", testFailedPut},
 		{"RottedChunkFailsOpen", testRotted},
 		{"ChunkIDs", testChunkIDs},
+		{"CollectDeletesOnlyUnusedChunks", testCollect},
+		{"CollectKeepsYoungChunks", testCollectGrace},
+		{"PublishRacingCollect", testPublishRacingCollect},
 	}
 	run := randomHex(4)
 	for _, tc := range tests {
@@ -241,5 +245,169 @@ func testChunkIDs(t *testing.T, e *env) {
 	}
 	if _, err := e.s.Index(e.ctx, e.key("none")); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("Index of a missing object: %v, want core.ErrNotFound", err)
+	}
+}
+
+// dataIDs are the ids of the data chunks of the object at key.
+func dataIDs(t *testing.T, e *env, key string) map[string]bool {
+	t.Helper()
+	x, err := e.s.Index(e.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, c := range x.Chunks {
+		if !c.Zero {
+			ids[c.ID()] = true
+		}
+	}
+	return ids
+}
+
+func chunkExists(t *testing.T, e *env, id string) bool {
+	t.Helper()
+	rc, err := e.s.OpenChunk(e.ctx, id)
+	if errors.Is(err, core.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("OpenChunk %s: %v", id, err)
+	}
+	rc.Close()
+	return true
+}
+
+func collect(t *testing.T, e *env, grace time.Duration) ports.ChunkCollection {
+	t.Helper()
+	rep, err := e.s.Collect(e.ctx, grace)
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	return rep
+}
+
+func testCollect(t *testing.T, e *env) {
+	common := object(20, 2<<20)
+	a := append(append([]byte(nil), common...), object(21, 1<<20, 1<<20, 1<<20)...)
+	b := append(append([]byte(nil), common...), object(22, 1<<20)...)
+	put(t, e, e.key("a"), a)
+	put(t, e, e.key("b"), b)
+	idsA, idsB := dataIDs(t, e, e.key("a")), dataIDs(t, e, e.key("b"))
+	onlyA := 0
+	for id := range idsA {
+		if !idsB[id] {
+			onlyA++
+		}
+	}
+	if onlyA == 0 || len(idsA) == onlyA {
+		t.Fatalf("the objects share %d of a's %d chunks; the test needs some shared and some not", len(idsA)-onlyA, len(idsA))
+	}
+	if rep := collect(t, e, 0); rep.Deleted != 0 || rep.Indexes != 2 {
+		t.Fatalf("Collect with every chunk in use: %+v, want 2 indexes read and nothing deleted", rep)
+	}
+	if err := e.s.Delete(e.ctx, e.key("a")); err != nil {
+		t.Fatal(err)
+	}
+	rep := collect(t, e, 0)
+	if rep.Deleted != onlyA || rep.Indexes != 1 || rep.DeletedBytes <= 0 {
+		t.Fatalf("Collect after a was deleted: %+v, want a's %d own chunks deleted", rep, onlyA)
+	}
+	for id := range idsA {
+		if chunkExists(t, e, id) != idsB[id] {
+			t.Errorf("chunk %s (used by b: %v) exists: %v", id, idsB[id], !idsB[id])
+		}
+	}
+	if got := readAll(t, func() (io.ReadCloser, error) { return e.s.Open(e.ctx, e.key("b"), 0, -1) }); !bytes.Equal(got, b) {
+		t.Fatal("b no longer reads back after the collection")
+	}
+	if err := e.s.Delete(e.ctx, e.key("b")); err != nil {
+		t.Fatal(err)
+	}
+	if rep := collect(t, e, 0); rep.Deleted != len(idsB) {
+		t.Fatalf("Collect after b was deleted too: %+v, want b's %d chunks deleted", rep, len(idsB))
+	}
+	if rep := collect(t, e, 0); rep.Chunks != 0 || rep.Indexes != 0 {
+		t.Fatalf("Collect of an emptied store: %+v, want no chunk and no index left", rep)
+	}
+	// A publish after collections finds nothing missing.
+	put(t, e, e.key("a"), a)
+	if got := readAll(t, func() (io.ReadCloser, error) { return e.s.Open(e.ctx, e.key("a"), 0, -1) }); !bytes.Equal(got, a) {
+		t.Fatal("a published again after its chunks were collected does not read back")
+	}
+}
+
+func testCollectGrace(t *testing.T, e *env) {
+	a := object(23, 1<<20)
+	put(t, e, e.key("a"), a)
+	ids := dataIDs(t, e, e.key("a"))
+	if err := e.s.Delete(e.ctx, e.key("a")); err != nil {
+		t.Fatal(err)
+	}
+	if rep := collect(t, e, time.Hour); rep.Deleted != 0 || rep.Young != len(ids) {
+		t.Fatalf("Collect with an hour's grace: %+v, want a's %d chunks kept as young", rep, len(ids))
+	}
+	for id := range ids {
+		if !chunkExists(t, e, id) {
+			t.Fatalf("chunk %s younger than the grace was deleted", id)
+		}
+	}
+}
+
+// onlyReader hides every method of r but Read (a reader the chunk store
+// cannot read again).
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+// testPublishRacingCollect publishes objects made of the chunks of a
+// deleted object (so the publisher finds them stored and unused) while
+// collections run without grace, and checks that every publish either
+// reads back whole or failed leaving no index.
+func testPublishRacingCollect(t *testing.T, e *env) {
+	const rounds = 6
+	for i := range rounds {
+		old := object(uint64(30+i), 1<<20, 1<<20, 1<<20)
+		put(t, e, e.key(fmt.Sprintf("old%d", i)), old)
+		if err := e.s.Delete(e.ctx, e.key(fmt.Sprintf("old%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		next := append(append([]byte(nil), old...), object(uint64(60+i), 256<<10)...)
+		// A few collections, one after another (a collector that never
+		// stops would keep a publisher checking for ever).
+		collected := make(chan error, 1)
+		go func() {
+			var err error
+			for n := 0; n < 3 && err == nil; n++ {
+				_, err = e.s.Collect(e.ctx, 0)
+			}
+			collected <- err
+		}()
+		var r io.Reader = bytes.NewReader(next) // an io.ReaderAt: deleted chunks are stored again
+		if i%2 == 1 {
+			r = onlyReader{bytes.NewReader(next)}
+		}
+		key := e.key(fmt.Sprintf("new%d", i))
+		perr := e.s.Put(e.ctx, key, r, infoOf(next))
+		if err := <-collected; err != nil {
+			t.Fatalf("round %d: Collect: %v", i, err)
+		}
+		if perr != nil {
+			if i%2 == 0 || !strings.Contains(perr.Error(), "collection") {
+				t.Fatalf("round %d: Put: %v", i, perr)
+			}
+			if _, err := e.s.Index(e.ctx, key); !errors.Is(err, core.ErrNotFound) {
+				t.Fatalf("round %d: a Put that failed left its index: %v", i, err)
+			}
+			t.Logf("round %d: the publish failed as it should when it cannot store a deleted chunk again: %v", i, perr)
+			continue
+		}
+		for id := range dataIDs(t, e, key) {
+			if !chunkExists(t, e, id) {
+				t.Fatalf("round %d: the published index names chunk %s, which a collection deleted", i, id)
+			}
+		}
+		if got := readAll(t, func() (io.ReadCloser, error) { return e.s.Open(e.ctx, key, 0, -1) }); !bytes.Equal(got, next) {
+			t.Fatalf("round %d: the object published during collections does not read back", i)
+		}
 	}
 }

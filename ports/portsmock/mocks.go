@@ -3674,6 +3674,9 @@ var _ ports.ArtifactStore = &ArtifactStoreMock{}
 //			DeleteFunc: func(ctx context.Context, key string) error {
 //				panic("mock out the Delete method")
 //			},
+//			ListFunc: func(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+//				panic("mock out the List method")
+//			},
 //			OpenFunc: func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
 //				panic("mock out the Open method")
 //			},
@@ -3699,6 +3702,9 @@ type ArtifactStoreMock struct {
 	// DeleteFunc mocks the Delete method.
 	DeleteFunc func(ctx context.Context, key string) error
 
+	// ListFunc mocks the List method.
+	ListFunc func(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error
+
 	// OpenFunc mocks the Open method.
 	OpenFunc func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error)
 
@@ -3722,6 +3728,15 @@ type ArtifactStoreMock struct {
 			Ctx context.Context
 			// Key is the key argument value.
 			Key string
+		}
+		// List holds details about calls to the List method.
+		List []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Prefix is the prefix argument value.
+			Prefix string
+			// Fn is the fn argument value.
+			Fn func(key string, info ports.ObjectInfo) error
 		}
 		// Open holds details about calls to the Open method.
 		Open []struct {
@@ -3764,6 +3779,7 @@ type ArtifactStoreMock struct {
 	}
 	lockBackend   sync.RWMutex
 	lockDelete    sync.RWMutex
+	lockList      sync.RWMutex
 	lockOpen      sync.RWMutex
 	lockPut       sync.RWMutex
 	lockSignedURL sync.RWMutex
@@ -3830,6 +3846,46 @@ func (mock *ArtifactStoreMock) DeleteCalls() []struct {
 	mock.lockDelete.RLock()
 	calls = mock.calls.Delete
 	mock.lockDelete.RUnlock()
+	return calls
+}
+
+// List calls ListFunc.
+func (mock *ArtifactStoreMock) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	if mock.ListFunc == nil {
+		panic("ArtifactStoreMock.ListFunc: method is nil but ArtifactStore.List was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		Prefix string
+		Fn     func(key string, info ports.ObjectInfo) error
+	}{
+		Ctx:    ctx,
+		Prefix: prefix,
+		Fn:     fn,
+	}
+	mock.lockList.Lock()
+	mock.calls.List = append(mock.calls.List, callInfo)
+	mock.lockList.Unlock()
+	return mock.ListFunc(ctx, prefix, fn)
+}
+
+// ListCalls gets all the calls that were made to List.
+// Check the length with:
+//
+//	len(mockedArtifactStore.ListCalls())
+func (mock *ArtifactStoreMock) ListCalls() []struct {
+	Ctx    context.Context
+	Prefix string
+	Fn     func(key string, info ports.ObjectInfo) error
+} {
+	var calls []struct {
+		Ctx    context.Context
+		Prefix string
+		Fn     func(key string, info ports.ObjectInfo) error
+	}
+	mock.lockList.RLock()
+	calls = mock.calls.List
+	mock.lockList.RUnlock()
 	return calls
 }
 
@@ -4010,11 +4066,17 @@ var _ ports.ChunkStore = &ChunkStoreMock{}
 //			BackendFunc: func() string {
 //				panic("mock out the Backend method")
 //			},
+//			CollectFunc: func(ctx context.Context, grace time.Duration) (ports.ChunkCollection, error) {
+//				panic("mock out the Collect method")
+//			},
 //			DeleteFunc: func(ctx context.Context, key string) error {
 //				panic("mock out the Delete method")
 //			},
 //			IndexFunc: func(ctx context.Context, key string) (*chunk.Index, error) {
 //				panic("mock out the Index method")
+//			},
+//			ListFunc: func(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+//				panic("mock out the List method")
 //			},
 //			OpenFunc: func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error) {
 //				panic("mock out the Open method")
@@ -4041,11 +4103,17 @@ type ChunkStoreMock struct {
 	// BackendFunc mocks the Backend method.
 	BackendFunc func() string
 
+	// CollectFunc mocks the Collect method.
+	CollectFunc func(ctx context.Context, grace time.Duration) (ports.ChunkCollection, error)
+
 	// DeleteFunc mocks the Delete method.
 	DeleteFunc func(ctx context.Context, key string) error
 
 	// IndexFunc mocks the Index method.
 	IndexFunc func(ctx context.Context, key string) (*chunk.Index, error)
+
+	// ListFunc mocks the List method.
+	ListFunc func(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error
 
 	// OpenFunc mocks the Open method.
 	OpenFunc func(ctx context.Context, key string, offset int64, length int64) (io.ReadCloser, error)
@@ -4067,6 +4135,13 @@ type ChunkStoreMock struct {
 		// Backend holds details about calls to the Backend method.
 		Backend []struct {
 		}
+		// Collect holds details about calls to the Collect method.
+		Collect []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Grace is the grace argument value.
+			Grace time.Duration
+		}
 		// Delete holds details about calls to the Delete method.
 		Delete []struct {
 			// Ctx is the ctx argument value.
@@ -4080,6 +4155,15 @@ type ChunkStoreMock struct {
 			Ctx context.Context
 			// Key is the key argument value.
 			Key string
+		}
+		// List holds details about calls to the List method.
+		List []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Prefix is the prefix argument value.
+			Prefix string
+			// Fn is the fn argument value.
+			Fn func(key string, info ports.ObjectInfo) error
 		}
 		// Open holds details about calls to the Open method.
 		Open []struct {
@@ -4128,8 +4212,10 @@ type ChunkStoreMock struct {
 		}
 	}
 	lockBackend   sync.RWMutex
+	lockCollect   sync.RWMutex
 	lockDelete    sync.RWMutex
 	lockIndex     sync.RWMutex
+	lockList      sync.RWMutex
 	lockOpen      sync.RWMutex
 	lockOpenChunk sync.RWMutex
 	lockPut       sync.RWMutex
@@ -4161,6 +4247,42 @@ func (mock *ChunkStoreMock) BackendCalls() []struct {
 	mock.lockBackend.RLock()
 	calls = mock.calls.Backend
 	mock.lockBackend.RUnlock()
+	return calls
+}
+
+// Collect calls CollectFunc.
+func (mock *ChunkStoreMock) Collect(ctx context.Context, grace time.Duration) (ports.ChunkCollection, error) {
+	if mock.CollectFunc == nil {
+		panic("ChunkStoreMock.CollectFunc: method is nil but ChunkStore.Collect was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		Grace time.Duration
+	}{
+		Ctx:   ctx,
+		Grace: grace,
+	}
+	mock.lockCollect.Lock()
+	mock.calls.Collect = append(mock.calls.Collect, callInfo)
+	mock.lockCollect.Unlock()
+	return mock.CollectFunc(ctx, grace)
+}
+
+// CollectCalls gets all the calls that were made to Collect.
+// Check the length with:
+//
+//	len(mockedChunkStore.CollectCalls())
+func (mock *ChunkStoreMock) CollectCalls() []struct {
+	Ctx   context.Context
+	Grace time.Duration
+} {
+	var calls []struct {
+		Ctx   context.Context
+		Grace time.Duration
+	}
+	mock.lockCollect.RLock()
+	calls = mock.calls.Collect
+	mock.lockCollect.RUnlock()
 	return calls
 }
 
@@ -4233,6 +4355,46 @@ func (mock *ChunkStoreMock) IndexCalls() []struct {
 	mock.lockIndex.RLock()
 	calls = mock.calls.Index
 	mock.lockIndex.RUnlock()
+	return calls
+}
+
+// List calls ListFunc.
+func (mock *ChunkStoreMock) List(ctx context.Context, prefix string, fn func(key string, info ports.ObjectInfo) error) error {
+	if mock.ListFunc == nil {
+		panic("ChunkStoreMock.ListFunc: method is nil but ChunkStore.List was just called")
+	}
+	callInfo := struct {
+		Ctx    context.Context
+		Prefix string
+		Fn     func(key string, info ports.ObjectInfo) error
+	}{
+		Ctx:    ctx,
+		Prefix: prefix,
+		Fn:     fn,
+	}
+	mock.lockList.Lock()
+	mock.calls.List = append(mock.calls.List, callInfo)
+	mock.lockList.Unlock()
+	return mock.ListFunc(ctx, prefix, fn)
+}
+
+// ListCalls gets all the calls that were made to List.
+// Check the length with:
+//
+//	len(mockedChunkStore.ListCalls())
+func (mock *ChunkStoreMock) ListCalls() []struct {
+	Ctx    context.Context
+	Prefix string
+	Fn     func(key string, info ports.ObjectInfo) error
+} {
+	var calls []struct {
+		Ctx    context.Context
+		Prefix string
+		Fn     func(key string, info ports.ObjectInfo) error
+	}
+	mock.lockList.RLock()
+	calls = mock.calls.List
+	mock.lockList.RUnlock()
 	return calls
 }
 

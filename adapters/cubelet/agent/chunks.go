@@ -144,7 +144,7 @@ type seed struct {
 // artifact whose index is kept beside it, except the file being replaced.
 // Only x's chunks are kept, so a node with many artifacts does not hold
 // all their chunk lists at once.
-func (a *Agent) seeds(except string, x *chunk.Index) map[[sha256.Size]byte]seed {
+func (a *Agent) seeds(ctx context.Context, except string, x *chunk.Index) map[[sha256.Size]byte]seed {
 	out := map[[sha256.Size]byte]seed{}
 	want := make(map[[sha256.Size]byte]bool, len(x.Chunks))
 	for _, e := range x.Chunks {
@@ -170,6 +170,9 @@ func (a *Agent) seeds(except string, x *chunk.Index) map[[sha256.Size]byte]seed 
 				continue
 			}
 			b, err := os.ReadFile(chunkSidecar(final))
+			if errors.Is(err, fs.ErrNotExist) {
+				b, err = a.indexHeld(ctx, final)
+			}
 			if err != nil {
 				continue
 			}
@@ -188,6 +191,48 @@ func (a *Agent) seeds(except string, x *chunk.Index) map[[sha256.Size]byte]seed 
 		}
 	}
 	return out
+}
+
+// indexHeld makes the chunk index of a held artifact that came without
+// one (downloaded whole while its index was not published yet, or before
+// chunks were on): the chunking is deterministic (core/chunk), so the
+// index is the one the store has. It is kept beside the file only if it
+// matches the recorded sha256 and the file did not change meanwhile; the
+// cost (one read of the file) is paid once, and only by a fetch that has
+// chunks to look for.
+func (a *Agent) indexHeld(ctx context.Context, final string) ([]byte, error) {
+	want, err := os.ReadFile(sidecar(final))
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(final)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	before, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	x, err := chunk.Build(ctx, f, nil)
+	if err != nil {
+		return nil, err
+	}
+	if x.SHA256Hex()+"\n" != string(want) || x.Size != before.Size() {
+		return nil, fmt.Errorf("held artifact %s does not match its recorded sha256", final)
+	}
+	if after, err := os.Stat(final); err != nil || !os.SameFile(before, after) || after.ModTime() != before.ModTime() {
+		return nil, fmt.Errorf("held artifact %s changed while it was indexed", final)
+	}
+	b, err := x.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.writeFileAtomic(chunkSidecar(final), b); err != nil {
+		return nil, err
+	}
+	a.log.Info("held artifact indexed for chunk reuse", "path", final, "chunks", len(x.Chunks))
+	return b, nil
 }
 
 // assemble writes the artifact into tmp from the seeds and the chunk data

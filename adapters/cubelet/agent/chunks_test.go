@@ -167,6 +167,42 @@ func TestCreateImageAssemblesFromHeldChunks(t *testing.T) {
 	}
 }
 
+// An artifact downloaded whole while its index was not published yet (the
+// data plane writes the index of all-new chunks after READY) still seeds
+// the next one: the node indexes it itself when a fetch has chunks to look
+// for, and keeps that index.
+func TestArtifactHeldWithoutIndexSeedsTheNext(t *testing.T) {
+	v1, v2 := artifactPair()
+	m := newChunkMaster(t)
+	m.blobs["rfs-v1"], m.blobs["rfs-v2"] = v1, v2
+	ta := newTestAgent(t, m.srv.URL+"/prefix")
+	m.noIndex = true
+	if ret := ta.createFrom(t, m, "rfs-v1"); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("v1: %v", ret)
+	}
+	held := ta.ArtifactFile(core.DefaultInstanceType, "rfs-v1")
+	if _, err := os.Stat(chunkSidecar(held)); !os.IsNotExist(err) {
+		t.Fatalf("v1 came without an index, yet one is kept: %v", err)
+	}
+	m.noIndex, m.wholeBytes = false, 0
+	if ret := ta.createFrom(t, m, "rfs-v2"); ret.GetRetCode() != cubeletpb.ErrorCode_Success {
+		t.Fatalf("v2: %v", ret)
+	}
+	ta.holds(t, "rfs-v2", v2)
+	if m.wholeBytes != 0 || m.chunkBytes == 0 || m.chunkBytes > 1<<20 {
+		t.Fatalf("v2: %d whole bytes and %d chunk bytes, want only the few new chunks", m.wholeBytes, m.chunkBytes)
+	}
+	b, err := os.ReadFile(chunkSidecar(held))
+	if err != nil {
+		t.Fatalf("the index the node made of v1 is not kept: %v", err)
+	}
+	want, _ := chunk.Build(context.Background(), bytes.NewReader(v1), nil)
+	wb, _ := want.Marshal()
+	if !bytes.Equal(b, wb) {
+		t.Fatal("the index the node made of v1 is not the store's")
+	}
+}
+
 // hostile rewrites an index's entries and re-encodes it with a valid
 // checksum.
 func hostile(edit func(x *chunk.Index)) func(string, []byte) []byte {

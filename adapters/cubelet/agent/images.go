@@ -213,7 +213,7 @@ func (a *Agent) fetch(ctx context.Context, j *artifactJob, final string) (n int6
 	cf, err := a.fetchIndex(ctx, j)
 	switch {
 	case err == nil:
-		seeds := a.seeds(final, cf.x)
+		seeds := a.seeds(ctx, final, cf.x)
 		if reuse := cf.reuse(seeds); reuse >= minReuse {
 			got, aerr := cf.assemble(ctx, tmp, seeds)
 			if aerr == nil {

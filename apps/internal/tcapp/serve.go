@@ -180,6 +180,10 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	chunkGC, err := do.Invoke[*data.ChunkCollector](i)
+	if err != nil {
+		return err
+	}
 	router, err := do.Invoke[http.Handler](i)
 	if err != nil {
 		return err
@@ -228,6 +232,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	go func() {
 		if err := scrub.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("scrubber stopped", "err", err)
+		}
+	}()
+	go func() {
+		if err := chunkGC.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("chunk collector stopped", "err", err)
 		}
 	}()
 	errc := make(chan error, 1)
@@ -371,6 +380,10 @@ func provideServe(i do.Injector, o Options) {
 		}
 		p.Store = blobs
 		p.Chunks = chunksOf(cfg, blobs)
+		// A publish of chunks new to the store (slow: thousands of new
+		// objects) finishes after READY rather than delay it by more than
+		// 5 %; nodes take the whole file until its index is there.
+		p.ChunksWait = pipeline.DefaultChunksWait
 		locker, err := do.Invoke[ports.Locker](i)
 		if err != nil {
 			return nil, err
@@ -412,7 +425,23 @@ func provideServe(i do.Injector, o Options) {
 		if err != nil {
 			return nil, err
 		}
-		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs, Chunks: chunksOf(cfg, blobs)}, nil
+		gc, err := do.Invoke[*data.ChunkCollector](i)
+		if err != nil {
+			return nil, err
+		}
+		return &data.Deleter{Store: do.MustInvoke[*entstore.Store](i), Artifacts: blobs, Chunks: chunksOf(cfg, blobs), ChunkGC: gc}, nil
+	})
+	do.Provide(i, func(i do.Injector) (*data.ChunkCollector, error) {
+		blobs, err := do.Invoke[*artifactstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		locker, err := do.Invoke[ports.Locker](i)
+		if err != nil {
+			return nil, err
+		}
+		return data.NewChunkCollector(chunksOf(cfg, blobs), locker, data.ChunkGCConfig{
+			Disabled: cfg.ChunkGCInterval == 0, Interval: cfg.ChunkGCInterval, Grace: cfg.ChunkGCGrace, Logger: log}), nil
 	})
 	do.Provide(i, func(i do.Injector) (*data.Reconciler, error) {
 		d := do.MustInvoke[*data.Deleter](i)

@@ -235,7 +235,7 @@ func startCluster(t *testing.T) *cluster {
 		p := &proc{name: fmt.Sprintf("templatecenter-%d", i), bin: filepath.Join(bin, "templatecenter"), args: []string{"serve", "--listen", addr},
 			env: append([]string{
 				"CUBE_TEMPLATE_CENTER_DB_DSN=" + dsn,
-				"CUBE_TEMPLATE_CENTER_CHUNKS=true", // off by default; TestChunkedDistribution needs it
+				"CUBE_TEMPLATE_CENTER_CHUNKS=true", // the default; TestChunkedDistribution needs it
 				"CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR=" + work,
 				"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR=" + filepath.Join(work, "store"),
 				"CUBE_TEMPLATE_CENTER_PLUGIN_DIR=" + bin,

@@ -51,7 +51,7 @@ func (w *world) dataPlaneScenarios(t *testing.T) {
 	})
 	w.scenario(t, "KillDataPlaneUploading", "a data-plane replica killed while uploading: nothing is published, the claimed artifact row is failed as abandoned, the job fails once; a redo succeeds (I2, I4, I6)", func(t *testing.T) map[string]any {
 		return killed(t, "tpl-kill-up", func(string, string) func() {
-			c.S3.Add(harness.S3Rule{Kind: harness.S3Stall})
+			c.S3.Add(harness.S3Rule{Kind: harness.S3Stall, Chunks: true})
 			return c.S3.Clear
 		}, "RUNNING/UPLOADING")
 	})

@@ -17,7 +17,7 @@ func (w *world) s3Scenarios(t *testing.T) {
 	})
 	w.scenario(t, "S3Down", "an S3 server refusing every upload fails the build with nothing published and the artifact row FAILED; once S3 is back a redo succeeds (I2, I4)", func(t *testing.T) map[string]any {
 		ref, _ := c.PushImage("s3down", 64<<10)
-		c.S3.Add(harness.S3Rule{Kind: harness.S3Fail, Status: 503})
+		c.S3.Add(harness.S3Rule{Kind: harness.S3Fail, Status: 503, Chunks: true})
 		j := w.mustFail(t, w.create(t, "tpl-s3down", ref), 2*time.Minute, "publish", "put", "503", "upload")
 		_, _, aid := c.JobRow(j.JobID)
 		if aid == "" {

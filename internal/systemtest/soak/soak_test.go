@@ -32,7 +32,7 @@ const (
 // TestSoak: cycles of create → READY → redo → READY → delete, over a few
 // images, until the duration is used up; after each cycle the system must
 // hold nothing, and at the end no process may hold more open files or
-// goroutines than after the first cycle (beyond a small slack).
+// goroutines than after the warm-up (beyond a small slack).
 func TestSoak(t *testing.T) {
 	dur := 90 * time.Second
 	if v := os.Getenv(DurationEnv); v != "" {
@@ -98,7 +98,15 @@ func TestSoak(t *testing.T) {
 	samples = append(samples, final)
 	mon.Stop()
 
+	// The warm-up is five cycles: until then a replica may not have filled
+	// its connection pools yet (the one that took no publish in the first
+	// cycle opens its S3 connections later, up to its uploaders' and its
+	// chunk collector's deleters' count), which is no leak. A leak grows
+	// with every cycle after it.
 	base := samples[0]
+	if len(samples) > 2 {
+		base = samples[1]
+	}
 	var table []string
 	growth := map[string]any{}
 	for i, b := range base.resources {
@@ -117,10 +125,10 @@ func TestSoak(t *testing.T) {
 		growth[b.Name] = map[string]int{"fds_after_first_cycle": b.OpenFiles, "fds_at_end": f.OpenFiles,
 			"goroutines_after_first_cycle": b.Goroutines, "goroutines_at_end": f.Goroutines}
 		if f.OpenFiles > b.OpenFiles+fdSlack {
-			t.Errorf("%s: %d open files after the first cycle, %d after %d cycles", b.Name, b.OpenFiles, f.OpenFiles, n)
+			t.Errorf("%s: %d open files after cycle %d, %d after %d cycles", b.Name, b.OpenFiles, base.cycle, f.OpenFiles, n)
 		}
 		if b.Goroutines >= 0 && f.Goroutines > b.Goroutines+goroutineSlack {
-			t.Errorf("%s: %d goroutines after the first cycle, %d after %d cycles", b.Name, b.Goroutines, f.Goroutines, n)
+			t.Errorf("%s: %d goroutines after cycle %d, %d after %d cycles", b.Name, b.Goroutines, base.cycle, f.Goroutines, n)
 		}
 	}
 	var cycles []string

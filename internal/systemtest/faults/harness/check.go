@@ -345,7 +345,12 @@ func (c *Cluster) objectSHA(ctx context.Context, key string) (string, int64, err
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
-// bucketKeys lists the cluster's objects in the bucket.
+// chunkGCState is the chunk collector's one bookkeeping object
+// (adapters/chunkstore): it belongs to no template, and stays.
+const chunkGCState = "_chunks/gc/state"
+
+// bucketKeys lists the cluster's objects in the bucket, but for the chunk
+// collector's state.
 func (c *Cluster) bucketKeys(ctx context.Context) []string {
 	var keys []string
 	var token *string
@@ -355,7 +360,9 @@ func (c *Cluster) bucketKeys(ctx context.Context) []string {
 			return keys
 		}
 		for _, o := range out.Contents {
-			keys = append(keys, *o.Key)
+			if *o.Key != c.S3Prefix+chunkGCState {
+				keys = append(keys, *o.Key)
+			}
 		}
 		if out.IsTruncated == nil || !*out.IsTruncated {
 			return keys

@@ -204,7 +204,11 @@ func Start(t testing.TB, o Options) *Cluster {
 				"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL=1s",
 				"CUBE_TEMPLATE_CENTER_RECONCILE_PENDING_STALE_AFTER=20s",
 				"CUBE_TEMPLATE_CENTER_RECONCILE_PULLING_STALE_AFTER=6s",
-				"CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER=6s")
+				"CUBE_TEMPLATE_CENTER_RECONCILE_RUNNING_STALE_AFTER=6s",
+				// Unused chunks go at once (a deletion asks for a
+				// collection; this is the backstop).
+				"CUBE_TEMPLATE_CENTER_CHUNK_GC_INTERVAL=2s",
+				"CUBE_TEMPLATE_CENTER_CHUNK_GC_GRACE=0s")
 		}
 		name := fmt.Sprintf("templatecenter-%d", i)
 		c.TCs = append(c.TCs, &Proc{Name: name, Bin: filepath.Join(c.Bin, "templatecenter"), LogPath: filepath.Join(c.Dir, "logs", name+".log"),
@@ -469,7 +473,7 @@ func WaitHTTP(t testing.TB, u string, timeout time.Duration) {
 func (c *Cluster) dropObjects() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, k := range c.bucketKeys(ctx) {
+	for _, k := range append(c.bucketKeys(ctx), c.S3Prefix+chunkGCState) {
 		deleteObject(ctx, c.S3, k)
 	}
 }

@@ -54,7 +54,17 @@ type S3Rule struct {
 	Times int // 0: every matching request
 	// Status for S3Fail (500, 503).
 	Status int
+	// Chunks makes the rule apply to the chunk store's objects (under
+	// _chunks/: chunks, indexes, the collector's state) too; without it
+	// a rule meets the artifacts' own uploads only.
+	Chunks bool
 	hits   int
+}
+
+// isChunkKey reports whether key (with the cluster's prefix) is one of
+// the chunk store's objects.
+func isChunkKey(key string) bool {
+	return strings.HasPrefix(key, "_chunks/") || strings.Contains(key, "/_chunks/")
 }
 
 // S3Request is one request the proxy saw.
@@ -119,11 +129,12 @@ func (p *S3Proxy) Add(r S3Rule) {
 	p.rules = append(p.rules, &rr)
 }
 
-// Count counts requests of op (with status 2xx if ok).
+// Count counts requests of op (with status 2xx if ok) for objects other
+// than the chunk store's.
 func (p *S3Proxy) Count(op string, ok bool) int {
 	n := 0
 	for _, r := range p.Requests() {
-		if r.Op == op && (!ok || r.Status/100 == 2) {
+		if r.Op == op && (!ok || r.Status/100 == 2) && !isChunkKey(r.Key) {
 			n++
 		}
 	}
@@ -169,10 +180,13 @@ func isWrite(op string) bool {
 	return op == S3Put || op == S3Create || op == S3Part || op == S3Complete
 }
 
-func (p *S3Proxy) match(op string) (S3Rule, bool) {
+func (p *S3Proxy) match(op, key string) (S3Rule, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ru := range p.rules {
+		if !ru.Chunks && isChunkKey(key) {
+			continue
+		}
 		if len(ru.Ops) == 0 && !isWrite(op) {
 			continue
 		}
@@ -223,7 +237,7 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 func (p *S3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op, key := p.s3Op(r)
 	rec := S3Request{At: time.Now(), Op: op, Key: key}
-	rule, faulty := p.match(op)
+	rule, faulty := p.match(op, key)
 	if faulty {
 		rec.Fault = rule.Kind
 	}
