@@ -236,10 +236,14 @@ func startDevForConsole(t *testing.T) DevInfo {
 }
 
 // TestConsoleDev drives the console in headless chromium against
-// `cubemaster dev`: the list loads, a template created from the example
-// image reaches READY on its page without a reload, the list shows it,
-// hostile strings are shown as text, the template is deleted after its id
-// is typed, and the page reports no problem throughout.
+// `cubemaster dev` through an operator's day: the list loads; a template
+// created from the example image reaches READY on its page without a
+// reload, with its history, preview and artifact; the builds view and the
+// build page show the job with its phase timeline and the lines the
+// services logged; a second template takes the first one's alias (the
+// release step); a redo runs to READY; the nodes view counts both copies;
+// the list filters; hostile strings are shown as text; delete needs the
+// id typed; and the page reports no problem throughout.
 func TestConsoleDev(t *testing.T) {
 	chromiumPath(t)
 	info := startDevForConsole(t)
@@ -252,39 +256,79 @@ func TestConsoleDev(t *testing.T) {
 
 	// Create from the example image; the page moves to the template and
 	// follows its build.
-	b.do("create from image",
-		chromedp.SetValue(chromedp.CSS("#create-image"), info.ExampleImage),
-		chromedp.SetValue(chromedp.CSS("#create-alias"), "console-e2e"),
-		chromedp.Click(chromedp.CSS("#create-submit")))
-	b.waitJS("the template page", `location.hash.startsWith('#/t/') && !!document.querySelector('#job-id')`)
-	id := eval[string](b, `decodeURIComponent(location.hash.slice(4))`)
-	b.waitJS("the job reaches READY", `document.querySelector('#job-status')?.textContent === 'READY'`)
-	b.waitJS("the replica shows READY", `[...document.querySelectorAll('#replica-table tbody tr')].some(r => r.textContent.includes('READY'))`)
+	first := b.createFromImage(info.ExampleImage, "console-e2e")
 	if art := b.text("#artifact-id"); !strings.HasPrefix(art, "rfs-") {
 		t.Errorf("artifact id %q", art)
 	}
 	if req := b.text("#stored-request"); !strings.Contains(req, info.ExampleImage) && !strings.Contains(req, "{") {
 		t.Errorf("stored request %q", req)
 	}
-	if phases := b.text("#phase-table"); !strings.Contains(phases, "PULLING") && !strings.Contains(phases, "pull") {
+	if phases := b.text("#phase-table"); !strings.Contains(phases, "PULLING") {
 		t.Errorf("phase durations %q", phases)
+	}
+	b.waitJS("the job history", `document.querySelectorAll('#history-table tbody tr').length === 1`)
+	b.waitJS("the merged preview", `(document.querySelector('#preview-merged')?.textContent || '').includes('rfs-')`)
+	if p := b.text("#preview-merged"); strings.Contains(p, "token=") && !strings.Contains(p, "token=REDACTED") {
+		t.Errorf("the preview shows a download token: %q", p)
 	}
 	b.screenshot("template")
 
-	// The list shows it READY with its copy.
-	b.do("back to the list", chromedp.Click(chromedp.CSS(`a[href="#/"]`)))
-	b.waitJS("the row", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, id))
-	row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, id))
-	for _, want := range []string{"console-e2e", "READY", "1 / 1", info.ExampleImage} {
+	// The build page: its timeline and the lines both services logged.
+	firstJob := b.text("#job-id")
+	b.do("open the build", chromedp.Click(chromedp.CSS("#job-id a")))
+	b.waitJS("the build page", `document.querySelector('#build-status')?.textContent === 'READY'`)
+	b.waitJS("the log lines", `[...document.querySelectorAll('#log-lines tbody tr')].some(r => r.textContent.includes('build phase finished')) && [...document.querySelectorAll('#log-lines tbody tr')].some(r => r.textContent.includes('template ready'))`)
+	if tl := b.text("#timeline"); !strings.Contains(tl, "PULLING") || !strings.Contains(tl, "SNAPSHOTTING") {
+		t.Errorf("timeline %q", tl)
+	}
+	if src := b.text("#log-lines"); !strings.Contains(src, "templatecenter") || !strings.Contains(src, "cubemaster") {
+		t.Errorf("the log lacks a service: %q", src)
+	}
+	b.screenshot("build")
+
+	// A newer template takes the alias: the release step.
+	second := b.createFromImage(info.ExampleImage, "")
+	b.do("move the alias here", chromedp.SetValue(chromedp.CSS("#alias-input"), "console-e2e"), chromedp.Click(chromedp.CSS("#alias-submit")))
+	b.waitJS("the alias moved", `document.querySelector('#action-result')?.textContent === 'Alias console-e2e: done.' && (document.querySelector('#template-head')?.textContent || '').includes('console-e2e')`)
+
+	// Redo on every node: a new job, followed live to READY.
+	b.do("redo", chromedp.Click(chromedp.CSS("#redo-submit")))
+	b.waitJS("the redo job", `document.querySelectorAll('#history-table tbody tr').length === 2`)
+	b.waitJS("the redo reaches READY", `document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('REDO')`)
+
+	// The builds view lists all three jobs, newest first.
+	b.do("the builds view", chromedp.Click(chromedp.CSS(`header a[href="#/builds"]`)))
+	b.waitJS("recent builds", `document.querySelectorAll('#recent-jobs tbody tr[data-job-id]').length === 3`)
+	if row := b.text(fmt.Sprintf(`#recent-jobs tr[data-job-id=%q]`, firstJob)); !strings.Contains(row, "READY") || !strings.Contains(row, first) {
+		t.Errorf("builds row %q", row)
+	}
+	b.screenshot("builds")
+
+	// The nodes view: node-1 healthy, holding both templates.
+	b.do("the nodes view", chromedp.Click(chromedp.CSS(`header a[href="#/nodes"]`)))
+	b.waitJS("the node", `(document.querySelector('tr[data-node-id="node-1"]')?.textContent || '').includes('HEALTHY')`)
+	if row := b.text(`tr[data-node-id="node-1"]`); !strings.Contains(row, "2") || !strings.Contains(row, "MiB") {
+		t.Errorf("node row %q", row)
+	}
+	b.screenshot("nodes")
+
+	// The list: both READY, the alias on the second, size and update time.
+	b.do("back to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
+	b.waitJS("the rows", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]') && !!document.querySelector('tr[data-template-id=%q]')`, first, second))
+	row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, second))
+	for _, want := range []string{"console-e2e", "READY", "1 / 1", info.ExampleImage, "MiB"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("list row %q lacks %q", row, want)
 		}
+	}
+	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, first)); strings.Contains(row, "console-e2e") {
+		t.Errorf("the alias is still on the first template: %q", row)
 	}
 	b.do("filter by text", chromedp.SendKeys(chromedp.CSS("#filter-text"), "no-such-template"))
 	b.waitJS("filtered out", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
 	eval[string](b, `document.querySelector('#filter-text').value = ''`)
 	b.do("filter again", chromedp.SendKeys(chromedp.CSS("#filter-text"), "console"))
-	b.waitJS("filtered in", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, id))
+	b.waitJS("filtered in", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, second))
 	if pager := b.text("#pager"); !strings.Contains(pager, "1–1 of 1") {
 		t.Errorf("pager %q", pager)
 	}
@@ -293,8 +337,9 @@ func TestConsoleDev(t *testing.T) {
 	}
 	selectStatus("FAILED")
 	b.waitJS("no FAILED template", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
+	eval[string](b, `document.querySelector('#filter-text').value = ''`)
 	selectStatus("READY")
-	b.waitJS("the READY template", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, id))
+	b.waitJS("the READY templates", `document.querySelectorAll('tr[data-template-id]').length === 2`)
 	b.screenshot("templates")
 
 	// Hostile strings: an alias the API refuses comes back in its error
@@ -306,30 +351,55 @@ func TestConsoleDev(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#create-alias"), hostile),
 		chromedp.Click(chromedp.CSS("#create-submit")))
 	b.waitJS("refused", `document.querySelector('#create-result')?.textContent.startsWith('Not created')`)
-	eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, hostile+`"><script>alert(2)</script>`))
-	b.waitJS("the hostile id's page", `!!document.querySelector('#template-head .error')`)
-	if title := b.text("#template-title"); !strings.Contains(title, hostile) {
-		t.Errorf("title %q does not show the id as text", title)
-	}
-	if elements := eval[int](b, `document.querySelectorAll('#view img, #view script').length`); elements != 0 {
-		t.Errorf("%d img/script elements came from hostile strings", elements)
+	for _, prefix := range []string{"#/t/", "#/b/"} {
+		eval[string](b, fmt.Sprintf(`location.hash = %q + encodeURIComponent(%q)`, prefix, hostile+`"><script>alert(2)</script>`))
+		b.waitJS("the hostile id's page", `!!document.querySelector('#template-head .error, #build-head .error')`)
+		if title := b.text("h1"); !strings.Contains(title, hostile) {
+			t.Errorf("title %q does not show the id as text", title)
+		}
+		if elements := eval[int](b, `document.querySelectorAll('#view img, #view script').length`); elements != 0 {
+			t.Errorf("%d img/script elements came from hostile strings", elements)
+		}
 	}
 
 	// Delete: the button waits for the id typed in full.
-	eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, id))
-	b.waitJS("the template page again", `document.querySelector('#job-status')?.textContent === 'READY'`)
-	b.do("type part of the id", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id[:len(id)-1]))
-	if !eval[bool](b, `document.querySelector('#delete-submit').disabled`) {
-		t.Error("delete is enabled before the whole id is typed")
+	for _, id := range []string{first, second} {
+		eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, id))
+		b.waitJS("the template page again", `document.querySelector('#job-status')?.textContent === 'READY'`)
+		b.do("type part of the id", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id[:len(id)-1]))
+		if !eval[bool](b, `document.querySelector('#delete-submit').disabled`) {
+			t.Error("delete is enabled before the whole id is typed")
+		}
+		b.do("type the rest and delete", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id[len(id)-1:]),
+			chromedp.Click(chromedp.CSS("#delete-submit")))
+		b.waitJS("back on the list", fmt.Sprintf(`location.hash === '#/' && !!document.querySelector('#pager') && !document.querySelector('tr[data-template-id=%q]')`, id))
 	}
-	b.do("type the rest and delete", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id[len(id)-1:]),
-		chromedp.Click(chromedp.CSS("#delete-submit")))
-	b.waitJS("back on the emptied list", `location.hash === '#/' && document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
+	b.waitJS("the emptied list", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
 
 	if eval[string](b, `window.consoleTestMarker || ''`) != "same-document" {
 		t.Error("the page reloaded during the test")
 	}
 	b.noProblems()
+}
+
+// createFromImage creates a template from the list's form and waits on
+// its page until its job is READY; it returns the template's id.
+func (b *browser) createFromImage(image, alias string) string {
+	b.t.Helper()
+	if eval[string](b, `location.hash`) != "#/" && eval[string](b, `location.hash`) != "" {
+		b.do("to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
+	}
+	b.waitJS("the create form", `!!document.querySelector('#create-image')`)
+	b.do("create from image", chromedp.SetValue(chromedp.CSS("#create-image"), image))
+	if alias != "" {
+		b.do("the alias", chromedp.SetValue(chromedp.CSS("#create-alias"), alias))
+	}
+	b.do("submit", chromedp.Click(chromedp.CSS("#create-submit")))
+	b.waitJS("the template page", `location.hash.startsWith('#/t/') && !!document.querySelector('#job-id')`)
+	id := eval[string](b, `decodeURIComponent(location.hash.slice(4))`)
+	b.waitJS("the job reaches READY", `document.querySelector('#job-status')?.textContent === 'READY'`)
+	b.waitJS("the replica shows READY", `[...document.querySelectorAll('#replica-table tbody tr')].some(r => r.textContent.includes('READY'))`)
+	return id
 }
 
 // TestConsoleServeNeedsToken: against `cubemaster serve` with public

@@ -29,6 +29,8 @@ type Template struct {
 	AliasMovedFrom string
 	LastError      string
 	CreatedAt      time.Time
+	// UpdatedAt is when the definition (else the latest job) last changed.
+	UpdatedAt time.Time
 	// ImageInfo is "ref@sha256:..." of the source image; JobID the latest
 	// job; ArtifactID the rootfs artifact.
 	ImageInfo  string
@@ -74,7 +76,7 @@ func templateOf(def *core.Definition, replicas []*core.Replica) *Template {
 	return &Template{
 		TemplateID: def.TemplateID, InstanceType: def.InstanceType, Version: def.Version,
 		Status: string(def.Status), Alias: def.Alias, LastError: def.LastError,
-		CreatedAt: def.CreatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
+		CreatedAt: def.CreatedAt, UpdatedAt: def.UpdatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
 		Backend: storedBackend(def.RequestJSON),
 	}
 }
@@ -101,7 +103,7 @@ func templateOfJob(j *core.Job) *Template {
 	}
 	return &Template{
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
-		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
+		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
 		Backend:    storedBackend(j.RequestJSON),
 		ReadyNodes: j.ReadyNodeCount, TargetNodes: j.ExpectedNodeCount,
