@@ -288,7 +288,8 @@ func TestConsoleDev(t *testing.T) {
 
 	// A newer template takes the alias: the release step.
 	second := b.createFromImage(info.ExampleImage, "")
-	b.do("move the alias here", chromedp.SetValue(chromedp.CSS("#alias-input"), "console-e2e"), chromedp.Click(chromedp.CSS("#alias-submit")))
+	// By keyboard: the field, its text and Enter.
+	b.do("move the alias here", chromedp.Focus(chromedp.CSS("#alias-input")), chromedp.KeyEvent("console-e2e\r"))
 	b.waitJS("the alias moved", `document.querySelector('#action-result')?.textContent === 'Alias console-e2e: done.' && (document.querySelector('#template-head')?.textContent || '').includes('console-e2e')`)
 
 	// Redo on every node: a new job, followed live to READY.
@@ -312,6 +313,39 @@ func TestConsoleDev(t *testing.T) {
 	}
 	b.screenshot("nodes")
 
+	// Keyboard: Tab moves along the header's links and Enter follows
+	// one; every control is a native link, button, input or select.
+	b.do("tab to Builds", chromedp.Focus(chromedp.CSS("header .brand")), chromedp.KeyEvent("\t\t"))
+	if got := eval[string](b, `document.activeElement?.textContent || ''`); got != "Builds" {
+		t.Errorf("two Tabs from the brand reached %q", got)
+	}
+	b.do("enter", chromedp.KeyEvent("\r"))
+	b.waitJS("the builds view by keyboard", `location.hash === '#/builds' && !!document.querySelector('#recent-jobs')`)
+	if n := eval[int](b, `document.querySelectorAll('[onclick], div[tabindex], span[tabindex]').length`); n != 0 {
+		t.Errorf("%d controls that are not native", n)
+	}
+
+	// A phone's width: no view scrolls sideways (tables scroll inside
+	// their own box).
+	b.do("phone width", chromedp.EmulateViewport(390, 844))
+	for _, v := range []struct{ hash, ready string }{
+		{"#/", `!!document.querySelector('tr[data-template-id]')`},
+		{"#/t/" + second, `document.querySelector('#job-status')?.textContent === 'READY' && !!document.querySelector('#history-table')`},
+		{"#/builds", `!!document.querySelector('#recent-jobs tr[data-job-id]')`},
+		{"#/b/" + firstJob, `!!document.querySelector('#log-lines')`},
+		{"#/nodes", `!!document.querySelector('tr[data-node-id]')`},
+	} {
+		eval[string](b, fmt.Sprintf(`location.hash = %q`, v.hash))
+		b.waitJS(v.hash+" at a phone's width", v.ready)
+		if w := eval[[]int](b, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+			t.Errorf("%s is %d px wide in a %d px window", v.hash, w[0], w[1])
+		}
+		if v.hash == "#/b/"+firstJob {
+			b.screenshot("phone-build")
+		}
+	}
+	b.do("laptop width", chromedp.EmulateViewport(1200, 800))
+
 	// The list: both READY, the alias on the second, size and update time.
 	b.do("back to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
 	b.waitJS("the rows", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]') && !!document.querySelector('tr[data-template-id=%q]')`, first, second))
@@ -328,10 +362,8 @@ func TestConsoleDev(t *testing.T) {
 	b.waitJS("filtered out", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
 	eval[string](b, `document.querySelector('#filter-text').value = ''`)
 	b.do("filter again", chromedp.SendKeys(chromedp.CSS("#filter-text"), "console"))
-	b.waitJS("filtered in", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]')`, second))
-	if pager := b.text("#pager"); !strings.Contains(pager, "1–1 of 1") {
-		t.Errorf("pager %q", pager)
-	}
+	// Each key asks again; the last answer (one template) wins.
+	b.waitJS("filtered in", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]') && document.querySelector('#pager').textContent.includes('1–1 of 1')`, second))
 	selectStatus := func(status string) {
 		eval[string](b, fmt.Sprintf(`(() => { const s = document.querySelector('#filter-status'); s.value = %q; s.dispatchEvent(new Event('change')); return s.value })()`, status))
 	}
