@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -16,7 +21,12 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
 	"github.com/cubesandbox/templatecenter/testkit/testenv"
 )
 
@@ -434,18 +444,40 @@ func (b *browser) createFromImage(image, alias string) string {
 	return id
 }
 
-// TestConsoleServeNeedsToken: against `cubemaster serve` with public
-// authentication, the console shows nothing about templates until the
-// operator gives a token the master accepts; a wrong one is refused.
-func TestConsoleServeNeedsToken(t *testing.T) {
+// TestConsoleServe drives the console against `cubemaster serve` with
+// public API authentication, a node agent and a data plane played by the
+// test: nothing is listed without a token and a wrong one is refused; with
+// the right one (kept in sessionStorage, no cookie) a template created from
+// the form goes READY on its page without a reload once the data plane
+// reports it built; a second one takes the first one's alias; a redo runs
+// to READY; both are deleted by typing their ids; the page reports no
+// problem throughout.
+func TestConsoleServe(t *testing.T) {
 	chromiumPath(t)
 	dir := t.TempDir()
-	tc := httptest.NewServer(&fakeTC{})
-	defer tc.Close()
+	const token = "console-serve-callback-token"
+	data := bytes.Repeat([]byte("ext4-ish bytes "), 4096)
+	tc := &fakeTC{artifact: data}
+	tcSrv := httptest.NewServer(tc)
+	defer tcSrv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := startMaster(t, "CUBE_TEMPLATE_CENTER_DB_DSN=sqlite://"+filepath.Join(dir, "cube.db"),
-		"CUBE_TEMPLATE_CENTER_ADDR="+tc.URL, "CUBE_TEMPLATE_CALLBACK_TOKEN=console-callback-token",
-		"CUBE_MASTER_ENVD_HOST_DIR="+filepath.Join(dir, "no-envd"))
-	m.createJob("tpl-console-auth")
+		"CUBE_TEMPLATE_CENTER_ADDR="+tcSrv.URL, "CUBE_TEMPLATE_CALLBACK_TOKEN="+token,
+		"CUBE_MASTER_ENVD_HOST_DIR="+filepath.Join(dir, "no-envd"), "CUBE_MASTER_NODE_TOKEN="+nodeToken,
+		"CUBE_MASTER_NODES=node-1="+ln.Addr().String())
+	ag, err := agent.New(agent.Config{DataDir: filepath.Join(dir, "node"), NodeID: "node-1", Token: nodeToken, MasterURLs: []string{m.base},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := ag.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(ln)
+	defer gs.Stop()
+	waitHealthy(t, m.base+"/ready")
 	b := newBrowser(t)
 
 	b.do("open the console", chromedp.Navigate(m.base+"/console/"))
@@ -454,14 +486,60 @@ func TestConsoleServeNeedsToken(t *testing.T) {
 		t.Fatalf("%d templates shown without a token", rows)
 	}
 	b.screenshot("token")
-
+	eval[string](b, `window.consoleTestMarker = 'same-document'`)
 	b.do("a wrong token", chromedp.SendKeys(chromedp.CSS("#auth-token"), "not-the-token-0000000000"), chromedp.Click(chromedp.CSS("#auth-submit")))
 	b.waitJS("refused again", `!document.querySelector('#auth').hidden && document.querySelector('#auth-error').textContent.startsWith('The token was refused')`)
-
 	b.do("the right token", chromedp.SendKeys(chromedp.CSS("#auth-token"), apiBearer), chromedp.Click(chromedp.CSS("#auth-submit")))
-	b.waitJS("the list", `!!document.querySelector('tr[data-template-id="tpl-console-auth"]')`)
+	b.waitJS("the empty list", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
 	if stored := eval[string](b, `sessionStorage.getItem('cube.console.token') + '|' + document.cookie`); stored != apiBearer+"|" {
 		t.Errorf("token kept as %q (want sessionStorage only, no cookie)", stored)
+	}
+
+	// create makes a template from the form and plays the data plane
+	// reporting it built; the page follows it to READY.
+	create := func() string {
+		t.Helper()
+		b.do("to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
+		b.waitJS("the form", `!!document.querySelector('#create-image')`)
+		b.do("create", chromedp.SetValue(chromedp.CSS("#create-image"), "registry.example/app:1"), chromedp.Click(chromedp.CSS("#create-submit")))
+		b.waitJS("the template page", `location.hash.startsWith('#/t/') && document.querySelector('#job-status')?.textContent === 'PENDING'`)
+		id := eval[string](b, `decodeURIComponent(location.hash.slice(4))`)
+		jobID := eval[string](b, `document.querySelector('#job-id').textContent`)
+		built, _ := builtReport(t, id, data)
+		resp := call(t, http.MethodPost, m.base+wire.JobStatusPath(jobID), built, map[string]string{auth.Header: token})
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("BUILT callback: HTTP %d", resp.StatusCode)
+		}
+		b.waitJS("READY without a reload", `document.querySelector('#job-status')?.textContent === 'READY' && [...document.querySelectorAll('#replica-table tbody tr')].some(r => r.textContent.includes('READY'))`)
+		return id
+	}
+	first := create()
+	b.do("alias the first", chromedp.Focus(chromedp.CSS("#alias-input")), chromedp.KeyEvent("web-e2e\r"))
+	b.waitJS("aliased", `(document.querySelector('#template-head')?.textContent || '').includes('web-e2e')`)
+	second := create()
+	b.do("move the alias to the second", chromedp.Focus(chromedp.CSS("#alias-input")), chromedp.KeyEvent("web-e2e\r"))
+	b.waitJS("moved", `(document.querySelector('#template-head')?.textContent || '').includes('web-e2e')`)
+	b.do("redo on every node", chromedp.Click(chromedp.CSS("#redo-submit")))
+	b.waitJS("the redo reaches READY", `document.querySelectorAll('#history-table tbody tr').length === 2 && document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('REDO')`)
+
+	b.do("the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
+	b.waitJS("both rows", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]') && !!document.querySelector('tr[data-template-id=%q]')`, first, second))
+	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, second)); !strings.Contains(row, "web-e2e") {
+		t.Errorf("the second template's row lacks the alias: %q", row)
+	}
+	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, first)); strings.Contains(row, "web-e2e") {
+		t.Errorf("the first template kept the alias: %q", row)
+	}
+	for _, id := range []string{first, second} {
+		eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, id))
+		b.waitJS("the template page", `document.querySelector('#job-status')?.textContent === 'READY'`)
+		b.do("type the id and delete", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id), chromedp.Click(chromedp.CSS("#delete-submit")))
+		b.waitJS("gone from the list", fmt.Sprintf(`location.hash === '#/' && !!document.querySelector('#pager') && !document.querySelector('tr[data-template-id=%q]')`, id))
+	}
+	b.waitJS("the emptied list", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
+	if eval[string](b, `window.consoleTestMarker || ''`) != "same-document" {
+		t.Error("the page reloaded during the test")
 	}
 	b.noProblems()
 }
