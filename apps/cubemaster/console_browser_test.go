@@ -531,13 +531,31 @@ func TestConsoleServe(t *testing.T) {
 	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, first)); strings.Contains(row, "web-e2e") {
 		t.Errorf("the first template kept the alias: %q", row)
 	}
-	for _, id := range []string{first, second} {
+	// A job that ends between the page's read of its template and of its
+	// job: the page must not keep showing the template as it was before.
+	// The job read is held until the job is READY.
+	jobID := m.createJob("tpl-race")
+	eval[bool](b, `(() => { const orig = window.fetch; window.origFetch = orig; window.released = new Promise((r) => { window.release = r; });
+		window.fetch = async (url, init) => { if (String(url).includes('from-image?template_id=')) { window.held = true; await window.released; } return orig(url, init); };
+		location.hash = '#/t/tpl-race'; return true })()`)
+	b.waitJS("the template read, the job read held", `window.held === true && (document.querySelector('#template-head')?.textContent || '').includes('PENDING')`)
+	built, _ := builtReport(t, "tpl-race", data)
+	resp := call(t, http.MethodPost, m.base+wire.JobStatusPath(jobID), built, map[string]string{auth.Header: token})
+	resp.Body.Close()
+	if got := m.waitJob(jobID); got.Job.Status != "READY" {
+		t.Fatalf("job %+v", got.Job)
+	}
+	eval[bool](b, `window.release(), window.fetch = window.origFetch, true`)
+	b.waitJS("the template's final state", `document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#template-head')?.textContent || '').includes('READY') && [...document.querySelectorAll('#replica-table tbody tr')].some(r => r.textContent.includes('READY'))`)
+
+	for _, id := range []string{first, second, "tpl-race"} {
 		eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, id))
 		b.waitJS("the template page", `document.querySelector('#job-status')?.textContent === 'READY'`)
 		b.do("type the id and delete", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), id), chromedp.Click(chromedp.CSS("#delete-submit")))
 		b.waitJS("gone from the list", fmt.Sprintf(`location.hash === '#/' && !!document.querySelector('#pager') && !document.querySelector('tr[data-template-id=%q]')`, id))
 	}
 	b.waitJS("the emptied list", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
+
 	if eval[string](b, `window.consoleTestMarker || ''`) != "same-document" {
 		t.Error("the page reloaded during the test")
 	}

@@ -260,9 +260,11 @@ function templateView(id, gen) {
       return null;
     }
     renderTemplate(head, replicasEl, requestEl, t);
+    shownStatus = t.status;
     return t;
   }
 
+  let shownStatus = '';
   async function loadJob(jobID) {
     let data;
     try {
@@ -293,8 +295,10 @@ function templateView(id, gen) {
         await loadTemplate();
         loadJob(job.job_id);
       });
-    } else if (jobID) {
-      // The last poll saw it end: show the final state.
+    } else if (jobID || !settled.has(shownStatus)) {
+      // The last poll saw it end, or it ended between the template's
+      // read and the job's (the template shown is older than the job):
+      // show the final state.
       loadTemplate();
       loadHistory();
       loadPreview();
