@@ -44,12 +44,10 @@ func (s *Service) ListJobs(ctx context.Context, q JobQuery) ([]*core.Job, error)
 	if q.Unfinished {
 		jobs = slices.DeleteFunc(jobs, func(j *core.Job) bool { return j.Status.Terminal() })
 	}
-	slices.SortStableFunc(jobs, func(a, b *core.Job) int {
-		if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
-			return c
-		}
-		return b.CreatedAt.Compare(a.CreatedAt)
-	})
+	// The repository lists oldest first; reversed, jobs updated at the
+	// same instant keep the newer first.
+	slices.Reverse(jobs)
+	slices.SortStableFunc(jobs, func(a, b *core.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	if q.Limit > 0 && len(jobs) > q.Limit {
 		jobs = jobs[:q.Limit]
 	}
@@ -74,7 +72,7 @@ type NodeUsage struct {
 }
 
 // NodesUsage counts, node by node, the READY replicas of every template
-// and the sizes of their artifacts (one read of each template's replicas
+// and the sizes of their distinct artifacts (one read of each template's replicas
 // and of each artifact: a console view, not a hot path).
 func (s *Service) NodesUsage(ctx context.Context) (map[string]NodeUsage, error) {
 	defs, err := s.Store.Templates().ListDefinitions(ctx)
@@ -83,6 +81,9 @@ func (s *Service) NodesUsage(ctx context.Context) (map[string]NodeUsage, error) 
 	}
 	sizes := map[string]int64{}
 	out := map[string]NodeUsage{}
+	// Templates built from one spec share an artifact: a node keeps its
+	// bytes once.
+	held := map[[2]string]bool{}
 	for _, d := range defs {
 		reps, err := s.Store.Templates().ListReplicas(ctx, d.TemplateID)
 		if err != nil {
@@ -103,7 +104,10 @@ func (s *Service) NodesUsage(ctx context.Context) (map[string]NodeUsage, error) 
 			}
 			u := out[r.NodeID]
 			u.Templates++
-			u.Bytes += size
+			if k := [2]string{r.NodeID, r.ArtifactID}; !held[k] {
+				held[k] = true
+				u.Bytes += size
+			}
 			out[r.NodeID] = u
 		}
 	}
