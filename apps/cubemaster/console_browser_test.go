@@ -251,7 +251,7 @@ func startDevForConsole(t *testing.T) DevInfo {
 // reload, with its history, preview and artifact; the builds view and the
 // build page show the job with its phase timeline and the lines the
 // services logged; a second template takes the first one's alias (the
-// release step); a redo runs to READY; the nodes view counts both copies;
+// release step); a merge and a redo run to READY; the nodes view counts both copies;
 // the list filters; hostile strings are shown as text; delete needs the
 // id typed; and the page reports no problem throughout.
 func TestConsoleDev(t *testing.T) {
@@ -296,6 +296,13 @@ func TestConsoleDev(t *testing.T) {
 	}
 	b.screenshot("build")
 
+	// Merge (the artifact is already in the data plane's store: the job
+	// records it there and is READY at once).
+	eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, first))
+	b.waitJS("the template page", `document.querySelector('#job-status')?.textContent === 'READY'`)
+	b.do("merge", chromedp.Click(chromedp.CSS("#merge-submit")))
+	b.waitJS("merged", `document.querySelector('#action-result')?.textContent === 'Merge: done.' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('MIGRATE') && document.querySelector('#job-status')?.textContent === 'READY'`)
+
 	// A newer template takes the alias: the release step.
 	second := b.createFromImage(info.ExampleImage, "")
 	// By keyboard: the field, its text and Enter.
@@ -307,9 +314,9 @@ func TestConsoleDev(t *testing.T) {
 	b.waitJS("the redo job", `document.querySelectorAll('#history-table tbody tr').length === 2`)
 	b.waitJS("the redo reaches READY", `document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('REDO')`)
 
-	// The builds view lists all three jobs, newest first.
+	// The builds view lists all four jobs, newest first.
 	b.do("the builds view", chromedp.Click(chromedp.CSS(`header a[href="#/builds"]`)))
-	b.waitJS("recent builds", `document.querySelectorAll('#recent-jobs tbody tr[data-job-id]').length === 3`)
+	b.waitJS("recent builds", `document.querySelectorAll('#recent-jobs tbody tr[data-job-id]').length === 4`)
 	if row := b.text(fmt.Sprintf(`#recent-jobs tr[data-job-id=%q]`, firstJob)); !strings.Contains(row, "READY") || !strings.Contains(row, first) {
 		t.Errorf("builds row %q", row)
 	}
@@ -497,11 +504,19 @@ func TestConsoleServe(t *testing.T) {
 
 	// create makes a template from the form and plays the data plane
 	// reporting it built; the page follows it to READY.
-	create := func() string {
+	const registrySecret = "s3cret-registry-password-0123"
+	create := func(withCredentials bool) string {
 		t.Helper()
 		b.do("to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
 		b.waitJS("the form", `!!document.querySelector('#create-image')`)
-		b.do("create", chromedp.SetValue(chromedp.CSS("#create-image"), "registry.example/app:1"), chromedp.Click(chromedp.CSS("#create-submit")))
+		b.do("the image", chromedp.SetValue(chromedp.CSS("#create-image"), "registry.example/app:1"))
+		if withCredentials {
+			b.do("registry credentials and nodes", chromedp.Click(chromedp.CSS("#create-form summary")),
+				chromedp.SendKeys(chromedp.CSS("#create-registry-user"), "robot"),
+				chromedp.SendKeys(chromedp.CSS("#create-registry-password"), registrySecret),
+				chromedp.SendKeys(chromedp.CSS("#create-nodes"), "node-1"))
+		}
+		b.do("create", chromedp.Click(chromedp.CSS("#create-submit")))
 		b.waitJS("the template page", `location.hash.startsWith('#/t/') && document.querySelector('#job-status')?.textContent === 'PENDING'`)
 		id := eval[string](b, `decodeURIComponent(location.hash.slice(4))`)
 		jobID := eval[string](b, `document.querySelector('#job-id').textContent`)
@@ -514,10 +529,21 @@ func TestConsoleServe(t *testing.T) {
 		b.waitJS("READY without a reload", `document.querySelector('#job-status')?.textContent === 'READY' && [...document.querySelectorAll('#replica-table tbody tr')].some(r => r.textContent.includes('READY'))`)
 		return id
 	}
-	first := create()
+	first := create(false)
 	b.do("alias the first", chromedp.Focus(chromedp.CSS("#alias-input")), chromedp.KeyEvent("web-e2e\r"))
 	b.waitJS("aliased", `(document.querySelector('#template-head')?.textContent || '').includes('web-e2e')`)
-	second := create()
+	second := create(true)
+	// The credentials reached the data plane with the build, the nodes
+	// became its scope, and the page shows the password nowhere (the
+	// field is emptied, no answer carries it).
+	builds, _ := tc.received()
+	if last := builds[len(builds)-1]; last.Request == nil || last.Request.RegistryUsername != "robot" || last.Request.RegistryPassword != registrySecret ||
+		len(last.Request.DistributionScope) != 1 || last.Request.DistributionScope[0] != "node-1" {
+		t.Errorf("the data plane got %+v", last.Request)
+	}
+	if shown := eval[bool](b, fmt.Sprintf(`document.body.innerText.includes(%q) || [...document.querySelectorAll('input')].some(i => i.value.includes(%q))`, registrySecret, registrySecret)); shown {
+		t.Error("the registry password is shown on the page")
+	}
 	b.do("move the alias to the second", chromedp.Focus(chromedp.CSS("#alias-input")), chromedp.KeyEvent("web-e2e\r"))
 	b.waitJS("moved", `(document.querySelector('#template-head')?.textContent || '').includes('web-e2e')`)
 	b.do("redo on every node", chromedp.Click(chromedp.CSS("#redo-submit")))
