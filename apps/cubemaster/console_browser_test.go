@@ -251,7 +251,7 @@ func startDevForConsole(t *testing.T) DevInfo {
 // reload, with its history, preview and artifact; the builds view and the
 // build page show the job with its phase timeline and the lines the
 // services logged; a second template takes the first one's alias (the
-// release step); a merge and a redo run to READY; the nodes view counts both copies;
+// release step); a merge and redos (all nodes, the nodes typed) run to READY, a redo of the failed nodes is refused as there are none; the nodes view counts both copies;
 // the list filters; hostile strings are shown as text; delete needs the
 // id typed; and the page reports no problem throughout.
 func TestConsoleDev(t *testing.T) {
@@ -314,9 +314,16 @@ func TestConsoleDev(t *testing.T) {
 	b.waitJS("the redo job", `document.querySelectorAll('#history-table tbody tr').length === 2`)
 	b.waitJS("the redo reaches READY", `document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('REDO')`)
 
-	// The builds view lists all four jobs, newest first.
+	// Redo the failed nodes only: there are none, and the refusal says so.
+	b.do("redo failed only", chromedp.Click(chromedp.CSS("#redo-failed")))
+	b.waitJS("refused", `(document.querySelector('#action-result')?.textContent || '').startsWith('Redo failed nodes refused') && document.querySelector('#action-result').textContent.includes('no failed replicas')`)
+	// Redo on the nodes typed (by keyboard).
+	b.do("redo on node-1", chromedp.Focus(chromedp.CSS("#redo-nodes")), chromedp.KeyEvent("node-1\r"))
+	b.waitJS("the node redo reaches READY", `document.querySelectorAll('#history-table tbody tr').length === 3 && document.querySelector('#job-status')?.textContent === 'READY' && (document.querySelector('#history-table tbody tr')?.textContent || '').includes('NODES')`)
+
+	// The builds view lists all five jobs, newest first.
 	b.do("the builds view", chromedp.Click(chromedp.CSS(`header a[href="#/builds"]`)))
-	b.waitJS("recent builds", `document.querySelectorAll('#recent-jobs tbody tr[data-job-id]').length === 4`)
+	b.waitJS("recent builds", `document.querySelectorAll('#recent-jobs tbody tr[data-job-id]').length === 5`)
 	if row := b.text(fmt.Sprintf(`#recent-jobs tr[data-job-id=%q]`, firstJob)); !strings.Contains(row, "READY") || !strings.Contains(row, first) {
 		t.Errorf("builds row %q", row)
 	}
