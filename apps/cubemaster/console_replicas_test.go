@@ -124,8 +124,15 @@ func TestConsoleTwoReplicas(t *testing.T) {
 	if rr.count(a.base) < 2 || rr.count(b2.base) < 2 {
 		t.Errorf("the balancer did not spread the polls: %d and %d", rr.count(a.base), rr.count(b2.base))
 	}
-	report(`{"status":"FAILED","phase":"PULLING","progress":13,"error_message":"pull registry.example/app:1: manifest unknown <script>alert(3)</script>"}`)
-	br.waitJS("the failure banner", `(document.querySelector('#build-error')?.textContent || '').startsWith('Failed in PULLING')`)
+	// The builds view lists it in progress with the same counters.
+	eval[string](br, `location.hash = '#/builds', ''`)
+	br.waitJS("in progress on the builds view", fmt.Sprintf(`(document.querySelector('#active-jobs tr[data-job-id=%q]')?.textContent || '').includes('800 B of 1000 B, 3/4 layers')`, jobID))
+	report(`{"status":"RUNNING","phase":"UNPACKING","progress":25,"pull_total_bytes":1000,"pull_downloaded_bytes":1000,"pull_total_layers":4,"pull_completed_layers":4}`)
+	br.waitJS("moved on, live", fmt.Sprintf(`(document.querySelector('#active-jobs tr[data-job-id=%q]')?.textContent || '').includes('UNPACKING')`, jobID))
+	eval[string](br, fmt.Sprintf(`location.hash = '#/b/%s', ''`, jobID))
+	br.waitJS("the build page again", `document.querySelector('#build-phase')?.textContent === 'UNPACKING'`)
+	report(`{"status":"FAILED","phase":"UNPACKING","progress":25,"error_message":"pull registry.example/app:1: manifest unknown <script>alert(3)</script>"}`)
+	br.waitJS("the failure banner", `(document.querySelector('#build-error')?.textContent || '').startsWith('Failed in UNPACKING')`)
 	if e := br.text("#build-error pre"); !strings.Contains(e, "manifest unknown <script>") {
 		t.Errorf("error text %q", e)
 	}
