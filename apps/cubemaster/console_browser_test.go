@@ -418,6 +418,12 @@ func TestConsoleDev(t *testing.T) {
 		}
 	}
 
+	// Clear the alias.
+	eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, second))
+	b.waitJS("the aliased template", `(document.querySelector('#template-head')?.textContent || '').includes('console-e2e')`)
+	b.do("clear the alias", chromedp.Click(chromedp.CSS("#alias-clear")))
+	b.waitJS("cleared", `document.querySelector('#action-result')?.textContent === 'Clear alias: done.' && !(document.querySelector('#template-head')?.textContent || '').includes('console-e2e')`)
+
 	// Delete: the button waits for the id typed in full.
 	for _, id := range []string{first, second} {
 		eval[string](b, fmt.Sprintf(`location.hash = '#/t/' + encodeURIComponent(%q)`, id))
