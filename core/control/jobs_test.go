@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
 )
 
@@ -80,5 +81,29 @@ func TestListJobs(t *testing.T) {
 	}
 	if _, err := e.svc.ListJobs(e.ctx, control.JobQuery{TemplateID: "bad id!"}); err == nil {
 		t.Error("a malformed template id was accepted")
+	}
+}
+
+// A migrate moves the artifact, not the copies: the listing keeps
+// counting the replicas of the job that placed the template (it showed
+// 0 / 0 after a merge).
+func TestListAfterMigrateKeepsReplicaCounts(t *testing.T) {
+	e := newEnv(t, "node-1")
+	f := newMigrateFakes()
+	e.withMigrate(f)
+	e.legacyTemplate("tpl-m", fpA, f, true)
+	before, err := e.svc.ListTemplates(e.ctx)
+	if err != nil || len(before) != 1 {
+		t.Fatalf("list: %v %+v", err, before)
+	}
+	if job := e.migrate("tpl-m"); job.Status != core.JobReady {
+		t.Fatalf("migrate: %+v", job)
+	}
+	after, err := e.svc.ListTemplates(e.ctx)
+	if err != nil || len(after) != 1 {
+		t.Fatalf("list: %v %+v", err, after)
+	}
+	if after[0].ReadyNodes != before[0].ReadyNodes || after[0].TargetNodes != before[0].TargetNodes || after[0].TargetNodes == 0 {
+		t.Errorf("after a merge: %d / %d, before %d / %d", after[0].ReadyNodes, after[0].TargetNodes, before[0].ReadyNodes, before[0].TargetNodes)
 	}
 }

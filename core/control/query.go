@@ -204,6 +204,10 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		return nil, err
 	}
 	latest := map[string]*core.Job{}
+	// placed is each template's latest job that placed it on nodes: a
+	// migrate moves the artifact only, so its counts say nothing of the
+	// replicas.
+	placed := map[string]*core.Job{}
 	var order []string
 	for _, j := range all {
 		cur, ok := latest[j.TemplateID]
@@ -212,6 +216,9 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		}
 		if !ok || j.AttemptNo > cur.AttemptNo {
 			latest[j.TemplateID] = j
+		}
+		if p := placed[j.TemplateID]; j.Operation != core.OpMigrate && (p == nil || j.AttemptNo > p.AttemptNo) {
+			placed[j.TemplateID] = j
 		}
 	}
 	// Upstream's order: definitions most recently updated first, then
@@ -225,6 +232,9 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		if j := latest[d.TemplateID]; j != nil {
 			info.JobID, info.ReadyNodes, info.TargetNodes = j.JobID, j.ReadyNodeCount, j.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest)
+		}
+		if p := placed[d.TemplateID]; p != nil {
+			info.ReadyNodes, info.TargetNodes = p.ReadyNodeCount, p.ExpectedNodeCount
 		}
 		out = append(out, *info)
 		seen[d.TemplateID] = true
