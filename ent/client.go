@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
+	"github.com/cubesandbox/templatecenter/ent/joblogline"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -29,6 +30,8 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
+	// JobLogLine is the client for interacting with the JobLogLine builders.
+	JobLogLine *JobLogLineClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
@@ -52,6 +55,7 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
+	c.JobLogLine = NewJobLogLineClient(c.config)
 	c.RootfsArtifact = NewRootfsArtifactClient(c.config)
 	c.TemplateDefinition = NewTemplateDefinitionClient(c.config)
 	c.TemplateImageJob = NewTemplateImageJobClient(c.config)
@@ -150,6 +154,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	return &Tx{
 		ctx:                ctx,
 		config:             cfg,
+		JobLogLine:         NewJobLogLineClient(cfg),
 		RootfsArtifact:     NewRootfsArtifactClient(cfg),
 		TemplateDefinition: NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:   NewTemplateImageJobClient(cfg),
@@ -175,6 +180,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	return &Tx{
 		ctx:                ctx,
 		config:             cfg,
+		JobLogLine:         NewJobLogLineClient(cfg),
 		RootfsArtifact:     NewRootfsArtifactClient(cfg),
 		TemplateDefinition: NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:   NewTemplateImageJobClient(cfg),
@@ -187,7 +193,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		RootfsArtifact.
+//		JobLogLine.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -210,8 +216,8 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
-		c.TemplateNode, c.TemplateReplica,
+		c.JobLogLine, c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob,
+		c.TemplateName, c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Use(hooks...)
 	}
@@ -221,8 +227,8 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob, c.TemplateName,
-		c.TemplateNode, c.TemplateReplica,
+		c.JobLogLine, c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob,
+		c.TemplateName, c.TemplateNode, c.TemplateReplica,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -231,6 +237,8 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
+	case *JobLogLineMutation:
+		return c.JobLogLine.mutate(ctx, m)
 	case *RootfsArtifactMutation:
 		return c.RootfsArtifact.mutate(ctx, m)
 	case *TemplateDefinitionMutation:
@@ -245,6 +253,139 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.TemplateReplica.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
+	}
+}
+
+// JobLogLineClient is a client for the JobLogLine schema.
+type JobLogLineClient struct {
+	config
+}
+
+// NewJobLogLineClient returns a client for the JobLogLine from the given config.
+func NewJobLogLineClient(c config) *JobLogLineClient {
+	return &JobLogLineClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `joblogline.Hooks(f(g(h())))`.
+func (c *JobLogLineClient) Use(hooks ...Hook) {
+	c.hooks.JobLogLine = append(c.hooks.JobLogLine, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `joblogline.Intercept(f(g(h())))`.
+func (c *JobLogLineClient) Intercept(interceptors ...Interceptor) {
+	c.inters.JobLogLine = append(c.inters.JobLogLine, interceptors...)
+}
+
+// Create returns a builder for creating a JobLogLine entity.
+func (c *JobLogLineClient) Create() *JobLogLineCreate {
+	mutation := newJobLogLineMutation(c.config, OpCreate)
+	return &JobLogLineCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of JobLogLine entities.
+func (c *JobLogLineClient) CreateBulk(builders ...*JobLogLineCreate) *JobLogLineCreateBulk {
+	return &JobLogLineCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *JobLogLineClient) MapCreateBulk(slice any, setFunc func(*JobLogLineCreate, int)) *JobLogLineCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &JobLogLineCreateBulk{err: fmt.Errorf("calling to JobLogLineClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*JobLogLineCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &JobLogLineCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for JobLogLine.
+func (c *JobLogLineClient) Update() *JobLogLineUpdate {
+	mutation := newJobLogLineMutation(c.config, OpUpdate)
+	return &JobLogLineUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *JobLogLineClient) UpdateOne(_m *JobLogLine) *JobLogLineUpdateOne {
+	mutation := newJobLogLineMutation(c.config, OpUpdateOne, withJobLogLine(_m))
+	return &JobLogLineUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *JobLogLineClient) UpdateOneID(id int) *JobLogLineUpdateOne {
+	mutation := newJobLogLineMutation(c.config, OpUpdateOne, withJobLogLineID(id))
+	return &JobLogLineUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for JobLogLine.
+func (c *JobLogLineClient) Delete() *JobLogLineDelete {
+	mutation := newJobLogLineMutation(c.config, OpDelete)
+	return &JobLogLineDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *JobLogLineClient) DeleteOne(_m *JobLogLine) *JobLogLineDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *JobLogLineClient) DeleteOneID(id int) *JobLogLineDeleteOne {
+	builder := c.Delete().Where(joblogline.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &JobLogLineDeleteOne{builder}
+}
+
+// Query returns a query builder for JobLogLine.
+func (c *JobLogLineClient) Query() *JobLogLineQuery {
+	return &JobLogLineQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeJobLogLine},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a JobLogLine entity by its id.
+func (c *JobLogLineClient) Get(ctx context.Context, id int) (*JobLogLine, error) {
+	return c.Query().Where(joblogline.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *JobLogLineClient) GetX(ctx context.Context, id int) *JobLogLine {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *JobLogLineClient) Hooks() []Hook {
+	return c.hooks.JobLogLine
+}
+
+// Interceptors returns the client interceptors.
+func (c *JobLogLineClient) Interceptors() []Interceptor {
+	return c.inters.JobLogLine
+}
+
+func (c *JobLogLineClient) mutate(ctx context.Context, m *JobLogLineMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&JobLogLineCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&JobLogLineUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&JobLogLineUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&JobLogLineDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown JobLogLine mutation op: %q", m.Op())
 	}
 }
 
@@ -1049,11 +1190,11 @@ func (c *TemplateReplicaClient) mutate(ctx context.Context, m *TemplateReplicaMu
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
+		JobLogLine, RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
 		TemplateNode, TemplateReplica []ent.Hook
 	}
 	inters struct {
-		RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
+		JobLogLine, RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
 		TemplateNode, TemplateReplica []ent.Interceptor
 	}
 )

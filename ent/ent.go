@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/cubesandbox/templatecenter/ent/joblogline"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -78,6 +79,7 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			joblogline.Table:         joblogline.ValidColumn,
 			rootfsartifact.Table:     rootfsartifact.ValidColumn,
 			templatedefinition.Table: templatedefinition.ValidColumn,
 			templateimagejob.Table:   templateimagejob.ValidColumn,

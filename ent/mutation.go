@@ -11,6 +11,7 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/cubesandbox/templatecenter/ent/joblogline"
 	"github.com/cubesandbox/templatecenter/ent/predicate"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -29,6 +30,7 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
+	TypeJobLogLine         = "JobLogLine"
 	TypeRootfsArtifact     = "RootfsArtifact"
 	TypeTemplateDefinition = "TemplateDefinition"
 	TypeTemplateImageJob   = "TemplateImageJob"
@@ -36,6 +38,548 @@ const (
 	TypeTemplateNode       = "TemplateNode"
 	TypeTemplateReplica    = "TemplateReplica"
 )
+
+// JobLogLineMutation represents an operation that mutates the JobLogLine nodes in the graph.
+type JobLogLineMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	job_id        *string
+	logged_at     *time.Time
+	level         *string
+	source        *string
+	message       *string
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*JobLogLine, error)
+	predicates    []predicate.JobLogLine
+}
+
+var _ ent.Mutation = (*JobLogLineMutation)(nil)
+
+// jobloglineOption allows management of the mutation configuration using functional options.
+type jobloglineOption func(*JobLogLineMutation)
+
+// newJobLogLineMutation creates new mutation for the JobLogLine entity.
+func newJobLogLineMutation(c config, op Op, opts ...jobloglineOption) *JobLogLineMutation {
+	m := &JobLogLineMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeJobLogLine,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withJobLogLineID sets the ID field of the mutation.
+func withJobLogLineID(id int) jobloglineOption {
+	return func(m *JobLogLineMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *JobLogLine
+		)
+		m.oldValue = func(ctx context.Context) (*JobLogLine, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().JobLogLine.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withJobLogLine sets the old JobLogLine of the mutation.
+func withJobLogLine(node *JobLogLine) jobloglineOption {
+	return func(m *JobLogLineMutation) {
+		m.oldValue = func(context.Context) (*JobLogLine, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m JobLogLineMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m JobLogLineMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *JobLogLineMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *JobLogLineMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().JobLogLine.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetJobID sets the "job_id" field.
+func (m *JobLogLineMutation) SetJobID(s string) {
+	m.job_id = &s
+}
+
+// JobID returns the value of the "job_id" field in the mutation.
+func (m *JobLogLineMutation) JobID() (r string, exists bool) {
+	v := m.job_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldJobID returns the old "job_id" field's value of the JobLogLine entity.
+// If the JobLogLine object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *JobLogLineMutation) OldJobID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldJobID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldJobID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldJobID: %w", err)
+	}
+	return oldValue.JobID, nil
+}
+
+// ResetJobID resets all changes to the "job_id" field.
+func (m *JobLogLineMutation) ResetJobID() {
+	m.job_id = nil
+}
+
+// SetLoggedAt sets the "logged_at" field.
+func (m *JobLogLineMutation) SetLoggedAt(t time.Time) {
+	m.logged_at = &t
+}
+
+// LoggedAt returns the value of the "logged_at" field in the mutation.
+func (m *JobLogLineMutation) LoggedAt() (r time.Time, exists bool) {
+	v := m.logged_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLoggedAt returns the old "logged_at" field's value of the JobLogLine entity.
+// If the JobLogLine object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *JobLogLineMutation) OldLoggedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLoggedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLoggedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLoggedAt: %w", err)
+	}
+	return oldValue.LoggedAt, nil
+}
+
+// ResetLoggedAt resets all changes to the "logged_at" field.
+func (m *JobLogLineMutation) ResetLoggedAt() {
+	m.logged_at = nil
+}
+
+// SetLevel sets the "level" field.
+func (m *JobLogLineMutation) SetLevel(s string) {
+	m.level = &s
+}
+
+// Level returns the value of the "level" field in the mutation.
+func (m *JobLogLineMutation) Level() (r string, exists bool) {
+	v := m.level
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLevel returns the old "level" field's value of the JobLogLine entity.
+// If the JobLogLine object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *JobLogLineMutation) OldLevel(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLevel is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLevel requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLevel: %w", err)
+	}
+	return oldValue.Level, nil
+}
+
+// ResetLevel resets all changes to the "level" field.
+func (m *JobLogLineMutation) ResetLevel() {
+	m.level = nil
+}
+
+// SetSource sets the "source" field.
+func (m *JobLogLineMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *JobLogLineMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the JobLogLine entity.
+// If the JobLogLine object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *JobLogLineMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *JobLogLineMutation) ResetSource() {
+	m.source = nil
+}
+
+// SetMessage sets the "message" field.
+func (m *JobLogLineMutation) SetMessage(s string) {
+	m.message = &s
+}
+
+// Message returns the value of the "message" field in the mutation.
+func (m *JobLogLineMutation) Message() (r string, exists bool) {
+	v := m.message
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMessage returns the old "message" field's value of the JobLogLine entity.
+// If the JobLogLine object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *JobLogLineMutation) OldMessage(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMessage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMessage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMessage: %w", err)
+	}
+	return oldValue.Message, nil
+}
+
+// ResetMessage resets all changes to the "message" field.
+func (m *JobLogLineMutation) ResetMessage() {
+	m.message = nil
+}
+
+// Where appends a list predicates to the JobLogLineMutation builder.
+func (m *JobLogLineMutation) Where(ps ...predicate.JobLogLine) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the JobLogLineMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *JobLogLineMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.JobLogLine, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *JobLogLineMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *JobLogLineMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (JobLogLine).
+func (m *JobLogLineMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *JobLogLineMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.job_id != nil {
+		fields = append(fields, joblogline.FieldJobID)
+	}
+	if m.logged_at != nil {
+		fields = append(fields, joblogline.FieldLoggedAt)
+	}
+	if m.level != nil {
+		fields = append(fields, joblogline.FieldLevel)
+	}
+	if m.source != nil {
+		fields = append(fields, joblogline.FieldSource)
+	}
+	if m.message != nil {
+		fields = append(fields, joblogline.FieldMessage)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *JobLogLineMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case joblogline.FieldJobID:
+		return m.JobID()
+	case joblogline.FieldLoggedAt:
+		return m.LoggedAt()
+	case joblogline.FieldLevel:
+		return m.Level()
+	case joblogline.FieldSource:
+		return m.Source()
+	case joblogline.FieldMessage:
+		return m.Message()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *JobLogLineMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case joblogline.FieldJobID:
+		return m.OldJobID(ctx)
+	case joblogline.FieldLoggedAt:
+		return m.OldLoggedAt(ctx)
+	case joblogline.FieldLevel:
+		return m.OldLevel(ctx)
+	case joblogline.FieldSource:
+		return m.OldSource(ctx)
+	case joblogline.FieldMessage:
+		return m.OldMessage(ctx)
+	}
+	return nil, fmt.Errorf("unknown JobLogLine field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *JobLogLineMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case joblogline.FieldJobID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetJobID(v)
+		return nil
+	case joblogline.FieldLoggedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLoggedAt(v)
+		return nil
+	case joblogline.FieldLevel:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLevel(v)
+		return nil
+	case joblogline.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
+		return nil
+	case joblogline.FieldMessage:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMessage(v)
+		return nil
+	}
+	return fmt.Errorf("unknown JobLogLine field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *JobLogLineMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *JobLogLineMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *JobLogLineMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown JobLogLine numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *JobLogLineMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *JobLogLineMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *JobLogLineMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown JobLogLine nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *JobLogLineMutation) ResetField(name string) error {
+	switch name {
+	case joblogline.FieldJobID:
+		m.ResetJobID()
+		return nil
+	case joblogline.FieldLoggedAt:
+		m.ResetLoggedAt()
+		return nil
+	case joblogline.FieldLevel:
+		m.ResetLevel()
+		return nil
+	case joblogline.FieldSource:
+		m.ResetSource()
+		return nil
+	case joblogline.FieldMessage:
+		m.ResetMessage()
+		return nil
+	}
+	return fmt.Errorf("unknown JobLogLine field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *JobLogLineMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *JobLogLineMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *JobLogLineMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *JobLogLineMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *JobLogLineMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *JobLogLineMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *JobLogLineMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown JobLogLine unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *JobLogLineMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown JobLogLine edge %s", name)
+}
 
 // RootfsArtifactMutation represents an operation that mutates the RootfsArtifact nodes in the graph.
 type RootfsArtifactMutation struct {

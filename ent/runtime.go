@@ -3,6 +3,7 @@
 package ent
 
 import (
+	"github.com/cubesandbox/templatecenter/ent/joblogline"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -16,6 +17,38 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	jobloglineFields := schema.JobLogLine{}.Fields()
+	_ = jobloglineFields
+	// jobloglineDescJobID is the schema descriptor for job_id field.
+	jobloglineDescJobID := jobloglineFields[0].Descriptor()
+	// joblogline.JobIDValidator is a validator for the "job_id" field. It is called by the builders before save.
+	joblogline.JobIDValidator = func() func(string) error {
+		validators := jobloglineDescJobID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(job_id string) error {
+			for _, fn := range fns {
+				if err := fn(job_id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// jobloglineDescLevel is the schema descriptor for level field.
+	jobloglineDescLevel := jobloglineFields[2].Descriptor()
+	// joblogline.DefaultLevel holds the default value on creation for the level field.
+	joblogline.DefaultLevel = jobloglineDescLevel.Default.(string)
+	// joblogline.LevelValidator is a validator for the "level" field. It is called by the builders before save.
+	joblogline.LevelValidator = jobloglineDescLevel.Validators[0].(func(string) error)
+	// jobloglineDescSource is the schema descriptor for source field.
+	jobloglineDescSource := jobloglineFields[3].Descriptor()
+	// joblogline.DefaultSource holds the default value on creation for the source field.
+	joblogline.DefaultSource = jobloglineDescSource.Default.(string)
+	// joblogline.SourceValidator is a validator for the "source" field. It is called by the builders before save.
+	joblogline.SourceValidator = jobloglineDescSource.Validators[0].(func(string) error)
 	rootfsartifactFields := schema.RootfsArtifact{}.Fields()
 	_ = rootfsartifactFields
 	// rootfsartifactDescArtifactID is the schema descriptor for artifact_id field.

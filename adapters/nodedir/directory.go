@@ -59,6 +59,8 @@ type Status struct {
 	ports.Node
 	// LastProbe is when the last probe finished; zero before the first.
 	LastProbe time.Time
+	// LastSeen is when a probe last found it healthy; zero if none has.
+	LastSeen time.Time
 	// LastError is why the node is unhealthy; "" when healthy.
 	LastError string
 }
@@ -84,6 +86,7 @@ type Directory struct {
 type member struct {
 	node      ports.Node // Healthy is the current state
 	lastProbe time.Time
+	lastSeen  time.Time // the last probe that found it healthy
 	lastErr   string
 	conn      *grpc.ClientConn // touched only under probeMu
 	// down is closed while the node is unhealthy or no longer listed; a
@@ -346,6 +349,9 @@ func (d *Directory) record(m *member, err error) {
 	m.node.Healthy = err == nil
 	m.lastProbe = time.Now()
 	m.lastErr = ""
+	if err == nil {
+		m.lastSeen = m.lastProbe
+	}
 	if err != nil {
 		m.lastErr = err.Error()
 	}
@@ -439,7 +445,7 @@ func (d *Directory) Statuses() []Status {
 	out := make([]Status, 0, len(d.ids))
 	for _, id := range d.ids {
 		m := d.byID[id]
-		out = append(out, Status{Node: m.node, LastProbe: m.lastProbe, LastError: m.lastErr})
+		out = append(out, Status{Node: m.node, LastProbe: m.lastProbe, LastSeen: m.lastSeen, LastError: m.lastErr})
 	}
 	return out
 }

@@ -129,6 +129,7 @@ func (s *Service) dispatch(ctx context.Context, job *core.Job, n core.Normalized
 	err := s.DataPlane.SubmitBuild(ctx, br)
 	switch {
 	case err == nil:
+		s.log().Info("build submitted to the data plane", "job", job.JobID, "template", job.TemplateID, "image", req.SourceImageRef)
 		return job, nil
 	case errors.Is(err, core.ErrConflict):
 		// Already in flight on the data plane: it has the job.

@@ -106,6 +106,7 @@ func (s *Service) distributeOne(ctx context.Context, n ports.Node, art core.Node
 // waits for. A READY row is left alone: sandboxes keep using its old
 // snapshot until the new one replaces it.
 func (s *Service) markReplica(ctx context.Context, p *pipeline, n ports.Node, phase core.ReplicaPhase) {
+	s.log().Info("node step started", "job", p.job.JobID, "node", n.ID, "step", phase)
 	if prev := p.previous[n.ID]; prev != nil && prev.Status == core.ReplicaReady {
 		return
 	}

@@ -29,6 +29,8 @@ type Template struct {
 	AliasMovedFrom string
 	LastError      string
 	CreatedAt      time.Time
+	// UpdatedAt is when the definition (else the latest job) last changed.
+	UpdatedAt time.Time
 	// ImageInfo is "ref@sha256:..." of the source image; JobID the latest
 	// job; ArtifactID the rootfs artifact.
 	ImageInfo  string
@@ -74,7 +76,7 @@ func templateOf(def *core.Definition, replicas []*core.Replica) *Template {
 	return &Template{
 		TemplateID: def.TemplateID, InstanceType: def.InstanceType, Version: def.Version,
 		Status: string(def.Status), Alias: def.Alias, LastError: def.LastError,
-		CreatedAt: def.CreatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
+		CreatedAt: def.CreatedAt, UpdatedAt: def.UpdatedAt, ArtifactID: def.RootfsArtifactID, Replicas: replicas,
 		Backend: storedBackend(def.RequestJSON),
 	}
 }
@@ -101,7 +103,7 @@ func templateOfJob(j *core.Job) *Template {
 	}
 	return &Template{
 		TemplateID: j.TemplateID, InstanceType: j.InstanceType, Version: core.DefaultTemplateVersion,
-		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt,
+		Status: status, LastError: j.ErrorMessage, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 		ImageInfo: ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest), JobID: j.JobID, ArtifactID: j.ArtifactID,
 		Backend:    storedBackend(j.RequestJSON),
 		ReadyNodes: j.ReadyNodeCount, TargetNodes: j.ExpectedNodeCount,
@@ -202,6 +204,10 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		return nil, err
 	}
 	latest := map[string]*core.Job{}
+	// placed is each template's latest job that placed it on nodes: a
+	// migrate moves the artifact only, so its counts say nothing of the
+	// replicas.
+	placed := map[string]*core.Job{}
 	var order []string
 	for _, j := range all {
 		cur, ok := latest[j.TemplateID]
@@ -210,6 +216,9 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		}
 		if !ok || j.AttemptNo > cur.AttemptNo {
 			latest[j.TemplateID] = j
+		}
+		if p := placed[j.TemplateID]; j.Operation != core.OpMigrate && (p == nil || j.AttemptNo > p.AttemptNo) {
+			placed[j.TemplateID] = j
 		}
 	}
 	// Upstream's order: definitions most recently updated first, then
@@ -223,6 +232,9 @@ func (s *Service) ListTemplates(ctx context.Context) ([]Template, error) {
 		if j := latest[d.TemplateID]; j != nil {
 			info.JobID, info.ReadyNodes, info.TargetNodes = j.JobID, j.ReadyNodeCount, j.ExpectedNodeCount
 			info.ImageInfo = ComposeImageInfo(j.SourceImageRef, j.SourceImageDigest)
+		}
+		if p := placed[d.TemplateID]; p != nil {
+			info.ReadyNodes, info.TargetNodes = p.ReadyNodeCount, p.ExpectedNodeCount
 		}
 		out = append(out, *info)
 		seen[d.TemplateID] = true

@@ -57,6 +57,9 @@ func (s *Service) HandleStatusReport(ctx context.Context, jobID string, r ports.
 	case job.Status == core.JobBuilt:
 		s.startResume(ctx, job.JobID)
 	case job.Status.Terminal():
+		if job.Status == core.JobFailed {
+			s.log().Warn("the data plane reported the build failed", "job", jobID, "phase", job.Phase, "err", job.ErrorMessage)
+		}
 		s.dropProgress(ctx, job.JobID)
 	case s.Progress != nil:
 		if perr := s.Progress.Publish(ctx, jobID, ports.LiveProgress{Phase: job.Phase, Progress: job.Progress, Pull: job.Pull}); perr != nil {

@@ -91,6 +91,7 @@ func (e *Executor) newRun(req ports.BuildRequest, spec core.NormalizedRequest) *
 func (r *run) execute() {
 	defer r.e.finish(r)
 	defer r.cancel()
+	r.log.Info("build started", "image", r.norm.SourceImageRef, "writable_layer_size", r.norm.WritableLayerSize)
 	var (
 		res *pipeline.Result
 		err error
@@ -237,10 +238,14 @@ func (r *run) onEvent(ev pipeline.Event) {
 		res := *ev.Resolved
 		r.st.resolved = &res
 	}
+	var left core.Phase
+	var took time.Duration
 	if i := slices.Index(buildPhases, ev.Phase); i >= slices.Index(buildPhases, r.st.phase) {
 		if ev.Phase != r.st.phase {
 			now := r.e.now()
-			r.st.durations[r.st.phase] += now.Sub(r.st.phaseStart)
+			took = now.Sub(r.st.phaseStart)
+			r.st.durations[r.st.phase] += took
+			left = r.st.phase
 			r.st.phase, r.st.phaseStart = ev.Phase, now
 		}
 		r.st.progress = max(r.st.progress, ev.Progress)
@@ -249,6 +254,10 @@ func (r *run) onEvent(ev pipeline.Event) {
 		r.st.pull = ev.Pull
 	}
 	r.mu.Unlock()
+	if left != "" {
+		// One line per phase: the job log's story of the build.
+		r.log.Info("build phase finished", "phase", left, "took", took.Round(time.Millisecond), "next", ev.Phase)
+	}
 	r.wake()
 }
 
@@ -461,6 +470,8 @@ func (r *run) built() {
 		pp := st.pull
 		u.Pull = &pp
 	}
+	r.log.Info("build finished", "artifact_id", a.ArtifactID, "ext4_sha256", a.Ext4SHA256, "ext4_size_bytes", a.Ext4SizeBytes,
+		"image_digest", digest)
 	ctx, cancel := r.finalCtx()
 	defer cancel()
 	r.report(ctx, ports.StatusReport{Update: u, Artifact: &a, Inputs: inputs})

@@ -9,6 +9,18 @@ import (
 	"github.com/cubesandbox/templatecenter/ent"
 )
 
+// The JobLogLineFunc type is an adapter to allow the use of ordinary
+// function as JobLogLine mutator.
+type JobLogLineFunc func(context.Context, *ent.JobLogLineMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f JobLogLineFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.JobLogLineMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.JobLogLineMutation", m)
+}
+
 // The RootfsArtifactFunc type is an adapter to allow the use of ordinary
 // function as RootfsArtifact mutator.
 type RootfsArtifactFunc func(context.Context, *ent.RootfsArtifactMutation) (ent.Value, error)

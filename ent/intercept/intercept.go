@@ -8,6 +8,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/cubesandbox/templatecenter/ent"
+	"github.com/cubesandbox/templatecenter/ent/joblogline"
 	"github.com/cubesandbox/templatecenter/ent/predicate"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -71,6 +72,33 @@ func (f TraverseFunc) Traverse(ctx context.Context, q ent.Query) error {
 		return err
 	}
 	return f(ctx, query)
+}
+
+// The JobLogLineFunc type is an adapter to allow the use of ordinary function as a Querier.
+type JobLogLineFunc func(context.Context, *ent.JobLogLineQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f JobLogLineFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.JobLogLineQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.JobLogLineQuery", q)
+}
+
+// The TraverseJobLogLine type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseJobLogLine func(context.Context, *ent.JobLogLineQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseJobLogLine) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseJobLogLine) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.JobLogLineQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.JobLogLineQuery", q)
 }
 
 // The RootfsArtifactFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -238,6 +266,8 @@ func (f TraverseTemplateReplica) Traverse(ctx context.Context, q ent.Query) erro
 // NewQuery returns the generic Query interface for the given typed query.
 func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
+	case *ent.JobLogLineQuery:
+		return &query[*ent.JobLogLineQuery, predicate.JobLogLine, joblogline.OrderOption]{typ: ent.TypeJobLogLine, tq: q}, nil
 	case *ent.RootfsArtifactQuery:
 		return &query[*ent.RootfsArtifactQuery, predicate.RootfsArtifact, rootfsartifact.OrderOption]{typ: ent.TypeRootfsArtifact, tq: q}, nil
 	case *ent.TemplateDefinitionQuery:

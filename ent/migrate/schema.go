@@ -9,6 +9,33 @@ import (
 )
 
 var (
+	// TCubeTemplateJobLogColumns holds the columns for the "t_cube_template_job_log" table.
+	TCubeTemplateJobLogColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "job_id", Type: field.TypeString, Size: 128},
+		{Name: "logged_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "level", Type: field.TypeString, Size: 16, Default: ""},
+		{Name: "source", Type: field.TypeString, Size: 128, Default: ""},
+		{Name: "message", Type: field.TypeString, Size: 2147483647},
+	}
+	// TCubeTemplateJobLogTable holds the schema information for the "t_cube_template_job_log" table.
+	TCubeTemplateJobLogTable = &schema.Table{
+		Name:       "t_cube_template_job_log",
+		Columns:    TCubeTemplateJobLogColumns,
+		PrimaryKey: []*schema.Column{TCubeTemplateJobLogColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_job_log_job",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateJobLogColumns[1]},
+			},
+			{
+				Name:    "idx_job_log_time",
+				Unique:  false,
+				Columns: []*schema.Column{TCubeTemplateJobLogColumns[2]},
+			},
+		},
+	}
 	// TCubeRootfsArtifactColumns holds the columns for the "t_cube_rootfs_artifact" table.
 	TCubeRootfsArtifactColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -339,6 +366,7 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		TCubeTemplateJobLogTable,
 		TCubeRootfsArtifactTable,
 		TCubeTemplateDefinitionTable,
 		TCubeTemplateImageJobTable,
@@ -349,6 +377,11 @@ var (
 )
 
 func init() {
+	TCubeTemplateJobLogTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_template_job_log",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
 	TCubeRootfsArtifactTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_rootfs_artifact",
 		Charset:   "utf8mb4",

@@ -6,6 +6,9 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
+// JobLogLine is the predicate function for joblogline builders.
+type JobLogLine func(*sql.Selector)
+
 // RootfsArtifact is the predicate function for rootfsartifact builders.
 type RootfsArtifact func(*sql.Selector)
 

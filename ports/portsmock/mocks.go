@@ -5881,3 +5881,181 @@ func (mock *ReleaseManifestsMock) ManifestCalls() []struct {
 	mock.lockManifest.RUnlock()
 	return calls
 }
+
+// Ensure, that JobLogMock does implement ports.JobLog.
+// If this is not the case, regenerate this file with moq.
+var _ ports.JobLog = &JobLogMock{}
+
+// JobLogMock is a mock implementation of ports.JobLog.
+//
+//	func TestSomethingThatUsesJobLog(t *testing.T) {
+//
+//		// make and configure a mocked ports.JobLog
+//		mockedJobLog := &JobLogMock{
+//			AppendFunc: func(ctx context.Context, lines []ports.JobLogLine) error {
+//				panic("mock out the Append method")
+//			},
+//			DeleteBeforeFunc: func(ctx context.Context, t time.Time) (int, error) {
+//				panic("mock out the DeleteBefore method")
+//			},
+//			LinesFunc: func(ctx context.Context, jobID string, limit int) ([]ports.JobLogLine, error) {
+//				panic("mock out the Lines method")
+//			},
+//		}
+//
+//		// use mockedJobLog in code that requires ports.JobLog
+//		// and then make assertions.
+//
+//	}
+type JobLogMock struct {
+	// AppendFunc mocks the Append method.
+	AppendFunc func(ctx context.Context, lines []ports.JobLogLine) error
+
+	// DeleteBeforeFunc mocks the DeleteBefore method.
+	DeleteBeforeFunc func(ctx context.Context, t time.Time) (int, error)
+
+	// LinesFunc mocks the Lines method.
+	LinesFunc func(ctx context.Context, jobID string, limit int) ([]ports.JobLogLine, error)
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// Append holds details about calls to the Append method.
+		Append []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Lines is the lines argument value.
+			Lines []ports.JobLogLine
+		}
+		// DeleteBefore holds details about calls to the DeleteBefore method.
+		DeleteBefore []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// T is the t argument value.
+			T time.Time
+		}
+		// Lines holds details about calls to the Lines method.
+		Lines []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// JobID is the jobID argument value.
+			JobID string
+			// Limit is the limit argument value.
+			Limit int
+		}
+	}
+	lockAppend       sync.RWMutex
+	lockDeleteBefore sync.RWMutex
+	lockLines        sync.RWMutex
+}
+
+// Append calls AppendFunc.
+func (mock *JobLogMock) Append(ctx context.Context, lines []ports.JobLogLine) error {
+	if mock.AppendFunc == nil {
+		panic("JobLogMock.AppendFunc: method is nil but JobLog.Append was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		Lines []ports.JobLogLine
+	}{
+		Ctx:   ctx,
+		Lines: lines,
+	}
+	mock.lockAppend.Lock()
+	mock.calls.Append = append(mock.calls.Append, callInfo)
+	mock.lockAppend.Unlock()
+	return mock.AppendFunc(ctx, lines)
+}
+
+// AppendCalls gets all the calls that were made to Append.
+// Check the length with:
+//
+//	len(mockedJobLog.AppendCalls())
+func (mock *JobLogMock) AppendCalls() []struct {
+	Ctx   context.Context
+	Lines []ports.JobLogLine
+} {
+	var calls []struct {
+		Ctx   context.Context
+		Lines []ports.JobLogLine
+	}
+	mock.lockAppend.RLock()
+	calls = mock.calls.Append
+	mock.lockAppend.RUnlock()
+	return calls
+}
+
+// DeleteBefore calls DeleteBeforeFunc.
+func (mock *JobLogMock) DeleteBefore(ctx context.Context, t time.Time) (int, error) {
+	if mock.DeleteBeforeFunc == nil {
+		panic("JobLogMock.DeleteBeforeFunc: method is nil but JobLog.DeleteBefore was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		T   time.Time
+	}{
+		Ctx: ctx,
+		T:   t,
+	}
+	mock.lockDeleteBefore.Lock()
+	mock.calls.DeleteBefore = append(mock.calls.DeleteBefore, callInfo)
+	mock.lockDeleteBefore.Unlock()
+	return mock.DeleteBeforeFunc(ctx, t)
+}
+
+// DeleteBeforeCalls gets all the calls that were made to DeleteBefore.
+// Check the length with:
+//
+//	len(mockedJobLog.DeleteBeforeCalls())
+func (mock *JobLogMock) DeleteBeforeCalls() []struct {
+	Ctx context.Context
+	T   time.Time
+} {
+	var calls []struct {
+		Ctx context.Context
+		T   time.Time
+	}
+	mock.lockDeleteBefore.RLock()
+	calls = mock.calls.DeleteBefore
+	mock.lockDeleteBefore.RUnlock()
+	return calls
+}
+
+// Lines calls LinesFunc.
+func (mock *JobLogMock) Lines(ctx context.Context, jobID string, limit int) ([]ports.JobLogLine, error) {
+	if mock.LinesFunc == nil {
+		panic("JobLogMock.LinesFunc: method is nil but JobLog.Lines was just called")
+	}
+	callInfo := struct {
+		Ctx   context.Context
+		JobID string
+		Limit int
+	}{
+		Ctx:   ctx,
+		JobID: jobID,
+		Limit: limit,
+	}
+	mock.lockLines.Lock()
+	mock.calls.Lines = append(mock.calls.Lines, callInfo)
+	mock.lockLines.Unlock()
+	return mock.LinesFunc(ctx, jobID, limit)
+}
+
+// LinesCalls gets all the calls that were made to Lines.
+// Check the length with:
+//
+//	len(mockedJobLog.LinesCalls())
+func (mock *JobLogMock) LinesCalls() []struct {
+	Ctx   context.Context
+	JobID string
+	Limit int
+} {
+	var calls []struct {
+		Ctx   context.Context
+		JobID string
+		Limit int
+	}
+	mock.lockLines.RLock()
+	calls = mock.calls.Lines
+	mock.lockLines.RUnlock()
+	return calls
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/envelope"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/openapi"
@@ -110,6 +111,10 @@ type Config struct {
 	Migrations Migrations
 	Catalog    Catalog
 	Artifacts  Artifacts
+	// JobLog serves GET /cube/template/jobs/log; Nodes GET /cube/node
+	// (nil: those routes answer 130593).
+	JobLog ports.JobLog
+	Nodes  func(ctx context.Context) ([]cubeview.NodeInfo, error)
 
 	// TemplateCenterURL is CUBE_TEMPLATE_CENTER_ADDR, where compat and
 	// download requests are forwarded.
@@ -174,6 +179,9 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodGet, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodDelete, Pattern: PathTemplate, Kind: routes.Public},
 		{Method: http.MethodPut, Pattern: PathAlias, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathJobs, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathJobLog, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathNodes, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathBuildStatus, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathResolve, Kind: routes.Public},
 		{Method: http.MethodPost, Pattern: PathResolve, Kind: routes.Public},
@@ -240,6 +248,9 @@ func New(cfg Config) (chi.Router, error) {
 		r.Get(PathTemplate, s.getTemplates)
 		r.Delete(PathTemplate, s.deleteTemplate)
 		r.Put(PathAlias, s.setAlias)
+		r.Get(PathJobs, s.listJobs)
+		r.Get(PathJobLog, s.jobLog)
+		r.Get(PathNodes, s.listNodes)
 		r.Get(PathBuildStatus, s.buildStatus)
 		r.Get(PathResolve, s.resolveTemplate)
 		r.Post(PathResolve, s.resolveSandboxRequest)

@@ -14,6 +14,7 @@ import (
 var wantRoutes = []string{
 	"DELETE /cube/template",
 	"GET /cube/ca/{filename}",
+	"GET /cube/node",
 	"GET /cube/rootfs-artifact",
 	"GET /cube/template",
 	"GET /cube/template/artifact/chunks/data",
@@ -22,6 +23,8 @@ var wantRoutes = []string{
 	"GET /cube/template/build/{build_id}/status",
 	"GET /cube/template/compat",
 	"GET /cube/template/from-image",
+	"GET /cube/template/jobs",
+	"GET /cube/template/jobs/log",
 	"GET /cube/template/migrate",
 	"GET /cube/template/resolve",
 	"GET /internal/meta/templates/{template_id}/component-versions",

@@ -351,6 +351,7 @@ func (s *server) getTemplates(w http.ResponseWriter, r *http.Request) {
 			total := len(items)
 			out.Total = &total
 			out.Data = page.cut(items)
+			s.fillSizes(r.Context(), out.Data)
 		}
 		s.write(w, r, listResponse{Response: envelope.OK(""), ListResponse: out})
 		return
@@ -617,4 +618,20 @@ func (p listPage) cut(items []cubeview.TemplateItem) []cubeview.TemplateItem {
 		items = items[:p.limit]
 	}
 	return items
+}
+
+// fillSizes sets the rootfs size of each item of a page from its artifact
+// row (display data: a failed read leaves it out).
+func (s *server) fillSizes(ctx context.Context, items []cubeview.TemplateItem) {
+	if s.cfg.Artifacts == nil {
+		return
+	}
+	for i := range items {
+		if items[i].ArtifactID == "" {
+			continue
+		}
+		if a, err := s.cfg.Artifacts.GetArtifact(ctx, items[i].ArtifactID); err == nil {
+			items[i].SizeBytes = a.Ext4SizeBytes
+		}
+	}
 }

@@ -174,6 +174,11 @@ type TemplateItem struct {
 	ArtifactID    string `json:"artifact_id,omitempty"`
 	ReplicasReady int    `json:"replicas_ready"`
 	ReplicasTotal int    `json:"replicas_total"`
+	// UpdatedAt is when the template last changed (RFC 3339, UTC);
+	// SizeBytes its rootfs image's size, in a paged listing only (this
+	// service's own, for the console).
+	UpdatedAt string `json:"updated_at,omitempty"`
+	SizeBytes int64  `json:"size_bytes,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
@@ -192,6 +197,9 @@ func NewTemplateItem(t *control.Template) TemplateItem {
 	}
 	if !t.CreatedAt.IsZero() {
 		it.CreatedAt = t.CreatedAt.UTC().Format(time.RFC3339)
+	}
+	if !t.UpdatedAt.IsZero() {
+		it.UpdatedAt = t.UpdatedAt.UTC().Format(time.RFC3339)
 	}
 	return it
 }

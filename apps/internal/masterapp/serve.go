@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/cubelet"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
+	"github.com/cubesandbox/templatecenter/adapters/joblog"
 	"github.com/cubesandbox/templatecenter/adapters/nodedir"
 	"github.com/cubesandbox/templatecenter/adapters/store/entstore"
 	"github.com/cubesandbox/templatecenter/apps/config"
@@ -118,6 +119,8 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `cubemaster migrate` out of band")
 		}
 	}
+	// Closed before the store: its last lines are written first.
+	defer do.MustInvoke[*joblog.Recorder](i).Close()
 	dir, err := do.Invoke[*nodedir.Directory](i)
 	if err != nil {
 		return err
@@ -189,6 +192,7 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLive()
 	go svc.RunLiveness(liveCtx)
+	go startup.PruneJobLog(liveCtx, st.JobLog(), log)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(startup.LimitConnections(srv, ln, cfg.HTTP.MaxConnections)) }()

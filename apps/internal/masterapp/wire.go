@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/console"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeapi"
+	"github.com/cubesandbox/templatecenter/adapters/httpapi/cubeview"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/metrics"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcapi"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/tcclient"
@@ -69,8 +71,18 @@ func (s redisSink) Shutdown() error { s.Close(); return nil }
 // newInjector wires the control plane's adapters with samber/do. Providers
 // are lazy: nothing is opened until Run invokes it.
 func newInjector(w wiring) *do.RootScope {
-	cfg, log := w.cfg, w.log
+	cfg := w.cfg
 	i := do.New()
+	// Records naming a job are kept in the job log too (the console's
+	// build page), on the store's database.
+	rec, log := startup.JobLogRecorder(w.log, jobLogSource("cubemaster"), func() (ports.JobLog, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		return st.JobLog(), nil
+	})
+	do.ProvideValue(i, rec)
 	do.ProvideValue(i, cfg)
 	do.ProvideValue(i, log)
 	do.Provide(i, func(do.Injector) (*entstore.Store, error) {
@@ -200,7 +212,7 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		r, err := cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken, PublicAuth: public,
-			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc,
+			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc, JobLog: st.JobLog(), Nodes: nodeViews(dir, svc),
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
 			Readiness:      readiness(st, dir, w.tcBase, cfg.CallbackToken),
@@ -341,4 +353,32 @@ func newSealer(cfg config.Config) (*sealer.Sealer, error) {
 		return nil, fmt.Errorf("sealing keys: %w", err)
 	}
 	return sl, nil
+}
+
+// jobLogSource names this process in its job log lines: the service and
+// its host, so two replicas' lines can be told apart.
+func jobLogSource(service string) string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return fmt.Sprintf("%s %s/%d", service, h, os.Getpid())
+	}
+	return service
+}
+
+// nodeViews is GET /cube/node: the directory's nodes with this master's
+// last probes and what each holds.
+func nodeViews(dir *nodedir.Directory, svc *control.Service) func(ctx context.Context) ([]cubeview.NodeInfo, error) {
+	return func(ctx context.Context) ([]cubeview.NodeInfo, error) {
+		usage, err := svc.NodesUsage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []cubeview.NodeInfo
+		for _, s := range dir.Statuses() {
+			u := usage[s.ID]
+			out = append(out, cubeview.NodeInfo{NodeID: s.ID, NodeIP: s.IP, InstanceType: s.InstanceType, Healthy: s.Healthy,
+				LastProbe: cubeview.RFC3339(s.LastProbe), LastSeen: cubeview.RFC3339(s.LastSeen), LastError: s.LastError,
+				TemplatesHeld: u.Templates, BytesUsed: u.Bytes})
+		}
+		return out, nil
+	}
 }

@@ -125,7 +125,18 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	if o.Instance == "" {
 		o.Instance = NewInstanceID()
 	}
-	i := NewBuildInjector(ctx, o)
+	// Records naming a job are kept in the job log too (the console's
+	// build page), on the store's database.
+	var i *do.RootScope
+	jobRec, jobLogger := startup.JobLogRecorder(o.log(), "templatecenter "+o.Instance, func() (ports.JobLog, error) {
+		st, err := do.Invoke[*entstore.Store](i)
+		if err != nil {
+			return nil, err
+		}
+		return st.JobLog(), nil
+	})
+	o.Logger = jobLogger
+	i = NewBuildInjector(ctx, o)
 	defer i.Shutdown()
 	do.ProvideValue(i, reg)
 	do.ProvideValue(i, m)
@@ -145,6 +156,8 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 			log.Warn("CUBE_AUTO_MIGRATION=false: schema migrations not applied; run `templatecenter migrate` out of band")
 		}
 	}
+	// Closed before the store: its last lines are written first.
+	defer jobRec.Close()
 	if core.NewDownloadTokens(cfg.CallbackToken).Keyed() {
 		// Rows whose column holds a token in the clear (adopted from
 		// upstream) get a seed: the old value, in any copy of the

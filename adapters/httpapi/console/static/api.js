@@ -73,3 +73,12 @@ export const templateJob = (id) => call('GET', '/cube/template/from-image?' + ne
 export const getJob = (jobID) => call('GET', '/cube/template/from-image?' + new URLSearchParams({ job_id: jobID }));
 export const createFromImage = (req) => call('POST', '/cube/template/from-image', { requestID: requestID(), ...req });
 export const deleteTemplate = (id) => call('DELETE', '/cube/template', { RequestID: requestID(), template_id: id });
+export const listJobs = (params) => call('GET', '/cube/template/jobs?' + new URLSearchParams(params));
+export const jobLog = (jobID) => call('GET', '/cube/template/jobs/log?' + new URLSearchParams({ job_id: jobID }));
+export const listNodes = () => call('GET', '/cube/node');
+export const redo = (req) => call('POST', '/cube/template/redo', { requestID: requestID(), ...req });
+export const setAlias = (id, alias) =>
+  call('PUT', '/cube/template/' + encodeURIComponent(id) + '/alias', { requestID: requestID(), alias: alias || null });
+export const merge = (id) => call('POST', '/cube/template/migrate', { requestID: requestID(), template_id: id });
+export const preview = (id) =>
+  call('POST', '/cube/sandbox/preview', { requestID: requestID(), annotations: { 'cube.master.appsnapshot.template.id': id } });

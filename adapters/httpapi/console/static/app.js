@@ -1,59 +1,50 @@
 // The console's views: #/ lists templates (with create from image),
-// #/t/<id> shows one template and its latest job, polling while a build
-// is under way. Everything comes from the public API (api.js) and is
+// #/t/<id> shows one template (its latest job, polling while a build is
+// under way, its job history, the merged sandbox request and the actions
+// on it), #/builds and #/b/<job id> the builds (builds.js), #/nodes the
+// nodes (nodes.js). Everything comes from the public API (api.js) and is
 // rendered as text (dom.js).
 
 import * as api from './api.js';
 import { h, clear, hashLink, bytes, duration, when, statusBadge } from './dom.js';
+import { view, nav, schedule, showError, askToken, dl, redacted, actionResult } from './common.js';
+import { buildsView, buildView } from './builds.js';
+import { nodesView } from './nodes.js';
 
-const pollMS = 1500;
 const pageSize = 50;
 const statuses = ['', 'READY', 'PARTIALLY_READY', 'PENDING', 'RUNNING', 'FAILED'];
 const activeJob = new Set(['PENDING', 'RUNNING', 'BUILT']);
 const settled = new Set(['READY', 'PARTIALLY_READY', 'FAILED']); // template statuses no build changes
 
-const view = document.getElementById('view');
-let generation = 0; // bumped on every route change: stale polls stop
 const listState = { status: '', q: '', offset: 0 };
 
-function schedule(gen, fn) {
-  setTimeout(() => {
-    if (gen === generation) {
-      fn();
-    }
-  }, pollMS);
-}
-
-// showError puts an error in el; an AuthError opens the token form.
-function showError(el, err) {
-  if (err instanceof api.AuthError) {
-    askToken(err.message);
+function decoded(s) {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
   }
-  clear(el);
-  el.appendChild(h('p', { class: 'error', role: 'alert' }, err.message || String(err)));
-}
-
-function askToken(msg) {
-  const auth = document.getElementById('auth');
-  auth.hidden = false;
-  document.getElementById('auth-error').textContent = api.token() ? 'The token was refused: ' + msg : '';
-  document.getElementById('auth-token').focus();
 }
 
 function route() {
-  generation++;
+  const gen = ++nav.generation;
   clear(view);
   const hash = location.hash || '#/';
+  for (const a of document.querySelectorAll('header nav a')) {
+    const here = hash === a.getAttribute('href') || (a.getAttribute('href') === '#/builds' && hash.startsWith('#/b/')) ||
+      (a.getAttribute('href') === '#/' && hash.startsWith('#/t/'));
+    a.setAttribute('aria-current', here ? 'page' : 'false');
+  }
   if (hash.startsWith('#/t/')) {
-    let id;
-    try {
-      id = decodeURIComponent(hash.slice(4));
-    } catch {
-      id = hash.slice(4);
-    }
-    templateView(id, generation);
+    templateView(decoded(hash.slice(4)), gen);
+  } else if (hash.startsWith('#/b/')) {
+    buildView(decoded(hash.slice(4)), gen);
+  } else if (hash === '#/builds') {
+    buildsView(gen);
+  } else if (hash === '#/nodes') {
+    nodesView(gen);
   } else {
-    listView(generation);
+    listView(gen);
   }
 }
 
@@ -82,7 +73,7 @@ function listView(gen) {
     msg,
     h('div', { class: 'table-wrap' },
       h('table', { id: 'templates' },
-        h('thead', {}, h('tr', {}, ['Template', 'Alias', 'Status', 'Image', 'Replicas ready', 'Created', 'Last job'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('thead', {}, h('tr', {}, ['Template', 'Alias', 'Status', 'Image', 'Size', 'Replicas ready', 'Created', 'Updated', 'Last job'].map((c) => h('th', { scope: 'col' }, c)))),
         body)),
     pager);
 
@@ -100,7 +91,7 @@ function listView(gen) {
     try {
       data = await api.listTemplates(params);
     } catch (err) {
-      if (gen === generation && mine === seq) {
+      if (gen === nav.generation && mine === seq) {
         showError(msg, err);
         if (!(err instanceof api.AuthError)) {
           schedule(gen, load); // a passing failure: try again
@@ -108,7 +99,7 @@ function listView(gen) {
       }
       return;
     }
-    if (gen !== generation || mine !== seq) {
+    if (gen !== nav.generation || mine !== seq) {
       return;
     }
     clear(msg);
@@ -125,7 +116,7 @@ function listView(gen) {
 function renderRows(body, items) {
   clear(body);
   if (items.length === 0) {
-    body.appendChild(h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No templates match.')));
+    body.appendChild(h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No templates match.')));
     return;
   }
   for (const t of items) {
@@ -134,9 +125,11 @@ function renderRows(body, items) {
       h('td', {}, t.alias || ''),
       h('td', {}, statusBadge(t.status), t.last_error ? h('div', { class: 'error small' }, t.last_error) : null),
       h('td', { class: 'mono' }, t.image_info || ''),
+      h('td', { class: 'nowrap' }, t.size_bytes ? bytes(t.size_bytes) : ''),
       h('td', {}, `${t.replicas_ready ?? 0} / ${t.replicas_total ?? 0}`),
       h('td', {}, when(t.created_at)),
-      h('td', { class: 'mono' }, t.job_id || '')));
+      h('td', {}, when(t.updated_at)),
+      h('td', { class: 'mono' }, t.job_id ? hashLink('/b/', t.job_id, t.job_id) : '')));
   }
 }
 
@@ -154,12 +147,21 @@ function createForm() {
   const image = h('input', { id: 'create-image', required: true, placeholder: 'registry/repo:tag', size: 40 });
   const alias = h('input', { id: 'create-alias', placeholder: 'optional: a-z 0-9 -' });
   const size = h('input', { id: 'create-size', value: '1Gi', size: 6 });
+  const user = h('input', { id: 'create-registry-user', autocomplete: 'off', placeholder: 'optional' });
+  const pass = h('input', { id: 'create-registry-password', type: 'password', autocomplete: 'new-password', placeholder: 'optional' });
+  const nodes = h('input', { id: 'create-nodes', placeholder: 'all healthy nodes', 'aria-describedby': 'create-nodes-help' });
   const out = h('p', { id: 'create-result', role: 'status' });
   const form = h('form', { id: 'create-form', class: 'card' },
     h('h2', {}, 'Create from image'),
     h('label', {}, 'Image ', image),
     h('label', {}, 'Alias ', alias),
     h('label', {}, 'Writable layer ', size),
+    h('details', {}, h('summary', {}, 'Registry credentials and nodes'),
+      h('label', {}, 'Registry user ', user),
+      h('label', {}, 'Registry password ', pass),
+      h('label', {}, 'Nodes ', nodes),
+      h('p', { id: 'create-nodes-help', class: 'small muted' },
+        'Node ids separated by commas or spaces; empty distributes to every healthy node. The credentials are sent once, kept sealed by the master for redo, and never shown again.')),
     h('button', { type: 'submit', id: 'create-submit' }, 'Create'),
     out);
   form.addEventListener('submit', async (e) => {
@@ -168,10 +170,19 @@ function createForm() {
     if (alias.value.trim()) {
       req.alias = alias.value.trim();
     }
+    if (user.value.trim() || pass.value) {
+      req.registry_username = user.value.trim();
+      req.registry_password = pass.value;
+    }
+    const scope = nodeList(nodes.value);
+    if (scope.length) {
+      req.distribution_scope = scope;
+    }
     out.className = '';
     out.textContent = 'Submitting…';
     try {
       const data = await api.createFromImage(req);
+      pass.value = ''; // not kept in the page
       const job = data.job || {};
       location.hash = '#/t/' + encodeURIComponent(job.template_id);
     } catch (err) {
@@ -185,6 +196,10 @@ function createForm() {
   return form;
 }
 
+function nodeList(s) {
+  return s.split(/[\s,]+/).map((x) => x.trim()).filter(Boolean);
+}
+
 // ---- Template ----
 
 function templateView(id, gen) {
@@ -192,32 +207,70 @@ function templateView(id, gen) {
   const jobEl = h('section', { id: 'job', class: 'card' });
   const replicasEl = h('section', { id: 'replicas', class: 'card' });
   const requestEl = h('section', { id: 'request', class: 'card' });
+  const historyEl = h('section', { id: 'history', class: 'card' }, h('h2', {}, 'Job history'));
+  const previewEl = h('section', { id: 'preview', class: 'card' }, h('h2', {}, 'Sandbox request preview'));
+  const reload = () => {
+    loadTemplate().then(() => loadJob(''));
+    loadHistory();
+  };
   view.append(h('p', {}, h('a', { href: '#/' }, '← Templates')), h('h1', { id: 'template-title' }, 'Template ', h('code', {}, id)),
-    head, jobEl, replicasEl, requestEl, deleteForm(id));
+    head, actions(id, reload), jobEl, historyEl, replicasEl, previewEl, requestEl, deleteForm(id));
+
+  async function loadHistory() {
+    try {
+      const data = await api.listJobs({ template_id: id, limit: '50' });
+      if (gen === nav.generation) {
+        renderHistory(historyEl, data.data || []);
+      }
+    } catch (err) {
+      if (gen === nav.generation) {
+        showError(historyEl, err);
+      }
+    }
+  }
+
+  async function loadPreview() {
+    try {
+      const data = await api.preview(id);
+      if (gen === nav.generation) {
+        clear(previewEl);
+        previewEl.append(h('h2', {}, 'Sandbox request preview'),
+          h('p', { class: 'small muted' }, 'A sandbox create naming this template, merged with it as the master would (POST /cube/sandbox/preview); download tokens hidden.'),
+          h('pre', { id: 'preview-merged' }, redacted(data.merged_request || {})));
+      }
+    } catch (err) {
+      if (gen === nav.generation) {
+        clear(previewEl);
+        previewEl.append(h('h2', {}, 'Sandbox request preview'), h('p', { class: 'muted', id: 'preview-merged' }, 'No preview: ' + err.message));
+      }
+    }
+  }
 
   async function loadTemplate() {
     let t;
     try {
       t = await api.getTemplate(id);
     } catch (err) {
-      if (gen === generation) {
+      if (gen === nav.generation) {
         showError(head, err);
       }
       return null;
     }
-    if (gen !== generation) {
+    if (gen !== nav.generation) {
       return null;
     }
     renderTemplate(head, replicasEl, requestEl, t);
+    shownStatus = t.status;
     return t;
   }
 
+  let shownStatus = '';
   async function loadJob(jobID) {
     let data;
     try {
       data = jobID ? await api.getJob(jobID) : await api.templateJob(id);
     } catch (err) {
-      if (gen !== generation) {
+      if (gen !== nav.generation) {
         return;
       }
       if (err instanceof api.APIError && err.code === api.codeNotFound) {
@@ -231,7 +284,7 @@ function templateView(id, gen) {
       }
       return;
     }
-    if (gen !== generation) {
+    if (gen !== nav.generation) {
       return;
     }
     const job = data.job || {};
@@ -242,16 +295,96 @@ function templateView(id, gen) {
         await loadTemplate();
         loadJob(job.job_id);
       });
-    } else if (jobID) {
-      loadTemplate(); // the last poll saw it end: show the final state
+    } else if (jobID || !settled.has(shownStatus)) {
+      // The last poll saw it end, or it ended between the template's
+      // read and the job's (the template shown is older than the job):
+      // show the final state.
+      loadTemplate();
+      loadHistory();
+      loadPreview();
     }
   }
 
   loadTemplate().then(() => loadJob(''));
+  loadHistory();
+  loadPreview();
 }
 
-function dl(pairs) {
-  return h('dl', {}, pairs.filter(([, v]) => v !== undefined && v !== null && v !== '').map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+function renderHistory(el, jobs) {
+  clear(el);
+  el.append(h('h2', {}, 'Job history'));
+  if (jobs.length === 0) {
+    el.append(h('p', {}, 'No jobs.'));
+    return;
+  }
+  el.append(h('div', { class: 'table-wrap' }, h('table', { id: 'history-table' },
+    h('thead', {}, h('tr', {}, ['#', 'Job', 'Operation', 'Status', 'Phase durations', 'Total', 'Updated'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, jobs.map((j) => {
+      const d = j.phase_durations_ms || {};
+      const total = Object.values(d).reduce((a, b) => a + b, 0);
+      return h('tr', { 'data-job-id': j.job_id },
+        h('td', {}, String(j.attempt_no || '')),
+        h('td', { class: 'mono' }, hashLink('/b/', j.job_id, j.job_id)),
+        h('td', {}, [j.operation, j.redo_mode].filter(Boolean).join(' ')),
+        h('td', {}, statusBadge(j.status), j.error_message ? h('div', { class: 'error small' }, j.error_message) : null),
+        h('td', { class: 'small' }, Object.entries(d).map(([p, ms]) => `${p} ${duration(ms)}`).join(', ')),
+        h('td', { class: 'nowrap' }, total ? duration(total) : ''),
+        h('td', {}, when(j.updated_at)));
+    })))));
+}
+
+// actions are what an operator does to a template, each through the
+// public API: redo, set/move/clear its alias, merge.
+function actions(id, reload) {
+  const out = h('p', { id: 'action-result', role: 'status' });
+  const run = async (what, fn) => {
+    out.className = '';
+    out.textContent = what + '…';
+    try {
+      await fn();
+      actionResult(out, true, what + ': done.');
+      reload();
+    } catch (err) {
+      actionResult(out, false, what + ' refused: ' + err.message);
+      if (err instanceof api.AuthError) {
+        askToken(err.message);
+      }
+    }
+  };
+
+  const redoNodes = h('input', { id: 'redo-nodes', placeholder: 'node ids (empty: all)', 'aria-label': 'Nodes to redo' });
+  const redoForm = h('form', { id: 'redo-form' },
+    h('strong', {}, 'Redo '), redoNodes, ' ',
+    h('button', { type: 'submit', id: 'redo-submit' }, 'Redo'), ' ',
+    h('button', { type: 'button', id: 'redo-failed', onclick: () => run('Redo failed nodes', () => api.redo({ template_id: id, failed_only: true })) }, 'Redo failed only'));
+  redoForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const scope = nodeList(redoNodes.value);
+    run(scope.length ? 'Redo on ' + scope.join(', ') : 'Redo on all nodes', () => api.redo({ template_id: id, distribution_scope: scope.length ? scope : undefined }));
+  });
+
+  const alias = h('input', { id: 'alias-input', placeholder: 'alias', 'aria-label': 'Alias' });
+  const aliasForm = h('form', { id: 'alias-form' },
+    h('strong', {}, 'Alias '), alias, ' ',
+    h('button', { type: 'submit', id: 'alias-submit', title: 'Sets it here; an alias another template holds moves here (the release step)' }, 'Set or move here'), ' ',
+    h('button', { type: 'button', id: 'alias-clear', onclick: () => run('Clear alias', () => api.setAlias(id, null)) }, 'Clear'));
+  aliasForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const a = alias.value.trim();
+    if (a) {
+      run('Alias ' + a, () => api.setAlias(id, a));
+    }
+  });
+
+  const mergeForm = h('form', { id: 'merge-form' },
+    h('strong', {}, 'Merge '), h('span', { class: 'small muted' }, "move the artifact into the data plane's store "),
+    h('button', { type: 'submit', id: 'merge-submit' }, 'Merge'));
+  mergeForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    run('Merge', () => api.merge(id));
+  });
+
+  return h('section', { id: 'actions', class: 'card actions' }, h('h2', {}, 'Actions'), redoForm, aliasForm, mergeForm, out);
 }
 
 function renderTemplate(head, replicasEl, requestEl, t) {
@@ -286,7 +419,7 @@ function renderJob(el, j) {
   el.append(
     h('h2', {}, 'Latest job'),
     dl([
-      ['Job', h('span', { class: 'mono', id: 'job-id' }, j.job_id)],
+      ['Job', h('span', { class: 'mono', id: 'job-id' }, hashLink('/b/', j.job_id || '', j.job_id))],
       ['Operation', j.operation],
       ['Status', h('span', { id: 'job-status' }, statusBadge(j.status))],
       ['Phase', h('span', { id: 'job-phase' }, j.phase || '')],

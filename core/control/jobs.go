@@ -1,0 +1,115 @@
+package control
+
+import (
+	"context"
+	"slices"
+
+	"github.com/cubesandbox/templatecenter/core"
+	"github.com/cubesandbox/templatecenter/ports"
+)
+
+// JobQuery selects jobs for a listing (the console's builds view and a
+// template's history).
+type JobQuery struct {
+	// TemplateID, when set, lists that template's jobs only.
+	TemplateID string
+	// Unfinished lists only jobs not yet READY or FAILED (PENDING,
+	// RUNNING and BUILT: a BUILT job is still distributing).
+	Unfinished bool
+	// Limit caps the answer (<= 0: no cap).
+	Limit int
+}
+
+// ListJobs returns the jobs q selects, the most recently updated first,
+// with live pull counters on the active ones (as GetLiveJob).
+func (s *Service) ListJobs(ctx context.Context, q JobQuery) ([]*core.Job, error) {
+	var jobs []*core.Job
+	var err error
+	switch {
+	case q.TemplateID != "":
+		if err := core.ValidateTemplateID(q.TemplateID); err != nil {
+			return nil, err
+		}
+		jobs, err = s.Store.Jobs().ListByTemplate(ctx, q.TemplateID)
+	case q.Unfinished:
+		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{Statuses: []core.JobStatus{core.JobPending, core.JobRunning, core.JobBuilt}})
+	default:
+		// The job repository has no "newest first" query; an unfiltered
+		// stale query lists every job (as ListTemplates reads them).
+		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if q.Unfinished {
+		jobs = slices.DeleteFunc(jobs, func(j *core.Job) bool { return j.Status.Terminal() })
+	}
+	// The repository lists oldest first; reversed, jobs updated at the
+	// same instant keep the newer first.
+	slices.Reverse(jobs)
+	slices.SortStableFunc(jobs, func(a, b *core.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	if q.Limit > 0 && len(jobs) > q.Limit {
+		jobs = jobs[:q.Limit]
+	}
+	if s.Progress != nil {
+		for _, j := range jobs {
+			if !j.Status.Active() {
+				continue
+			}
+			if live, ok, err := s.Progress.Get(ctx, j.JobID); err == nil && ok && live.Pull.TotalBytes > 0 {
+				j.Pull = live.Pull
+			}
+		}
+	}
+	return jobs, nil
+}
+
+// NodeUsage is what one node holds: its READY template copies and the
+// bytes of their rootfs images.
+type NodeUsage struct {
+	Templates int
+	Bytes     int64
+}
+
+// NodesUsage counts, node by node, the READY replicas of every template
+// and the sizes of their distinct artifacts (one read of each template's replicas
+// and of each artifact: a console view, not a hot path).
+func (s *Service) NodesUsage(ctx context.Context) (map[string]NodeUsage, error) {
+	defs, err := s.Store.Templates().ListDefinitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sizes := map[string]int64{}
+	out := map[string]NodeUsage{}
+	// Templates built from one spec share an artifact: a node keeps its
+	// bytes once.
+	held := map[[2]string]bool{}
+	for _, d := range defs {
+		reps, err := s.Store.Templates().ListReplicas(ctx, d.TemplateID)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range reps {
+			if r.Status != core.ReplicaReady {
+				continue
+			}
+			size, ok := sizes[r.ArtifactID]
+			if !ok && r.ArtifactID != "" {
+				if a, err := s.Store.Artifacts().Get(ctx, r.ArtifactID); err == nil {
+					size = a.Ext4SizeBytes
+				} else if !isNotFound(err) {
+					return nil, err
+				}
+				sizes[r.ArtifactID] = size
+			}
+			u := out[r.NodeID]
+			u.Templates++
+			if k := [2]string{r.NodeID, r.ArtifactID}; !held[k] {
+				held[k] = true
+				u.Bytes += size
+			}
+			out[r.NodeID] = u
+		}
+	}
+	return out, nil
+}
