@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -78,6 +80,8 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			placementdecision.Table:  placementdecision.ValidColumn,
+			placementpolicy.Table:    placementpolicy.ValidColumn,
 			rootfsartifact.Table:     rootfsartifact.ValidColumn,
 			templatedefinition.Table: templatedefinition.ValidColumn,
 			templateimagejob.Table:   templateimagejob.ValidColumn,

@@ -14,6 +14,10 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
+	// PlacementDecision is the client for interacting with the PlacementDecision builders.
+	PlacementDecision *PlacementDecisionClient
+	// PlacementPolicy is the client for interacting with the PlacementPolicy builders.
+	PlacementPolicy *PlacementPolicyClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
@@ -157,6 +161,8 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
+	tx.PlacementDecision = NewPlacementDecisionClient(tx.config)
+	tx.PlacementPolicy = NewPlacementPolicyClient(tx.config)
 	tx.RootfsArtifact = NewRootfsArtifactClient(tx.config)
 	tx.TemplateDefinition = NewTemplateDefinitionClient(tx.config)
 	tx.TemplateImageJob = NewTemplateImageJobClient(tx.config)
@@ -172,7 +178,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: RootfsArtifact.QueryXXX(), the query will be executed
+// applies a query, for example: PlacementDecision.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

@@ -6,6 +6,12 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
+// PlacementDecision is the predicate function for placementdecision builders.
+type PlacementDecision func(*sql.Selector)
+
+// PlacementPolicy is the predicate function for placementpolicy builders.
+type PlacementPolicy func(*sql.Selector)
+
 // RootfsArtifact is the predicate function for rootfsartifact builders.
 type RootfsArtifact func(*sql.Selector)
 
