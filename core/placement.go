@@ -179,7 +179,9 @@ func checkLabels(field string, m map[string]string) error {
 
 // Active reports whether the policy changes anything: it pins a template
 // or limits nodes. An inactive policy keeps "every template everywhere".
-func (p *PlacementPolicy) Active() bool { return p != nil && (len(p.PinnedTemplates) > 0 || p.Budgeted()) }
+func (p *PlacementPolicy) Active() bool {
+	return p != nil && (len(p.PinnedTemplates) > 0 || p.Budgeted())
+}
 
 // Budgeted reports whether nodes have a limit.
 func (p *PlacementPolicy) Budgeted() bool {
