@@ -13,9 +13,6 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// Every test artifact is 64 MiB (artifactMeta).
-const mib64 = 64 << 20
-
 // setPolicy sets the API's policy.
 func (e *env) setPolicy(doc string) {
 	e.t.Helper()

@@ -110,6 +110,7 @@ type Config struct {
 	Migrations Migrations
 	Catalog    Catalog
 	Artifacts  Artifacts
+	Placement  Placement
 
 	// TemplateCenterURL is CUBE_TEMPLATE_CENTER_ADDR, where compat and
 	// download requests are forwarded.
@@ -182,6 +183,9 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodHead, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathComponentVersions, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathPlacementPolicy, Kind: routes.Public},
+		{Method: http.MethodPut, Pattern: PathPlacementPolicy, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathTemplatePlacements, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
@@ -246,6 +250,9 @@ func New(cfg Config) (chi.Router, error) {
 		r.Post(PathPreview, s.previewSandbox)
 		r.Get(PathRootfsArtifact, s.rootfsArtifact)
 		r.Get(PathComponentVersions, s.componentVersions)
+		r.Get(PathPlacementPolicy, s.getPlacementPolicy)
+		r.Put(PathPlacementPolicy, s.putPlacementPolicy)
+		r.Get(PathTemplatePlacements, s.templatePlacements)
 		r.Method(http.MethodGet, PathCompat, s.compat)
 		r.Method(http.MethodPost, PathCompat, s.compat)
 	})
