@@ -2,11 +2,13 @@ package control_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/control"
@@ -329,4 +331,40 @@ func TestPolicyAPI(t *testing.T) {
 	if pf, _ = e.svc.Policy(e.ctx); pf.Source != control.PolicySourceFile {
 		t.Fatalf("cleared: %+v", pf)
 	}
+}
+
+// TestPinCooldownAndJoiningNode: a pin below its minimum whose redo did
+// not bring it up (the node's snapshot fails) is not redone again before
+// per_template_min_redo_interval; after it, it is. A node that joins with
+// the pin's label gets the pinned template; one without it does not.
+func TestPinCooldownAndJoiningNode(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2", "node-3", "node-4")
+	e.setHealthy("node-1", "node-2")
+	e.setPolicy(`{"per_template_min_redo_interval": "10m",
+		"node_labels": {"node-1": {"tier": "hot"}, "node-2": {"tier": "hot"}, "node-3": {"tier": "hot"}},
+		"pinned_templates": [{"template_id": "tpl-pin", "min_replicas": 3, "node_selector": {"tier": "hot"}}]}`)
+	e.set(func() { e.snapFail["node-2"] = errors.New("snapshot failed") })
+	j := e.create(request("tpl-pin"))
+	e.build(j.JobID, fpA)
+	e.wait()
+	eqSlice(t, "tpl-pin at first", e.readyOn("tpl-pin"), []string{"node-1"})
+
+	rep := e.pass()
+	eqSlice(t, "first pass", decisionsOf(rep, core.DecisionAdd), []string{"tpl-pin@node-2:below_min_replicas"})
+	eqSlice(t, "after a failed redo", e.readyOn("tpl-pin"), []string{"node-1"})
+	rep = e.pass()
+	eqSlice(t, "second pass, within the interval", decisionsOf(rep, core.DecisionSkipped), []string{"tpl-pin@:cooldown"})
+
+	e.set(func() { delete(e.snapFail, "node-2") })
+	e.clock.Advance(11 * time.Minute)
+	rep = e.pass()
+	eqSlice(t, "after the interval", decisionsOf(rep, core.DecisionAdd), []string{"tpl-pin@node-2:below_min_replicas"})
+	eqSlice(t, "tpl-pin", e.readyOn("tpl-pin"), []string{"node-1", "node-2"})
+
+	// node-3 (tier hot) and node-4 (no label) join.
+	e.clock.Advance(11 * time.Minute)
+	e.setHealthy("node-1", "node-2", "node-3", "node-4")
+	rep = e.pass()
+	eqSlice(t, "joining nodes", decisionsOf(rep, core.DecisionAdd), []string{"tpl-pin@node-3:below_min_replicas"})
+	eqSlice(t, "tpl-pin after the join", e.readyOn("tpl-pin"), []string{"node-1", "node-2", "node-3"})
 }
