@@ -368,3 +368,14 @@ func TestPinCooldownAndJoiningNode(t *testing.T) {
 	eqSlice(t, "joining nodes", decisionsOf(rep, core.DecisionAdd), []string{"tpl-pin@node-3:below_min_replicas"})
 	eqSlice(t, "tpl-pin after the join", e.readyOn("tpl-pin"), []string{"node-1", "node-2", "node-3"})
 }
+
+// TestSynchronousCreatePlacesByPolicy: a template created from a sandbox
+// request with no nodes named snapshots only on its pin's nodes.
+func TestSynchronousCreatePlacesByPolicy(t *testing.T) {
+	e := newEnv(t, "node-1", "node-2", "node-3")
+	e.setPolicy(`{"pinned_templates": [{"template_id": "tpl-sync", "min_replicas": 1, "nodes": ["node-3"]}]}`)
+	if _, err := e.createTemplate(sandboxCreate("tpl-sync")); err != nil {
+		t.Fatal(err)
+	}
+	eqSlice(t, "tpl-sync", e.readyOn("tpl-sync"), []string{"node-3"})
+}
