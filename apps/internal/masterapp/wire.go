@@ -168,9 +168,7 @@ func newInjector(w wiring) *do.RootScope {
 				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
 				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness,
 				PlacementPolicy: policy, PlacementAtOnce: cfg.Master.PlacementAtOnce, MasterName: fmt.Sprintf("%s/%d", host, os.Getpid())},
-			ObservePlacement: func(d core.PlacementDecision) {
-				do.MustInvoke[*metrics.Metrics](i).PlacementDecision(d.Decision, d.Reason)
-			},
+			ObservePlacement: func(d core.PlacementDecision) { agent.m.PlacementDecision(d.Decision, d.Reason) },
 		}
 		// Registry credentials are sealed with keys of their own, never
 		// the callback token; values sealed with it before still open
