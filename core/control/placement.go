@@ -416,6 +416,14 @@ func (pc *placementPass) decide(ctx context.Context, d core.PlacementDecision, k
 	if !keep || stillHeld(ctx, pc.lock) != nil {
 		return
 	}
+	if d.Decision == core.DecisionSkipped {
+		// A stuck pin or node says the same every pass: keep it once, so
+		// it does not push the adds and evictions out of the record.
+		if last, err := s.Store.Policies().Decisions(ctx, d.TemplateID, 1); err == nil && len(last) == 1 &&
+			last[0].Decision == d.Decision && last[0].Reason == d.Reason && last[0].NodeID == d.NodeID {
+			return
+		}
+	}
 	if err := s.Store.Policies().AddDecision(ctx, d, s.cfg().PlacementDecisionsKept); err != nil {
 		s.log().Warn("placement decision not recorded", "template", d.TemplateID, "err", err)
 	}

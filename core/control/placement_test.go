@@ -379,3 +379,20 @@ func TestSynchronousCreatePlacesByPolicy(t *testing.T) {
 	}
 	eqSlice(t, "tpl-sync", e.readyOn("tpl-sync"), []string{"node-3"})
 }
+
+// TestStuckDecisionKeptOnce: a node over budget whose replicas must all
+// stay says so every pass, but the record keeps it once.
+func TestStuckDecisionKeptOnce(t *testing.T) {
+	e := newEnv(t, "node-1")
+	e.ready("tpl-a", fpA)
+	e.ready("tpl-b", fpA)
+	e.setPolicy(`{"per_node_max_templates": 1}`)
+	for range 3 {
+		rep := e.pass()
+		eqSlice(t, "kept", decisionsOf(rep, core.DecisionSkipped), []string{"tpl-a@node-1:last_ready_replica", "tpl-b@node-1:last_ready_replica"})
+	}
+	ds, err := e.svc.PlacementDecisions(e.ctx, "tpl-a")
+	if err != nil || len(ds) != 1 || ds[0].Reason != core.ReasonLastReady {
+		t.Fatalf("tpl-a's record: %+v, %v", ds, err)
+	}
+}
