@@ -259,7 +259,10 @@ func TestPlacementAcrossMastersAndNodes(t *testing.T) {
 	// 3. The test holds the controller's lock: neither master acts, even
 	// when the policy asks for more (pl-b pinned to three nodes is met;
 	// pl-a pinned to two is not).
-	held, err := mysqllock.New(r.db).TryLock(context.Background(), control.PlacementLockName)
+	// Lock, not TryLock: a master's pass may hold it for a moment.
+	lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := mysqllock.New(r.db).Lock(lctx, control.PlacementLockName)
 	if err != nil {
 		t.Fatalf("take the controller's lock: %v", err)
 	}
