@@ -15,6 +15,8 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/cubesandbox/templatecenter/ent/joblogline"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -32,6 +34,10 @@ type Client struct {
 	Schema *migrate.Schema
 	// JobLogLine is the client for interacting with the JobLogLine builders.
 	JobLogLine *JobLogLineClient
+	// PlacementDecision is the client for interacting with the PlacementDecision builders.
+	PlacementDecision *PlacementDecisionClient
+	// PlacementPolicy is the client for interacting with the PlacementPolicy builders.
+	PlacementPolicy *PlacementPolicyClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
@@ -56,6 +62,8 @@ func NewClient(opts ...Option) *Client {
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
 	c.JobLogLine = NewJobLogLineClient(c.config)
+	c.PlacementDecision = NewPlacementDecisionClient(c.config)
+	c.PlacementPolicy = NewPlacementPolicyClient(c.config)
 	c.RootfsArtifact = NewRootfsArtifactClient(c.config)
 	c.TemplateDefinition = NewTemplateDefinitionClient(c.config)
 	c.TemplateImageJob = NewTemplateImageJobClient(c.config)
@@ -155,6 +163,8 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		ctx:                ctx,
 		config:             cfg,
 		JobLogLine:         NewJobLogLineClient(cfg),
+		PlacementDecision:  NewPlacementDecisionClient(cfg),
+		PlacementPolicy:    NewPlacementPolicyClient(cfg),
 		RootfsArtifact:     NewRootfsArtifactClient(cfg),
 		TemplateDefinition: NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:   NewTemplateImageJobClient(cfg),
@@ -181,6 +191,8 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		ctx:                ctx,
 		config:             cfg,
 		JobLogLine:         NewJobLogLineClient(cfg),
+		PlacementDecision:  NewPlacementDecisionClient(cfg),
+		PlacementPolicy:    NewPlacementPolicyClient(cfg),
 		RootfsArtifact:     NewRootfsArtifactClient(cfg),
 		TemplateDefinition: NewTemplateDefinitionClient(cfg),
 		TemplateImageJob:   NewTemplateImageJobClient(cfg),
@@ -216,8 +228,9 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.JobLogLine, c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob,
-		c.TemplateName, c.TemplateNode, c.TemplateReplica,
+		c.JobLogLine, c.PlacementDecision, c.PlacementPolicy, c.RootfsArtifact,
+		c.TemplateDefinition, c.TemplateImageJob, c.TemplateName, c.TemplateNode,
+		c.TemplateReplica,
 	} {
 		n.Use(hooks...)
 	}
@@ -227,8 +240,9 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.JobLogLine, c.RootfsArtifact, c.TemplateDefinition, c.TemplateImageJob,
-		c.TemplateName, c.TemplateNode, c.TemplateReplica,
+		c.JobLogLine, c.PlacementDecision, c.PlacementPolicy, c.RootfsArtifact,
+		c.TemplateDefinition, c.TemplateImageJob, c.TemplateName, c.TemplateNode,
+		c.TemplateReplica,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -239,6 +253,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
 	case *JobLogLineMutation:
 		return c.JobLogLine.mutate(ctx, m)
+	case *PlacementDecisionMutation:
+		return c.PlacementDecision.mutate(ctx, m)
+	case *PlacementPolicyMutation:
+		return c.PlacementPolicy.mutate(ctx, m)
 	case *RootfsArtifactMutation:
 		return c.RootfsArtifact.mutate(ctx, m)
 	case *TemplateDefinitionMutation:
@@ -386,6 +404,272 @@ func (c *JobLogLineClient) mutate(ctx context.Context, m *JobLogLineMutation) (V
 		return (&JobLogLineDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown JobLogLine mutation op: %q", m.Op())
+	}
+}
+
+// PlacementDecisionClient is a client for the PlacementDecision schema.
+type PlacementDecisionClient struct {
+	config
+}
+
+// NewPlacementDecisionClient returns a client for the PlacementDecision from the given config.
+func NewPlacementDecisionClient(c config) *PlacementDecisionClient {
+	return &PlacementDecisionClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `placementdecision.Hooks(f(g(h())))`.
+func (c *PlacementDecisionClient) Use(hooks ...Hook) {
+	c.hooks.PlacementDecision = append(c.hooks.PlacementDecision, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `placementdecision.Intercept(f(g(h())))`.
+func (c *PlacementDecisionClient) Intercept(interceptors ...Interceptor) {
+	c.inters.PlacementDecision = append(c.inters.PlacementDecision, interceptors...)
+}
+
+// Create returns a builder for creating a PlacementDecision entity.
+func (c *PlacementDecisionClient) Create() *PlacementDecisionCreate {
+	mutation := newPlacementDecisionMutation(c.config, OpCreate)
+	return &PlacementDecisionCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of PlacementDecision entities.
+func (c *PlacementDecisionClient) CreateBulk(builders ...*PlacementDecisionCreate) *PlacementDecisionCreateBulk {
+	return &PlacementDecisionCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *PlacementDecisionClient) MapCreateBulk(slice any, setFunc func(*PlacementDecisionCreate, int)) *PlacementDecisionCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &PlacementDecisionCreateBulk{err: fmt.Errorf("calling to PlacementDecisionClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*PlacementDecisionCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &PlacementDecisionCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for PlacementDecision.
+func (c *PlacementDecisionClient) Update() *PlacementDecisionUpdate {
+	mutation := newPlacementDecisionMutation(c.config, OpUpdate)
+	return &PlacementDecisionUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *PlacementDecisionClient) UpdateOne(_m *PlacementDecision) *PlacementDecisionUpdateOne {
+	mutation := newPlacementDecisionMutation(c.config, OpUpdateOne, withPlacementDecision(_m))
+	return &PlacementDecisionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *PlacementDecisionClient) UpdateOneID(id int) *PlacementDecisionUpdateOne {
+	mutation := newPlacementDecisionMutation(c.config, OpUpdateOne, withPlacementDecisionID(id))
+	return &PlacementDecisionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for PlacementDecision.
+func (c *PlacementDecisionClient) Delete() *PlacementDecisionDelete {
+	mutation := newPlacementDecisionMutation(c.config, OpDelete)
+	return &PlacementDecisionDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *PlacementDecisionClient) DeleteOne(_m *PlacementDecision) *PlacementDecisionDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *PlacementDecisionClient) DeleteOneID(id int) *PlacementDecisionDeleteOne {
+	builder := c.Delete().Where(placementdecision.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &PlacementDecisionDeleteOne{builder}
+}
+
+// Query returns a query builder for PlacementDecision.
+func (c *PlacementDecisionClient) Query() *PlacementDecisionQuery {
+	return &PlacementDecisionQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypePlacementDecision},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a PlacementDecision entity by its id.
+func (c *PlacementDecisionClient) Get(ctx context.Context, id int) (*PlacementDecision, error) {
+	return c.Query().Where(placementdecision.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *PlacementDecisionClient) GetX(ctx context.Context, id int) *PlacementDecision {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *PlacementDecisionClient) Hooks() []Hook {
+	return c.hooks.PlacementDecision
+}
+
+// Interceptors returns the client interceptors.
+func (c *PlacementDecisionClient) Interceptors() []Interceptor {
+	return c.inters.PlacementDecision
+}
+
+func (c *PlacementDecisionClient) mutate(ctx context.Context, m *PlacementDecisionMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&PlacementDecisionCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&PlacementDecisionUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&PlacementDecisionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&PlacementDecisionDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown PlacementDecision mutation op: %q", m.Op())
+	}
+}
+
+// PlacementPolicyClient is a client for the PlacementPolicy schema.
+type PlacementPolicyClient struct {
+	config
+}
+
+// NewPlacementPolicyClient returns a client for the PlacementPolicy from the given config.
+func NewPlacementPolicyClient(c config) *PlacementPolicyClient {
+	return &PlacementPolicyClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `placementpolicy.Hooks(f(g(h())))`.
+func (c *PlacementPolicyClient) Use(hooks ...Hook) {
+	c.hooks.PlacementPolicy = append(c.hooks.PlacementPolicy, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `placementpolicy.Intercept(f(g(h())))`.
+func (c *PlacementPolicyClient) Intercept(interceptors ...Interceptor) {
+	c.inters.PlacementPolicy = append(c.inters.PlacementPolicy, interceptors...)
+}
+
+// Create returns a builder for creating a PlacementPolicy entity.
+func (c *PlacementPolicyClient) Create() *PlacementPolicyCreate {
+	mutation := newPlacementPolicyMutation(c.config, OpCreate)
+	return &PlacementPolicyCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of PlacementPolicy entities.
+func (c *PlacementPolicyClient) CreateBulk(builders ...*PlacementPolicyCreate) *PlacementPolicyCreateBulk {
+	return &PlacementPolicyCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *PlacementPolicyClient) MapCreateBulk(slice any, setFunc func(*PlacementPolicyCreate, int)) *PlacementPolicyCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &PlacementPolicyCreateBulk{err: fmt.Errorf("calling to PlacementPolicyClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*PlacementPolicyCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &PlacementPolicyCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for PlacementPolicy.
+func (c *PlacementPolicyClient) Update() *PlacementPolicyUpdate {
+	mutation := newPlacementPolicyMutation(c.config, OpUpdate)
+	return &PlacementPolicyUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *PlacementPolicyClient) UpdateOne(_m *PlacementPolicy) *PlacementPolicyUpdateOne {
+	mutation := newPlacementPolicyMutation(c.config, OpUpdateOne, withPlacementPolicy(_m))
+	return &PlacementPolicyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *PlacementPolicyClient) UpdateOneID(id int) *PlacementPolicyUpdateOne {
+	mutation := newPlacementPolicyMutation(c.config, OpUpdateOne, withPlacementPolicyID(id))
+	return &PlacementPolicyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for PlacementPolicy.
+func (c *PlacementPolicyClient) Delete() *PlacementPolicyDelete {
+	mutation := newPlacementPolicyMutation(c.config, OpDelete)
+	return &PlacementPolicyDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *PlacementPolicyClient) DeleteOne(_m *PlacementPolicy) *PlacementPolicyDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *PlacementPolicyClient) DeleteOneID(id int) *PlacementPolicyDeleteOne {
+	builder := c.Delete().Where(placementpolicy.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &PlacementPolicyDeleteOne{builder}
+}
+
+// Query returns a query builder for PlacementPolicy.
+func (c *PlacementPolicyClient) Query() *PlacementPolicyQuery {
+	return &PlacementPolicyQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypePlacementPolicy},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a PlacementPolicy entity by its id.
+func (c *PlacementPolicyClient) Get(ctx context.Context, id int) (*PlacementPolicy, error) {
+	return c.Query().Where(placementpolicy.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *PlacementPolicyClient) GetX(ctx context.Context, id int) *PlacementPolicy {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *PlacementPolicyClient) Hooks() []Hook {
+	return c.hooks.PlacementPolicy
+}
+
+// Interceptors returns the client interceptors.
+func (c *PlacementPolicyClient) Interceptors() []Interceptor {
+	return c.inters.PlacementPolicy
+}
+
+func (c *PlacementPolicyClient) mutate(ctx context.Context, m *PlacementPolicyMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&PlacementPolicyCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&PlacementPolicyUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&PlacementPolicyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&PlacementPolicyDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown PlacementPolicy mutation op: %q", m.Op())
 	}
 }
 
@@ -1190,12 +1474,14 @@ func (c *TemplateReplicaClient) mutate(ctx context.Context, m *TemplateReplicaMu
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		JobLogLine, RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
-		TemplateNode, TemplateReplica []ent.Hook
+		JobLogLine, PlacementDecision, PlacementPolicy, RootfsArtifact,
+		TemplateDefinition, TemplateImageJob, TemplateName, TemplateNode,
+		TemplateReplica []ent.Hook
 	}
 	inters struct {
-		JobLogLine, RootfsArtifact, TemplateDefinition, TemplateImageJob, TemplateName,
-		TemplateNode, TemplateReplica []ent.Interceptor
+		JobLogLine, PlacementDecision, PlacementPolicy, RootfsArtifact,
+		TemplateDefinition, TemplateImageJob, TemplateName, TemplateNode,
+		TemplateReplica []ent.Interceptor
 	}
 )
 

@@ -13,6 +13,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/cubesandbox/templatecenter/ent/joblogline"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
 	"github.com/cubesandbox/templatecenter/ent/templateimagejob"
@@ -80,6 +82,8 @@ func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			joblogline.Table:         joblogline.ValidColumn,
+			placementdecision.Table:  placementdecision.ValidColumn,
+			placementpolicy.Table:    placementpolicy.ValidColumn,
 			rootfsartifact.Table:     rootfsartifact.ValidColumn,
 			templatedefinition.Table: templatedefinition.ValidColumn,
 			templateimagejob.Table:   templateimagejob.ValidColumn,

@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/cubesandbox/templatecenter/ent/joblogline"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/predicate"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -31,6 +33,8 @@ const (
 
 	// Node types.
 	TypeJobLogLine         = "JobLogLine"
+	TypePlacementDecision  = "PlacementDecision"
+	TypePlacementPolicy    = "PlacementPolicy"
 	TypeRootfsArtifact     = "RootfsArtifact"
 	TypeTemplateDefinition = "TemplateDefinition"
 	TypeTemplateImageJob   = "TemplateImageJob"
@@ -579,6 +583,1166 @@ func (m *JobLogLineMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *JobLogLineMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown JobLogLine edge %s", name)
+}
+
+// PlacementDecisionMutation represents an operation that mutates the PlacementDecision nodes in the graph.
+type PlacementDecisionMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	template_id   *string
+	node_id       *string
+	decision      *string
+	reason        *string
+	message       *string
+	job_id        *string
+	master        *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*PlacementDecision, error)
+	predicates    []predicate.PlacementDecision
+}
+
+var _ ent.Mutation = (*PlacementDecisionMutation)(nil)
+
+// placementdecisionOption allows management of the mutation configuration using functional options.
+type placementdecisionOption func(*PlacementDecisionMutation)
+
+// newPlacementDecisionMutation creates new mutation for the PlacementDecision entity.
+func newPlacementDecisionMutation(c config, op Op, opts ...placementdecisionOption) *PlacementDecisionMutation {
+	m := &PlacementDecisionMutation{
+		config:        c,
+		op:            op,
+		typ:           TypePlacementDecision,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withPlacementDecisionID sets the ID field of the mutation.
+func withPlacementDecisionID(id int) placementdecisionOption {
+	return func(m *PlacementDecisionMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *PlacementDecision
+		)
+		m.oldValue = func(ctx context.Context) (*PlacementDecision, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().PlacementDecision.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withPlacementDecision sets the old PlacementDecision of the mutation.
+func withPlacementDecision(node *PlacementDecision) placementdecisionOption {
+	return func(m *PlacementDecisionMutation) {
+		m.oldValue = func(context.Context) (*PlacementDecision, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m PlacementDecisionMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m PlacementDecisionMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *PlacementDecisionMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *PlacementDecisionMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().PlacementDecision.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTemplateID sets the "template_id" field.
+func (m *PlacementDecisionMutation) SetTemplateID(s string) {
+	m.template_id = &s
+}
+
+// TemplateID returns the value of the "template_id" field in the mutation.
+func (m *PlacementDecisionMutation) TemplateID() (r string, exists bool) {
+	v := m.template_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTemplateID returns the old "template_id" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldTemplateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTemplateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTemplateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTemplateID: %w", err)
+	}
+	return oldValue.TemplateID, nil
+}
+
+// ResetTemplateID resets all changes to the "template_id" field.
+func (m *PlacementDecisionMutation) ResetTemplateID() {
+	m.template_id = nil
+}
+
+// SetNodeID sets the "node_id" field.
+func (m *PlacementDecisionMutation) SetNodeID(s string) {
+	m.node_id = &s
+}
+
+// NodeID returns the value of the "node_id" field in the mutation.
+func (m *PlacementDecisionMutation) NodeID() (r string, exists bool) {
+	v := m.node_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNodeID returns the old "node_id" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldNodeID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNodeID: %w", err)
+	}
+	return oldValue.NodeID, nil
+}
+
+// ResetNodeID resets all changes to the "node_id" field.
+func (m *PlacementDecisionMutation) ResetNodeID() {
+	m.node_id = nil
+}
+
+// SetDecision sets the "decision" field.
+func (m *PlacementDecisionMutation) SetDecision(s string) {
+	m.decision = &s
+}
+
+// Decision returns the value of the "decision" field in the mutation.
+func (m *PlacementDecisionMutation) Decision() (r string, exists bool) {
+	v := m.decision
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDecision returns the old "decision" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldDecision(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDecision is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDecision requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDecision: %w", err)
+	}
+	return oldValue.Decision, nil
+}
+
+// ResetDecision resets all changes to the "decision" field.
+func (m *PlacementDecisionMutation) ResetDecision() {
+	m.decision = nil
+}
+
+// SetReason sets the "reason" field.
+func (m *PlacementDecisionMutation) SetReason(s string) {
+	m.reason = &s
+}
+
+// Reason returns the value of the "reason" field in the mutation.
+func (m *PlacementDecisionMutation) Reason() (r string, exists bool) {
+	v := m.reason
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReason returns the old "reason" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldReason(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReason is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReason requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReason: %w", err)
+	}
+	return oldValue.Reason, nil
+}
+
+// ResetReason resets all changes to the "reason" field.
+func (m *PlacementDecisionMutation) ResetReason() {
+	m.reason = nil
+}
+
+// SetMessage sets the "message" field.
+func (m *PlacementDecisionMutation) SetMessage(s string) {
+	m.message = &s
+}
+
+// Message returns the value of the "message" field in the mutation.
+func (m *PlacementDecisionMutation) Message() (r string, exists bool) {
+	v := m.message
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMessage returns the old "message" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldMessage(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMessage is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMessage requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMessage: %w", err)
+	}
+	return oldValue.Message, nil
+}
+
+// ResetMessage resets all changes to the "message" field.
+func (m *PlacementDecisionMutation) ResetMessage() {
+	m.message = nil
+}
+
+// SetJobID sets the "job_id" field.
+func (m *PlacementDecisionMutation) SetJobID(s string) {
+	m.job_id = &s
+}
+
+// JobID returns the value of the "job_id" field in the mutation.
+func (m *PlacementDecisionMutation) JobID() (r string, exists bool) {
+	v := m.job_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldJobID returns the old "job_id" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldJobID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldJobID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldJobID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldJobID: %w", err)
+	}
+	return oldValue.JobID, nil
+}
+
+// ResetJobID resets all changes to the "job_id" field.
+func (m *PlacementDecisionMutation) ResetJobID() {
+	m.job_id = nil
+}
+
+// SetMaster sets the "master" field.
+func (m *PlacementDecisionMutation) SetMaster(s string) {
+	m.master = &s
+}
+
+// Master returns the value of the "master" field in the mutation.
+func (m *PlacementDecisionMutation) Master() (r string, exists bool) {
+	v := m.master
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMaster returns the old "master" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldMaster(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMaster is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMaster requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMaster: %w", err)
+	}
+	return oldValue.Master, nil
+}
+
+// ResetMaster resets all changes to the "master" field.
+func (m *PlacementDecisionMutation) ResetMaster() {
+	m.master = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *PlacementDecisionMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *PlacementDecisionMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the PlacementDecision entity.
+// If the PlacementDecision object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementDecisionMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *PlacementDecisionMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the PlacementDecisionMutation builder.
+func (m *PlacementDecisionMutation) Where(ps ...predicate.PlacementDecision) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the PlacementDecisionMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *PlacementDecisionMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.PlacementDecision, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *PlacementDecisionMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *PlacementDecisionMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (PlacementDecision).
+func (m *PlacementDecisionMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *PlacementDecisionMutation) Fields() []string {
+	fields := make([]string, 0, 8)
+	if m.template_id != nil {
+		fields = append(fields, placementdecision.FieldTemplateID)
+	}
+	if m.node_id != nil {
+		fields = append(fields, placementdecision.FieldNodeID)
+	}
+	if m.decision != nil {
+		fields = append(fields, placementdecision.FieldDecision)
+	}
+	if m.reason != nil {
+		fields = append(fields, placementdecision.FieldReason)
+	}
+	if m.message != nil {
+		fields = append(fields, placementdecision.FieldMessage)
+	}
+	if m.job_id != nil {
+		fields = append(fields, placementdecision.FieldJobID)
+	}
+	if m.master != nil {
+		fields = append(fields, placementdecision.FieldMaster)
+	}
+	if m.created_at != nil {
+		fields = append(fields, placementdecision.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *PlacementDecisionMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case placementdecision.FieldTemplateID:
+		return m.TemplateID()
+	case placementdecision.FieldNodeID:
+		return m.NodeID()
+	case placementdecision.FieldDecision:
+		return m.Decision()
+	case placementdecision.FieldReason:
+		return m.Reason()
+	case placementdecision.FieldMessage:
+		return m.Message()
+	case placementdecision.FieldJobID:
+		return m.JobID()
+	case placementdecision.FieldMaster:
+		return m.Master()
+	case placementdecision.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *PlacementDecisionMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case placementdecision.FieldTemplateID:
+		return m.OldTemplateID(ctx)
+	case placementdecision.FieldNodeID:
+		return m.OldNodeID(ctx)
+	case placementdecision.FieldDecision:
+		return m.OldDecision(ctx)
+	case placementdecision.FieldReason:
+		return m.OldReason(ctx)
+	case placementdecision.FieldMessage:
+		return m.OldMessage(ctx)
+	case placementdecision.FieldJobID:
+		return m.OldJobID(ctx)
+	case placementdecision.FieldMaster:
+		return m.OldMaster(ctx)
+	case placementdecision.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown PlacementDecision field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PlacementDecisionMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case placementdecision.FieldTemplateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTemplateID(v)
+		return nil
+	case placementdecision.FieldNodeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNodeID(v)
+		return nil
+	case placementdecision.FieldDecision:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDecision(v)
+		return nil
+	case placementdecision.FieldReason:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReason(v)
+		return nil
+	case placementdecision.FieldMessage:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMessage(v)
+		return nil
+	case placementdecision.FieldJobID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetJobID(v)
+		return nil
+	case placementdecision.FieldMaster:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMaster(v)
+		return nil
+	case placementdecision.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown PlacementDecision field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *PlacementDecisionMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *PlacementDecisionMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PlacementDecisionMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown PlacementDecision numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *PlacementDecisionMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *PlacementDecisionMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *PlacementDecisionMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown PlacementDecision nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *PlacementDecisionMutation) ResetField(name string) error {
+	switch name {
+	case placementdecision.FieldTemplateID:
+		m.ResetTemplateID()
+		return nil
+	case placementdecision.FieldNodeID:
+		m.ResetNodeID()
+		return nil
+	case placementdecision.FieldDecision:
+		m.ResetDecision()
+		return nil
+	case placementdecision.FieldReason:
+		m.ResetReason()
+		return nil
+	case placementdecision.FieldMessage:
+		m.ResetMessage()
+		return nil
+	case placementdecision.FieldJobID:
+		m.ResetJobID()
+		return nil
+	case placementdecision.FieldMaster:
+		m.ResetMaster()
+		return nil
+	case placementdecision.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown PlacementDecision field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *PlacementDecisionMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *PlacementDecisionMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *PlacementDecisionMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *PlacementDecisionMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *PlacementDecisionMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *PlacementDecisionMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *PlacementDecisionMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown PlacementDecision unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *PlacementDecisionMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown PlacementDecision edge %s", name)
+}
+
+// PlacementPolicyMutation represents an operation that mutates the PlacementPolicy nodes in the graph.
+type PlacementPolicyMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	name          *string
+	doc           *string
+	updated_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*PlacementPolicy, error)
+	predicates    []predicate.PlacementPolicy
+}
+
+var _ ent.Mutation = (*PlacementPolicyMutation)(nil)
+
+// placementpolicyOption allows management of the mutation configuration using functional options.
+type placementpolicyOption func(*PlacementPolicyMutation)
+
+// newPlacementPolicyMutation creates new mutation for the PlacementPolicy entity.
+func newPlacementPolicyMutation(c config, op Op, opts ...placementpolicyOption) *PlacementPolicyMutation {
+	m := &PlacementPolicyMutation{
+		config:        c,
+		op:            op,
+		typ:           TypePlacementPolicy,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withPlacementPolicyID sets the ID field of the mutation.
+func withPlacementPolicyID(id int) placementpolicyOption {
+	return func(m *PlacementPolicyMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *PlacementPolicy
+		)
+		m.oldValue = func(ctx context.Context) (*PlacementPolicy, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().PlacementPolicy.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withPlacementPolicy sets the old PlacementPolicy of the mutation.
+func withPlacementPolicy(node *PlacementPolicy) placementpolicyOption {
+	return func(m *PlacementPolicyMutation) {
+		m.oldValue = func(context.Context) (*PlacementPolicy, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m PlacementPolicyMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m PlacementPolicyMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *PlacementPolicyMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *PlacementPolicyMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().PlacementPolicy.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetName sets the "name" field.
+func (m *PlacementPolicyMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *PlacementPolicyMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the PlacementPolicy entity.
+// If the PlacementPolicy object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementPolicyMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *PlacementPolicyMutation) ResetName() {
+	m.name = nil
+}
+
+// SetDoc sets the "doc" field.
+func (m *PlacementPolicyMutation) SetDoc(s string) {
+	m.doc = &s
+}
+
+// Doc returns the value of the "doc" field in the mutation.
+func (m *PlacementPolicyMutation) Doc() (r string, exists bool) {
+	v := m.doc
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDoc returns the old "doc" field's value of the PlacementPolicy entity.
+// If the PlacementPolicy object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementPolicyMutation) OldDoc(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDoc is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDoc requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDoc: %w", err)
+	}
+	return oldValue.Doc, nil
+}
+
+// ClearDoc clears the value of the "doc" field.
+func (m *PlacementPolicyMutation) ClearDoc() {
+	m.doc = nil
+	m.clearedFields[placementpolicy.FieldDoc] = struct{}{}
+}
+
+// DocCleared returns if the "doc" field was cleared in this mutation.
+func (m *PlacementPolicyMutation) DocCleared() bool {
+	_, ok := m.clearedFields[placementpolicy.FieldDoc]
+	return ok
+}
+
+// ResetDoc resets all changes to the "doc" field.
+func (m *PlacementPolicyMutation) ResetDoc() {
+	m.doc = nil
+	delete(m.clearedFields, placementpolicy.FieldDoc)
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *PlacementPolicyMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *PlacementPolicyMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the PlacementPolicy entity.
+// If the PlacementPolicy object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *PlacementPolicyMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *PlacementPolicyMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the PlacementPolicyMutation builder.
+func (m *PlacementPolicyMutation) Where(ps ...predicate.PlacementPolicy) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the PlacementPolicyMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *PlacementPolicyMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.PlacementPolicy, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *PlacementPolicyMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *PlacementPolicyMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (PlacementPolicy).
+func (m *PlacementPolicyMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *PlacementPolicyMutation) Fields() []string {
+	fields := make([]string, 0, 3)
+	if m.name != nil {
+		fields = append(fields, placementpolicy.FieldName)
+	}
+	if m.doc != nil {
+		fields = append(fields, placementpolicy.FieldDoc)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, placementpolicy.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *PlacementPolicyMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case placementpolicy.FieldName:
+		return m.Name()
+	case placementpolicy.FieldDoc:
+		return m.Doc()
+	case placementpolicy.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *PlacementPolicyMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case placementpolicy.FieldName:
+		return m.OldName(ctx)
+	case placementpolicy.FieldDoc:
+		return m.OldDoc(ctx)
+	case placementpolicy.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown PlacementPolicy field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PlacementPolicyMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case placementpolicy.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case placementpolicy.FieldDoc:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDoc(v)
+		return nil
+	case placementpolicy.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown PlacementPolicy field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *PlacementPolicyMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *PlacementPolicyMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *PlacementPolicyMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown PlacementPolicy numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *PlacementPolicyMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(placementpolicy.FieldDoc) {
+		fields = append(fields, placementpolicy.FieldDoc)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *PlacementPolicyMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *PlacementPolicyMutation) ClearField(name string) error {
+	switch name {
+	case placementpolicy.FieldDoc:
+		m.ClearDoc()
+		return nil
+	}
+	return fmt.Errorf("unknown PlacementPolicy nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *PlacementPolicyMutation) ResetField(name string) error {
+	switch name {
+	case placementpolicy.FieldName:
+		m.ResetName()
+		return nil
+	case placementpolicy.FieldDoc:
+		m.ResetDoc()
+		return nil
+	case placementpolicy.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown PlacementPolicy field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *PlacementPolicyMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *PlacementPolicyMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *PlacementPolicyMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *PlacementPolicyMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *PlacementPolicyMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *PlacementPolicyMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *PlacementPolicyMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown PlacementPolicy unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *PlacementPolicyMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown PlacementPolicy edge %s", name)
 }
 
 // RootfsArtifactMutation represents an operation that mutates the RootfsArtifact nodes in the graph.

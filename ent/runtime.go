@@ -4,6 +4,8 @@ package ent
 
 import (
 	"github.com/cubesandbox/templatecenter/ent/joblogline"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/schema"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -49,6 +51,82 @@ func init() {
 	joblogline.DefaultSource = jobloglineDescSource.Default.(string)
 	// joblogline.SourceValidator is a validator for the "source" field. It is called by the builders before save.
 	joblogline.SourceValidator = jobloglineDescSource.Validators[0].(func(string) error)
+	placementdecisionFields := schema.PlacementDecision{}.Fields()
+	_ = placementdecisionFields
+	// placementdecisionDescTemplateID is the schema descriptor for template_id field.
+	placementdecisionDescTemplateID := placementdecisionFields[0].Descriptor()
+	// placementdecision.TemplateIDValidator is a validator for the "template_id" field. It is called by the builders before save.
+	placementdecision.TemplateIDValidator = func() func(string) error {
+		validators := placementdecisionDescTemplateID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(template_id string) error {
+			for _, fn := range fns {
+				if err := fn(template_id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// placementdecisionDescNodeID is the schema descriptor for node_id field.
+	placementdecisionDescNodeID := placementdecisionFields[1].Descriptor()
+	// placementdecision.DefaultNodeID holds the default value on creation for the node_id field.
+	placementdecision.DefaultNodeID = placementdecisionDescNodeID.Default.(string)
+	// placementdecision.NodeIDValidator is a validator for the "node_id" field. It is called by the builders before save.
+	placementdecision.NodeIDValidator = placementdecisionDescNodeID.Validators[0].(func(string) error)
+	// placementdecisionDescDecision is the schema descriptor for decision field.
+	placementdecisionDescDecision := placementdecisionFields[2].Descriptor()
+	// placementdecision.DefaultDecision holds the default value on creation for the decision field.
+	placementdecision.DefaultDecision = placementdecisionDescDecision.Default.(string)
+	// placementdecision.DecisionValidator is a validator for the "decision" field. It is called by the builders before save.
+	placementdecision.DecisionValidator = placementdecisionDescDecision.Validators[0].(func(string) error)
+	// placementdecisionDescReason is the schema descriptor for reason field.
+	placementdecisionDescReason := placementdecisionFields[3].Descriptor()
+	// placementdecision.DefaultReason holds the default value on creation for the reason field.
+	placementdecision.DefaultReason = placementdecisionDescReason.Default.(string)
+	// placementdecision.ReasonValidator is a validator for the "reason" field. It is called by the builders before save.
+	placementdecision.ReasonValidator = placementdecisionDescReason.Validators[0].(func(string) error)
+	// placementdecisionDescMessage is the schema descriptor for message field.
+	placementdecisionDescMessage := placementdecisionFields[4].Descriptor()
+	// placementdecision.DefaultMessage holds the default value on creation for the message field.
+	placementdecision.DefaultMessage = placementdecisionDescMessage.Default.(string)
+	// placementdecision.MessageValidator is a validator for the "message" field. It is called by the builders before save.
+	placementdecision.MessageValidator = placementdecisionDescMessage.Validators[0].(func(string) error)
+	// placementdecisionDescJobID is the schema descriptor for job_id field.
+	placementdecisionDescJobID := placementdecisionFields[5].Descriptor()
+	// placementdecision.DefaultJobID holds the default value on creation for the job_id field.
+	placementdecision.DefaultJobID = placementdecisionDescJobID.Default.(string)
+	// placementdecision.JobIDValidator is a validator for the "job_id" field. It is called by the builders before save.
+	placementdecision.JobIDValidator = placementdecisionDescJobID.Validators[0].(func(string) error)
+	// placementdecisionDescMaster is the schema descriptor for master field.
+	placementdecisionDescMaster := placementdecisionFields[6].Descriptor()
+	// placementdecision.DefaultMaster holds the default value on creation for the master field.
+	placementdecision.DefaultMaster = placementdecisionDescMaster.Default.(string)
+	// placementdecision.MasterValidator is a validator for the "master" field. It is called by the builders before save.
+	placementdecision.MasterValidator = placementdecisionDescMaster.Validators[0].(func(string) error)
+	placementpolicyFields := schema.PlacementPolicy{}.Fields()
+	_ = placementpolicyFields
+	// placementpolicyDescName is the schema descriptor for name field.
+	placementpolicyDescName := placementpolicyFields[0].Descriptor()
+	// placementpolicy.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	placementpolicy.NameValidator = func() func(string) error {
+		validators := placementpolicyDescName.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(name string) error {
+			for _, fn := range fns {
+				if err := fn(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
 	rootfsartifactFields := schema.RootfsArtifact{}.Fields()
 	_ = rootfsartifactFields
 	// rootfsartifactDescArtifactID is the schema descriptor for artifact_id field.

@@ -16,6 +16,10 @@ type Tx struct {
 	config
 	// JobLogLine is the client for interacting with the JobLogLine builders.
 	JobLogLine *JobLogLineClient
+	// PlacementDecision is the client for interacting with the PlacementDecision builders.
+	PlacementDecision *PlacementDecisionClient
+	// PlacementPolicy is the client for interacting with the PlacementPolicy builders.
+	PlacementPolicy *PlacementPolicyClient
 	// RootfsArtifact is the client for interacting with the RootfsArtifact builders.
 	RootfsArtifact *RootfsArtifactClient
 	// TemplateDefinition is the client for interacting with the TemplateDefinition builders.
@@ -160,6 +164,8 @@ func (tx *Tx) Client() *Client {
 
 func (tx *Tx) init() {
 	tx.JobLogLine = NewJobLogLineClient(tx.config)
+	tx.PlacementDecision = NewPlacementDecisionClient(tx.config)
+	tx.PlacementPolicy = NewPlacementPolicyClient(tx.config)
 	tx.RootfsArtifact = NewRootfsArtifactClient(tx.config)
 	tx.TemplateDefinition = NewTemplateDefinitionClient(tx.config)
 	tx.TemplateImageJob = NewTemplateImageJobClient(tx.config)

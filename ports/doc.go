@@ -7,4 +7,4 @@
 // runs, and a moq mock in portsmock for core's unit tests.
 package ports
 
-//go:generate go tool moq -rm -pkg portsmock -out portsmock/mocks.go . Store Repos JobRepository TemplateRepository ArtifactRepository PlacementRepository NodeRepository NameRepository Locker Lock Sealer Clock IDs ImageSource TreeFlattener RootfsBuilder ArtifactStore ChunkStore NodeDirectory NodeAgent ProgressSink DataPlane StatusReporter EnvdSource CubeCASource LegacyArtifacts ReleaseManifests JobLog
+//go:generate go tool moq -rm -pkg portsmock -out portsmock/mocks.go . Store Repos JobRepository TemplateRepository ArtifactRepository PlacementRepository NodeRepository NameRepository PolicyRepository Locker Lock Sealer Clock IDs ImageSource TreeFlattener RootfsBuilder ArtifactStore ChunkStore NodeDirectory NodeAgent ProgressSink DataPlane StatusReporter EnvdSource CubeCASource LegacyArtifacts ReleaseManifests JobLog

@@ -35,6 +35,7 @@ type Repos interface {
 	Placements() PlacementRepository
 	Nodes() NodeRepository
 	Names() NameRepository
+	Policies() PolicyRepository
 }
 
 // StaleQuery selects jobs for the reconciler.
@@ -154,6 +155,25 @@ type PlacementRepository interface {
 	List(ctx context.Context, artifactID string) ([]core.Placement, error)
 	// Delete removes the artifact's placements and returns how many.
 	Delete(ctx context.Context, artifactID string) (int, error)
+}
+
+// PolicyRepository keeps the placement policy set through the API and the
+// placement controller's recent decisions, so every master reads the same
+// ones.
+type PolicyRepository interface {
+	// Policy returns the stored policy document and when it was set, or
+	// core.ErrNotFound when none is stored.
+	Policy(ctx context.Context) (doc string, setAt time.Time, err error)
+	// SetPolicy replaces the stored document; an empty doc removes it.
+	SetPolicy(ctx context.Context, doc string) error
+	// AddDecision records d (the store stamps At) and then keeps only the
+	// newest keep decisions of its template (keep <= 0 keeps them all).
+	// Message is cut to core.MaxDecisionMessage bytes; an empty template id
+	// or decision wraps core.ErrInvalidArgument.
+	AddDecision(ctx context.Context, d core.PlacementDecision, keep int) error
+	// Decisions returns the template's decisions, newest first, at most
+	// limit (<= 0: all).
+	Decisions(ctx context.Context, templateID string, limit int) ([]core.PlacementDecision, error)
 }
 
 // NodeRecord is a node registered in the database (t_cube_template_node).

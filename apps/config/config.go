@@ -260,6 +260,17 @@ type Master struct {
 	// ConvergeAtOnce bounds the convergence jobs one sweep starts
 	// (CUBE_MASTER_CONVERGE_AT_ONCE).
 	ConvergeAtOnce int `yaml:"converge_at_once"`
+	// PlacementPolicyFile is the placement policy's file
+	// (CUBE_MASTER_PLACEMENT_POLICY_FILE): YAML or JSON, the policy's keys
+	// or upstream's template_preheat block. "" places every template
+	// everywhere until the API sets a policy.
+	PlacementPolicyFile string `yaml:"placement_policy_file"`
+	// PlacementInterval is how often the placement controller runs
+	// (CUBE_MASTER_PLACEMENT_INTERVAL); 0 turns it off.
+	PlacementInterval time.Duration `yaml:"placement_interval"`
+	// PlacementAtOnce bounds the actions of one controller pass
+	// (CUBE_MASTER_PLACEMENT_AT_ONCE).
+	PlacementAtOnce int `yaml:"placement_at_once"`
 	// DistributionWorkers bounds the node RPCs one job runs at once
 	// (CUBE_MASTER_DISTRIBUTION_WORKERS).
 	DistributionWorkers int `yaml:"distribution_workers"`
@@ -387,6 +398,8 @@ func DefaultsFor(d Dirs) Config {
 			Converge:            true,
 			ConvergeBackoff:     10 * time.Minute,
 			ConvergeAtOnce:      4,
+			PlacementInterval:   5 * time.Minute,
+			PlacementAtOnce:     8,
 			DistributionWorkers: 16,
 			EnvdHostDir:         DefaultEnvdHostDir,
 			Log:                 Log{Level: "info", Format: "json"},
@@ -516,6 +529,9 @@ func (c Config) validate() error {
 	}
 	if c.Master.ConvergeBackoff <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_BACKOFF: %s, must be positive", c.Master.ConvergeBackoff)
+	}
+	if c.Master.PlacementAtOnce <= 0 {
+		return fmt.Errorf("CUBE_MASTER_PLACEMENT_AT_ONCE: %d, must be positive", c.Master.PlacementAtOnce)
 	}
 	if c.Master.ConvergeAtOnce <= 0 {
 		return fmt.Errorf("CUBE_MASTER_CONVERGE_AT_ONCE: %d, must be positive", c.Master.ConvergeAtOnce)

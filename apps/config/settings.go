@@ -277,6 +277,17 @@ func Settings() []Setting {
 		{Env: "CUBE_MASTER_CONVERGE_AT_ONCE", YAML: "master.converge_at_once", Service: ControlPlane,
 			Doc:   "Most convergence jobs one sweep starts.",
 			Field: func(c *Config) any { return &c.Master.ConvergeAtOnce }},
+		{Env: "CUBE_MASTER_PLACEMENT_POLICY_FILE", YAML: "master.placement_policy_file", Service: ControlPlane,
+			Doc: "Placement policy file (YAML or JSON; see docs/operations.md#placement): pinned templates (`pinned_templates`: `template_id` (id or alias), `priority`, `node_selector`, `nodes`, `min_replicas`, `max_replicas`), " +
+				"per-node limits (`per_node_max_templates`, `per_node_max_bytes`), `per_template_min_redo_interval` and `node_labels`; upstream's `template_preheat` block is read too. " +
+				"A policy set through the API (`PUT /cube/placement/policy`) takes its place. Unset: every template on every node, as without a policy.",
+			Field: func(c *Config) any { return &c.Master.PlacementPolicyFile }},
+		{Env: "CUBE_MASTER_PLACEMENT_INTERVAL", YAML: "master.placement_interval", Service: ControlPlane, ZeroOff: true,
+			Doc:   "How often the placement controller runs (upstream's preheat period); one master at a time acts. `0` turns it off.",
+			Field: func(c *Config) any { return &c.Master.PlacementInterval }},
+		{Env: "CUBE_MASTER_PLACEMENT_AT_ONCE", YAML: "master.placement_at_once", Service: ControlPlane,
+			Doc:   "Most actions (redos started, replicas evicted) one placement pass takes.",
+			Field: func(c *Config) any { return &c.Master.PlacementAtOnce }},
 		{Env: "CUBE_MASTER_REPLICA_CHECK_AT_ONCE", YAML: "master.replica_check_at_once", Service: ControlPlane,
 			Doc: "Most READY replicas one sweep re-checks on their nodes, in turn, with a CreateImage that carries the expected sha256 and size and no download URL: " +
 				"a node answers from its own copy, and a replica whose node no longer holds the artifact is marked FAILED and converged back (CUBE_MASTER_CONVERGE). `0` turns it off.",

@@ -22,6 +22,11 @@ const ConvergeRequestPrefix = "converge-"
 // the template was distributed, or one that joined the directory later,
 // so gets the template without anyone asking.
 //
+// A template created with no nodes named converges by the placement
+// policy (convergePolicyNodes): a pinned one is the placement controller's
+// to place, and under node limits an unpinned one is only brought back
+// when it has no READY replica on a healthy node left.
+//
 // Convergence only ever adds nodes: its redo reuses the artifact the
 // template's definition uses and never rebuilds (a rebuild from the tag
 // could change the template's content and fail its other nodes). A
@@ -43,13 +48,17 @@ func (s *Service) Converge(ctx context.Context) ([]*core.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	pf, err := s.Policy(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var started []*core.Job
 	var errs []error
 	for _, d := range defs {
 		if len(started) >= s.cfg().ConvergeAtOnce {
 			break
 		}
-		job, err := s.convergeOne(ctx, d)
+		job, err := s.convergeOne(ctx, pf.Policy, d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("converge %s: %w", d.TemplateID, err))
 			continue
@@ -63,7 +72,7 @@ func (s *Service) Converge(ctx context.Context) ([]*core.Job, error) {
 
 // convergeOne starts the redo that brings d to its missing nodes, or
 // returns nil when there is nothing to do (yet).
-func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Job, error) {
+func (s *Service) convergeOne(ctx context.Context, pol *core.PlacementPolicy, d *core.Definition) (*core.Job, error) {
 	if d.Status != core.TemplateReady && d.Status != core.TemplatePartiallyReady {
 		return nil, nil
 	}
@@ -89,7 +98,13 @@ func (s *Service) convergeOne(ctx context.Context, d *core.Definition) (*core.Jo
 	if err != nil {
 		return nil, err
 	}
-	missing := missingNodes(inScope(nodes, req.DistributionScope), replicas)
+	want := inScope(nodes, req.DistributionScope)
+	if len(req.DistributionScope) == 0 && pol.Active() {
+		if want, err = s.convergePolicyNodes(ctx, pol, d, nodes, replicas); err != nil || len(want) == 0 {
+			return nil, err
+		}
+	}
+	missing := missingNodes(want, replicas)
 	if len(missing) == 0 || s.backingOff(ctx, latest, missing) {
 		return nil, nil
 	}

@@ -114,6 +114,13 @@ func (s *Service) CreateTemplate(ctx context.Context, req CreateTemplateRequest)
 	if err != nil {
 		return nil, err
 	}
+	if len(req.DistributionScope) == 0 {
+		// No nodes named: the placement policy says where it goes (its
+		// bytes are the node's own snapshot, counted as none).
+		if targets, err = s.redoPolicyNodes(ctx, tid, nil, targets); err != nil {
+			return nil, err
+		}
+	}
 
 	tpl := s.Store.Templates()
 	def := &core.Definition{

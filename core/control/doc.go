@@ -16,6 +16,11 @@
 //   - sweep.go: every control-plane sweep (BUILT replay, stale migrates, GC,
 //     the replica check of replicacheck.go, convergence of converge.go) and
 //     the loop that runs them;
+//   - placement.go: the placement policy in force (the file's, or the one
+//     the API kept in the store), where templates with no nodes named go
+//     (create, redo, convergence), and the placement controller (one master
+//     at a time under a watched named lock: pins kept at their minimum,
+//     unpinned replicas evicted from nodes over their limits);
 //   - query.go, alias.go: reads, resolution and aliases;
 //   - request.go, create_template.go: the sandbox request generated for
 //     nodes and the synchronous create from a sandbox request.

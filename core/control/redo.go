@@ -185,6 +185,12 @@ func (s *Service) submitRedo(ctx context.Context, lock ports.Lock, tid string, s
 	if err != nil {
 		return nil, none, false, err
 	}
+	if len(scope) == 0 && !rr.FailedOnly {
+		// No nodes named: the placement policy says where it goes.
+		if targets, err = s.redoPolicyNodes(ctx, tid, artifact, targets); err != nil {
+			return nil, none, false, err
+		}
+	}
 	if rr.FailedOnly {
 		if targets = failedTargets(targets, replicas); len(targets) == 0 {
 			return nil, none, false, fmt.Errorf("template %s has no failed replicas on the target nodes: %w", tid, core.ErrInvalidArgument)

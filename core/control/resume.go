@@ -195,6 +195,21 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 	if p.targets, p.down, err = s.resolveTargets(ctx, job.InstanceType, scope); err != nil {
 		return s.fail(ctx, job, core.PhaseDistributing, err)
 	}
+	if len(scope) == 0 {
+		// No nodes named: the placement policy says where it goes.
+		def, _ := s.Store.Templates().GetDefinition(ctx, job.TemplateID)
+		pf, err := s.Policy(ctx)
+		if err != nil {
+			return s.fail(ctx, job, core.PhaseDistributing, err)
+		}
+		narrowed, err := s.policyNodes(ctx, pf.Policy, def, job.TemplateID, p.artifact.Ext4SizeBytes, p.targets)
+		if err != nil {
+			return s.fail(ctx, job, core.PhaseDistributing, err)
+		}
+		if narrowed != nil {
+			p.targets, p.down = narrowed, nil
+		}
+	}
 	expected := len(p.targets) + len(p.down)
 	if _, err := s.step(ctx, job.JobID, core.JobUpdate{ExpectedNodeCount: intp(expected)}); err != nil {
 		return err

@@ -85,6 +85,16 @@ type Config struct {
 	// liveness.DefaultTimeout). The master judges builds too, so a job
 	// whose only data plane died is freed without it.
 	BuildLiveness time.Duration
+	// PlacementPolicy is the configuration's placement policy
+	// (CUBE_MASTER_PLACEMENT_POLICY_FILE); one set through the API takes
+	// its place. nil: every template everywhere.
+	PlacementPolicy *core.PlacementPolicy
+	// PlacementAtOnce bounds the actions of one placement pass;
+	// PlacementDecisionsKept the decisions the store keeps per template.
+	PlacementAtOnce        int
+	PlacementDecisionsKept int
+	// MasterName names this master in the decisions it records.
+	MasterName string
 }
 
 func (c Config) withDefaults() Config {
@@ -114,6 +124,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
+	}
+	if c.PlacementAtOnce <= 0 {
+		c.PlacementAtOnce = DefaultPlacementAtOnce
+	}
+	if c.PlacementDecisionsKept <= 0 {
+		c.PlacementDecisionsKept = DefaultPlacementDecisionsKept
 	}
 	if c.BuildLiveness <= 0 {
 		c.BuildLiveness = liveness.DefaultTimeout
@@ -171,6 +187,9 @@ type Service struct {
 	Progress ports.ProgressSink
 	Config   Config
 	Logger   *slog.Logger
+	// ObservePlacement, when set, is told every placement decision (the
+	// master's wiring counts them in a metric).
+	ObservePlacement func(core.PlacementDecision)
 
 	bg            sync.WaitGroup
 	replicaCursor replicaCursor

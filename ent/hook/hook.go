@@ -21,6 +21,30 @@ func (f JobLogLineFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.JobLogLineMutation", m)
 }
 
+// The PlacementDecisionFunc type is an adapter to allow the use of ordinary
+// function as PlacementDecision mutator.
+type PlacementDecisionFunc func(context.Context, *ent.PlacementDecisionMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f PlacementDecisionFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.PlacementDecisionMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PlacementDecisionMutation", m)
+}
+
+// The PlacementPolicyFunc type is an adapter to allow the use of ordinary
+// function as PlacementPolicy mutator.
+type PlacementPolicyFunc func(context.Context, *ent.PlacementPolicyMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f PlacementPolicyFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.PlacementPolicyMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.PlacementPolicyMutation", m)
+}
+
 // The RootfsArtifactFunc type is an adapter to allow the use of ordinary
 // function as RootfsArtifact mutator.
 type RootfsArtifactFunc func(context.Context, *ent.RootfsArtifactMutation) (ent.Value, error)

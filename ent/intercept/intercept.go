@@ -9,6 +9,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"github.com/cubesandbox/templatecenter/ent"
 	"github.com/cubesandbox/templatecenter/ent/joblogline"
+	"github.com/cubesandbox/templatecenter/ent/placementdecision"
+	"github.com/cubesandbox/templatecenter/ent/placementpolicy"
 	"github.com/cubesandbox/templatecenter/ent/predicate"
 	"github.com/cubesandbox/templatecenter/ent/rootfsartifact"
 	"github.com/cubesandbox/templatecenter/ent/templatedefinition"
@@ -99,6 +101,60 @@ func (f TraverseJobLogLine) Traverse(ctx context.Context, q ent.Query) error {
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.JobLogLineQuery", q)
+}
+
+// The PlacementDecisionFunc type is an adapter to allow the use of ordinary function as a Querier.
+type PlacementDecisionFunc func(context.Context, *ent.PlacementDecisionQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f PlacementDecisionFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.PlacementDecisionQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.PlacementDecisionQuery", q)
+}
+
+// The TraversePlacementDecision type is an adapter to allow the use of ordinary function as Traverser.
+type TraversePlacementDecision func(context.Context, *ent.PlacementDecisionQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraversePlacementDecision) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraversePlacementDecision) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.PlacementDecisionQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.PlacementDecisionQuery", q)
+}
+
+// The PlacementPolicyFunc type is an adapter to allow the use of ordinary function as a Querier.
+type PlacementPolicyFunc func(context.Context, *ent.PlacementPolicyQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f PlacementPolicyFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.PlacementPolicyQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.PlacementPolicyQuery", q)
+}
+
+// The TraversePlacementPolicy type is an adapter to allow the use of ordinary function as Traverser.
+type TraversePlacementPolicy func(context.Context, *ent.PlacementPolicyQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraversePlacementPolicy) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraversePlacementPolicy) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.PlacementPolicyQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.PlacementPolicyQuery", q)
 }
 
 // The RootfsArtifactFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -268,6 +324,10 @@ func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
 	case *ent.JobLogLineQuery:
 		return &query[*ent.JobLogLineQuery, predicate.JobLogLine, joblogline.OrderOption]{typ: ent.TypeJobLogLine, tq: q}, nil
+	case *ent.PlacementDecisionQuery:
+		return &query[*ent.PlacementDecisionQuery, predicate.PlacementDecision, placementdecision.OrderOption]{typ: ent.TypePlacementDecision, tq: q}, nil
+	case *ent.PlacementPolicyQuery:
+		return &query[*ent.PlacementPolicyQuery, predicate.PlacementPolicy, placementpolicy.OrderOption]{typ: ent.TypePlacementPolicy, tq: q}, nil
 	case *ent.RootfsArtifactQuery:
 		return &query[*ent.RootfsArtifactQuery, predicate.RootfsArtifact, rootfsartifact.OrderOption]{typ: ent.TypeRootfsArtifact, tq: q}, nil
 	case *ent.TemplateDefinitionQuery:

@@ -36,6 +36,51 @@ var (
 			},
 		},
 	}
+	// TCubePlacementDecisionColumns holds the columns for the "t_cube_placement_decision" table.
+	TCubePlacementDecisionColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "template_id", Type: field.TypeString, Size: 128},
+		{Name: "node_id", Type: field.TypeString, Size: 128, Default: ""},
+		{Name: "decision", Type: field.TypeString, Size: 32, Default: ""},
+		{Name: "reason", Type: field.TypeString, Size: 64, Default: ""},
+		{Name: "message", Type: field.TypeString, Size: 1024, Default: ""},
+		{Name: "job_id", Type: field.TypeString, Size: 128, Default: ""},
+		{Name: "master", Type: field.TypeString, Size: 128, Default: ""},
+		{Name: "created_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+	}
+	// TCubePlacementDecisionTable holds the schema information for the "t_cube_placement_decision" table.
+	TCubePlacementDecisionTable = &schema.Table{
+		Name:       "t_cube_placement_decision",
+		Columns:    TCubePlacementDecisionColumns,
+		PrimaryKey: []*schema.Column{TCubePlacementDecisionColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_placement_decision_template",
+				Unique:  false,
+				Columns: []*schema.Column{TCubePlacementDecisionColumns[1]},
+			},
+		},
+	}
+	// TCubePlacementPolicyColumns holds the columns for the "t_cube_placement_policy" table.
+	TCubePlacementPolicyColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString, Size: 64},
+		{Name: "doc", Type: field.TypeString, Nullable: true, Size: 2147483647, SchemaType: map[string]string{"mysql": "mediumtext"}},
+		{Name: "updated_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+	}
+	// TCubePlacementPolicyTable holds the schema information for the "t_cube_placement_policy" table.
+	TCubePlacementPolicyTable = &schema.Table{
+		Name:       "t_cube_placement_policy",
+		Columns:    TCubePlacementPolicyColumns,
+		PrimaryKey: []*schema.Column{TCubePlacementPolicyColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idx_placement_policy_name",
+				Unique:  true,
+				Columns: []*schema.Column{TCubePlacementPolicyColumns[1]},
+			},
+		},
+	}
 	// TCubeRootfsArtifactColumns holds the columns for the "t_cube_rootfs_artifact" table.
 	TCubeRootfsArtifactColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -367,6 +412,8 @@ var (
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		TCubeTemplateJobLogTable,
+		TCubePlacementDecisionTable,
+		TCubePlacementPolicyTable,
 		TCubeRootfsArtifactTable,
 		TCubeTemplateDefinitionTable,
 		TCubeTemplateImageJobTable,
@@ -379,6 +426,16 @@ var (
 func init() {
 	TCubeTemplateJobLogTable.Annotation = &entsql.Annotation{
 		Table:     "t_cube_template_job_log",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
+	TCubePlacementDecisionTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_placement_decision",
+		Charset:   "utf8mb4",
+		Collation: "utf8mb4_bin",
+	}
+	TCubePlacementPolicyTable.Annotation = &entsql.Annotation{
+		Table:     "t_cube_placement_policy",
 		Charset:   "utf8mb4",
 		Collation: "utf8mb4_bin",
 	}

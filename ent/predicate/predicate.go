@@ -9,6 +9,12 @@ import (
 // JobLogLine is the predicate function for joblogline builders.
 type JobLogLine func(*sql.Selector)
 
+// PlacementDecision is the predicate function for placementdecision builders.
+type PlacementDecision func(*sql.Selector)
+
+// PlacementPolicy is the predicate function for placementpolicy builders.
+type PlacementPolicy func(*sql.Selector)
+
 // RootfsArtifact is the predicate function for rootfsartifact builders.
 type RootfsArtifact func(*sql.Selector)
 

@@ -44,6 +44,9 @@ var _ ports.Store = &StoreMock{}
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
 //			},
+//			PoliciesFunc: func() ports.PolicyRepository {
+//				panic("mock out the Policies method")
+//			},
 //			TemplatesFunc: func() ports.TemplateRepository {
 //				panic("mock out the Templates method")
 //			},
@@ -78,6 +81,9 @@ type StoreMock struct {
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
 
+	// PoliciesFunc mocks the Policies method.
+	PoliciesFunc func() ports.PolicyRepository
+
 	// TemplatesFunc mocks the Templates method.
 	TemplatesFunc func() ports.TemplateRepository
 
@@ -109,6 +115,9 @@ type StoreMock struct {
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
 		}
+		// Policies holds details about calls to the Policies method.
+		Policies []struct {
+		}
 		// Templates holds details about calls to the Templates method.
 		Templates []struct {
 		}
@@ -127,6 +136,7 @@ type StoreMock struct {
 	lockNodes      sync.RWMutex
 	lockNow        sync.RWMutex
 	lockPlacements sync.RWMutex
+	lockPolicies   sync.RWMutex
 	lockTemplates  sync.RWMutex
 	lockTx         sync.RWMutex
 }
@@ -325,6 +335,33 @@ func (mock *StoreMock) PlacementsCalls() []struct {
 	return calls
 }
 
+// Policies calls PoliciesFunc.
+func (mock *StoreMock) Policies() ports.PolicyRepository {
+	if mock.PoliciesFunc == nil {
+		panic("StoreMock.PoliciesFunc: method is nil but Store.Policies was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockPolicies.Lock()
+	mock.calls.Policies = append(mock.calls.Policies, callInfo)
+	mock.lockPolicies.Unlock()
+	return mock.PoliciesFunc()
+}
+
+// PoliciesCalls gets all the calls that were made to Policies.
+// Check the length with:
+//
+//	len(mockedStore.PoliciesCalls())
+func (mock *StoreMock) PoliciesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockPolicies.RLock()
+	calls = mock.calls.Policies
+	mock.lockPolicies.RUnlock()
+	return calls
+}
+
 // Templates calls TemplatesFunc.
 func (mock *StoreMock) Templates() ports.TemplateRepository {
 	if mock.TemplatesFunc == nil {
@@ -413,6 +450,9 @@ var _ ports.Repos = &ReposMock{}
 //			PlacementsFunc: func() ports.PlacementRepository {
 //				panic("mock out the Placements method")
 //			},
+//			PoliciesFunc: func() ports.PolicyRepository {
+//				panic("mock out the Policies method")
+//			},
 //			TemplatesFunc: func() ports.TemplateRepository {
 //				panic("mock out the Templates method")
 //			},
@@ -438,6 +478,9 @@ type ReposMock struct {
 	// PlacementsFunc mocks the Placements method.
 	PlacementsFunc func() ports.PlacementRepository
 
+	// PoliciesFunc mocks the Policies method.
+	PoliciesFunc func() ports.PolicyRepository
+
 	// TemplatesFunc mocks the Templates method.
 	TemplatesFunc func() ports.TemplateRepository
 
@@ -458,6 +501,9 @@ type ReposMock struct {
 		// Placements holds details about calls to the Placements method.
 		Placements []struct {
 		}
+		// Policies holds details about calls to the Policies method.
+		Policies []struct {
+		}
 		// Templates holds details about calls to the Templates method.
 		Templates []struct {
 		}
@@ -467,6 +513,7 @@ type ReposMock struct {
 	lockNames      sync.RWMutex
 	lockNodes      sync.RWMutex
 	lockPlacements sync.RWMutex
+	lockPolicies   sync.RWMutex
 	lockTemplates  sync.RWMutex
 }
 
@@ -602,6 +649,33 @@ func (mock *ReposMock) PlacementsCalls() []struct {
 	mock.lockPlacements.RLock()
 	calls = mock.calls.Placements
 	mock.lockPlacements.RUnlock()
+	return calls
+}
+
+// Policies calls PoliciesFunc.
+func (mock *ReposMock) Policies() ports.PolicyRepository {
+	if mock.PoliciesFunc == nil {
+		panic("ReposMock.PoliciesFunc: method is nil but Repos.Policies was just called")
+	}
+	callInfo := struct {
+	}{}
+	mock.lockPolicies.Lock()
+	mock.calls.Policies = append(mock.calls.Policies, callInfo)
+	mock.lockPolicies.Unlock()
+	return mock.PoliciesFunc()
+}
+
+// PoliciesCalls gets all the calls that were made to Policies.
+// Check the length with:
+//
+//	len(mockedRepos.PoliciesCalls())
+func (mock *ReposMock) PoliciesCalls() []struct {
+} {
+	var calls []struct {
+	}
+	mock.lockPolicies.RLock()
+	calls = mock.calls.Policies
+	mock.lockPolicies.RUnlock()
 	return calls
 }
 
@@ -2683,6 +2757,234 @@ func (mock *NameRepositoryMock) ReleaseCalls() []struct {
 	mock.lockRelease.RLock()
 	calls = mock.calls.Release
 	mock.lockRelease.RUnlock()
+	return calls
+}
+
+// Ensure, that PolicyRepositoryMock does implement ports.PolicyRepository.
+// If this is not the case, regenerate this file with moq.
+var _ ports.PolicyRepository = &PolicyRepositoryMock{}
+
+// PolicyRepositoryMock is a mock implementation of ports.PolicyRepository.
+//
+//	func TestSomethingThatUsesPolicyRepository(t *testing.T) {
+//
+//		// make and configure a mocked ports.PolicyRepository
+//		mockedPolicyRepository := &PolicyRepositoryMock{
+//			AddDecisionFunc: func(ctx context.Context, d core.PlacementDecision, keep int) error {
+//				panic("mock out the AddDecision method")
+//			},
+//			DecisionsFunc: func(ctx context.Context, templateID string, limit int) ([]core.PlacementDecision, error) {
+//				panic("mock out the Decisions method")
+//			},
+//			PolicyFunc: func(ctx context.Context) (string, time.Time, error) {
+//				panic("mock out the Policy method")
+//			},
+//			SetPolicyFunc: func(ctx context.Context, doc string) error {
+//				panic("mock out the SetPolicy method")
+//			},
+//		}
+//
+//		// use mockedPolicyRepository in code that requires ports.PolicyRepository
+//		// and then make assertions.
+//
+//	}
+type PolicyRepositoryMock struct {
+	// AddDecisionFunc mocks the AddDecision method.
+	AddDecisionFunc func(ctx context.Context, d core.PlacementDecision, keep int) error
+
+	// DecisionsFunc mocks the Decisions method.
+	DecisionsFunc func(ctx context.Context, templateID string, limit int) ([]core.PlacementDecision, error)
+
+	// PolicyFunc mocks the Policy method.
+	PolicyFunc func(ctx context.Context) (string, time.Time, error)
+
+	// SetPolicyFunc mocks the SetPolicy method.
+	SetPolicyFunc func(ctx context.Context, doc string) error
+
+	// calls tracks calls to the methods.
+	calls struct {
+		// AddDecision holds details about calls to the AddDecision method.
+		AddDecision []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// D is the d argument value.
+			D core.PlacementDecision
+			// Keep is the keep argument value.
+			Keep int
+		}
+		// Decisions holds details about calls to the Decisions method.
+		Decisions []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// TemplateID is the templateID argument value.
+			TemplateID string
+			// Limit is the limit argument value.
+			Limit int
+		}
+		// Policy holds details about calls to the Policy method.
+		Policy []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+		}
+		// SetPolicy holds details about calls to the SetPolicy method.
+		SetPolicy []struct {
+			// Ctx is the ctx argument value.
+			Ctx context.Context
+			// Doc is the doc argument value.
+			Doc string
+		}
+	}
+	lockAddDecision sync.RWMutex
+	lockDecisions   sync.RWMutex
+	lockPolicy      sync.RWMutex
+	lockSetPolicy   sync.RWMutex
+}
+
+// AddDecision calls AddDecisionFunc.
+func (mock *PolicyRepositoryMock) AddDecision(ctx context.Context, d core.PlacementDecision, keep int) error {
+	if mock.AddDecisionFunc == nil {
+		panic("PolicyRepositoryMock.AddDecisionFunc: method is nil but PolicyRepository.AddDecision was just called")
+	}
+	callInfo := struct {
+		Ctx  context.Context
+		D    core.PlacementDecision
+		Keep int
+	}{
+		Ctx:  ctx,
+		D:    d,
+		Keep: keep,
+	}
+	mock.lockAddDecision.Lock()
+	mock.calls.AddDecision = append(mock.calls.AddDecision, callInfo)
+	mock.lockAddDecision.Unlock()
+	return mock.AddDecisionFunc(ctx, d, keep)
+}
+
+// AddDecisionCalls gets all the calls that were made to AddDecision.
+// Check the length with:
+//
+//	len(mockedPolicyRepository.AddDecisionCalls())
+func (mock *PolicyRepositoryMock) AddDecisionCalls() []struct {
+	Ctx  context.Context
+	D    core.PlacementDecision
+	Keep int
+} {
+	var calls []struct {
+		Ctx  context.Context
+		D    core.PlacementDecision
+		Keep int
+	}
+	mock.lockAddDecision.RLock()
+	calls = mock.calls.AddDecision
+	mock.lockAddDecision.RUnlock()
+	return calls
+}
+
+// Decisions calls DecisionsFunc.
+func (mock *PolicyRepositoryMock) Decisions(ctx context.Context, templateID string, limit int) ([]core.PlacementDecision, error) {
+	if mock.DecisionsFunc == nil {
+		panic("PolicyRepositoryMock.DecisionsFunc: method is nil but PolicyRepository.Decisions was just called")
+	}
+	callInfo := struct {
+		Ctx        context.Context
+		TemplateID string
+		Limit      int
+	}{
+		Ctx:        ctx,
+		TemplateID: templateID,
+		Limit:      limit,
+	}
+	mock.lockDecisions.Lock()
+	mock.calls.Decisions = append(mock.calls.Decisions, callInfo)
+	mock.lockDecisions.Unlock()
+	return mock.DecisionsFunc(ctx, templateID, limit)
+}
+
+// DecisionsCalls gets all the calls that were made to Decisions.
+// Check the length with:
+//
+//	len(mockedPolicyRepository.DecisionsCalls())
+func (mock *PolicyRepositoryMock) DecisionsCalls() []struct {
+	Ctx        context.Context
+	TemplateID string
+	Limit      int
+} {
+	var calls []struct {
+		Ctx        context.Context
+		TemplateID string
+		Limit      int
+	}
+	mock.lockDecisions.RLock()
+	calls = mock.calls.Decisions
+	mock.lockDecisions.RUnlock()
+	return calls
+}
+
+// Policy calls PolicyFunc.
+func (mock *PolicyRepositoryMock) Policy(ctx context.Context) (string, time.Time, error) {
+	if mock.PolicyFunc == nil {
+		panic("PolicyRepositoryMock.PolicyFunc: method is nil but PolicyRepository.Policy was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+	}{
+		Ctx: ctx,
+	}
+	mock.lockPolicy.Lock()
+	mock.calls.Policy = append(mock.calls.Policy, callInfo)
+	mock.lockPolicy.Unlock()
+	return mock.PolicyFunc(ctx)
+}
+
+// PolicyCalls gets all the calls that were made to Policy.
+// Check the length with:
+//
+//	len(mockedPolicyRepository.PolicyCalls())
+func (mock *PolicyRepositoryMock) PolicyCalls() []struct {
+	Ctx context.Context
+} {
+	var calls []struct {
+		Ctx context.Context
+	}
+	mock.lockPolicy.RLock()
+	calls = mock.calls.Policy
+	mock.lockPolicy.RUnlock()
+	return calls
+}
+
+// SetPolicy calls SetPolicyFunc.
+func (mock *PolicyRepositoryMock) SetPolicy(ctx context.Context, doc string) error {
+	if mock.SetPolicyFunc == nil {
+		panic("PolicyRepositoryMock.SetPolicyFunc: method is nil but PolicyRepository.SetPolicy was just called")
+	}
+	callInfo := struct {
+		Ctx context.Context
+		Doc string
+	}{
+		Ctx: ctx,
+		Doc: doc,
+	}
+	mock.lockSetPolicy.Lock()
+	mock.calls.SetPolicy = append(mock.calls.SetPolicy, callInfo)
+	mock.lockSetPolicy.Unlock()
+	return mock.SetPolicyFunc(ctx, doc)
+}
+
+// SetPolicyCalls gets all the calls that were made to SetPolicy.
+// Check the length with:
+//
+//	len(mockedPolicyRepository.SetPolicyCalls())
+func (mock *PolicyRepositoryMock) SetPolicyCalls() []struct {
+	Ctx context.Context
+	Doc string
+} {
+	var calls []struct {
+		Ctx context.Context
+		Doc string
+	}
+	mock.lockSetPolicy.RLock()
+	calls = mock.calls.SetPolicy
+	mock.lockSetPolicy.RUnlock()
 	return calls
 }
 

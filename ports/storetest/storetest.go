@@ -58,6 +58,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 	all = append(all, txTests...)
 	all = append(all, copyTests...)
 	all = append(all, nameTests...)
+	all = append(all, policyTests...)
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -134,6 +134,23 @@ func (s *services) ComponentVersions(_ context.Context, id string) ([]*core.Repl
 		AgentVersion: "0.4.2", KernelVersion: "6.6.30", ShimVersion: "s7"}}, s.rec("ComponentVersions", id)
 }
 
+func (s *services) Policy(context.Context) (control.PolicyInForce, error) {
+	return control.PolicyInForce{Policy: &core.PlacementPolicy{PerNodeMaxTemplates: 3}, Source: control.PolicySourceFile}, s.rec("Policy", nil)
+}
+
+func (s *services) SetPolicy(_ context.Context, doc []byte) (control.PolicyInForce, error) {
+	p, err := core.ParsePlacementPolicy(doc)
+	if err != nil {
+		return control.PolicyInForce{}, err
+	}
+	return control.PolicyInForce{Policy: p, Source: control.PolicySourceAPI, SetAt: time.Unix(1700000000, 0)}, s.rec("SetPolicy", string(doc))
+}
+
+func (s *services) PlacementDecisions(_ context.Context, id string) ([]core.PlacementDecision, error) {
+	return []core.PlacementDecision{{TemplateID: id, NodeID: "n1", Decision: core.DecisionEvict, Reason: core.ReasonOverBudget, At: time.Unix(1700000000, 0)}},
+		s.rec("PlacementDecisions", id)
+}
+
 // GetArtifact is recorded only when it is the route's own call: the job
 // routes also read the job's artifact row to show it.
 func (s *services) GetArtifact(_ context.Context, id string) (*core.Artifact, error) {
@@ -182,7 +199,7 @@ func newServer(t *testing.T, svc *services, tcURL string) chi.Router {
 	cfg := newServerConfig()
 	cfg.TemplateCenterURL = tcURL
 	if svc != nil {
-		cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts = svc, svc, svc, svc, svc
+		cfg.Reports, cfg.Jobs, cfg.Migrations, cfg.Catalog, cfg.Artifacts, cfg.Placement = svc, svc, svc, svc, svc, svc
 	}
 	h, err := New(cfg)
 	if err != nil {

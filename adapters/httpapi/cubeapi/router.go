@@ -111,6 +111,7 @@ type Config struct {
 	Migrations Migrations
 	Catalog    Catalog
 	Artifacts  Artifacts
+	Placement  Placement
 	// JobLog serves GET /cube/template/jobs/log; Nodes GET /cube/node
 	// (nil: those routes answer 130593).
 	JobLog ports.JobLog
@@ -190,6 +191,9 @@ func CubeMasterRoutes() []routes.Route {
 		{Method: http.MethodHead, Pattern: PathCA, Kind: routes.Download},
 		{Method: http.MethodGet, Pattern: PathRootfsArtifact, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathComponentVersions, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathPlacementPolicy, Kind: routes.Public},
+		{Method: http.MethodPut, Pattern: PathPlacementPolicy, Kind: routes.Public},
+		{Method: http.MethodGet, Pattern: PathTemplatePlacements, Kind: routes.Public},
 		{Method: http.MethodGet, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodPost, Pattern: PathCompat, Kind: routes.Proxied},
 		{Method: http.MethodGet, Pattern: PathDownload, Kind: routes.Proxied},
@@ -257,6 +261,9 @@ func New(cfg Config) (chi.Router, error) {
 		r.Post(PathPreview, s.previewSandbox)
 		r.Get(PathRootfsArtifact, s.rootfsArtifact)
 		r.Get(PathComponentVersions, s.componentVersions)
+		r.Get(PathPlacementPolicy, s.getPlacementPolicy)
+		r.Put(PathPlacementPolicy, s.putPlacementPolicy)
+		r.Get(PathTemplatePlacements, s.templatePlacements)
 		r.Method(http.MethodGet, PathCompat, s.compat)
 		r.Method(http.MethodPost, PathCompat, s.compat)
 	})

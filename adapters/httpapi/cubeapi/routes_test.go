@@ -15,6 +15,7 @@ var wantRoutes = []string{
 	"DELETE /cube/template",
 	"GET /cube/ca/{filename}",
 	"GET /cube/node",
+	"GET /cube/placement/policy",
 	"GET /cube/rootfs-artifact",
 	"GET /cube/template",
 	"GET /cube/template/artifact/chunks/data",
@@ -27,6 +28,7 @@ var wantRoutes = []string{
 	"GET /cube/template/jobs/log",
 	"GET /cube/template/migrate",
 	"GET /cube/template/resolve",
+	"GET /cube/template/{template_id}/placement",
 	"GET /internal/meta/templates/{template_id}/component-versions",
 	"GET /metrics",
 	"GET /notify/health",
@@ -42,6 +44,7 @@ var wantRoutes = []string{
 	"POST /cube/template/redo",
 	"POST /cube/template/resolve",
 	"POST /internal/template/jobs/{job_id}/status",
+	"PUT /cube/placement/policy",
 	"PUT /cube/template/{template_id}/alias",
 }
 
@@ -69,6 +72,7 @@ var writeCalls = []struct {
 	{"POST", PathTemplate, PathTemplate, `{"requestID":"r","annotations":{"cube.master.appsnapshot.template.id":"tpl-1"}}`, "CreateTemplate"},
 	{"DELETE", PathTemplate, PathTemplate, `{"RequestID":"r","template_id":"tpl-1"}`, "DeleteTemplate"},
 	{"PUT", PathAlias, "/cube/template/tpl-1/alias", `{"alias":"web"}`, "SetAlias"},
+	{"PUT", PathPlacementPolicy, PathPlacementPolicy, `{"per_node_max_templates":2}`, "SetPolicy"},
 	// Not writes, but POSTs: resolution reads this master's own store.
 	{"POST", PathResolve, PathResolve, `{"annotations":{"cube.master.appsnapshot.template.id":"web"}}`, "ResolveSandboxRequest"},
 	{"POST", PathPreview, PathPreview, `{"annotations":{"cube.master.appsnapshot.template.id":"web"}}`, "ResolveSandboxRequest"},

@@ -69,6 +69,10 @@ type Metrics struct {
 	// operation and result (ready, partially_ready, failed): the master
 	// finishes most; the data plane's reconciler fails abandoned ones.
 	Jobs *prometheus.CounterVec
+	// PlacementDecisions counts the placement controller's decisions by
+	// decision (add, evict, skipped, failed) and reason (upstream's
+	// cubemaster_preheat_decisions_total has the same labels).
+	PlacementDecisions *prometheus.CounterVec
 
 	active   atomic.Int64
 	activeFn atomic.Pointer[func() int]
@@ -126,6 +130,10 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 			Namespace: Namespace, Name: "jobs_finished_total",
 			Help: "Jobs this process moved to a terminal status, by operation and result (ready, partially_ready, failed).",
 		}, []string{"operation", "result"}),
+		PlacementDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "placement_decisions_total",
+			Help: "Placement controller decisions by decision (add, evict, skipped, failed) and reason.",
+		}, []string{"decision", "reason"}),
 	}
 	m.ActiveBuilds = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "active_builds",
@@ -138,7 +146,7 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 	})
 	common := []prometheus.Collector{m.Callbacks, m.HTTPRequests, m.HTTPDuration, m.Errors, m.Jobs}
 	build := []prometheus.Collector{m.PhaseDuration, m.CacheLookups, m.PulledBytes, m.ActiveBuilds, m.Builds}
-	nodes := []prometheus.Collector{m.NodeOps, m.NodeOpDuration}
+	nodes := []prometheus.Collector{m.NodeOps, m.NodeOpDuration, m.PlacementDecisions}
 	cs := common
 	switch role {
 	case DataPlane:
@@ -154,6 +162,13 @@ func New(reg prometheus.Registerer, role Role) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// PlacementDecision counts one placement decision.
+func (m *Metrics) PlacementDecision(decision, reason string) {
+	if m != nil {
+		m.PlacementDecisions.WithLabelValues(decision, reason).Inc()
+	}
 }
 
 // ObservePhase records how long a build phase took.

@@ -145,6 +145,9 @@ func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
 // Names returns the template name repository.
 func (s *Store) Names() ports.NameRepository { return nameRepo{s.root()} }
 
+// Policies returns the placement policy repository.
+func (s *Store) Policies() ports.PolicyRepository { return policyRepo{s.root()} }
+
 func (s *Store) root() scope { return scope{s: s, c: s.client} }
 
 // Tx runs fn in one transaction, retried as a whole after a deadlock or
@@ -265,3 +268,4 @@ func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r)
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
 func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
 func (r txRepos) Names() ports.NameRepository           { return nameRepo(r) }
+func (r txRepos) Policies() ports.PolicyRepository      { return policyRepo(r) }

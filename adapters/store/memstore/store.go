@@ -87,6 +87,9 @@ func (s *Store) Nodes() ports.NodeRepository { return nodeRepo{s.root()} }
 // Names returns the template name repository.
 func (s *Store) Names() ports.NameRepository { return nameRepo{s.root()} }
 
+// Policies returns the placement policy repository.
+func (s *Store) Policies() ports.PolicyRepository { return policyRepo{s.root()} }
+
 func (s *Store) root() scope { return scope{s: s} }
 
 // Tx runs fn on a private copy of the data and publishes the copy if fn
@@ -290,6 +293,7 @@ func (r txRepos) Artifacts() ports.ArtifactRepository   { return artifactRepo(r)
 func (r txRepos) Placements() ports.PlacementRepository { return placementRepo(r) }
 func (r txRepos) Nodes() ports.NodeRepository           { return nodeRepo(r) }
 func (r txRepos) Names() ports.NameRepository           { return nameRepo(r) }
+func (r txRepos) Policies() ports.PolicyRepository      { return policyRepo(r) }
 
 // pair keys the tables whose key is two strings.
 type pair struct{ a, b string }
@@ -306,6 +310,9 @@ type state struct {
 	placements map[pair]core.Placement // (artifact id, node id)
 	nodes      map[string]ports.NodeRecord
 	names      map[string]nameRow
+	policy     policyRow
+	// decisions per template, newest first; a write replaces the slice.
+	decisions map[string][]core.PlacementDecision
 }
 
 // nameRow is one entry of the template namespace.
@@ -340,6 +347,7 @@ func newState() *state {
 		artifacts:  map[string]artifactRow{},
 		placements: map[pair]core.Placement{},
 		nodes:      map[string]ports.NodeRecord{},
+		decisions:  map[string][]core.PlacementDecision{},
 		names:      map[string]nameRow{},
 	}
 }
@@ -353,6 +361,7 @@ func (st *state) clone() *state {
 	c.placements = maps.Clone(st.placements)
 	c.nodes = maps.Clone(st.nodes)
 	c.names = maps.Clone(st.names)
+	c.decisions = maps.Clone(st.decisions)
 	return &c
 }
 

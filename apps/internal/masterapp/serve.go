@@ -187,6 +187,12 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 
 	stopSweep, sweepDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(sweepDone); svc.RunSweeps(stopSweep, cfg.Master.SweepInterval) }()
+	placementDone := make(chan struct{})
+	if cfg.Master.PlacementInterval > 0 {
+		go func() { defer close(placementDone); svc.RunPlacement(stopSweep, cfg.Master.PlacementInterval) }()
+	} else {
+		close(placementDone)
+	}
 	// Builds whose data plane died or hung are failed here too, so a
 	// template whose only data plane is gone is freed all the same.
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
@@ -213,6 +219,11 @@ func Run(ctx context.Context, o Options, ln net.Listener) error {
 	case <-sweepDone:
 	case <-sctx.Done():
 		log.Warn("sweep pass still running at the shutdown deadline; its jobs are replayed after restart")
+	}
+	select {
+	case <-placementDone:
+	case <-sctx.Done():
+		log.Warn("placement pass still running at the shutdown deadline")
 	}
 	if err := svc.Wait(sctx); err != nil {
 		log.Warn("background resumes still running at the shutdown deadline; the sweeper replays them after restart", "err", err)

@@ -164,6 +164,11 @@ func newInjector(w wiring) *do.RootScope {
 		if err != nil {
 			return nil, err
 		}
+		policy, err := loadPlacementPolicy(cfg.Master.PlacementPolicyFile)
+		if err != nil {
+			return nil, err
+		}
+		host, _ := os.Hostname()
 		agent := meteredAgent{NodeAgent: do.MustInvoke[*cubelet.Client](i), m: do.MustInvoke[*metrics.Metrics](i)}
 		svc := &control.Service{
 			Store: startup.CountJobOutcomes(st, do.MustInvoke[*metrics.Metrics](i)), Locker: locker, Nodes: dir, Agent: agent, DataPlane: tc,
@@ -172,7 +177,9 @@ func newInjector(w wiring) *do.RootScope {
 				DownloadTokens:  core.NewDownloadTokens(cfg.CallbackToken),
 				ConvergeBackoff: cfg.Master.ConvergeBackoff, ConvergeAtOnce: cfg.Master.ConvergeAtOnce,
 				ReplicaCheckAtOnce: cfg.Master.ReplicaCheckAtOnce, ReplicaCheckDisabled: cfg.Master.ReplicaCheckAtOnce == 0,
-				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness},
+				DistributionWorkers: cfg.Master.DistributionWorkers, BuildLiveness: cfg.BuildLiveness,
+				PlacementPolicy: policy, PlacementAtOnce: cfg.Master.PlacementAtOnce, MasterName: fmt.Sprintf("%s/%d", host, os.Getpid())},
+			ObservePlacement: func(d core.PlacementDecision) { agent.m.PlacementDecision(d.Decision, d.Reason) },
 		}
 		// Registry credentials are sealed with keys of their own, never
 		// the callback token; values sealed with it before still open
@@ -212,7 +219,7 @@ func newInjector(w wiring) *do.RootScope {
 		}
 		r, err := cubeapi.New(cubeapi.Config{
 			Token: cfg.CallbackToken, InsecureNoToken: cfg.CallbackInsecureNoToken, PublicAuth: public,
-			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc, JobLog: st.JobLog(), Nodes: nodeViews(dir, svc),
+			Reports: svc, Jobs: svc, Migrations: svc, Catalog: svc, Artifacts: svc, Placement: svc, JobLog: st.JobLog(), Nodes: nodeViews(dir, svc),
 			TemplateCenterURL: w.tcBase, DownloadBaseURL: w.downloadBase,
 			RenderCubelet: renderCubelet(requestOptions(cfg.Master.Request)), CADir: cfg.Master.CADir,
 			Readiness:      readiness(st, dir, w.tcBase, cfg.CallbackToken),
