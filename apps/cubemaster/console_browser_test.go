@@ -248,7 +248,8 @@ func startDevForConsole(t *testing.T) DevInfo {
 // TestConsoleDev drives the console in headless chromium against
 // `cubemaster dev` through an operator's day: the list loads; a template
 // created from the example image reaches READY on its page without a
-// reload, with its history, preview and artifact; the builds view and the
+// reload, with its history, placement decisions (none), preview and
+// artifact; the builds view and the
 // build page show the job with its phase timeline and the lines the
 // services logged; a second template takes the first one's alias (the
 // release step); a merge and redos (all nodes, the nodes typed) run to READY, a redo of the failed nodes is refused as there are none; the nodes view counts both copies;
@@ -278,6 +279,8 @@ func TestConsoleDev(t *testing.T) {
 	}
 	b.waitJS("the job history", `document.querySelectorAll('#history-table tbody tr').length === 1`)
 	b.waitJS("the merged preview", `(document.querySelector('#preview-merged')?.textContent || '').includes('rfs-')`)
+	// The default policy (no pins, no budgets) decides nothing about it.
+	b.waitJS("the placement section, empty", `document.querySelector('#placement-empty')?.textContent === 'The placement controller has recorded no decision about this template.'`)
 	if p := b.text("#preview-merged"); strings.Contains(p, "token=") && !strings.Contains(p, "token=REDACTED") {
 		t.Errorf("the preview shows a download token: %q", p)
 	}

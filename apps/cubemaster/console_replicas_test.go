@@ -63,9 +63,9 @@ func (rr *roundRobin) count(name string) int64 {
 // balancer in front of two `cubemaster serve` replicas on one database,
 // with public API authentication: a build's page follows its progress
 // live whichever replica answers each poll (the data plane reports to one
-// of them), shows its failure with the phase and the lines the services
-// logged, and still shows those lines after the replica that logged them
-// is gone. 1,000 templates are listed and the list's render is measured.
+// of them), shows its failure with the phase, a copy button for the
+// error and the lines the services logged, and still shows those lines
+// after the replica that logged them is gone. 1,000 templates are listed and the list's render is measured.
 func TestConsoleTwoReplicas(t *testing.T) {
 	chromiumPath(t)
 	dir := t.TempDir()
@@ -135,6 +135,26 @@ func TestConsoleTwoReplicas(t *testing.T) {
 	br.waitJS("the failure banner", `(document.querySelector('#build-error')?.textContent || '').startsWith('Failed in UNPACKING')`)
 	if e := br.text("#build-error pre"); !strings.Contains(e, "manifest unknown <script>") {
 		t.Errorf("error text %q", e)
+	}
+	// The error's copy button, by keyboard: the clipboard takes the text,
+	// or (where the browser refuses it) the text is selected.
+	br.do("copy the error", chromedp.Focus(chromedp.CSS("#build-error-copy")))
+	if got := eval[string](br, `document.activeElement?.tagName + ' ' + document.activeElement?.textContent`); got != "BUTTON Copy error" {
+		t.Errorf("the focused element is %q, want the copy button", got)
+	}
+	br.do("press Enter", chromedp.KeyEvent("\r"))
+	br.waitJS("copied or selected", `['Copied.', 'Selected: press Ctrl+C (⌘C) to copy.'].includes(document.querySelector('#build-error-copied')?.textContent)`)
+	if got := eval[string](br, `document.querySelector('#build-error-copied').textContent === 'Copied.' ? 'copied' : window.getSelection().toString()`); got != "copied" && !strings.Contains(got, "manifest unknown <script>") {
+		t.Errorf("neither copied nor selected: the selection is %q", got)
+	}
+	t.Logf("the copy button: %s", br.text("#build-error-copied"))
+	// Without a clipboard API the text is selected instead.
+	eval[bool](br, `(() => { Object.defineProperty(navigator, 'clipboard', { value: undefined, configurable: true });
+		document.querySelector('#build-error-copied').textContent = ''; window.getSelection().removeAllRanges(); return true })()`)
+	br.do("copy without a clipboard", chromedp.Click(chromedp.CSS("#build-error-copy")))
+	br.waitJS("selected instead", `document.querySelector('#build-error-copied')?.textContent === 'Selected: press Ctrl+C (⌘C) to copy.'`)
+	if got := eval[string](br, `window.getSelection().toString()`); !strings.Contains(got, "manifest unknown <script>") {
+		t.Errorf("the selection is %q, want the error", got)
 	}
 	br.waitJS("the master's lines", `(document.querySelector('#log-lines')?.textContent || '').includes('build submitted to the data plane') && (document.querySelector('#log-lines')?.textContent || '').includes('reported the build failed')`)
 	if n := eval[int](br, `document.querySelectorAll('#view script, #view img').length`); n != 0 {

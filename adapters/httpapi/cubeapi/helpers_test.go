@@ -147,6 +147,9 @@ func (s *services) SetPolicy(_ context.Context, doc []byte) (control.PolicyInFor
 }
 
 func (s *services) PlacementDecisions(_ context.Context, id string) ([]core.PlacementDecision, error) {
+	if id == "tpl-undecided" {
+		return nil, s.rec("PlacementDecisions", id)
+	}
 	return []core.PlacementDecision{{TemplateID: id, NodeID: "n1", Decision: core.DecisionEvict, Reason: core.ReasonOverBudget, At: time.Unix(1700000000, 0)}},
 		s.rec("PlacementDecisions", id)
 }

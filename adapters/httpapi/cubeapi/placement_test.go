@@ -7,7 +7,7 @@ import (
 
 // TestPlacementRoutes: the policy reads and replaces through the
 // envelope, a bad policy is refused naming its field, and a template's
-// decisions come back by id or alias.
+// decisions come back by id or alias (none is an empty list).
 func TestPlacementRoutes(t *testing.T) {
 	svc := &services{}
 	h := newServer(t, svc, "")
@@ -22,6 +22,8 @@ func TestPlacementRoutes(t *testing.T) {
 		{"PUT", PathPlacementPolicy, `{"per_node_max_bytes":-1}`, 130400, []string{"per_node_max_bytes"}},
 		{"PUT", PathPlacementPolicy, `{"pinned_templates":[{"template_id":"a","min_replicas":3,"max_replicas":1}]}`, 130400, []string{"pinned_templates[0].max_replicas"}},
 		{"GET", "/cube/template/tpl-1/placement", "", 200, []string{`"template_id":"tpl-1"`, `"decision":"evict"`, `"reason":"node_over_budget"`}},
+		// None yet is an empty list, never null: the console shows it as such.
+		{"GET", "/cube/template/tpl-undecided/placement", "", 200, []string{`"template_id":"tpl-undecided"`, `"decisions":[]`}},
 	}
 	for _, c := range cases {
 		rec := do(h, c.method, c.target, c.body, nil)

@@ -75,6 +75,7 @@ export const createFromImage = (req) => call('POST', '/cube/template/from-image'
 export const deleteTemplate = (id) => call('DELETE', '/cube/template', { RequestID: requestID(), template_id: id });
 export const listJobs = (params) => call('GET', '/cube/template/jobs?' + new URLSearchParams(params));
 export const jobLog = (jobID) => call('GET', '/cube/template/jobs/log?' + new URLSearchParams({ job_id: jobID }));
+export const placementDecisions = (id) => call('GET', '/cube/template/' + encodeURIComponent(id) + '/placement');
 export const listNodes = () => call('GET', '/cube/node');
 export const redo = (req) => call('POST', '/cube/template/redo', { requestID: requestID(), ...req });
 export const setAlias = (id, alias) =>

@@ -1,7 +1,7 @@
 // The console's views: #/ lists templates (with create from image),
 // #/t/<id> shows one template (its latest job, polling while a build is
-// under way, its job history, the merged sandbox request and the actions
-// on it), #/builds and #/b/<job id> the builds (builds.js), #/nodes the
+// under way, its job history, the placement controller's recent decisions
+// about it, the merged sandbox request and the actions on it), #/builds and #/b/<job id> the builds (builds.js), #/nodes the
 // nodes (nodes.js). Everything comes from the public API (api.js) and is
 // rendered as text (dom.js).
 
@@ -208,13 +208,29 @@ function templateView(id, gen) {
   const replicasEl = h('section', { id: 'replicas', class: 'card' });
   const requestEl = h('section', { id: 'request', class: 'card' });
   const historyEl = h('section', { id: 'history', class: 'card' }, h('h2', {}, 'Job history'));
+  const placementEl = h('section', { id: 'placement', class: 'card' }, h('h2', {}, 'Placement decisions'));
   const previewEl = h('section', { id: 'preview', class: 'card' }, h('h2', {}, 'Sandbox request preview'));
   const reload = () => {
     loadTemplate().then(() => loadJob(''));
     loadHistory();
+    loadPlacement();
   };
   view.append(h('p', {}, h('a', { href: '#/' }, '← Templates')), h('h1', { id: 'template-title' }, 'Template ', h('code', {}, id)),
-    head, actions(id, reload), jobEl, historyEl, replicasEl, previewEl, requestEl, deleteForm(id));
+    head, actions(id, reload), jobEl, historyEl, replicasEl, placementEl, previewEl, requestEl, deleteForm(id));
+
+  async function loadPlacement() {
+    try {
+      const data = await api.placementDecisions(id);
+      if (gen === nav.generation) {
+        renderPlacement(placementEl, (data.data || {}).decisions || []);
+      }
+    } catch (err) {
+      if (gen === nav.generation) {
+        clear(placementEl);
+        placementEl.append(h('h2', {}, 'Placement decisions'), h('p', { class: 'muted', id: 'placement-empty' }, 'No placement record: ' + err.message));
+      }
+    }
+  }
 
   async function loadHistory() {
     try {
@@ -301,13 +317,36 @@ function templateView(id, gen) {
       // show the final state.
       loadTemplate();
       loadHistory();
+      loadPlacement();
       loadPreview();
     }
   }
 
   loadTemplate().then(() => loadJob(''));
   loadHistory();
+  loadPlacement();
   loadPreview();
+}
+
+// renderPlacement shows the placement controller's recent decisions about
+// the template (GET /cube/template/{id}/placement), newest first.
+function renderPlacement(el, decisions) {
+  clear(el);
+  el.append(h('h2', {}, 'Placement decisions'));
+  if (decisions.length === 0) {
+    el.append(h('p', { class: 'empty muted', id: 'placement-empty' }, 'The placement controller has recorded no decision about this template.'));
+    return;
+  }
+  el.append(h('div', { class: 'table-wrap' }, h('table', { id: 'placement-table' },
+    h('thead', {}, h('tr', {}, ['Time', 'Decision', 'Reason', 'Node', 'Job', 'Master', 'Detail'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, decisions.map((d) => h('tr', { class: 'decision-' + String(d.decision || '').toLowerCase().replace(/[^a-z_]/g, '') },
+      h('td', { class: 'nowrap' }, when(d.at)),
+      h('td', {}, d.decision || ''),
+      h('td', {}, d.reason || ''),
+      h('td', {}, d.node_id || ''),
+      h('td', { class: 'mono' }, d.job_id ? hashLink('/b/', d.job_id, d.job_id) : ''),
+      h('td', { class: 'small' }, d.master || ''),
+      h('td', { class: d.decision === 'failed' ? 'error small' : 'small' }, d.message || '')))))));
 }
 
 function renderHistory(el, jobs) {

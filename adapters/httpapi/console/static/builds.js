@@ -173,13 +173,37 @@ function renderHead(el, j) {
       ['Artifact', art.artifact_id ? h('span', { class: 'mono' }, art.artifact_id) : ''],
     ]));
   if (j.error_message) {
+    const text = h('pre', { class: 'error-text', id: 'build-error-text' }, j.error_message);
+    const out = h('span', { id: 'build-error-copied', class: 'small', role: 'status' });
     el.append(h('div', { id: 'build-error', class: 'banner error', role: 'alert' },
-      h('strong', {}, `Failed in ${j.phase || 'an unknown phase'}`), h('pre', { class: 'error-text' }, j.error_message)));
+      h('strong', {}, `Failed in ${j.phase || 'an unknown phase'}`), ' ',
+      h('button', { type: 'button', id: 'build-error-copy', class: 'copy', onclick: () => copyText(text, out) }, 'Copy error'), ' ', out,
+      text));
   }
   el.append(h('h3', {}, 'Phases'), timeline(j));
   if ((j.nodes || []).length) {
     el.append(h('h3', {}, 'Nodes'), h('div', { class: 'table-wrap' }, h('table', { id: 'build-nodes' },
       h('thead', {}, h('tr', {}, ['Node', 'Step', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', {}, j.nodes.map((n) => h('tr', {}, h('td', {}, n.node_id), h('td', {}, statusBadge(n.status)), h('td', { class: 'error' }, n.error || '')))))));
+  }
+}
+
+// copyText puts the text of el on the clipboard; where the browser will
+// not (no clipboard API, an insecure origin, permission refused) it
+// selects the text instead, for the operator to copy by hand.
+async function copyText(el, out) {
+  try {
+    if (!navigator.clipboard) {
+      throw new Error('no clipboard');
+    }
+    await navigator.clipboard.writeText(el.textContent);
+    out.textContent = 'Copied.';
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    out.textContent = 'Selected: press Ctrl+C (⌘C) to copy.';
   }
 }
