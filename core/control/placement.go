@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,8 +219,7 @@ type placementView struct {
 	defs  map[string]*core.Definition
 	// replicas by template; READY ones count toward node usage.
 	replicas map[string][]*core.Replica
-	size     map[string]int64 // bytes of the template's artifact
-	usage    map[string]core.NodeUsage
+	held     *holdings // READY replicas not marked for cleanup
 	// explicit: the template's create request named its nodes.
 	explicit map[string]bool
 	active   map[string]bool // the template has an unfinished job
@@ -237,29 +237,17 @@ func (s *Service) placementView(ctx context.Context, pol *core.PlacementPolicy) 
 		return nil, err
 	}
 	v := &placementView{pol: pol, defs: map[string]*core.Definition{}, replicas: map[string][]*core.Replica{},
-		size: map[string]int64{}, usage: map[string]core.NodeUsage{}, explicit: map[string]bool{}, active: map[string]bool{},
+		held: newHoldings(), explicit: map[string]bool{}, active: map[string]bool{},
 		lastAdd: map[string]time.Time{}}
 	types := []string{core.DefaultInstanceType}
-	sizes := map[string]int64{}
 	for _, d := range defs {
 		v.defs[d.TemplateID] = d
 		types = append(types, firstString(d.InstanceType, core.DefaultInstanceType))
 		if v.replicas[d.TemplateID], err = s.Store.Templates().ListReplicas(ctx, d.TemplateID); err != nil {
 			return nil, err
 		}
-		if aid := d.RootfsArtifactID; aid != "" {
-			if _, ok := sizes[aid]; !ok {
-				a, err := s.Store.Artifacts().Get(ctx, aid)
-				switch {
-				case err == nil:
-					sizes[aid] = a.Ext4SizeBytes
-				case isNotFound(err):
-					sizes[aid] = 0
-				default:
-					return nil, err
-				}
-			}
-			v.size[d.TemplateID] = sizes[aid]
+		if err := s.artifactSize(ctx, v.held, d.RootfsArtifactID); err != nil {
+			return nil, err
 		}
 		latest, err := s.Store.Jobs().Latest(ctx, d.TemplateID)
 		switch {
@@ -282,10 +270,10 @@ func (s *Service) placementView(ctx context.Context, pol *core.PlacementPolicy) 
 		}
 		for _, r := range v.replicas[d.TemplateID] {
 			if isReadyReplica(r) {
-				u := v.usage[r.NodeID]
-				u.Templates++
-				u.Bytes += v.size[d.TemplateID]
-				v.usage[r.NodeID] = u
+				if err := s.artifactSize(ctx, v.held, v.artifactOf(r)); err != nil {
+					return nil, err
+				}
+				v.held.add(r.NodeID, v.artifactOf(r))
 			}
 		}
 	}
@@ -371,10 +359,35 @@ func (v *placementView) evictionOrder(nodeID string) []*core.Replica {
 // forget drops a replica from the view after it was evicted.
 func (v *placementView) forget(r *core.Replica) {
 	v.replicas[r.TemplateID] = slices.DeleteFunc(slices.Clone(v.replicas[r.TemplateID]), func(x *core.Replica) bool { return x.NodeID == r.NodeID })
-	u := v.usage[r.NodeID]
-	u.Templates--
-	u.Bytes -= v.size[r.TemplateID]
-	v.usage[r.NodeID] = u
+	v.held.remove(r.NodeID, v.artifactOf(r))
+}
+
+// lessUsed orders nodes by room: fewer bytes held (to the MiB) first,
+// then fewer templates.
+func lessUsed(a, b core.NodeUsage) int {
+	if c := cmp.Compare(a.Bytes>>20, b.Bytes>>20); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Templates, b.Templates)
+}
+
+// artifactOf is the artifact the replica's node holds for it.
+func (v *placementView) artifactOf(r *core.Replica) string {
+	return replicaArtifact(r, v.defs[r.TemplateID])
+}
+
+// fits says whether one more copy of tid stays within node's limits: an
+// artifact the node holds already costs no bytes.
+func (v *placementView) fits(node, tid string) bool {
+	return v.pol.Fits(v.held.usage(node), v.held.cost(node, v.templateArtifact(tid)))
+}
+
+// templateArtifact is the template's current artifact.
+func (v *placementView) templateArtifact(tid string) string {
+	if d := v.defs[tid]; d != nil {
+		return d.RootfsArtifactID
+	}
+	return ""
 }
 
 // placementPass is one pass's state.
@@ -488,7 +501,6 @@ func (pc *placementPass) pin(ctx context.Context, pin core.PinnedTemplate) error
 	if pin.MaxReplicas > 0 && have+need > pin.MaxReplicas {
 		need = pin.MaxReplicas - have
 	}
-	size := v.size[tid]
 	// Candidates: matching nodes without it, those it fits first (most
 	// room first), then the others (room made by eviction).
 	var cands []ports.Node
@@ -498,31 +510,28 @@ func (pc *placementPass) pin(ctx context.Context, pin core.PinnedTemplate) error
 		}
 	}
 	slices.SortStableFunc(cands, func(a, b ports.Node) int {
-		fa, fb := v.pol.Fits(v.usage[a.ID], size), v.pol.Fits(v.usage[b.ID], size)
+		fa, fb := v.fits(a.ID, tid), v.fits(b.ID, tid)
 		if fa != fb {
 			if fa {
 				return -1
 			}
 			return 1
 		}
-		return int(v.usage[a.ID].Bytes>>20 - v.usage[b.ID].Bytes>>20)
+		return lessUsed(v.held.usage(a.ID), v.held.usage(b.ID))
 	})
 	var chosen []string
 	for _, n := range cands {
 		if len(chosen) >= need {
 			break
 		}
-		if !v.pol.Fits(v.usage[n.ID], size) && !pc.makeRoom(ctx, n, tid, size) {
+		if !v.fits(n.ID, tid) && !pc.makeRoom(ctx, n, tid) {
 			continue
 		}
 		if lockLost(ctx) {
 			return errLockLost
 		}
 		chosen = append(chosen, n.ID)
-		u := v.usage[n.ID]
-		u.Templates++
-		u.Bytes += size
-		v.usage[n.ID] = u
+		v.held.add(n.ID, v.templateArtifact(tid))
 	}
 	if len(chosen) == 0 {
 		return skip(core.ReasonNoCandidates, fmt.Sprintf("%d of %d READY on %d matching nodes; none has room, and no unpinned replica can make room", have, pin.MinReplicas, len(matching)), true)
@@ -551,22 +560,23 @@ func (pc *placementPass) pin(ctx context.Context, pin core.PinnedTemplate) error
 }
 
 // makeRoom evicts unpinned replicas from n, least recently placed first,
-// until a template of size bytes fits; false (evicting nothing) when the
+// until a copy of forTemplate fits; false (evicting nothing) when the
 // evictable ones are not enough or the pass's budget is.
-func (pc *placementPass) makeRoom(ctx context.Context, n ports.Node, forTemplate string, size int64) bool {
+func (pc *placementPass) makeRoom(ctx context.Context, n ports.Node, forTemplate string) bool {
 	v := pc.v
-	order := v.evictionOrder(n.ID)
-	u := v.usage[n.ID]
+	aid := v.templateArtifact(forTemplate)
+	fitsWithout := func(plan []*core.Replica) bool {
+		u, cost := v.held.without(n.ID, plan, v.artifactOf, aid)
+		return v.pol.Fits(u, cost)
+	}
 	var plan []*core.Replica
-	for _, r := range order {
-		if v.pol.Fits(u, size) {
+	for _, r := range v.evictionOrder(n.ID) {
+		if fitsWithout(plan) {
 			break
 		}
 		plan = append(plan, r)
-		u.Templates--
-		u.Bytes -= v.size[r.TemplateID]
 	}
-	if !v.pol.Fits(u, size) || len(plan) >= pc.budget {
+	if !fitsWithout(plan) || len(plan) >= pc.budget {
 		return false
 	}
 	for _, r := range plan {
@@ -584,7 +594,7 @@ func (pc *placementPass) budgets(ctx context.Context) error {
 		return nil
 	}
 	for _, n := range v.nodes {
-		for v.pol.Over(v.usage[n.ID]) {
+		for v.pol.Over(v.held.usage(n.ID)) {
 			order := v.evictionOrder(n.ID)
 			if len(order) == 0 {
 				pc.noteStuck(ctx, n)
@@ -594,7 +604,7 @@ func (pc *placementPass) budgets(ctx context.Context) error {
 				pc.decide(ctx, core.PlacementDecision{TemplateID: order[0].TemplateID, NodeID: n.ID, Decision: core.DecisionSkipped, Reason: core.ReasonRateLimited}, false)
 				return nil
 			}
-			ok := pc.evict(ctx, n, order[0], core.ReasonOverBudget, fmt.Sprintf("node holds %d templates, %d bytes", v.usage[n.ID].Templates, v.usage[n.ID].Bytes))
+			ok := pc.evict(ctx, n, order[0], core.ReasonOverBudget, fmt.Sprintf("node holds %d templates, %d bytes", v.held.usage(n.ID).Templates, v.held.usage(n.ID).Bytes))
 			if err := stillHeld(ctx, pc.lock); err != nil {
 				return err
 			}
@@ -739,7 +749,11 @@ func (s *Service) dropCopy(ctx context.Context, ctl ports.Lock, n ports.Node, ai
 // least min_replicas; an unpinned one, under node limits, to every node it
 // fits, or the one with the most room when it fits none (the controller
 // then evicts the least recently placed replicas there).
-func (s *Service) policyNodes(ctx context.Context, pol *core.PlacementPolicy, def *core.Definition, tid string, size int64, nodes []ports.Node) ([]ports.Node, error) {
+//
+// art is the artifact the template's copies will use (nil when not known
+// yet: it then costs no bytes); a node holding it already is charged
+// nothing more for it.
+func (s *Service) policyNodes(ctx context.Context, pol *core.PlacementPolicy, def *core.Definition, tid string, art *core.Artifact, nodes []ports.Node) ([]ports.Node, error) {
 	var err error
 	alias := ""
 	if def != nil {
@@ -749,12 +763,18 @@ func (s *Service) policyNodes(ctx context.Context, pol *core.PlacementPolicy, de
 	if pin == nil && !pol.Budgeted() {
 		return nil, nil
 	}
-	usage := map[string]core.NodeUsage{}
+	held := newHoldings()
 	if pol.Budgeted() {
-		if usage, err = s.nodeUsage(ctx, tid); err != nil {
+		if held, err = s.readHoldings(ctx, isReadyReplica, tid); err != nil {
 			return nil, err
 		}
 	}
+	aid := ""
+	if art != nil {
+		aid = art.ArtifactID
+		held.size[aid] = art.Ext4SizeBytes
+	}
+	fits := func(node string) bool { return pol.Fits(held.usage(node), held.cost(node, aid)) }
 	var cands []ports.Node
 	for _, n := range nodes {
 		if pin == nil || pol.Matches(pin, n.ID, n.IP) {
@@ -765,21 +785,20 @@ func (s *Service) policyNodes(ctx context.Context, pol *core.PlacementPolicy, de
 		return nil, fmt.Errorf("template %s is pinned to nodes none of which is healthy: %w", tid, core.ErrNoTemplateNodes)
 	}
 	slices.SortStableFunc(cands, func(a, b ports.Node) int {
-		fa, fb := pol.Fits(usage[a.ID], size), pol.Fits(usage[b.ID], size)
+		fa, fb := fits(a.ID), fits(b.ID)
 		if fa != fb {
 			if fa {
 				return -1
 			}
 			return 1
 		}
-		return int(usage[a.ID].Bytes>>20 - usage[b.ID].Bytes>>20)
+		return lessUsed(held.usage(a.ID), held.usage(b.ID))
 	})
 	var out []ports.Node
 	for _, n := range cands {
-		fits := pol.Fits(usage[n.ID], size)
 		switch {
 		case pin != nil && pin.MaxReplicas > 0 && len(out) >= pin.MaxReplicas:
-		case fits, pin != nil && len(out) < pin.MinReplicas:
+		case fits(n.ID), pin != nil && len(out) < pin.MinReplicas:
 			out = append(out, n)
 		}
 	}
@@ -789,43 +808,6 @@ func (s *Service) policyNodes(ctx context.Context, pol *core.PlacementPolicy, de
 	return sortNodes(out), nil
 }
 
-// nodeUsage counts every node's READY replicas and their bytes, leaving
-// out the template exclude (the one being placed).
-func (s *Service) nodeUsage(ctx context.Context, exclude string) (map[string]core.NodeUsage, error) {
-	defs, err := s.Store.Templates().ListDefinitions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	usage := map[string]core.NodeUsage{}
-	sizes := map[string]int64{}
-	for _, d := range defs {
-		if d.TemplateID == exclude {
-			continue
-		}
-		var size int64
-		if aid := d.RootfsArtifactID; aid != "" {
-			if sz, ok := sizes[aid]; ok {
-				size = sz
-			} else if a, err := s.Store.Artifacts().Get(ctx, aid); err == nil {
-				size, sizes[aid] = a.Ext4SizeBytes, a.Ext4SizeBytes
-			}
-		}
-		reps, err := s.Store.Templates().ListReplicas(ctx, d.TemplateID)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range reps {
-			if isReadyReplica(r) {
-				u := usage[r.NodeID]
-				u.Templates++
-				u.Bytes += size
-				usage[r.NodeID] = u
-			}
-		}
-	}
-	return usage, nil
-}
-
 // redoPolicyNodes is policyNodes for a redo that names no nodes: targets
 // when the policy changes nothing.
 func (s *Service) redoPolicyNodes(ctx context.Context, tid string, artifact *core.Artifact, targets []ports.Node) ([]ports.Node, error) {
@@ -833,20 +815,16 @@ func (s *Service) redoPolicyNodes(ctx context.Context, tid string, artifact *cor
 	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
-	var size int64
-	switch {
-	case artifact != nil:
-		size = artifact.Ext4SizeBytes
-	case def != nil && def.RootfsArtifactID != "":
+	if artifact == nil && def != nil && def.RootfsArtifactID != "" {
 		if a, err := s.Store.Artifacts().Get(ctx, def.RootfsArtifactID); err == nil {
-			size = a.Ext4SizeBytes
+			artifact = a
 		}
 	}
 	pf, err := s.Policy(ctx)
 	if err != nil {
 		return nil, err
 	}
-	narrowed, err := s.policyNodes(ctx, pf.Policy, def, tid, size, targets)
+	narrowed, err := s.policyNodes(ctx, pf.Policy, def, tid, artifact, targets)
 	if err != nil || narrowed == nil {
 		return targets, err
 	}
@@ -870,13 +848,13 @@ func (s *Service) convergePolicyNodes(ctx context.Context, pol *core.PlacementPo
 			return nil, nil
 		}
 	}
-	var size int64
+	var art *core.Artifact
 	if d.RootfsArtifactID != "" {
 		if a, err := s.Store.Artifacts().Get(ctx, d.RootfsArtifactID); err == nil {
-			size = a.Ext4SizeBytes
+			art = a
 		}
 	}
-	out, err := s.policyNodes(ctx, pol, d, d.TemplateID, size, nodes)
+	out, err := s.policyNodes(ctx, pol, d, d.TemplateID, art, nodes)
 	if err != nil || out == nil {
 		return nil, err
 	}

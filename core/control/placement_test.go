@@ -2,6 +2,8 @@ package control_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"sort"
@@ -46,6 +48,12 @@ func (e *env) pass() control.PlacementReport {
 	return rep
 }
 
+// fpOf is a fingerprint of its own (an artifact of its own) per name.
+func fpOf(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return testFingerprint("sha256:" + hex.EncodeToString(sum[:]))
+}
+
 func decisionsOf(rep control.PlacementReport, decision string) []string {
 	var out []string
 	for _, d := range rep.Decisions {
@@ -66,6 +74,7 @@ func TestPlacementByPolicy(t *testing.T) {
 	type tmpl struct {
 		id    string
 		scope []string
+		fp    string // its build's fingerprint; fpA (one artifact for all) when ""
 	}
 	cases := []struct {
 		name   string
@@ -99,12 +108,29 @@ func TestPlacementByPolicy(t *testing.T) {
 		{
 			name:  "byte budget: a pinned template is placed over budget on both nodes; unpinned replicas make room, the last READY one of each stays",
 			nodes: []string{"node-1", "node-2"}, policy: `{"per_node_max_bytes": 134217728, "pinned_templates": [{"template_id": "tpl-pin", "min_replicas": 2}]}`,
-			templates: []tmpl{{id: "tpl-a"}, {id: "tpl-b"}, {id: "tpl-pin"}},
+			templates: []tmpl{{id: "tpl-a", fp: fpOf("a")}, {id: "tpl-b", fp: fpOf("b")}, {id: "tpl-pin", fp: fpOf("pin")}},
 			wantBefore: map[string][]string{"tpl-a": {"node-1", "node-2"}, "tpl-b": {"node-1", "node-2"},
 				"tpl-pin": {"node-1", "node-2"}},
 			wantAfter:   map[string][]string{"tpl-a": {"node-2"}, "tpl-b": {"node-1"}, "tpl-pin": {"node-1", "node-2"}},
 			wantEvicted: []string{"tpl-a@node-1:node_over_budget", "tpl-b@node-2:node_over_budget"},
 			wantRan:     true,
+		},
+		{
+			name:  "byte budget: templates sharing one artifact are charged its bytes once per node, so nothing is over budget",
+			nodes: []string{"node-1", "node-2"}, policy: `{"per_node_max_bytes": 134217728, "pinned_templates": [{"template_id": "tpl-pin", "min_replicas": 2}]}`,
+			templates: []tmpl{{id: "tpl-a"}, {id: "tpl-b"}, {id: "tpl-pin"}},
+			wantBefore: map[string][]string{"tpl-a": {"node-1", "node-2"}, "tpl-b": {"node-1", "node-2"},
+				"tpl-pin": {"node-1", "node-2"}},
+			wantAfter: map[string][]string{"tpl-a": {"node-1", "node-2"}, "tpl-b": {"node-1", "node-2"}, "tpl-pin": {"node-1", "node-2"}},
+			wantRan:   true,
+		},
+		{
+			name:  "byte budget: a new template sharing the artifact a full node holds goes there too",
+			nodes: []string{"node-1", "node-2"}, policy: `{"per_node_max_bytes": 67108864}`,
+			templates:  []tmpl{{id: "tpl-a", scope: []string{"node-2"}}, {id: "tpl-c", scope: []string{"node-1"}, fp: fpOf("c")}, {id: "tpl-b"}},
+			wantBefore: map[string][]string{"tpl-a": {"node-2"}, "tpl-c": {"node-1"}, "tpl-b": {"node-2"}},
+			wantAfter:  map[string][]string{"tpl-a": {"node-2"}, "tpl-c": {"node-1"}, "tpl-b": {"node-2"}},
+			wantRan:    true,
 		},
 		{
 			name:  "nothing evicted that would leave a template with no READY replica",
@@ -141,7 +167,11 @@ func TestPlacementByPolicy(t *testing.T) {
 				req := request(tp.id)
 				req.DistributionScope = tp.scope
 				job := e.create(req)
-				e.build(job.JobID, fpA)
+				fp := tp.fp
+				if fp == "" {
+					fp = fpA
+				}
+				e.build(job.JobID, fp)
 				e.wait()
 				e.clock.Advance(1)
 			}

@@ -202,7 +202,7 @@ func (s *Service) runPipeline(ctx context.Context, job *core.Job) error {
 		if err != nil {
 			return s.fail(ctx, job, core.PhaseDistributing, err)
 		}
-		narrowed, err := s.policyNodes(ctx, pf.Policy, def, job.TemplateID, p.artifact.Ext4SizeBytes, p.targets)
+		narrowed, err := s.policyNodes(ctx, pf.Policy, def, job.TemplateID, p.artifact, p.targets)
 		if err != nil {
 			return s.fail(ctx, job, core.PhaseDistributing, err)
 		}
