@@ -47,7 +47,13 @@ type StaleQuery struct {
 	ExcludePhases []core.Phase
 	// UpdatedBefore selects rows whose updated_at is strictly older.
 	UpdatedBefore time.Time
-	Limit         int
+	// Limit caps the answer (<= 0: no cap), keeping the oldest rows, or
+	// the newest with NewestFirst.
+	Limit int
+	// NewestFirst orders the answer by updated_at descending (a listing
+	// of recent jobs) instead of ascending; among rows updated at the
+	// same instant the later inserted comes first.
+	NewestFirst bool
 }
 
 // JobRepository stores t_cube_template_image_job rows.
@@ -79,7 +85,9 @@ type JobRepository interface {
 	// atomically with becoming terminal. UpdatedAt always moves forward, which
 	// makes an unchanged Update a heartbeat.
 	Update(ctx context.Context, jobID string, fn func(*core.Job) error) (*core.Job, error)
-	// ListStale returns jobs matching q, oldest first.
+	// ListStale returns jobs matching q, oldest first (newest first with
+	// q.NewestFirst); among rows updated at the same instant, in the order
+	// they were inserted (reversed with NewestFirst).
 	ListStale(ctx context.Context, q StaleQuery) ([]*core.Job, error)
 	// DeleteByTemplate removes every job of the template and returns how many.
 	DeleteByTemplate(ctx context.Context, templateID string) (int, error)

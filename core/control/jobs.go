@@ -32,11 +32,12 @@ func (s *Service) ListJobs(ctx context.Context, q JobQuery) ([]*core.Job, error)
 		}
 		jobs, err = s.Store.Jobs().ListByTemplate(ctx, q.TemplateID)
 	case q.Unfinished:
-		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{Statuses: []core.JobStatus{core.JobPending, core.JobRunning, core.JobBuilt}})
+		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{Statuses: []core.JobStatus{core.JobPending, core.JobRunning, core.JobBuilt},
+			NewestFirst: true, Limit: q.Limit})
 	default:
-		// The job repository has no "newest first" query; an unfiltered
-		// stale query lists every job (as ListTemplates reads them).
-		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{})
+		// The store sorts and cuts: a listing reads the rows it shows,
+		// not every job there is.
+		jobs, err = s.Store.Jobs().ListStale(ctx, ports.StaleQuery{NewestFirst: true, Limit: q.Limit})
 	}
 	if err != nil {
 		return nil, err
@@ -44,10 +45,12 @@ func (s *Service) ListJobs(ctx context.Context, q JobQuery) ([]*core.Job, error)
 	if q.Unfinished {
 		jobs = slices.DeleteFunc(jobs, func(j *core.Job) bool { return j.Status.Terminal() })
 	}
-	// The repository lists oldest first; reversed, jobs updated at the
-	// same instant keep the newer first.
-	slices.Reverse(jobs)
-	slices.SortStableFunc(jobs, func(a, b *core.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	if q.TemplateID != "" {
+		// A template's jobs come by attempt; the newest attempt first
+		// among jobs updated at the same instant.
+		slices.Reverse(jobs)
+		slices.SortStableFunc(jobs, func(a, b *core.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	}
 	if q.Limit > 0 && len(jobs) > q.Limit {
 		jobs = jobs[:q.Limit]
 	}

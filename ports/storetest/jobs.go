@@ -366,6 +366,10 @@ func testJobListStale(t *testing.T, e *env) {
 			[]*core.Job{oldRunning}},
 		{"limit keeps the oldest", ports.StaleQuery{Statuses: []core.JobStatus{core.JobPending, core.JobRunning, core.JobBuilt}, UpdatedBefore: before, Limit: 2},
 			[]*core.Job{oldPending, oldRunning}},
+		{"newest first", ports.StaleQuery{Statuses: []core.JobStatus{core.JobPending, core.JobRunning, core.JobBuilt}, UpdatedBefore: before, NewestFirst: true},
+			[]*core.Job{oldRunningPost, oldBuilt, oldRunning, oldPending}},
+		{"newest first, limit keeps the newest", ports.StaleQuery{Statuses: []core.JobStatus{core.JobRunning}, Limit: 2, NewestFirst: true},
+			[]*core.Job{fresh, oldRunningPost}},
 		{"terminal", ports.StaleQuery{Statuses: []core.JobStatus{core.JobReady}, UpdatedBefore: before},
 			[]*core.Job{oldReady}},
 		{"nothing older", ports.StaleQuery{Statuses: []core.JobStatus{core.JobRunning}, UpdatedBefore: oldPending.UpdatedAt},
@@ -380,7 +384,7 @@ func testJobListStale(t *testing.T, e *env) {
 		}
 		for i := range g {
 			if g[i] != w[i] {
-				t.Fatalf("ListStale %s = %v, want %v (oldest first)", c.name, g, w)
+				t.Fatalf("ListStale %s = %v, want %v (NewestFirst %v)", c.name, g, w, c.q.NewestFirst)
 			}
 		}
 	}

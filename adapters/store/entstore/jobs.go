@@ -152,7 +152,11 @@ func (r jobRepo) ListStale(ctx context.Context, sq ports.StaleQuery) ([]*core.Jo
 		ps = append(ps, tij.UpdatedAtLT(sq.UpdatedBefore.UTC()))
 	}
 	return r.list(ctx, "stale jobs", func(q *ent.TemplateImageJobQuery) *ent.TemplateImageJobQuery {
-		q = q.Where(ps...).Order(ent.Asc(tij.FieldUpdatedAt), ent.Asc(tij.FieldID))
+		if sq.NewestFirst {
+			q = q.Where(ps...).Order(ent.Desc(tij.FieldUpdatedAt), ent.Desc(tij.FieldID))
+		} else {
+			q = q.Where(ps...).Order(ent.Asc(tij.FieldUpdatedAt), ent.Asc(tij.FieldID))
+		}
 		if sq.Limit > 0 {
 			q = q.Limit(sq.Limit)
 		}

@@ -176,10 +176,14 @@ func (r jobRepo) ListStale(ctx context.Context, q ports.StaleQuery) ([]*core.Job
 			!slices.Contains(q.ExcludePhases, j.Phase) &&
 			(q.UpdatedBefore.IsZero() || j.UpdatedAt.Before(q.UpdatedBefore))
 	}
-	oldest := func(a, b jobRow) int {
-		return cmp.Or(a.job.UpdatedAt.Compare(b.job.UpdatedAt), cmp.Compare(a.seq, b.seq))
+	order := func(a, b jobRow) int {
+		c := cmp.Or(a.job.UpdatedAt.Compare(b.job.UpdatedAt), cmp.Compare(a.seq, b.seq))
+		if q.NewestFirst {
+			return -c
+		}
+		return c
 	}
-	out, err := r.list(ctx, keep, oldest)
+	out, err := r.list(ctx, keep, order)
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
