@@ -34,15 +34,14 @@ type plannedSource struct {
 }
 
 // copyJob is content to copy into the data area: a file's non-zero
-// blocks, or a slow symlink's target. It holds no pointers: a tree of
-// small files has one per entry.
+// blocks, or a slow symlink's target. It holds no pointers and little
+// else (a tree of small files has one per entry): its size and where its
+// blocks go are its inode's, and its holes are the gaps between the
+// inode's extents.
 type copyJob struct {
-	off  int64 // in the source file; for a slow symlink, in w.text
-	size int64
-	// zeros are the file's zero runs, w.zeros[zeroAt:zeroAt+zeroN].
-	zeroAt, zeroN uint32
-	first         uint32 // first block in the image
-	src           uint32 // index in w.files, or inlineSrc
+	off int64  // in the source file; for a slow symlink, in w.text
+	ino uint32 // the inode the content is of
+	src uint32 // index in w.files, or inlineSrc
 }
 
 // inlineSrc marks a copyJob of a slow symlink's target.
@@ -135,9 +134,7 @@ func (w *fsWriter) allocData(ino uint32, size int64) error {
 		return nil
 	}
 	src := w.src
-	w.jobs = append(w.jobs, copyJob{src: w.files.of(src.file), off: src.off, size: size, first: w.next,
-		zeroAt: uint32(len(w.zeros)), zeroN: uint32(len(src.zero))})
-	w.zeros = append(w.zeros, src.zero...)
+	w.jobs = append(w.jobs, copyJob{src: w.files.of(src.file), off: src.off, ino: ino})
 	blocks := uint32(ceilDiv(size, blockSize))
 	lblk := uint32(0)
 	w.runs = w.runs[:0]
@@ -166,7 +163,7 @@ func (w *fsWriter) allocData(ino uint32, size int64) error {
 // allocInline places one block of inline content (a slow symlink's
 // target), kept in w.text until it is copied.
 func (w *fsWriter) allocInline(ino uint32, b string) error {
-	w.jobs = append(w.jobs, copyJob{src: inlineSrc, off: int64(len(w.text)), size: int64(len(b)), first: w.next})
+	w.jobs = append(w.jobs, copyJob{src: inlineSrc, off: int64(len(w.text)), ino: ino})
 	w.text = append(w.text, b...)
 	w.setExtents(ino, []extent{{lblk: 0, start: w.next, n: 1}})
 	w.next++
@@ -321,8 +318,9 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 				return err
 			}
 		}
-		if int64(j.first) != at+int64(len(buf)/blockSize) {
-			return fmt.Errorf("copy job %d starts at block %d, the data area is at %d", i, j.first, at+int64(len(buf)/blockSize))
+		n := w.node(j.ino)
+		if n.extents > 0 && int64(w.firstBlock(n)) != at+int64(len(buf)/blockSize) {
+			return fmt.Errorf("copy job %d starts at block %d, the data area is at %d", i, w.firstBlock(n), at+int64(len(buf)/blockSize))
 		}
 		if j.src == inlineSrc {
 			if len(buf) == cap(buf) {
@@ -333,10 +331,10 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 			k := len(buf)
 			buf = buf[:k+blockSize]
 			clear(buf[k:])
-			copy(buf[k:], w.text[j.off:j.off+j.size])
+			copy(buf[k:], w.text[j.off:j.off+n.size])
 			continue
 		}
-		if err := w.copyFile(ctx, j, &buf, flush); err != nil {
+		if err := w.copyFile(ctx, j, n, &buf, flush); err != nil {
 			return err
 		}
 	}
@@ -350,13 +348,15 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 }
 
 // copyFile appends one file's non-zero blocks to *buf, reading straight
-// into it and checking every block against the zero list. ctx is checked
-// at every read: a file of zero blocks never fills a buffer to flush.
-func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush func() error) error {
-	zero := w.zeros[j.zeroAt : j.zeroAt+j.zeroN]
+// into it and checking every block against the plan: the blocks its
+// extents map hold data, the rest were zero. ctx is checked at every
+// read: a file of zero blocks never fills a buffer to flush.
+func (w *fsWriter) copyFile(ctx context.Context, j copyJob, n *inode, buf *[]byte, flush func() error) error {
+	var one [1]extent
+	data := w.extentsOf(n, &one)
 	file := w.files.files[j.src]
 	blk := uint32(0)
-	for done := int64(0); done < j.size; {
+	for done := int64(0); done < n.size; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -367,7 +367,7 @@ func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush f
 		}
 		b := *buf
 		room := int64(cap(b) - len(b))
-		take := min(room, j.size-done)
+		take := min(room, n.size-done)
 		chunk := b[len(b) : len(b)+int(ceilDiv(take, blockSize)*blockSize)]
 		if n, err := file.ReadAt(chunk[:take], j.off+done); n < int(take) {
 			if err == nil || err == io.EOF {
@@ -379,10 +379,10 @@ func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush f
 		done += take
 		kept := 0
 		for off := 0; off < len(chunk); off += blockSize {
-			for len(zero) > 0 && zero[0][0]+zero[0][1] <= blk {
-				zero = zero[1:]
+			for len(data) > 0 && data[0].lblk+uint32(data[0].n) <= blk {
+				data = data[1:]
 			}
-			hole := len(zero) > 0 && zero[0][0] <= blk
+			hole := len(data) == 0 || data[0].lblk > blk
 			isZero := bytes.Equal(chunk[off:off+blockSize], zeroBlock[:])
 			if hole != isZero {
 				return errContentChanged

@@ -169,7 +169,9 @@ func canceledCopyWriter(t *testing.T, blocks int64) *fsWriter {
 		if _, err := src.Write(bytes.Repeat([]byte{'x'}, int(blocks*blockSize))); err != nil {
 			t.Fatal(err)
 		}
-		w.jobs = []copyJob{{src: w.files.of(src), size: blocks * blockSize, first: 1}}
+		w.nodes = []inode{{mode: sIFREG, size: blocks * blockSize}}
+		w.setExtents(1, []extent{{lblk: 0, start: 1, n: uint16(blocks)}})
+		w.jobs = []copyJob{{src: w.files.of(src), ino: 1}}
 	}
 	return w
 }
@@ -222,8 +224,8 @@ func TestCopyStopsWhenCanceled(t *testing.T) {
 		if err := src.Truncate(blocks * blockSize); err != nil {
 			t.Fatal(err)
 		}
-		w.zeros = [][2]uint32{{0, blocks}}
-		w.jobs = []copyJob{{src: w.files.of(src), zeroN: 1, size: blocks * blockSize, first: 1}}
+		w.nodes = []inode{{mode: sIFREG, size: blocks * blockSize}} // all holes: no extents
+		w.jobs = []copyJob{{src: w.files.of(src), ino: 1}}
 		free := make(chan []byte, 1)
 		free <- make([]byte, 0, 4<<20)
 		full := make(chan dataPiece, 1)

@@ -79,4 +79,9 @@ func TestPlanHeapPerEntry(t *testing.T) {
 	runtime.KeepAlive(es)
 	perEntry := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
 	t.Logf("writer heap after placing %d entries: %d bytes per entry", n, perEntry)
+	// A cold build's budget is 300 bytes per entry (flattened tree and
+	// writer together); the writer's share is 180.
+	if perEntry > 180 {
+		t.Errorf("the writer holds %d bytes per entry, want at most 180", perEntry)
+	}
 }

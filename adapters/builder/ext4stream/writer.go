@@ -152,6 +152,14 @@ func (w *fsWriter) extentsOf(n *inode, one *[1]extent) []extent {
 	return w.extents[n.more : n.more+n.extents]
 }
 
+// firstBlock is where the inode's first extent starts.
+func (w *fsWriter) firstBlock(n *inode) uint32 {
+	if n.extents == 1 {
+		return n.start
+	}
+	return w.extents[n.more].start
+}
+
 // dataBlocks counts the blocks the extents map.
 func (w *fsWriter) dataBlocks(n *inode) int64 {
 	var one [1]extent
@@ -196,8 +204,7 @@ type fsWriter struct {
 	src     plannedSource
 	files   sources
 	jobs    []copyJob
-	zeros   [][2]uint32 // the jobs' zero runs
-	scratch []byte      // zeroRuns' read buffer
+	scratch []byte // zeroRuns' read buffer
 	// dataEnd and metaEnd are the first block after the data and after
 	// the metadata, set by finish.
 	dataEnd, metaEnd int64
