@@ -137,10 +137,10 @@ func (w *fsWriter) allocData(ino uint32, size int64) error {
 	w.jobs = append(w.jobs, copyJob{src: w.files.of(src.file), off: src.off, ino: ino})
 	blocks := uint32(ceilDiv(size, blockSize))
 	lblk := uint32(0)
-	w.runs = w.runs[:0]
+	from := len(w.extents)
 	data := func(to uint32) {
 		if to > lblk {
-			w.runs.add(lblk, w.next, to-lblk)
+			w.addRun(from, lblk, w.next, to-lblk)
 			w.next += to - lblk
 		}
 	}
@@ -152,7 +152,7 @@ func (w *fsWriter) allocData(ino uint32, size int64) error {
 		lblk = r[0] + r[1]
 	}
 	data(blocks)
-	w.setExtents(ino, w.runs)
+	w.setExtents(ino, from)
 	if int64(w.next) > w.limitBlocks {
 		w.exceeded = true
 		return errLimit
@@ -165,7 +165,9 @@ func (w *fsWriter) allocData(ino uint32, size int64) error {
 func (w *fsWriter) allocInline(ino uint32, b string) error {
 	w.jobs = append(w.jobs, copyJob{src: inlineSrc, off: int64(len(w.text)), ino: ino})
 	w.text = append(w.text, b...)
-	w.setExtents(ino, []extent{{lblk: 0, start: w.next, n: 1}})
+	from := len(w.extents)
+	w.addRun(from, 0, w.next, 1)
+	w.setExtents(ino, from)
 	w.next++
 	if int64(w.next) > w.limitBlocks {
 		w.exceeded = true

@@ -170,7 +170,8 @@ func canceledCopyWriter(t *testing.T, blocks int64) *fsWriter {
 			t.Fatal(err)
 		}
 		w.nodes = []inode{{mode: sIFREG, size: blocks * blockSize}}
-		w.setExtents(1, []extent{{lblk: 0, start: 1, n: uint16(blocks)}})
+		w.addRun(0, 0, 1, uint32(blocks))
+		w.setExtents(1, 0)
 		w.jobs = []copyJob{{src: w.files.of(src), ino: 1}}
 	}
 	return w

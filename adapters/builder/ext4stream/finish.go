@@ -240,11 +240,9 @@ func (w *fsWriter) writeDir(ino uint32, n *inode) error {
 		return err
 	}
 	nb := uint32(len(out) / blockSize)
-	w.runs = w.runs[:0]
-	for b := uint32(0); b < nb; b += maxExtentLen {
-		w.runs = append(w.runs, extent{lblk: b, start: first + b, n: uint16(min(maxExtentLen, nb-b))})
-	}
-	w.setExtents(ino, w.runs)
+	from := len(w.extents)
+	w.addRun(from, 0, first, nb)
+	w.setExtents(ino, from)
 	n.size = int64(nb) * blockSize
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"slices"
@@ -36,7 +37,8 @@ import (
 // and crtime are the build time) and the rare parts in side tables keyed
 // by inode number; directory entries hold their leaf name in one byte
 // arena, and a name is found by walking its components from the root
-// (lookup.go). A tree of small files costs about 150 bytes per entry.
+// (lookup.go). A tree of small files costs about 130 bytes per entry
+// (TestPlanHeapPerEntry).
 
 // inode is one inode under construction. Reserved inodes are all zero
 // (mode 0).
@@ -45,8 +47,9 @@ type inode struct {
 	mtime    int64  // seconds (stamp.sec)
 	mtimeNs  uint32 // stamp.nsec
 	uid, gid uint32
-	// The extents: data, then the directory blocks. One is held here
-	// (most files have exactly one); more are w.extents[more:more+n].
+	// The extents: data, then the directory blocks. The only one is
+	// held here (most files have exactly one); more than one are
+	// w.extents[more:more+extents].
 	extents     uint32
 	more        uint32
 	lblk, start uint32 // the only extent
@@ -104,14 +107,19 @@ type extentTree struct {
 	blocks uint32
 }
 
-// runs collects a file's extents as its blocks are placed, merging runs
-// as block-by-block mapping would; setExtents stores them.
-type runs []extent
+// An inode's extents are placed by appending them to w.extents from
+// where they begin (addRun) and then handing them to the inode
+// (setExtents): one moves into the inode record, more stay where they
+// are. Nothing is copied, so a file of a million extents needs their
+// 12 bytes each once.
 
-func (r *runs) add(lblk, phys, count uint32) {
+// addRun maps count logical blocks from lblk to physical blocks from phys
+// for the inode whose extents begin at w.extents[from], merging into
+// extents as block-by-block mapping would.
+func (w *fsWriter) addRun(from int, lblk, phys, count uint32) {
 	for count > 0 {
-		if k := len(*r); k > 0 {
-			e := &(*r)[k-1]
+		if k := len(w.extents); k > from {
+			e := &w.extents[k-1]
 			if e.lblk+uint32(e.n) == lblk && e.start+uint32(e.n) == phys && e.n < maxExtentLen {
 				take := min(count, maxExtentLen-uint32(e.n))
 				e.n += uint16(take)
@@ -120,22 +128,23 @@ func (r *runs) add(lblk, phys, count uint32) {
 			}
 		}
 		take := min(count, maxExtentLen)
-		*r = append(*r, extent{lblk: lblk, start: phys, n: uint16(take)})
+		w.extents = append(w.extents, extent{lblk: lblk, start: phys, n: uint16(take)})
 		lblk, phys, count = lblk+take, phys+take, count-take
 	}
 }
 
-// setExtents stores ext as the inode's extents (it had none).
-func (w *fsWriter) setExtents(ino uint32, ext []extent) {
+// setExtents gives the inode the extents w.extents[from:] (it had none).
+func (w *fsWriter) setExtents(ino uint32, from int) {
 	n := w.node(ino)
+	ext := w.extents[from:]
 	n.extents = uint32(len(ext))
 	switch len(ext) {
 	case 0:
 	case 1:
 		n.lblk, n.start, n.n = ext[0].lblk, ext[0].start, ext[0].n
+		w.extents = w.extents[:from]
 	default:
-		n.more = uint32(len(w.extents))
-		w.extents = append(w.extents, ext...)
+		n.more = uint32(from)
 	}
 }
 
@@ -197,7 +206,6 @@ type fsWriter struct {
 	devs   map[uint32][2]uint32
 	xattrs map[uint32]*inodeXattrs
 	trees  map[uint32]*extentTree
-	runs   runs // scratch: the extents of the inode being placed
 
 	// Content is only allocated here and copied after the metadata is
 	// written (content.go); src is the entry being added's.
@@ -320,6 +328,10 @@ func (w *fsWriter) add(it *item) error {
 		n.mode = sIFDIR | it.perm
 		w.setMeta(ino, it)
 		return w.setXattrs(it, ino)
+	}
+	// Names and symlink targets are found by 32-bit offsets in w.text.
+	if len(w.text) > math.MaxUint32-2*maxPath {
+		return fmt.Errorf("tree entry %q: more than 4 GiB of names and symlink targets: %w", it.raw, core.ErrUnsupported)
 	}
 	parent, err := w.parentOf(it)
 	if err != nil {
