@@ -96,6 +96,9 @@ func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit in
 		}
 		return res, fmt.Errorf("ext4stream: %w", err)
 	}
+	if planned != nil {
+		planned()
+	}
 	size, err := w.finish(ceilDiv(spec.HeadroomBytes, blockSize), spec.HeadroomInodes, id)
 	if err != nil {
 		if w.exceeded {
@@ -122,6 +125,10 @@ func writeImage(ctx context.Context, spec ports.BuildSpec, id [16]byte, limit in
 	published = true
 	return ports.BuildResult{SizeBytes: size, SHA256: sum}, nil
 }
+
+// planned, when set (by tests), is called once the tree is placed and
+// before the metadata is written: where the writer holds the most.
+var planned func()
 
 // checkSpec validates spec and returns the parsed UUID and the size limit
 // (rounded down to the alignment).

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 
@@ -33,17 +34,43 @@ type plannedSource struct {
 }
 
 // copyJob is content to copy into the data area: a file's non-zero
-// blocks, or a slow symlink's target.
+// blocks, or a slow symlink's target. It holds no pointers and little
+// else (a tree of small files has one per entry): its size and where its
+// blocks go are its inode's, and its holes are the gaps between the
+// inode's extents.
 type copyJob struct {
-	src    plannedSource
-	size   int64
-	inline []byte
-	first  uint32 // first block in the image
+	off int64  // in the source file; for a slow symlink, in w.text
+	ino uint32 // the inode the content is of
+	src uint32 // index in w.files, or inlineSrc
+}
+
+// inlineSrc marks a copyJob of a slow symlink's target.
+const inlineSrc = math.MaxUint32
+
+// sources are the distinct files the content comes from (a flattened
+// tree has few: one per layer, or one in all).
+type sources struct {
+	files []*os.File
+	index map[*os.File]uint32
+}
+
+// of returns f's index, adding it.
+func (s *sources) of(f *os.File) uint32 {
+	if i, ok := s.index[f]; ok {
+		return i
+	}
+	if s.index == nil {
+		s.index = map[*os.File]uint32{}
+	}
+	s.files = append(s.files, f)
+	s.index[f] = uint32(len(s.files) - 1)
+	return uint32(len(s.files) - 1)
 }
 
 // plan places every entry, holding it to the tree contract, in layer order
 // (placeOrder).
 func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
+	w.grow(len(entries))
 	for k, i := range placeOrder(entries) {
 		e := entries[i]
 		if k%1024 == 0 {
@@ -61,12 +88,12 @@ func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 		if it == nil {
 			continue
 		}
-		w.src = nil
+		w.src = plannedSource{}
 		if it.typ == tar.TypeReg && it.size > 0 {
 			if e.File == nil {
 				return fmt.Errorf("tree entry %q: %d bytes of content and no file: %w", it.raw, it.size, core.ErrInvalidArgument)
 			}
-			w.src = &plannedSource{file: e.File, off: e.Offset, zero: e.Zero}
+			w.src = plannedSource{file: e.File, off: e.Offset, zero: e.Zero}
 			if !e.ZeroKnown {
 				z, err := w.zeroRuns(ctx, e.File, e.Offset, it.size)
 				if err != nil {
@@ -102,17 +129,18 @@ func placeOrder(entries []ports.TreeEntry) []int {
 }
 
 // allocData places a file's non-zero blocks in the data area.
-func (w *fsWriter) allocData(n *node, size int64) error {
+func (w *fsWriter) allocData(ino uint32, size int64) error {
 	if size == 0 {
 		return nil
 	}
-	src := *w.src
-	w.jobs = append(w.jobs, copyJob{src: src, size: size, first: w.next})
+	src := w.src
+	w.jobs = append(w.jobs, copyJob{src: w.files.of(src.file), off: src.off, ino: ino})
 	blocks := uint32(ceilDiv(size, blockSize))
 	lblk := uint32(0)
+	from := len(w.extents)
 	data := func(to uint32) {
 		if to > lblk {
-			n.addRun(lblk, w.next, to-lblk)
+			w.addRun(from, lblk, w.next, to-lblk)
 			w.next += to - lblk
 		}
 	}
@@ -124,6 +152,7 @@ func (w *fsWriter) allocData(n *node, size int64) error {
 		lblk = r[0] + r[1]
 	}
 	data(blocks)
+	w.setExtents(ino, from)
 	if int64(w.next) > w.limitBlocks {
 		w.exceeded = true
 		return errLimit
@@ -131,10 +160,14 @@ func (w *fsWriter) allocData(n *node, size int64) error {
 	return nil
 }
 
-// allocInline places one block of inline content (a slow symlink).
-func (w *fsWriter) allocInline(n *node, b []byte) error {
-	w.jobs = append(w.jobs, copyJob{inline: b, size: int64(len(b)), first: w.next})
-	n.addRun(0, w.next, 1)
+// allocInline places one block of inline content (a slow symlink's
+// target), kept in w.text until it is copied.
+func (w *fsWriter) allocInline(ino uint32, b string) error {
+	w.jobs = append(w.jobs, copyJob{src: inlineSrc, off: int64(len(w.text)), ino: ino})
+	w.text = append(w.text, b...)
+	from := len(w.extents)
+	w.addRun(from, 0, w.next, 1)
+	w.setExtents(ino, from)
 	w.next++
 	if int64(w.next) > w.limitBlocks {
 		w.exceeded = true
@@ -287,10 +320,11 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 				return err
 			}
 		}
-		if int64(j.first) != at+int64(len(buf)/blockSize) {
-			return fmt.Errorf("copy job %d starts at block %d, the data area is at %d", i, j.first, at+int64(len(buf)/blockSize))
+		n := w.node(j.ino)
+		if n.extents > 0 && int64(w.firstBlock(n)) != at+int64(len(buf)/blockSize) {
+			return fmt.Errorf("copy job %d starts at block %d, the data area is at %d", i, w.firstBlock(n), at+int64(len(buf)/blockSize))
 		}
-		if j.inline != nil {
+		if j.src == inlineSrc {
 			if len(buf) == cap(buf) {
 				if err := flush(); err != nil {
 					return err
@@ -299,10 +333,10 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 			k := len(buf)
 			buf = buf[:k+blockSize]
 			clear(buf[k:])
-			copy(buf[k:], j.inline)
+			copy(buf[k:], w.text[j.off:j.off+n.size])
 			continue
 		}
-		if err := w.copyFile(ctx, j, &buf, flush); err != nil {
+		if err := w.copyFile(ctx, j, n, &buf, flush); err != nil {
 			return err
 		}
 	}
@@ -316,12 +350,15 @@ func (w *fsWriter) copyData(ctx context.Context, dw *diskio.Writer, free <-chan 
 }
 
 // copyFile appends one file's non-zero blocks to *buf, reading straight
-// into it and checking every block against the zero list. ctx is checked
-// at every read: a file of zero blocks never fills a buffer to flush.
-func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush func() error) error {
-	zero := j.src.zero
+// into it and checking every block against the plan: the blocks its
+// extents map hold data, the rest were zero. ctx is checked at every
+// read: a file of zero blocks never fills a buffer to flush.
+func (w *fsWriter) copyFile(ctx context.Context, j copyJob, n *inode, buf *[]byte, flush func() error) error {
+	var one [1]extent
+	data := w.extentsOf(n, &one)
+	file := w.files.files[j.src]
 	blk := uint32(0)
-	for done := int64(0); done < j.size; {
+	for done := int64(0); done < n.size; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -332,9 +369,9 @@ func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush f
 		}
 		b := *buf
 		room := int64(cap(b) - len(b))
-		take := min(room, j.size-done)
+		take := min(room, n.size-done)
 		chunk := b[len(b) : len(b)+int(ceilDiv(take, blockSize)*blockSize)]
-		if n, err := j.src.file.ReadAt(chunk[:take], j.src.off+done); n < int(take) {
+		if n, err := file.ReadAt(chunk[:take], j.off+done); n < int(take) {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -344,10 +381,10 @@ func (w *fsWriter) copyFile(ctx context.Context, j copyJob, buf *[]byte, flush f
 		done += take
 		kept := 0
 		for off := 0; off < len(chunk); off += blockSize {
-			for len(zero) > 0 && zero[0][0]+zero[0][1] <= blk {
-				zero = zero[1:]
+			for len(data) > 0 && data[0].lblk+uint32(data[0].n) <= blk {
+				data = data[1:]
 			}
-			hole := len(zero) > 0 && zero[0][0] <= blk
+			hole := len(data) == 0 || data[0].lblk > blk
 			isZero := bytes.Equal(chunk[off:off+blockSize], zeroBlock[:])
 			if hole != isZero {
 				return errContentChanged

@@ -169,7 +169,10 @@ func canceledCopyWriter(t *testing.T, blocks int64) *fsWriter {
 		if _, err := src.Write(bytes.Repeat([]byte{'x'}, int(blocks*blockSize))); err != nil {
 			t.Fatal(err)
 		}
-		w.jobs = []copyJob{{src: plannedSource{file: src}, size: blocks * blockSize, first: 1}}
+		w.nodes = []inode{{mode: sIFREG, size: blocks * blockSize}}
+		w.addRun(0, 0, 1, uint32(blocks))
+		w.setExtents(1, 0)
+		w.jobs = []copyJob{{src: w.files.of(src), ino: 1}}
 	}
 	return w
 }
@@ -222,7 +225,8 @@ func TestCopyStopsWhenCanceled(t *testing.T) {
 		if err := src.Truncate(blocks * blockSize); err != nil {
 			t.Fatal(err)
 		}
-		w.jobs = []copyJob{{src: plannedSource{file: src, zero: [][2]uint32{{0, blocks}}}, size: blocks * blockSize, first: 1}}
+		w.nodes = []inode{{mode: sIFREG, size: blocks * blockSize}} // all holes: no extents
+		w.jobs = []copyJob{{src: w.files.of(src), ino: 1}}
 		free := make(chan []byte, 1)
 		free <- make([]byte, 0, 4<<20)
 		full := make(chan dataPiece, 1)

@@ -224,7 +224,7 @@ func direntLen(n int) int { return (8 + n + 3) &^ 3 }
 
 // putDirent writes a directory entry; recLen may exceed direntLen to fill
 // the rest of the block.
-func putDirent(b []byte, ino uint32, recLen int, ft uint8, name string) {
+func putDirent(b []byte, ino uint32, recLen int, ft uint8, name []byte) {
 	le.PutUint32(b[0:], ino)
 	le.PutUint16(b[4:], uint16(recLen))
 	b[6] = byte(len(name))

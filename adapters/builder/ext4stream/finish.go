@@ -65,31 +65,35 @@ func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (in
 	// Directories, then extent tree blocks (of files and directories),
 	// then xattr blocks, each in inode order.
 	for ino := uint32(1); ino <= uint32(len(w.nodes)); ino++ {
-		if n := w.node(ino); n != nil && n.isDir() {
+		if n := w.node(ino); n.isDir() {
 			if err := w.writeDir(ino, n); err != nil {
 				return 0, err
 			}
 		}
 	}
-	for _, n := range w.nodes {
-		if n != nil && len(n.extents) > 4 {
-			if err := w.writeExtentTree(n); err != nil {
+	for ino := uint32(1); ino <= uint32(len(w.nodes)); ino++ {
+		if n := w.node(ino); n.extents > 4 {
+			if err := w.writeExtentTree(ino, n); err != nil {
 				return 0, err
 			}
 		}
 	}
 	blk := make([]byte, blockSize)
-	for _, n := range w.nodes {
-		if n == nil || len(n.inBlock) == 0 {
+	for ino := uint32(1); ino <= uint32(len(w.nodes)); ino++ {
+		if w.node(ino).flags&flagXattrs == 0 {
+			continue
+		}
+		x := w.xattrs[ino]
+		if len(x.inBlock) == 0 {
 			continue
 		}
 		clear(blk)
-		xattrBlock(blk, n.inBlock)
+		xattrBlock(blk, x.inBlock)
 		b, err := w.appendBlocks(blk)
 		if err != nil {
 			return 0, err
 		}
-		n.xattrBlk = b
+		x.blk = b
 	}
 
 	lastIno := int64(len(w.nodes))
@@ -170,7 +174,7 @@ func (w *fsWriter) finish(headroomBlocks, headroomInodes int64, id [16]byte) (in
 			}
 			setBit(blk, i)
 			usedInodes++
-			if n := w.nodes[ino-1]; n != nil && n.isDir() {
+			if w.nodes[ino-1].isDir() {
 				dirs++
 			}
 		}
@@ -208,10 +212,10 @@ func setBit(b []byte, i int64) { b[i/8] |= 1 << (i % 8) }
 
 // writeDir lays the directory out: ".", "..", then the children in the
 // order they came, in linear (unindexed) blocks.
-func (w *fsWriter) writeDir(ino uint32, n *node) error {
+func (w *fsWriter) writeDir(ino uint32, n *inode) error {
 	var out []byte
 	blk, pos, last := -1, 0, 0
-	add := func(name string, to uint32, ft uint8) {
+	add := func(name []byte, to uint32, ft uint8) {
 		need := direntLen(len(name))
 		if blk < 0 || pos+need > blockSize {
 			if blk >= 0 {
@@ -223,10 +227,12 @@ func (w *fsWriter) writeDir(ino uint32, n *node) error {
 		putDirent(out[blk+pos:], to, need, ft, name)
 		last, pos = pos, pos+need
 	}
-	add(".", ino, ftDir)
-	add("..", n.parent, ftDir)
-	for _, k := range n.kids {
-		add(k.name, k.ino, k.ft)
+	d := &w.dirs[n.dir]
+	add([]byte("."), ino, ftDir)
+	add([]byte(".."), d.parent, ftDir)
+	for i := d.first; i != 0; i = w.dirents[i].next {
+		e := &w.dirents[i]
+		add(w.direntName(i), e.ino, e.ft)
 	}
 	le.PutUint16(out[blk+last+4:], uint16(blockSize-last))
 	first, err := w.appendBlocks(out)
@@ -234,23 +240,24 @@ func (w *fsWriter) writeDir(ino uint32, n *node) error {
 		return err
 	}
 	nb := uint32(len(out) / blockSize)
-	for b := uint32(0); b < nb; b += maxExtentLen {
-		n.extents = append(n.extents, extent{lblk: b, start: first + b, n: uint16(min(maxExtentLen, nb-b))})
-	}
+	from := len(w.extents)
+	w.addRun(from, 0, first, nb)
+	w.setExtents(ino, from)
 	n.size = int64(nb) * blockSize
-	n.kids = nil
 	return nil
 }
 
 // writeExtentTree writes the extent tree of a file with more extents than
 // the inode holds: leaves of up to 340 extents, index levels above them
 // until at most four entries remain for the inode.
-func (w *fsWriter) writeExtentTree(n *node) error {
+func (w *fsWriter) writeExtentTree(ino uint32, n *inode) error {
 	type ref struct{ lblk, blk uint32 }
 	var level []ref
+	t := &extentTree{}
+	exts := w.extents[n.more : n.more+n.extents]
 	blk := make([]byte, blockSize)
-	for i := 0; i < len(n.extents); i += extentsPerBlock {
-		chunk := n.extents[i:min(i+extentsPerBlock, len(n.extents))]
+	for i := 0; i < len(exts); i += extentsPerBlock {
+		chunk := exts[i:min(i+extentsPerBlock, len(exts))]
 		clear(blk)
 		putExtentHeader(blk, len(chunk), extentsPerBlock, 0)
 		for j, e := range chunk {
@@ -261,7 +268,7 @@ func (w *fsWriter) writeExtentTree(n *node) error {
 			return err
 		}
 		level = append(level, ref{chunk[0].lblk, b})
-		n.treeBlocks++
+		t.blocks++
 	}
 	depth := 1
 	for ; len(level) > 4; depth++ {
@@ -278,25 +285,26 @@ func (w *fsWriter) writeExtentTree(n *node) error {
 				return err
 			}
 			up = append(up, ref{chunk[0].lblk, b})
-			n.treeBlocks++
+			t.blocks++
 		}
 		level = up
 	}
-	n.root = make([]byte, 60)
-	putExtentHeader(n.root, len(level), 4, depth)
+	putExtentHeader(t.root[:], len(level), 4, depth)
 	for j, r := range level {
-		putExtentIndex(n.root[12+12*j:], r.lblk, r.blk)
+		putExtentIndex(t.root[12+12*j:], r.lblk, r.blk)
 	}
+	w.trees[ino] = t
+	n.flags |= flagTree
 	return nil
 }
 
 // writeInodes writes the records of every used inode.
 func (w *fsWriter) writeInodes(g geometry) error {
 	rec := make([]byte, inodeSize)
-	for _, n := range w.nodes {
+	for ino := uint32(1); ino <= uint32(len(w.nodes)); ino++ {
 		clear(rec)
-		if n != nil {
-			w.encodeInode(rec, n)
+		if n := w.node(ino); n.mode != 0 {
+			w.encodeInode(rec, ino, n)
 		}
 		if err := w.appendBytes(rec); err != nil {
 			return err
@@ -327,7 +335,7 @@ func (w *fsWriter) appendBytes(b []byte) error {
 }
 
 // encodeInode fills one inode record.
-func (w *fsWriter) encodeInode(rec []byte, n *node) {
+func (w *fsWriter) encodeInode(rec []byte, ino uint32, n *inode) {
 	le.PutUint16(rec[inMode:], n.mode)
 	le.PutUint16(rec[inUID:], uint16(n.uid))
 	le.PutUint16(rec[inUIDHi:], uint16(n.uid>>16))
@@ -335,26 +343,36 @@ func (w *fsWriter) encodeInode(rec []byte, n *node) {
 	le.PutUint16(rec[inGIDHi:], uint16(n.gid>>16))
 	le.PutUint32(rec[inSizeLo:], uint32(n.size))
 	le.PutUint32(rec[inSizeHi:], uint32(n.size>>32))
-	for _, t := range []struct {
+	atime, ctime := w.timesOf(ino, n)
+	for _, t := range [...]struct {
 		base, extra int
 		s           stamp
-	}{{inAtime, inAtimeExtra, n.atime}, {inCtime, inCtimeExtra, n.ctime}, {inMtime, inMtimeExtra, n.mtime}, {inCrtime, inCrtimeExtra, n.crtime}} {
+	}{{inAtime, inAtimeExtra, atime}, {inCtime, inCtimeExtra, ctime}, {inMtime, inMtimeExtra, stamp{n.mtime, n.mtimeNs}}, {inCrtime, inCrtimeExtra, w.now}} {
 		b, e := t.s.encode()
 		le.PutUint32(rec[t.base:], b)
 		le.PutUint32(rec[t.extra:], e)
 	}
-	links := n.links
+	links := uint32(n.links)
 	if n.isDir() {
-		links = 2 + n.subdirs
+		links = 2 + w.dirs[n.dir].subdirs
 		if links > linkMax {
 			links = 1 // dir_nlink: too many to count
 		}
 	}
 	le.PutUint16(rec[inLinks:], uint16(links))
-	blocks := n.dataBlocks() + int64(n.treeBlocks)
-	if n.xattrBlk != 0 {
-		blocks++
-		le.PutUint32(rec[inFileACLLo:], n.xattrBlk)
+	blocks := w.dataBlocks(n)
+	var tree *extentTree
+	if n.flags&flagTree != 0 {
+		tree = w.trees[ino]
+		blocks += int64(tree.blocks)
+	}
+	var xs *inodeXattrs
+	if n.flags&flagXattrs != 0 {
+		xs = w.xattrs[ino]
+		if xs.blk != 0 {
+			blocks++
+			le.PutUint32(rec[inFileACLLo:], xs.blk)
+		}
 	}
 	sectors := blocks * (blockSize / 512)
 	le.PutUint32(rec[inBlocksLo:], uint32(sectors))
@@ -364,26 +382,32 @@ func (w *fsWriter) encodeInode(rec []byte, n *node) {
 	ib := rec[inBlock : inBlock+60]
 	switch typ := n.mode & sIFMT; {
 	case typ == sIFCHR || typ == sIFBLK:
-		if n.major < 256 && n.minor < 256 {
-			le.PutUint32(ib[0:], n.major<<8|n.minor)
+		dev := w.devs[ino]
+		major, minor := dev[0], dev[1]
+		if major < 256 && minor < 256 {
+			le.PutUint32(ib[0:], major<<8|minor)
 		} else {
-			le.PutUint32(ib[4:], n.minor&0xff|n.major<<8|(n.minor&^0xff)<<12)
+			le.PutUint32(ib[4:], minor&0xff|major<<8|(minor&^0xff)<<12)
 		}
 	case typ == sIFIFO:
-	case typ == sIFLNK && n.target != "":
-		copy(ib, n.target)
+	case typ == sIFLNK && n.extents == 0:
+		copy(ib, w.text[n.dir:n.dir+uint32(n.size)])
 	default: // regular files, directories, slow symlinks
 		le.PutUint32(rec[inFlags:], extentsFl)
-		if n.root != nil {
-			copy(ib, n.root)
+		if tree != nil {
+			copy(ib, tree.root[:])
 			break
 		}
-		putExtentHeader(ib, len(n.extents), 4, 0)
-		for j, e := range n.extents {
+		var one [1]extent
+		exts := w.extentsOf(n, &one)
+		putExtentHeader(ib, len(exts), 4, 0)
+		for j, e := range exts {
 			putExtentLeaf(ib[12+12*j:], e.lblk, e.start, e.n)
 		}
 	}
-	putInodeXattrs(rec, n.inInode)
+	if xs != nil {
+		putInodeXattrs(rec, xs.inInode)
+	}
 }
 
 // superblock fills the primary superblock.

@@ -4,8 +4,11 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
+	"slices"
+	"strings"
 
 	"github.com/cubesandbox/templatecenter/core"
 )
@@ -28,54 +31,95 @@ import (
 // Everything is a function of the tree and the spec, so the bytes are
 // reproducible.
 
-// node is one inode under construction.
-type node struct {
-	mode                        uint16 // type and permission bits
-	uid, gid                    uint32
-	size                        int64
-	atime, ctime, mtime, crtime stamp
-	links                       uint32
-	extents                     []extent // data, then the directory blocks
-	treeBlocks                  uint32   // extent tree blocks, for i_blocks
-	root                        []byte   // i_block of files with an extent tree
-	target                      string   // fast symlink target
-	major, minor                uint32
-	inInode, inBlock            []*xattr
-	xattrBlk                    uint32
-	kids                        []dirent // directories
-	subdirs                     uint32
-	parent                      uint32 // directories: the inode of ".."
-	implied                     bool   // a directory no entry declared (yet)
+// The writer keeps what it learns about the tree compact, since it holds
+// all of it until the metadata is written: one fixed-size record per inode
+// in one slice, the common case inline (one extent, mtime; atime, ctime
+// and crtime are the build time) and the rare parts in side tables keyed
+// by inode number; directory entries hold their leaf name in one byte
+// arena, and a name is found by walking its components from the root
+// (lookup.go). A tree of small files costs about 130 bytes per entry
+// (TestPlanHeapPerEntry).
+
+// inode is one inode under construction. Reserved inodes are all zero
+// (mode 0).
+type inode struct {
+	size     int64
+	mtime    int64  // seconds (stamp.sec)
+	mtimeNs  uint32 // stamp.nsec
+	uid, gid uint32
+	// The extents: data, then the directory blocks. The only one is
+	// held here (most files have exactly one); more than one are
+	// w.extents[more:more+extents].
+	extents     uint32
+	more        uint32
+	lblk, start uint32 // the only extent
+	n           uint16
+	mode        uint16 // type and permission bits
+	links       uint16 // names; directories count their subdirectories (dirInfo)
+	flags       uint8
+	// dir is, for a directory, its index in w.dirs; for a fast symlink,
+	// where its target starts in w.text.
+	dir uint32
 }
+
+// inode flags: which side tables hold something for the inode.
+const (
+	flagImplied uint8 = 1 << iota // a directory no entry declared (yet)
+	flagTimes                     // w.times holds its atime and ctime
+	flagXattrs                    // w.xattrs holds its xattrs
+	flagTree                      // w.trees holds its extent tree
+)
+
+func (n *inode) isDir() bool { return n.mode&sIFMT == sIFDIR }
 
 type extent struct {
 	lblk, start uint32
 	n           uint16
 }
 
+// dirInfo is what a directory holds beyond its inode.
+type dirInfo struct {
+	first, last uint32 // its entries: a list through w.dirents (0 ends it), in link order
+	parent      uint32 // the inode of ".."
+	subdirs     uint32
+}
+
+// dirent is one name in a directory: the leaf name is w.text[name:name+nameLen].
 type dirent struct {
-	name string
-	ino  uint32
-	ft   uint8
+	parent, ino uint32
+	name        uint32
+	next        uint32 // the directory's next entry
+	nameLen     uint8
+	ft          uint8
 }
 
-func (n *node) isDir() bool { return n.mode&sIFMT == sIFDIR }
-
-// dataBlocks counts the blocks the extents map.
-func (n *node) dataBlocks() int64 {
-	var b int64
-	for _, e := range n.extents {
-		b += int64(e.n)
-	}
-	return b
+// inodeXattrs are an inode's xattrs: in the inode record, and in its
+// xattr block (blk, set by finish).
+type inodeXattrs struct {
+	inInode, inBlock []*xattr
+	blk              uint32
 }
 
-// addRun maps count logical blocks of n from lblk to physical blocks from
-// phys, merging into extents as block-by-block mapping would.
-func (n *node) addRun(lblk, phys, count uint32) {
+// extentTree is the extent tree of an inode with more extents than the
+// inode record holds: its i_block and the tree blocks (for i_blocks).
+type extentTree struct {
+	root   [60]byte
+	blocks uint32
+}
+
+// An inode's extents are placed by appending them to w.extents from
+// where they begin (addRun) and then handing them to the inode
+// (setExtents): one moves into the inode record, more stay where they
+// are. Nothing is copied, so a file of a million extents needs their
+// 12 bytes each once.
+
+// addRun maps count logical blocks from lblk to physical blocks from phys
+// for the inode whose extents begin at w.extents[from], merging into
+// extents as block-by-block mapping would.
+func (w *fsWriter) addRun(from int, lblk, phys, count uint32) {
 	for count > 0 {
-		if k := len(n.extents); k > 0 {
-			e := &n.extents[k-1]
+		if k := len(w.extents); k > from {
+			e := &w.extents[k-1]
 			if e.lblk+uint32(e.n) == lblk && e.start+uint32(e.n) == phys && e.n < maxExtentLen {
 				take := min(count, maxExtentLen-uint32(e.n))
 				e.n += uint16(take)
@@ -84,9 +128,55 @@ func (n *node) addRun(lblk, phys, count uint32) {
 			}
 		}
 		take := min(count, maxExtentLen)
-		n.extents = append(n.extents, extent{lblk: lblk, start: phys, n: uint16(take)})
+		w.extents = append(w.extents, extent{lblk: lblk, start: phys, n: uint16(take)})
 		lblk, phys, count = lblk+take, phys+take, count-take
 	}
+}
+
+// setExtents gives the inode the extents w.extents[from:] (it had none).
+func (w *fsWriter) setExtents(ino uint32, from int) {
+	n := w.node(ino)
+	ext := w.extents[from:]
+	n.extents = uint32(len(ext))
+	switch len(ext) {
+	case 0:
+	case 1:
+		n.lblk, n.start, n.n = ext[0].lblk, ext[0].start, ext[0].n
+		w.extents = w.extents[:from]
+	default:
+		n.more = uint32(from)
+	}
+}
+
+// extentsOf returns the inode's extents; one is copied into one, so
+// that the common case allocates nothing.
+func (w *fsWriter) extentsOf(n *inode, one *[1]extent) []extent {
+	switch n.extents {
+	case 0:
+		return nil
+	case 1:
+		one[0] = extent{lblk: n.lblk, start: n.start, n: n.n}
+		return one[:]
+	}
+	return w.extents[n.more : n.more+n.extents]
+}
+
+// firstBlock is where the inode's first extent starts.
+func (w *fsWriter) firstBlock(n *inode) uint32 {
+	if n.extents == 1 {
+		return n.start
+	}
+	return w.extents[n.more].start
+}
+
+// dataBlocks counts the blocks the extents map.
+func (w *fsWriter) dataBlocks(n *inode) int64 {
+	var one [1]extent
+	var b int64
+	for _, e := range w.extentsOf(n, &one) {
+		b += int64(e.n)
+	}
+	return b
 }
 
 // writeBuf is the data staging buffer: blocks are appended and flushed to
@@ -105,20 +195,27 @@ type fsWriter struct {
 	bufStart    uint32
 	exceeded    bool // the image outgrew limitBlocks
 
-	nodes []*node           // index ino-1; reserved inodes are nil
-	names map[string]uint32 // entry name -> inode, for parents, duplicates and hard links
+	nodes   []inode  // index ino-1
+	extents []extent // extents of inodes with more than one
+	dirs    []dirInfo
+	dirents []dirent // [0] is unused: index 0 ends a list
+	text    []byte   // leaf names, fast symlink targets, slow symlink targets to copy
+	lookup  lookupIndex
+	// Side tables of the rare parts, by inode number.
+	times  map[uint32][2]stamp // atime and ctime the tree carried
+	devs   map[uint32][2]uint32
+	xattrs map[uint32]*inodeXattrs
+	trees  map[uint32]*extentTree
 
 	// Content is only allocated here and copied after the metadata is
 	// written (content.go); src is the entry being added's.
-	src     *plannedSource
+	src     plannedSource
+	files   sources
 	jobs    []copyJob
 	scratch []byte // zeroRuns' read buffer
 	// dataEnd and metaEnd are the first block after the data and after
 	// the metadata, set by finish.
 	dataEnd, metaEnd int64
-	// declared names the invented entries ("." and lost+found) a tree
-	// entry has overridden once.
-	declared map[string]bool
 	// progress, when set, is told the data blocks the build copied
 	// of all of them (ports.BuildSpec.Progress).
 	progress func(done, total int64)
@@ -134,35 +231,61 @@ func newFSWriter(f *os.File, now stamp, limitBlocks int64, gdtReserve uint32) *f
 		gdtReserve:  gdtReserve,
 		dataStart:   1 + gdtReserve,
 		buf:         make([]byte, 0, writeBuf),
-		nodes:       make([]*node, firstIno-1),
-		names:       map[string]uint32{},
-		declared:    map[string]bool{},
+		nodes:       make([]inode, firstIno-1),
+		dirents:     make([]dirent, 1),
+		lookup:      newLookupIndex(),
+		times:       map[uint32][2]stamp{},
+		devs:        map[uint32][2]uint32{},
+		xattrs:      map[uint32]*inodeXattrs{},
+		trees:       map[uint32]*extentTree{},
 	}
 	w.next, w.bufStart = w.dataStart, w.dataStart
-	root := w.newDir(0o755)
-	root.parent = rootIno
-	w.nodes[rootIno-1] = root
-	w.names["."] = rootIno
+	w.nodes[rootIno-1] = w.newDir(0o755)
+	w.dirs[w.nodes[rootIno-1].dir].parent = rootIno
 	// lost+found takes the first regular inode, as mke2fs gives it.
 	w.nodes = append(w.nodes, w.newDir(0o700))
-	w.names["lost+found"] = lostFoundNo
 	w.link(rootIno, "lost+found", lostFoundNo)
 	return w
 }
 
-func (w *fsWriter) newDir(perm uint16) *node {
-	return &node{mode: sIFDIR | perm, atime: w.now, ctime: w.now, mtime: w.now, crtime: w.now, implied: true}
+// grow makes room for about n more inodes and names at once (the tree's
+// size is known), so that the big slices are not grown by doubling.
+func (w *fsWriter) grow(n int) {
+	w.nodes = slices.Grow(w.nodes, n)
+	w.dirents = slices.Grow(w.dirents, n)
+}
+
+// newDir returns an implied directory's inode, its dirInfo added.
+func (w *fsWriter) newDir(perm uint16) inode {
+	w.dirs = append(w.dirs, dirInfo{})
+	return inode{mode: sIFDIR | perm, mtime: w.now.sec, mtimeNs: w.now.nsec, flags: flagImplied, dir: uint32(len(w.dirs) - 1)}
 }
 
 // link adds name for ino to the directory dirIno.
 func (w *fsWriter) link(dirIno uint32, name string, ino uint32) {
-	dir, n := w.node(dirIno), w.node(ino)
-	dir.kids = append(dir.kids, dirent{name: name, ino: ino, ft: fileType(n.mode)})
+	n := w.node(ino)
+	d := &w.dirs[w.node(dirIno).dir]
+	at := uint32(len(w.dirents))
+	w.dirents = append(w.dirents, dirent{parent: dirIno, ino: ino, name: uint32(len(w.text)), nameLen: uint8(len(name)), ft: fileType(n.mode)})
+	w.text = append(w.text, name...)
+	if d.last == 0 {
+		d.first = at
+	} else {
+		w.dirents[d.last].next = at
+	}
+	d.last = at
+	w.lookup.add(at, dirIno, name)
 	n.links++
 	if n.isDir() {
-		dir.subdirs++
-		n.parent = dirIno
+		d.subdirs++
+		w.dirs[n.dir].parent = dirIno
 	}
+}
+
+// direntName is the leaf name of dirent i.
+func (w *fsWriter) direntName(i uint32) []byte {
+	e := &w.dirents[i]
+	return w.text[e.name : e.name+uint32(e.nameLen)]
 }
 
 func fileType(mode uint16) uint8 {
@@ -183,7 +306,7 @@ func fileType(mode uint16) uint8 {
 	return 0
 }
 
-func (w *fsWriter) node(ino uint32) *node { return w.nodes[ino-1] }
+func (w *fsWriter) node(ino uint32) *inode { return &w.nodes[ino-1] }
 
 // errLimit reports that the image outgrew limitBlocks.
 var errLimit = errors.New("image size limit reached")
@@ -191,9 +314,9 @@ var errLimit = errors.New("image size limit reached")
 // add places one entry; a regular file's content (w.src) and a slow
 // symlink's target get their blocks in the data area.
 func (w *fsWriter) add(it *item) error {
-	if ino, ok := w.names[it.name]; ok {
+	if ino, ok := w.find(it.name); ok {
 		n := w.node(ino)
-		if !n.implied || it.typ != tar.TypeDir || w.declared[it.name] {
+		if n.flags&flagImplied == 0 || it.typ != tar.TypeDir {
 			if it.name == "lost+found" {
 				return reject(it.raw, ruleReservedName, "lost+found must be a directory, named at most once")
 			}
@@ -201,11 +324,14 @@ func (w *fsWriter) add(it *item) error {
 		}
 		// A directory declared after it was implied (or one of the
 		// invented ones): the declaration sets its metadata.
-		w.declared[it.name] = true
-		n.implied = false
+		n.flags &^= flagImplied
 		n.mode = sIFDIR | it.perm
-		w.setMeta(n, it)
-		return w.setXattrs(it, n)
+		w.setMeta(ino, it)
+		return w.setXattrs(it, ino)
+	}
+	// Names and symlink targets are found by 32-bit offsets in w.text.
+	if len(w.text) > math.MaxUint32-2*maxPath {
+		return fmt.Errorf("tree entry %q: more than 4 GiB of names and symlink targets: %w", it.raw, core.ErrUnsupported)
 	}
 	parent, err := w.parentOf(it)
 	if err != nil {
@@ -213,7 +339,7 @@ func (w *fsWriter) add(it *item) error {
 	}
 	base := path.Base(it.name)
 	if it.typ == tar.TypeLink {
-		ino, ok := w.names[it.link]
+		ino, ok := w.find(it.link)
 		switch {
 		case !ok:
 			return reject(it.raw, ruleHardlinkMissing, "target %q is not an earlier entry", it.link)
@@ -225,68 +351,94 @@ func (w *fsWriter) add(it *item) error {
 			return fmt.Errorf("tree entry %q: more than %d names for one file (ext4's maximum link count): %w",
 				it.raw, linkMax, core.ErrUnsupported)
 		}
-		w.names[it.name] = ino
 		w.link(parent, base, ino)
 		return nil
 	}
-	n := &node{crtime: w.now}
-	w.setMeta(n, it)
+	var n inode
 	switch it.typ {
 	case tar.TypeDir:
-		n.mode = sIFDIR
+		n = w.newDir(0)
+		n.flags = 0
 	case tar.TypeReg:
 		n.mode, n.size = sIFREG, it.size
 	case tar.TypeSymlink:
 		n.mode, n.size = sIFLNK, int64(len(it.link))
 	case tar.TypeChar:
-		n.mode, n.major, n.minor = sIFCHR, it.major, it.minor
+		n.mode = sIFCHR
 	case tar.TypeBlock:
-		n.mode, n.major, n.minor = sIFBLK, it.major, it.minor
+		n.mode = sIFBLK
 	case tar.TypeFifo:
 		n.mode = sIFIFO
 	}
-	n.mode |= it.perm
+	n.mode = n.mode&sIFMT | it.perm
 	if it.typ == tar.TypeSymlink {
 		n.mode = sIFLNK | 0o777 // symlink permissions mean nothing; 0777 as everywhere
 	}
-	if err := w.setXattrs(it, n); err != nil {
-		return err
-	}
 	w.nodes = append(w.nodes, n)
 	ino := uint32(len(w.nodes))
-	w.names[it.name] = ino
+	w.setMeta(ino, it)
+	if err := w.setXattrs(it, ino); err != nil {
+		return err
+	}
+	if it.typ == tar.TypeChar || it.typ == tar.TypeBlock {
+		w.devs[ino] = [2]uint32{it.major, it.minor}
+	}
 	w.link(parent, base, ino)
 	switch {
 	case it.typ == tar.TypeReg:
-		return w.allocData(n, it.size)
+		return w.allocData(ino, it.size)
 	case it.typ == tar.TypeSymlink && len(it.link) > fastSymlinkMax:
-		return w.allocInline(n, []byte(it.link))
+		return w.allocInline(ino, it.link)
 	case it.typ == tar.TypeSymlink:
-		n.target = it.link
+		w.node(ino).dir = uint32(len(w.text))
+		w.text = append(w.text, it.link...)
 	}
 	return nil
 }
 
 // setMeta copies owner and times; atime and ctime the tree does not carry
-// are the build time.
-func (w *fsWriter) setMeta(n *node, it *item) {
+// are the build time (w.times holds the others).
+func (w *fsWriter) setMeta(ino uint32, it *item) {
+	n := w.node(ino)
 	n.uid, n.gid = it.uid, it.gid
-	n.mtime = stampOf(it.mtime)
-	n.atime, n.ctime = w.now, w.now
-	if !it.atime.IsZero() {
-		n.atime = stampOf(it.atime)
-	}
-	if !it.ctime.IsZero() {
-		n.ctime = stampOf(it.ctime)
+	m := stampOf(it.mtime)
+	n.mtime, n.mtimeNs = m.sec, m.nsec
+	n.flags &^= flagTimes
+	delete(w.times, ino)
+	if !it.atime.IsZero() || !it.ctime.IsZero() {
+		t := [2]stamp{w.now, w.now}
+		if !it.atime.IsZero() {
+			t[0] = stampOf(it.atime)
+		}
+		if !it.ctime.IsZero() {
+			t[1] = stampOf(it.ctime)
+		}
+		w.times[ino] = t
+		n.flags |= flagTimes
 	}
 }
 
-func (w *fsWriter) setXattrs(it *item, n *node) error {
+// times returns the inode's atime and ctime.
+func (w *fsWriter) timesOf(ino uint32, n *inode) (atime, ctime stamp) {
+	if n.flags&flagTimes != 0 {
+		t := w.times[ino]
+		return t[0], t[1]
+	}
+	return w.now, w.now
+}
+
+func (w *fsWriter) setXattrs(it *item, ino uint32) error {
 	in, blk, err := splitXattrs(it.xattrs)
 	if err != nil {
 		return fmt.Errorf("tree entry %q: %v: %w", it.raw, err, errXattrUnsupported)
 	}
-	n.inInode, n.inBlock = in, blk
+	n := w.node(ino)
+	n.flags &^= flagXattrs
+	delete(w.xattrs, ino)
+	if len(in)+len(blk) > 0 {
+		w.xattrs[ino] = &inodeXattrs{inInode: in, inBlock: blk}
+		n.flags |= flagXattrs
+	}
 	return nil
 }
 
@@ -298,27 +450,43 @@ var errXattrUnsupported = fmt.Errorf("xattrs larger than one block (no ea_inode)
 // is created as an implied directory (0755, root, the build time), as tar
 // -x would; the contract says parents come first, so this is only leniency.
 func (w *fsWriter) parentOf(it *item) (uint32, error) {
-	var missing []string
 	dir := path.Dir(it.name)
-	for ; dir != "."; dir = path.Dir(dir) {
-		if _, ok := w.names[dir]; ok {
+	if dir == "." {
+		return rootIno, nil
+	}
+	// Walk down from the root while the components exist: nothing is
+	// ever placed below a non-directory, so the last one found is the
+	// deepest ancestor that exists.
+	at, rest := uint32(rootIno), dir
+	end := 0 // dir[:end] is the path of at
+	for rest != "" {
+		c, tail, _ := strings.Cut(rest, "/")
+		ino, ok := w.child(at, c)
+		if !ok {
 			break
 		}
-		missing = append(missing, dir)
+		if n := w.node(ino); !n.isDir() {
+			p := dir[:end+len(c)]
+			if end > 0 {
+				p = dir[:end+1+len(c)]
+			}
+			if n.mode&sIFMT == sIFLNK {
+				return 0, reject(it.raw, ruleParentSymlink, "%q is a symlink", p)
+			}
+			return 0, reject(it.raw, ruleParentNotDir, "%q is not a directory", p)
+		}
+		if end > 0 {
+			end++
+		}
+		end += len(c)
+		at, rest = ino, tail
 	}
-	at := w.names[dir]
-	switch n := w.node(at); {
-	case n.mode&sIFMT == sIFLNK:
-		return 0, reject(it.raw, ruleParentSymlink, "%q is a symlink", dir)
-	case !n.isDir():
-		return 0, reject(it.raw, ruleParentNotDir, "%q is not a directory", dir)
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
+	for rest != "" {
+		c, tail, _ := strings.Cut(rest, "/")
 		w.nodes = append(w.nodes, w.newDir(0o755))
 		ino := uint32(len(w.nodes))
-		w.names[missing[i]] = ino
-		w.link(at, path.Base(missing[i]), ino)
-		at = ino
+		w.link(at, c, ino)
+		at, rest = ino, tail
 	}
 	return at, nil
 }
