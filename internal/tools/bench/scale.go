@@ -23,7 +23,7 @@ import (
 // the time grows linearly (time per entry of the big image against the
 // small one's).
 const (
-	scaleFormat = "cube-bench-scale/1"
+	scaleFormat = "cube-bench-scale/2"
 	// scaleContent is the big image's file content in all (the benchmark
 	// image's and the generated layers').
 	scaleContent = 4 << 30
