@@ -93,7 +93,7 @@ func TestLinkChunksTable(t *testing.T) {
 		{Chunks: true, AReady: 60 * s, ARecv: []int64{1e9, 1.1e9}, BBuilt: 10 * s, BArtifact: 1e9,
 			BNodeReady: []time.Duration{12 * s, 13 * s, 14 * s}, BRecv: []int64{60e6, 70e6, 80e6}},
 		{Chunks: false, AReady: 61 * s, ARecv: []int64{1e9}, BBuilt: 11 * s, BArtifact: 1e9,
-			BNodeReady: []time.Duration{60 * s, 70 * s}, BRecv: []int64{1e9, 1e9}},
+			BNodeReady: []time.Duration{60 * s, 70 * s}, BRecv: []int64{1e9, 1e9}, Floor: 30 * s},
 	}
 	var b strings.Builder
 	linkChunksTable(runs, 100).Write(&b)
@@ -104,6 +104,7 @@ func TestLinkChunksTable(t *testing.T) {
 		"| B: create -> node READY, median over nodes (s) | 13.00 | 65.00 |",
 		"| B: create -> node READY, slowest node (s) | 14.00 | 70.00 |",
 		"| B: BUILT -> READY on all 8 (s) | 4.00 | 59.00 |",
+		"no network (s) | - | 30.00 |",
 		"| B: MB received per node, median / max | 70.0 / 80.0 | 1000.0 / 1000.0 |",
 		"| B: received / artifact, median node | 0.070 | 1.000 |",
 	} {
