@@ -3,7 +3,9 @@
 // loopback, and times this project's builders against upstream's
 // dockerless pipeline, a plain flatten + tar -x + mkfs.ext4 -d and the
 // decode bound, interleaved over several rounds; then the services:
-// artifact downloads, status polling and distribution to node agents.
+// artifact downloads, status polling and distribution to node agents;
+// how a cold build grows to a ~4 GiB image; a rebuild to 8 nodes behind
+// shaped links with chunks on and off.
 // See internal/tools/bench/README.md.
 package main
 
