@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -28,7 +29,13 @@ type Options struct {
 	// links part: the services part again, each node agent in a network
 	// namespace of its own, its link shaped to this many Mbit/s (links.go).
 	NodeLinkMbit int
+	// ChunkLinkMbit is the rate of each node agent's link in the
+	// linkchunks part (linkchunks.go).
+	ChunkLinkMbit int
 }
+
+// partNames are the parts -parts may name.
+var partNames = []string{"builds", "chunks", "services", "links", "scale", "linkchunks"}
 
 func (o Options) part(p string) bool { return contains(o.Parts, p) }
 
@@ -79,6 +86,11 @@ func roundOrder(ps []pipeline, round int) []pipeline {
 
 // Main runs the benchmark and writes the report to out.
 func Main(o Options, out io.Writer, logf func(string, ...any)) error {
+	for _, p := range strings.Split(o.Parts, ",") {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(partNames, p) {
+			return fmt.Errorf("unknown part %q in -parts (known: %s)", p, strings.Join(partNames, ", "))
+		}
+	}
 	if strings.TrimSpace(o.Parts) == "chunks" {
 		// Alone, the chunks part needs no registry, binaries or speeds.
 		fmt.Fprintf(out, "machine: %s\n", Machine())
@@ -133,6 +145,16 @@ func Main(o Options, out io.Writer, logf func(string, ...any)) error {
 			return fmt.Errorf("the links part needs -node-link above 0 (Mbit/s), not %d", o.NodeLinkMbit)
 		}
 		if err := services(o, out, logf); err != nil {
+			return err
+		}
+	}
+	if o.part("scale") {
+		if err := scalePart(o, out, logf); err != nil {
+			return err
+		}
+	}
+	if o.part("linkchunks") {
+		if err := linkChunksPart(o, out, logf); err != nil {
 			return err
 		}
 	}

@@ -175,9 +175,19 @@ func MakeImage(dir, app string, logf func(string, ...any)) (*Image, error) {
 func (img *Image) flatten() (ports.TreeStats, error) {
 	var ls []ports.FlattenLayer
 	for _, l := range img.Layers {
-		ls = append(ls, ports.FlattenLayer{Path: filepath.Join(img.Dir, l.File), MediaType: string(types.OCILayer), Digest: l.Digest})
+		ls = append(ls, ports.FlattenLayer{Path: img.path(l), MediaType: string(types.OCILayer), Digest: l.Digest})
 	}
 	return layers.Flattener{}.Flatten(context.Background(), ls, func([]ports.TreeEntry) error { return nil })
+}
+
+// path is where layer l's blob is: under the image's directory, or
+// where an absolute File says (the scale part's big image reuses the
+// benchmark image's layers where they are).
+func (img *Image) path(l Layer) string {
+	if filepath.IsAbs(l.File) {
+		return l.File
+	}
+	return filepath.Join(img.Dir, l.File)
 }
 
 func (img *Image) add(l Layer) {
@@ -539,7 +549,7 @@ func (f fileLayer) MediaType() (types.MediaType, error) {
 func (img *Image) Push(ref string) (string, error) {
 	var ls []v1.Layer
 	for _, l := range img.Layers {
-		layer, err := partial.CompressedToLayer(fileLayer{path: filepath.Join(img.Dir, l.File), l: l})
+		layer, err := partial.CompressedToLayer(fileLayer{path: img.path(l), l: l})
 		if err != nil {
 			return "", err
 		}

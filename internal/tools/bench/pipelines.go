@@ -27,6 +27,10 @@ type Run struct {
 	CPU        time.Duration
 	ImageBytes int64
 	Phases     map[string]int64 // ours: milliseconds per phase from --json
+	// HeapPeak and HeapLive are ours' largest Go heap at the end of a
+	// collection and largest live heap after one, in bytes, when it ran
+	// with GODEBUG=gctrace=1 (the scale part); 0 otherwise.
+	HeapPeak, HeapLive int64
 }
 
 // Env is what the pipelines need.
@@ -139,10 +143,11 @@ func tailOf(s string, n int) string {
 
 // OursResult is the --json report of templatecenter build.
 type OursResult struct {
-	SHA256    string           `json:"sha256"`
-	SizeBytes int64            `json:"size_bytes"`
-	PhasesMS  map[string]int64 `json:"phases_ms"`
-	Entries   int              `json:"entries"`
+	SHA256       string           `json:"sha256"`
+	SizeBytes    int64            `json:"size_bytes"`
+	PhasesMS     map[string]int64 `json:"phases_ms"`
+	Entries      int              `json:"entries"`
+	ContentBytes int64            `json:"content_bytes"`
 }
 
 // Ours runs `templatecenter build` with builder, the layer cache in cache
@@ -161,6 +166,7 @@ func (e *Env) Ours(builder, cache, wls, out string, extraEnv ...string) (Run, Ou
 	start := time.Now()
 	err := cmd.Run()
 	r := Run{Wall: time.Since(start), PeakRSS: rss()}
+	r.HeapPeak, r.HeapLive = ParseGCTrace(stderr.String())
 	if err != nil {
 		return r, OursResult{}, fmt.Errorf("templatecenter build --builder %s: %v\n%s", builder, err, tailOf(stderr.String(), 2000))
 	}

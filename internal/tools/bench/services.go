@@ -148,7 +148,9 @@ func (s *stack) close() {
 func (s *stack) nodeToken() string { return "node-" + s.token }
 
 // startStack starts master, templatecenter and nodes node agents.
-func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *stack, err error) {
+// tcEnv is added to the templatecenter's environment (the links-chunks
+// part turns chunks off with it).
+func startStack(o Options, nodes int, l *links, logf func(string, ...any), tcEnv ...string) (_ *stack, err error) {
 	s := &stack{o: o, links: l, token: "bench-" + randHex(16), apiToken: "bench-api-" + randHex(16)}
 	defer func() {
 		if err != nil {
@@ -221,7 +223,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		return nil, err
 	}
 	work := filepath.Join(s.dir, "tc")
-	if _, err := s.start("templatecenter", "templatecenter", []string{"serve", "--listen", tcAddr}, []string{
+	if _, err := s.start("templatecenter", "templatecenter", []string{"serve", "--listen", tcAddr}, append([]string{
 		"CUBE_TEMPLATE_CENTER_DB_DSN=" + dsn,
 		"CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR=" + work,
 		"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR=" + filepath.Join(work, "store"),
@@ -230,7 +232,7 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 		"CUBE_TEMPLATE_CENTER_INSECURE_REGISTRIES=" + o.Registry,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN=" + s.token,
 		"CUBE_MASTER_ADDR=" + s.masterURL,
-	}); err != nil {
+	}, tcEnv...)); err != nil {
 		return nil, err
 	}
 	if err := waitHTTP(s.tcURL + "/health"); err != nil {
@@ -258,18 +260,9 @@ func startStack(o Options, nodes int, l *links, logf func(string, ...any)) (_ *s
 // is the floor under distribution here. The nodes' own copies are removed
 // first (the disk may not hold two sets), so it runs last in a round.
 func (s *stack) copyBound(artifactID string) (time.Duration, error) {
-	var src string
-	err := filepath.WalkDir(filepath.Join(s.dir, "tc", "store"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() && d.Name() == artifactID+".ext4" {
-			src = p
-		}
-		return err
-	})
+	src, err := s.artifactFile(artifactID)
 	if err != nil {
 		return 0, err
-	}
-	if src == "" {
-		return 0, fmt.Errorf("artifact %s not found in the file store", artifactID)
 	}
 	for _, d := range s.nodeDirs {
 		if err := os.RemoveAll(d); err != nil {
@@ -303,6 +296,24 @@ func (s *stack) copyBound(artifactID string) (time.Duration, error) {
 	}
 	wg.Wait()
 	return time.Since(start), errors.Join(errs...)
+}
+
+// artifactFile is where the file store keeps artifactID's whole file.
+func (s *stack) artifactFile(artifactID string) (string, error) {
+	var src string
+	err := filepath.WalkDir(filepath.Join(s.dir, "tc", "store"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && d.Name() == artifactID+".ext4" {
+			src = p
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if src == "" {
+		return "", fmt.Errorf("artifact %s not found in the file store", artifactID)
+	}
+	return src, nil
 }
 
 // buildPhases reads the template center's per-phase build time sums
@@ -423,6 +434,9 @@ type jobTimes struct {
 	job          job
 	built, ready time.Duration // since the create request was sent
 	slowest      time.Duration // the slowest status read while waiting
+	// nodeReady is when each node was first counted ready (the job's
+	// ready_node_count), in order.
+	nodeReady []time.Duration
 }
 
 // createAndWait creates a template from the image and polls its job every
@@ -454,6 +468,9 @@ func (s *stack) createAndWait(templateID, ref, wls string, timeout time.Duration
 			jt.job = *e.Job
 			if jt.built == 0 && pastBuild(e.Job.Status, e.Job.Phase) {
 				jt.built = time.Since(start)
+			}
+			for len(jt.nodeReady) < e.Job.ReadyNodeCount {
+				jt.nodeReady = append(jt.nodeReady, time.Since(start))
 			}
 			switch e.Job.Status {
 			case "FAILED":

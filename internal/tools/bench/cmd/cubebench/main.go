@@ -3,7 +3,9 @@
 // loopback, and times this project's builders against upstream's
 // dockerless pipeline, a plain flatten + tar -x + mkfs.ext4 -d and the
 // decode bound, interleaved over several rounds; then the services:
-// artifact downloads, status polling and distribution to node agents.
+// artifact downloads, status polling and distribution to node agents;
+// how a cold build grows to a ~4 GiB image; a rebuild to 8 nodes behind
+// shaped links with chunks on and off.
 // See internal/tools/bench/README.md.
 package main
 
@@ -42,11 +44,12 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds")
 	flag.StringVar(&o.Builders, "builders", "ext4stream,ext4stream@builtin-gzip,plugin:ext4stream,mkfs",
 		"our builders to time (NAME@builtin-gzip: gzip decoded in Go instead of by igzip)")
-	flag.StringVar(&o.Parts, "parts", "builds,services,links", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2), chunks (what a node receives with chunks; alone it needs no registry or binaries)")
+	flag.StringVar(&o.Parts, "parts", "builds,services,links,scale,linkchunks", "what to run: builds, services (node agents on loopback), links (the services part again, a shaped link per node agent; root and iproute2), scale (a cold build of the bench image and of a ~4 GiB one), linkchunks (a rebuild to 8 nodes behind shaped links, chunks on and off; root and iproute2), chunks (what a node receives with chunks; alone it needs no registry or binaries)")
 	flag.StringVar(&o.Only, "only", "", "comma-separated pipeline names to run (default all)")
 	flag.StringVar(&o.Report, "report", "", "also write the report (markdown) to this file")
 	flag.StringVar(&o.Baseline, "baseline", "", "bin directory of an earlier build to time in the same rounds (its default mkfs and its ext4stream plugin, cold)")
 	flag.IntVar(&o.NodeLinkMbit, "node-link", 400, "links part: the Mbit/s of each node agent's link (all 8 together must stay well inside what the machine can hash and write)")
+	flag.IntVar(&o.ChunkLinkMbit, "chunk-link", 150, "linkchunks part: the Mbit/s of each node agent's link (slow enough that 8 whole files take a while, fast enough that the part stays within minutes)")
 	flag.BoolVar(&o.Profile, "profile", false, "write CPU and allocation profiles of our default builder's cold build under -work/profiles")
 	flag.Parse()
 	self, err := os.Executable()
