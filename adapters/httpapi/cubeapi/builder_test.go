@@ -17,12 +17,15 @@ import (
 // as "builder" by every read the console makes: a paged listing, one
 // template, its job's artifact and the artifact itself. An artifact whose
 // builder is not known (built before it was recorded, or by upstream)
-// answers no builder; the unpaged listing stays upstream's answer.
+// answers no builder; the unpaged listing stays upstream's answer. With
+// rowFirst the data plane already wrote the READY row without a builder
+// (one from before it was recorded): the report completes it.
 func TestBuilderReachesTheAPI(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		env  func(testing.TB) *realEnv
-	}{{"memory", newRealEnv}, {"sqlite", newSQLEnv}} {
+		name     string
+		env      func(testing.TB) *realEnv
+		rowFirst bool
+	}{{"memory", newRealEnv, false}, {"sqlite", newSQLEnv, false}, {"memory/row-without-builder", newRealEnv, true}, {"sqlite/row-without-builder", newSQLEnv, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := tc.env(t)
 			ctx := context.Background()
@@ -52,12 +55,20 @@ func TestBuilderReachesTheAPI(t *testing.T) {
 			running := core.Progress(core.JobRunning, core.PhaseUnpacking, 20)
 			running.ArtifactID, running.Fingerprint, running.SourceImageDigest = aid, fp, digest
 			e.report(t, job.JobID, ports.StatusReport{Update: running})
-			built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
-			built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aid, "READY", fp
-			e.report(t, job.JobID, ports.StatusReport{Update: built, Inputs: inputs, Artifact: &core.Artifact{
+			meta := &core.Artifact{
 				ArtifactID: aid, Fingerprint: fp, SourceImageDigest: digest, DownloadBaseURL: "http://master:8089",
 				Ext4SHA256: seedSHA, Ext4SizeBytes: 64 << 20, ImageConfigJSON: `{"Cmd":["sh"]}`, StorageBackend: "file",
-				ObjectKey: core.ArtifactObjectKey(aid), Status: core.ArtifactReady}})
+				ObjectKey: core.ArtifactObjectKey(aid), Status: core.ArtifactReady}
+			if tc.rowFirst {
+				row := *meta
+				row.DownloadToken = "dk1.row-first"
+				if err := e.store.Artifacts().Create(ctx, &row); err != nil {
+					t.Fatal(err)
+				}
+			}
+			built := core.Progress(core.JobBuilt, core.PhaseReady, 100)
+			built.ArtifactID, built.ArtifactStatus, built.Fingerprint = aid, "READY", fp
+			e.report(t, job.JobID, ports.StatusReport{Update: built, Inputs: inputs, Artifact: meta})
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
 			if err := e.svc.Wait(wctx); err != nil {
