@@ -74,8 +74,13 @@ type Artifact struct {
 	// (BUILDING); that build only finishes the row while it still carries
 	// it, so a build that lost its lock cannot overwrite a newer one.
 	BuildOwnerToken string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// Builder is the Format of the builder that wrote the bytes
+	// (ports.RootfsBuilder: its name and versions, e.g. "ext4stream/3").
+	// Empty when it is not known: rows written before it was recorded,
+	// by upstream, or by a migrate upload of legacy bytes.
+	Builder   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // MoveTo changes the status if the state machine allows it.

@@ -1784,6 +1784,7 @@ type RootfsArtifactMutation struct {
 	cube_egress_ca_fingerprint        *string
 	cube_egress_ca_targets_written    *int64
 	addcube_egress_ca_targets_written *int64
+	builder_format                    *string
 	clearedFields                     map[string]struct{}
 	done                              bool
 	oldValue                          func(context.Context) (*RootfsArtifact, error)
@@ -3061,6 +3062,55 @@ func (m *RootfsArtifactMutation) ResetCubeEgressCaTargetsWritten() {
 	m.addcube_egress_ca_targets_written = nil
 }
 
+// SetBuilderFormat sets the "builder_format" field.
+func (m *RootfsArtifactMutation) SetBuilderFormat(s string) {
+	m.builder_format = &s
+}
+
+// BuilderFormat returns the value of the "builder_format" field in the mutation.
+func (m *RootfsArtifactMutation) BuilderFormat() (r string, exists bool) {
+	v := m.builder_format
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBuilderFormat returns the old "builder_format" field's value of the RootfsArtifact entity.
+// If the RootfsArtifact object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *RootfsArtifactMutation) OldBuilderFormat(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBuilderFormat is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBuilderFormat requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBuilderFormat: %w", err)
+	}
+	return oldValue.BuilderFormat, nil
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (m *RootfsArtifactMutation) ClearBuilderFormat() {
+	m.builder_format = nil
+	m.clearedFields[rootfsartifact.FieldBuilderFormat] = struct{}{}
+}
+
+// BuilderFormatCleared returns if the "builder_format" field was cleared in this mutation.
+func (m *RootfsArtifactMutation) BuilderFormatCleared() bool {
+	_, ok := m.clearedFields[rootfsartifact.FieldBuilderFormat]
+	return ok
+}
+
+// ResetBuilderFormat resets all changes to the "builder_format" field.
+func (m *RootfsArtifactMutation) ResetBuilderFormat() {
+	m.builder_format = nil
+	delete(m.clearedFields, rootfsartifact.FieldBuilderFormat)
+}
+
 // Where appends a list predicates to the RootfsArtifactMutation builder.
 func (m *RootfsArtifactMutation) Where(ps ...predicate.RootfsArtifact) {
 	m.predicates = append(m.predicates, ps...)
@@ -3095,7 +3145,7 @@ func (m *RootfsArtifactMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *RootfsArtifactMutation) Fields() []string {
-	fields := make([]string, 0, 28)
+	fields := make([]string, 0, 29)
 	if m.created_at != nil {
 		fields = append(fields, rootfsartifact.FieldCreatedAt)
 	}
@@ -3180,6 +3230,9 @@ func (m *RootfsArtifactMutation) Fields() []string {
 	if m.cube_egress_ca_targets_written != nil {
 		fields = append(fields, rootfsartifact.FieldCubeEgressCaTargetsWritten)
 	}
+	if m.builder_format != nil {
+		fields = append(fields, rootfsartifact.FieldBuilderFormat)
+	}
 	return fields
 }
 
@@ -3244,6 +3297,8 @@ func (m *RootfsArtifactMutation) Field(name string) (ent.Value, bool) {
 		return m.CubeEgressCaFingerprint()
 	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
 		return m.CubeEgressCaTargetsWritten()
+	case rootfsartifact.FieldBuilderFormat:
+		return m.BuilderFormat()
 	}
 	return nil, false
 }
@@ -3309,6 +3364,8 @@ func (m *RootfsArtifactMutation) OldField(ctx context.Context, name string) (ent
 		return m.OldCubeEgressCaFingerprint(ctx)
 	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
 		return m.OldCubeEgressCaTargetsWritten(ctx)
+	case rootfsartifact.FieldBuilderFormat:
+		return m.OldBuilderFormat(ctx)
 	}
 	return nil, fmt.Errorf("unknown RootfsArtifact field %s", name)
 }
@@ -3514,6 +3571,13 @@ func (m *RootfsArtifactMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetCubeEgressCaTargetsWritten(v)
 		return nil
+	case rootfsartifact.FieldBuilderFormat:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBuilderFormat(v)
+		return nil
 	}
 	return fmt.Errorf("unknown RootfsArtifact field %s", name)
 }
@@ -3622,6 +3686,9 @@ func (m *RootfsArtifactMutation) ClearedFields() []string {
 	if m.FieldCleared(rootfsartifact.FieldArtifactURL) {
 		fields = append(fields, rootfsartifact.FieldArtifactURL)
 	}
+	if m.FieldCleared(rootfsartifact.FieldBuilderFormat) {
+		fields = append(fields, rootfsartifact.FieldBuilderFormat)
+	}
 	return fields
 }
 
@@ -3650,6 +3717,9 @@ func (m *RootfsArtifactMutation) ClearField(name string) error {
 		return nil
 	case rootfsartifact.FieldArtifactURL:
 		m.ClearArtifactURL()
+		return nil
+	case rootfsartifact.FieldBuilderFormat:
+		m.ClearBuilderFormat()
 		return nil
 	}
 	return fmt.Errorf("unknown RootfsArtifact nullable field %s", name)
@@ -3742,6 +3812,9 @@ func (m *RootfsArtifactMutation) ResetField(name string) error {
 		return nil
 	case rootfsartifact.FieldCubeEgressCaTargetsWritten:
 		m.ResetCubeEgressCaTargetsWritten()
+		return nil
+	case rootfsartifact.FieldBuilderFormat:
+		m.ResetBuilderFormat()
 		return nil
 	}
 	return fmt.Errorf("unknown RootfsArtifact field %s", name)

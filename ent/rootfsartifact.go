@@ -73,7 +73,9 @@ type RootfsArtifact struct {
 	CubeEgressCaFingerprint string `json:"cube_egress_ca_fingerprint,omitempty"`
 	// CubeEgressCaTargetsWritten holds the value of the "cube_egress_ca_targets_written" field.
 	CubeEgressCaTargetsWritten int64 `json:"cube_egress_ca_targets_written,omitempty"`
-	selectValues               sql.SelectValues
+	// BuilderFormat holds the value of the "builder_format" field.
+	BuilderFormat string `json:"builder_format,omitempty"`
+	selectValues  sql.SelectValues
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -85,7 +87,7 @@ func (*RootfsArtifact) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullBool)
 		case rootfsartifact.FieldID, rootfsartifact.FieldExt4SizeBytes, rootfsartifact.FieldGcDeadline, rootfsartifact.FieldBuildGeneration, rootfsartifact.FieldBuildLeaseExpireAt, rootfsartifact.FieldCubeEgressCaTargetsWritten:
 			values[i] = new(sql.NullInt64)
-		case rootfsartifact.FieldArtifactID, rootfsartifact.FieldTemplateSpecFingerprint, rootfsartifact.FieldSourceImageRef, rootfsartifact.FieldSourceImageDigest, rootfsartifact.FieldMasterNodeID, rootfsartifact.FieldMasterNodeIP, rootfsartifact.FieldExt4Path, rootfsartifact.FieldExt4Sha256, rootfsartifact.FieldImageConfigJSON, rootfsartifact.FieldGeneratedRequestJSON, rootfsartifact.FieldWritableLayerSize, rootfsartifact.FieldDownloadToken, rootfsartifact.FieldStatus, rootfsartifact.FieldLastError, rootfsartifact.FieldArtifactURL, rootfsartifact.FieldStorageBackend, rootfsartifact.FieldObjectKey, rootfsartifact.FieldBuildOwnerToken, rootfsartifact.FieldCubeEgressCaFingerprint:
+		case rootfsartifact.FieldArtifactID, rootfsartifact.FieldTemplateSpecFingerprint, rootfsartifact.FieldSourceImageRef, rootfsartifact.FieldSourceImageDigest, rootfsartifact.FieldMasterNodeID, rootfsartifact.FieldMasterNodeIP, rootfsartifact.FieldExt4Path, rootfsartifact.FieldExt4Sha256, rootfsartifact.FieldImageConfigJSON, rootfsartifact.FieldGeneratedRequestJSON, rootfsartifact.FieldWritableLayerSize, rootfsartifact.FieldDownloadToken, rootfsartifact.FieldStatus, rootfsartifact.FieldLastError, rootfsartifact.FieldArtifactURL, rootfsartifact.FieldStorageBackend, rootfsartifact.FieldObjectKey, rootfsartifact.FieldBuildOwnerToken, rootfsartifact.FieldCubeEgressCaFingerprint, rootfsartifact.FieldBuilderFormat:
 			values[i] = new(sql.NullString)
 		case rootfsartifact.FieldCreatedAt, rootfsartifact.FieldUpdatedAt, rootfsartifact.FieldDeletedAt:
 			values[i] = new(sql.NullTime)
@@ -279,6 +281,12 @@ func (_m *RootfsArtifact) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.CubeEgressCaTargetsWritten = value.Int64
 			}
+		case rootfsartifact.FieldBuilderFormat:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field builder_format", values[i])
+			} else if value.Valid {
+				_m.BuilderFormat = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -400,6 +408,9 @@ func (_m *RootfsArtifact) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("cube_egress_ca_targets_written=")
 	builder.WriteString(fmt.Sprintf("%v", _m.CubeEgressCaTargetsWritten))
+	builder.WriteString(", ")
+	builder.WriteString("builder_format=")
+	builder.WriteString(_m.BuilderFormat)
 	builder.WriteByte(')')
 	return builder.String()
 }

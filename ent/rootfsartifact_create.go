@@ -382,6 +382,20 @@ func (_c *RootfsArtifactCreate) SetNillableCubeEgressCaTargetsWritten(v *int64) 
 	return _c
 }
 
+// SetBuilderFormat sets the "builder_format" field.
+func (_c *RootfsArtifactCreate) SetBuilderFormat(v string) *RootfsArtifactCreate {
+	_c.mutation.SetBuilderFormat(v)
+	return _c
+}
+
+// SetNillableBuilderFormat sets the "builder_format" field if the given value is not nil.
+func (_c *RootfsArtifactCreate) SetNillableBuilderFormat(v *string) *RootfsArtifactCreate {
+	if v != nil {
+		_c.SetBuilderFormat(*v)
+	}
+	return _c
+}
+
 // Mutation returns the RootfsArtifactMutation object of the builder.
 func (_c *RootfsArtifactCreate) Mutation() *RootfsArtifactMutation {
 	return _c.mutation
@@ -779,6 +793,10 @@ func (_c *RootfsArtifactCreate) createSpec() (*RootfsArtifact, *sqlgraph.CreateS
 	if value, ok := _c.mutation.CubeEgressCaTargetsWritten(); ok {
 		_spec.SetField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
 		_node.CubeEgressCaTargetsWritten = value
+	}
+	if value, ok := _c.mutation.BuilderFormat(); ok {
+		_spec.SetField(rootfsartifact.FieldBuilderFormat, field.TypeString, value)
+		_node.BuilderFormat = value
 	}
 	return _node, _spec
 }
@@ -1201,6 +1219,24 @@ func (u *RootfsArtifactUpsert) UpdateCubeEgressCaTargetsWritten() *RootfsArtifac
 // AddCubeEgressCaTargetsWritten adds v to the "cube_egress_ca_targets_written" field.
 func (u *RootfsArtifactUpsert) AddCubeEgressCaTargetsWritten(v int64) *RootfsArtifactUpsert {
 	u.Add(rootfsartifact.FieldCubeEgressCaTargetsWritten, v)
+	return u
+}
+
+// SetBuilderFormat sets the "builder_format" field.
+func (u *RootfsArtifactUpsert) SetBuilderFormat(v string) *RootfsArtifactUpsert {
+	u.Set(rootfsartifact.FieldBuilderFormat, v)
+	return u
+}
+
+// UpdateBuilderFormat sets the "builder_format" field to the value that was provided on create.
+func (u *RootfsArtifactUpsert) UpdateBuilderFormat() *RootfsArtifactUpsert {
+	u.SetExcluded(rootfsartifact.FieldBuilderFormat)
+	return u
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (u *RootfsArtifactUpsert) ClearBuilderFormat() *RootfsArtifactUpsert {
+	u.SetNull(rootfsartifact.FieldBuilderFormat)
 	return u
 }
 
@@ -1683,6 +1719,27 @@ func (u *RootfsArtifactUpsertOne) AddCubeEgressCaTargetsWritten(v int64) *Rootfs
 func (u *RootfsArtifactUpsertOne) UpdateCubeEgressCaTargetsWritten() *RootfsArtifactUpsertOne {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.UpdateCubeEgressCaTargetsWritten()
+	})
+}
+
+// SetBuilderFormat sets the "builder_format" field.
+func (u *RootfsArtifactUpsertOne) SetBuilderFormat(v string) *RootfsArtifactUpsertOne {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.SetBuilderFormat(v)
+	})
+}
+
+// UpdateBuilderFormat sets the "builder_format" field to the value that was provided on create.
+func (u *RootfsArtifactUpsertOne) UpdateBuilderFormat() *RootfsArtifactUpsertOne {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.UpdateBuilderFormat()
+	})
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (u *RootfsArtifactUpsertOne) ClearBuilderFormat() *RootfsArtifactUpsertOne {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.ClearBuilderFormat()
 	})
 }
 
@@ -2331,6 +2388,27 @@ func (u *RootfsArtifactUpsertBulk) AddCubeEgressCaTargetsWritten(v int64) *Rootf
 func (u *RootfsArtifactUpsertBulk) UpdateCubeEgressCaTargetsWritten() *RootfsArtifactUpsertBulk {
 	return u.Update(func(s *RootfsArtifactUpsert) {
 		s.UpdateCubeEgressCaTargetsWritten()
+	})
+}
+
+// SetBuilderFormat sets the "builder_format" field.
+func (u *RootfsArtifactUpsertBulk) SetBuilderFormat(v string) *RootfsArtifactUpsertBulk {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.SetBuilderFormat(v)
+	})
+}
+
+// UpdateBuilderFormat sets the "builder_format" field to the value that was provided on create.
+func (u *RootfsArtifactUpsertBulk) UpdateBuilderFormat() *RootfsArtifactUpsertBulk {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.UpdateBuilderFormat()
+	})
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (u *RootfsArtifactUpsertBulk) ClearBuilderFormat() *RootfsArtifactUpsertBulk {
+	return u.Update(func(s *RootfsArtifactUpsert) {
+		s.ClearBuilderFormat()
 	})
 }
 

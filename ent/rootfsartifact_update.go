@@ -457,6 +457,26 @@ func (_u *RootfsArtifactUpdate) AddCubeEgressCaTargetsWritten(v int64) *RootfsAr
 	return _u
 }
 
+// SetBuilderFormat sets the "builder_format" field.
+func (_u *RootfsArtifactUpdate) SetBuilderFormat(v string) *RootfsArtifactUpdate {
+	_u.mutation.SetBuilderFormat(v)
+	return _u
+}
+
+// SetNillableBuilderFormat sets the "builder_format" field if the given value is not nil.
+func (_u *RootfsArtifactUpdate) SetNillableBuilderFormat(v *string) *RootfsArtifactUpdate {
+	if v != nil {
+		_u.SetBuilderFormat(*v)
+	}
+	return _u
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (_u *RootfsArtifactUpdate) ClearBuilderFormat() *RootfsArtifactUpdate {
+	_u.mutation.ClearBuilderFormat()
+	return _u
+}
+
 // Mutation returns the RootfsArtifactMutation object of the builder.
 func (_u *RootfsArtifactUpdate) Mutation() *RootfsArtifactMutation {
 	return _u.mutation
@@ -683,6 +703,12 @@ func (_u *RootfsArtifactUpdate) sqlSave(ctx context.Context) (_node int, err err
 	}
 	if value, ok := _u.mutation.AddedCubeEgressCaTargetsWritten(); ok {
 		_spec.AddField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BuilderFormat(); ok {
+		_spec.SetField(rootfsartifact.FieldBuilderFormat, field.TypeString, value)
+	}
+	if _u.mutation.BuilderFormatCleared() {
+		_spec.ClearField(rootfsartifact.FieldBuilderFormat, field.TypeString)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1133,6 +1159,26 @@ func (_u *RootfsArtifactUpdateOne) AddCubeEgressCaTargetsWritten(v int64) *Rootf
 	return _u
 }
 
+// SetBuilderFormat sets the "builder_format" field.
+func (_u *RootfsArtifactUpdateOne) SetBuilderFormat(v string) *RootfsArtifactUpdateOne {
+	_u.mutation.SetBuilderFormat(v)
+	return _u
+}
+
+// SetNillableBuilderFormat sets the "builder_format" field if the given value is not nil.
+func (_u *RootfsArtifactUpdateOne) SetNillableBuilderFormat(v *string) *RootfsArtifactUpdateOne {
+	if v != nil {
+		_u.SetBuilderFormat(*v)
+	}
+	return _u
+}
+
+// ClearBuilderFormat clears the value of the "builder_format" field.
+func (_u *RootfsArtifactUpdateOne) ClearBuilderFormat() *RootfsArtifactUpdateOne {
+	_u.mutation.ClearBuilderFormat()
+	return _u
+}
+
 // Mutation returns the RootfsArtifactMutation object of the builder.
 func (_u *RootfsArtifactUpdateOne) Mutation() *RootfsArtifactMutation {
 	return _u.mutation
@@ -1389,6 +1435,12 @@ func (_u *RootfsArtifactUpdateOne) sqlSave(ctx context.Context) (_node *RootfsAr
 	}
 	if value, ok := _u.mutation.AddedCubeEgressCaTargetsWritten(); ok {
 		_spec.AddField(rootfsartifact.FieldCubeEgressCaTargetsWritten, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.BuilderFormat(); ok {
+		_spec.SetField(rootfsartifact.FieldBuilderFormat, field.TypeString, value)
+	}
+	if _u.mutation.BuilderFormatCleared() {
+		_spec.ClearField(rootfsartifact.FieldBuilderFormat, field.TypeString)
 	}
 	_node = &RootfsArtifact{config: _u.config}
 	_spec.Assign = _node.assignValues

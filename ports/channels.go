@@ -98,7 +98,8 @@ type StatusReport struct {
 	// Inputs come with a BUILT report: what the build's fingerprint was
 	// computed from beyond the job's request (core.FingerprintOf), so the
 	// control plane can check that the artifact is the one of the job's
-	// own spec.
+	// own spec. Once checked, Inputs.Builder (the builder's Format) is
+	// recorded as the artifact's Builder.
 	Inputs *core.BuildInputs
 }
 

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cubesandbox/templatecenter/adapters/builder/ext4stream"
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/agent"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/auth"
 	"github.com/cubesandbox/templatecenter/adapters/httpapi/wire"
@@ -271,6 +272,11 @@ func TestConsoleDev(t *testing.T) {
 	if art := b.text("#artifact-id"); !strings.HasPrefix(art, "rfs-") {
 		t.Errorf("artifact id %q", art)
 	}
+	// The artifact's format, and the builder dev runs (ext4stream), as
+	// the build recorded it: its name and format version.
+	if f, bl := b.text("#artifact-format"), b.text("#artifact-builder"); f != "ext4 (raw)" || bl != ext4stream.Name+"/"+ext4stream.FormatVersion {
+		t.Errorf("artifact format %q, builder %q; want ext4 (raw) by %s/%s", f, bl, ext4stream.Name, ext4stream.FormatVersion)
+	}
 	if req := b.text("#stored-request"); !strings.Contains(req, info.ExampleImage) && !strings.Contains(req, "{") {
 		t.Errorf("stored request %q", req)
 	}
@@ -373,7 +379,8 @@ func TestConsoleDev(t *testing.T) {
 	}
 	b.do("laptop width", chromedp.EmulateViewport(1200, 800))
 
-	// The list: both READY, the alias on the second, size and update time.
+	// The list: both READY, the alias on the second, size, builder and
+	// update time.
 	b.do("back to the list", chromedp.Click(chromedp.CSS(`header a[href="#/"]`)))
 	b.waitJS("the rows", fmt.Sprintf(`!!document.querySelector('tr[data-template-id=%q]') && !!document.querySelector('tr[data-template-id=%q]')`, first, second))
 	row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, second))
@@ -384,6 +391,11 @@ func TestConsoleDev(t *testing.T) {
 	}
 	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, first)); strings.Contains(row, "console-e2e") || !strings.Contains(row, "1 / 1") {
 		t.Errorf("the first template's row (merged, alias moved away) is %q", row)
+	}
+	for _, id := range []string{first, second} {
+		if bl := b.text(fmt.Sprintf(`tr[data-template-id=%q] td.builder`, id)); bl != ext4stream.Name+"/"+ext4stream.FormatVersion {
+			t.Errorf("the builder column of %s shows %q, want %s/%s", id, bl, ext4stream.Name, ext4stream.FormatVersion)
+		}
 	}
 	b.do("filter by text", chromedp.SendKeys(chromedp.CSS("#filter-text"), "no-such-template"))
 	b.waitJS("filtered out", `document.querySelector('#template-rows')?.textContent === 'No templates match.'`)
@@ -572,6 +584,11 @@ func TestConsoleServe(t *testing.T) {
 	}
 	if row := b.text(fmt.Sprintf(`tr[data-template-id=%q]`, first)); strings.Contains(row, "web-e2e") {
 		t.Errorf("the first template kept the alias: %q", row)
+	}
+	// The builder the data plane's report named, recorded by the master
+	// (this data plane keeps no rows).
+	if bl := b.text(fmt.Sprintf(`tr[data-template-id=%q] td.builder`, second)); bl != "e2e/1" {
+		t.Errorf("the builder column shows %q, want e2e/1 (the BUILT report's)", bl)
 	}
 	// A job that ends between the page's read of its template and of its
 	// job: the page must not keep showing the template as it was before.

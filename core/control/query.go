@@ -46,6 +46,10 @@ type Template struct {
 	CubeEgressCAFingerprint    string
 	CubeEgressCATargetsWritten int64
 	CubeEgressCANote           string
+	// Builder is the Format of the builder that wrote the template's
+	// artifact ("" when not known), from its artifact row (GetTemplate
+	// only).
+	Builder string
 	// ReadyNodes of TargetNodes are the latest job's node counts (a
 	// listing reads no replica rows; these say the same for the job's
 	// nodes, live while it runs).
@@ -156,8 +160,8 @@ func (s *Service) GetTemplate(ctx context.Context, templateID string) (*Template
 	return info, nil
 }
 
-// caOf fills the template's CubeEgress CA fields from its artifact row,
-// and the note when its request wanted the CA and the image lacks it.
+// caOf fills the template's CubeEgress CA fields and builder from its
+// artifact row, and the note when its request wanted the CA and the image lacks it.
 func (s *Service) caOf(ctx context.Context, info *Template, latest *core.Job) error {
 	if info.ArtifactID == "" {
 		return nil
@@ -171,6 +175,7 @@ func (s *Service) caOf(ctx context.Context, info *Template, latest *core.Job) er
 	}
 	info.CubeEgressCABaked, info.CubeEgressCAFingerprint, info.CubeEgressCATargetsWritten =
 		a.CubeEgressCABaked, a.CubeEgressCAFingerprint, a.CubeEgressCATargetsWritten
+	info.Builder = a.Builder
 	if latest != nil && a.Status == core.ArtifactReady {
 		if req, err := core.DecodeRequestJSON(latest.RequestJSON); err == nil {
 			info.CubeEgressCANote = caNote(req, a)

@@ -187,6 +187,9 @@ func (s *Service) builtMeta(ctx context.Context, job *core.Job, u *core.JobUpdat
 	c.SourceImageRef = firstString(c.SourceImageRef, job.SourceImageRef)
 	c.SourceImageDigest = firstString(c.SourceImageDigest, u.SourceImageDigest, job.SourceImageDigest)
 	c.WritableLayerSize = firstString(c.WritableLayerSize, job.WritableLayerSize)
+	// The builder is the one the fingerprint was just checked against
+	// (ownArtifact): the artifact id includes its Format.
+	c.Builder = in.Builder
 	// Checked again under the artifact's lock when the resume binds it;
 	// refusing here leaves the job alone (a forged report cannot end it).
 	if cur, err := s.Store.Artifacts().Get(ctx, aid); err == nil && cur.Status == core.ArtifactReady {
@@ -316,6 +319,7 @@ type builtArtifact struct {
 	CABaked           bool   `json:"cube_egress_ca_baked,omitempty"`
 	CAFingerprint     string `json:"cube_egress_ca_fingerprint,omitempty"`
 	CATargetsWritten  int64  `json:"cube_egress_ca_targets_written,omitempty"`
+	Builder           string `json:"builder,omitempty"`
 }
 
 func encodeBuilt(meta *core.Artifact, report string) (string, error) {
@@ -330,6 +334,7 @@ func encodeBuilt(meta *core.Artifact, report string) (string, error) {
 			Ext4Path: m.Ext4Path, Ext4SHA256: m.Ext4SHA256, Ext4SizeBytes: m.Ext4SizeBytes, ImageConfigJSON: m.ImageConfigJSON,
 			WritableLayerSize: m.WritableLayerSize, StorageBackend: m.StorageBackend, ObjectKey: m.ObjectKey,
 			CABaked: m.CubeEgressCABaked, CAFingerprint: m.CubeEgressCAFingerprint, CATargetsWritten: m.CubeEgressCATargetsWritten,
+			Builder: m.Builder,
 		}
 	}
 	b, err := json.Marshal(rec)
@@ -355,6 +360,7 @@ func decodeBuilt(resultJSON string) (meta *core.Artifact, report json.RawMessage
 			Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes, ImageConfigJSON: b.ImageConfigJSON,
 			WritableLayerSize: b.WritableLayerSize, StorageBackend: b.StorageBackend, ObjectKey: b.ObjectKey,
 			CubeEgressCABaked: b.CABaked, CubeEgressCAFingerprint: b.CAFingerprint, CubeEgressCATargetsWritten: b.CATargetsWritten,
+			Builder: b.Builder,
 		}
 	}
 	return meta, rec.Report
@@ -421,6 +427,7 @@ func (s *Service) upsertArtifact(ctx context.Context, jobID string, m *core.Arti
 			setIfEmpty(&a.WritableLayerSize, m.WritableLayerSize)
 			setIfEmpty(&a.StorageBackend, m.StorageBackend)
 			setIfEmpty(&a.ObjectKey, m.ObjectKey)
+			setIfEmpty(&a.Builder, m.Builder)
 			if a.GCDeadline == 0 {
 				a.GCDeadline = deadline
 			}

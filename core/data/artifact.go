@@ -263,6 +263,15 @@ func (r *run) markReady(res *pipeline.Result) error {
 	if r.e.IDs != nil {
 		token = core.NewDownloadSeed(r.e.IDs.NewToken()) // used only by a row that has none yet
 	}
+	// The builder is the one the fingerprint was computed with (the
+	// artifact id includes its Format), so it is the one that wrote these
+	// bytes.
+	r.mu.Lock()
+	var builder string
+	if r.st.resolved != nil {
+		builder = r.st.resolved.Inputs.Builder
+	}
+	r.mu.Unlock()
 	// The write must land even if the build is being cancelled right now:
 	// the bytes are published and the row is ours.
 	ctx, cancel := r.finalCtx()
@@ -293,6 +302,7 @@ func (r *run) markReady(res *pipeline.Result) error {
 		a.CubeEgressCABaked = res.CA.Baked
 		a.CubeEgressCAFingerprint = res.CA.Fingerprint
 		a.CubeEgressCATargetsWritten = int64(res.CA.TargetsWritten)
+		a.Builder = builder
 		// A row rebuilt after its bytes went missing keeps its token:
 		// every template using the artifact carries it in its requests.
 		if a.DownloadToken == "" {

@@ -232,6 +232,11 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 		a.DownloadBaseURL != "http://tc.example:8090" || a.DownloadToken != "dk1.tok-1" || a.GCDeadline <= w.now.Unix() {
 		t.Fatalf("artifact row = %+v", a)
 	}
+	// The builder that wrote the bytes is recorded, and the report names
+	// it among the fingerprint's inputs, where the control plane reads it.
+	if a.Builder != "fake/1" || last.Inputs == nil || last.Inputs.Builder != "fake/1" {
+		t.Fatalf("builder: row %q, report inputs %+v; want fake/1 (the builder's Format)", a.Builder, last.Inputs)
+	}
 	if a.ImageConfigJSON != `{"Entrypoint":["/app"],"Cmd":["serve"],"Env":["A=1"],"WorkingDir":"/srv","User":"1000"}` {
 		t.Fatalf("image config json = %s", a.ImageConfigJSON)
 	}

@@ -112,6 +112,7 @@ var (
 		{Name: "cube_egress_ca_baked", Type: field.TypeBool, Default: false},
 		{Name: "cube_egress_ca_fingerprint", Type: field.TypeString, Size: 128, Default: ""},
 		{Name: "cube_egress_ca_targets_written", Type: field.TypeInt64, Default: 0},
+		{Name: "builder_format", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// TCubeRootfsArtifactTable holds the schema information for the "t_cube_rootfs_artifact" table.
 	TCubeRootfsArtifactTable = &schema.Table{

@@ -67,6 +67,8 @@ const (
 	FieldCubeEgressCaFingerprint = "cube_egress_ca_fingerprint"
 	// FieldCubeEgressCaTargetsWritten holds the string denoting the cube_egress_ca_targets_written field in the database.
 	FieldCubeEgressCaTargetsWritten = "cube_egress_ca_targets_written"
+	// FieldBuilderFormat holds the string denoting the builder_format field in the database.
+	FieldBuilderFormat = "builder_format"
 	// Table holds the table name of the rootfsartifact in the database.
 	Table = "t_cube_rootfs_artifact"
 )
@@ -102,6 +104,7 @@ var Columns = []string{
 	FieldCubeEgressCaBaked,
 	FieldCubeEgressCaFingerprint,
 	FieldCubeEgressCaTargetsWritten,
+	FieldBuilderFormat,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -331,4 +334,9 @@ func ByCubeEgressCaFingerprint(opts ...sql.OrderTermOption) OrderOption {
 // ByCubeEgressCaTargetsWritten orders the results by the cube_egress_ca_targets_written field.
 func ByCubeEgressCaTargetsWritten(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCubeEgressCaTargetsWritten, opts...).ToFunc()
+}
+
+// ByBuilderFormat orders the results by the builder_format field.
+func ByBuilderFormat(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldBuilderFormat, opts...).ToFunc()
 }

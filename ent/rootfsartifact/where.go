@@ -194,6 +194,11 @@ func CubeEgressCaTargetsWritten(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldEQ(FieldCubeEgressCaTargetsWritten, v))
 }
 
+// BuilderFormat applies equality check predicate on the "builder_format" field. It's identical to BuilderFormatEQ.
+func BuilderFormat(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldEQ(FieldBuilderFormat, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldEQ(FieldCreatedAt, v))
@@ -1807,6 +1812,81 @@ func CubeEgressCaTargetsWrittenLT(v int64) predicate.RootfsArtifact {
 // CubeEgressCaTargetsWrittenLTE applies the LTE predicate on the "cube_egress_ca_targets_written" field.
 func CubeEgressCaTargetsWrittenLTE(v int64) predicate.RootfsArtifact {
 	return predicate.RootfsArtifact(sql.FieldLTE(FieldCubeEgressCaTargetsWritten, v))
+}
+
+// BuilderFormatEQ applies the EQ predicate on the "builder_format" field.
+func BuilderFormatEQ(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldEQ(FieldBuilderFormat, v))
+}
+
+// BuilderFormatNEQ applies the NEQ predicate on the "builder_format" field.
+func BuilderFormatNEQ(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldNEQ(FieldBuilderFormat, v))
+}
+
+// BuilderFormatIn applies the In predicate on the "builder_format" field.
+func BuilderFormatIn(vs ...string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldIn(FieldBuilderFormat, vs...))
+}
+
+// BuilderFormatNotIn applies the NotIn predicate on the "builder_format" field.
+func BuilderFormatNotIn(vs ...string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldNotIn(FieldBuilderFormat, vs...))
+}
+
+// BuilderFormatGT applies the GT predicate on the "builder_format" field.
+func BuilderFormatGT(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldGT(FieldBuilderFormat, v))
+}
+
+// BuilderFormatGTE applies the GTE predicate on the "builder_format" field.
+func BuilderFormatGTE(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldGTE(FieldBuilderFormat, v))
+}
+
+// BuilderFormatLT applies the LT predicate on the "builder_format" field.
+func BuilderFormatLT(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldLT(FieldBuilderFormat, v))
+}
+
+// BuilderFormatLTE applies the LTE predicate on the "builder_format" field.
+func BuilderFormatLTE(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldLTE(FieldBuilderFormat, v))
+}
+
+// BuilderFormatContains applies the Contains predicate on the "builder_format" field.
+func BuilderFormatContains(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldContains(FieldBuilderFormat, v))
+}
+
+// BuilderFormatHasPrefix applies the HasPrefix predicate on the "builder_format" field.
+func BuilderFormatHasPrefix(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldHasPrefix(FieldBuilderFormat, v))
+}
+
+// BuilderFormatHasSuffix applies the HasSuffix predicate on the "builder_format" field.
+func BuilderFormatHasSuffix(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldHasSuffix(FieldBuilderFormat, v))
+}
+
+// BuilderFormatIsNil applies the IsNil predicate on the "builder_format" field.
+func BuilderFormatIsNil() predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldIsNull(FieldBuilderFormat))
+}
+
+// BuilderFormatNotNil applies the NotNil predicate on the "builder_format" field.
+func BuilderFormatNotNil() predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldNotNull(FieldBuilderFormat))
+}
+
+// BuilderFormatEqualFold applies the EqualFold predicate on the "builder_format" field.
+func BuilderFormatEqualFold(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldEqualFold(FieldBuilderFormat, v))
+}
+
+// BuilderFormatContainsFold applies the ContainsFold predicate on the "builder_format" field.
+func BuilderFormatContainsFold(v string) predicate.RootfsArtifact {
+	return predicate.RootfsArtifact(sql.FieldContainsFold(FieldBuilderFormat, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -53,6 +53,11 @@ func (RootfsArtifact) Fields() []ent.Field {
 		str("cube_egress_ca_fingerprint", 128),
 		// Upstream's type: a count of the files the CA was written to.
 		field.Int64("cube_egress_ca_targets_written").Default(0),
+		// Ours: the Format of the builder that wrote the bytes
+		// (ports.RootfsBuilder), NULL where unknown (rows written before
+		// it was recorded, or by upstream). Text: a plugin's Format has
+		// no length limit.
+		text("builder_format"),
 	}
 }
 

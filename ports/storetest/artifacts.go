@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ var artifactTests = []test{
 	{"Artifact/UpdateConcurrentNoneLost", testArtifactUpdateConcurrent},
 	{"Artifact/ListByStatus", testArtifactListByStatus},
 	{"Artifact/CountReferences", testCountReferences},
+	{"Artifact/Builder", testArtifactBuilder},
 }
 
 var placementTests = []test{
@@ -48,6 +50,7 @@ func newArtifact() *core.Artifact {
 		CubeEgressCABaked:          true,
 		CubeEgressCAFingerprint:    fp,
 		CubeEgressCATargetsWritten: 3,
+		Builder:                    "ext4stream/3",
 	}
 }
 
@@ -111,6 +114,31 @@ func testArtifactCRUD(t *testing.T, e *env) {
 	_, err = ar.Get(e.ctx, a.ArtifactID)
 	mustErrIs(t, err, core.ErrNotFound, "Get after Delete")
 	must(t, ar.Delete(e.ctx, a.ArtifactID), "deleting a missing artifact")
+}
+
+// testArtifactBuilder: the builder's Format is stored as given, however
+// long (a plugin's has no limit); a row written without one reads "" (not
+// known), and updates that do not touch it keep it.
+func testArtifactBuilder(t *testing.T, e *env) {
+	ar := e.s.Artifacts()
+	old := newArtifact()
+	old.Builder = ""
+	must(t, ar.Create(e.ctx, old), "create without a builder")
+	got, err := ar.Get(e.ctx, old.ArtifactID)
+	must(t, err, "get")
+	if got.Builder != "" {
+		t.Fatalf("an artifact created without a builder reads Builder %q, want \"\"", got.Builder)
+	}
+	long := "plugin-" + strings.Repeat("v", 600) + "/api-3"
+	_, err = ar.Update(e.ctx, old.ArtifactID, func(x *core.Artifact) error { x.Builder = long; return nil })
+	must(t, err, "set the builder")
+	_, err = ar.Update(e.ctx, old.ArtifactID, func(x *core.Artifact) error { x.LastError = "touched"; return nil })
+	must(t, err, "update another field")
+	got, err = ar.Get(e.ctx, old.ArtifactID)
+	must(t, err, "get after updates")
+	if got.Builder != long || got.LastError != "touched" {
+		t.Fatalf("after updates: Builder %q (len %d), LastError %q; want the long builder kept", got.Builder, len(got.Builder), got.LastError)
+	}
 }
 
 func testArtifactConflicts(t *testing.T, e *env) {

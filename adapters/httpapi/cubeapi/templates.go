@@ -620,8 +620,8 @@ func (p listPage) cut(items []cubeview.TemplateItem) []cubeview.TemplateItem {
 	return items
 }
 
-// fillSizes sets the rootfs size of each item of a page from its artifact
-// row (display data: a failed read leaves it out).
+// fillSizes sets the rootfs size and builder of each item of a page from
+// its artifact row (display data: a failed read leaves them out).
 func (s *server) fillSizes(ctx context.Context, items []cubeview.TemplateItem) {
 	if s.cfg.Artifacts == nil {
 		return
@@ -632,6 +632,7 @@ func (s *server) fillSizes(ctx context.Context, items []cubeview.TemplateItem) {
 		}
 		if a, err := s.cfg.Artifacts.GetArtifact(ctx, items[i].ArtifactID); err == nil {
 			items[i].SizeBytes = a.Ext4SizeBytes
+			items[i].Builder = a.Builder
 		}
 	}
 }

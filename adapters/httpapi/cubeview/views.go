@@ -97,6 +97,11 @@ type ArtifactInfo struct {
 	LastError         string `json:"last_error,omitempty"`
 	StorageBackend    string `json:"storage_backend,omitempty"`
 	ObjectKey         string `json:"object_key,omitempty"`
+	// Builder is the Format of the builder that wrote the bytes
+	// (ports.RootfsBuilder: its name and versions, e.g. "ext4stream/3");
+	// absent when not known (built before it was recorded, by upstream,
+	// or uploaded by migrate). This service's own.
+	Builder string `json:"builder,omitempty"`
 }
 
 // NewJobInfo is the view of a job and, if known, its artifact.
@@ -139,7 +144,7 @@ func NewArtifactInfo(a *core.Artifact) *ArtifactInfo {
 		DownloadBaseURL: a.DownloadBaseURL,
 		Ext4Path:        a.Ext4Path, Ext4SHA256: a.Ext4SHA256, Ext4SizeBytes: a.Ext4SizeBytes,
 		WritableLayerSize: a.WritableLayerSize, Status: string(a.Status), LastError: a.LastError,
-		StorageBackend: a.StorageBackend, ObjectKey: a.ObjectKey,
+		StorageBackend: a.StorageBackend, ObjectKey: a.ObjectKey, Builder: a.Builder,
 	}
 }
 
@@ -179,6 +184,10 @@ type TemplateItem struct {
 	// service's own, for the console).
 	UpdatedAt string `json:"updated_at,omitempty"`
 	SizeBytes int64  `json:"size_bytes,omitempty"`
+	// Builder is the Format of the builder that wrote the template's
+	// artifact (ArtifactInfo.Builder), in a paged listing and a single
+	// template's answer; absent when not known.
+	Builder string `json:"builder,omitempty"`
 }
 
 // NewTemplateItem is the listing view of a template.
@@ -186,7 +195,7 @@ func NewTemplateItem(t *control.Template) TemplateItem {
 	it := TemplateItem{TemplateID: t.TemplateID, InstanceType: t.InstanceType, Version: t.Version, Status: t.Status,
 		LastError: t.LastError, Alias: t.Alias, DisplayName: t.Alias, ImageInfo: t.ImageInfo, JobID: t.JobID,
 		Backend: t.Backend, StorageBackend: t.Backend,
-		ArtifactID: t.ArtifactID, ReplicasReady: t.ReadyNodes, ReplicasTotal: t.TargetNodes}
+		ArtifactID: t.ArtifactID, ReplicasReady: t.ReadyNodes, ReplicasTotal: t.TargetNodes, Builder: t.Builder}
 	if len(t.Replicas) > 0 {
 		it.ReplicasReady, it.ReplicasTotal = 0, len(t.Replicas)
 		for _, r := range t.Replicas {

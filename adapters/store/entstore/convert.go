@@ -252,6 +252,7 @@ func artifactFromEnt(e *ent.RootfsArtifact) (*core.Artifact, error) {
 		CubeEgressCABaked:          e.CubeEgressCaBaked,
 		CubeEgressCAFingerprint:    e.CubeEgressCaFingerprint,
 		CubeEgressCATargetsWritten: e.CubeEgressCaTargetsWritten,
+		Builder:                    e.BuilderFormat,
 		CreatedAt:                  e.CreatedAt.UTC(),
 		UpdatedAt:                  e.UpdatedAt.UTC(),
 	}, nil
@@ -280,4 +281,5 @@ func setArtifact(m *ent.RootfsArtifactMutation, a *core.Artifact) {
 	m.SetCubeEgressCaBaked(a.CubeEgressCABaked)
 	m.SetCubeEgressCaFingerprint(a.CubeEgressCAFingerprint)
 	m.SetCubeEgressCaTargetsWritten(a.CubeEgressCATargetsWritten)
+	m.SetBuilderFormat(a.Builder)
 }

@@ -73,7 +73,7 @@ function listView(gen) {
     msg,
     h('div', { class: 'table-wrap' },
       h('table', { id: 'templates' },
-        h('thead', {}, h('tr', {}, ['Template', 'Alias', 'Status', 'Image', 'Size', 'Replicas ready', 'Created', 'Updated', 'Last job'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('thead', {}, h('tr', {}, ['Template', 'Alias', 'Status', 'Image', 'Size', 'Builder', 'Replicas ready', 'Created', 'Updated', 'Last job'].map((c) => h('th', { scope: 'col' }, c)))),
         body)),
     pager);
 
@@ -116,7 +116,7 @@ function listView(gen) {
 function renderRows(body, items) {
   clear(body);
   if (items.length === 0) {
-    body.appendChild(h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No templates match.')));
+    body.appendChild(h('tr', {}, h('td', { colspan: 10, class: 'empty' }, 'No templates match.')));
     return;
   }
   for (const t of items) {
@@ -126,6 +126,9 @@ function renderRows(body, items) {
       h('td', {}, statusBadge(t.status), t.last_error ? h('div', { class: 'error small' }, t.last_error) : null),
       h('td', { class: 'mono' }, t.image_info || ''),
       h('td', { class: 'nowrap' }, t.size_bytes ? bytes(t.size_bytes) : ''),
+      // The builder that wrote the artifact; "—" when not known (not
+      // built yet, or built before the builder was recorded).
+      h('td', { class: 'mono nowrap builder' }, t.builder || '—'),
       h('td', {}, `${t.replicas_ready ?? 0} / ${t.replicas_total ?? 0}`),
       h('td', {}, when(t.created_at)),
       h('td', {}, when(t.updated_at)),
@@ -480,6 +483,10 @@ function renderJob(el, j) {
     ['Artifact', h('span', { class: 'mono', id: 'artifact-id' }, art.artifact_id)],
     ['SHA-256', h('span', { class: 'mono' }, art.ext4_sha256 || '')],
     ['Size', art.ext4_size_bytes ? bytes(art.ext4_size_bytes) : ''],
+    // Every artifact is a raw ext4 image; the builder's Format names the
+    // builder and the versions of its output, when it was recorded.
+    ['Format', h('span', { id: 'artifact-format' }, 'ext4 (raw)')],
+    ['Builder', h('span', { class: 'mono', id: 'artifact-builder' }, art.builder || 'unknown (not recorded)')],
     ['Writable layer', art.writable_layer_size],
     ['Status', art.status],
   ]) : h('p', {}, 'Not built yet.'));
