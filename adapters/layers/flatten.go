@@ -85,8 +85,15 @@ func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tr
 		return &RejectError{Layer: -1, Rule: RuleImageTooLarge,
 			Detail: fmt.Sprintf("declared sizes %d > %d", total, lim.MaxTotalBytes)}
 	}
+	if flattenTreeDone != nil {
+		flattenTreeDone()
+	}
 	return out(t)
 }
+
+// flattenTreeDone, when set (by tests), is called once every layer is
+// applied to the tree, before it is handed over.
+var flattenTreeDone func()
 
 // layerData is what pass one keeps of a layer.
 type layerData struct {
