@@ -40,21 +40,18 @@ import (
 // layer is applied to an in-memory tree as soon as it and every layer
 // below it are read, so the tree is ready when the last one is. Pass two
 // lists the surviving entries, sorted, with where their content is.
-func Flatten(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
+func Flatten(ctx context.Context, layers []Layer, lim Limits, use func(ports.Tree) error) (Stats, error) {
 	var st Stats
-	err := flattenLayers(ctx, layers, lim, func(t *tree) error {
-		es, s, err := t.entries(ctx)
-		if err != nil {
-			return err
-		}
+	err := flattenLayers(ctx, layers, lim, func(tree *spilledTree, s Stats) error {
 		st = s
-		return use(es)
+		return use(tree)
 	})
 	return st, err
 }
 
-// flattenLayers is pass one and the tree; out is pass two.
-func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tree) error) error {
+// flattenLayers is pass one and the tree; the tree is then spilled (pass
+// two) and handed to out, the in-memory tree already released.
+func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*spilledTree, Stats) error) error {
 	lim = lim.orDefault()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -88,7 +85,15 @@ func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tr
 	if flattenTreeDone != nil {
 		flattenTreeDone()
 	}
-	return out(t)
+	sp, st, err := t.spill(ctx)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	// Only the spilled tree is needed from here on: the nodes and entries
+	// go before the builder runs.
+	t = nil
+	return out(sp, st)
 }
 
 // flattenTreeDone, when set (by tests), is called once every layer is
@@ -654,9 +659,9 @@ var implied = &entry{typ: tar.TypeDir, mode: 0o755}
 // walk is pass two: a pre-order walk with siblings sorted by name, so
 // parents come before children and the output is a function of the input.
 // The first name of an inode carries the content; later names link to it.
-// visit gets each entry's header and, for one that carries content, the
-// entry holding it.
-func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry, layer int) error) error {
+// visit gets each entry's header (without its xattrs), the entry holding
+// its metadata and, for one that carries content, the entry holding it.
+func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, meta, content *entry, layer int) error) error {
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		for _, name := range sortedKeys(n.kids) {
@@ -694,18 +699,11 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 			default:
 				h.Typeflag = k.typ
 			}
-			if len(e.xattrs) > 0 && h.Typeflag != tar.TypeLink {
-				h.PAXRecords = make(map[string]string, len(e.xattrs))
-				for _, x := range e.xattrs {
-					h.PAXRecords[paxXattr+x.name] = x.value
-				}
-				h.Format = tar.FormatPAX
-			}
 			layer := k.layer
 			if k.ino != nil {
 				layer = k.ino.layer
 			}
-			if err := visit(h, content, max(0, layer)); err != nil {
+			if err := visit(h, e, content, max(0, layer)); err != nil {
 				return err
 			}
 			if k.typ == tar.TypeDir {
@@ -717,21 +715,4 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 		return nil
 	}
 	return walk(t.root, "")
-}
-
-// entries lists the tree as ports.TreeEntry values, in tar order.
-func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
-	var st Stats
-	var out []ports.TreeEntry
-	err := t.walk(ctx, func(h *tar.Header, content *entry, layer int) error {
-		te := ports.TreeEntry{Header: h, Layer: layer}
-		if content != nil && content.size > 0 {
-			te.File, te.Offset = content.src, content.off
-			te.Zero, te.ZeroKnown = content.zero, content.zeroKnown
-		}
-		st.count(h.Typeflag, h.Size)
-		out = append(out, te)
-		return nil
-	})
-	return out, st, err
 }

@@ -45,7 +45,7 @@ func TestImageGolden(t *testing.T) {
 	for _, in := range inputs {
 		out := filepath.Join(t.TempDir(), "rootfs.ext4")
 		var res ports.BuildResult
-		_, err := Flatten(context.Background(), in.layers, DefaultLimits(), func(tree []ports.TreeEntry) error {
+		_, err := Flatten(context.Background(), in.layers, DefaultLimits(), func(tree ports.Tree) error {
 			var err error
 			res, err = ext4stream.New().Build(context.Background(), ports.BuildSpec{
 				OutPath: out, UUID: buildertest.FixtureUUID, Time: time.Unix(1700000000, 0)}, tree)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -16,7 +17,9 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
+	"github.com/cubesandbox/templatecenter/ports/flattenertest"
 )
 
 // synthImage writes a deterministic four-layer image of about n entries
@@ -153,7 +156,7 @@ func BenchmarkFlattenMemory(b *testing.B) {
 		base := liveHeap()
 		var atDone, inUse int64
 		flattenTreeDone = func() { atDone = liveHeap() - base }
-		st, err := Flatten(context.Background(), layers, DefaultLimits(), func(tree []ports.TreeEntry) error {
+		st, err := Flatten(context.Background(), layers, DefaultLimits(), func(tree ports.Tree) error {
 			inUse = liveHeap() - base
 			runtime.KeepAlive(tree)
 			return nil
@@ -165,5 +168,47 @@ func BenchmarkFlattenMemory(b *testing.B) {
 		b.ReportMetric(float64(st.Entries), "entries")
 		b.ReportMetric(float64(atDone)/float64(st.Entries), "treeB/entry")
 		b.ReportMetric(float64(inUse)/float64(st.Entries), "useB/entry")
+	}
+}
+
+// TestSpilledTree: the tree Flatten hands over reads the same entries in
+// any order and more than once (EntriesTar checks that), keeps every
+// entry's layer without decoding it, and a record file that went bad is an
+// I/O error, not a rejection of the image.
+func TestSpilledTree(t *testing.T) {
+	layers := synthImage(t, t.TempDir(), 500)
+	_, err := Flatten(context.Background(), layers, DefaultLimits(), func(tree ports.Tree) error {
+		flattenertest.EntriesTar(t, tree)
+		tl, ok := tree.(ports.TreeLayers)
+		if !ok {
+			t.Fatal("the tree does not tell the entries' layers")
+		}
+		seen := map[int]bool{}
+		for i := range tree.Len() {
+			e, err := tree.Entry(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tl.EntryLayer(i) != e.Layer {
+				t.Fatalf("entry %d: layer %d, EntryLayer says %d", i, e.Layer, tl.EntryLayer(i))
+			}
+			seen[e.Layer] = true
+		}
+		if len(seen) < 3 {
+			t.Fatalf("entries of layers %v only", seen)
+		}
+		sp := tree.(*spilledTree)
+		if err := sp.f.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		sp.win = sp.win[:0]
+		_, err := tree.Entry(tree.Len() - 1)
+		if err == nil || errors.Is(err, ErrRejected) || errors.Is(err, core.ErrInvalidArgument) {
+			t.Fatalf("a truncated record file: %v, want an I/O error", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -74,11 +74,11 @@ func randomBytes(n int) []byte {
 
 // randomTree is a tree of one file of n random bytes, held in a file of
 // its own, and the tar stream WriteTar makes of it.
-func randomTree(t *testing.T, n int) ([]ports.TreeEntry, []byte) {
+func randomTree(t *testing.T, n int) (ports.TreeSlice, []byte) {
 	t.Helper()
 	content := randomBytes(n)
 	f := unlinkedFile(t, content)
-	tree := []ports.TreeEntry{
+	tree := ports.TreeSlice{
 		{Header: &tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o755, ModTime: time.Unix(1e9, 0)}},
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "d/f", Mode: 0o644, Size: int64(n), ModTime: time.Unix(1e9, 0)}, File: f},
 	}
