@@ -919,7 +919,7 @@ func (x *extractor) finish() error {
 func (x *extractor) dirMeta(p string) error {
 	e := x.meta[p]
 	if e == nil {
-		e = implied
+		e = impliedEntry
 	}
 	fd, err := openBeneath(x.rootFD, p)
 	if err != nil {

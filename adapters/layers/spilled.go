@@ -118,7 +118,7 @@ func newSpillWriter() (*spillWriter, error) {
 
 // add appends the entry h, whose metadata (xattrs) is meta's and whose
 // content, for the name carrying it, is content's.
-func (w *spillWriter) add(h *tar.Header, meta, content *entry, layer int) error {
+func (w *spillWriter) add(h *tar.Header, m, content *meta, layer int) error {
 	b := w.buf[:0]
 	b = append(b, h.Typeflag)
 	b = appendString(b, h.Name)
@@ -132,7 +132,7 @@ func (w *spillWriter) add(h *tar.Header, meta, content *entry, layer int) error 
 	b = binary.AppendUvarint(b, uint64(h.Devminor))
 	var xs []xattr
 	if h.Typeflag != tar.TypeLink {
-		xs = meta.xattrs
+		xs = m.xattrs()
 	}
 	b = binary.AppendUvarint(b, uint64(len(xs)))
 	for _, x := range xs {
@@ -155,8 +155,8 @@ func (w *spillWriter) add(h *tar.Header, meta, content *entry, layer int) error 
 			known = 1
 		}
 		b = append(b, known)
-		b = binary.AppendUvarint(b, uint64(len(content.zero)))
-		for _, r := range content.zero {
+		b = binary.AppendUvarint(b, uint64(len(content.zero())))
+		for _, r := range content.zero() {
 			b = binary.AppendUvarint(b, uint64(r[0]))
 			b = binary.AppendUvarint(b, uint64(r[1]))
 		}
@@ -295,9 +295,9 @@ func (t *tree) spill(ctx context.Context) (*spilledTree, Stats, error) {
 	if err != nil {
 		return nil, st, err
 	}
-	err = t.walk(ctx, func(h *tar.Header, meta, content *entry, layer int) error {
+	err = t.walk(ctx, func(h *tar.Header, m, content *meta, layer int) error {
 		st.count(h.Typeflag, h.Size)
-		return w.add(h, meta, content, layer)
+		return w.add(h, m, content, layer)
 	})
 	var sp *spilledTree
 	if err == nil {

@@ -348,7 +348,7 @@ func TestCancelMidBuild(t *testing.T) {
 	dir := t.TempDir()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Build(ctx, ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, nil)
+		_, err := b.Build(ctx, ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, ports.TreeSlice(nil))
 		done <- err
 	}()
 	waitForTemp(t, dir)

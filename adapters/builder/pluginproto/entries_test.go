@@ -175,7 +175,7 @@ func TestV3ManyEntriesInBatches(t *testing.T) {
 // version, even if the host asks.
 func TestV3NeedsAnEntriesBuilder(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}})
-	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, ports.TreeSlice(nil))
 	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "v3") {
 		t.Fatalf("err = %v, want ErrUnsupported naming v3", err)
 	}
@@ -192,7 +192,7 @@ func TestV3MalformedSHA256(t *testing.T) {
 		return ports.BuildResult{SizeBytes: 5, SHA256: "ABC"}, nil
 	}}
 	c := connect(t, &GRPCPlugin{Impl: pf})
-	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, ports.TreeSlice(nil))
 	if err == nil || !strings.Contains(err.Error(), `sha256 "ABC"`) {
 		t.Fatalf("err = %v, want the malformed sha256 named", err)
 	}
@@ -204,7 +204,7 @@ func TestV3MalformedSHA256(t *testing.T) {
 	pf.entries = func(context.Context, ports.BuildSpec, ports.TreeSlice) (ports.BuildResult, error) {
 		return ports.BuildResult{SizeBytes: 5, SHA256: hex.EncodeToString(sum[:])}, nil
 	}
-	res, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
+	res, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, ports.TreeSlice(nil))
 	if err != nil || res.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("res %+v, err %v", res, err)
 	}
@@ -226,7 +226,7 @@ func TestV3CancelReachesThePlugin(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Impl: pf})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	_, err := c.Build(ctx, APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
+	_, err := c.Build(ctx, APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, ports.TreeSlice(nil))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
