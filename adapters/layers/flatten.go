@@ -699,7 +699,7 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, m, content *m
 			layer := int(k.layer)
 			switch k.typ {
 			case tar.TypeReg:
-				layer = int(e.layer)
+				layer = int(contentLayer(k))
 				if first, ok := emitted[e]; ok {
 					h.Typeflag, h.Linkname = tar.TypeLink, first
 				} else {

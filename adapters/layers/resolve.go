@@ -168,7 +168,7 @@ func (t *tree) mkdirs(r resolved, base string, idx int) (*node, *rejection) {
 		if t.nodes++; t.nodes > int64(t.lim.MaxEntries) {
 			return nil, reject(RuleTooManyEntries, "more than %d entries with implied directories", t.lim.MaxEntries)
 		}
-		k := newDir(nil, idx)
+		k := t.newDir(nil, idx)
 		cur.kids[key(s.name)] = k
 		r.path[i].n = k
 		cur = k

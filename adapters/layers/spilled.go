@@ -116,9 +116,9 @@ func newSpillWriter() (*spillWriter, error) {
 	return &spillWriter{t: &spilledTree{f: f}, w: bufio.NewWriterSize(hostWriter{f}, 1<<20), files: map[*os.File]uint64{}}, nil
 }
 
-// add appends the entry h, whose metadata (xattrs) is meta's and whose
-// content, for the name carrying it, is content's.
-func (w *spillWriter) add(h *tar.Header, m, content *meta, layer int) error {
+// add appends the entry h, whose metadata (xattrs) is m's and whose
+// content, for the name carrying it, is content's, in file src.
+func (w *spillWriter) add(h *tar.Header, m, content *meta, src *os.File, layer int) error {
 	b := w.buf[:0]
 	b = append(b, h.Typeflag)
 	b = appendString(b, h.Name)
@@ -139,14 +139,14 @@ func (w *spillWriter) add(h *tar.Header, m, content *meta, layer int) error {
 		b = appendString(b, x.name)
 		b = appendString(b, x.value)
 	}
-	if content == nil || content.size == 0 || content.src == nil {
+	if content == nil || content.size == 0 || src == nil {
 		b = append(b, 0)
 	} else {
-		n, ok := w.files[content.src]
+		n, ok := w.files[src]
 		if !ok {
-			w.t.files = append(w.t.files, content.src)
+			w.t.files = append(w.t.files, src)
 			n = uint64(len(w.t.files))
-			w.files[content.src] = n
+			w.files[src] = n
 		}
 		b = binary.AppendUvarint(b, n)
 		b = binary.AppendUvarint(b, uint64(content.off))
@@ -297,7 +297,11 @@ func (t *tree) spill(ctx context.Context) (*spilledTree, Stats, error) {
 	}
 	err = t.walk(ctx, func(h *tar.Header, m, content *meta, layer int) error {
 		st.count(h.Typeflag, h.Size)
-		return w.add(h, m, content, layer)
+		var src *os.File
+		if content != nil {
+			src = t.file(content)
+		}
+		return w.add(h, m, content, src, layer)
 	})
 	var sp *spilledTree
 	if err == nil {

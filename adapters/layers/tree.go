@@ -25,29 +25,34 @@ type node struct {
 // content, not its names (the entry, with its names as found in the
 // archive, is dropped once placed). A regular file's meta is its inode,
 // shared by its hard links.
+// Its 48 bytes (a size class of Go's allocator) are why the content file
+// is a number (tree.files) and the mode 16 bits (parseHeader keeps 12).
 type meta struct {
 	size, mtime, off int64
-	src              *os.File
 	ext              *metaExt // what few entries have
-	mode, uid, gid   uint32
-	layer            int32 // TypeReg: the layer of the content
+	uid, gid         uint32
+	src              uint32 // tree.files[src-1] holds the content; 0: none
+	mode             uint16
 	zeroKnown        bool
-	linked           bool // TypeReg: a hard link names it too
+	// linked: a hard link names this file too, and ext.layer is the layer
+	// of its content (otherwise the layer of its only node).
+	linked bool
 }
 
 // metaExt holds the rarer metadata: a symlink's target, device numbers,
-// xattrs, zero runs.
+// xattrs, zero runs, the content layer of a hard-linked file.
 type metaExt struct {
 	link         string
 	major, minor int64
 	xattrs       []xattr
 	zero         [][2]uint32
+	layer        int32
 }
 
-// metaOf keeps what the tree needs of e, placed by layer idx.
-func metaOf(e *entry, idx int) *meta {
-	m := &meta{size: e.size, mtime: e.mtime, off: e.off, src: e.src,
-		mode: uint32(e.mode), uid: uint32(e.uid), gid: uint32(e.gid), layer: int32(idx), zeroKnown: e.zeroKnown}
+// metaOf keeps what the tree needs of e.
+func (t *tree) metaOf(e *entry) *meta {
+	m := &meta{size: e.size, mtime: e.mtime, off: e.off, src: t.fileNumber(e.src),
+		mode: uint16(e.mode), uid: uint32(e.uid), gid: uint32(e.gid), zeroKnown: e.zeroKnown}
 	if e.typ == tar.TypeSymlink || e.major != 0 || e.minor != 0 || len(e.xattrs) > 0 || len(e.zero) > 0 {
 		m.ext = &metaExt{major: e.major, minor: e.minor, xattrs: e.xattrs, zero: e.zero}
 		if e.typ == tar.TypeSymlink {
@@ -79,10 +84,54 @@ func (m *meta) zero() [][2]uint32 {
 	return m.ext.zero
 }
 
-func newDir(e *entry, layer int) *node {
+// fileNumber numbers a content file for meta.src.
+func (t *tree) fileNumber(f *os.File) uint32 {
+	if f == nil {
+		return 0
+	}
+	n, ok := t.fileNums[f]
+	if !ok {
+		t.files = append(t.files, f)
+		n = uint32(len(t.files))
+		t.fileNums[f] = n
+	}
+	return n
+}
+
+// file is the content file of m, or nil.
+func (t *tree) file(m *meta) *os.File {
+	if m.src == 0 {
+		return nil
+	}
+	return t.files[m.src-1]
+}
+
+// link marks the regular file target as named by a hard link too,
+// keeping the layer of its content.
+func (t *tree) link(target *node) {
+	m := target.m
+	if m.linked {
+		return
+	}
+	if m.ext == nil {
+		m.ext = &metaExt{}
+	}
+	// target is the node that made the file: only it exists yet.
+	m.ext.layer, m.linked = target.layer, true
+}
+
+// contentLayer is the layer of the content of the regular file n.
+func contentLayer(n *node) int32 {
+	if n.m.linked {
+		return n.m.ext.layer
+	}
+	return n.layer
+}
+
+func (t *tree) newDir(e *entry, layer int) *node {
 	n := &node{typ: tar.TypeDir, kids: map[string]*node{}, layer: int32(layer)}
 	if e != nil {
-		n.m = metaOf(e, layer)
+		n.m = t.metaOf(e)
 	}
 	return n
 }
@@ -92,14 +141,18 @@ func newDir(e *entry, layer int) *node {
 func key(base string) string { return strings.Clone(base) }
 
 type tree struct {
-	root  *node
-	lim   Limits
-	nodes int64 // entries plus implied directories, against MaxEntries
-	steps int64 // resolution budget left (resolveStepsPerEntry per entry)
+	root     *node
+	files    []*os.File // content files, by meta.src - 1
+	fileNums map[*os.File]uint32
+	lim      Limits
+	nodes    int64 // entries plus implied directories, against MaxEntries
+	steps    int64 // resolution budget left (resolveStepsPerEntry per entry)
 }
 
 func newTree(lim Limits, entries int64) *tree {
-	return &tree{root: newDir(nil, -1), lim: lim, nodes: entries, steps: resolveStepsPerEntry * (entries + 1024)}
+	t := &tree{lim: lim, nodes: entries, steps: resolveStepsPerEntry * (entries + 1024), fileNums: map[*os.File]uint32{}}
+	t.root = t.newDir(nil, -1)
+	return t
 }
 
 // grow accounts for a layer of entries about to be applied: they count
@@ -128,7 +181,7 @@ func (t *tree) apply(idx int, digest string, d *layerData) error {
 
 func (t *tree) place(idx int, e *entry) *rejection {
 	if e.name == "." {
-		t.root.m = metaOf(e, idx) // parseHeader refused a root that is not a directory
+		t.root.m = t.metaOf(e) // parseHeader refused a root that is not a directory
 		return nil
 	}
 	dir, base := path.Split(e.name)
@@ -172,20 +225,20 @@ func (t *tree) place(idx int, e *entry) *rejection {
 	switch e.typ {
 	case tar.TypeDir:
 		if old != nil && old.typ == tar.TypeDir {
-			old.m, old.layer = metaOf(e, idx), int32(idx) // directory over directory: merge
+			old.m, old.layer = t.metaOf(e), int32(idx) // directory over directory: merge
 			return nil
 		}
-		parent.kids[key(base)] = newDir(e, idx)
+		parent.kids[key(base)] = t.newDir(e, idx)
 	case tar.TypeReg:
-		parent.kids[key(base)] = &node{typ: tar.TypeReg, m: metaOf(e, idx), layer: int32(idx)}
+		parent.kids[key(base)] = &node{typ: tar.TypeReg, m: t.metaOf(e), layer: int32(idx)}
 	case tar.TypeLink:
 		if target == old {
 			return reject(RuleHardlinkSelf, "target %q resolves to the link itself", e.link)
 		}
-		target.m.linked = true
+		t.link(target)
 		parent.kids[key(base)] = &node{typ: tar.TypeReg, m: target.m, layer: int32(idx)}
 	default:
-		parent.kids[key(base)] = &node{typ: e.typ, m: metaOf(e, idx), layer: int32(idx)}
+		parent.kids[key(base)] = &node{typ: e.typ, m: t.metaOf(e), layer: int32(idx)}
 	}
 	return nil
 }
