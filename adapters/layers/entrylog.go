@@ -14,9 +14,13 @@ type entryLog struct {
 	n     int
 }
 
-// entryLogSlab is the size of one slab; a larger record gets a slab of
-// its own size.
-const entryLogSlab = 256 << 10
+// entryLogSlab is the size of the largest slab; slabs start small (a
+// small layer should not pay for a large fresh allocation) and double.
+// A larger record gets a slab of its own size.
+const (
+	entryLogSlab      = 256 << 10
+	entryLogFirstSlab = 4 << 10
+)
 
 // Source kinds of an encoded entry's content.
 const (
@@ -86,7 +90,11 @@ func (l *entryLog) add(d *layerData, e *entry) {
 		// It did not fit (or there was no slab): move the record to a
 		// new slab rather than keep append's copy of the old one.
 		rec := b[start:]
-		slab := make([]byte, 0, max(entryLogSlab, len(rec)))
+		size := entryLogFirstSlab
+		if k > 0 {
+			size = min(entryLogSlab, 2*cap(l.slabs[k-1]))
+		}
+		slab := make([]byte, 0, max(size, len(rec)))
 		slab = append(slab, rec...)
 		if k > 0 {
 			l.slabs[k-1] = l.slabs[k-1][:start]

@@ -38,8 +38,13 @@ var (
 	_ ports.TreeLayers = (*spilledTree)(nil)
 )
 
-// spillWindow is how much of the record file one read brings in.
-const spillWindow = 256 << 10
+// spillWindow is how much of the record file one read brings in, and
+// spillBuffer how much is written at once: small, since a fresh large
+// buffer costs its page faults on every Flatten.
+const (
+	spillWindow = 64 << 10
+	spillBuffer = 64 << 10
+)
 
 // Len implements ports.Tree.
 func (s *spilledTree) Len() int { return len(s.offs) }
@@ -113,7 +118,7 @@ func newSpillWriter() (*spillWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &spillWriter{t: &spilledTree{f: f}, w: bufio.NewWriterSize(hostWriter{f}, 1<<20), files: map[*os.File]uint64{}}, nil
+	return &spillWriter{t: &spilledTree{f: f}, w: bufio.NewWriterSize(hostWriter{f}, spillBuffer), files: map[*os.File]uint64{}}, nil
 }
 
 // add appends the entry h, whose metadata (xattrs) is m's and whose
