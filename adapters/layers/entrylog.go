@@ -105,13 +105,15 @@ func (l *entryLog) add(d *layerData, e *entry) {
 
 var errBadLog = errors.New("layers: corrupt entry log")
 
-// each decodes the entries in order, each into a fresh entry, and calls
-// fn with it; the log may be dropped as it goes (release).
+// each decodes the entries in order and calls fn with each; the log may
+// be dropped as it goes (release). The entry passed to fn is reused for
+// the next one (its strings and slices are not): fn must not keep it.
 func (l *entryLog) each(d *layerData, release bool, fn func(*entry) error) error {
+	e := new(entry)
 	for i, slab := range l.slabs {
 		r := &recordReader{b: slab}
 		for len(r.b) > 0 {
-			e := &entry{typ: r.byte(), wh: whKind(r.byte())}
+			*e = entry{typ: r.byte(), wh: whKind(r.byte())}
 			flags, src := r.byte(), r.byte()
 			e.sparse, e.zeroKnown = flags&1 != 0, flags&2 != 0
 			e.name = r.string()
