@@ -68,7 +68,7 @@ type ImageSource interface {
 	StreamLayers(ctx context.Context, req ImageRequest, img *ResolvedImage, progress func(PullProgress)) (layers []StreamedLayer, wait func() ([]LocalLayer, error), err error)
 }
 
-// BuildSpec is one ext4 build; the tree comes with it as entries
+// BuildSpec is one ext4 build; the tree comes with it as a Tree
 // (RootfsBuilder.Build).
 type BuildSpec struct {
 	// OutPath is where the image is written; the builder writes a temporary
@@ -102,8 +102,8 @@ type BuildResult struct {
 	SHA256 string
 }
 
-// TreeEntry is one entry of a flattened tree. A tree is a slice of them
-// in the order a tar archive of it lists them: whiteouts already applied,
+// TreeEntry is one entry of a flattened tree (Tree). A tree lists them
+// in the order a tar archive of it would: whiteouts already applied,
 // every path clean and relative (a directory may carry one trailing "/";
 // "." is the root), parents before children, hard links pointing at
 // earlier regular files. It is resolved: no entry lies below a symlink
@@ -124,7 +124,7 @@ type TreeEntry struct {
 	Header *tar.Header
 	// File and Offset hold the content of a regular file with Size > 0:
 	// Header.Size bytes from Offset. Valid until the call that handed the
-	// entries over returns.
+	// tree over returns.
 	File   *os.File
 	Offset int64
 	// Zero lists the all-zero 4 KiB blocks of the content, counted from
@@ -139,6 +139,63 @@ type TreeEntry struct {
 	// (nodes then fetch little of a rebuild: core/chunk). 0 for trees
 	// without layers.
 	Layer int
+}
+
+// Tree is a flattened tree (TreeEntry's contract), read by index, so that
+// a large tree need not be held in memory as entries: a flattener may keep
+// it on disk and decode one entry at a time.
+//
+// Entry(i) decodes entry i (0 <= i < Len()) into a TreeEntry the caller
+// owns: a fresh Header each call, which the caller may change. Entries may
+// be read in any order and more than once, from one goroutine at a time;
+// they and their content files are valid until the call that handed the
+// tree over (RootfsBuilder.Build, the use of TreeFlattener.Flatten)
+// returns. An error from Entry is an I/O error of the tree's storage, not
+// a rejection of the entry: the caller fails with it.
+type Tree interface {
+	Len() int
+	Entry(i int) (TreeEntry, error)
+}
+
+// TreeLayers is implemented by a Tree that tells an entry's Layer without
+// decoding the entry (a builder placing lower layers first asks for every
+// entry's layer before it reads the entries).
+type TreeLayers interface {
+	EntryLayer(i int) int
+}
+
+// TreeSlice is a Tree held in memory as entries, for small trees and
+// tests. Entry returns a copy of the entry with a copy of its Header.
+type TreeSlice []TreeEntry
+
+// Len implements Tree.
+func (s TreeSlice) Len() int { return len(s) }
+
+// Entry implements Tree.
+func (s TreeSlice) Entry(i int) (TreeEntry, error) {
+	e := s[i]
+	if e.Header != nil {
+		h := *e.Header
+		e.Header = &h
+	}
+	return e, nil
+}
+
+// EntryLayer implements TreeLayers.
+func (s TreeSlice) EntryLayer(i int) int { return s[i].Layer }
+
+// TreeEntries reads every entry of tree into a slice (whose content files
+// stay valid only as long as the tree's).
+func TreeEntries(tree Tree) ([]TreeEntry, error) {
+	out := make([]TreeEntry, tree.Len())
+	for i := range out {
+		e, err := tree.Entry(i)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
 }
 
 // RootfsBuilder turns a flattened tree into an ext4 image.
@@ -157,7 +214,8 @@ type RootfsBuilder interface {
 	// (fsynced): whoever keeps it makes it so (the artifact store syncs the
 	// copy it publishes). A build whose ctx ends fails with an error
 	// wrapping ctx.Err(); one whose content cannot be read fails too.
-	Build(ctx context.Context, spec BuildSpec, tree []TreeEntry) (BuildResult, error)
+	// An error reading the tree (Tree.Entry) fails the build with it.
+	Build(ctx context.Context, spec BuildSpec, tree Tree) (BuildResult, error)
 }
 
 // ObjectInfo describes a stored artifact object.
@@ -272,7 +330,7 @@ type TreeStats struct {
 }
 
 // TreeFlattener applies layers in order and hands the resulting root
-// filesystem over as entries (TreeEntry's contract), siblings sorted by
+// filesystem over as a Tree (TreeEntry's contract), siblings sorted by
 // name bytes so that the same layers give the same tree, with references
 // to their content in files the flattener holds open while use runs: an
 // in-process builder knows the whole tree before it writes.
@@ -290,7 +348,7 @@ type TreeStats struct {
 // nothing outside the flattener's own scratch space is written, and no
 // scratch outlives the call. ports/flattenertest is the conformance suite.
 type TreeFlattener interface {
-	// Flatten calls use once with every entry of the result; content
+	// Flatten calls use once with the resulting tree; it and its content
 	// files stay valid until use returns. use's error is returned as is.
-	Flatten(ctx context.Context, layers []FlattenLayer, use func([]TreeEntry) error) (TreeStats, error)
+	Flatten(ctx context.Context, layers []FlattenLayer, use func(Tree) error) (TreeStats, error)
 }

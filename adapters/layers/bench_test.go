@@ -119,7 +119,7 @@ func BenchmarkFlatten(b *testing.B) {
 			setup(b)
 			var out int64
 			for b.Loop() {
-				st, err := Flatten(context.Background(), layers, DefaultLimits(), func([]ports.TreeEntry) error { return nil })
+				st, err := Flatten(context.Background(), layers, DefaultLimits(), func(ports.Tree) error { return nil })
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -84,7 +84,7 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 		}
 		return nil, fmt.Errorf("uncompressed digest %s, config says %s: %w", ix.DiffID, l.DiffID, ports.ErrDiffIDMismatch)
 	}
-	d := &layerData{entries: make([]*entry, 0, len(ix.Entries))}
+	d := &layerData{}
 	if ix.ContentSize > 0 {
 		c, err := l.Derived.Open(derivedName(lim, "content"))
 		if err != nil {
@@ -112,7 +112,7 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 			}
 			e.src, e.off = d.spool, de.Off
 		}
-		d.entries = append(d.entries, e)
+		d.log.add(d, e)
 	}
 	return d, nil
 }
@@ -120,10 +120,13 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 // storeDerived keeps a decoded layer whose content is all in its spool
 // (layers read in place are cheap to read again and are not kept).
 func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize int64, commitContent func() error) error {
-	for _, e := range d.entries {
-		if e.typ == tar.TypeReg && e.wh == whNone && e.size > 0 && (e.src != d.spool || d.spool == nil) {
-			return nil
-		}
+	inPlace := false
+	_ = d.log.each(d, false, func(e *entry) error {
+		inPlace = inPlace || e.typ == tar.TypeReg && e.wh == whNone && e.size > 0 && (e.src != d.spool || d.spool == nil)
+		return nil
+	})
+	if inPlace {
+		return nil
 	}
 	if contentSize > 0 {
 		if commitContent == nil {
@@ -133,8 +136,8 @@ func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize 
 			return err
 		}
 	}
-	ix := derivedIndex{Format: derivedFormat, DiffID: diffID, ContentSize: contentSize, Entries: make([]derivedEntry, 0, len(d.entries))}
-	for _, e := range d.entries {
+	ix := derivedIndex{Format: derivedFormat, DiffID: diffID, ContentSize: contentSize, Entries: make([]derivedEntry, 0, d.log.n)}
+	err := d.log.each(d, false, func(e *entry) error {
 		de := derivedEntry{
 			Name: e.name, Raw: e.raw, Typ: e.typ, Link: e.link, Size: e.size, Mode: e.mode,
 			UID: e.uid, GID: e.gid, MTime: e.mtime, Major: e.major, Minor: e.minor,
@@ -144,6 +147,10 @@ func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize 
 			de.Xattrs = append(de.Xattrs, derivedXattr{Name: x.name, Value: x.value})
 		}
 		ix.Entries = append(ix.Entries, de)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	f, commit, err := l.Derived.Create(derivedName(lim, "index"))
 	if err != nil {

@@ -7,8 +7,11 @@
 // are returned as they are.
 //
 // Flatten touches the host only to read layer blobs and to spool their
-// content into unlinked temporary files ($TMPDIR). Its output satisfies
-// ports.BuildSpec.Tree: no whiteouts, clean relative names (the root itself
+// content, and the tree it hands over, into unlinked temporary files
+// ($TMPDIR). The tree is one record per entry in such a file (spilled.go);
+// the in-memory tree it was made from is released before use runs, so a
+// builder holds only 12 bytes per entry of it. Its output satisfies the
+// ports.Tree contract: no whiteouts, clean relative names (the root itself
 // is not emitted), parents before children, siblings sorted by name, hard
 // links after the name carrying the content, xattrs as SCHILY.xattr.* PAX
 // records, mode (with setuid/setgid/sticky), uid, gid, mtime (whole seconds)

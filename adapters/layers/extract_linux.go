@@ -23,7 +23,7 @@ import (
 	"github.com/cubesandbox/templatecenter/ports"
 )
 
-// ExtractEntries writes a flattened tree (the entries Flatten hands over)
+// ExtractEntries writes a flattened tree (the tree Flatten hands over)
 // under root, which must be an existing empty directory. No write ever
 // leaves root.
 //
@@ -54,18 +54,22 @@ import (
 // goroutine opened and checked; a hard link, the directory metadata and
 // the return wait for them. Every check above still runs here, before
 // any worker sees the entry.
-func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (res ExtractResult, err error) {
+func ExtractEntries(ctx context.Context, tree ports.Tree, root string, opt ExtractOptions) (res ExtractResult, err error) {
 	x, err := newExtractor(root, opt)
 	if err != nil {
 		return ExtractResult{}, err
 	}
 	defer x.closeInto(&res)
-	for i, te := range entries {
+	for i := range tree.Len() {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		if i >= x.lim.MaxEntries {
 			return res, x.reject("", reject(RuleTooManyEntries, "more than %d entries", x.lim.MaxEntries))
+		}
+		te, err := tree.Entry(i)
+		if err != nil {
+			return res, fmt.Errorf("extract: read tree entry %d: %w", i, err)
 		}
 		if te.Header == nil {
 			return res, x.reject("", reject(RuleCorruptArchive, "an entry without a header"))
@@ -915,7 +919,7 @@ func (x *extractor) finish() error {
 func (x *extractor) dirMeta(p string) error {
 	e := x.meta[p]
 	if e == nil {
-		e = implied
+		e = impliedEntry
 	}
 	fd, err := openBeneath(x.rootFD, p)
 	if err != nil {

@@ -17,6 +17,6 @@ func Extract(ctx context.Context, tree io.Reader, root string, opt ExtractOption
 }
 
 // ExtractEntries needs Linux, as Extract does.
-func ExtractEntries(ctx context.Context, entries []ports.TreeEntry, root string, opt ExtractOptions) (ExtractResult, error) {
+func ExtractEntries(ctx context.Context, tree ports.Tree, root string, opt ExtractOptions) (ExtractResult, error) {
 	return ExtractResult{}, fmt.Errorf("extract: only on linux: %w", core.ErrUnsupported)
 }

@@ -453,7 +453,7 @@ func testExtractEntriesMatchesExtract(t *testing.T) {
 	}
 	fromEntries := t.TempDir()
 	var got ExtractResult
-	if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+	if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es ports.Tree) error {
 		got, err = ExtractEntries(context.Background(), es, fromEntries, opt)
 		return err
 	}); err != nil {
@@ -547,18 +547,18 @@ func TestExtractEntriesRefusesHostileEntries(t *testing.T) {
 	}
 	cases := []struct {
 		name    string
-		entries []ports.TreeEntry
+		entries ports.TreeSlice
 		rule    string // "" means an error that is not a rejection
 	}{
-		{"traversal", []ports.TreeEntry{file("../escape", 1)}, RulePathTraversal},
-		{"absolute", []ports.TreeEntry{file("/etc/passwd", 1)}, "absolute-name"},
-		{"whiteout", []ports.TreeEntry{{Header: h(tar.TypeReg, "d/.wh.x", nil)}}, RuleWhiteoutInTree},
-		{"below a symlink", []ports.TreeEntry{{Header: h(tar.TypeSymlink, "l", func(x *tar.Header) { x.Linkname = "/" })}, file("l/x", 1)}, RuleParentSymlink},
-		{"twice", []ports.TreeEntry{file("a", 1), file("a", 1)}, RuleDuplicateEntry},
-		{"link to nothing", []ports.TreeEntry{{Header: h(tar.TypeLink, "b", func(x *tar.Header) { x.Linkname = "missing" })}}, RuleHardlinkMissing},
-		{"no header", []ports.TreeEntry{{}}, RuleCorruptArchive},
-		{"no content", []ports.TreeEntry{{Header: h(tar.TypeReg, "a", func(x *tar.Header) { x.Size = 5 })}}, RuleCorruptArchive},
-		{"content short", []ports.TreeEntry{file("a", 11)}, RuleCorruptArchive},
+		{"traversal", ports.TreeSlice{file("../escape", 1)}, RulePathTraversal},
+		{"absolute", ports.TreeSlice{file("/etc/passwd", 1)}, "absolute-name"},
+		{"whiteout", ports.TreeSlice{{Header: h(tar.TypeReg, "d/.wh.x", nil)}}, RuleWhiteoutInTree},
+		{"below a symlink", ports.TreeSlice{{Header: h(tar.TypeSymlink, "l", func(x *tar.Header) { x.Linkname = "/" })}, file("l/x", 1)}, RuleParentSymlink},
+		{"twice", ports.TreeSlice{file("a", 1), file("a", 1)}, RuleDuplicateEntry},
+		{"link to nothing", ports.TreeSlice{{Header: h(tar.TypeLink, "b", func(x *tar.Header) { x.Linkname = "missing" })}}, RuleHardlinkMissing},
+		{"no header", ports.TreeSlice{{}}, RuleCorruptArchive},
+		{"no content", ports.TreeSlice{{Header: h(tar.TypeReg, "a", func(x *tar.Header) { x.Size = 5 })}}, RuleCorruptArchive},
+		{"content short", ports.TreeSlice{file("a", 11)}, RuleCorruptArchive},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -581,14 +581,14 @@ func TestExtractEntriesCountsLikeExtract(t *testing.T) {
 	d := func(name string) ports.TreeEntry {
 		return ports.TreeEntry{Header: &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: fixedTime}}
 	}
-	for _, es := range [][]ports.TreeEntry{
+	for _, es := range []ports.TreeSlice{
 		{d("a"), d("b"), d("c")},
 		{d("a"), d("b"), {}},
 	} {
 		_, err := ExtractEntries(context.Background(), es, t.TempDir(), opt)
 		wantRule(t, err, RuleTooManyEntries)
 	}
-	if _, err := ExtractEntries(context.Background(), []ports.TreeEntry{d("a"), d("b")}, t.TempDir(), opt); err != nil {
+	if _, err := ExtractEntries(context.Background(), ports.TreeSlice{d("a"), d("b")}, t.TempDir(), opt); err != nil {
 		t.Fatalf("two entries under a limit of two: %v", err)
 	}
 }
@@ -643,7 +643,7 @@ func extractBothWays(t *testing.T, layers []Layer, opt ExtractOptions, newRoot f
 	t.Helper()
 	t.Run("entries", func(t *testing.T) {
 		root := newRoot(t)
-		if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es []ports.TreeEntry) error {
+		if _, err := Flatten(context.Background(), layers, DefaultLimits(), func(es ports.Tree) error {
 			_, err := ExtractEntries(context.Background(), es, root, opt)
 			return err
 		}); err != nil {
@@ -745,7 +745,7 @@ func TestExtractEntriesErrorWhileWorkersWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var es []ports.TreeEntry
+	var es ports.TreeSlice
 	for i := range files {
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("f%02d", i), Size: size, Mode: 0o644}
 		es = append(es, ports.TreeEntry{Header: h, File: f, Offset: int64(i) * size, ZeroKnown: true})

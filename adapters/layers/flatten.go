@@ -34,27 +34,28 @@ import (
 // It works in two passes. Pass one decodes every layer once, several at a
 // time (the largest first), validating each header and spooling regular
 // file content to a file (uncompressed layer files are read back in
-// place instead); it keeps only the headers in memory. A layer streamed
-// while it downloads (Layer.Blob) is decoded as its bytes arrive; a layer
-// decoded by an earlier build is loaded from Layer.Derived instead. Each
-// layer is applied to an in-memory tree as soon as it and every layer
-// below it are read, so the tree is ready when the last one is. Pass two
-// lists the surviving entries, sorted, with where their content is.
-func Flatten(ctx context.Context, layers []Layer, lim Limits, use func([]ports.TreeEntry) error) (Stats, error) {
+// place instead); it keeps only the validated headers in memory, encoded
+// in an entry log per layer (entrylog.go). A layer streamed while it
+// downloads (Layer.Blob) is decoded as its bytes arrive; a layer decoded
+// by an earlier build is loaded from Layer.Derived instead. Each layer is
+// applied to an in-memory tree as soon as it and every layer below it are
+// read, so the tree is ready when the last one is; the tree keeps of an
+// entry only its metadata and its last name (tree.go), and a layer's log
+// goes as it is applied. Pass two writes the surviving entries, sorted,
+// with where their content is, to a record file (spilled.go) and drops
+// the tree before use gets the records as a ports.Tree.
+func Flatten(ctx context.Context, layers []Layer, lim Limits, use func(ports.Tree) error) (Stats, error) {
 	var st Stats
-	err := flattenLayers(ctx, layers, lim, func(t *tree) error {
-		es, s, err := t.entries(ctx)
-		if err != nil {
-			return err
-		}
+	err := flattenLayers(ctx, layers, lim, func(tree *spilledTree, s Stats) error {
 		st = s
-		return use(es)
+		return use(tree)
 	})
 	return st, err
 }
 
-// flattenLayers is pass one and the tree; out is pass two.
-func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tree) error) error {
+// flattenLayers is pass one and the tree; the tree is then spilled (pass
+// two) and handed to out, the in-memory tree already released.
+func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*spilledTree, Stats) error) error {
 	lim = lim.orDefault()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -71,12 +72,14 @@ func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tr
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t.grow(int64(len(d.entries)))
-		if err := t.apply(i, layers[i].Digest, d.entries); err != nil {
+		if flattenApplying != nil {
+			flattenApplying()
+		}
+		t.grow(int64(d.log.n))
+		if err := t.apply(i, layers[i].Digest, d); err != nil {
 			cancel()
 			return err
 		}
-		d.entries = nil // the tree holds what survives
 	}
 	if err := r.finish(); err != nil {
 		return err
@@ -85,14 +88,33 @@ func flattenLayers(ctx context.Context, layers []Layer, lim Limits, out func(*tr
 		return &RejectError{Layer: -1, Rule: RuleImageTooLarge,
 			Detail: fmt.Sprintf("declared sizes %d > %d", total, lim.MaxTotalBytes)}
 	}
-	return out(t)
+	if flattenTreeDone != nil {
+		flattenTreeDone()
+	}
+	sp, st, err := t.spill(ctx)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	// Only the spilled tree is needed from here on: the nodes and entries
+	// go before the builder runs.
+	t = nil
+	return out(sp, st)
 }
+
+// flattenTreeDone, when set (by tests), is called once every layer is
+// applied to the tree, before it is handed over.
+var flattenTreeDone func()
+
+// flattenApplying, when set (by tests), is called before each layer is
+// applied to the tree.
+var flattenApplying func()
 
 // layerData is what pass one keeps of a layer.
 type layerData struct {
-	entries []*entry
-	file    *os.File // the layer blob; content of uncompressed layers is read in place
-	spool   *os.File // content of compressed (or streamed) layers
+	log   entryLog // the entries, until applied
+	file  *os.File // the layer blob; content of uncompressed layers is read in place
+	spool *os.File // content of compressed (or streamed) layers
 }
 
 func (d *layerData) close() {
@@ -231,7 +253,7 @@ func readLayer(ctx context.Context, idx int, l Layer, lim Limits, total *atomic.
 	if l.Derived != nil {
 		d, err := loadDerived(l, lim)
 		if err == nil {
-			if n := total.Add(int64(len(d.entries))); n > int64(lim.MaxEntries) {
+			if n := total.Add(int64(d.log.n)); n > int64(lim.MaxEntries) {
 				d.close()
 				return nil, &RejectError{Layer: idx, Digest: l.Digest, Rule: RuleTooManyEntries, Detail: fmt.Sprintf("more than %d entries", lim.MaxEntries)}
 			}
@@ -450,7 +472,7 @@ func decodeLayer(ctx context.Context, idx int, l Layer, alg string, lim Limits, 
 				}
 			}
 		}
-		d.entries = append(d.entries, e)
+		d.log.add(d, e)
 	}
 	if spoolW != nil {
 		if err := spoolW.Flush(); err != nil {
@@ -621,7 +643,7 @@ func newSpool() (*os.File, error) {
 
 // contentBytes sums the declared sizes of the tree's inodes, each once.
 func (t *tree) contentBytes() int64 {
-	seen := map[*inode]bool{}
+	seen := map[*meta]bool{}
 	var total int64
 	var walk func(n *node)
 	walk = func(n *node) {
@@ -630,9 +652,9 @@ func (t *tree) contentBytes() int64 {
 			case tar.TypeDir:
 				walk(k)
 			case tar.TypeReg:
-				if !seen[k.ino] {
-					seen[k.ino] = true
-					total += k.ino.e.size
+				if !seen[k.m] {
+					seen[k.m] = true
+					total += k.m.size
 				}
 			}
 		}
@@ -642,14 +664,19 @@ func (t *tree) contentBytes() int64 {
 }
 
 // implied is the metadata of directories no layer declared.
-var implied = &entry{typ: tar.TypeDir, mode: 0o755}
+var implied = &meta{mode: 0o755}
+
+// impliedEntry is implied as an entry, for Extract.
+var impliedEntry = &entry{typ: tar.TypeDir, mode: 0o755}
 
 // walk is pass two: a pre-order walk with siblings sorted by name, so
 // parents come before children and the output is a function of the input.
 // The first name of an inode carries the content; later names link to it.
-// visit gets each entry's header and, for one that carries content, the
-// entry holding it.
-func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entry, layer int) error) error {
+// visit gets each entry's header (without its xattrs), the metadata it
+// carries and, for one that carries content, its inode.
+func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, m, content *meta, layer int) error) error {
+	// emitted is the first name of each inode with hard links.
+	emitted := map[*meta]string{}
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		for _, name := range sortedKeys(n.kids) {
@@ -657,48 +684,42 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 				return err
 			}
 			k, kp := n.kids[name], path.Join(p, name)
-			e := k.e
-			if k.ino != nil {
-				e = k.ino.e
-			} else if e == nil {
+			e := k.m
+			if e == nil {
 				e = implied
 			}
 			h := &tar.Header{
 				Name:    kp,
-				Mode:    e.mode,
-				Uid:     e.uid,
-				Gid:     e.gid,
+				Mode:    int64(e.mode),
+				Uid:     int(e.uid),
+				Gid:     int(e.gid),
 				ModTime: time.Unix(e.mtime, 0),
 			}
-			var content *entry
+			var content *meta
+			layer := int(k.layer)
 			switch k.typ {
 			case tar.TypeReg:
-				if k.ino.emitted != "" {
-					h.Typeflag, h.Linkname = tar.TypeLink, k.ino.emitted
+				layer = int(contentLayer(k))
+				if first, ok := emitted[e]; ok {
+					h.Typeflag, h.Linkname = tar.TypeLink, first
 				} else {
 					h.Typeflag, h.Size = tar.TypeReg, e.size
-					k.ino.emitted = kp
+					if e.linked {
+						emitted[e] = kp
+					}
 					content = e
 				}
 			case tar.TypeSymlink:
-				h.Typeflag, h.Linkname = tar.TypeSymlink, e.link
+				h.Typeflag, h.Linkname = tar.TypeSymlink, e.link()
 			case tar.TypeChar, tar.TypeBlock:
-				h.Typeflag, h.Devmajor, h.Devminor = k.typ, e.major, e.minor
+				h.Typeflag = k.typ
+				if e.ext != nil {
+					h.Devmajor, h.Devminor = e.ext.major, e.ext.minor
+				}
 			default:
 				h.Typeflag = k.typ
 			}
-			if len(e.xattrs) > 0 && h.Typeflag != tar.TypeLink {
-				h.PAXRecords = make(map[string]string, len(e.xattrs))
-				for _, x := range e.xattrs {
-					h.PAXRecords[paxXattr+x.name] = x.value
-				}
-				h.Format = tar.FormatPAX
-			}
-			layer := k.layer
-			if k.ino != nil {
-				layer = k.ino.layer
-			}
-			if err := visit(h, content, max(0, layer)); err != nil {
+			if err := visit(h, e, content, max(0, layer)); err != nil {
 				return err
 			}
 			if k.typ == tar.TypeDir {
@@ -710,21 +731,4 @@ func (t *tree) walk(ctx context.Context, visit func(h *tar.Header, content *entr
 		return nil
 	}
 	return walk(t.root, "")
-}
-
-// entries lists the tree as ports.TreeEntry values, in tar order.
-func (t *tree) entries(ctx context.Context) ([]ports.TreeEntry, Stats, error) {
-	var st Stats
-	var out []ports.TreeEntry
-	err := t.walk(ctx, func(h *tar.Header, content *entry, layer int) error {
-		te := ports.TreeEntry{Header: h, Layer: layer}
-		if content != nil && content.size > 0 {
-			te.File, te.Offset = content.src, content.off
-			te.Zero, te.ZeroKnown = content.zero, content.zeroKnown
-		}
-		st.count(h.Typeflag, h.Size)
-		out = append(out, te)
-		return nil
-	})
-	return out, st, err
 }

@@ -25,7 +25,7 @@ func (f Flattener) layersOf(layers []ports.FlattenLayer) []Layer {
 }
 
 // Flatten implements ports.TreeFlattener.
-func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+func (f Flattener) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 	st, err := Flatten(ctx, f.layersOf(layers), f.Limits, use)
 	return ports.TreeStats{Entries: st.Entries, ContentBytes: st.ContentBytes}, err
 }

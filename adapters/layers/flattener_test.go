@@ -24,7 +24,7 @@ func (h harness) MakeLimitedFlattener(_ context.Context, lim flattenertest.Limit
 	return Flattener{Limits: limitsOf(lim), Gunzip: h.gunzip}, nil
 }
 
-func (harness) Materialize(ctx context.Context, t testing.TB, tree []ports.TreeEntry, dest string) error {
+func (harness) Materialize(ctx context.Context, t testing.TB, tree ports.Tree, dest string) error {
 	needRoot(t)
 	_, err := ExtractEntries(ctx, tree, dest, ExtractOptions{SkipDevices: true})
 	return err
@@ -57,7 +57,7 @@ func TestConformanceGzipProgram(t *testing.T) {
 func TestExtractTreeCorpus(t *testing.T) {
 	needRoot(t)
 	extract := func(lim Limits) flattenertest.TreeConsumer {
-		return func(ctx context.Context, tree []ports.TreeEntry, dest string) error {
+		return func(ctx context.Context, tree ports.Tree, dest string) error {
 			_, err := ExtractEntries(ctx, tree, dest, ExtractOptions{SkipDevices: true, Limits: lim})
 			return err
 		}
@@ -69,8 +69,12 @@ func TestExtractTreeCorpus(t *testing.T) {
 
 func TestFlattenerPort(t *testing.T) {
 	ls := plainLayers(t, []ent{reg("a", "abc"), dir("d")}, []ent{reg("../x", "")})
-	var got []ports.TreeEntry
-	use := func(es []ports.TreeEntry) error { got = es; return nil }
+	var got ports.TreeSlice
+	use := func(tree ports.Tree) error {
+		var err error
+		got, err = ports.TreeEntries(tree)
+		return err
+	}
 	st, err := Flattener{}.Flatten(context.Background(), []ports.FlattenLayer{{Path: ls[0].Path, MediaType: mtTar, Digest: "sha256:a"}}, use)
 	if err != nil || st != (ports.TreeStats{Entries: 2, ContentBytes: 3}) || len(got) != 2 {
 		t.Fatalf("%+v %v, %d entries", st, err, len(got))

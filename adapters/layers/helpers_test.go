@@ -68,7 +68,7 @@ func plainLayers(t testing.TB, layers ...[]ent) []Layer {
 func flatten(t testing.TB, layers []Layer, lim Limits) ([]byte, Stats, error) {
 	t.Helper()
 	var out []byte
-	st, err := Flatten(context.Background(), layers, lim, func(es []ports.TreeEntry) error {
+	st, err := Flatten(context.Background(), layers, lim, func(es ports.Tree) error {
 		out = flattenertest.EntriesTar(t, es)
 		return nil
 	})
@@ -90,13 +90,13 @@ func extractTar(ctx context.Context, tree io.Reader, root string, opt ExtractOpt
 
 var errNotTar = errors.New("test tree is not a tar archive")
 
-func tarEntries(tree io.Reader) ([]ports.TreeEntry, func(), error) {
+func tarEntries(tree io.Reader) (ports.TreeSlice, func(), error) {
 	f, err := os.CreateTemp("", "extract-content-")
 	if err != nil {
 		return nil, nil, err
 	}
 	os.Remove(f.Name())
-	var out []ports.TreeEntry
+	var out ports.TreeSlice
 	tr := tar.NewReader(tree)
 	var off int64
 	for {

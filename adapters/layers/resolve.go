@@ -106,10 +106,10 @@ func (t *tree) resolveDir(dir string) (resolved, *rejection) {
 			if hops++; hops > maxSymlinkHops {
 				return resolved{}, reject(RuleSymlinkLoop, "more than %d symlinks resolving %q", maxSymlinkHops, strings.TrimSuffix(dir, "/"))
 			}
-			if strings.HasPrefix(k.e.link, "/") {
+			if strings.HasPrefix(k.m.link(), "/") {
 				stack = stack[:0]
 			}
-			todo = reverseComponents(todo, k.e.link)
+			todo = reverseComponents(todo, k.m.link())
 		default:
 			return resolved{}, reject(RuleParentNotDir, "%q is not a directory", resolved{path: append(stack, step{c, k})}.String())
 		}
@@ -168,8 +168,8 @@ func (t *tree) mkdirs(r resolved, base string, idx int) (*node, *rejection) {
 		if t.nodes++; t.nodes > int64(t.lim.MaxEntries) {
 			return nil, reject(RuleTooManyEntries, "more than %d entries with implied directories", t.lim.MaxEntries)
 		}
-		k := newDir(nil, idx)
-		cur.kids[s.name] = k
+		k := t.newDir(nil, idx)
+		cur.kids[key(s.name)] = k
 		r.path[i].n = k
 		cur = k
 	}

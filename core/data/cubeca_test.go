@@ -81,8 +81,12 @@ func TestBuildBakesTheCubeCA(t *testing.T) {
 				r.exec.CubeCA = &portsmock.CubeCASourceMock{CubeCAFunc: tc.own}
 			}
 			var tree []string
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
-				for _, e := range es {
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, es ports.Tree) (ports.BuildResult, error) {
+				for i := range es.Len() {
+					e, err := es.Entry(i)
+					if err != nil {
+						return ports.BuildResult{}, err
+					}
 					tree = append(tree, e.Header.Name)
 				}
 				return writeImage(spec, es)

@@ -181,7 +181,7 @@ func TestBuildReportsInOrderAndRecordsTheArtifact(t *testing.T) {
 		progress(ports.PullProgress{TotalBytes: 100, DownloadedBytes: 100, TotalLayers: 1, CompletedLayers: 1})
 		return nil, nil
 	})
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		eventually(t, "BUILDING_EXT4 report", seen(func(s ports.StatusReport) bool { return s.Update.Phase == core.PhaseBuildingExt4 }))
 		return writeImage(spec, tree)
 	}
@@ -273,7 +273,7 @@ func TestBuildFailureReportsPhaseAndFailsTheArtifact(t *testing.T) {
 			})
 		}, core.PhasePulling, "registry said 503", true, false},
 		{"hostile layer", func(r *replica, w *world) {
-			r.flattener.FlattenFunc = func(ctx context.Context, _ []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+			r.flattener.FlattenFunc = func(ctx context.Context, _ []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 				return ports.TreeStats{}, &core.FieldError{Field: "layer 0 (sha256:abcd) entry ../../etc/passwd", Reason: "path escapes the root"}
 			}
 		}, core.PhaseBuildingExt4, "layer 0 (sha256:abcd) entry ../../etc/passwd: path escapes the root", true, false},

@@ -354,14 +354,14 @@ func newReplica(t *testing.T, w *world, cfg data.ExecutorConfig) *replica {
 		}),
 	}
 	r.flattener = &portsmock.TreeFlattenerMock{
-		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
-			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use([]ports.TreeEntry{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
+		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
+			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use(ports.TreeSlice{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
 		},
 	}
 	r.builder = &portsmock.RootfsBuilderMock{
 		NameFunc:   func() string { return "fake" },
 		FormatFunc: func() string { return "fake/1" },
-		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 			return writeImage(spec, tree)
 		},
 	}
@@ -393,9 +393,13 @@ func newReplica(t *testing.T, w *world, cfg data.ExecutorConfig) *replica {
 }
 
 // writeImage is the fake builder: the image names the tree's entries.
-func writeImage(spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func writeImage(spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	img := []byte("ext4:" + spec.UUID + ":")
-	for _, e := range tree {
+	for i := range tree.Len() {
+		e, err := tree.Entry(i)
+		if err != nil {
+			return ports.BuildResult{}, err
+		}
 		img = append(img, e.Header.Name...)
 	}
 	return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)

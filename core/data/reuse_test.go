@@ -230,7 +230,7 @@ func TestTwoReplicasBuildASpecOnce(t *testing.T) {
 
 	building := make(chan struct{})
 	for _, r := range []*replica{a, b} {
-		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+		r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 			close(building) // a second build would panic here
 			// Hold the build until the other replica has found the lock taken.
 			eventually(t, "the other replica to wait on the lock", func() bool { return w.locker.contention() > 0 })
@@ -304,7 +304,7 @@ func TestShutdownCancelsRunningBuilds(t *testing.T) {
 	r := newReplica(t, w, data.ExecutorConfig{})
 	w.addJob(t, "job-a", fromImage("tpl-a"))
 	inBuild := make(chan struct{})
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		close(inBuild)
 		<-ctx.Done()
 		return ports.BuildResult{}, ctx.Err()
@@ -371,7 +371,7 @@ func TestShutdownWithSpentBudgetStillFailsTheBuild(t *testing.T) {
 			w.addJob(t, "job-a", fromImage("tpl-a"))
 			inBuild, release := make(chan struct{}), make(chan struct{})
 			defer close(release)
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				close(inBuild)
 				if tc.hang {
 					<-release
@@ -437,7 +437,7 @@ func TestLiveProgressIsThrottledAndDeletedAfterTheTerminalReport(t *testing.T) {
 		}
 		return nil, nil
 	})
-	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		eventually(t, "BUILDING_EXT4 published", func() bool {
 			for _, p := range published() {
 				if p.Phase == core.PhaseBuildingExt4 {
@@ -484,7 +484,7 @@ func TestPanicInThePipelineFailsTheJob(t *testing.T) {
 	r := newReplica(t, w, data.ExecutorConfig{})
 	// The builder runs on the build goroutine, inside the flattener's
 	// call, where the executor recovers it.
-	r.builder.BuildFunc = func(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
+	r.builder.BuildFunc = func(context.Context, ports.BuildSpec, ports.Tree) (ports.BuildResult, error) {
 		panic("builder bug")
 	}
 	o := buildOnce(t, w, r, "job-a", fromImage("tpl-a"))
@@ -572,7 +572,7 @@ func TestLostLockBuildDoesNotOverwriteTheNewerBuild(t *testing.T) {
 			w.addJob(t, "job-b", fromImage("tpl-b"))
 
 			aIn, aGo := make(chan struct{}), make(chan struct{})
-			a.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			a.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				close(aIn)
 				<-aGo // ignores ctx: a builder may notice the cancellation late
 				if tc.staleFails {
@@ -581,10 +581,14 @@ func TestLostLockBuildDoesNotOverwriteTheNewerBuild(t *testing.T) {
 				return writeImage(spec, tree)
 			}
 			bIn, bGo := make(chan struct{}), make(chan struct{})
-			b.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			b.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				close(bIn)
 				<-bGo
-				img := append([]byte("ext4-of-B:"), tree[0].Header.Name...) // builds are not reproducible
+				e, err := tree.Entry(0)
+				if err != nil {
+					return ports.BuildResult{}, err
+				}
+				img := append([]byte("ext4-of-B:"), e.Header.Name...) // builds are not reproducible
 				return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
 			}
 			if err := a.exec.Submit(context.Background(), buildReq("job-a", fromImage("tpl-a"))); err != nil {
@@ -658,7 +662,7 @@ func TestLostLockBuildSettlesTheRowItStillOwns(t *testing.T) {
 			req := fromImage("tpl-a")
 			w.addJob(t, "job-a", req)
 			in, release := make(chan struct{}), make(chan struct{})
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				close(in)
 				<-release // ignores ctx: a builder may notice the cancellation late
 				if tc.fails {
@@ -688,7 +692,7 @@ func TestLostLockBuildSettlesTheRowItStillOwns(t *testing.T) {
 			}
 
 			// The next build of the spec claims the row and finishes it.
-			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			r.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				return writeImage(spec, tree)
 			}
 			if next := buildOnce(t, w, r, "job-b", fromImage("tpl-b")); next.Err != nil || next.Reused {

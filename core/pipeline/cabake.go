@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -67,8 +68,9 @@ type CAResult struct {
 // the link leads, and a hard-linked bundle changes for every name. New
 // files are 0644 and new directories 0755, owned by root, stamped at. New
 // and changed content is written to content, which must stay open while
-// the tree is used.
-func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.Time) ([]ports.TreeEntry, CAResult, error) {
+// the tree is used. The result is tree with the changed and added entries
+// laid over it (it reads tree's entries, which must stay valid as long).
+func BakeCA(tree ports.Tree, ca *core.CubeCA, content *os.File, at time.Time) (ports.Tree, CAResult, error) {
 	v := newTreeView(tree)
 	v.content = content
 	res := CAResult{Fingerprint: ca.Fingerprint}
@@ -90,7 +92,7 @@ func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.T
 			note(rel, "not a regular file")
 			continue
 		}
-		data, err := readEntry(v.tree[i])
+		data, err := v.read(i)
 		if err != nil {
 			return nil, res, fmt.Errorf("read %s: %w", rel, err)
 		}
@@ -107,7 +109,9 @@ func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.T
 		if err != nil {
 			return nil, res, fmt.Errorf("append the CA to %s: %w", rel, err)
 		}
-		setContent(&v.tree[i], content, off, int64(len(data)))
+		if err := v.setContent(i, content, off, int64(len(data))); err != nil {
+			return nil, res, err
+		}
 		res.TargetsWritten++
 	}
 
@@ -117,16 +121,16 @@ func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.T
 			note(rel, err.Error())
 			continue
 		}
-		if i, ok := v.idx[dir]; !ok {
+		if i, ok := v.find(dir); !ok {
 			note(rel, "dir missing")
 			continue
-		} else if v.tree[i].Header.Typeflag != tar.TypeDir {
+		} else if v.typeOf(i) != tar.TypeDir {
 			note(rel, "not a directory")
 			continue
 		}
 		name := dir + "/" + AnchorFileName
 		if j, kind := v.regular(name); kind == regular {
-			data, err := readEntry(v.tree[j])
+			data, err := v.read(j)
 			if err != nil {
 				return nil, res, fmt.Errorf("read %s: %w", name, err)
 			}
@@ -151,7 +155,7 @@ func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.T
 			note(SeedBundlePath, "seed skipped: "+err.Error())
 		default:
 			name := dir + "/" + path.Base(SeedBundlePath)
-			if _, ok := v.idx[name]; ok {
+			if _, ok := v.find(name); ok {
 				note(SeedBundlePath, "seed skipped: the path exists and is not a bundle")
 				break
 			}
@@ -162,6 +166,9 @@ func BakeCA(tree []ports.TreeEntry, ca *core.CubeCA, content *os.File, at time.T
 			res.Seeded = true
 			note(SeedBundlePath, "seeded (the image has no trust store)")
 		}
+	}
+	if v.err != nil {
+		return nil, res, fmt.Errorf("read the tree: %w", v.err)
 	}
 	res.Baked = res.TargetsWritten > 0 || present
 	return v.tree, res, nil
@@ -193,17 +200,71 @@ func readEntry(e ports.TreeEntry) ([]byte, error) {
 	return buf, nil
 }
 
-func setContent(e *ports.TreeEntry, f *os.File, off, size int64) {
-	h := *e.Header
-	h.Size = size
-	e.Header, e.File, e.Offset, e.Zero, e.ZeroKnown = &h, f, off, nil, false
+// overlay is a tree with some entries replaced and a few inserted, kept
+// apart from the tree it lies over: baking the CA changes a handful of
+// entries of a tree that may have millions, which stays where it is (a
+// flattener may keep it on disk).
+type overlay struct {
+	base    ports.Tree
+	changed map[int]ports.TreeEntry // by index in the overlay
+	// added are the inserted entries by position, ascending: at[k] is the
+	// overlay index of added[k].
+	at    []int
+	added []ports.TreeEntry
+}
+
+// Len implements ports.Tree.
+func (o *overlay) Len() int { return o.base.Len() + len(o.added) }
+
+// Entry implements ports.Tree.
+func (o *overlay) Entry(i int) (ports.TreeEntry, error) {
+	if e, ok := o.changed[i]; ok {
+		return ports.TreeSlice{e}.Entry(0)
+	}
+	b := i
+	for k, at := range o.at {
+		switch {
+		case at == i:
+			return ports.TreeSlice{o.added[k]}.Entry(0)
+		case at < i:
+			b--
+		}
+	}
+	return o.base.Entry(b)
+}
+
+// set replaces entry i.
+func (o *overlay) set(i int, e ports.TreeEntry) { o.changed[i] = e }
+
+// insert puts e at index i, moving the entries from i on one up.
+func (o *overlay) insert(i int, e ports.TreeEntry) {
+	changed := make(map[int]ports.TreeEntry, len(o.changed))
+	for j, c := range o.changed {
+		if j >= i {
+			j++
+		}
+		changed[j] = c
+	}
+	o.changed = changed
+	k := 0
+	for k < len(o.at) && o.at[k] < i {
+		k++
+	}
+	for j := k; j < len(o.at); j++ {
+		o.at[j]++
+	}
+	o.at = slices.Insert(o.at, k, i)
+	o.added = slices.Insert(o.added, k, e)
 }
 
 // treeView finds entries of a tree by path and adds to it, keeping its
-// order: pre-order, siblings sorted by name.
+// order: pre-order, siblings sorted by name, which is the order of the
+// names compared component by component, so a name is found by binary
+// search. The first error reading the tree is kept in err (and lookups
+// then find nothing).
 type treeView struct {
-	tree []ports.TreeEntry
-	idx  map[string]int
+	tree *overlay
+	err  error
 	// content holds what the view writes (new files, changed bundles).
 	content *os.File
 }
@@ -218,17 +279,79 @@ func (v *treeView) write(data []byte) (int64, error) {
 	return off, err
 }
 
-func newTreeView(tree []ports.TreeEntry) *treeView {
-	v := &treeView{tree: tree}
-	v.reindex()
-	return v
+func newTreeView(tree ports.Tree) *treeView {
+	return &treeView{tree: &overlay{base: tree, changed: map[int]ports.TreeEntry{}}}
 }
 
-func (v *treeView) reindex() {
-	v.idx = make(map[string]int, len(v.tree))
-	for i, e := range v.tree {
-		v.idx[cleanName(e.Header.Name)] = i
+// entry reads entry i; a failure is kept in v.err and gives an entry
+// without a header.
+func (v *treeView) entry(i int) ports.TreeEntry {
+	e, err := v.tree.Entry(i)
+	if err == nil && e.Header == nil {
+		err = fmt.Errorf("entry %d has no header", i)
 	}
+	if err != nil {
+		if v.err == nil {
+			v.err = err
+		}
+		return ports.TreeEntry{Header: &tar.Header{}}
+	}
+	return e
+}
+
+func (v *treeView) typeOf(i int) byte { return v.entry(i).Header.Typeflag }
+
+func (v *treeView) read(i int) ([]byte, error) {
+	e := v.entry(i)
+	if v.err != nil {
+		return nil, v.err
+	}
+	return readEntry(e)
+}
+
+// search returns the first index whose name is not before p in the
+// tree's order, and whether that entry is p.
+func (v *treeView) search(p string) (int, bool) {
+	i, found := sort.Find(v.tree.Len(), func(i int) int {
+		return compareNames(p, cleanName(v.entry(i).Header.Name))
+	})
+	return i, found && v.err == nil
+}
+
+// find returns the index of the entry named p.
+func (v *treeView) find(p string) (int, bool) { return v.search(p) }
+
+// compareNames orders names component by component (a parent before its
+// children, siblings by name).
+func compareNames(a, b string) int {
+	for {
+		ca, ra, moreA := strings.Cut(a, "/")
+		cb, rb, moreB := strings.Cut(b, "/")
+		if c := strings.Compare(ca, cb); c != 0 {
+			return c
+		}
+		switch {
+		case !moreA && !moreB:
+			return 0
+		case !moreA:
+			return -1
+		case !moreB:
+			return 1
+		}
+		a, b = ra, rb
+	}
+}
+
+// setContent gives the regular entry i new content.
+func (v *treeView) setContent(i int, f *os.File, off, size int64) error {
+	e := v.entry(i)
+	if v.err != nil {
+		return v.err
+	}
+	e.Header.Size = size
+	e.File, e.Offset, e.Zero, e.ZeroKnown = f, off, nil, false
+	v.tree.set(i, e)
+	return nil
 }
 
 func cleanName(n string) string { return strings.TrimSuffix(strings.TrimPrefix(n, "./"), "/") }
@@ -253,16 +376,17 @@ func (v *treeView) resolve(p string, followLast bool) (string, error) {
 			continue
 		}
 		next := path.Join(cur, c)
-		if i, ok := v.idx[next]; ok && v.tree[i].Header.Typeflag == tar.TypeSymlink && (len(parts) > 0 || followLast) {
-			if hops++; hops > maxSymlinkHops {
-				return "", fmt.Errorf("more than %d symlinks: a loop", maxSymlinkHops)
+		if i, ok := v.find(next); ok && (len(parts) > 0 || followLast) {
+			if h := v.entry(i).Header; h.Typeflag == tar.TypeSymlink {
+				if hops++; hops > maxSymlinkHops {
+					return "", fmt.Errorf("more than %d symlinks: a loop", maxSymlinkHops)
+				}
+				if strings.HasPrefix(h.Linkname, "/") {
+					cur = ""
+				}
+				parts = append(strings.Split(h.Linkname, "/"), parts...)
+				continue
 			}
-			target := v.tree[i].Header.Linkname
-			if strings.HasPrefix(target, "/") {
-				cur = ""
-			}
-			parts = append(strings.Split(target, "/"), parts...)
-			continue
 		}
 		cur = next
 	}
@@ -280,16 +404,16 @@ const (
 // regular returns the entry holding p's content: p's own, or, for a hard
 // link, the file it links to.
 func (v *treeView) regular(p string) (int, entryKind) {
-	i, ok := v.idx[p]
+	i, ok := v.find(p)
 	if !ok {
 		return 0, missing
 	}
-	if h := v.tree[i].Header; h.Typeflag == tar.TypeLink {
-		if i, ok = v.idx[cleanName(h.Linkname)]; !ok {
+	if h := v.entry(i).Header; h.Typeflag == tar.TypeLink {
+		if i, ok = v.find(cleanName(h.Linkname)); !ok {
 			return 0, other
 		}
 	}
-	if t := v.tree[i].Header.Typeflag; t != tar.TypeReg {
+	if t := v.typeOf(i); t != tar.TypeReg {
 		return 0, other
 	}
 	return i, regular
@@ -305,19 +429,19 @@ func (v *treeView) putFile(name string, data []byte, at time.Time) error {
 	}
 	f := v.content
 	if i, kind := v.regular(name); kind == regular {
-		setContent(&v.tree[i], f, off, int64(len(data)))
-		return nil
+		return v.setContent(i, f, off, int64(len(data)))
 	}
 	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: at}
 	e := ports.TreeEntry{Header: h, File: f, Offset: off}
-	if i, ok := v.idx[name]; ok {
-		if v.tree[i].Header.Typeflag == tar.TypeDir {
+	i, ok := v.search(name)
+	if ok {
+		if v.typeOf(i) == tar.TypeDir {
 			return fmt.Errorf("%s is a directory", name)
 		}
-		v.tree[i] = e
+		v.tree.set(i, e)
 		return nil
 	}
-	v.insert(e)
+	v.tree.insert(i, e)
 	return nil
 }
 
@@ -333,39 +457,16 @@ func (v *treeView) mkdirAll(p string, at time.Time) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		i, ok := v.idx[next]
+		i, ok := v.search(next)
 		switch {
+		case v.err != nil:
+			return "", v.err
 		case !ok:
-			v.insert(ports.TreeEntry{Header: &tar.Header{Typeflag: tar.TypeDir, Name: next, Mode: 0o755, ModTime: at}})
-		case v.tree[i].Header.Typeflag != tar.TypeDir:
+			v.tree.insert(i, ports.TreeEntry{Header: &tar.Header{Typeflag: tar.TypeDir, Name: next, Mode: 0o755, ModTime: at}})
+		case v.typeOf(i) != tar.TypeDir:
 			return "", errOccupied
 		}
 		cur = next
 	}
 	return cur, nil
-}
-
-// insert adds e where a pre-order walk with sorted siblings puts it: before
-// its first later sibling, or at the end of its parent's subtree.
-func (v *treeView) insert(e ports.TreeEntry) {
-	name := cleanName(e.Header.Name)
-	parent := path.Dir(name)
-	start := 0
-	if parent != "." {
-		start = v.idx[parent] + 1
-	}
-	pos := len(v.tree)
-	for j := start; j < len(v.tree); j++ {
-		n := cleanName(v.tree[j].Header.Name)
-		if parent != "." && !strings.HasPrefix(n, parent+"/") {
-			pos = j
-			break
-		}
-		if path.Dir(n) == parent && n > name {
-			pos = j
-			break
-		}
-	}
-	v.tree = slices.Insert(v.tree, pos, e)
-	v.reindex()
 }

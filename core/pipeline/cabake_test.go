@@ -3,6 +3,7 @@ package pipeline
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -49,13 +50,14 @@ func makeTree(t *testing.T, specs ...treeSpec) []ports.TreeEntry {
 		}
 		out = append(out, e)
 	}
+	checkOrder(t, out) // BakeCA finds names by the tree's order
 	return out
 }
 
 // contentOf reads the content of the file at p (following a hard link).
 func contentOf(t *testing.T, tree []ports.TreeEntry, p string) (string, *tar.Header) {
 	t.Helper()
-	v := newTreeView(tree)
+	v := newTreeView(ports.TreeSlice(tree))
 	i, kind := v.regular(p)
 	if kind != regular {
 		t.Fatalf("%s is not a regular file in the tree", p)
@@ -64,7 +66,8 @@ func contentOf(t *testing.T, tree []ports.TreeEntry, p string) (string, *tar.Hea
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b), tree[v.idx[p]].Header
+	j, _ := v.find(p)
+	return string(b), tree[j].Header
 }
 
 // checkOrder holds a tree to TreeEntry's order: parents first, then a
@@ -96,7 +99,11 @@ func bake(t *testing.T, tree []ports.TreeEntry, ca []byte) ([]ports.TreeEntry, C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	out, res, err := BakeCA(tree, c, f, time.Unix(1_700_000_000, 0))
+	baked, res, err := BakeCA(ports.TreeSlice(tree), c, f, time.Unix(1_700_000_000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ports.TreeEntries(baked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +150,7 @@ func TestBakeCA(t *testing.T) {
 			[]treeSpec{"d data", treeSpec("f data/bundle " + other), "d etc", "d etc/ssl", "d etc/ssl/certs", "h etc/ssl/certs/ca-certificates.crt data/bundle"},
 			1, false, map[string]string{"data/bundle": other + ca, "etc/ssl/certs/ca-certificates.crt": other + ca}, nil, nil},
 		{"a link climbing out stays in the image",
-			[]treeSpec{"d etc", "d etc/ssl", "d etc/ssl/certs", "l etc/ssl/certs/ca-certificates.crt ../../../../../../bundle.pem", treeSpec("f bundle.pem " + other)},
+			[]treeSpec{treeSpec("f bundle.pem " + other), "d etc", "d etc/ssl", "d etc/ssl/certs", "l etc/ssl/certs/ca-certificates.crt ../../../../../../bundle.pem"},
 			1, false, map[string]string{"bundle.pem": other + ca}, nil, nil},
 		{"a link loop is skipped",
 			[]treeSpec{"d etc", "d etc/ssl", "d etc/ssl/certs", "l etc/ssl/certs/ca-certificates.crt ca-certificates.crt"},
@@ -170,15 +177,16 @@ func TestBakeCA(t *testing.T) {
 					t.Errorf("%s: the bundle lost its mode or owner: %o %d", p, h.Mode, h.Uid)
 				}
 			}
-			v := newTreeView(out)
+			v := newTreeView(ports.TreeSlice(out))
+			idx := func(p string) int { i, _ := v.find(p); return i }
 			for p, target := range tc.links {
-				if i, ok := v.idx[p]; !ok || out[i].Header.Typeflag != tar.TypeSymlink || out[i].Header.Linkname != target {
+				if i, ok := v.find(p); !ok || out[i].Header.Typeflag != tar.TypeSymlink || out[i].Header.Linkname != target {
 					t.Errorf("%s is no longer the symlink to %s", p, target)
 				}
 			}
 			if tc.seeded {
 				for _, d := range []string{"etc", "etc/ssl", "etc/ssl/certs"} {
-					if h := out[v.idx[d]].Header; h.Typeflag != tar.TypeDir || (h.Mode != 0o755 && h.Uid != 7) {
+					if h := out[idx(d)].Header; h.Typeflag != tar.TypeDir || (h.Mode != 0o755 && h.Uid != 7) {
 						t.Errorf("%s: %+v", d, h)
 					}
 				}
@@ -206,5 +214,53 @@ func TestBakeCAIsIdempotent(t *testing.T) {
 	got, _ := contentOf(t, twice, "etc/ssl/certs/ca-certificates.crt")
 	if n := bytes.Count([]byte(got), []byte("BEGIN CERTIFICATE")); n != 2 {
 		t.Fatalf("the bundle holds %d certificates after two bakes, want 2", n)
+	}
+}
+
+// countingTree counts the entries read from it.
+type countingTree struct {
+	ports.Tree
+	reads int
+}
+
+func (c *countingTree) Entry(i int) (ports.TreeEntry, error) {
+	c.reads++
+	return c.Tree.Entry(i)
+}
+
+// TestBakeCAOverlaysTheTree: baking reads a few entries of a large tree,
+// by binary search, and lays its changes over it rather than copying it.
+func TestBakeCAOverlaysTheTree(t *testing.T) {
+	specs := []treeSpec{"d etc", "d etc/ssl", "d etc/ssl/certs", treeSpec("f etc/ssl/certs/ca-certificates.crt " + string(testca.PEM(9))), "d usr", "d usr/lib"}
+	for i := range 20000 {
+		specs = append(specs, treeSpec(fmt.Sprintf("l usr/lib/l%05d x", i)))
+	}
+	base := ports.TreeSlice(makeTree(t, specs...))
+	c, err := core.ParseCubeCA(testca.PEM(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "ca-content"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ct := &countingTree{Tree: base}
+	baked, res, err := BakeCA(ct, c, f, time.Unix(1_700_000_000, 0))
+	if err != nil || res.TargetsWritten != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if ct.reads > 2000 {
+		t.Fatalf("baking read %d entries of a tree of %d", ct.reads, base.Len())
+	}
+	if baked.Len() != base.Len() {
+		t.Fatalf("%d entries after baking, %d before", baked.Len(), base.Len())
+	}
+	got, err := ports.TreeEntries(baked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := contentOf(t, got, "etc/ssl/certs/ca-certificates.crt"); !strings.Contains(s, string(testca.PEM(1))) {
+		t.Fatal("the bundle lacks the CA")
 	}
 }

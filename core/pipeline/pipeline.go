@@ -367,7 +367,7 @@ type caBake struct {
 
 // apply bakes the CA into tree; done closes the content file once the
 // builder is finished with the tree.
-func (b *caBake) apply(tree []ports.TreeEntry, at time.Time) (out []ports.TreeEntry, done func(), err error) {
+func (b *caBake) apply(tree ports.Tree, at time.Time) (out ports.Tree, done func(), err error) {
 	f, err := os.CreateTemp(b.dir, "ca-content-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("bake the CubeEgress CA: %w", err)
@@ -423,7 +423,7 @@ func (p *Pipeline) flattenAndBuild(ctx context.Context, layers []ports.FlattenLa
 	var br ports.BuildResult
 	var berr, bakeErr error
 	built := false
-	st, err := p.Flattener.Flatten(ctx, layers, func(tree []ports.TreeEntry) error {
+	st, err := p.Flattener.Flatten(ctx, layers, func(tree ports.Tree) error {
 		built = true
 		if bake != nil {
 			baked, done, err := bake.apply(tree, at)

@@ -47,15 +47,15 @@ func newFixture(t *testing.T) *fixture {
 		}),
 	}
 	f.flattener = &portsmock.TreeFlattenerMock{
-		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+		FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 			f.layers = append(f.layers, layers)
-			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use([]ports.TreeEntry{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
+			return ports.TreeStats{Entries: 1, ContentBytes: 4}, use(ports.TreeSlice{{Header: &tar.Header{Name: "tree", Typeflag: tar.TypeDir}}})
 		},
 	}
 	f.builder = &portsmock.RootfsBuilderMock{
 		NameFunc:   func() string { return "fake" },
 		FormatFunc: func() string { return "fake/1" },
-		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+		BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 			img := append([]byte("ext4:"+spec.UUID+":"), treeNames(tree)...)
 			return ports.BuildResult{SizeBytes: int64(len(img))}, os.WriteFile(spec.OutPath, img, 0o644)
 		},
@@ -148,12 +148,12 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 			})
 		}, boom},
 		{"flatten rejects a layer", func(f *fixture) {
-			f.flattener.FlattenFunc = func(ctx context.Context, l []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+			f.flattener.FlattenFunc = func(ctx context.Context, l []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 				return ports.TreeStats{}, &core.FieldError{Field: "layer 0 entry ../x", Reason: "path escapes the root"}
 			}
 		}, core.ErrInvalidArgument},
 		{"builder", func(f *fixture) {
-			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				os.WriteFile(s.OutPath, []byte("half"), 0o644) // a misbehaving builder
 				return ports.BuildResult{}, boom
 			}
@@ -165,7 +165,7 @@ func TestRunFailuresLeaveNothingBehind(t *testing.T) {
 		// plugin that lost bytes, or lies) publishes nothing.
 		{"builder misreports the image size", func(f *fixture) {
 			build := f.builder.BuildFunc
-			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+			f.builder.BuildFunc = func(ctx context.Context, s ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 				res, err := build(ctx, s, tree)
 				res.SizeBytes++
 				return res, err
@@ -231,14 +231,14 @@ func TestInjectionIsFingerprintedAndAppendedLast(t *testing.T) {
 	}
 	var injectedTar []byte
 	plainFlatten := f.flattener.FlattenFunc
-	f.flattener.FlattenFunc = func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 		last := layers[len(layers)-1]
 		b, err := os.ReadFile(last.Path)
 		injectedTar = b
 		if err != nil {
 			return ports.TreeStats{}, err
 		}
-		return ports.TreeStats{}, use(nil)
+		return ports.TreeStats{}, use(ports.TreeSlice(nil))
 	}
 	withEnvd, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/a:1"}, Request: request(),
 		Inject: Injection{Envd: envd, EnvdClaimedSHA256: hex.EncodeToString(sum[:]), CA: ca}}, nil)
@@ -317,7 +317,7 @@ func TestInjectionRejectsBadInput(t *testing.T) {
 func TestRunHonoursCancellation(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.builder.BuildFunc = func(c context.Context, s ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	f.builder.BuildFunc = func(c context.Context, s ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		cancel()
 		<-c.Done()
 		return ports.BuildResult{}, c.Err()
@@ -330,9 +330,13 @@ func TestRunHonoursCancellation(t *testing.T) {
 }
 
 // treeNames is what the fixture's builder writes of a tree.
-func treeNames(tree []ports.TreeEntry) []byte {
+func treeNames(tree ports.Tree) []byte {
 	var b []byte
-	for _, e := range tree {
+	for i := range tree.Len() {
+		e, err := tree.Entry(i)
+		if err != nil {
+			panic(err)
+		}
 		b = append(b, e.Header.Name...)
 	}
 	return b
@@ -416,7 +420,7 @@ func TestArtifactIDNamesTheBuilder(t *testing.T) {
 func TestBuilderProgressIsReported(t *testing.T) {
 	f := newFixture(t)
 	build := f.builder.BuildFunc
-	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		if spec.Progress == nil {
 			t.Error("the builder got no progress callback")
 		} else {

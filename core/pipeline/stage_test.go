@@ -77,7 +77,7 @@ func TestKilledBuildLeavesNothingBesideOut(t *testing.T) {
 // killed.
 func runKilledBuild(t *testing.T, out string) {
 	f := newFixture(t)
-	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		tmp := filepath.Join(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-1")
 		if err := os.WriteFile(tmp, make([]byte, 1<<20), 0o600); err != nil {
 			return ports.BuildResult{}, err

@@ -106,7 +106,7 @@ func TestStreamingFetchFailureWins(t *testing.T) {
 	f := newFixture(t)
 	boom := errors.New("registry said no")
 	f.pipeline.Source = &streamingSource{ImageSource: f.source, waitErr: boom}
-	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func(ports.Tree) error) (ports.TreeStats, error) {
 		return ports.TreeStats{}, errors.New("corrupt-archive")
 	}
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
@@ -125,7 +125,7 @@ func TestStreamingBuildFailureWinsOverTheFetchItStopped(t *testing.T) {
 	f := newFixture(t)
 	f.pipeline.Source = &streamingSource{ImageSource: f.source, untilCanceled: true}
 	full := errors.New("write rootfs.ext4: no space left on device")
-	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func(ports.Tree) error) (ports.TreeStats, error) {
 		return ports.TreeStats{}, full
 	}
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)
@@ -172,7 +172,7 @@ func TestStreamingInjectionFailureStopsTheFetch(t *testing.T) {
 func TestBuilderHashIsUsed(t *testing.T) {
 	f := newFixture(t)
 	var sum string
-	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+	f.builder.BuildFunc = func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 		img := []byte("image hashed by its builder")
 		s := sha256.Sum256(img)
 		sum = hex.EncodeToString(s[:])
@@ -191,7 +191,7 @@ func TestBuilderHashIsUsed(t *testing.T) {
 // adapter) fails the build instead of publishing whatever is on disk.
 func TestFlattenerThatHandsNoTreeFails(t *testing.T) {
 	f := newFixture(t)
-	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+	f.flattener.FlattenFunc = func(context.Context, []ports.FlattenLayer, func(ports.Tree) error) (ports.TreeStats, error) {
 		return ports.TreeStats{}, nil
 	}
 	_, err := f.pipeline.Run(context.Background(), Input{Image: ports.ImageRequest{Ref: "r/x:1"}}, nil)

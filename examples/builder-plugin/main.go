@@ -104,16 +104,16 @@ func run(ctx context.Context, w io.Writer, pluginPath, outPath string) error {
 }
 
 // demoTree is a tiny root filesystem as a flattener hands it over
-// (ports.TreeEntry): clean relative paths, parents before children, each
+// (ports.TreeSlice): clean relative paths, parents before children, each
 // file's content at an offset of a file held open until done.
-func demoTree() ([]ports.TreeEntry, func(), error) {
+func demoTree() (ports.TreeSlice, func(), error) {
 	content, err := os.CreateTemp("", "demo-tree-")
 	if err != nil {
 		return nil, nil, err
 	}
 	done := func() { content.Close(); os.Remove(content.Name()) }
 	mtime := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	var tree []ports.TreeEntry
+	var tree ports.TreeSlice
 	var off int64
 	for _, e := range []struct {
 		name, body, link string

@@ -13,7 +13,7 @@ import (
 
 // EntriesOf reads a flattened tree file into TreeEntries whose content is
 // read in place from the file (Zero unknown).
-func EntriesOf(t testing.TB, treeFile string) []ports.TreeEntry {
+func EntriesOf(t testing.TB, treeFile string) ports.TreeSlice {
 	t.Helper()
 	f, err := os.Open(treeFile)
 	if err != nil {
@@ -22,7 +22,7 @@ func EntriesOf(t testing.TB, treeFile string) []ports.TreeEntry {
 	t.Cleanup(func() { f.Close() })
 	pos := &offsetReader{r: f}
 	tr := tar.NewReader(pos)
-	var out []ports.TreeEntry
+	var out ports.TreeSlice
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -60,7 +60,7 @@ func (o *offsetReader) Read(p []byte) (int, error) {
 func testFromFlattener(t *testing.T, fx *fixture, fl ports.TreeFlattener, ls []ports.FlattenLayer) {
 	fx.fidelityImage(t)
 	b := fx.newBuilder(t)
-	build := func(es []ports.TreeEntry) string {
+	build := func(es ports.Tree) string {
 		out := filepath.Join(t.TempDir(), "rootfs.ext4")
 		res, err := b.Build(context.Background(), baseSpec(out), es)
 		if err != nil {
@@ -73,9 +73,13 @@ func testFromFlattener(t *testing.T, fx *fixture, fl ports.TreeFlattener, ls []p
 		}
 		return sum
 	}
-	if _, err := fl.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
-		flat := make([]ports.TreeEntry, len(es))
-		unknown := make([]ports.TreeEntry, len(es))
+	if _, err := fl.Flatten(context.Background(), ls, func(tree ports.Tree) error {
+		es, err := ports.TreeEntries(tree)
+		if err != nil {
+			return err
+		}
+		flat := make(ports.TreeSlice, len(es))
+		unknown := make(ports.TreeSlice, len(es))
 		for i, e := range es {
 			flat[i], unknown[i] = e, e
 			flat[i].Layer = 0
@@ -84,7 +88,7 @@ func testFromFlattener(t *testing.T, fx *fixture, fl ports.TreeFlattener, ls []p
 		if sum := build(flat); sum != fx.imageSHA {
 			t.Fatalf("the image built from the flattener's entries (%s) differs from the one built from the tree file (%s)", sum, fx.imageSHA)
 		}
-		if with, without := build(es), build(unknown); with != without {
+		if with, without := build(tree), build(unknown); with != without {
 			t.Fatalf("with their layers, the entries give %s with their zero lists and %s without", with, without)
 		}
 		return nil

@@ -79,8 +79,8 @@ func testInjected(t *testing.T, fx *fixture, fl ports.TreeFlattener) {
 			var res pipeline.CAResult
 			b := fx.newBuilder(t)
 			layers := []ports.FlattenLayer{{Path: base, MediaType: layerMediaTypes[1], Digest: "base"}, el}
-			if _, err := fl.Flatten(context.Background(), layers, func(es []ports.TreeEntry) error {
-				baked, r, err := pipeline.BakeCA(es, ca, content, FixtureTime)
+			if _, err := fl.Flatten(context.Background(), layers, func(tree ports.Tree) error {
+				baked, r, err := pipeline.BakeCA(tree, ca, content, FixtureTime)
 				if err != nil {
 					return err
 				}

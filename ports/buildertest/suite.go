@@ -164,7 +164,7 @@ func RunConformanceTests(t *testing.T, newH HarnessMaker) {
 func flattenTo(t testing.TB, fl ports.TreeFlattener, ls []ports.FlattenLayer, out string) {
 	t.Helper()
 	var tree []byte
-	if _, err := fl.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
+	if _, err := fl.Flatten(context.Background(), ls, func(es ports.Tree) error {
 		tree = flattenertest.EntriesTar(t, es)
 		return nil
 	}); err != nil {
@@ -492,7 +492,7 @@ func testCanceledMidway(t *testing.T, fx *fixture) {
 // flattener could hand it, leave nothing behind, write nothing outside its
 // output directory and create no device node on the host.
 func testTreeCorpus(t *testing.T, fx *fixture) {
-	flattenertest.RunTreeCorpus(t, func(ctx context.Context, tree []ports.TreeEntry, dest string) error {
+	flattenertest.RunTreeCorpus(t, func(ctx context.Context, tree ports.Tree, dest string) error {
 		_, err := fx.newBuilder(t).Build(ctx, baseSpec(filepath.Join(dest, "rootfs.ext4")), tree)
 		return err
 	}, flattenertest.TreeOptions{CleansUp: true})
@@ -591,7 +591,7 @@ func limitedFlattener(t *testing.T, h Harness, lim flattenertest.Limits) ports.T
 func flattenAndBuild(t *testing.T, fl ports.TreeFlattener, b ports.RootfsBuilder, ls []ports.FlattenLayer, out string) ([]byte, error, error) {
 	var tree []byte
 	var berr error
-	_, ferr := fl.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
+	_, ferr := fl.Flatten(context.Background(), ls, func(es ports.Tree) error {
 		tree = flattenertest.EntriesTar(t, es)
 		_, berr = b.Build(context.Background(), baseSpec(out), es)
 		return berr

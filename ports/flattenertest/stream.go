@@ -239,15 +239,25 @@ func testDerived(t *testing.T, h Harness) {
 	}
 }
 
-// EntriesTar encodes a tree handed over as entries as its tar stream,
-// reading content from their files, and checks each Zero list against the
-// content.
-func EntriesTar(t testing.TB, es []ports.TreeEntry) []byte {
+// EntriesTar encodes a tree handed over as its tar stream, reading
+// content from the entries' files, and checks each Zero list against the
+// content. It reads the entries again, last first, to hold the tree to
+// its contract: entries may be read in any order and more than once.
+func EntriesTar(t testing.TB, tree ports.Tree) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	tw := tar.NewWriter(&out)
-	for _, e := range es {
+	var names []string
+	for i := range tree.Len() {
+		e, err := tree.Entry(i)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if e.Header == nil {
+			t.Fatalf("entry %d has no header", i)
+		}
 		h := *e.Header
+		names = append(names, h.Name+"\x00"+h.Linkname)
 		if err := tw.WriteHeader(&h); err != nil {
 			t.Fatalf("%s: %v", h.Name, err)
 		}
@@ -268,6 +278,15 @@ func EntriesTar(t testing.TB, es []ports.TreeEntry) []byte {
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for i := tree.Len() - 1; i >= 0; i-- {
+		e, err := tree.Entry(i)
+		if err != nil {
+			t.Fatalf("entry %d read again: %v", i, err)
+		}
+		if got := e.Header.Name + "\x00" + e.Header.Linkname; got != names[i] {
+			t.Fatalf("entry %d read again is %q, first %q", i, got, names[i])
+		}
 	}
 	return out.Bytes()
 }
@@ -308,14 +327,14 @@ func testEntries(t *testing.T, h Harness) {
 // entries a flattener hands over, with the content in one file (kept until
 // the test ends) and, withZero, each file's list of zero blocks. Builder
 // and extractor tests feed their tar fixtures through it.
-func TarEntries(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
+func TarEntries(t testing.TB, tree []byte, withZero bool) ports.TreeSlice {
 	t.Helper()
 	f, err := os.CreateTemp(t.TempDir(), "content-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	var out []ports.TreeEntry
+	var out ports.TreeSlice
 	tr := tar.NewReader(bytes.NewReader(tree))
 	var off int64
 	for {

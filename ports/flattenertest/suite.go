@@ -37,7 +37,7 @@ type LimitsHarness interface {
 // subtest ("materialize/<form>"), which Materialize may skip through t
 // when the host lacks what it needs (testenv.Root).
 type MaterializeHarness interface {
-	Materialize(ctx context.Context, t testing.TB, tree []ports.TreeEntry, dest string) error
+	Materialize(ctx context.Context, t testing.TB, tree ports.Tree, dest string) error
 }
 
 // HarnessMaker returns a fresh Harness for one subtest.
@@ -128,8 +128,8 @@ func flattener(t *testing.T, h Harness, lim Limits) ports.TreeFlattener {
 func flatten(t *testing.T, f ports.TreeFlattener, ls []ports.FlattenLayer) ([]byte, ports.TreeStats, error) {
 	t.Helper()
 	var out []byte
-	st, err := f.Flatten(context.Background(), ls, func(es []ports.TreeEntry) error {
-		out = EntriesTar(t, es)
+	st, err := f.Flatten(context.Background(), ls, func(tree ports.Tree) error {
+		out = EntriesTar(t, tree)
 		return nil
 	})
 	return out, st, err
@@ -359,7 +359,7 @@ func testErrorMessage(t *testing.T, h Harness) {
 	}
 	// The consumer's error comes back as it is.
 	full := errors.New("disk full")
-	if _, err := f.Flatten(context.Background(), PlainLayers(t, []Entry{Reg("a", "a")}), func([]ports.TreeEntry) error { return full }); err != full {
+	if _, err := f.Flatten(context.Background(), PlainLayers(t, []Entry{Reg("a", "a")}), func(ports.Tree) error { return full }); err != full {
 		t.Fatalf("failing consumer: got %v, want its error as is", err)
 	}
 }
@@ -368,7 +368,7 @@ func testCanceled(t *testing.T, h Harness) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	f := flattener(t, h, Limits{})
-	if _, err := f.Flatten(ctx, PlainLayers(t, []Entry{Reg("a", "a")}), func([]ports.TreeEntry) error { return nil }); !errors.Is(err, context.Canceled) {
+	if _, err := f.Flatten(ctx, PlainLayers(t, []Entry{Reg("a", "a")}), func(ports.Tree) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }

@@ -57,7 +57,7 @@ func CheckTree(t testing.TB, tree []byte) {
 // staging extractor. dest is an empty directory beside the victim files; a
 // consumer that writes a host tree writes it there, a builder writes its
 // image (and any scratch) there.
-type TreeConsumer func(ctx context.Context, tree []ports.TreeEntry, dest string) error
+type TreeConsumer func(ctx context.Context, tree ports.Tree, dest string) error
 
 // TreeOptions describes a consumer for RunTreeCorpus.
 type TreeOptions struct {

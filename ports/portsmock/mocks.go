@@ -3740,7 +3740,7 @@ var _ ports.TreeFlattener = &TreeFlattenerMock{}
 //
 //		// make and configure a mocked ports.TreeFlattener
 //		mockedTreeFlattener := &TreeFlattenerMock{
-//			FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+//			FlattenFunc: func(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 //				panic("mock out the Flatten method")
 //			},
 //		}
@@ -3751,7 +3751,7 @@ var _ ports.TreeFlattener = &TreeFlattenerMock{}
 //	}
 type TreeFlattenerMock struct {
 	// FlattenFunc mocks the Flatten method.
-	FlattenFunc func(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error)
+	FlattenFunc func(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error)
 
 	// calls tracks calls to the methods.
 	calls struct {
@@ -3762,21 +3762,21 @@ type TreeFlattenerMock struct {
 			// Layers is the layers argument value.
 			Layers []ports.FlattenLayer
 			// Use is the use argument value.
-			Use func([]ports.TreeEntry) error
+			Use func(ports.Tree) error
 		}
 	}
 	lockFlatten sync.RWMutex
 }
 
 // Flatten calls FlattenFunc.
-func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func([]ports.TreeEntry) error) (ports.TreeStats, error) {
+func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.FlattenLayer, use func(ports.Tree) error) (ports.TreeStats, error) {
 	if mock.FlattenFunc == nil {
 		panic("TreeFlattenerMock.FlattenFunc: method is nil but TreeFlattener.Flatten was just called")
 	}
 	callInfo := struct {
 		Ctx    context.Context
 		Layers []ports.FlattenLayer
-		Use    func([]ports.TreeEntry) error
+		Use    func(ports.Tree) error
 	}{
 		Ctx:    ctx,
 		Layers: layers,
@@ -3795,12 +3795,12 @@ func (mock *TreeFlattenerMock) Flatten(ctx context.Context, layers []ports.Flatt
 func (mock *TreeFlattenerMock) FlattenCalls() []struct {
 	Ctx    context.Context
 	Layers []ports.FlattenLayer
-	Use    func([]ports.TreeEntry) error
+	Use    func(ports.Tree) error
 } {
 	var calls []struct {
 		Ctx    context.Context
 		Layers []ports.FlattenLayer
-		Use    func([]ports.TreeEntry) error
+		Use    func(ports.Tree) error
 	}
 	mock.lockFlatten.RLock()
 	calls = mock.calls.Flatten
@@ -3818,7 +3818,7 @@ var _ ports.RootfsBuilder = &RootfsBuilderMock{}
 //
 //		// make and configure a mocked ports.RootfsBuilder
 //		mockedRootfsBuilder := &RootfsBuilderMock{
-//			BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+//			BuildFunc: func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 //				panic("mock out the Build method")
 //			},
 //			FormatFunc: func() string {
@@ -3835,7 +3835,7 @@ var _ ports.RootfsBuilder = &RootfsBuilderMock{}
 //	}
 type RootfsBuilderMock struct {
 	// BuildFunc mocks the Build method.
-	BuildFunc func(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error)
+	BuildFunc func(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error)
 
 	// FormatFunc mocks the Format method.
 	FormatFunc func() string
@@ -3852,7 +3852,7 @@ type RootfsBuilderMock struct {
 			// Spec is the spec argument value.
 			Spec ports.BuildSpec
 			// Tree is the tree argument value.
-			Tree []ports.TreeEntry
+			Tree ports.Tree
 		}
 		// Format holds details about calls to the Format method.
 		Format []struct {
@@ -3867,14 +3867,14 @@ type RootfsBuilderMock struct {
 }
 
 // Build calls BuildFunc.
-func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	if mock.BuildFunc == nil {
 		panic("RootfsBuilderMock.BuildFunc: method is nil but RootfsBuilder.Build was just called")
 	}
 	callInfo := struct {
 		Ctx  context.Context
 		Spec ports.BuildSpec
-		Tree []ports.TreeEntry
+		Tree ports.Tree
 	}{
 		Ctx:  ctx,
 		Spec: spec,
@@ -3893,12 +3893,12 @@ func (mock *RootfsBuilderMock) Build(ctx context.Context, spec ports.BuildSpec, 
 func (mock *RootfsBuilderMock) BuildCalls() []struct {
 	Ctx  context.Context
 	Spec ports.BuildSpec
-	Tree []ports.TreeEntry
+	Tree ports.Tree
 } {
 	var calls []struct {
 		Ctx  context.Context
 		Spec ports.BuildSpec
-		Tree []ports.TreeEntry
+		Tree ports.Tree
 	}
 	mock.lockBuild.RLock()
 	calls = mock.calls.Build

@@ -54,7 +54,7 @@ func (*Builder) Format() string { return Name + "/" + FormatVersion }
 // sequential pass while another goroutine hashes the image in order
 // (content.go). An empty spec.UUID gives the nil UUID; a zero spec.Time
 // leaves invented times at 0.
-func (*Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func (*Builder) Build(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	id, limit, err := checkSpec(spec)
 	if err != nil {
 		return ports.BuildResult{}, err

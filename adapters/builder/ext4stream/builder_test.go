@@ -189,13 +189,13 @@ func TestBuildErrors(t *testing.T) {
 	}
 	// A header announcing a file over the builder's maximum; it is refused
 	// before any content is read.
-	huge := func(t *testing.T) []ports.TreeEntry {
+	huge := func(t *testing.T) ports.TreeSlice {
 		f, err := os.Create(filepath.Join(t.TempDir(), "content"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { f.Close() })
-		return []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}, File: f}}
+		return ports.TreeSlice{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "huge", Mode: 0o644, Size: 2 << 40}, File: f}}
 	}
 	tests := []struct {
 		name    string
@@ -203,7 +203,7 @@ func TestBuildErrors(t *testing.T) {
 		mutate  func(*ports.BuildSpec)
 		want    error
 		msg     string
-		entries func(*testing.T) []ports.TreeEntry // instead of tree
+		entries func(*testing.T) ports.TreeSlice // instead of tree
 	}{
 		{"headroom over the cap", ok, func(s *ports.BuildSpec) { s.HeadroomBytes, s.MaxSizeBytes = 8<<20, 8<<20 }, core.ErrInvalidArgument, "exceeds MaxSizeBytes", nil},
 		{"absurd headroom inodes", ok, func(s *ports.BuildSpec) { s.HeadroomInodes = 1 << 40 }, core.ErrInvalidArgument, "HeadroomInodes", nil},
@@ -229,11 +229,11 @@ func TestBuildErrors(t *testing.T) {
 		{"inode count over 32 bits", tarOf(t, many...),
 			func(s *ports.BuildSpec) { s.HeadroomInodes, s.MaxSizeBytes = maxInodes, MaxSize }, core.ErrInvalidArgument, "HeadroomInodes", nil},
 		{"file over 1 TiB", nil, nil, core.ErrUnsupported, `"huge"`, huge},
-		{"content without a file", nil, nil, core.ErrInvalidArgument, "no file", func(*testing.T) []ports.TreeEntry {
-			return []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, Size: 10}}}
+		{"content without a file", nil, nil, core.ErrInvalidArgument, "no file", func(*testing.T) ports.TreeSlice {
+			return ports.TreeSlice{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, Size: 10}}}
 		}},
-		{"entry without a header", nil, nil, core.ErrInvalidArgument, "no header", func(*testing.T) []ports.TreeEntry {
-			return []ports.TreeEntry{{}}
+		{"entry without a header", nil, nil, core.ErrInvalidArgument, "no header", func(*testing.T) ports.TreeSlice {
+			return ports.TreeSlice{{}}
 		}},
 	}
 	for _, tt := range tests {

@@ -69,10 +69,17 @@ func (s *sources) of(f *os.File) uint32 {
 
 // plan places every entry, holding it to the tree contract, in layer order
 // (placeOrder).
-func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
-	w.grow(len(entries))
-	for k, i := range placeOrder(entries) {
-		e := entries[i]
+func (w *fsWriter) plan(ctx context.Context, tree ports.Tree) error {
+	w.grow(tree.Len())
+	order, err := placeOrder(tree)
+	if err != nil {
+		return err
+	}
+	for k, i := range order {
+		e, err := tree.Entry(i)
+		if err != nil {
+			return fmt.Errorf("read tree entry %d: %w", i, err)
+		}
 		if k%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -119,13 +126,30 @@ func (w *fsWriter) plan(ctx context.Context, entries []ports.TreeEntry) error {
 // content's layer, so hard links still follow their targets; a directory
 // an upper layer declared again is implied by its first child, in the
 // lower layer, and takes the declaration's metadata when it comes.
-func placeOrder(entries []ports.TreeEntry) []int {
-	order := make([]int, len(entries))
-	for i := range order {
-		order[i] = i
+// A tree that cannot tell an entry's layer without decoding it
+// (ports.TreeLayers) is read once for them.
+func placeOrder(tree ports.Tree) ([]int, error) {
+	layerOf := func(i int) (int, error) {
+		e, err := tree.Entry(i)
+		if err != nil {
+			return 0, fmt.Errorf("read tree entry %d: %w", i, err)
+		}
+		return e.Layer, nil
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(entries[a].Layer, entries[b].Layer) })
-	return order
+	if tl, ok := tree.(ports.TreeLayers); ok {
+		layerOf = func(i int) (int, error) { return tl.EntryLayer(i), nil }
+	}
+	layers := make([]int32, tree.Len())
+	order := make([]int, tree.Len())
+	for i := range order {
+		l, err := layerOf(i)
+		if err != nil {
+			return nil, err
+		}
+		order[i], layers[i] = i, int32(l)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(layers[a], layers[b]) })
+	return order, nil
 }
 
 // allocData places a file's non-zero blocks in the data area.

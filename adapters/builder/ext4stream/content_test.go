@@ -19,7 +19,7 @@ import (
 
 // entriesOf turns a tree into TreeEntries with their content in one file,
 // with or without zero lists.
-func entriesOf(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
+func entriesOf(t testing.TB, tree []byte, withZero bool) ports.TreeSlice {
 	t.Helper()
 	es, err := tryEntries(t, tree, withZero)
 	if err != nil {
@@ -30,13 +30,13 @@ func entriesOf(t testing.TB, tree []byte, withZero bool) []ports.TreeEntry {
 
 // tryEntries is entriesOf for a tree that may not be a well-formed tar
 // (fuzz input): it says so instead of failing the test.
-func tryEntries(t testing.TB, tree []byte, withZero bool) ([]ports.TreeEntry, error) {
+func tryEntries(t testing.TB, tree []byte, withZero bool) (ports.TreeSlice, error) {
 	f, err := os.Create(filepath.Join(t.TempDir(), "content"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	var out []ports.TreeEntry
+	var out ports.TreeSlice
 	tr := tar.NewReader(bytes.NewReader(tree))
 	var off int64
 	for {
@@ -81,7 +81,7 @@ func sparseTree(t testing.TB) []byte {
 	)
 }
 
-func buildEntries(t testing.TB, es []ports.TreeEntry, mutate ...func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
+func buildEntries(t testing.TB, es ports.TreeSlice, mutate ...func(*ports.BuildSpec)) (string, ports.BuildResult, error) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
 	spec := ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}

@@ -69,7 +69,7 @@ func FuzzBuildTreeOps(f *testing.F) {
 			return
 		}
 		var tree []byte
-		if _, err := (layers.Flattener{}).Flatten(context.Background(), flattenertest.PlainLayers(t, ls...), func(es []ports.TreeEntry) error {
+		if _, err := (layers.Flattener{}).Flatten(context.Background(), flattenertest.PlainLayers(t, ls...), func(es ports.Tree) error {
 			tree = flattenertest.EntriesTar(t, es)
 			return nil
 		}); err == nil {

@@ -73,7 +73,7 @@ func TestPlanHeapPerEntry(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	if _, err := New().Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}, es); err != nil {
+	if _, err := New().Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}, ports.TreeSlice(es)); err != nil {
 		t.Fatal(err)
 	}
 	runtime.KeepAlive(es)
@@ -93,7 +93,7 @@ func BenchmarkBuildSmallFiles(b *testing.B) {
 	es := smallFilesTree(b, 100_000)
 	out := filepath.Join(b.TempDir(), "rootfs.ext4")
 	for b.Loop() {
-		if _, err := New().Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}, es); err != nil {
+		if _, err := New().Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: testUUID, Time: buildTime}, ports.TreeSlice(es)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -38,7 +38,7 @@ func TestLowerLayersKeepTheirPlace(t *testing.T) {
 	// entriesOf turns a base and an app layer into one tree in tree
 	// order (app/ before usr/), the app's entries marked layer 1 unless
 	// flat.
-	entriesOf := func(appLayer []entry, flat bool) []ports.TreeEntry {
+	entriesOf := func(appLayer []entry, flat bool) ports.TreeSlice {
 		es := flattenertest.TarEntries(t, tarOf(t, append(append([]entry{dir("./", 0o755)}, appLayer...), base...)...), true)
 		for i := 1; i <= len(appLayer) && !flat; i++ {
 			es[i].Layer = 1

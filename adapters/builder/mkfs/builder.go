@@ -100,7 +100,7 @@ func e2fsprogsVersion(mkfs string) string {
 // the steps, the filesystem choices and the sizing rule. The tree is
 // staged from entries whose content the kernel copies from the
 // flattener's files, so no byte of content passes through this process.
-func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	return b.build(ctx, spec, func(stage string, opt layers.ExtractOptions) (layers.ExtractResult, error) {
 		return layers.ExtractEntries(ctx, tree, stage, opt)
 	})

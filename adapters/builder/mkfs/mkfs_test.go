@@ -328,7 +328,7 @@ func TestInvalidSpec(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := ok()
 			c.mod(&s)
-			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), s, nil)
+			_, err := mkfs.New(mkfs.Options{WorkDir: t.TempDir()}).Build(context.Background(), s, ports.TreeSlice(nil))
 			var fe *core.FieldError
 			if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, core.ErrInvalidArgument) {
 				t.Fatalf("err = %v, want a FieldError for %s", err, c.field)

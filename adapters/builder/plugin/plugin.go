@@ -156,7 +156,7 @@ func (b *Builder) APIVersion() string { return b.api }
 // plugin writes in a directory of the host's beside spec.OutPath
 // (staged), so nothing it writes outlives a failed build, even one whose
 // plugin process was killed.
-func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func (b *Builder) Build(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	res, err := staged(spec, func(spec ports.BuildSpec) (ports.BuildResult, error) {
 		return b.rpc.Build(ctx, b.api, spec, tree)
 	})

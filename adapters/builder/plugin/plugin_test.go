@@ -66,7 +66,7 @@ type nameOnly struct{}
 
 func (nameOnly) Name() string   { return "helper" }
 func (nameOnly) Format() string { return "helper/1" }
-func (nameOnly) Build(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
+func (nameOnly) Build(context.Context, ports.BuildSpec, ports.Tree) (ports.BuildResult, error) {
 	return ports.BuildResult{}, errors.New("not a real builder")
 }
 
@@ -75,7 +75,7 @@ func (nameOnly) Build(context.Context, ports.BuildSpec, []ports.TreeEntry) (port
 // kill ends it.
 type hangs struct{ nameOnly }
 
-func (hangs) Build(_ context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+func (hangs) Build(_ context.Context, spec ports.BuildSpec, _ ports.Tree) (ports.BuildResult, error) {
 	return hang(spec)
 }
 
@@ -101,7 +101,7 @@ func (tarHangs) BuildTar(_ context.Context, spec ports.BuildSpec, _ io.Reader) (
 // removes it, as a builder caught mid-write does.
 type slowCancel struct{ nameOnly }
 
-func (slowCancel) Build(ctx context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+func (slowCancel) Build(ctx context.Context, spec ports.BuildSpec, _ ports.Tree) (ports.BuildResult, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(spec.OutPath), "."+filepath.Base(spec.OutPath)+".tmp-*")
 	if err != nil {
 		return ports.BuildResult{}, err
@@ -125,7 +125,7 @@ func (tarExt4) BuildTar(ctx context.Context, spec ports.BuildSpec, tree io.Reade
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	var es []ports.TreeEntry
+	var es ports.TreeSlice
 	tr := tar.NewReader(tree)
 	var off int64
 	for {
@@ -267,7 +267,7 @@ func TestLoadMissingBinary(t *testing.T) {
 
 func TestErrorClassCrossesProcess(t *testing.T) {
 	b := load(t)
-	tree := []ports.TreeEntry{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "etc/../../escape", Mode: 0o644}}}
+	tree := ports.TreeSlice{{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "etc/../../escape", Mode: 0o644}}}
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
 	_, err := b.Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID}, tree)
 	if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), `"etc/../../escape"`) {
@@ -348,7 +348,7 @@ func TestCancelMidBuild(t *testing.T) {
 	dir := t.TempDir()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Build(ctx, ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, nil)
+		_, err := b.Build(ctx, ports.BuildSpec{OutPath: filepath.Join(dir, "rootfs.ext4"), UUID: buildertest.FixtureUUID}, ports.TreeSlice(nil))
 		done <- err
 	}()
 	waitForTemp(t, dir)

@@ -37,7 +37,7 @@ func TestBuildSweepsDeadHostsStages(t *testing.T) {
 	}
 
 	out := filepath.Join(dir, "rootfs.ext4")
-	if _, err := b.Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID}, nil); err != nil {
+	if _, err := b.Build(context.Background(), ports.BuildSpec{OutPath: out, UUID: buildertest.FixtureUUID}, ports.TreeSlice(nil)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -59,7 +59,7 @@ func (c *Client) PluginInfo(ctx context.Context) (Info, error) {
 // temporary output, so that on return nothing is left behind, as the
 // ports.RootfsBuilder contract demands. A build that completes while ctx is
 // being cancelled counts as cancelled and its image is removed.
-func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildSpec, tree []ports.TreeEntry) (ports.BuildResult, error) {
+func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
 	var res ports.BuildResult
 	if apiVersion != APIVersionEntries && apiVersion != APIVersionTar {
 		return res, fmt.Errorf("build: API version %q is not one the host speaks (%v): %w", apiVersion, APIVersions, core.ErrUnsupported)
@@ -72,7 +72,7 @@ func (c *Client) Build(ctx context.Context, apiVersion string, spec ports.BuildS
 	head := specMessage(apiVersion, id, spec)
 	if apiVersion == APIVersionEntries {
 		head.Entries = true
-		head.EntryCount = int64(len(tree))
+		head.EntryCount = int64(tree.Len())
 		err = sendEntries(ctx, stream, head, tree)
 	} else {
 		err = c.sendTar(ctx, stream, head, tree)
@@ -148,7 +148,7 @@ func buildAnswer(ctx context.Context, resp *BuildResponse, err error, out string
 
 // sendTar sends the spec and then the tree as a tar stream, written from
 // the entries as it is sent.
-func (c *Client) sendTar(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, tree []ports.TreeEntry) error {
+func (c *Client) sendTar(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, tree ports.Tree) error {
 	pr, pw := io.Pipe()
 	written := make(chan error, 1)
 	go func() {
@@ -174,12 +174,16 @@ var errSendEnded = errors.New("the tree is no longer sent")
 // WriteTar writes tree as the tar stream a tar-reading plugin gets: each
 // entry's header, a regular file's content read from its File at Offset,
 // and the end-of-archive marker.
-func WriteTar(ctx context.Context, w io.Writer, tree []ports.TreeEntry) error {
+func WriteTar(ctx context.Context, w io.Writer, tree ports.Tree) error {
 	tw := tar.NewWriter(w)
 	buf := make([]byte, ChunkSize)
-	for i, e := range tree {
+	for i := range tree.Len() {
 		if i%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
+		}
+		e, err := tree.Entry(i)
+		if err != nil {
+			return fmt.Errorf("read tree entry %d: %w", i, err)
 		}
 		if e.Header == nil {
 			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)

@@ -37,7 +37,7 @@ const (
 // sendEntries sends the spec, then the entries in batches. Like sendTree
 // it returns only errors of its own side (a bad entry, cancellation): a
 // plugin that ends the call early (Send fails) says why in its answer.
-func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, entries []ports.TreeEntry) error {
+func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *BuildSpec, tree ports.Tree) error {
 	if err := stream.Send(&BuildRequest{Msg: &BuildRequest_Spec{Spec: head}}); err != nil {
 		return nil
 	}
@@ -53,11 +53,15 @@ func sendEntries(ctx context.Context, stream RootfsBuilder_BuildClient, head *Bu
 		batch, size = &EntryBatch{}, 0
 		return err == nil
 	}
-	for i, e := range entries {
+	for i := range tree.Len() {
 		if i%1024 == 0 && ctx.Err() != nil {
 			// Never end the stream early: the plugin would take the
 			// entries so far for the whole tree.
 			return fmt.Errorf("build: %w", ctx.Err())
+		}
+		e, err := tree.Entry(i)
+		if err != nil {
+			return fmt.Errorf("read tree entry %d: %w", i, err)
 		}
 		if e.Header == nil {
 			return fmt.Errorf("tree entry %d has no header: %w", i, core.ErrInvalidArgument)

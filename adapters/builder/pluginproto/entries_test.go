@@ -27,10 +27,10 @@ import (
 // entry's content through the file it got and records what arrived.
 type plannedFake struct {
 	// entries runs in place of the recording build; nil records.
-	entries func(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error)
+	entries func(ctx context.Context, spec ports.BuildSpec, es ports.TreeSlice) (ports.BuildResult, error)
 
 	mu       sync.Mutex
-	got      []ports.TreeEntry
+	got      ports.TreeSlice
 	contents [][]byte
 	spec     ports.BuildSpec
 }
@@ -38,7 +38,11 @@ type plannedFake struct {
 func (p *plannedFake) Name() string   { return "fake" }
 func (p *plannedFake) Format() string { return "fake/1" }
 
-func (p *plannedFake) Build(ctx context.Context, spec ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
+func (p *plannedFake) Build(ctx context.Context, spec ports.BuildSpec, tree ports.Tree) (ports.BuildResult, error) {
+	es, err := ports.TreeEntries(tree)
+	if err != nil {
+		return ports.BuildResult{}, err
+	}
 	if p.entries != nil {
 		return p.entries(ctx, spec, es)
 	}
@@ -82,7 +86,7 @@ func TestV3EntriesCrossTheWire(t *testing.T) {
 	spoolA := unlinkedFile(t, []byte("0123456789abcdefghij"))
 	spoolB := unlinkedFile(t, bytes.Repeat([]byte{7}, 9000))
 	when := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
-	entries := []ports.TreeEntry{
+	entries := ports.TreeSlice{
 		{Header: &tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755, ModTime: when, Format: tar.FormatPAX}},
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "etc/a", Mode: 0o4755, Uid: 7, Gid: 8, Uname: "u", Gname: "g", Size: 10,
 			ModTime: when, AccessTime: when.Add(time.Second), ChangeTime: when.Add(2 * time.Second),
@@ -147,7 +151,7 @@ func TestV3ManyEntriesInBatches(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Impl: pf})
 	spool := unlinkedFile(t, []byte("x"))
 	long := strings.Repeat("d", 200)
-	var entries []ports.TreeEntry
+	var entries ports.TreeSlice
 	for i := range 30000 { // about 8 MiB of messages
 		entries = append(entries, ports.TreeEntry{
 			Header: &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("%s/%06d", long, i), Mode: 0o644, Size: 1},
@@ -171,7 +175,7 @@ func TestV3ManyEntriesInBatches(t *testing.T) {
 // version, even if the host asks.
 func TestV3NeedsAnEntriesBuilder(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}})
-	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, ports.TreeSlice(nil))
 	if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), "v3") {
 		t.Fatalf("err = %v, want ErrUnsupported naming v3", err)
 	}
@@ -181,14 +185,14 @@ func TestV3NeedsAnEntriesBuilder(t *testing.T) {
 // plugin wrote.
 func TestV3MalformedSHA256(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "rootfs.ext4")
-	pf := &plannedFake{entries: func(_ context.Context, spec ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+	pf := &plannedFake{entries: func(_ context.Context, spec ports.BuildSpec, _ ports.TreeSlice) (ports.BuildResult, error) {
 		if err := os.WriteFile(spec.OutPath, []byte("image"), 0o644); err != nil {
 			return ports.BuildResult{}, err
 		}
 		return ports.BuildResult{SizeBytes: 5, SHA256: "ABC"}, nil
 	}}
 	c := connect(t, &GRPCPlugin{Impl: pf})
-	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
+	_, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, ports.TreeSlice(nil))
 	if err == nil || !strings.Contains(err.Error(), `sha256 "ABC"`) {
 		t.Fatalf("err = %v, want the malformed sha256 named", err)
 	}
@@ -197,10 +201,10 @@ func TestV3MalformedSHA256(t *testing.T) {
 	}
 	// A well-formed one passes through as is.
 	sum := sha256.Sum256([]byte("image"))
-	pf.entries = func(context.Context, ports.BuildSpec, []ports.TreeEntry) (ports.BuildResult, error) {
+	pf.entries = func(context.Context, ports.BuildSpec, ports.TreeSlice) (ports.BuildResult, error) {
 		return ports.BuildResult{SizeBytes: 5, SHA256: hex.EncodeToString(sum[:])}, nil
 	}
-	res, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, nil)
+	res, err := c.Build(context.Background(), APIVersionEntries, ports.BuildSpec{OutPath: out}, ports.TreeSlice(nil))
 	if err != nil || res.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("res %+v, err %v", res, err)
 	}
@@ -212,7 +216,7 @@ func TestV3CancelReachesThePlugin(t *testing.T) {
 	started := make(chan struct{})
 	var cleaned sync.WaitGroup
 	cleaned.Add(1)
-	pf := &plannedFake{entries: func(ctx context.Context, _ ports.BuildSpec, _ []ports.TreeEntry) (ports.BuildResult, error) {
+	pf := &plannedFake{entries: func(ctx context.Context, _ ports.BuildSpec, _ ports.TreeSlice) (ports.BuildResult, error) {
 		close(started)
 		<-ctx.Done()
 		time.Sleep(50 * time.Millisecond) // cleanup
@@ -222,7 +226,7 @@ func TestV3CancelReachesThePlugin(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Impl: pf})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	_, err := c.Build(ctx, APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, nil)
+	_, err := c.Build(ctx, APIVersionEntries, ports.BuildSpec{OutPath: "/x"}, ports.TreeSlice(nil))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -282,8 +286,8 @@ func TestV3TruncatedStreamRefused(t *testing.T) {
 // A file whose zero-run list would not fit a message goes without it; the
 // plugin then finds the zero blocks itself.
 func TestV3LongZeroRunListNotSent(t *testing.T) {
-	var got []ports.TreeEntry
-	pf := &plannedFake{entries: func(_ context.Context, _ ports.BuildSpec, es []ports.TreeEntry) (ports.BuildResult, error) {
+	var got ports.TreeSlice
+	pf := &plannedFake{entries: func(_ context.Context, _ ports.BuildSpec, es ports.TreeSlice) (ports.BuildResult, error) {
 		got = es // the content is not read: only the lists matter here
 		return ports.BuildResult{}, nil
 	}}
@@ -295,7 +299,7 @@ func TestV3LongZeroRunListNotSent(t *testing.T) {
 		runs = append(runs, [2]uint32{b, 1})
 	}
 	short := [][2]uint32{{0, 3}}
-	entries := []ports.TreeEntry{
+	entries := ports.TreeSlice{
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "long", Mode: 0o644, Size: blocks * 4096}, File: spool, Zero: runs, ZeroKnown: true},
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "short", Mode: 0o644, Size: 3 * 4096}, File: spool, Zero: short, ZeroKnown: true},
 	}

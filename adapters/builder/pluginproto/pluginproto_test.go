@@ -74,11 +74,11 @@ func randomBytes(n int) []byte {
 
 // randomTree is a tree of one file of n random bytes, held in a file of
 // its own, and the tar stream WriteTar makes of it.
-func randomTree(t *testing.T, n int) ([]ports.TreeEntry, []byte) {
+func randomTree(t *testing.T, n int) (ports.TreeSlice, []byte) {
 	t.Helper()
 	content := randomBytes(n)
 	f := unlinkedFile(t, content)
-	tree := []ports.TreeEntry{
+	tree := ports.TreeSlice{
 		{Header: &tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o755, ModTime: time.Unix(1e9, 0)}},
 		{Header: &tar.Header{Typeflag: tar.TypeReg, Name: "d/f", Mode: 0o644, Size: int64(n), ModTime: time.Unix(1e9, 0)}, File: f},
 	}
@@ -131,7 +131,7 @@ func TestSpecAndTreeCrossTheWire(t *testing.T) {
 
 	// The zero time stays zero, and an empty tree is a tree (the
 	// end-of-archive marker).
-	if _, err := c.Build(context.Background(), APIVersionTar, ports.BuildSpec{}, nil); err != nil {
+	if _, err := c.Build(context.Background(), APIVersionTar, ports.BuildSpec{}, ports.TreeSlice(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if !fb.spec.Time.IsZero() || fb.treeLen != 1024 {
@@ -181,7 +181,7 @@ func TestErrorClassesCrossTheWire(t *testing.T) {
 func TestUnknownAPIVersion(t *testing.T) {
 	c := connect(t, &GRPCPlugin{Tar: &fakeBuilder{}})
 	for _, v := range []string{"v0", "v2"} {
-		_, err := c.Build(context.Background(), v, ports.BuildSpec{}, nil)
+		_, err := c.Build(context.Background(), v, ports.BuildSpec{}, ports.TreeSlice(nil))
 		if !errors.Is(err, core.ErrUnsupported) || !strings.Contains(err.Error(), `"`+v+`"`) {
 			t.Fatalf("err = %v, want ErrUnsupported naming %s", err, v)
 		}
@@ -249,7 +249,7 @@ func TestCanceledBeforeStartSendsNothing(t *testing.T) {
 	}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := c.Build(ctx, APIVersionTar, ports.BuildSpec{}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := c.Build(ctx, APIVersionTar, ports.BuildSpec{}, ports.TreeSlice(nil)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 	if called {

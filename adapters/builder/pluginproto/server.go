@@ -121,7 +121,7 @@ func (s *server) buildEntries(ctx context.Context, stream RootfsBuilder_BuildSer
 		return err
 	}
 	defer closeAll()
-	res, err := s.impl.Build(ctx, spec, entries)
+	res, err := s.impl.Build(ctx, spec, ports.TreeSlice(entries))
 	if err != nil {
 		return buildStatus(ctx, err)
 	}

@@ -54,7 +54,7 @@ func (b *countingBuilder) BuildTar(ctx context.Context, spec ports.BuildSpec, tr
 		b.log.Warn("tree refused", "entries_read", c.Entries, "error", err)
 		return ports.BuildResult{}, err
 	}
-	res, err := b.inner.Build(ctx, spec, entries)
+	res, err := b.inner.Build(ctx, spec, ports.TreeSlice(entries))
 	if err != nil {
 		b.log.Warn("build failed", "out", spec.OutPath, "entries", c.Entries, "error", err)
 		return res, err // the error class (core.ErrUnsupported, ...) crosses the wire intact

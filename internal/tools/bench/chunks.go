@@ -269,7 +269,7 @@ func (img *chunkImage) buildAndPublish(work string, store *artifactstore.Store, 
 	}()
 	start := time.Now()
 	var res ports.BuildResult
-	st, err := layers.Flattener{}.Flatten(ctx, ls, func(tree []ports.TreeEntry) error {
+	st, err := layers.Flattener{}.Flatten(ctx, ls, func(tree ports.Tree) error {
 		var err error
 		res, err = ext4stream.New().Build(ctx, spec, tree)
 		return err

@@ -177,7 +177,7 @@ func (img *Image) flatten() (ports.TreeStats, error) {
 	for _, l := range img.Layers {
 		ls = append(ls, ports.FlattenLayer{Path: img.path(l), MediaType: string(types.OCILayer), Digest: l.Digest})
 	}
-	return layers.Flattener{}.Flatten(context.Background(), ls, func([]ports.TreeEntry) error { return nil })
+	return layers.Flattener{}.Flatten(context.Background(), ls, func(ports.Tree) error { return nil })
 }
 
 // path is where layer l's blob is: under the image's directory, or
