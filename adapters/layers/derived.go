@@ -16,8 +16,14 @@ import (
 // A decoded layer kept in Layer.Derived is two files:
 //
 //	<name>.content  the content of its regular files, in archive order
-//	<name>.index    the validated entries (gob), with their offsets in the
-//	                content file, the layer's DiffID and the content size
+//	<name>.index    a header (gob: the layer's DiffID, the content size,
+//	                the number of entries), then each validated entry as a
+//	                gob value of its own, with its offset in the content
+//	                file
+//
+// Entries are written and read one at a time, so keeping or loading a
+// layer of a hundred thousand files holds one entry at a time beyond the
+// layer's entry log, never the whole index encoded in memory.
 //
 // The name carries this format's version and a hash of every limit that
 // decides whether an entry passes, so that a flattener with other rules
@@ -25,7 +31,7 @@ import (
 // blob loads the index and reads content from the file: no decompression,
 // no tar parsing, no validation to redo.
 
-const derivedFormat = "flatten-v3"
+const derivedFormat = "flatten-v4"
 
 // derivedName names one of the two files for lim.
 func derivedName(lim Limits, kind string) string {
@@ -34,12 +40,13 @@ func derivedName(lim Limits, kind string) string {
 	return derivedFormat + "-" + hex.EncodeToString(h.Sum(nil))[:16] + "." + kind
 }
 
-// derivedIndex is the index file.
-type derivedIndex struct {
+// derivedHeader starts the index file; Entries derivedEntry values
+// follow it.
+type derivedHeader struct {
 	Format      string
 	DiffID      string
 	ContentSize int64
-	Entries     []derivedEntry
+	Entries     int
 }
 
 // derivedEntry is an entry as stored; see entry.
@@ -73,8 +80,9 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 		return nil, errNoDerived
 	}
 	defer f.Close()
-	var ix derivedIndex
-	if err := gob.NewDecoder(bufio.NewReaderSize(f, 1<<20)).Decode(&ix); err != nil || ix.Format != derivedFormat {
+	var ix derivedHeader
+	dec := gob.NewDecoder(bufio.NewReaderSize(f, 1<<20))
+	if err := dec.Decode(&ix); err != nil || ix.Format != derivedFormat || ix.Entries < 0 {
 		return nil, errNoDerived
 	}
 	if l.DiffID != "" && ix.DiffID != l.DiffID {
@@ -96,7 +104,14 @@ func loadDerived(l Layer, lim Limits) (*layerData, error) {
 		}
 		d.spool = c
 	}
-	for _, de := range ix.Entries {
+	for range ix.Entries {
+		// A fresh value each time: gob leaves the fields a message does
+		// not carry (zero values) as they were.
+		var de derivedEntry
+		if err := dec.Decode(&de); err != nil {
+			d.close()
+			return nil, errNoDerived
+		}
 		e := &entry{
 			name: de.Name, raw: de.Raw, typ: de.Typ, link: de.Link, size: de.Size, mode: de.Mode,
 			uid: de.UID, gid: de.GID, mtime: de.MTime, major: de.Major, minor: de.Minor,
@@ -136,8 +151,17 @@ func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize 
 			return err
 		}
 	}
-	ix := derivedIndex{Format: derivedFormat, DiffID: diffID, ContentSize: contentSize, Entries: make([]derivedEntry, 0, d.log.n)}
-	err := d.log.each(d, false, func(e *entry) error {
+	f, commit, err := l.Derived.Create(derivedName(lim, "index"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	enc := gob.NewEncoder(bw)
+	if err := enc.Encode(derivedHeader{Format: derivedFormat, DiffID: diffID, ContentSize: contentSize, Entries: d.log.n}); err != nil {
+		return err
+	}
+	err = d.log.each(d, false, func(e *entry) error {
 		de := derivedEntry{
 			Name: e.name, Raw: e.raw, Typ: e.typ, Link: e.link, Size: e.size, Mode: e.mode,
 			UID: e.uid, GID: e.gid, MTime: e.mtime, Major: e.major, Minor: e.minor,
@@ -146,19 +170,9 @@ func storeDerived(l Layer, lim Limits, d *layerData, diffID string, contentSize 
 		for _, x := range e.xattrs {
 			de.Xattrs = append(de.Xattrs, derivedXattr{Name: x.name, Value: x.value})
 		}
-		ix.Entries = append(ix.Entries, de)
-		return nil
+		return enc.Encode(&de)
 	})
 	if err != nil {
-		return err
-	}
-	f, commit, err := l.Derived.Create(derivedName(lim, "index"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := gob.NewEncoder(bw).Encode(&ix); err != nil {
 		return err
 	}
 	if err := bw.Flush(); err != nil {
