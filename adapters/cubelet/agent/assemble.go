@@ -335,15 +335,15 @@ func (a *ahead) reserve(ctx context.Context, k int) bool {
 }
 
 // next returns the bytes of missing chunk i (of length n), waiting for
-// its run, and lets go of the runs before it.
+// its run; a run's room in the window is let go with its last chunk.
 func (a *ahead) next(ctx context.Context, i int, n uint32) ([]byte, error) {
-	for a.k < 0 || i >= a.runs[a.k].first+a.runs[a.k].count {
-		if a.k >= 0 {
-			a.release(a.k)
-		}
+	if a.k < 0 || i >= a.runs[a.k].first+a.runs[a.k].count {
 		a.k++
-		if a.k >= len(a.runs) || i < a.runs[a.k].first {
-			return nil, fmt.Errorf("chunk %d is in no run", i) // cannot happen: runs cover the missing chunks in order
+		// Cannot happen (the runs cover the missing chunks in order, and
+		// each run is used up before the next), but a slip must not
+		// write wrong bytes.
+		if a.k >= len(a.runs) || i < a.runs[a.k].first || (a.k > 0 && a.slots[a.k-1].buf != nil) {
+			return nil, fmt.Errorf("chunk %d is not where the runs put it", i)
 		}
 		s := &a.slots[a.k]
 		select {
@@ -356,8 +356,14 @@ func (a *ahead) next(ctx context.Context, i int, n uint32) ([]byte, error) {
 		}
 		a.pos = 0
 	}
-	b := a.slots[a.k].buf[a.pos : a.pos+int(n)]
-	a.pos += int(n)
+	s := &a.slots[a.k]
+	if a.pos+int(n) > len(s.buf) {
+		return nil, fmt.Errorf("chunk %d is not where the runs put it", i)
+	}
+	b := s.buf[a.pos : a.pos+int(n)]
+	if a.pos += int(n); a.pos == len(s.buf) {
+		a.release(a.k) // b stays valid: the buffer is the garbage collector's
+	}
 	return b, nil
 }
 
