@@ -183,21 +183,41 @@ func (c *chunkFetch) fromSeeds(files seedFiles, from []seed, i int, out *ordered
 
 // seedFiles are the node's files chunks are read from, opened once each
 // (nil: could not be opened).
-type seedFiles map[string]*os.File
+type seedFiles map[string]*seedFile
 
-func (s seedFiles) open(p string) *os.File {
+// seedFile is read around the page cache where it can be (direct):
+// artifacts are written with direct writes and mostly not cached, and
+// the pages a read through the cache would add are pages nobody wants.
+type seedFile struct {
+	cached, direct *os.File
+}
+
+func (s seedFiles) open(p string) *seedFile {
 	f, ok := s[p]
 	if !ok {
-		f, _ = os.Open(p)
+		if c, err := os.Open(p); err == nil {
+			f = &seedFile{cached: c, direct: diskio.OpenDirectReader(p)}
+		}
 		s[p] = f
 	}
 	return f
 }
 
+// ReadAt reads directly when b and off allow it, else through the cache.
+func (f *seedFile) ReadAt(b []byte, off int64) (int, error) {
+	if n, ok, err := diskio.ReadAligned(f.direct, b, off); ok {
+		return n, err
+	}
+	return f.cached.ReadAt(b, off)
+}
+
 func (s seedFiles) close() {
 	for _, f := range s {
 		if f != nil {
-			f.Close()
+			f.cached.Close()
+			if f.direct != nil {
+				f.direct.Close()
+			}
 		}
 	}
 }
