@@ -15,7 +15,6 @@ import (
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/chunk"
-	"golang.org/x/sys/unix"
 )
 
 // benchArtifacts is a 256 MiB artifact and a rebuild of it: one block
@@ -106,17 +105,4 @@ func BenchmarkAssemble(b *testing.B) {
 			}
 		})
 	}
-}
-
-// dropCache drops the clean cached pages of the file at p.
-func dropCache(b *testing.B, p string) {
-	f, err := os.Open(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		b.Fatal(err)
-	}
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
