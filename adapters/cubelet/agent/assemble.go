@@ -75,7 +75,7 @@ func (c *chunkFetch) assemble(ctx context.Context, tmp string, seeds map[[sha256
 	}
 	ahead := c.fetchAhead(ctx, cancel, c.runs(missing))
 	var refetched int64
-	defer func() {
+	defer func() { // every return below: fetched is set here
 		cancel()
 		fetched = ahead.wait() + refetched
 	}()
