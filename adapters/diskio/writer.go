@@ -158,3 +158,21 @@ func aligned(b []byte, off int64) bool {
 	return len(b) > 0 && len(b)%Align == 0 && off%Align == 0 &&
 		uintptr(unsafe.Pointer(unsafe.SliceData(b)))%Align == 0
 }
+
+// ReadAligned reads len(b) bytes at off from d, a file opened with
+// OpenDirectReader, around the page cache, when b and off suit direct
+// I/O; it reports false (and reads nothing) when they do not or the
+// filesystem refused, so the caller reads through the page cache instead.
+// Why: reading a file nobody else reads (an artifact written with direct
+// writes, read once to seed another) through the page cache fills it with
+// pages nobody wants, which is most of the read's cost on virtual machines.
+func ReadAligned(d *os.File, b []byte, off int64) (n int, ok bool, err error) {
+	if d == nil || !aligned(b, off) {
+		return 0, false, nil
+	}
+	n, err = d.ReadAt(b, off)
+	if err != nil && isDirectRefused(err) {
+		return 0, false, nil
+	}
+	return n, true, err
+}

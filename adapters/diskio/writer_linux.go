@@ -40,3 +40,13 @@ func isDirectRefused(err error) bool {
 func writeBehind(f *os.File, off, n int64) {
 	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+// OpenDirectReader opens the file at p for direct reads (ReadAligned), or
+// returns nil where the filesystem refuses O_DIRECT.
+func OpenDirectReader(p string) *os.File {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil
+	}
+	return f
+}

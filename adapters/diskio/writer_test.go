@@ -172,3 +172,31 @@ func sameFile(t *testing.T, name string, want []byte) {
 		t.Errorf("file holds %d bytes, not the %d written at their offsets", len(got), len(want))
 	}
 }
+
+// TestReadAligned: an aligned read goes around the page cache and reads
+// the file; a misaligned one is left to the caller.
+func TestReadAligned(t *testing.T) {
+	f := create(t)
+	want := slices.Concat(block('a', false), block('b', false))
+	if _, err := f.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := OpenDirectReader(f.Name())
+	if d == nil {
+		t.Skip("the test directory's filesystem refuses direct I/O")
+	}
+	defer d.Close()
+	b := AlignedBuffer(2 * Align)
+	if n, ok, err := ReadAligned(d, b, 0); !ok || err != nil || n != len(b) || !bytes.Equal(b, want) {
+		t.Fatalf("aligned read: n %d ok %v err %v, equal %v", n, ok, err, bytes.Equal(b, want))
+	}
+	if _, ok, _ := ReadAligned(d, b[:Align], 1); ok {
+		t.Error("a read at a misaligned offset was taken")
+	}
+	if _, ok, _ := ReadAligned(d, b[1:Align+1], 0); ok {
+		t.Error("a read into misaligned memory was taken")
+	}
+	if _, ok, _ := ReadAligned(nil, b, 0); ok {
+		t.Error("a read without a direct descriptor was taken")
+	}
+}

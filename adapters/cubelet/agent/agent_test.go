@@ -38,7 +38,7 @@ const testToken = "node-token-0123456789"
 
 // newTestAgent is an agent that downloads from the masters at origins
 // (the test's artifact servers) only.
-func newTestAgent(t *testing.T, origins ...string) *testAgent {
+func newTestAgent(t testing.TB, origins ...string) *testAgent {
 	t.Helper()
 	if len(origins) == 0 {
 		origins = []string{"http://master.invalid"}

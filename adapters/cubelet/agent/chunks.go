@@ -11,8 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/core/chunk"
@@ -24,13 +22,16 @@ import (
 //  1. the index comes from the chunk index route beside the download URL
 //     (same master, same token); it must be well formed and describe the
 //     annotated size and sha256, else the whole file is downloaded;
-//  2. every chunk the node holds (its artifacts' indexes are kept beside
-//     them, <aid>.ext4.chunks) is read from where it is and checked
-//     against its sha256 before it is written into the new file;
+//  2. the new file is written in one pass, front to back, like a download
+//     (assemble.go): every chunk the node holds (its artifacts' indexes are
+//     kept beside them, <aid>.ext4.chunks) is read from where it is and
+//     checked against its sha256; zero chunks are zeros;
 //  3. the missing chunks are fetched in runs from the chunk data route,
-//     several runs at once, each chunk checked as it arrives;
-//  4. the file is hashed whole and must be the annotated sha256; then it is
-//     synced and renamed into place like a download.
+//     several runs at once and ahead of the writer, within a bounded
+//     window, each chunk checked as it arrives;
+//  4. the file's sha256 is computed over the bytes as they are written and
+//     must be the annotated one; then it is synced and renamed into place
+//     like a download.
 //
 // Any failure (a chunk that does not match, a short or missing run, an
 // index that is corrupt, truncated or hostile) removes the partial file and
@@ -235,81 +236,6 @@ func (a *Agent) indexHeld(ctx context.Context, final string) ([]byte, error) {
 	return b, nil
 }
 
-// assemble writes the artifact into tmp from the seeds and the chunk data
-// route, and returns the bytes it fetched. tmp is left for the caller to
-// remove on error.
-func (c *chunkFetch) assemble(ctx context.Context, tmp string, seeds map[[sha256.Size]byte]seed) (fetched int64, err error) {
-	f, err := c.a.createFile(tmp)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	if err := f.Truncate(c.x.Size); err != nil {
-		return 0, err
-	}
-	files := map[string]*os.File{}
-	defer func() {
-		for _, sf := range files {
-			sf.Close()
-		}
-	}()
-	buf := make([]byte, chunk.MaxDataLength)
-	var missing []int
-	for i, e := range c.x.Chunks {
-		if e.Zero {
-			continue
-		}
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-		}
-		s, ok := seeds[e.Sum]
-		if ok && c.copySeed(files, s, e, f, buf) {
-			continue
-		}
-		missing = append(missing, i)
-	}
-	fetched, err = c.fetchMissing(ctx, f, missing)
-	if err != nil {
-		return fetched, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fetched, err
-	}
-	sum, n, err := core.SHA256OfContext(ctx, f)
-	if err != nil {
-		return fetched, err
-	}
-	if n != c.x.Size || sum != c.j.sha256 {
-		return fetched, fmt.Errorf("the assembled file does not match the expected sha256 %s", c.j.sha256)
-	}
-	return fetched, f.Sync()
-}
-
-// copySeed copies chunk e from the node's own file s into f, if it still
-// holds the chunk's bytes.
-func (c *chunkFetch) copySeed(files map[string]*os.File, s seed, e chunk.Entry, f *os.File, buf []byte) bool {
-	sf := files[s.path]
-	if sf == nil {
-		var err error
-		if sf, err = os.Open(s.path); err != nil {
-			return false
-		}
-		files[s.path] = sf
-	}
-	b := buf[:e.Length]
-	if _, err := sf.ReadAt(b, s.off); err != nil || sha256.Sum256(b) != e.Sum {
-		return false
-	}
-	_, err := f.WriteAt(b, e.Offset)
-	return err == nil
-}
-
 // chunkRun is one chunk data request: index entries first..first+count-1.
 type chunkRun struct{ first, count int }
 
@@ -337,86 +263,6 @@ func (c *chunkFetch) runs(missing []int) []chunkRun {
 		bytes = int64(c.x.Chunks[i].Length)
 	}
 	return out
-}
-
-// fetchMissing fetches the runs of missing chunks, fetchers at once, and
-// writes each chunk once it matches its sha256.
-func (c *chunkFetch) fetchMissing(ctx context.Context, f *os.File, missing []int) (int64, error) {
-	runs := c.runs(missing)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan chunkRun)
-	var mu sync.Mutex
-	var total int64
-	var firstErr error
-	var wg sync.WaitGroup
-	for range min(fetchers, len(runs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, chunk.MaxDataLength)
-			for r := range work {
-				n, err := c.fetchRun(ctx, f, r, buf)
-				mu.Lock()
-				total += n
-				if err != nil && firstErr == nil {
-					firstErr = err
-					cancel()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-send:
-	for _, r := range runs {
-		select {
-		case work <- r:
-		case <-ctx.Done():
-			break send
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return total, firstErr
-}
-
-// fetchRun fetches one run and writes its chunks.
-func (c *chunkFetch) fetchRun(ctx context.Context, f *os.File, r chunkRun, buf []byte) (int64, error) {
-	u := *c.data
-	q := u.Query()
-	q.Set("first", strconv.Itoa(r.first))
-	q.Set("count", strconv.Itoa(r.count))
-	u.RawQuery = q.Encode()
-	resp, err := c.a.get(ctx, &u, c.j.token)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("chunks %s: HTTP %s", redact(&u), resp.Status)
-	}
-	var n int64
-	for _, e := range c.x.Chunks[r.first : r.first+r.count] {
-		if e.Zero {
-			continue
-		}
-		b := buf[:e.Length]
-		k, err := io.ReadFull(resp.Body, b)
-		n += int64(k)
-		if err != nil {
-			return n, fmt.Errorf("chunks %s: the answer ended short: %w", redact(&u), err)
-		}
-		if sha256.Sum256(b) != e.Sum {
-			return n, fmt.Errorf("chunks %s: a chunk does not match its sha256 in the index: %w", redact(&u), chunk.ErrCorrupt)
-		}
-		if _, err := f.WriteAt(b, e.Offset); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // reuse is the share of the index's data bytes found among the seeds.

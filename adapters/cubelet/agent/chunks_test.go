@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/adapters/cubelet/cubeletpb"
@@ -28,7 +29,15 @@ type chunkMaster struct {
 	// index, when set, replaces the encoded index of an artifact.
 	index func(id string, b []byte) []byte
 	// data, when set, replaces the body of a chunk data answer.
-	data          func(b []byte) []byte
+	data func(b []byte) []byte
+	// gate, when set, runs before a chunk data request is answered (the
+	// lock not held): it may hold the answer back.
+	gate func(r *http.Request, first int)
+	// served, when set, runs once a chunk data request has been answered.
+	served func(first int)
+	// failRun, when set, answers HTTP 500 to the chunk data requests it
+	// picks.
+	failRun       func(first int) bool
 	noIndex       bool
 	failDownload  bool
 	wholeBytes    int64
@@ -48,6 +57,14 @@ func (m *chunkMaster) url(id string) string {
 }
 
 func (m *chunkMaster) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/prefix"+core.ChunkDataPath && m.gate != nil {
+		first, _ := strconv.Atoi(r.URL.Query().Get("first"))
+		m.gate(r, first)
+	}
+	if r.URL.Path == "/prefix"+core.ChunkDataPath && m.served != nil {
+		first, _ := strconv.Atoi(r.URL.Query().Get("first"))
+		defer m.served(first)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := r.URL.Query().Get("artifact_id")
@@ -82,6 +99,10 @@ func (m *chunkMaster) serve(w http.ResponseWriter, r *http.Request) {
 		m.chunkRequests++
 		first, _ := strconv.Atoi(r.URL.Query().Get("first"))
 		count, _ := strconv.Atoi(r.URL.Query().Get("count"))
+		if m.failRun != nil && m.failRun(first) {
+			http.Error(w, "chunk store down", http.StatusInternalServerError)
+			return
+		}
 		var out []byte
 		for _, e := range x.Chunks[first : first+count] {
 			if !e.Zero {
@@ -156,6 +177,14 @@ func TestCreateImageAssemblesFromHeldChunks(t *testing.T) {
 	ta.holds(t, "rfs-v2", v2)
 	if m.wholeBytes != 0 {
 		t.Fatalf("the whole file was downloaded (%d bytes)", m.wholeBytes)
+	}
+	// Its zero chunks are written, as a download writes them: no holes.
+	var st syscall.Stat_t
+	if err := syscall.Stat(ta.ArtifactFile(core.DefaultInstanceType, "rfs-v2"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blocks*512 < int64(len(v2)) {
+		t.Fatalf("the assembled file has holes: %d bytes allocated of %d", st.Blocks*512, len(v2))
 	}
 	// 128 KiB are new; the chunks around them and the moved boundaries
 	// cost a few chunks more.
