@@ -37,24 +37,7 @@ func benchImage(b testing.TB, dir string, comp compression) ([]Layer, int64) {
 	var total int64
 	for l := range 3 {
 		p := filepath.Join(dir, "layer"+strconv.Itoa(l))
-		f, err := os.Create(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var w io.Writer = f
-		var closer io.Closer
-		mt := mtTar
-		switch comp {
-		case gzipped:
-			gw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-			w, closer, mt = gw, gw, mtGzip
-		case zstded:
-			zw, _ := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
-			w, closer, mt = zw, zw, mtZstd
-		}
-		cw := &countWriter{w: w}
-		bw := bufio.NewWriterSize(cw, 1<<20)
-		tw := tar.NewWriter(bw)
+		tw, finish := layerFile(b, p, comp, "sha256:bench"+strconv.Itoa(l))
 		write := func(h *tar.Header, body []byte) {
 			h.ModTime = fixedTime
 			if err := tw.WriteHeader(h); err != nil {
@@ -79,16 +62,54 @@ func benchImage(b testing.TB, dir string, comp compression) ([]Layer, int64) {
 			}
 			size += int64(n)
 		}
-		tw.Close()
-		bw.Flush()
-		if closer != nil {
-			closer.Close()
-		}
-		f.Close()
-		total += cw.n
-		layers = append(layers, Layer{Path: p, MediaType: mt, Digest: "sha256:bench" + strconv.Itoa(l)})
+		layer, n := finish()
+		total += n
+		layers = append(layers, layer)
 	}
 	return layers, total
+}
+
+// layerFile creates the layer file p, compressed as comp, and returns a
+// tar writer into it and finish, which closes the file and returns its
+// layer (named digest) and its uncompressed tar size.
+func layerFile(t testing.TB, p string, comp compression, digest string) (*tar.Writer, func() (Layer, int64)) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w io.Writer = f
+	var closer io.Closer
+	mt := mtTar
+	switch comp {
+	case gzipped:
+		gw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
+		w, closer, mt = gw, gw, mtGzip
+	case zstded:
+		zw, _ := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		w, closer, mt = zw, zw, mtZstd
+	}
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	tw := tar.NewWriter(bw)
+	return tw, func() (Layer, int64) {
+		t.Helper()
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if closer != nil {
+			if err := closer.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return Layer{Path: p, MediaType: mt, Digest: digest}, cw.n
+	}
 }
 
 type countWriter struct {

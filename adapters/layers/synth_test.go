@@ -2,10 +2,8 @@ package layers
 
 import (
 	"archive/tar"
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,9 +11,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/cubesandbox/templatecenter/core"
 	"github.com/cubesandbox/templatecenter/ports"
@@ -42,23 +37,7 @@ func synthImage(t testing.TB, dir string, n int) []Layer {
 	var files []string // regular files so far, for hard links across layers
 	for l, frac := range share {
 		p := filepath.Join(dir, "synth"+strconv.Itoa(l))
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var w io.Writer = f
-		var closer io.Closer
-		mt := mtTar
-		switch comps[l] {
-		case gzipped:
-			gw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-			w, closer, mt = gw, gw, mtGzip
-		case zstded:
-			zw, _ := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
-			w, closer, mt = zw, zw, mtZstd
-		}
-		bw := bufio.NewWriterSize(w, 1<<20)
-		tw := tar.NewWriter(bw)
+		tw, finish := layerFile(t, p, comps[l], "sha256:synth"+strconv.Itoa(l))
 		write := func(h *tar.Header, body []byte) {
 			h.ModTime = fixedTime.Add(time.Duration(rng.IntN(1000)) * time.Second)
 			if h.Typeflag == tar.TypeReg {
@@ -118,15 +97,8 @@ func synthImage(t testing.TB, dir string, n int) []Layer {
 			write(&tar.Header{Typeflag: tar.TypeReg, Name: dname(1) + "/.wh..wh..opq"}, nil)
 			write(&tar.Header{Typeflag: tar.TypeReg, Name: dname(1) + "/after-opaque", Mode: 0o644}, []byte("new"))
 		}
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		bw.Flush()
-		if closer != nil {
-			closer.Close()
-		}
-		f.Close()
-		out = append(out, Layer{Path: p, MediaType: mt, Digest: "sha256:synth" + strconv.Itoa(l)})
+		layer, _ := finish()
+		out = append(out, layer)
 	}
 	return out
 }

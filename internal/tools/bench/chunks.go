@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -492,21 +491,9 @@ func (w *layerWriter) addRandom(dir string, seed uint64, n int64) error {
 	for i := 0; n > 0; i++ {
 		size := min(n, int64(4<<10+sizes.IntN(400<<10)))
 		name := path.Join(dir, fmt.Sprintf("m%02d", i%17), fmt.Sprintf("f%04d.bin", i))
-		if err := w.parents(name); err != nil {
+		if err := w.addFile(name, 0o644, size, buf, func(b []byte) { _, _ = r.Read(b) }); err != nil {
 			return err
 		}
-		if err := w.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: w.mtime}); err != nil {
-			return err
-		}
-		for left := size; left > 0; {
-			b := buf[:min(left, int64(len(buf)))]
-			_, _ = r.Read(b)
-			if _, err := w.tw.Write(b); err != nil {
-				return err
-			}
-			left -= int64(len(b))
-		}
-		w.content += size
 		n -= size
 	}
 	return nil

@@ -349,6 +349,27 @@ func (w *layerWriter) header(h *tar.Header) error {
 	return w.tw.WriteHeader(h)
 }
 
+// addFile adds a regular file of size bytes (and its missing parents),
+// its content made by fill one piece of buf at a time.
+func (w *layerWriter) addFile(name string, mode, size int64, buf []byte, fill func([]byte)) error {
+	if err := w.parents(name); err != nil {
+		return err
+	}
+	if err := w.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: size, ModTime: w.mtime}); err != nil {
+		return err
+	}
+	for left := size; left > 0; {
+		b := buf[:min(left, int64(len(buf)))]
+		fill(b)
+		if _, err := w.tw.Write(b); err != nil {
+			return err
+		}
+		left -= int64(len(b))
+	}
+	w.content += size
+	return nil
+}
+
 // addTree copies dir (regular files, directories, symlinks, hard links)
 // to dst, in sorted order, until the layer holds budget bytes of content.
 func (w *layerWriter) addTree(dir, dst string, budget int64) error {

@@ -97,21 +97,9 @@ func (w *layerWriter) addBinaries(dir string, seed uint64, n int64) error {
 	for i := 0; n > 0; i++ {
 		size := min(n, int64(8<<20+r.IntN(248<<20)))
 		name := path.Join(dir, fmt.Sprintf(binaryNames[i%len(binaryNames)], i))
-		if err := w.parents(name); err != nil {
+		if err := w.addFile(name, 0o755, size, buf, g.fill); err != nil {
 			return err
 		}
-		if err := w.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: size, ModTime: w.mtime}); err != nil {
-			return err
-		}
-		for left := size; left > 0; {
-			b := buf[:min(left, int64(len(buf)))]
-			g.fill(b)
-			if _, err := w.tw.Write(b); err != nil {
-				return err
-			}
-			left -= int64(len(b))
-		}
-		w.content += size
 		n -= size
 	}
 	return nil
