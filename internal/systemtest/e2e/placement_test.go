@@ -211,11 +211,14 @@ func (r *placementRig) decisionCount(t *testing.T, decision, reason string) floa
 //  5. Every decision is in the API (from either master) and the metrics.
 func TestPlacementAcrossMastersAndNodes(t *testing.T) {
 	r := startPlacementRig(t)
-	image := pushImage(t, r.registry, "placement", 0)
+	// An image of its own per template (a few random bytes each): templates
+	// sharing an artifact are charged its bytes once per node, and the
+	// budget below is counted in distinct artifacts.
+	image := func(name string) string { return pushImage(t, r.registry, "placement-"+name, 16) }
 
 	// 1. Default: everything everywhere.
-	a := r.create("pl-a", image)
-	r.create("pl-b", image)
+	a := r.create("pl-a", image("a"))
+	r.create("pl-b", image("b"))
 	all := []string{"node-1", "node-2", "node-3"}
 	for _, tid := range []string{"pl-a", "pl-b"} {
 		if got := r.readyOn(tid); !slices.Equal(got, all) {
@@ -243,7 +246,7 @@ func TestPlacementAcrossMastersAndNodes(t *testing.T) {
 		!strings.Contains(e.Ret.Msg, "per_node_max_bytes") {
 		t.Fatalf("a bad policy: %s", e.Raw)
 	}
-	r.create("pl-p", image)
+	r.create("pl-p", image("p"))
 	// Placed on its two nodes although they are full; then each of them
 	// loses pl-a, the least recently placed unpinned template (node-3
 	// keeps both: it is within its budget).
