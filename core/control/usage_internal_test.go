@@ -1,6 +1,7 @@
 package control
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/cubesandbox/templatecenter/core"
@@ -34,7 +35,7 @@ func TestHoldings(t *testing.T) {
 	u, cost = h.without("n1", []*core.Replica{ra, rb}, artifactOf, "art-1")
 	steps = append(steps, step{"without both", []any{u, cost}, []any{core.NodeUsage{Templates: 2, Bytes: 10}, int64(100)}})
 	for _, s := range steps {
-		if !equalAny(s.got, s.want) {
+		if !reflect.DeepEqual(s.got, s.want) {
 			t.Errorf("%s: %v, want %v", s.name, s.got, s.want)
 		}
 	}
@@ -49,21 +50,4 @@ func TestHoldings(t *testing.T) {
 	if got := h.usage("n1"); got != (core.NodeUsage{Templates: 2, Bytes: 10}) {
 		t.Fatalf("after removing the last copy of art-1: %+v", got)
 	}
-}
-
-func equalAny(a, b any) bool {
-	as, aok := a.([]any)
-	bs, bok := b.([]any)
-	if aok && bok {
-		if len(as) != len(bs) {
-			return false
-		}
-		for i := range as {
-			if as[i] != bs[i] {
-				return false
-			}
-		}
-		return true
-	}
-	return a == b
 }
